@@ -1,0 +1,45 @@
+//! `cargo xtask bench [SUITE]`: benchmark suites with their peers measured in the same
+//! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
+//! prints a table with ratios to the peer.
+
+use anyhow::{bail, Result};
+
+/// A benchmark suite: a name for the command line and the function that runs it.
+struct Suite {
+    name: &'static str,
+    what: &'static str,
+    run: fn() -> Result<()>,
+}
+
+/// Every suite that exists. Suites are added as the crates they measure are built.
+const SUITES: &[Suite] = &[];
+
+/// Runs the named suite, or all of them.
+pub fn run(only: Option<&str>) -> Result<()> {
+    if let Some(name) = only {
+        let Some(suite) = SUITES.iter().find(|s| s.name == name) else {
+            let known: Vec<&str> = SUITES.iter().map(|s| s.name).collect();
+            if known.is_empty() {
+                bail!("no benchmark suite named '{name}': no suites exist yet");
+            }
+            bail!(
+                "no benchmark suite named '{name}'; known suites: {}",
+                known.join(", ")
+            );
+        };
+        return run_suite(suite);
+    }
+    if SUITES.is_empty() {
+        println!("bench: no benchmark suites exist yet; nothing to run.");
+        return Ok(());
+    }
+    for suite in SUITES {
+        run_suite(suite)?;
+    }
+    Ok(())
+}
+
+fn run_suite(suite: &Suite) -> Result<()> {
+    println!("\n==> bench: {} ({})", suite.name, suite.what);
+    (suite.run)()
+}

@@ -1,0 +1,104 @@
+//! Running named steps: each prints its name, runs one command, reports its time, and
+//! turns a non-zero exit into an error that names the step.
+
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+/// The workspace root (the parent of the xtask crate).
+pub fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// A `cargo` command run from the workspace root, using the cargo that started xtask.
+pub fn cargo() -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Whether `cmd` runs and exits with status 0 (its output is discarded).
+pub fn succeeds(mut cmd: Command) -> bool {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// A sequence of named steps with a running count, for readable progress output.
+pub struct Steps {
+    total: usize,
+    done: usize,
+    started: Instant,
+    prefix: &'static str,
+}
+
+impl Steps {
+    /// A sequence of `total` steps whose lines start with `prefix`.
+    pub fn new(prefix: &'static str, total: usize) -> Self {
+        Steps {
+            total,
+            done: 0,
+            started: Instant::now(),
+            prefix,
+        }
+    }
+
+    /// Runs `cmd` as the next step called `name`; fails with a message naming the step.
+    pub fn run(&mut self, name: &str, mut cmd: Command) -> Result<()> {
+        self.done += 1;
+        println!(
+            "\n==> [{}/{}] {}: {}",
+            self.done, self.total, self.prefix, name
+        );
+        println!("    $ {}", describe(&cmd));
+        let start = Instant::now();
+        let status = cmd
+            .status()
+            .with_context(|| format!("step '{name}': could not start {}", describe(&cmd)))?;
+        let secs = start.elapsed().as_secs_f64();
+        if !status.success() {
+            bail!(
+                "step '{name}' failed ({status}) after {secs:.1}s; \
+                 fix it and run `cargo xtask {}` again",
+                self.prefix
+            );
+        }
+        println!("    ok: {name} ({secs:.1}s)");
+        Ok(())
+    }
+
+    /// Prints the closing line.
+    pub fn finish(&self) {
+        println!(
+            "\n{}: all {} steps passed in {:.1}s",
+            self.prefix,
+            self.done,
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The command line of `cmd`, with the environment variables it sets, for the log.
+fn describe(cmd: &Command) -> String {
+    let mut out = String::new();
+    for (key, value) in cmd.get_envs() {
+        if let Some(value) = value {
+            out.push_str(&format!(
+                "{}={} ",
+                key.to_string_lossy(),
+                value.to_string_lossy()
+            ));
+        }
+    }
+    out.push_str(&cmd.get_program().to_string_lossy());
+    for arg in cmd.get_args() {
+        out.push(' ');
+        out.push_str(&arg.to_string_lossy());
+    }
+    out
+}

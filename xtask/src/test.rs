@@ -1,0 +1,60 @@
+//! `cargo xtask test`: everything CI checks, in order.
+
+use crate::steps::{cargo, succeeds, Steps};
+use anyhow::{bail, Result};
+use std::process::Command;
+
+/// Runs the checks in CI order, stopping at the first failure.
+pub fn run() -> Result<()> {
+    install_toolchain_components()?;
+
+    let mut steps = Steps::new("test", 4);
+
+    let mut fmt = cargo();
+    fmt.args(["fmt", "--all", "--", "--check"]);
+    steps.run("formatting (cargo fmt --check)", fmt)?;
+
+    let mut clippy = cargo();
+    clippy.args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]);
+    steps.run("lints (cargo clippy -D warnings)", clippy)?;
+
+    let mut test = cargo();
+    test.args(["test", "--workspace"]);
+    steps.run("unit, integration and tidy tests (cargo test)", test)?;
+
+    let mut doc = cargo();
+    doc.args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings");
+    steps.run("documentation (cargo doc, warnings denied)", doc)?;
+
+    steps.finish();
+    Ok(())
+}
+
+/// rustfmt and clippy come with the usual toolchain but are separate rustup components;
+/// a minimal toolchain lacks them, so add them when missing.
+fn install_toolchain_components() -> Result<()> {
+    for (component, probe) in [("rustfmt", "fmt"), ("clippy", "clippy")] {
+        let mut check = cargo();
+        check.args([probe, "--version"]);
+        if succeeds(check) {
+            continue;
+        }
+        println!("xtask: installing missing toolchain component {component} (rustup)");
+        let status = Command::new("rustup")
+            .args(["component", "add", component])
+            .status();
+        match status {
+            Ok(s) if s.success() => {}
+            _ => bail!("cargo {probe} is missing and `rustup component add {component}` failed"),
+        }
+    }
+    Ok(())
+}
