@@ -8,11 +8,22 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
 
-    let mut steps = Steps::new("test", 4);
+    let plan = plan();
+    let mut steps = Steps::new("test", plan.len());
+    for (name, cmd) in plan {
+        steps.run(name, cmd)?;
+    }
+    steps.finish();
+    Ok(())
+}
+
+/// The steps, in order: the cheap static checks first, then the test suites.
+fn plan() -> Vec<(&'static str, Command)> {
+    let mut plan = Vec::new();
 
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
-    steps.run("formatting (cargo fmt --check)", fmt)?;
+    plan.push(("formatting (cargo fmt --check)", fmt));
 
     let mut clippy = cargo();
     clippy.args([
@@ -23,19 +34,18 @@ pub fn run() -> Result<()> {
         "-D",
         "warnings",
     ]);
-    steps.run("lints (cargo clippy -D warnings)", clippy)?;
+    plan.push(("lints (cargo clippy -D warnings)", clippy));
 
     let mut test = cargo();
     test.args(["test", "--workspace"]);
-    steps.run("unit, integration and tidy tests (cargo test)", test)?;
+    plan.push(("unit, integration and tidy tests (cargo test)", test));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
-    steps.run("documentation (cargo doc, warnings denied)", doc)?;
+    plan.push(("documentation (cargo doc, warnings denied)", doc));
 
-    steps.finish();
-    Ok(())
+    plan
 }
 
 /// rustfmt and clippy come with the usual toolchain but are separate rustup components;
