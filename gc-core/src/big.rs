@@ -1,0 +1,85 @@
+//! External ("big") objects: larger than `max_internal_obj_size()`, or of a type declared
+//! `large`. Each is one allocation from the system allocator with a 48-byte header in
+//! front of the usual header word, so its payload is 16-aligned like a pool object's.
+
+use crate::object::{ObjRef, HEADER_SIZE};
+use std::alloc::Layout;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+/// Bookkeeping in front of a big object. Its last field is the object's header word.
+#[repr(C, align(16))]
+pub(crate) struct BigHeader {
+    /// Payload size as requested, rounded up to 16.
+    pub size: usize,
+    /// Survived one collection as a young object.
+    pub age: bool,
+    /// Sweep function scheduled.
+    pub sched: AtomicBool,
+    _pad: [u8; 6],
+    pub magic: usize,
+    _pad2: [usize; 2],
+    /// The object's header word (type pointer + GC bits).
+    pub tag: AtomicUsize,
+}
+
+const BIG_MAGIC: usize = 0x000B_160B_1EC7;
+/// Bytes in front of the payload.
+pub(crate) const BIG_HEADER: usize = std::mem::size_of::<BigHeader>();
+const _: () = assert!(BIG_HEADER % 16 == 0 && BIG_HEADER == 48);
+
+impl BigHeader {
+    /// The header of the big object `obj`.
+    ///
+    /// # Safety
+    /// `obj` is a live big object.
+    pub(crate) unsafe fn of<'a>(obj: ObjRef) -> &'a BigHeader {
+        // SAFETY: forwarded; the payload directly follows the BigHeader.
+        unsafe { &*((obj.addr() - BIG_HEADER) as *const BigHeader) }
+    }
+
+    fn layout(size: usize) -> Option<Layout> {
+        Layout::from_size_align(BIG_HEADER.checked_add(size)?, 16).ok()
+    }
+}
+
+/// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
+pub(crate) fn alloc(size: usize, tag: usize) -> Option<ObjRef> {
+    let size = size.checked_add(15)? & !15;
+    let layout = BigHeader::layout(size)?;
+    // SAFETY: the layout has non-zero size.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut BigHeader;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p is a fresh allocation large and aligned enough for a BigHeader.
+    unsafe {
+        (*p).size = size;
+        (*p).magic = BIG_MAGIC;
+        (*p).tag.store(tag, Ordering::Release);
+    }
+    ObjRef::from_addr(p as usize + BIG_HEADER)
+}
+
+/// Frees a big object.
+///
+/// # Safety
+/// `obj` was returned by `alloc`, is dead, and is freed once.
+pub(crate) unsafe fn free(obj: ObjRef) {
+    // SAFETY: forwarded from the caller.
+    let h = unsafe { BigHeader::of(obj) };
+    debug_assert_eq!(h.magic, BIG_MAGIC);
+    let layout = BigHeader::layout(h.size).expect("layout was valid at allocation");
+    // SAFETY: allocated by `alloc` with this layout.
+    unsafe { std::alloc::dealloc((obj.addr() - BIG_HEADER) as *mut u8, layout) };
+}
+
+/// Payload size (rounded up to 16) of a live big object.
+///
+/// # Safety
+/// `obj` is a live big object.
+pub(crate) unsafe fn size(obj: ObjRef) -> usize {
+    // SAFETY: forwarded.
+    unsafe { BigHeader::of(obj) }.size
+}
+
+const _: () = assert!(HEADER_SIZE == 8);

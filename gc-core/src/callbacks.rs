@@ -1,0 +1,217 @@
+//! The six callback kinds of the seed (pre_gc, post_gc, root_scanner, task_scanner,
+//! notify_external_alloc, notify_external_free).
+//!
+//! Each kind is a list published as an immutable snapshot (`Arc<[...]>`): invoking
+//! takes the snapshot and calls without any lock held, so a callback may register or
+//! remove callbacks. With none registered, the cost at the call site is one load of an
+//! `AtomicBool` and a branch that always goes the same way.
+//!
+//! Rust callbacks are closures identified by the [`CallbackId`] returned on
+//! registration; C callbacks are plain function pointers identified by their address,
+//! registered at most once (a second registration is refused).
+
+use crate::error::GcError;
+use crate::mark::Marker;
+use crate::object::ObjRef;
+use crate::task::Task;
+use crate::CollectionKind;
+use parking_lot::Mutex;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Identity of a registered callback, for removal.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallbackId(u64);
+
+/// A Rust root scanner: queue extra roots with the marker.
+pub type RootScannerFn = dyn Fn(&mut Marker<'_>, CollectionKind) + Send + Sync;
+/// A Rust task scanner: queue the roots of one task.
+pub type TaskScannerFn = dyn Fn(&mut Marker<'_>, &Task, CollectionKind) + Send + Sync;
+
+/// A callback of one of the six kinds, Rust closure or C function.
+pub enum Callback {
+    /// Called once per collection with the world stopped, before marking.
+    PreGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
+    /// Called once per collection after sweeping, before the world resumes.
+    PostGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
+    /// Called at the beginning of marking to queue extra roots.
+    RootScanner(Arc<RootScannerFn>),
+    /// Called once per registered task during marking.
+    TaskScanner(Arc<TaskScannerFn>),
+    /// Called after an external (big) object is allocated, with its payload address and size.
+    ExternalAlloc(Arc<dyn Fn(ObjRef, usize) + Send + Sync>),
+    /// Called before an external (big) object is freed, with its payload address.
+    ExternalFree(Arc<dyn Fn(ObjRef) + Send + Sync>),
+    /// C `jl_gc_cb_pre_gc_t`.
+    CPreGc(unsafe extern "C" fn(c_int)),
+    /// C `jl_gc_cb_post_gc_t`.
+    CPostGc(unsafe extern "C" fn(c_int)),
+    /// C `jl_gc_cb_root_scanner_t`.
+    CRootScanner(unsafe extern "C" fn(c_int)),
+    /// C `jl_gc_cb_task_scanner_t`.
+    CTaskScanner(unsafe extern "C" fn(*mut Task, c_int)),
+    /// C `jl_gc_cb_notify_external_alloc_t`.
+    CExternalAlloc(unsafe extern "C" fn(*mut c_void, usize)),
+    /// C `jl_gc_cb_notify_external_free_t`.
+    CExternalFree(unsafe extern "C" fn(*mut c_void)),
+}
+
+/// Which of the six lists a callback belongs to.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CallbackKind {
+    /// pre_gc
+    PreGc,
+    /// post_gc
+    PostGc,
+    /// root_scanner
+    RootScanner,
+    /// task_scanner
+    TaskScanner,
+    /// notify_external_alloc
+    ExternalAlloc,
+    /// notify_external_free
+    ExternalFree,
+}
+
+impl CallbackKind {
+    /// The seed's name of the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            CallbackKind::PreGc => "pre_gc",
+            CallbackKind::PostGc => "post_gc",
+            CallbackKind::RootScanner => "root_scanner",
+            CallbackKind::TaskScanner => "task_scanner",
+            CallbackKind::ExternalAlloc => "notify_external_alloc",
+            CallbackKind::ExternalFree => "notify_external_free",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl Callback {
+    /// The list this callback goes to.
+    pub fn kind(&self) -> CallbackKind {
+        match self {
+            Callback::PreGc(_) | Callback::CPreGc(_) => CallbackKind::PreGc,
+            Callback::PostGc(_) | Callback::CPostGc(_) => CallbackKind::PostGc,
+            Callback::RootScanner(_) | Callback::CRootScanner(_) => CallbackKind::RootScanner,
+            Callback::TaskScanner(_) | Callback::CTaskScanner(_) => CallbackKind::TaskScanner,
+            Callback::ExternalAlloc(_) | Callback::CExternalAlloc(_) => CallbackKind::ExternalAlloc,
+            Callback::ExternalFree(_) | Callback::CExternalFree(_) => CallbackKind::ExternalFree,
+        }
+    }
+
+    /// The address of a C callback (its identity), `None` for closures.
+    fn c_address(&self) -> Option<usize> {
+        match self {
+            Callback::CPreGc(f) | Callback::CPostGc(f) | Callback::CRootScanner(f) => {
+                Some(*f as usize)
+            }
+            Callback::CTaskScanner(f) => Some(*f as usize),
+            Callback::CExternalAlloc(f) => Some(*f as usize),
+            Callback::CExternalFree(f) => Some(*f as usize),
+            _ => None,
+        }
+    }
+}
+
+type Snapshot = Arc<[(CallbackId, Arc<Callback>)]>;
+
+struct List {
+    any: AtomicBool,
+    entries: Mutex<Snapshot>,
+}
+
+/// The heap's six callback lists.
+pub(crate) struct Callbacks {
+    lists: [List; 6],
+    next_id: AtomicU64,
+}
+
+impl Callbacks {
+    pub(crate) fn new() -> Self {
+        Callbacks {
+            lists: std::array::from_fn(|_| List {
+                any: AtomicBool::new(false),
+                entries: Mutex::new(Arc::from(Vec::new())),
+            }),
+            next_id: AtomicU64::new(1),
+        }
+    }
+
+    /// Registers `cb`; a C function already registered in the same list is refused.
+    pub(crate) fn add(&self, cb: Callback) -> Result<CallbackId, GcError> {
+        let kind = cb.kind();
+        let list = &self.lists[kind.index()];
+        let mut entries = list.entries.lock();
+        if let Some(addr) = cb.c_address() {
+            if entries.iter().any(|(_, e)| e.c_address() == Some(addr)) {
+                return Err(GcError::CallbackAlreadyRegistered {
+                    kind: kind.name(),
+                    id: format!("{addr:#x}"),
+                });
+            }
+        }
+        let id = CallbackId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let mut v: Vec<_> = entries.iter().cloned().collect();
+        v.push((id, Arc::new(cb)));
+        *entries = Arc::from(v);
+        list.any.store(true, Ordering::Release);
+        Ok(id)
+    }
+
+    /// Removes the callback registered as `id`.
+    pub(crate) fn remove(&self, id: CallbackId) -> Result<(), GcError> {
+        for list in &self.lists {
+            let mut entries = list.entries.lock();
+            if entries.iter().any(|(i, _)| *i == id) {
+                let v: Vec<_> = entries.iter().filter(|(i, _)| *i != id).cloned().collect();
+                list.any.store(!v.is_empty(), Ordering::Release);
+                *entries = Arc::from(v);
+                return Ok(());
+            }
+        }
+        Err(GcError::CallbackNotRegistered {
+            kind: "any",
+            id: format!("{id:?}"),
+        })
+    }
+
+    /// Removes the C function at `addr` from list `kind`.
+    pub(crate) fn remove_c(&self, kind: CallbackKind, addr: usize) -> Result<(), GcError> {
+        let id = {
+            let entries = self.lists[kind.index()].entries.lock();
+            entries
+                .iter()
+                .find(|(_, e)| e.c_address() == Some(addr))
+                .map(|(i, _)| *i)
+        };
+        match id {
+            Some(id) => self.remove(id),
+            None => Err(GcError::CallbackNotRegistered {
+                kind: kind.name(),
+                id: format!("{addr:#x}"),
+            }),
+        }
+    }
+
+    /// Whether any callback of `kind` is registered (the one predictable branch).
+    #[inline]
+    pub(crate) fn any(&self, kind: CallbackKind) -> bool {
+        self.lists[kind.index()].any.load(Ordering::Relaxed)
+    }
+
+    /// The current callbacks of `kind`.
+    pub(crate) fn snapshot(&self, kind: CallbackKind) -> Snapshot {
+        self.lists[kind.index()].entries.lock().clone()
+    }
+
+    /// Number of registered callbacks of `kind`.
+    pub(crate) fn count(&self, kind: CallbackKind) -> usize {
+        self.lists[kind.index()].entries.lock().len()
+    }
+}

@@ -1,0 +1,614 @@
+//! The heap: configuration, the registry of mutator threads, types, roots, tasks and
+//! the state the collector keeps between collections.
+
+use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
+use crate::error::GcError;
+use crate::mutator::{Mutator, MutatorShared};
+use crate::object::{ObjRef, FREE_END, HEADER_SIZE, MARK, OLD};
+use crate::page::{PageAlloc, PageMeta};
+use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
+use crate::stats::{GcStats, StatsAcc};
+use crate::task::Task;
+use crate::types::{ForeignTypeSpec, MarkProc, SweepProc, TypeDesc, TypeKind, TypeRef};
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Tuning of a heap. All sizes in bytes.
+#[derive(Clone, Debug)]
+pub struct HeapConfig {
+    /// Bytes allocated (pool pages handed out plus big objects) after which the first
+    /// collection runs, and the least ever allowed between two collections.
+    pub min_interval: usize,
+    /// After a collection the next one runs when `live_bytes * growth` more bytes have
+    /// been allocated (but never fewer than `min_interval`, never more than
+    /// `max_interval`).
+    pub growth: f64,
+    /// Upper bound of the interval between collections.
+    pub max_interval: usize,
+    /// An automatic collection is full when the old generation has grown by this factor
+    /// since the last full collection (1.0 = doubled).
+    pub full_growth: f64,
+    /// Collect every N allocations on each thread (stress mode); `None` to disable.
+    pub stress_every: Option<u64>,
+    /// Verify mode: before each partial collection, check that no old object outside
+    /// the remembered set references a young one, and validate every queued reference.
+    pub verify: bool,
+    /// Free pages kept mapped after a collection; the rest is returned to the OS.
+    pub keep_free_pages: usize,
+}
+
+impl Default for HeapConfig {
+    fn default() -> Self {
+        HeapConfig {
+            min_interval: 4 << 20,
+            growth: 1.0,
+            max_interval: 1 << 30,
+            full_growth: 1.0,
+            stress_every: None,
+            verify: false,
+            keep_free_pages: 64,
+        }
+    }
+}
+
+impl HeapConfig {
+    fn validate(&self) -> Result<(), GcError> {
+        if self.min_interval == 0 || self.max_interval < self.min_interval {
+            return Err(GcError::BadConfig(format!(
+                "need 0 < min_interval ({}) <= max_interval ({})",
+                self.min_interval, self.max_interval
+            )));
+        }
+        let positive = |x: f64| x > 0.0 && x.is_finite();
+        if !positive(self.growth) || !positive(self.full_growth) {
+            return Err(GcError::BadConfig(
+                "growth and full_growth must be positive and finite".into(),
+            ));
+        }
+        if self.stress_every == Some(0) {
+            return Err(GcError::BadConfig("stress_every must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Mutator threads and the collection handshake, under `HeapInner::world`.
+pub(crate) struct World {
+    pub mutators: Vec<Arc<MutatorShared>>,
+    pub collecting: bool,
+    /// Incremented at the end of every collection.
+    pub epoch: u64,
+    /// Kind of the last collection that ran.
+    pub last_full: bool,
+}
+
+/// A heap-owned allocation pool for permanent objects (types).
+pub(crate) struct PermPool {
+    pub page: Option<&'static PageMeta>,
+    pub free: usize,
+    pub bump: usize,
+    pub bump_end: usize,
+}
+
+/// State the collector keeps between collections, under `HeapInner::gc`.
+pub(crate) struct GcState {
+    /// For old objects, the MARK value that means "marked" (flips at every full
+    /// collection, which unmarks the whole old generation at once).
+    pub parity: usize,
+    /// Old objects with young children (remembered set), from the last collection.
+    pub remset: Vec<ObjRef>,
+    /// Objects whose sweep function is scheduled (merged from threads).
+    pub sweep_list: Vec<ObjRef>,
+    /// Young big objects (merged from threads) and old big objects.
+    pub big_young: Vec<ObjRef>,
+    pub big_old: Vec<ObjRef>,
+    /// Old generation bytes (pool cells and big objects).
+    pub old_bytes: usize,
+    /// Old generation bytes after the last full collection.
+    pub old_after_full: usize,
+    pub stats: StatsAcc,
+    /// Permanent (type) objects' pool.
+    pub perm: PermPool,
+    /// Errors found by the verify mode, most recent last (bounded).
+    pub verify_errors: Vec<String>,
+}
+
+/// The shared heap; `Heap` is an `Arc` of it.
+pub(crate) struct HeapInner {
+    /// Non-zero while a collection asks threads to stop (polled at safepoints).
+    pub gc_flag: AtomicU32,
+    pub pages: Mutex<PageAlloc>,
+    pub world: Mutex<World>,
+    pub cv_stopped: Condvar,
+    pub cv_resume: Condvar,
+    pub gc: Mutex<GcState>,
+    pub callbacks: Callbacks,
+    pub roots: Mutex<Roots>,
+    pub types: Mutex<Vec<TypeRef>>,
+    pub tasks: Mutex<Vec<Arc<Task>>>,
+    pub config: Mutex<HeapConfig>,
+    pub stress_every: AtomicU64,
+    pub verify: AtomicBool,
+    /// Bytes handed to allocators since the last collection, and the trigger.
+    pub allocd: AtomicUsize,
+    pub trigger: AtomicUsize,
+    /// Allocation statistics of threads that have detached.
+    pub detached_objects: AtomicU64,
+    pub detached_bytes: AtomicU64,
+    datatype: AtomicUsize,
+}
+
+/// Persistent roots: a slab of object references.
+#[derive(Default)]
+pub(crate) struct Roots {
+    pub slots: Vec<Option<ObjRef>>,
+    free: Vec<usize>,
+}
+
+/// A garbage-collected heap. Cloning gives another handle to the same heap.
+#[derive(Clone)]
+pub struct Heap(pub(crate) Arc<HeapInner>);
+
+impl HeapInner {
+    /// The heap's identity: the address of its shared state.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self as *const HeapInner as usize
+    }
+
+    pub(crate) fn datatype(&self) -> TypeRef {
+        TypeRef(
+            ObjRef::from_addr(self.datatype.load(Ordering::Acquire)).expect("heap has a meta type"),
+        )
+    }
+
+    /// Waits until no collection runs and returns the world lock (for threads that are
+    /// not running mutators, or mutators that are about to park anyway).
+    pub(crate) fn quiescent_world(&self) -> MutexGuard<'_, World> {
+        let mut w = self.world.lock();
+        while w.collecting {
+            self.cv_resume.wait(&mut w);
+        }
+        w
+    }
+
+    /// Allocates a permanent old object (a type) from the heap's own pool.
+    ///
+    /// # Safety
+    /// The caller holds the world lock with no collection running (so the object is
+    /// registered as a root before any collection can see it).
+    unsafe fn alloc_permanent(&self, size: usize, tag: usize) -> Result<ObjRef, GcError> {
+        assert!(size <= MAX_INTERNAL_OBJ_SIZE);
+        let class = class_of(size);
+        let cell_size = CELL_SIZES[class] as usize;
+        let mut gc = self.gc.lock();
+        let parity = gc.parity;
+        let perm = &mut gc.perm;
+        loop {
+            let cell = if perm
+                .page
+                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
+                && perm.free != FREE_END
+            {
+                let c = perm.free;
+                // SAFETY: c is a free cell header of a page we hold.
+                perm.free = unsafe { (*(c as *const AtomicUsize)).load(Ordering::Relaxed) };
+                // SAFETY: the cell is ours; zero its payload.
+                unsafe {
+                    std::ptr::write_bytes((c + HEADER_SIZE) as *mut u8, 0, cell_size - HEADER_SIZE)
+                };
+                Some(c)
+            } else if perm
+                .page
+                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
+                && perm.bump < perm.bump_end
+            {
+                let c = perm.bump;
+                perm.bump += cell_size;
+                Some(c)
+            } else {
+                None
+            };
+            if let Some(c) = cell {
+                let obj = ObjRef::from_addr(c + HEADER_SIZE).expect("non-null");
+                // SAFETY: c is the header word of the cell we just took.
+                unsafe {
+                    (*(c as *const AtomicUsize)).store(tag | OLD | parity, Ordering::Release)
+                };
+                gc.old_bytes += cell_size;
+                return Ok(obj);
+            }
+            let mut pages = self.pages.lock();
+            if let Some(page) = perm.page.take() {
+                let class_of_page = page.cell_layout().expect("held page").1;
+                pages.give_back(page, class_of_page, perm.free, perm.bump, perm.bump_end);
+            }
+            let g = pages.grant(class).map_err(|e| GcError::OutOfMemory {
+                size,
+                reason: e.to_string(),
+            })?;
+            // Permanent objects are old: the page needs no young sweep for them.
+            perm.page = Some(g.page);
+            perm.free = g.free;
+            perm.bump = g.bump;
+            perm.bump_end = g.bump_end;
+        }
+    }
+
+    fn new_type(&self, desc: TypeDesc) -> Result<TypeRef, GcError> {
+        let meta = self.datatype.load(Ordering::Acquire);
+        let mut types = self.types.lock();
+        let _w = self.quiescent_world();
+        // SAFETY: we hold the world lock with no collection running.
+        let obj = unsafe { self.alloc_permanent(std::mem::size_of::<TypeDesc>(), meta)? };
+        // SAFETY: the payload is ours, zeroed, 16-aligned and large enough.
+        unsafe { (obj.as_ptr() as *mut TypeDesc).write(desc) };
+        let t = TypeRef(obj);
+        types.push(t);
+        Ok(t)
+    }
+}
+
+impl Heap {
+    /// Creates a heap.
+    pub fn new(config: HeapConfig) -> Result<Heap, GcError> {
+        config.validate()?;
+        let inner = Arc::new(HeapInner {
+            gc_flag: AtomicU32::new(0),
+            pages: Mutex::new(PageAlloc::new(0)),
+            world: Mutex::new(World {
+                mutators: Vec::new(),
+                collecting: false,
+                epoch: 0,
+                last_full: false,
+            }),
+            cv_stopped: Condvar::new(),
+            cv_resume: Condvar::new(),
+            gc: Mutex::new(GcState {
+                parity: MARK,
+                remset: Vec::new(),
+                sweep_list: Vec::new(),
+                big_young: Vec::new(),
+                big_old: Vec::new(),
+                old_bytes: 0,
+                old_after_full: 0,
+                stats: StatsAcc::default(),
+                perm: PermPool {
+                    page: None,
+                    free: FREE_END,
+                    bump: 0,
+                    bump_end: 0,
+                },
+                verify_errors: Vec::new(),
+            }),
+            callbacks: Callbacks::new(),
+            roots: Mutex::new(Roots::default()),
+            types: Mutex::new(Vec::new()),
+            tasks: Mutex::new(Vec::new()),
+            stress_every: AtomicU64::new(config.stress_every.unwrap_or(0)),
+            verify: AtomicBool::new(config.verify),
+            allocd: AtomicUsize::new(0),
+            trigger: AtomicUsize::new(config.min_interval),
+            config: Mutex::new(config),
+            detached_objects: AtomicU64::new(0),
+            detached_bytes: AtomicU64::new(0),
+            datatype: AtomicUsize::new(0),
+        });
+        *inner.pages.lock() = PageAlloc::new(inner.id());
+        // The meta type: a type object whose type is itself.
+        {
+            let _w = inner.world.lock();
+            // SAFETY: world lock held, no collection can run on a heap nobody else sees.
+            let obj = unsafe { inner.alloc_permanent(std::mem::size_of::<TypeDesc>(), 0)? };
+            let desc = TypeDesc::new(inner.id(), TypeKind::DataType, "DataType");
+            // SAFETY: fresh zeroed payload of sufficient size.
+            unsafe { (obj.as_ptr() as *mut TypeDesc).write(desc) };
+            // SAFETY: obj is live; point its type at itself, keeping the GC bits.
+            let hdr = unsafe { obj.header() };
+            hdr.store(hdr.load(Ordering::Relaxed) | obj.addr(), Ordering::Release);
+            inner.datatype.store(obj.addr(), Ordering::Release);
+            inner.types.lock().push(TypeRef(obj));
+        }
+        tracing::debug!(heap = format_args!("{:#x}", inner.id()), "heap created");
+        Ok(Heap(inner))
+    }
+
+    /// Attaches the calling thread as a mutator of this heap. A thread is attached to at
+    /// most one heap at a time; dropping the returned [`Mutator`] detaches it.
+    pub fn attach(&self) -> Result<Mutator, GcError> {
+        Mutator::attach(self)
+    }
+
+    /// The heap's identity (also the owner id reported by page queries).
+    pub fn id(&self) -> usize {
+        self.0.id()
+    }
+
+    /// The meta type: the type of every type object.
+    pub fn datatype(&self) -> TypeRef {
+        self.0.datatype()
+    }
+
+    /// The seed's `jl_new_foreign_type`.
+    pub fn new_foreign_type(&self, spec: ForeignTypeSpec<'_>) -> Result<TypeRef, GcError> {
+        if spec.name.is_empty() {
+            return Err(GcError::InvalidType {
+                name: String::new(),
+                reason: "empty name".into(),
+            });
+        }
+        if spec.has_pointers && matches!(spec.mark, MarkProc::None) {
+            return Err(GcError::InvalidType {
+                name: spec.name.into(),
+                reason: "has_pointers is set but there is no mark function".into(),
+            });
+        }
+        let mut desc = TypeDesc::new(self.0.id(), TypeKind::Foreign, spec.name);
+        desc.mark = spec.mark;
+        desc.sweep = spec.sweep;
+        desc.has_pointers = spec.has_pointers;
+        desc.large = spec.large;
+        desc.max_small = if spec.large { 0 } else { MAX_INTERNAL_OBJ_SIZE };
+        self.0.new_type(desc)
+    }
+
+    /// A precise type for objects of at least `size` bytes whose references sit at the
+    /// byte offsets `ref_offsets` (8-aligned, within `size`). The collector traces those
+    /// slots itself: no mark function needed. Objects above the pool limit are big
+    /// objects automatically.
+    pub fn new_layout_type(
+        &self,
+        name: &str,
+        size: usize,
+        ref_offsets: &[u32],
+    ) -> Result<TypeRef, GcError> {
+        if let Some(bad) = ref_offsets
+            .iter()
+            .find(|&&o| o % 8 != 0 || o as usize + 8 > size)
+        {
+            return Err(GcError::InvalidType {
+                name: name.into(),
+                reason: format!(
+                    "reference offset {bad} is not 8-aligned or lies beyond the size {size}"
+                ),
+            });
+        }
+        let mut desc = TypeDesc::new(self.0.id(), TypeKind::Layout, name);
+        desc.has_pointers = !ref_offsets.is_empty();
+        desc.min_size = size;
+        desc.max_small = MAX_INTERNAL_OBJ_SIZE;
+        let offsets: Box<[u32]> = ref_offsets.into();
+        desc.noffsets = offsets.len();
+        desc.offsets = Box::into_raw(offsets) as *mut u32;
+        self.0.new_type(desc)
+    }
+
+    /// Checks that `addr` is a type of this heap.
+    pub fn type_from_addr(&self, addr: usize) -> Result<TypeRef, GcError> {
+        let types = self.0.types.lock();
+        types
+            .iter()
+            .copied()
+            .find(|t| t.0.addr() == addr)
+            .ok_or(GcError::NotAType { addr })
+    }
+
+    /// The type of a live object.
+    ///
+    /// # Safety
+    /// `obj` is a live object of this heap.
+    pub unsafe fn type_of(&self, obj: ObjRef) -> TypeRef {
+        // SAFETY: forwarded.
+        let h = unsafe { obj.header_bits() };
+        TypeRef(ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"))
+    }
+
+    /// Registers a persistent root: `obj` stays alive until the returned [`Root`] is
+    /// dropped.
+    pub fn root(&self, obj: ObjRef) -> Root {
+        let mut roots = self.0.roots.lock();
+        let idx = match roots.free.pop() {
+            Some(i) => {
+                roots.slots[i] = Some(obj);
+                i
+            }
+            None => {
+                roots.slots.push(Some(obj));
+                roots.slots.len() - 1
+            }
+        };
+        Root {
+            heap: self.clone(),
+            idx,
+        }
+    }
+
+    /// Registers a callback (any of the six kinds); returns its id for removal.
+    pub fn add_callback(&self, cb: Callback) -> Result<CallbackId, GcError> {
+        self.0.callbacks.add(cb)
+    }
+
+    /// Removes a callback registered with [`Heap::add_callback`].
+    pub fn remove_callback(&self, id: CallbackId) -> Result<(), GcError> {
+        self.0.callbacks.remove(id)
+    }
+
+    /// Removes the C callback at `addr` from the list of `kind`.
+    pub fn remove_c_callback(&self, kind: CallbackKind, addr: usize) -> Result<(), GcError> {
+        self.0.callbacks.remove_c(kind, addr)
+    }
+
+    /// Number of callbacks registered of `kind`.
+    pub fn callback_count(&self, kind: CallbackKind) -> usize {
+        self.0.callbacks.count(kind)
+    }
+
+    /// Registers a stack `[lo, hi)` (a coroutine's; attached threads' stacks are
+    /// registered automatically) so that task scanners see it.
+    pub fn register_task(&self, lo: usize, hi: usize) -> Result<Arc<Task>, GcError> {
+        if lo >= hi {
+            return Err(GcError::BadStackBounds { lo, hi });
+        }
+        let task = Arc::new(Task::new(lo, hi, false));
+        self.0.tasks.lock().push(task.clone());
+        Ok(task)
+    }
+
+    /// Unregisters a task registered with [`Heap::register_task`].
+    pub fn unregister_task(&self, task: &Task) -> Result<(), GcError> {
+        let mut tasks = self.0.tasks.lock();
+        let addr = task as *const Task as usize;
+        match tasks.iter().position(|t| Arc::as_ptr(t) as usize == addr) {
+            Some(i) if !tasks[i].is_thread_stack() => {
+                tasks.swap_remove(i);
+                Ok(())
+            }
+            Some(_) => Err(GcError::BadTask {
+                addr,
+                reason: "a thread's own stack is unregistered by detaching the thread",
+            }),
+            None => Err(GcError::BadTask {
+                addr,
+                reason: "not a registered task of this heap",
+            }),
+        }
+    }
+
+    /// The registered tasks (threads' stacks and coroutines).
+    pub fn tasks(&self) -> Vec<Arc<Task>> {
+        self.0.tasks.lock().clone()
+    }
+
+    /// Looks up a registered task by address (for the C ABI).
+    pub fn task_from_addr(&self, addr: usize) -> Option<Arc<Task>> {
+        self.0
+            .tasks
+            .lock()
+            .iter()
+            .find(|t| Arc::as_ptr(t) as usize == addr)
+            .cloned()
+    }
+
+    /// Statistics so far.
+    pub fn stats(&self) -> GcStats {
+        let gc = self.0.gc.lock();
+        let mut s = gc.stats.snapshot();
+        s.objects_allocated += self.0.detached_objects.load(Ordering::Relaxed);
+        s.bytes_allocated += self.0.detached_bytes.load(Ordering::Relaxed);
+        s
+    }
+
+    /// Turns the stress mode on (collect every `n` allocations per thread) or off.
+    pub fn set_stress(&self, every: Option<u64>) -> Result<(), GcError> {
+        if every == Some(0) {
+            return Err(GcError::BadConfig(
+                "stress interval must be at least 1".into(),
+            ));
+        }
+        self.0
+            .stress_every
+            .store(every.unwrap_or(0), Ordering::Relaxed);
+        self.0.config.lock().stress_every = every;
+        Ok(())
+    }
+
+    /// Turns the verify mode on or off.
+    pub fn set_verify(&self, on: bool) {
+        self.0.verify.store(on, Ordering::Relaxed);
+        self.0.config.lock().verify = on;
+    }
+
+    /// Errors found by the verify mode (missing write barriers, invalid references).
+    pub fn verify_errors(&self) -> Vec<String> {
+        self.0.gc.lock().verify_errors.clone()
+    }
+
+    /// The heap's configuration.
+    pub fn config(&self) -> HeapConfig {
+        self.0.config.lock().clone()
+    }
+
+    /// Number of attached mutator threads.
+    pub fn attached_threads(&self) -> usize {
+        self.0.world.lock().mutators.len()
+    }
+}
+
+impl Default for Heap {
+    fn default() -> Self {
+        Heap::new(HeapConfig::default()).expect("the default configuration is valid")
+    }
+}
+
+impl std::fmt::Debug for Heap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Heap({:#x})", self.0.id())
+    }
+}
+
+/// A persistent root (see [`Heap::root`]); the object stays alive while this exists.
+pub struct Root {
+    heap: Heap,
+    idx: usize,
+}
+
+impl Root {
+    /// The rooted object.
+    pub fn get(&self) -> ObjRef {
+        self.heap.0.roots.lock().slots[self.idx]
+            .expect("root slot is occupied while the Root lives")
+    }
+
+    /// Points the root at another object.
+    pub fn set(&self, obj: ObjRef) {
+        self.heap.0.roots.lock().slots[self.idx] = Some(obj);
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        let mut roots = self.heap.0.roots.lock();
+        roots.slots[self.idx] = None;
+        roots.free.push(self.idx);
+    }
+}
+
+impl std::fmt::Debug for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Root({:?})", self.get())
+    }
+}
+
+impl Drop for HeapInner {
+    fn drop(&mut self) {
+        // Every mutator handle holds an Arc, so none is attached any more. Run the
+        // pending sweep functions of objects that die with the heap? No: the seed's sweep
+        // functions run during a sweep only; a dropped heap frees its memory wholesale,
+        // after telling external-free listeners about big objects.
+        let gc = self.gc.get_mut();
+        let big: Vec<ObjRef> = gc.big_young.drain(..).chain(gc.big_old.drain(..)).collect();
+        let notify = self
+            .callbacks
+            .any(CallbackKind::ExternalFree)
+            .then(|| self.callbacks.snapshot(CallbackKind::ExternalFree));
+        for obj in big {
+            if let Some(list) = &notify {
+                crate::collect::notify_free(list, obj);
+            }
+            // SAFETY: the heap is gone: nothing can reach its big objects.
+            unsafe { crate::big::free(obj) };
+        }
+        for t in self.types.get_mut().drain(..) {
+            // SAFETY: type objects die with the heap; free what their descriptors own.
+            unsafe { (*(t.0.as_ptr() as *mut TypeDesc)).free_owned() };
+        }
+    }
+}
+
+impl SweepProc {
+    /// Whether there is a sweep function.
+    pub fn is_some(&self) -> bool {
+        !matches!(self, SweepProc::None)
+    }
+}

@@ -1,0 +1,750 @@
+//! Mutator threads: attaching, the allocation fast path, safepoints, GC-safe regions and
+//! the write barrier.
+//!
+//! Each attached thread owns, per size class, the page it allocates from: a free list
+//! threaded through the cell headers and, on a fresh page, a bump range of zeroed
+//! cells. The fast path takes a cell from one of them with plain loads and stores (no
+//! lock, no atomic read-modify-write), zeroes the payload and writes the header. Only
+//! when the page is exhausted does the thread take the heap's page lock for another.
+//!
+//! Stopping the world is a Dekker handshake on two SeqCst variables: the collector sets
+//! the heap's `gc_flag`, then reads every thread's `state`; a thread leaving a GC-safe
+//! region sets its `state` to RUNNING, then reads `gc_flag`. One of the two always sees
+//! the other, so no thread runs managed code during a collection.
+
+use crate::big::{self, BigHeader};
+use crate::callbacks::CallbackKind;
+use crate::error::GcError;
+use crate::heap::{Heap, HeapInner, World};
+use crate::object::{ObjRef, FREE_END, HEADER_SIZE, OLD, REMEMBERED};
+use crate::page::PageMeta;
+use crate::pagetable;
+use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
+use crate::stats::CollectionInfo;
+use crate::task::{current_thread_stack, Task};
+use crate::types::{SweepProc, TypeKind, TypeRef};
+use crate::CollectionKind;
+use parking_lot::MutexGuard;
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Running managed code (may touch the heap).
+pub(crate) const RUNNING: u8 = 0;
+/// Stopped at a safepoint or inside a GC-safe region (counts as stopped).
+pub(crate) const SAFE: u8 = 1;
+/// Detached from the heap.
+pub(crate) const DETACHED: u8 = 2;
+
+thread_local! {
+    /// The mutator the calling thread is attached as (null if none).
+    static CURRENT: Cell<*const MutatorShared> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The calling thread's mutator, if it is attached (the C API's `jl_get_ptls_states`).
+pub(crate) fn current() -> *const MutatorShared {
+    CURRENT.with(|c| c.get())
+}
+
+/// Allocation state of one size class on one thread.
+pub(crate) struct Pool {
+    pub free: usize,
+    pub bump: usize,
+    pub bump_end: usize,
+    pub page: Option<&'static PageMeta>,
+}
+
+/// Thread-owned allocation state. Touched by the owning thread, and by the collector
+/// only while the owning thread is stopped.
+pub(crate) struct Local {
+    pub pools: [Pool; NUM_CLASSES],
+    pub big_young: Vec<ObjRef>,
+    pub remset: Vec<ObjRef>,
+    pub sweep_list: Vec<ObjRef>,
+    pub objects: u64,
+    pub bytes: u64,
+    /// Allocations left before the stress mode collects (`u64::MAX` when off).
+    pub countdown: u64,
+}
+
+/// Registers saved when the thread stops (rbx, rbp, r12-r15, rsp on x86_64), so that a
+/// conservative scanner sees references held only in callee-saved registers.
+pub const SAVED_REGS: usize = 7;
+
+/// A thread attached to a heap: the object behind the C API's `jl_ptls_t`.
+#[repr(C)]
+pub struct MutatorShared {
+    /// Saved registers; first field so that assembly can find it at offset 0.
+    pub(crate) regs: UnsafeCell<[usize; SAVED_REGS]>,
+    heap: *const HeapInner,
+    pub(crate) state: AtomicU8,
+    pub(crate) local: UnsafeCell<Local>,
+    pub(crate) task: Arc<Task>,
+    /// The marker of the collection this thread is running (for C mark functions).
+    pub(crate) marker: AtomicPtr<c_void>,
+    pub(crate) in_collection: AtomicBool,
+}
+
+// SAFETY: the UnsafeCell fields are accessed by the owning thread, or by the collector
+// while the owning thread is stopped (state SAFE observed under the world handshake),
+// which orders the accesses; all other fields are atomics or immutable.
+unsafe impl Sync for MutatorShared {}
+// SAFETY: as above.
+unsafe impl Send for MutatorShared {}
+
+/// Copies the callee-saved registers and the stack pointer into `buf`.
+///
+/// Inlined into the caller, so the values are those of the frame that stays live while
+/// the thread is stopped.
+#[inline(always)]
+pub(crate) fn save_registers(buf: *mut [usize; SAVED_REGS]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: only stores to the 56-byte buffer the caller owns; no other effect.
+    unsafe {
+        std::arch::asm!(
+            "mov [{b}], rbx",
+            "mov [{b} + 8], rbp",
+            "mov [{b} + 16], r12",
+            "mov [{b} + 24], r13",
+            "mov [{b} + 32], r14",
+            "mov [{b} + 40], r15",
+            "mov [{b} + 48], rsp",
+            b = in(reg) buf,
+            options(nostack, preserves_flags)
+        );
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let marker = 0usize;
+        // SAFETY: the caller owns the buffer.
+        unsafe { *buf = [0, 0, 0, 0, 0, 0, &marker as *const usize as usize] };
+    }
+}
+
+impl MutatorShared {
+    #[inline(always)]
+    pub(crate) fn heap(&self) -> &HeapInner {
+        // SAFETY: the heap outlives its mutators (the Mutator handle holds an Arc).
+        unsafe { &*self.heap }
+    }
+
+    /// The registers saved when the thread last stopped.
+    pub fn saved_registers(&self) -> [usize; SAVED_REGS] {
+        // SAFETY: only read while the thread is stopped (by the collector) or by itself.
+        unsafe { *self.regs.get() }
+    }
+
+    /// The thread's own stack.
+    pub fn task(&self) -> &Arc<Task> {
+        &self.task
+    }
+
+    /// Whether the thread currently counts as stopped (at a safepoint or GC-safe).
+    pub fn is_stopped(&self) -> bool {
+        self.state.load(Ordering::Acquire) != RUNNING
+    }
+
+    fn record_stop(&self) {
+        // SAFETY: the buffer belongs to this thread's mutator; we are that thread.
+        let regs = unsafe { &*self.regs.get() };
+        self.task.set_saved_sp(regs[SAVED_REGS - 1]);
+    }
+
+    /// Parks at a safepoint until the running collection ends. Called with the world
+    /// lock held and a collection running.
+    #[inline(never)]
+    pub(crate) fn park(&self, w: &mut MutexGuard<'_, World>) {
+        save_registers(self.regs.get());
+        self.record_stop();
+        let heap = self.heap();
+        self.state.store(SAFE, Ordering::SeqCst);
+        heap.cv_stopped.notify_all();
+        while w.collecting {
+            heap.cv_resume.wait(w);
+        }
+        self.state.store(RUNNING, Ordering::SeqCst);
+    }
+
+    /// The slow part of a safepoint poll: a collection was requested.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn safepoint_slow(&self) {
+        if self.in_collection.load(Ordering::Relaxed) {
+            return;
+        }
+        let heap = self.heap();
+        let mut w = heap.world.lock();
+        if w.collecting {
+            self.park(&mut w);
+        }
+    }
+
+    /// Marks the thread GC-safe; the caller has saved the registers of the frame that
+    /// stays live during the region.
+    pub(crate) fn enter_safe_saved(&self) -> u8 {
+        self.record_stop();
+        let old = self.state.swap(SAFE, Ordering::SeqCst);
+        let heap = self.heap();
+        if heap.gc_flag.load(Ordering::SeqCst) != 0 {
+            let _w = heap.world.lock();
+            heap.cv_stopped.notify_all();
+        }
+        old
+    }
+
+    /// Leaves a GC-safe region, waiting for a running collection to end first.
+    pub(crate) fn leave_safe(&self, old: u8) {
+        if old != RUNNING {
+            return;
+        }
+        self.state.store(RUNNING, Ordering::SeqCst);
+        let heap = self.heap();
+        if heap.gc_flag.load(Ordering::SeqCst) != 0 {
+            let mut w = heap.world.lock();
+            if w.collecting {
+                self.state.store(SAFE, Ordering::SeqCst);
+                heap.cv_stopped.notify_all();
+                while w.collecting {
+                    heap.cv_resume.wait(&mut w);
+                }
+                self.state.store(RUNNING, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Safepoint poll: one relaxed load when no collection is requested.
+    #[inline(always)]
+    pub(crate) fn safepoint(&self) {
+        if self.heap().gc_flag.load(Ordering::Relaxed) != 0 {
+            self.safepoint_slow();
+        }
+    }
+
+    /// The allocation fast path (`jl_gc_alloc_typed`).
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[inline(always)]
+    pub(crate) unsafe fn alloc(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+        let desc = ty.desc();
+        // SAFETY: we are the owning thread (caller's contract).
+        let local = unsafe { &mut *self.local.get() };
+        if size.wrapping_sub(1) < desc.max_small
+            && size >= desc.min_size
+            && desc.heap_id == self.heap as usize
+            && local.countdown > 1
+            && self.heap().gc_flag.load(Ordering::Relaxed) == 0
+        {
+            let class = class_of(size);
+            let cell_size = CELL_SIZES[class] as usize;
+            let pool = &mut local.pools[class];
+            let cell = pool.free;
+            let obj = if cell != FREE_END {
+                // SAFETY: `cell` is a free cell of a page this thread holds: its header
+                // holds the next link and its payload is ours to zero.
+                unsafe {
+                    pool.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
+                    zero_words(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                }
+                cell + HEADER_SIZE
+            } else if pool.bump < pool.bump_end {
+                let c = pool.bump;
+                pool.bump = c + cell_size;
+                c + HEADER_SIZE
+            } else {
+                // SAFETY: forwarded.
+                return unsafe { self.alloc_slow(size, ty) };
+            };
+            // SAFETY: the header word of the cell we just took.
+            unsafe {
+                (*((obj - HEADER_SIZE) as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release)
+            };
+            local.objects += 1;
+            local.bytes += cell_size as u64;
+            local.countdown -= 1;
+            // SAFETY: obj is a non-null cell address.
+            return Ok(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
+        }
+        // SAFETY: forwarded.
+        unsafe { self.alloc_slow(size, ty) }
+    }
+
+    /// Everything the fast path does not handle: validation, safepoints, stress mode,
+    /// big objects and page refills.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[cold]
+    #[inline(never)]
+    unsafe fn alloc_slow(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+        let heap = self.heap();
+        let desc = ty.desc();
+        if desc.heap_id != heap.id() {
+            return Err(GcError::NotAType { addr: ty.0.addr() });
+        }
+        let name = || desc.name().to_string();
+        if size == 0 {
+            return Err(GcError::ZeroSize { type_name: name() });
+        }
+        if desc.kind == TypeKind::DataType {
+            return Err(GcError::InvalidType {
+                name: name(),
+                reason: "types are created with new_foreign_type, not allocated".into(),
+            });
+        }
+        if size < desc.min_size {
+            return Err(GcError::InvalidType {
+                name: name(),
+                reason: format!("size {size} is below the layout's size {}", desc.min_size),
+            });
+        }
+        let big = desc.large || size > MAX_INTERNAL_OBJ_SIZE;
+        if big && !desc.large && desc.kind == TypeKind::Foreign {
+            return Err(GcError::TooLargeForSmallType {
+                size,
+                max: MAX_INTERNAL_OBJ_SIZE,
+                type_name: name(),
+            });
+        }
+        if self.in_collection.load(Ordering::Relaxed) {
+            return Err(GcError::DuringCollection { what: "allocation" });
+        }
+        if self.state.load(Ordering::Relaxed) != RUNNING {
+            return Err(GcError::InGcSafeRegion);
+        }
+        self.safepoint();
+        // SAFETY: owning thread.
+        let local = unsafe { &mut *self.local.get() };
+        let stress = heap.stress_every.load(Ordering::Relaxed);
+        // Stress mode: the fast path runs while countdown > 1, so a cycle of N
+        // allocations is this one (N + 1 -> N) and N - 1 fast ones (N -> 1).
+        if stress == 0 {
+            local.countdown = u64::MAX;
+        } else if local.countdown > stress + 1 {
+            local.countdown = stress + 1;
+        } else if local.countdown <= 1 {
+            crate::collect::collect(self, CollectionKind::Auto)?;
+            // SAFETY: owning thread.
+            unsafe { &mut *self.local.get() }.countdown = stress + 1;
+        }
+        if big {
+            // SAFETY: forwarded.
+            return unsafe { self.alloc_big(size, ty) };
+        }
+        let class = class_of(size);
+        let cell_size = CELL_SIZES[class] as usize;
+        loop {
+            // SAFETY: owning thread.
+            let local = unsafe { &mut *self.local.get() };
+            let pool = &mut local.pools[class];
+            let cell = if pool.free != FREE_END {
+                let c = pool.free;
+                // SAFETY: a free cell of a page this thread holds.
+                unsafe {
+                    pool.free = (*(c as *const AtomicUsize)).load(Ordering::Relaxed);
+                    zero_words(c + HEADER_SIZE, cell_size - HEADER_SIZE);
+                }
+                Some(c)
+            } else if pool.bump < pool.bump_end {
+                let c = pool.bump;
+                pool.bump += cell_size;
+                Some(c)
+            } else {
+                None
+            };
+            if let Some(c) = cell {
+                // SAFETY: header of the cell we took.
+                unsafe { (*(c as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release) };
+                local.objects += 1;
+                local.bytes += cell_size as u64;
+                local.countdown = local.countdown.saturating_sub(1).max(1);
+                return Ok(ObjRef::from_addr(c + HEADER_SIZE).expect("non-null"));
+            }
+            self.refill(class, size)?;
+        }
+    }
+
+    /// Gives the exhausted page of `class` back and takes another (collecting first if
+    /// the heap's trigger was reached).
+    fn refill(&self, class: usize, size: usize) -> Result<(), GcError> {
+        let heap = self.heap();
+        if heap.allocd.load(Ordering::Relaxed) >= heap.trigger.load(Ordering::Relaxed) {
+            crate::collect::collect(self, CollectionKind::Auto)?;
+        }
+        // SAFETY: owning thread.
+        let local = unsafe { &mut *self.local.get() };
+        let pool = &mut local.pools[class];
+        let grant = {
+            let mut pages = heap.pages.lock();
+            if let Some(page) = pool.page.take() {
+                pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
+            }
+            pages.grant(class).map_err(|e| GcError::OutOfMemory {
+                size,
+                reason: e.to_string(),
+            })?
+        };
+        heap.allocd.fetch_add(grant.bytes, Ordering::Relaxed);
+        pool.page = Some(grant.page);
+        pool.free = grant.free;
+        pool.bump = grant.bump;
+        pool.bump_end = grant.bump_end;
+        Ok(())
+    }
+
+    /// Allocates an external (big) object.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    unsafe fn alloc_big(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+        let heap = self.heap();
+        if heap.allocd.fetch_add(size, Ordering::Relaxed) + size
+            >= heap.trigger.load(Ordering::Relaxed)
+        {
+            crate::collect::collect(self, CollectionKind::Auto)?;
+            heap.allocd.fetch_add(size, Ordering::Relaxed);
+        }
+        let obj = big::alloc(size, ty.0.addr()).ok_or_else(|| GcError::OutOfMemory {
+            size,
+            reason: "the system allocator returned null".into(),
+        })?;
+        // SAFETY: owning thread.
+        let local = unsafe { &mut *self.local.get() };
+        local.big_young.push(obj);
+        local.objects += 1;
+        local.countdown = local.countdown.saturating_sub(1).max(1);
+        // SAFETY: obj was just allocated.
+        local.bytes += unsafe { big::size(obj) } as u64;
+        if heap.callbacks.any(CallbackKind::ExternalAlloc) {
+            for (_, cb) in heap.callbacks.snapshot(CallbackKind::ExternalAlloc).iter() {
+                match &**cb {
+                    crate::Callback::ExternalAlloc(f) => f(obj, size),
+                    // SAFETY: a C callback of the seed's signature, given the new object.
+                    crate::Callback::CExternalAlloc(f) => unsafe { f(obj.as_ptr().cast(), size) },
+                    _ => {}
+                }
+            }
+        }
+        Ok(obj)
+    }
+
+    /// The write barrier (`jl_gc_wb`): call after storing `child` into `parent`.
+    ///
+    /// # Safety
+    /// Owning thread; both objects live.
+    #[inline(always)]
+    pub(crate) unsafe fn wb(&self, parent: ObjRef, child: ObjRef) {
+        // SAFETY: live objects (caller).
+        let h = unsafe { parent.header_bits() };
+        // SAFETY: live objects (caller).
+        if h & (OLD | REMEMBERED) == OLD && unsafe { child.header_bits() } & OLD == 0 {
+            // SAFETY: forwarded.
+            unsafe { self.remember(parent, h) };
+        }
+    }
+
+    /// The backward write barrier (`jl_gc_wb_back`): call after storing references to
+    /// possibly young objects into `parent` (in bulk).
+    ///
+    /// # Safety
+    /// Owning thread; the object is live.
+    #[inline(always)]
+    pub(crate) unsafe fn wb_back(&self, parent: ObjRef) {
+        // SAFETY: live object (caller).
+        let h = unsafe { parent.header_bits() };
+        if h & (OLD | REMEMBERED) == OLD {
+            // SAFETY: forwarded.
+            unsafe { self.remember(parent, h) };
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn remember(&self, parent: ObjRef, h: usize) {
+        // SAFETY: live object (caller); only the REMEMBERED bit changes.
+        unsafe { parent.header() }.store(h | REMEMBERED, Ordering::Relaxed);
+        // SAFETY: owning thread.
+        unsafe { &mut *self.local.get() }.remset.push(parent);
+    }
+
+    /// `jl_gc_schedule_foreign_sweepfunc`: the object's sweep function will run once,
+    /// when a sweep finds it dead.
+    ///
+    /// # Safety
+    /// Owning thread; `obj` is a live object of this heap.
+    pub(crate) unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
+        let heap = self.heap();
+        // SAFETY: live object.
+        let ty = TypeRef(
+            ObjRef::from_addr(unsafe { obj.header_bits() } & !crate::object::TAG_BITS)
+                .expect("typed"),
+        );
+        let desc = ty.desc();
+        if !desc.sweep.is_some() || desc.kind != TypeKind::Foreign {
+            return Err(GcError::NoSweepFunction {
+                addr: obj.addr(),
+                type_name: desc.name().into(),
+            });
+        }
+        let first = match pagetable::lookup(obj.addr()) {
+            Some(page) if page.owner() == heap.id() && page.cell_layout().is_some() => {
+                page.schedule_sweep(obj.addr())
+            }
+            // SAFETY: a live object of ours outside the pools is a big object.
+            _ => !unsafe { BigHeader::of(obj) }
+                .sched
+                .swap(true, Ordering::AcqRel),
+        };
+        if !first {
+            return Err(GcError::SweepAlreadyScheduled {
+                addr: obj.addr(),
+                type_name: desc.name().into(),
+            });
+        }
+        // SAFETY: owning thread.
+        unsafe { &mut *self.local.get() }.sweep_list.push(obj);
+        Ok(())
+    }
+}
+
+/// Zeroes `bytes` (a multiple of 8) at `addr`.
+///
+/// # Safety
+/// The range is writable and 8-aligned.
+#[inline(always)]
+unsafe fn zero_words(addr: usize, bytes: usize) {
+    // SAFETY: forwarded.
+    unsafe { std::ptr::write_bytes(addr as *mut u64, 0, bytes / 8) };
+}
+
+/// A thread attached to a heap. Not `Send`: it stands for the thread that attached.
+/// Dropping it detaches the thread; its objects stay alive as long as they are reachable.
+pub struct Mutator {
+    shared: Arc<MutatorShared>,
+    heap: Heap,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Mutator {
+    pub(crate) fn attach(heap: &Heap) -> Result<Mutator, GcError> {
+        if !current().is_null() {
+            return Err(GcError::AlreadyAttached);
+        }
+        let (lo, hi) = current_thread_stack().ok_or(GcError::BadStackBounds { lo: 0, hi: 0 })?;
+        let task = Arc::new(Task::new(lo, hi, true));
+        let stress = heap.0.stress_every.load(Ordering::Relaxed);
+        let shared = Arc::new(MutatorShared {
+            regs: UnsafeCell::new([0; SAVED_REGS]),
+            heap: Arc::as_ptr(&heap.0),
+            state: AtomicU8::new(RUNNING),
+            local: UnsafeCell::new(Local {
+                pools: std::array::from_fn(|_| Pool {
+                    free: FREE_END,
+                    bump: 0,
+                    bump_end: 0,
+                    page: None,
+                }),
+                big_young: Vec::new(),
+                remset: Vec::new(),
+                sweep_list: Vec::new(),
+                objects: 0,
+                bytes: 0,
+                countdown: if stress == 0 { u64::MAX } else { stress + 1 },
+            }),
+            task: task.clone(),
+            marker: AtomicPtr::new(std::ptr::null_mut()),
+            in_collection: AtomicBool::new(false),
+        });
+        {
+            let mut w = heap.0.quiescent_world();
+            heap.0.tasks.lock().push(task);
+            w.mutators.push(shared.clone());
+        }
+        CURRENT.with(|c| c.set(Arc::as_ptr(&shared)));
+        tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread attached");
+        Ok(Mutator {
+            shared,
+            heap: heap.clone(),
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The heap this thread is attached to.
+    pub fn heap(&self) -> &Heap {
+        &self.heap
+    }
+
+    /// The C API's `ptls` for this thread.
+    pub fn ptls(&self) -> *mut c_void {
+        Arc::as_ptr(&self.shared) as *mut c_void
+    }
+
+    /// The shared per-thread state (registers saved at the last stop, stack).
+    pub fn shared(&self) -> &MutatorShared {
+        &self.shared
+    }
+
+    /// Allocates an object of `size` payload bytes of type `ty`, zeroed (the seed's
+    /// `jl_gc_alloc_typed`). A safepoint: may run a collection.
+    #[inline(always)]
+    pub fn alloc_typed(&mut self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+        // SAFETY: a Mutator is !Send, so we are its owning thread.
+        unsafe { self.shared.alloc(size, ty) }
+    }
+
+    /// Runs a collection (`Full`, `Partial`, or `Auto` to let the policy decide) and
+    /// reports what it did; `None` if another thread's collection ran meanwhile and
+    /// satisfied the request.
+    pub fn collect(&mut self, kind: CollectionKind) -> Result<Option<CollectionInfo>, GcError> {
+        crate::collect::collect(&self.shared, kind)
+    }
+
+    /// A safepoint poll: stops here if a collection is requested.
+    #[inline(always)]
+    pub fn safepoint(&mut self) {
+        self.shared.safepoint();
+    }
+
+    /// Runs `f` in a GC-safe region: collections may run meanwhile and this thread does
+    /// not hold them up. `f` cannot touch the heap (it cannot reach this mutator).
+    #[inline(always)]
+    pub fn gc_safe<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        save_registers(self.shared.regs.get());
+        let old = self.shared.enter_safe_saved();
+        let r = f();
+        self.shared.leave_safe(old);
+        r
+    }
+
+    /// The write barrier: call after storing a reference to `child` into `parent`.
+    ///
+    /// # Safety
+    /// Both objects are live objects of this heap.
+    #[inline(always)]
+    pub unsafe fn wb(&mut self, parent: ObjRef, child: ObjRef) {
+        // SAFETY: forwarded; owning thread.
+        unsafe { self.shared.wb(parent, child) }
+    }
+
+    /// The backward write barrier: call after storing references to possibly young
+    /// objects into `parent`.
+    ///
+    /// # Safety
+    /// `parent` is a live object of this heap.
+    #[inline(always)]
+    pub unsafe fn wb_back(&mut self, parent: ObjRef) {
+        // SAFETY: forwarded; owning thread.
+        unsafe { self.shared.wb_back(parent) }
+    }
+
+    /// Stores `value` into the reference slot at byte `offset` of `parent` and applies
+    /// the write barrier.
+    ///
+    /// # Safety
+    /// `parent` is a live object with a reference slot at `offset`; `value` is null or
+    /// a live object of this heap.
+    #[inline(always)]
+    pub unsafe fn store_ref(&mut self, parent: ObjRef, offset: usize, value: Option<ObjRef>) {
+        // SAFETY: forwarded.
+        unsafe {
+            parent.write_slot(offset, value.map_or(0, |v| v.addr()));
+            if let Some(v) = value {
+                self.shared.wb(parent, v);
+            }
+        }
+    }
+
+    /// Loads the reference slot at byte `offset` of `obj`.
+    ///
+    /// # Safety
+    /// `obj` is a live object with a reference slot at `offset`.
+    #[inline(always)]
+    pub unsafe fn load_ref(&self, obj: ObjRef, offset: usize) -> Option<ObjRef> {
+        // SAFETY: forwarded.
+        ObjRef::from_addr(unsafe { obj.read_slot(offset) })
+    }
+
+    /// Schedules the sweep function of foreign object `obj` (once; a second call is an
+    /// error and never causes a second sweep).
+    ///
+    /// # Safety
+    /// `obj` is a live object of this heap.
+    pub unsafe fn schedule_foreign_sweepfunc(&mut self, obj: ObjRef) -> Result<(), GcError> {
+        // SAFETY: forwarded; owning thread.
+        unsafe { self.shared.schedule_sweep(obj) }
+    }
+
+    /// The thread's own stack, registered as a task.
+    pub fn task(&self) -> &Arc<Task> {
+        &self.shared.task
+    }
+}
+
+impl Drop for Mutator {
+    fn drop(&mut self) {
+        detach(&self.shared);
+    }
+}
+
+/// Detaches `shared` from its heap: waits out a running collection, hands the thread's
+/// pages, big objects, remembered set and scheduled sweeps to the heap.
+pub(crate) fn detach(shared: &Arc<MutatorShared>) {
+    let heap = shared.heap();
+    assert!(
+        !shared.in_collection.load(Ordering::Relaxed),
+        "a mutator cannot detach from inside a collection it is running"
+    );
+    let mut w = heap.world.lock();
+    while w.collecting {
+        shared.park(&mut w);
+    }
+    {
+        // SAFETY: we are the owning thread and no collection runs (world lock held).
+        let local = unsafe { &mut *shared.local.get() };
+        let mut pages = heap.pages.lock();
+        for (class, pool) in local.pools.iter_mut().enumerate() {
+            if let Some(page) = pool.page.take() {
+                pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
+            }
+            pool.free = FREE_END;
+            pool.bump = 0;
+            pool.bump_end = 0;
+        }
+        drop(pages);
+        let mut gc = heap.gc.lock();
+        gc.big_young.append(&mut local.big_young);
+        gc.remset.append(&mut local.remset);
+        gc.sweep_list.append(&mut local.sweep_list);
+        heap.detached_objects
+            .fetch_add(local.objects, Ordering::Relaxed);
+        heap.detached_bytes
+            .fetch_add(local.bytes, Ordering::Relaxed);
+        local.objects = 0;
+        local.bytes = 0;
+    }
+    w.mutators.retain(|m| !Arc::ptr_eq(m, shared));
+    heap.tasks.lock().retain(|t| !Arc::ptr_eq(t, &shared.task));
+    shared.state.store(DETACHED, Ordering::SeqCst);
+    drop(w);
+    CURRENT.with(|c| {
+        if c.get() == Arc::as_ptr(shared) {
+            c.set(std::ptr::null());
+        }
+    });
+    tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread detached");
+}
+
+impl SweepProc {
+    /// Runs the sweep function on `obj`.
+    pub(crate) fn run(&self, obj: ObjRef) {
+        match self {
+            SweepProc::None => {}
+            SweepProc::Rust(f) => f(obj),
+            // SAFETY: a C sweep function of the seed's signature, given its dead object
+            // before the memory is reused.
+            SweepProc::C(f) => unsafe { f(obj.as_ptr().cast()) },
+        }
+    }
+}

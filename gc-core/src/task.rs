@@ -1,0 +1,95 @@
+//! Tasks: stacks the runtime registers with the heap (a thread's own stack, or a
+//! coroutine's). The task_scanner callbacks run once per live task per collection, and
+//! conservative stack scanning (gc-conservative) reads the bounds and saved stack
+//! pointer recorded here.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+
+/// A registered stack. `jl_task_t` in the C API.
+///
+/// The stack occupies `[stack_lo, stack_hi)` and grows down. While the task is not
+/// running on the CPU (its thread is stopped at a safepoint or in a GC-safe region, or
+/// it is a suspended coroutine), `sp` is the lowest address in use (0 when unknown: the
+/// whole range is then considered live).
+#[repr(C)]
+#[derive(Debug)]
+pub struct Task {
+    stack_lo: AtomicUsize,
+    stack_hi: AtomicUsize,
+    sp: AtomicUsize,
+    user_data: AtomicPtr<c_void>,
+    is_thread_stack: bool,
+}
+
+impl Task {
+    pub(crate) fn new(lo: usize, hi: usize, is_thread_stack: bool) -> Task {
+        Task {
+            stack_lo: AtomicUsize::new(lo),
+            stack_hi: AtomicUsize::new(hi),
+            sp: AtomicUsize::new(0),
+            user_data: AtomicPtr::new(std::ptr::null_mut()),
+            is_thread_stack,
+        }
+    }
+
+    /// The stack bounds `[lo, hi)`.
+    pub fn stack_bounds(&self) -> (usize, usize) {
+        (
+            self.stack_lo.load(Ordering::Acquire),
+            self.stack_hi.load(Ordering::Acquire),
+        )
+    }
+
+    /// Moves the stack bounds (for a coroutine whose stack is reused).
+    pub fn set_stack_bounds(&self, lo: usize, hi: usize) {
+        self.stack_lo.store(lo, Ordering::Release);
+        self.stack_hi.store(hi, Ordering::Release);
+    }
+
+    /// The saved stack pointer, or 0 if unknown.
+    pub fn saved_sp(&self) -> usize {
+        self.sp.load(Ordering::Acquire)
+    }
+
+    /// Records the lowest stack address in use while the task is suspended (the
+    /// runtime's coroutine switch calls this; 0 means unknown).
+    pub fn set_saved_sp(&self, sp: usize) {
+        self.sp.store(sp, Ordering::Release);
+    }
+
+    /// The runtime's own pointer attached to the task.
+    pub fn user_data(&self) -> *mut c_void {
+        self.user_data.load(Ordering::Acquire)
+    }
+
+    /// Attaches a pointer of the runtime's to the task.
+    pub fn set_user_data(&self, p: *mut c_void) {
+        self.user_data.store(p, Ordering::Release);
+    }
+
+    /// Whether this is the stack of an attached thread (registered automatically).
+    pub fn is_thread_stack(&self) -> bool {
+        self.is_thread_stack
+    }
+}
+
+/// The stack bounds of the calling thread, from `pthread_getattr_np`.
+pub(crate) fn current_thread_stack() -> Option<(usize, usize)> {
+    // SAFETY: pthread_attr_t is plain data; pthread_getattr_np initialises it for the
+    // current thread and pthread_attr_destroy releases it.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
+        }
+        let mut addr: *mut c_void = std::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 || addr.is_null() {
+            return None;
+        }
+        Some((addr as usize, addr as usize + size))
+    }
+}

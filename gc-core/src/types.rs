@@ -1,0 +1,215 @@
+//! Types of heap objects.
+//!
+//! A type is itself an internal heap object (of the built-in meta type `DataType`),
+//! permanently alive, so that the seed's validity check
+//! `jl_gc_internal_obj_base_ptr(jl_typeof(obj)) != NULL` holds for every object. Its
+//! payload is a [`TypeDesc`]. Three kinds of object types exist:
+//!
+//! - **foreign** types (the seed's `jl_new_foreign_type`): a mark function that queues
+//!   the object's children and returns how many of them are young, an optional sweep
+//!   function, `haspointers` and `large`;
+//! - **layout** types: the byte offsets of the reference slots, for the common case,
+//!   so that Rust users need no mark function;
+//! - the meta type of types.
+
+use crate::mark::Marker;
+use crate::object::ObjRef;
+use std::ffi::{c_void, CString};
+
+/// A mark function written in Rust: queue every child with [`Marker::queue`] (or an
+/// array of them with [`Marker::queue_array`]) and return how many `queue` calls
+/// returned `true` (young children).
+pub type MarkFn = fn(&mut Marker<'_>, ObjRef) -> usize;
+/// A sweep function written in Rust: called once, during the sweep phase, for an object
+/// whose sweep was scheduled and which was found dead. It must not touch the heap.
+pub type SweepFn = fn(ObjRef);
+/// A mark function with the seed's C signature (`jl_markfunc_t`).
+pub type CMarkFn = unsafe extern "C" fn(ptls: *mut c_void, obj: *mut c_void) -> usize;
+/// A sweep function with the seed's C signature (`jl_sweepfunc_t`).
+pub type CSweepFn = unsafe extern "C" fn(obj: *mut c_void);
+
+/// How the collector finds an object's children.
+#[derive(Clone, Copy)]
+pub enum MarkProc {
+    /// The object holds no references.
+    None,
+    /// A Rust mark function.
+    Rust(MarkFn),
+    /// A C mark function, called with the collecting thread's `ptls`.
+    C(CMarkFn),
+}
+
+/// What runs when a scheduled object dies.
+#[derive(Clone, Copy)]
+pub enum SweepProc {
+    /// Nothing (the type has no sweep function).
+    None,
+    /// A Rust sweep function.
+    Rust(SweepFn),
+    /// A C sweep function.
+    C(CSweepFn),
+}
+
+/// The kind of a type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TypeKind {
+    /// The meta type of all types.
+    DataType,
+    /// A foreign type with its own mark (and sweep) function.
+    Foreign,
+    /// A type described by the offsets of its reference slots.
+    Layout,
+}
+
+/// Describes a foreign type for [`crate::Heap::new_foreign_type`].
+#[derive(Clone, Copy)]
+pub struct ForeignTypeSpec<'a> {
+    /// Type name (for errors, statistics and debugging).
+    pub name: &'a str,
+    /// How to find the children.
+    pub mark: MarkProc,
+    /// What to run when a scheduled object dies.
+    pub sweep: SweepProc,
+    /// Whether objects may contain references (if not, the mark function is never called).
+    pub has_pointers: bool,
+    /// Whether objects are external (big) objects: `true` for sizes above
+    /// `max_internal_obj_size()`, `false` for sizes up to it.
+    pub large: bool,
+}
+
+/// The payload of a type object.
+#[repr(C)]
+pub struct TypeDesc {
+    pub(crate) magic: u64,
+    pub(crate) heap_id: usize,
+    pub(crate) kind: TypeKind,
+    pub(crate) has_pointers: bool,
+    pub(crate) large: bool,
+    /// Allocation fast-path bound: sizes `1..=max_small` go to the pools (0 for large
+    /// types and the meta type, which always take the checked slow path).
+    pub(crate) max_small: usize,
+    /// Smallest allowed instance size (layout types: the layout's size).
+    pub(crate) min_size: usize,
+    pub(crate) mark: MarkProc,
+    pub(crate) sweep: SweepProc,
+    pub(crate) name: *mut std::ffi::c_char,
+    /// Layout types: byte offsets of the reference slots (owned, from `Box<[u32]>`).
+    pub(crate) offsets: *mut u32,
+    pub(crate) noffsets: usize,
+    /// Opaque module and super pointers given by a C caller, kept for them.
+    pub(crate) module: *mut c_void,
+    pub(crate) super_type: *mut c_void,
+}
+
+/// Value of `TypeDesc::magic`.
+pub(crate) const TYPE_MAGIC: u64 = 0x5459_5045_4445_5343; // "TYPEDESC"
+
+impl TypeDesc {
+    pub(crate) fn new(heap_id: usize, kind: TypeKind, name: &str) -> TypeDesc {
+        let name = CString::new(name.replace('\0', "?")).expect("NULs were replaced");
+        TypeDesc {
+            magic: TYPE_MAGIC,
+            heap_id,
+            kind,
+            has_pointers: false,
+            large: false,
+            max_small: 0,
+            min_size: 0,
+            mark: MarkProc::None,
+            sweep: SweepProc::None,
+            name: name.into_raw(),
+            offsets: std::ptr::null_mut(),
+            noffsets: 0,
+            module: std::ptr::null_mut(),
+            super_type: std::ptr::null_mut(),
+        }
+    }
+
+    /// The reference offsets of a layout type.
+    pub(crate) fn offsets(&self) -> &[u32] {
+        if self.offsets.is_null() {
+            &[]
+        } else {
+            // SAFETY: offsets/noffsets come from a leaked Box<[u32]> owned by this type.
+            unsafe { std::slice::from_raw_parts(self.offsets, self.noffsets) }
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        // SAFETY: `name` is the CString created in `new`, alive until `free_owned`.
+        unsafe { std::ffi::CStr::from_ptr(self.name) }
+            .to_str()
+            .unwrap_or("<non-utf8>")
+    }
+
+    /// Frees what the descriptor owns (name and offsets); called when the heap drops.
+    ///
+    /// # Safety
+    /// Called once, when the type is no longer used.
+    pub(crate) unsafe fn free_owned(&mut self) {
+        if !self.name.is_null() {
+            // SAFETY: created by CString::into_raw in `new`.
+            drop(unsafe { CString::from_raw(self.name) });
+            self.name = std::ptr::null_mut();
+        }
+        if !self.offsets.is_null() {
+            // SAFETY: created from a Box<[u32]> of length noffsets.
+            drop(unsafe {
+                Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                    self.offsets,
+                    self.noffsets,
+                ))
+            });
+            self.offsets = std::ptr::null_mut();
+        }
+    }
+}
+
+/// A type of a heap (an object of the meta type). Copyable; valid while its heap lives.
+#[derive(Copy, Clone, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct TypeRef(pub(crate) ObjRef);
+
+impl TypeRef {
+    /// The type object itself.
+    pub fn as_obj(self) -> ObjRef {
+        self.0
+    }
+
+    pub(crate) fn desc<'a>(self) -> &'a TypeDesc {
+        // SAFETY: a TypeRef is only created for type objects, which stay alive (they are
+        // permanent roots) as long as the heap, and the caller holds the heap.
+        unsafe { &*(self.0.as_ptr() as *const TypeDesc) }
+    }
+
+    /// The type's name.
+    pub fn name(self) -> String {
+        self.desc().name().to_string()
+    }
+
+    /// The type's kind.
+    pub fn kind(self) -> TypeKind {
+        self.desc().kind
+    }
+
+    /// Whether instances may hold references.
+    pub fn has_pointers(self) -> bool {
+        self.desc().has_pointers
+    }
+
+    /// Whether instances are external (big) objects.
+    pub fn is_large(self) -> bool {
+        self.desc().large
+    }
+
+    /// Byte offsets of the reference slots of a layout type (empty for other kinds).
+    pub fn ref_offsets(self) -> Vec<u32> {
+        self.desc().offsets().to_vec()
+    }
+}
+
+impl std::fmt::Debug for TypeRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TypeRef({}@{:#x})", self.desc().name(), self.0.addr())
+    }
+}

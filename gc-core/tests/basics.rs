@@ -1,0 +1,220 @@
+//! Basic behaviour of the heap: allocation, reachability across full and partial
+//! collections, promotion, the write barrier, big objects, sweep functions, errors.
+
+use gc_core::{
+    CollectionKind, ForeignTypeSpec, GcError, Heap, HeapConfig, MarkProc, Marker, ObjRef, SweepProc,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn heap() -> Heap {
+    Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        ..HeapConfig::default()
+    })
+    .unwrap()
+}
+
+/// Whether `obj` is still an allocated pool object.
+fn pool_allocated(obj: ObjRef) -> bool {
+    let page = gc_core::pagetable::lookup(obj.addr()).expect("pool object");
+    page.cell_layout().is_some() && page.is_allocated(obj.addr())
+}
+
+#[test]
+fn unreachable_objects_are_freed_and_reachable_kept() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let kept = m.alloc_typed(16, node).unwrap();
+    let child = m.alloc_typed(16, node).unwrap();
+    // SAFETY: both live Nodes.
+    unsafe { m.store_ref(kept, 0, Some(child)) };
+    let garbage = m.alloc_typed(16, node).unwrap();
+    let root = heap.root(kept);
+    let info = m.collect(CollectionKind::Full).unwrap().unwrap();
+    assert_eq!(info.kind, CollectionKind::Full);
+    assert!(pool_allocated(kept) && pool_allocated(child));
+    assert!(
+        !pool_allocated(garbage),
+        "unreachable object survived a full collection"
+    );
+    // SAFETY: kept is rooted.
+    assert_eq!(unsafe { m.load_ref(root.get(), 0) }, Some(child));
+    drop(root);
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(!pool_allocated(kept) && !pool_allocated(child));
+}
+
+#[test]
+fn partial_collection_keeps_young_reachable_from_old_through_barrier() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let old = m.alloc_typed(16, node).unwrap();
+    let root = heap.root(old);
+    // Two collections promote `old`.
+    m.collect(CollectionKind::Partial).unwrap();
+    m.collect(CollectionKind::Partial).unwrap();
+    let young = m.alloc_typed(16, node).unwrap();
+    // SAFETY: live objects.
+    unsafe { m.store_ref(old, 0, Some(young)) };
+    for _ in 0..4 {
+        m.collect(CollectionKind::Partial).unwrap();
+        assert!(
+            pool_allocated(young),
+            "young child of an old object lost in a partial collection"
+        );
+    }
+    // Drop the reference: after a full collection the child dies.
+    // SAFETY: live object.
+    unsafe { m.store_ref(old, 0, None) };
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(!pool_allocated(young));
+    assert!(pool_allocated(root.get()));
+}
+
+#[test]
+fn long_linked_list_needs_no_native_recursion() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let n = 2_000_000;
+    let head = m.alloc_typed(16, node).unwrap();
+    let root = heap.root(head);
+    let mut tail = head;
+    for i in 0..n {
+        let next = m.alloc_typed(16, node).unwrap();
+        // SAFETY: live objects.
+        unsafe {
+            next.write_slot(8, i);
+            m.store_ref(tail, 0, Some(next));
+        }
+        tail = next;
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    let mut count = 0;
+    let mut cur = Some(root.get());
+    while let Some(c) = cur {
+        // SAFETY: reachable, so alive.
+        cur = unsafe { m.load_ref(c, 0) };
+        count += 1;
+    }
+    assert_eq!(count, n + 1);
+}
+
+static SWEPT: AtomicUsize = AtomicUsize::new(0);
+
+fn count_sweep(_: ObjRef) {
+    SWEPT.fetch_add(1, Ordering::SeqCst);
+}
+
+fn mark_none(_: &mut Marker<'_>, _: ObjRef) -> usize {
+    0
+}
+
+#[test]
+fn sweep_function_runs_once_for_dead_scheduled_objects_only() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let spec = |large| ForeignTypeSpec {
+        name: if large { "BigRes" } else { "Res" },
+        mark: MarkProc::Rust(mark_none),
+        sweep: SweepProc::Rust(count_sweep),
+        has_pointers: false,
+        large,
+    };
+    let small = heap.new_foreign_type(spec(false)).unwrap();
+    let large = heap.new_foreign_type(spec(true)).unwrap();
+    let before = SWEPT.load(Ordering::SeqCst);
+    let a = m.alloc_typed(64, small).unwrap();
+    let b = m.alloc_typed(64, small).unwrap();
+    let c = m.alloc_typed(10_000, large).unwrap();
+    let unscheduled = m.alloc_typed(64, small).unwrap();
+    // SAFETY: live objects.
+    unsafe {
+        m.schedule_foreign_sweepfunc(a).unwrap();
+        m.schedule_foreign_sweepfunc(b).unwrap();
+        m.schedule_foreign_sweepfunc(c).unwrap();
+        assert!(matches!(
+            m.schedule_foreign_sweepfunc(a),
+            Err(GcError::SweepAlreadyScheduled { .. })
+        ));
+        assert!(matches!(
+            m.schedule_foreign_sweepfunc(c),
+            Err(GcError::SweepAlreadyScheduled { .. })
+        ));
+    }
+    let _ = unscheduled;
+    let keep = heap.root(b);
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(
+        SWEPT.load(Ordering::SeqCst) - before,
+        2,
+        "a and c die, b lives"
+    );
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(SWEPT.load(Ordering::SeqCst) - before, 2, "no second sweep");
+    drop(keep);
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(SWEPT.load(Ordering::SeqCst) - before, 3);
+    assert_eq!(heap.stats().sweep_functions_run, 3);
+}
+
+#[test]
+fn bad_allocations_are_errors() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let small = heap
+        .new_foreign_type(ForeignTypeSpec {
+            name: "Small",
+            mark: MarkProc::Rust(mark_none),
+            sweep: SweepProc::None,
+            has_pointers: false,
+            large: false,
+        })
+        .unwrap();
+    assert!(matches!(
+        m.alloc_typed(0, small),
+        Err(GcError::ZeroSize { .. })
+    ));
+    assert!(matches!(
+        m.alloc_typed(5000, small),
+        Err(GcError::TooLargeForSmallType { size: 5000, .. })
+    ));
+    let obj = m.alloc_typed(8, small).unwrap();
+    // SAFETY: live object.
+    let r = unsafe { m.schedule_foreign_sweepfunc(obj) };
+    assert!(matches!(r, Err(GcError::NoSweepFunction { .. })), "{r:?}");
+    let r = m.alloc_typed(8, heap.datatype());
+    assert!(matches!(r, Err(GcError::InvalidType { .. })), "{r:?}");
+    let other = Heap::default();
+    let foreign = other.new_layout_type("Elsewhere", 8, &[]).unwrap();
+    assert!(matches!(
+        m.alloc_typed(8, foreign),
+        Err(GcError::NotAType { .. })
+    ));
+    assert!(matches!(heap.attach(), Err(GcError::AlreadyAttached)));
+}
+
+#[test]
+fn big_objects_live_and_die() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let arr = heap.new_layout_type("Array", 8, &[0]).unwrap();
+    let big = m.alloc_typed(100_000, arr).unwrap();
+    let child = m.alloc_typed(8, arr).unwrap();
+    // SAFETY: live objects.
+    unsafe { m.store_ref(big, 0, Some(child)) };
+    let root = heap.root(big);
+    for _ in 0..3 {
+        m.collect(CollectionKind::Partial).unwrap();
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(pool_allocated(child));
+    let freed_before = heap.stats().bytes_freed;
+    drop(root);
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(!pool_allocated(child));
+    assert!(heap.stats().bytes_freed - freed_before >= 100_000);
+}
