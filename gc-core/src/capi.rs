@@ -1,1 +1,1420 @@
-//! placeholder
+//! The C ABI: `include/gc_core.h` (native names, explicit heap) and
+//! `include/julia_gcext_compat.h` (the seed's names over a default heap).
+//!
+//! Every function only converts and forwards to the Rust API. Failures return a null
+//! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
+//! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
+//! crashes on a null pointer, an unattached thread, a type of another heap or a
+//! registration repeated.
+#![allow(non_camel_case_types)]
+
+use crate::callbacks::{Callback, CallbackKind};
+use crate::heap::{Heap, HeapConfig, Root};
+use crate::mark::Marker;
+use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
+use crate::object::{ObjRef, TAG_BITS};
+use crate::task::Task;
+use crate::types::{CMarkFn, CSweepFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
+use crate::{CollectionKind, GcError};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::Ordering;
+use std::sync::OnceLock;
+
+/// A heap (`gc_heap_t`).
+pub struct gc_heap_t {
+    heap: Heap,
+}
+
+/// A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
+#[repr(C)]
+pub struct gc_mutator_t {
+    _opaque: [u8; 0],
+}
+
+/// A registered stack (opaque; the seed's `jl_task_t`).
+#[repr(C)]
+pub struct gc_task_t {
+    _opaque: [u8; 0],
+}
+
+fn task_ptr(t: &std::sync::Arc<Task>) -> *mut gc_task_t {
+    std::sync::Arc::as_ptr(t) as *mut gc_task_t
+}
+
+/// A persistent root (`gc_root_t`).
+pub struct gc_root_t {
+    root: Root,
+}
+
+/// Heap configuration for `gc_heap_new`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct gc_config_t {
+    /// Bytes allocated before the first collection, and the least between two.
+    pub min_interval: usize,
+    /// The next collection comes after `live * growth` bytes.
+    pub growth: f64,
+    /// Most bytes between two collections.
+    pub max_interval: usize,
+    /// Automatic collections are full when the old generation grew by this factor.
+    pub full_growth: f64,
+    /// Collect every N allocations per thread (0: off).
+    pub stress_every: u64,
+    /// Non-zero: verify the remembered set and every queued reference.
+    pub verify: c_int,
+    /// Free pages kept mapped after a collection.
+    pub keep_free_pages: usize,
+}
+
+/// Collection statistics for `gc_stats`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct gc_stats_t {
+    /// Full collections.
+    pub full_collections: u64,
+    /// Partial collections.
+    pub partial_collections: u64,
+    /// Objects allocated (threads report at collections and when they detach).
+    pub objects_allocated: u64,
+    /// Bytes allocated.
+    pub bytes_allocated: u64,
+    /// Bytes freed.
+    pub bytes_freed: u64,
+    /// Bytes live after the last collection.
+    pub live_bytes: u64,
+    /// Sweep functions run.
+    pub sweep_functions_run: u64,
+    /// Verify-mode errors found.
+    pub verify_errors: u64,
+    /// Total pause, in nanoseconds.
+    pub total_pause_ns: u64,
+    /// Longest pause, in nanoseconds.
+    pub max_pause_ns: u64,
+    /// Median pause, in nanoseconds.
+    pub p50_pause_ns: u64,
+    /// 99th-percentile pause, in nanoseconds.
+    pub p99_pause_ns: u64,
+}
+
+/// Mark function (`jl_markfunc_t`).
+pub type gc_markfunc_t = Option<CMarkFn>;
+/// Sweep function (`jl_sweepfunc_t`).
+pub type gc_sweepfunc_t = Option<CSweepFn>;
+
+/// `gc_set_callback` kinds.
+pub const GC_CB_PRE_GC: c_int = 0;
+/// post_gc.
+pub const GC_CB_POST_GC: c_int = 1;
+/// root_scanner.
+pub const GC_CB_ROOT_SCANNER: c_int = 2;
+/// task_scanner.
+pub const GC_CB_TASK_SCANNER: c_int = 3;
+/// notify_external_alloc.
+pub const GC_CB_NOTIFY_EXTERNAL_ALLOC: c_int = 4;
+/// notify_external_free.
+pub const GC_CB_NOTIFY_EXTERNAL_FREE: c_int = 5;
+
+/// `gc_collect` kinds (same values as the seed's `jl_gc_collection_t`).
+pub const GC_COLLECT_AUTO: c_int = 0;
+/// Full collection.
+pub const GC_COLLECT_FULL: c_int = 1;
+/// Partial (young-generation) collection.
+pub const GC_COLLECT_PARTIAL: c_int = 2;
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+    /// Mutators attached through the C ABI; dropped (detached) at thread exit.
+    static C_MUTATOR: RefCell<Option<Mutator>> = const { RefCell::new(None) };
+}
+
+/// The calling thread's mutator as a C pointer (null if not attached).
+fn cur() -> *mut gc_mutator_t {
+    mutator::current() as *mut gc_mutator_t
+}
+
+fn set_error(msg: impl std::fmt::Display) {
+    let text = CString::new(msg.to_string().replace('\0', "?")).expect("NULs replaced");
+    LAST_ERROR.with(|e| *e.borrow_mut() = Some(text));
+}
+
+fn fail<T>(err: GcError, value: T) -> T {
+    set_error(err);
+    value
+}
+
+/// The message of the last failed call on this thread, or NULL if none failed since
+/// the last `gc_clear_error`. Valid until the next failing call on this thread.
+#[no_mangle]
+pub extern "C" fn gc_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
+}
+
+/// Forgets the last error of this thread.
+#[no_mangle]
+pub extern "C" fn gc_clear_error() {
+    LAST_ERROR.with(|e| *e.borrow_mut() = None);
+}
+
+/// Fills `cfg` with the default configuration.
+///
+/// # Safety
+/// `cfg` is null or points to writable memory for a `gc_config_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
+    if cfg.is_null() {
+        return fail(
+            GcError::BadConfig("gc_config_default: cfg is NULL".into()),
+            -1,
+        );
+    }
+    let d = HeapConfig::default();
+    // SAFETY: non-null and writable per the caller.
+    unsafe {
+        cfg.write(gc_config_t {
+            min_interval: d.min_interval,
+            growth: d.growth,
+            max_interval: d.max_interval,
+            full_growth: d.full_growth,
+            stress_every: 0,
+            verify: 0,
+            keep_free_pages: d.keep_free_pages,
+        })
+    };
+    0
+}
+
+/// Creates a heap; `cfg` may be NULL for the defaults. NULL on error.
+///
+/// # Safety
+/// `cfg` is null or points to a valid `gc_config_t`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t {
+    let config = if cfg.is_null() {
+        HeapConfig::default()
+    } else {
+        // SAFETY: non-null and valid per the caller.
+        let c = unsafe { *cfg };
+        HeapConfig {
+            min_interval: c.min_interval,
+            growth: c.growth,
+            max_interval: c.max_interval,
+            full_growth: c.full_growth,
+            stress_every: (c.stress_every != 0).then_some(c.stress_every),
+            verify: c.verify != 0,
+            keep_free_pages: c.keep_free_pages,
+        }
+    };
+    match Heap::new(config) {
+        Ok(heap) => Box::into_raw(Box::new(gc_heap_t { heap })),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// Destroys a heap created by `gc_heap_new`. Refused (-1) while threads are attached.
+///
+/// # Safety
+/// `heap` is null or was returned by `gc_heap_new` and not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_heap_delete(heap: *mut gc_heap_t) -> c_int {
+    if heap.is_null() {
+        return fail(
+            GcError::BadConfig("gc_heap_delete: heap is NULL".into()),
+            -1,
+        );
+    }
+    // SAFETY: valid per the caller.
+    let attached = unsafe { &*heap }.heap.attached_threads();
+    if attached > 0 {
+        set_error(format!(
+            "gc_heap_delete: {attached} thread(s) still attached; detach them first"
+        ));
+        return -1;
+    }
+    // SAFETY: created by Box::into_raw in gc_heap_new.
+    drop(unsafe { Box::from_raw(heap) });
+    0
+}
+
+static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
+
+/// The process's default heap (the one the `jl_*` names use), created on first use.
+#[no_mangle]
+pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
+    DEFAULT_HEAP.get_or_init(|| gc_heap_t {
+        heap: Heap::default(),
+    }) as *const gc_heap_t as *mut gc_heap_t
+}
+
+fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+    if heap.is_null() {
+        set_error(format!("{what}: heap is NULL"));
+        return None;
+    }
+    // SAFETY: non-null heaps come from gc_heap_new or gc_default_heap (caller's contract).
+    Some(&unsafe { &*heap }.heap)
+}
+
+/// Attaches the calling thread to `heap`; returns its mutator (`ptls`), NULL on error
+/// (already attached, bad heap). The thread detaches at exit or with `gc_thread_detach`.
+///
+/// # Safety
+/// `heap` is null or a live heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_thread_attach(heap: *mut gc_heap_t) -> *mut gc_mutator_t {
+    let Some(heap) = heap_ref(heap, "gc_thread_attach") else {
+        return std::ptr::null_mut();
+    };
+    match heap.attach() {
+        Ok(m) => {
+            let p = m.ptls() as *mut gc_mutator_t;
+            C_MUTATOR.with(|c| *c.borrow_mut() = Some(m));
+            p
+        }
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
+/// reachable objects stay alive. -1 if it was not attached through the C ABI.
+#[no_mangle]
+pub extern "C" fn gc_thread_detach() -> c_int {
+    match C_MUTATOR.with(|c| c.borrow_mut().take()) {
+        Some(m) => {
+            drop(m);
+            0
+        }
+        None => fail(GcError::NotAttached, -1),
+    }
+}
+
+/// The calling thread's mutator, NULL if it is not attached.
+#[no_mangle]
+pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
+    cur()
+}
+
+/// Checks that `m` is the calling thread's own, running mutator.
+fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
+    let current = mutator::current();
+    if m.is_null() || current.is_null() {
+        set_error(format!("{what}: {}", GcError::NotAttached));
+        return None;
+    }
+    if !std::ptr::eq(m as *const MutatorShared, current) {
+        set_error(format!(
+            "{what}: ptls {m:p} is not the calling thread's ({current:p})"
+        ));
+        return None;
+    }
+    // SAFETY: it is the calling thread's attached mutator, alive while attached.
+    Some(unsafe { &*current })
+}
+
+/// `jl_gc_max_internal_obj_size`.
+#[no_mangle]
+pub extern "C" fn gc_max_internal_obj_size() -> usize {
+    crate::max_internal_obj_size()
+}
+
+fn c_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
+    if s.is_null() {
+        set_error(format!("{what}: name is NULL"));
+        return None;
+    }
+    // SAFETY: a NUL-terminated string per the caller's contract.
+    match unsafe { CStr::from_ptr(s) }.to_str() {
+        Ok(s) => Some(s),
+        Err(_) => {
+            set_error(format!("{what}: name is not UTF-8"));
+            None
+        }
+    }
+}
+
+/// Creates a foreign type (`jl_new_foreign_type`). NULL on error (NULL name, pointers
+/// without a mark function).
+///
+/// # Safety
+/// `heap` is null or live; `name` null or NUL-terminated; the functions, if given, have
+/// the documented signatures.
+#[no_mangle]
+pub unsafe extern "C" fn gc_new_foreign_type(
+    heap: *mut gc_heap_t,
+    name: *const c_char,
+    markfunc: gc_markfunc_t,
+    sweepfunc: gc_sweepfunc_t,
+    haspointers: c_int,
+    large: c_int,
+) -> *mut c_void {
+    let Some(heap) = heap_ref(heap, "gc_new_foreign_type") else {
+        return std::ptr::null_mut();
+    };
+    let Some(name) = c_str(name, "gc_new_foreign_type") else {
+        return std::ptr::null_mut();
+    };
+    if in_collection() {
+        return fail(
+            GcError::DuringCollection {
+                what: "creating a type",
+            },
+            std::ptr::null_mut(),
+        );
+    }
+    let spec = ForeignTypeSpec {
+        name,
+        mark: markfunc.map_or(MarkProc::None, MarkProc::C),
+        sweep: sweepfunc.map_or(SweepProc::None, SweepProc::C),
+        has_pointers: haspointers != 0,
+        large: large != 0,
+    };
+    match heap.new_foreign_type(spec) {
+        Ok(t) => t.as_obj().as_ptr().cast(),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// Creates a precise type: objects of at least `size` bytes with references at the
+/// `n` byte offsets `offsets`. NULL on error.
+///
+/// # Safety
+/// `heap` null or live; `name` null or NUL-terminated; `offsets` readable for `n`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_new_layout_type(
+    heap: *mut gc_heap_t,
+    name: *const c_char,
+    size: usize,
+    offsets: *const u32,
+    n: usize,
+) -> *mut c_void {
+    let Some(heap) = heap_ref(heap, "gc_new_layout_type") else {
+        return std::ptr::null_mut();
+    };
+    let Some(name) = c_str(name, "gc_new_layout_type") else {
+        return std::ptr::null_mut();
+    };
+    if n > 0 && offsets.is_null() {
+        set_error("gc_new_layout_type: offsets is NULL");
+        return std::ptr::null_mut();
+    }
+    if in_collection() {
+        return fail(
+            GcError::DuringCollection {
+                what: "creating a type",
+            },
+            std::ptr::null_mut(),
+        );
+    }
+    let offs: &[u32] = if n == 0 {
+        &[]
+    } else {
+        // SAFETY: readable for n per the caller.
+        unsafe { std::slice::from_raw_parts(offsets, n) }
+    };
+    match heap.new_layout_type(name, size, offs) {
+        Ok(t) => t.as_obj().as_ptr().cast(),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+fn in_collection() -> bool {
+    let m = mutator::current();
+    // SAFETY: the current mutator is alive while attached.
+    !m.is_null() && unsafe { &*m }.in_collection.load(Ordering::Relaxed)
+}
+
+/// Resolves a C type pointer against the mutator's heap: O(1) via the page table (a
+/// type is an allocated pool object whose own type is the meta type).
+fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
+    let addr = ty as usize;
+    let heap = m.heap();
+    let page = crate::pagetable::lookup(addr).ok_or(GcError::NotAType { addr })?;
+    let Some((cell, class)) = page.cell_layout() else {
+        return Err(GcError::NotAType { addr });
+    };
+    if page.owner() != heap.id()
+        || page
+            .cell_index(addr, cell, class)
+            .map(|i| page.object_at(i, cell))
+            != Some(addr)
+    {
+        return Err(GcError::NotAType { addr });
+    }
+    if !page.is_allocated(addr) {
+        return Err(GcError::NotAType { addr });
+    }
+    let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;
+    // SAFETY: an allocated object of this heap.
+    let h = unsafe { obj.header_bits() };
+    if h & !TAG_BITS != heap.datatype().as_obj().addr() {
+        return Err(GcError::NotAType { addr });
+    }
+    Ok(TypeRef(obj))
+}
+
+/// Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
+/// limit of a small foreign type, not a type, wrong thread, inside a collection).
+///
+/// # Safety
+/// `m` is null or a mutator pointer; `ty` anything (it is validated).
+#[no_mangle]
+pub unsafe extern "C" fn gc_alloc(
+    m: *mut gc_mutator_t,
+    size: usize,
+    ty: *mut c_void,
+) -> *mut c_void {
+    let Some(ms) = mutator_ref(m, "gc_alloc") else {
+        return std::ptr::null_mut();
+    };
+    let t = match type_ref(ms, ty) {
+        Ok(t) => t,
+        Err(e) => return fail(e, std::ptr::null_mut()),
+    };
+    // SAFETY: ms is the calling thread's mutator.
+    match unsafe { ms.alloc(size, t) } {
+        Ok(o) => o.as_ptr().cast(),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
+/// one, 0 if another thread's collection satisfied it, -1 on error.
+///
+/// # Safety
+/// `m` is null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int {
+    let Some(ms) = mutator_ref(m, "gc_collect") else {
+        return -1;
+    };
+    let kind = match kind {
+        GC_COLLECT_AUTO => CollectionKind::Auto,
+        GC_COLLECT_FULL => CollectionKind::Full,
+        GC_COLLECT_PARTIAL => CollectionKind::Partial,
+        other => {
+            set_error(format!("gc_collect: unknown collection kind {other}"));
+            return -1;
+        }
+    };
+    match crate::collect::collect(ms, kind) {
+        Ok(Some(_)) => 1,
+        Ok(None) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// A safepoint poll.
+///
+/// # Safety
+/// `m` is null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
+    if let Some(ms) = mutator_ref(m, "gc_safepoint") {
+        ms.safepoint();
+    }
+}
+
+/// Enters a GC-safe region (blocking call, waiting for a lock): collections may run and
+/// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
+/// state, to pass to `gc_safe_leave`; -1 on error.
+///
+/// Saves the caller's callee-saved registers and stack pointer into the mutator (its
+/// first field), then continues in `gc_safe_enter_impl`. Written without a prologue so
+/// that the registers saved are the caller's, and the stack pointer is the caller's
+/// (which stays live for the whole GC-safe region, unlike this function's frame).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    std::arch::naked_asm!(
+        "test rdi, rdi",
+        "jz 2f",
+        "mov [rdi], rbx",
+        "mov [rdi + 8], rbp",
+        "mov [rdi + 16], r12",
+        "mov [rdi + 24], r13",
+        "mov [rdi + 32], r14",
+        "mov [rdi + 40], r15",
+        "lea rax, [rsp + 8]",
+        "mov [rdi + 48], rax",
+        "2:",
+        "jmp {imp}",
+        imp = sym gc_safe_enter_impl,
+    )
+}
+
+/// Enters a GC-safe region (blocking call, waiting for a lock): collections may run and
+/// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
+/// state, to pass to `gc_safe_leave`; -1 on error.
+///
+/// cbindgen:ignore
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    gc_safe_enter_impl(m)
+}
+
+extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
+    let Some(ms) = mutator_ref(m, "gc_safe_enter") else {
+        return -1;
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    mutator::save_registers(ms.regs.get());
+    ms.enter_safe_saved() as i8
+}
+
+/// Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
+/// waiting for a running collection to finish first.
+///
+/// # Safety
+/// `m` is null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_safe_leave(m: *mut gc_mutator_t, state: i8) {
+    let Some(ms) = mutator_ref(m, "gc_safe_leave") else {
+        return;
+    };
+    let state = match state {
+        0 => RUNNING,
+        1 => SAFE,
+        _ => {
+            set_error(format!("gc_safe_leave: invalid state {state}"));
+            return;
+        }
+    };
+    ms.leave_safe(state);
+}
+
+/// The write barrier: call after storing `child` into `parent` (either may be NULL).
+///
+/// # Safety
+/// `m` null or a mutator pointer; `parent` and `child` null or live objects of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child: *mut c_void) {
+    let (Some(p), Some(c)) = (
+        ObjRef::from_ptr(parent.cast()),
+        ObjRef::from_ptr(child.cast()),
+    ) else {
+        return;
+    };
+    if let Some(ms) = mutator_ref(m, "gc_wb") {
+        // SAFETY: calling thread's mutator; live objects per the caller.
+        unsafe { ms.wb(p, c) };
+    }
+}
+
+/// The backward barrier: call after storing possibly young references into `parent`.
+///
+/// # Safety
+/// As for `gc_wb`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
+    let Some(p) = ObjRef::from_ptr(parent.cast()) else {
+        return;
+    };
+    if let Some(ms) = mutator_ref(m, "gc_wb_back") {
+        // SAFETY: as above.
+        unsafe { ms.wb_back(p) };
+    }
+}
+
+/// Schedules the sweep function of `obj` (once; a second call returns -1 and never
+/// causes a second sweep).
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
+    let Some(ms) = mutator_ref(m, "gc_schedule_sweep") else {
+        return -1;
+    };
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_schedule_sweep: object is NULL");
+        return -1;
+    };
+    // SAFETY: calling thread's mutator; live object per the caller.
+    match unsafe { ms.schedule_sweep(o) } {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
+    let ms = mutator_ref(m, what)?;
+    let p = ms.marker.load(Ordering::Acquire) as *mut Marker<'a>;
+    if p.is_null() {
+        set_error(GcError::NotMarking { what });
+        return None;
+    }
+    // SAFETY: set by the collector (this thread) for the mark phase; mark functions and
+    // scanners run with no other reference to it alive.
+    Some(unsafe { &mut *p })
+}
+
+/// Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
+/// or on error (outside the mark phase, wrong thread).
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_mark_queue_obj(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        return 0;
+    };
+    match active_marker(m, "gc_mark_queue_obj") {
+        Some(mk) => mk.queue(o) as c_int,
+        None => 0,
+    }
+}
+
+/// Queues the `n` references at `objs`, inside `parent`, with one mark-stack entry
+/// (`jl_gc_mark_queue_objarray`).
+///
+/// # Safety
+/// As for `gc_mark_queue_obj`; `objs` readable for `n` words inside `parent`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_mark_queue_objarray(
+    m: *mut gc_mutator_t,
+    parent: *mut c_void,
+    objs: *mut *mut c_void,
+    n: usize,
+) {
+    let Some(p) = ObjRef::from_ptr(parent.cast()) else {
+        set_error("gc_mark_queue_objarray: parent is NULL");
+        return;
+    };
+    if objs.is_null() && n > 0 {
+        set_error("gc_mark_queue_objarray: objs is NULL");
+        return;
+    }
+    if let Some(mk) = active_marker(m, "gc_mark_queue_objarray") {
+        // SAFETY: the caller guarantees the array is inside the parent.
+        unsafe { mk.queue_array(p, objs as *const Option<ObjRef>, n) };
+    }
+}
+
+/// Per-kind C callback registrations, for the seed's set/remove-by-pointer semantics.
+fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
+    // SAFETY: the caller passes a function of the kind's documented signature; a
+    // function pointer and a data pointer have the same size and representation here.
+    unsafe {
+        Some(match kind {
+            GC_CB_PRE_GC => Callback::CPreGc(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(c_int),
+            >(f)),
+            GC_CB_POST_GC => Callback::CPostGc(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(c_int),
+            >(f)),
+            GC_CB_ROOT_SCANNER => Callback::CRootScanner(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(c_int),
+            >(f)),
+            GC_CB_TASK_SCANNER => Callback::CTaskScanner(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut Task, c_int),
+            >(f)),
+            GC_CB_NOTIFY_EXTERNAL_ALLOC => Callback::CExternalAlloc(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void, usize),
+            >(f)),
+            GC_CB_NOTIFY_EXTERNAL_FREE => Callback::CExternalFree(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(*mut c_void),
+            >(f)),
+            _ => return None,
+        })
+    }
+}
+
+/// Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). -1 if
+/// the function is NULL, already registered, or (on removal) not registered.
+///
+/// # Safety
+/// `heap` null or live; `f` null or a function of the kind's signature.
+#[no_mangle]
+pub unsafe extern "C" fn gc_set_callback(
+    heap: *mut gc_heap_t,
+    kind: c_int,
+    f: *mut c_void,
+    enable: c_int,
+) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_set_callback") else {
+        return -1;
+    };
+    if f.is_null() {
+        set_error("gc_set_callback: callback is NULL");
+        return -1;
+    }
+    let Some(cb) = callback_of(kind, f) else {
+        set_error(format!("gc_set_callback: unknown callback kind {kind}"));
+        return -1;
+    };
+    let result = if enable != 0 {
+        heap.add_callback(cb).map(|_| ())
+    } else {
+        heap.remove_c_callback(cb.kind(), f as usize)
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// Number of callbacks of `kind` registered on `heap` (-1 on error).
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_callback_count") else {
+        return -1;
+    };
+    let k = match kind {
+        GC_CB_PRE_GC => CallbackKind::PreGc,
+        GC_CB_POST_GC => CallbackKind::PostGc,
+        GC_CB_ROOT_SCANNER => CallbackKind::RootScanner,
+        GC_CB_TASK_SCANNER => CallbackKind::TaskScanner,
+        GC_CB_NOTIFY_EXTERNAL_ALLOC => CallbackKind::ExternalAlloc,
+        GC_CB_NOTIFY_EXTERNAL_FREE => CallbackKind::ExternalFree,
+        _ => {
+            set_error(format!("gc_callback_count: unknown callback kind {kind}"));
+            return -1;
+        }
+    };
+    heap.callback_count(k) as c_int
+}
+
+/// Roots `obj` until `gc_root_delete`. NULL on error.
+///
+/// # Safety
+/// `heap` null or live; `obj` a live object of it.
+#[no_mangle]
+pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> *mut gc_root_t {
+    let Some(heap) = heap_ref(heap, "gc_root_new") else {
+        return std::ptr::null_mut();
+    };
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_root_new: object is NULL");
+        return std::ptr::null_mut();
+    };
+    Box::into_raw(Box::new(gc_root_t { root: heap.root(o) }))
+}
+
+/// The object a root holds.
+///
+/// # Safety
+/// `root` null or from `gc_root_new`, not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_root_get(root: *mut gc_root_t) -> *mut c_void {
+    if root.is_null() {
+        set_error("gc_root_get: root is NULL");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: valid per the caller.
+    unsafe { &*root }.root.get().as_ptr().cast()
+}
+
+/// Unroots and frees a root.
+///
+/// # Safety
+/// `root` null or from `gc_root_new`, not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_root_delete(root: *mut gc_root_t) {
+    if !root.is_null() {
+        // SAFETY: created by Box::into_raw in gc_root_new.
+        drop(unsafe { Box::from_raw(root) });
+    }
+}
+
+/// Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_register_task(
+    heap: *mut gc_heap_t,
+    lo: *mut c_void,
+    hi: *mut c_void,
+) -> *mut gc_task_t {
+    let Some(heap) = heap_ref(heap, "gc_register_task") else {
+        return std::ptr::null_mut();
+    };
+    match heap.register_task(lo as usize, hi as usize) {
+        Ok(t) => task_ptr(&t),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// Unregisters a task registered with `gc_register_task`. -1 if unknown.
+///
+/// # Safety
+/// `heap` null or live; `task` anything (it is looked up).
+#[no_mangle]
+pub unsafe extern "C" fn gc_unregister_task(heap: *mut gc_heap_t, task: *mut gc_task_t) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_unregister_task") else {
+        return -1;
+    };
+    let Some(t) = heap.task_from_addr(task as usize) else {
+        return fail(
+            GcError::BadTask {
+                addr: task as usize,
+                reason: "not a registered task of this heap",
+            },
+            -1,
+        );
+    };
+    match heap.unregister_task(&t) {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// Records the lowest stack address in use by a suspended task (0: unknown).
+///
+/// # Safety
+/// `task` null or a registered task.
+#[no_mangle]
+pub unsafe extern "C" fn gc_task_set_sp(task: *mut gc_task_t, sp: *mut c_void) {
+    if task.is_null() {
+        set_error("gc_task_set_sp: task is NULL");
+        return;
+    }
+    // SAFETY: a registered task per the caller.
+    unsafe { &*(task as *const Task) }.set_saved_sp(sp as usize);
+}
+
+/// The stack bounds of a task.
+///
+/// # Safety
+/// `task` null or a registered task; `lo` and `hi` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gc_task_stack(
+    task: *mut gc_task_t,
+    lo: *mut *mut c_void,
+    hi: *mut *mut c_void,
+) -> c_int {
+    if task.is_null() {
+        set_error("gc_task_stack: task is NULL");
+        return -1;
+    }
+    // SAFETY: a registered task per the caller.
+    let (l, h) = unsafe { &*(task as *const Task) }.stack_bounds();
+    // SAFETY: writable when non-null per the caller.
+    unsafe {
+        if !lo.is_null() {
+            *lo = l as *mut c_void;
+        }
+        if !hi.is_null() {
+            *hi = h as *mut c_void;
+        }
+    }
+    0
+}
+
+/// The calling thread's own task (its stack), NULL if not attached.
+#[no_mangle]
+pub extern "C" fn gc_current_task() -> *mut gc_task_t {
+    let m = mutator::current();
+    if m.is_null() {
+        return fail(GcError::NotAttached, std::ptr::null_mut());
+    }
+    // SAFETY: the current thread's mutator is alive while attached.
+    task_ptr(unsafe { &*m }.task())
+}
+
+/// Copies the heap's statistics into `out`.
+///
+/// # Safety
+/// `heap` null or live; `out` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_stats") else {
+        return -1;
+    };
+    if out.is_null() {
+        set_error("gc_stats: out is NULL");
+        return -1;
+    }
+    let s = heap.stats();
+    let ns = |d: std::time::Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+    // SAFETY: writable per the caller.
+    unsafe {
+        out.write(gc_stats_t {
+            full_collections: s.full_collections,
+            partial_collections: s.partial_collections,
+            objects_allocated: s.objects_allocated,
+            bytes_allocated: s.bytes_allocated,
+            bytes_freed: s.bytes_freed,
+            live_bytes: s.live_bytes,
+            sweep_functions_run: s.sweep_functions_run,
+            verify_errors: s.verify_errors,
+            total_pause_ns: ns(s.total_pause),
+            max_pause_ns: ns(s.max_pause),
+            p50_pause_ns: ns(s.p50_pause),
+            p99_pause_ns: ns(s.p99_pause),
+        })
+    };
+    0
+}
+
+/// Sets the stress mode: collect every `every` allocations per thread (0: off).
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_set_stress") else {
+        return -1;
+    };
+    match heap.set_stress((every != 0).then_some(every)) {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// Turns the verify mode on (non-zero) or off.
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int {
+    let Some(heap) = heap_ref(heap, "gc_set_verify") else {
+        return -1;
+    };
+    heap.set_verify(on != 0);
+    0
+}
+
+/// The type of a live object (`jl_typeof`); NULL for NULL.
+///
+/// # Safety
+/// `obj` null or a live object.
+#[no_mangle]
+pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
+    match ObjRef::from_ptr(obj.cast()) {
+        // SAFETY: a live object per the caller.
+        Some(o) => (unsafe { o.header_bits() } & !TAG_BITS) as *mut c_void,
+        None => std::ptr::null_mut(),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The seed's names (julia_gcext_compat.h), over the default heap.
+// ---------------------------------------------------------------------------------
+
+/// Opaque `jl_value_t`: any object.
+#[repr(C)]
+pub struct jl_value_t {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `jl_datatype_t`: a type (itself an object).
+#[repr(C)]
+pub struct jl_datatype_t {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `jl_module_t`: kept for the caller, never used.
+#[repr(C)]
+pub struct jl_module_t {
+    _opaque: [u8; 0],
+}
+
+/// Opaque `jl_task_t`: a registered stack.
+#[repr(C)]
+pub struct jl_task_t {
+    _opaque: [u8; 0],
+}
+
+/// Opaque thread state behind `jl_ptls_t`.
+#[repr(C)]
+pub struct jl_tls_states_t {
+    _opaque: [u8; 0],
+}
+
+/// `jl_ptls_t`: the calling thread's state.
+pub type jl_ptls_t = *mut jl_tls_states_t;
+/// `jl_gc_collection_t`: `JL_GC_AUTO` (0), `JL_GC_FULL` (1), `JL_GC_INCREMENTAL` (2).
+pub type jl_gc_collection_t = std::ffi::c_uint;
+/// `jl_markfunc_t`.
+pub type jl_markfunc_t = Option<unsafe extern "C" fn(jl_ptls_t, *mut jl_value_t) -> usize>;
+/// `jl_sweepfunc_t`.
+pub type jl_sweepfunc_t = Option<unsafe extern "C" fn(*mut jl_value_t)>;
+/// `jl_gc_cb_pre_gc_t`.
+pub type jl_gc_cb_pre_gc_t = Option<unsafe extern "C" fn(c_int)>;
+/// `jl_gc_cb_post_gc_t`.
+pub type jl_gc_cb_post_gc_t = Option<unsafe extern "C" fn(c_int)>;
+/// `jl_gc_cb_root_scanner_t`.
+pub type jl_gc_cb_root_scanner_t = Option<unsafe extern "C" fn(c_int)>;
+/// `jl_gc_cb_task_scanner_t`.
+pub type jl_gc_cb_task_scanner_t = Option<unsafe extern "C" fn(*mut jl_task_t, c_int)>;
+/// `jl_gc_cb_notify_external_alloc_t`.
+pub type jl_gc_cb_notify_external_alloc_t = Option<unsafe extern "C" fn(*mut c_void, usize)>;
+/// `jl_gc_cb_notify_external_free_t`.
+pub type jl_gc_cb_notify_external_free_t = Option<unsafe extern "C" fn(*mut c_void)>;
+
+fn ptls(p: jl_ptls_t) -> *mut gc_mutator_t {
+    p as *mut gc_mutator_t
+}
+
+/// Opaque `jl_sym_t`: an interned, immortal name.
+pub struct jl_sym_t {
+    name: CString,
+}
+
+static SYMBOLS: Mutex<Option<HashMap<String, &'static jl_sym_t>>> = Mutex::new(None);
+
+/// Interns `name` (`jl_symbol`); NULL if `name` is NULL or not UTF-8.
+///
+/// # Safety
+/// `name` null or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
+    let Some(s) = c_str(name, "jl_symbol") else {
+        return std::ptr::null_mut();
+    };
+    let mut table = SYMBOLS.lock();
+    let map = table.get_or_insert_with(HashMap::new);
+    let sym = *map.entry(s.to_string()).or_insert_with(|| {
+        Box::leak(Box::new(jl_sym_t {
+            name: CString::new(s).expect("came from a C string"),
+        }))
+    });
+    sym as *const jl_sym_t as *mut jl_sym_t
+}
+
+/// The text of a symbol.
+///
+/// # Safety
+/// `sym` null or from `jl_symbol`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_symbol_name(sym: *mut jl_sym_t) -> *const c_char {
+    if sym.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: symbols are immortal.
+    unsafe { &*sym }.name.as_ptr()
+}
+
+/// Creates the default heap and attaches the calling thread (`jl_init`). Calling it
+/// again on an attached thread does nothing.
+#[no_mangle]
+pub extern "C" fn jl_init() {
+    let heap = gc_default_heap();
+    if mutator::current().is_null() {
+        // SAFETY: the default heap is live for the process.
+        unsafe { gc_thread_attach(heap) };
+    }
+}
+
+/// Attaches the calling thread to the default heap (Julia's `jl_adopt_thread`).
+#[no_mangle]
+pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
+    let current = mutator::current();
+    if !current.is_null() {
+        return current as jl_ptls_t;
+    }
+    // SAFETY: the default heap is live for the process.
+    unsafe { gc_thread_attach(gc_default_heap()) as jl_ptls_t }
+}
+
+/// Detaches the calling thread.
+#[no_mangle]
+pub extern "C" fn jl_gc_thread_detach() -> c_int {
+    gc_thread_detach()
+}
+
+/// The calling thread's `ptls`; NULL if not attached.
+#[no_mangle]
+pub extern "C" fn jl_get_ptls_states() -> jl_ptls_t {
+    let m = mutator::current();
+    if m.is_null() {
+        set_error(GcError::NotAttached);
+    }
+    m as jl_ptls_t
+}
+
+/// The last error on this thread, NULL if none.
+#[no_mangle]
+pub extern "C" fn jl_gc_last_error() -> *const c_char {
+    gc_last_error()
+}
+
+/// Forgets the last error.
+#[no_mangle]
+pub extern "C" fn jl_gc_clear_error() {
+    gc_clear_error()
+}
+
+/// `jl_gc_max_internal_obj_size`.
+#[no_mangle]
+pub extern "C" fn jl_gc_max_internal_obj_size() -> usize {
+    gc_max_internal_obj_size()
+}
+
+/// `jl_new_foreign_type`: module and super may be NULL (super, if given, must be a type).
+///
+/// # Safety
+/// `name` null or from `jl_symbol`; the functions have the seed's signatures.
+#[no_mangle]
+pub unsafe extern "C" fn jl_new_foreign_type(
+    name: *mut jl_sym_t,
+    module: *mut jl_module_t,
+    super_: *mut jl_datatype_t,
+    markfunc: jl_markfunc_t,
+    sweepfunc: jl_sweepfunc_t,
+    haspointers: c_int,
+    large: c_int,
+) -> *mut jl_datatype_t {
+    // SAFETY: the seed's function types take pointers where ours take void pointers:
+    // same ABI, same representation.
+    let (markfunc, sweepfunc) = unsafe {
+        (
+            std::mem::transmute::<jl_markfunc_t, gc_markfunc_t>(markfunc),
+            std::mem::transmute::<jl_sweepfunc_t, gc_sweepfunc_t>(sweepfunc),
+        )
+    };
+    if name.is_null() {
+        set_error("jl_new_foreign_type: name is NULL");
+        return std::ptr::null_mut();
+    }
+    let heap = gc_default_heap();
+    if !super_.is_null() {
+        // SAFETY: the default heap is live.
+        let h = &unsafe { &*heap }.heap;
+        if h.type_from_addr(super_ as usize).is_err() {
+            return fail(
+                GcError::NotAType {
+                    addr: super_ as usize,
+                },
+                std::ptr::null_mut(),
+            );
+        }
+    }
+    // SAFETY: symbols are immortal; the default heap is live.
+    let ty = unsafe {
+        gc_new_foreign_type(
+            heap,
+            (*name).name.as_ptr(),
+            markfunc,
+            sweepfunc,
+            haspointers,
+            large,
+        )
+    };
+    if !ty.is_null() {
+        // SAFETY: ty is a type object we just created: its payload is its descriptor.
+        let desc = unsafe { &mut *(ty as *mut crate::types::TypeDesc) };
+        desc.module = module.cast();
+        desc.super_type = super_.cast();
+    }
+    ty.cast()
+}
+
+/// `jl_gc_alloc_typed`.
+///
+/// # Safety
+/// As for `gc_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_alloc_typed(
+    ptls: jl_ptls_t,
+    sz: usize,
+    ty: *mut c_void,
+) -> *mut c_void {
+    // SAFETY: forwarded.
+    unsafe { gc_alloc(self::ptls(ptls), sz, ty) }
+}
+
+/// `jl_gc_schedule_foreign_sweepfunc` (errors are reported by `jl_gc_last_error`).
+///
+/// # Safety
+/// As for `gc_schedule_sweep`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_schedule_foreign_sweepfunc(ptls: jl_ptls_t, obj: *mut jl_value_t) {
+    // SAFETY: forwarded.
+    unsafe { gc_schedule_sweep(self::ptls(ptls), obj.cast()) };
+}
+
+/// `jl_gc_mark_queue_obj`.
+///
+/// # Safety
+/// As for `gc_mark_queue_obj`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_mark_queue_obj(ptls: jl_ptls_t, obj: *mut jl_value_t) -> c_int {
+    // SAFETY: forwarded.
+    unsafe { gc_mark_queue_obj(self::ptls(ptls), obj.cast()) }
+}
+
+/// `jl_gc_mark_queue_objarray`.
+///
+/// # Safety
+/// As for `gc_mark_queue_objarray`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_mark_queue_objarray(
+    ptls: jl_ptls_t,
+    parent: *mut jl_value_t,
+    objs: *mut *mut jl_value_t,
+    nobjs: usize,
+) {
+    // SAFETY: forwarded.
+    unsafe { gc_mark_queue_objarray(self::ptls(ptls), parent.cast(), objs.cast(), nobjs) }
+}
+
+macro_rules! set_cb {
+    ($name:ident, $kind:expr, $ty:ty) => {
+        /// The seed's callback setter: `enable` non-zero registers (at most once; a repeat
+        /// is refused with an error), zero removes.
+        #[no_mangle]
+        pub extern "C" fn $name(cb: $ty, enable: c_int) {
+            let f = cb.map_or(std::ptr::null_mut(), |f| f as *mut c_void);
+            // SAFETY: the default heap is live; f has the kind's signature (typed above).
+            unsafe { gc_set_callback(gc_default_heap(), $kind, f, enable) };
+        }
+    };
+}
+
+set_cb!(jl_gc_set_cb_pre_gc, GC_CB_PRE_GC, jl_gc_cb_pre_gc_t);
+set_cb!(jl_gc_set_cb_post_gc, GC_CB_POST_GC, jl_gc_cb_post_gc_t);
+set_cb!(
+    jl_gc_set_cb_root_scanner,
+    GC_CB_ROOT_SCANNER,
+    jl_gc_cb_root_scanner_t
+);
+set_cb!(
+    jl_gc_set_cb_task_scanner,
+    GC_CB_TASK_SCANNER,
+    jl_gc_cb_task_scanner_t
+);
+set_cb!(
+    jl_gc_set_cb_notify_external_alloc,
+    GC_CB_NOTIFY_EXTERNAL_ALLOC,
+    jl_gc_cb_notify_external_alloc_t
+);
+set_cb!(
+    jl_gc_set_cb_notify_external_free,
+    GC_CB_NOTIFY_EXTERNAL_FREE,
+    jl_gc_cb_notify_external_free_t
+);
+
+/// `jl_gc_collect(JL_GC_AUTO | JL_GC_FULL | JL_GC_INCREMENTAL)` on the calling thread.
+#[no_mangle]
+pub extern "C" fn jl_gc_collect(kind: jl_gc_collection_t) {
+    // SAFETY: gc_collect validates the mutator.
+    unsafe { gc_collect(cur(), kind.min(c_int::MAX as jl_gc_collection_t) as c_int) };
+}
+
+/// `jl_gc_wb`: call after storing `ptr` into `parent`.
+///
+/// # Safety
+/// As for `gc_wb`, on the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
+    // SAFETY: forwarded.
+    unsafe { gc_wb(cur(), parent, ptr) }
+}
+
+/// `jl_gc_wb_back`.
+///
+/// # Safety
+/// As for `gc_wb_back`, on the calling thread.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_wb_back(ptr: *mut c_void) {
+    // SAFETY: forwarded.
+    unsafe { gc_wb_back(cur(), ptr) }
+}
+
+/// `jl_typeof`.
+///
+/// # Safety
+/// As for `gc_typeof`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_typeof(v: *mut jl_value_t) -> *mut jl_value_t {
+    // SAFETY: forwarded.
+    unsafe { gc_typeof(v.cast()).cast() }
+}
+
+/// `jl_gc_safepoint` on the calling thread.
+#[no_mangle]
+pub extern "C" fn jl_gc_safepoint() {
+    // SAFETY: gc_safepoint validates the mutator.
+    unsafe { gc_safepoint(cur()) }
+}
+
+/// Registers a task's stack `[lo, hi)` with the default heap.
+#[no_mangle]
+pub extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
+    // SAFETY: the default heap is live.
+    unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
+}
+
+/// Unregisters a task of the default heap.
+#[no_mangle]
+pub extern "C" fn jl_gc_unregister_task(task: *mut jl_task_t) -> c_int {
+    // SAFETY: the default heap is live; the task is looked up.
+    unsafe { gc_unregister_task(gc_default_heap(), task.cast()) }
+}
+
+/// Julia's `jl_task_stack_buffer`: the task's stack start and size; `tid` gets -1.
+///
+/// # Safety
+/// `task` null or registered; `size` and `tid` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn jl_task_stack_buffer(
+    task: *mut jl_task_t,
+    size: *mut usize,
+    tid: *mut c_int,
+) -> *mut c_void {
+    if task.is_null() {
+        set_error("jl_task_stack_buffer: task is NULL");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: registered task per the caller.
+    let (lo, hi) = unsafe { &*(task as *const Task) }.stack_bounds();
+    // SAFETY: writable when non-null.
+    unsafe {
+        if !size.is_null() {
+            *size = hi - lo;
+        }
+        if !tid.is_null() {
+            *tid = -1;
+        }
+    }
+    lo as *mut c_void
+}
+
+/// `jl_gc_safe_enter`: as `gc_safe_enter` (it jumps there, so the caller's registers and
+/// stack pointer are the ones saved).
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[no_mangle]
+pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+    std::arch::naked_asm!("jmp {target}", target = sym gc_safe_enter)
+}
+
+/// `jl_gc_safe_enter` (non-x86_64: registers are saved in the callee).
+///
+/// cbindgen:ignore
+#[cfg(not(target_arch = "x86_64"))]
+#[no_mangle]
+pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+    gc_safe_enter(ptls as *mut gc_mutator_t)
+}
+
+/// `jl_gc_safe_leave`.
+///
+/// # Safety
+/// As for `gc_safe_leave`.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_safe_leave(ptls: jl_ptls_t, state: i8) {
+    // SAFETY: forwarded.
+    unsafe { gc_safe_leave(self::ptls(ptls), state) }
+}
+
+/// The task of the calling thread's own stack.
+#[no_mangle]
+pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
+    gc_current_task().cast()
+}

@@ -1,0 +1,478 @@
+/*
+ * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by
+ * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test headers).
+ * The seed's names are in julia_gcext_compat.h.
+ */
+#ifndef GC_CORE_H
+#define GC_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+/**
+ * `gc_set_callback` kinds.
+ */
+#define GC_CB_PRE_GC 0
+
+/**
+ * post_gc.
+ */
+#define GC_CB_POST_GC 1
+
+/**
+ * root_scanner.
+ */
+#define GC_CB_ROOT_SCANNER 2
+
+/**
+ * task_scanner.
+ */
+#define GC_CB_TASK_SCANNER 3
+
+/**
+ * notify_external_alloc.
+ */
+#define GC_CB_NOTIFY_EXTERNAL_ALLOC 4
+
+/**
+ * notify_external_free.
+ */
+#define GC_CB_NOTIFY_EXTERNAL_FREE 5
+
+/**
+ * `gc_collect` kinds (same values as the seed's `jl_gc_collection_t`).
+ */
+#define GC_COLLECT_AUTO 0
+
+/**
+ * Full collection.
+ */
+#define GC_COLLECT_FULL 1
+
+/**
+ * Partial (young-generation) collection.
+ */
+#define GC_COLLECT_PARTIAL 2
+
+typedef struct Option_CMarkFn Option_CMarkFn;
+
+typedef struct Option_CSweepFn Option_CSweepFn;
+
+/**
+ * A heap (`gc_heap_t`).
+ */
+typedef struct gc_heap_t gc_heap_t;
+
+/**
+ * A persistent root (`gc_root_t`).
+ */
+typedef struct gc_root_t gc_root_t;
+
+/**
+ * Heap configuration for `gc_heap_new`.
+ */
+typedef struct gc_config_t {
+  /**
+   * Bytes allocated before the first collection, and the least between two.
+   */
+  size_t min_interval;
+  /**
+   * The next collection comes after `live * growth` bytes.
+   */
+  double growth;
+  /**
+   * Most bytes between two collections.
+   */
+  size_t max_interval;
+  /**
+   * Automatic collections are full when the old generation grew by this factor.
+   */
+  double full_growth;
+  /**
+   * Collect every N allocations per thread (0: off).
+   */
+  uint64_t stress_every;
+  /**
+   * Non-zero: verify the remembered set and every queued reference.
+   */
+  int verify;
+  /**
+   * Free pages kept mapped after a collection.
+   */
+  size_t keep_free_pages;
+} gc_config_t;
+
+/**
+ * A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
+ */
+typedef struct gc_mutator_t {
+  uint8_t _opaque[0];
+} gc_mutator_t;
+
+/**
+ * Mark function (`jl_markfunc_t`).
+ */
+typedef struct Option_CMarkFn gc_markfunc_t;
+
+/**
+ * Sweep function (`jl_sweepfunc_t`).
+ */
+typedef struct Option_CSweepFn gc_sweepfunc_t;
+
+/**
+ * A registered stack (opaque; the seed's `jl_task_t`).
+ */
+typedef struct gc_task_t {
+  uint8_t _opaque[0];
+} gc_task_t;
+
+/**
+ * Collection statistics for `gc_stats`.
+ */
+typedef struct gc_stats_t {
+  /**
+   * Full collections.
+   */
+  uint64_t full_collections;
+  /**
+   * Partial collections.
+   */
+  uint64_t partial_collections;
+  /**
+   * Objects allocated (threads report at collections and when they detach).
+   */
+  uint64_t objects_allocated;
+  /**
+   * Bytes allocated.
+   */
+  uint64_t bytes_allocated;
+  /**
+   * Bytes freed.
+   */
+  uint64_t bytes_freed;
+  /**
+   * Bytes live after the last collection.
+   */
+  uint64_t live_bytes;
+  /**
+   * Sweep functions run.
+   */
+  uint64_t sweep_functions_run;
+  /**
+   * Verify-mode errors found.
+   */
+  uint64_t verify_errors;
+  /**
+   * Total pause, in nanoseconds.
+   */
+  uint64_t total_pause_ns;
+  /**
+   * Longest pause, in nanoseconds.
+   */
+  uint64_t max_pause_ns;
+  /**
+   * Median pause, in nanoseconds.
+   */
+  uint64_t p50_pause_ns;
+  /**
+   * 99th-percentile pause, in nanoseconds.
+   */
+  uint64_t p99_pause_ns;
+} gc_stats_t;
+
+/**
+ * The message of the last failed call on this thread, or NULL if none failed since
+ * the last `gc_clear_error`. Valid until the next failing call on this thread.
+ */
+const char *gc_last_error(void);
+
+/**
+ * Forgets the last error of this thread.
+ */
+void gc_clear_error(void);
+
+/**
+ * Fills `cfg` with the default configuration.
+ *
+ * # Safety
+ * `cfg` is null or points to writable memory for a `gc_config_t`.
+ */
+int gc_config_default(struct gc_config_t *cfg);
+
+/**
+ * Creates a heap; `cfg` may be NULL for the defaults. NULL on error.
+ *
+ * # Safety
+ * `cfg` is null or points to a valid `gc_config_t`.
+ */
+struct gc_heap_t *gc_heap_new(const struct gc_config_t *cfg);
+
+/**
+ * Destroys a heap created by `gc_heap_new`. Refused (-1) while threads are attached.
+ *
+ * # Safety
+ * `heap` is null or was returned by `gc_heap_new` and not deleted.
+ */
+int gc_heap_delete(struct gc_heap_t *heap);
+
+/**
+ * The process's default heap (the one the `jl_*` names use), created on first use.
+ */
+struct gc_heap_t *gc_default_heap(void);
+
+/**
+ * Attaches the calling thread to `heap`; returns its mutator (`ptls`), NULL on error
+ * (already attached, bad heap). The thread detaches at exit or with `gc_thread_detach`.
+ *
+ * # Safety
+ * `heap` is null or a live heap.
+ */
+struct gc_mutator_t *gc_thread_attach(struct gc_heap_t *heap);
+
+/**
+ * Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
+ * reachable objects stay alive. -1 if it was not attached through the C ABI.
+ */
+int gc_thread_detach(void);
+
+/**
+ * The calling thread's mutator, NULL if it is not attached.
+ */
+struct gc_mutator_t *gc_current_mutator(void);
+
+/**
+ * `jl_gc_max_internal_obj_size`.
+ */
+size_t gc_max_internal_obj_size(void);
+
+/**
+ * Creates a foreign type (`jl_new_foreign_type`). NULL on error (NULL name, pointers
+ * without a mark function).
+ *
+ * # Safety
+ * `heap` is null or live; `name` null or NUL-terminated; the functions, if given, have
+ * the documented signatures.
+ */
+void *gc_new_foreign_type(struct gc_heap_t *heap,
+                          const char *name,
+                          gc_markfunc_t markfunc,
+                          gc_sweepfunc_t sweepfunc,
+                          int haspointers,
+                          int large);
+
+/**
+ * Creates a precise type: objects of at least `size` bytes with references at the
+ * `n` byte offsets `offsets`. NULL on error.
+ *
+ * # Safety
+ * `heap` null or live; `name` null or NUL-terminated; `offsets` readable for `n`.
+ */
+void *gc_new_layout_type(struct gc_heap_t *heap,
+                         const char *name,
+                         size_t size,
+                         const uint32_t *offsets,
+                         size_t n);
+
+/**
+ * Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
+ * limit of a small foreign type, not a type, wrong thread, inside a collection).
+ *
+ * # Safety
+ * `m` is null or a mutator pointer; `ty` anything (it is validated).
+ */
+void *gc_alloc(struct gc_mutator_t *m, size_t size, void *ty);
+
+/**
+ * Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
+ * one, 0 if another thread's collection satisfied it, -1 on error.
+ *
+ * # Safety
+ * `m` is null or a mutator pointer.
+ */
+int gc_collect(struct gc_mutator_t *m, int kind);
+
+/**
+ * A safepoint poll.
+ *
+ * # Safety
+ * `m` is null or a mutator pointer.
+ */
+void gc_safepoint(struct gc_mutator_t *m);
+
+/**
+ * Enters a GC-safe region (blocking call, waiting for a lock): collections may run and
+ * this thread must not touch the heap until `gc_safe_leave`. Returns the previous
+ * state, to pass to `gc_safe_leave`; -1 on error.
+ *
+ * Saves the caller's callee-saved registers and stack pointer into the mutator (its
+ * first field), then continues in `gc_safe_enter_impl`. Written without a prologue so
+ * that the registers saved are the caller's, and the stack pointer is the caller's
+ * (which stays live for the whole GC-safe region, unlike this function's frame).
+ */
+int8_t gc_safe_enter(struct gc_mutator_t *m);
+
+/**
+ * Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
+ * waiting for a running collection to finish first.
+ *
+ * # Safety
+ * `m` is null or a mutator pointer.
+ */
+void gc_safe_leave(struct gc_mutator_t *m, int8_t state);
+
+/**
+ * The write barrier: call after storing `child` into `parent` (either may be NULL).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `parent` and `child` null or live objects of its heap.
+ */
+void gc_wb(struct gc_mutator_t *m, void *parent, void *child);
+
+/**
+ * The backward barrier: call after storing possibly young references into `parent`.
+ *
+ * # Safety
+ * As for `gc_wb`.
+ */
+void gc_wb_back(struct gc_mutator_t *m, void *parent);
+
+/**
+ * Schedules the sweep function of `obj` (once; a second call returns -1 and never
+ * causes a second sweep).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_schedule_sweep(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
+ * or on error (outside the mark phase, wrong thread).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_mark_queue_obj(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Queues the `n` references at `objs`, inside `parent`, with one mark-stack entry
+ * (`jl_gc_mark_queue_objarray`).
+ *
+ * # Safety
+ * As for `gc_mark_queue_obj`; `objs` readable for `n` words inside `parent`.
+ */
+void gc_mark_queue_objarray(struct gc_mutator_t *m, void *parent, void **objs, size_t n);
+
+/**
+ * Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). -1 if
+ * the function is NULL, already registered, or (on removal) not registered.
+ *
+ * # Safety
+ * `heap` null or live; `f` null or a function of the kind's signature.
+ */
+int gc_set_callback(struct gc_heap_t *heap, int kind, void *f, int enable);
+
+/**
+ * Number of callbacks of `kind` registered on `heap` (-1 on error).
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+int gc_callback_count(struct gc_heap_t *heap, int kind);
+
+/**
+ * Roots `obj` until `gc_root_delete`. NULL on error.
+ *
+ * # Safety
+ * `heap` null or live; `obj` a live object of it.
+ */
+struct gc_root_t *gc_root_new(struct gc_heap_t *heap, void *obj);
+
+/**
+ * The object a root holds.
+ *
+ * # Safety
+ * `root` null or from `gc_root_new`, not deleted.
+ */
+void *gc_root_get(struct gc_root_t *root);
+
+/**
+ * Unroots and frees a root.
+ *
+ * # Safety
+ * `root` null or from `gc_root_new`, not deleted.
+ */
+void gc_root_delete(struct gc_root_t *root);
+
+/**
+ * Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+struct gc_task_t *gc_register_task(struct gc_heap_t *heap, void *lo, void *hi);
+
+/**
+ * Unregisters a task registered with `gc_register_task`. -1 if unknown.
+ *
+ * # Safety
+ * `heap` null or live; `task` anything (it is looked up).
+ */
+int gc_unregister_task(struct gc_heap_t *heap, struct gc_task_t *task);
+
+/**
+ * Records the lowest stack address in use by a suspended task (0: unknown).
+ *
+ * # Safety
+ * `task` null or a registered task.
+ */
+void gc_task_set_sp(struct gc_task_t *task, void *sp);
+
+/**
+ * The stack bounds of a task.
+ *
+ * # Safety
+ * `task` null or a registered task; `lo` and `hi` null or writable.
+ */
+int gc_task_stack(struct gc_task_t *task, void **lo, void **hi);
+
+/**
+ * The calling thread's own task (its stack), NULL if not attached.
+ */
+struct gc_task_t *gc_current_task(void);
+
+/**
+ * Copies the heap's statistics into `out`.
+ *
+ * # Safety
+ * `heap` null or live; `out` null or writable.
+ */
+int gc_stats(struct gc_heap_t *heap, struct gc_stats_t *out);
+
+/**
+ * Sets the stress mode: collect every `every` allocations per thread (0: off).
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+int gc_set_stress(struct gc_heap_t *heap, uint64_t every);
+
+/**
+ * Turns the verify mode on (non-zero) or off.
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+int gc_set_verify(struct gc_heap_t *heap, int on);
+
+/**
+ * The type of a live object (`jl_typeof`); NULL for NULL.
+ *
+ * # Safety
+ * `obj` null or a live object.
+ */
+void *gc_typeof(void *obj);
+#endif /* GC_CORE_H */

@@ -1,0 +1,176 @@
+/*
+ * julia_gcext_compat.h: the API of "Garbage collector extensions for better foreign
+ * language support" (Julia's julia_gcext.h) under its own names, argument order and
+ * types, implemented by gc-core over a process-wide default heap.
+ *
+ * C written against the seed compiles unchanged. On top of the seed's functions it
+ * declares the few a client needs to run at all (jl_init, jl_gc_collect, the write
+ * barriers, jl_typeof, jl_symbol, safepoints, thread attach/detach, task stacks) and
+ * error reporting: a call that cannot be honoured (NULL argument, unattached thread,
+ * repeated registration, size over the limit, ...) does nothing harmful, returns NULL or
+ * 0 where it returns something, and leaves a message in jl_gc_last_error().
+ *
+ * Link with libgc_core (precise roots only) or with libgc_conservative, which also
+ * provides the conservative-scanning functions at the end of this header.
+ *
+ * This header is checked against the Rust side by gc-core's tests (tests/headers.rs):
+ * a declaration that drifts from the exported function fails to compile there.
+ */
+#ifndef JULIA_GCEXT_COMPAT_H
+#define JULIA_GCEXT_COMPAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Types -------------------------------------------------------------------- */
+
+/* Any object. Object pointers point just past a one-word header (type + GC bits). */
+typedef struct _jl_value_t jl_value_t;
+/* A type; types are objects too (jl_typeof(jl_typeof(x)) is the meta type). */
+typedef struct _jl_datatype_t jl_datatype_t;
+/* An interned name, from jl_symbol. */
+typedef struct _jl_sym_t jl_sym_t;
+/* Accepted and kept for the caller; may be NULL. */
+typedef struct _jl_module_t jl_module_t;
+/* A registered stack (a thread's own, or a coroutine's). */
+typedef struct _jl_task_t jl_task_t;
+/* The calling thread's state, from jl_get_ptls_states(). */
+typedef struct _jl_tls_states_t *jl_ptls_t;
+
+typedef enum {
+    JL_GC_AUTO = 0,        /* the heap's policy decides */
+    JL_GC_FULL = 1,        /* the whole heap */
+    JL_GC_INCREMENTAL = 2  /* the young generation (a partial collection) */
+} jl_gc_collection_t;
+
+/* ---- Callbacks ------------------------------------------------------------------ */
+
+typedef void (*jl_gc_cb_pre_gc_t)(int full);
+typedef void (*jl_gc_cb_post_gc_t)(int full);
+typedef void (*jl_gc_cb_root_scanner_t)(int full);
+typedef void (*jl_gc_cb_task_scanner_t)(jl_task_t *task, int full);
+typedef void (*jl_gc_cb_notify_external_alloc_t)(void *addr, size_t size);
+typedef void (*jl_gc_cb_notify_external_free_t)(void *addr);
+
+/* enable != 0 registers cb (a function is registered at most once: a repeat is refused
+ * with an error); enable == 0 removes it. pre_gc and post_gc run once per collection
+ * with the world stopped; root_scanner at the start of marking; task_scanner once per
+ * registered task; notify_external_alloc/free for external (big) objects, with the
+ * object pointer and its payload size. */
+void jl_gc_set_cb_root_scanner(jl_gc_cb_root_scanner_t cb, int enable);
+void jl_gc_set_cb_task_scanner(jl_gc_cb_task_scanner_t cb, int enable);
+void jl_gc_set_cb_pre_gc(jl_gc_cb_pre_gc_t cb, int enable);
+void jl_gc_set_cb_post_gc(jl_gc_cb_post_gc_t cb, int enable);
+void jl_gc_set_cb_notify_external_alloc(jl_gc_cb_notify_external_alloc_t cb, int enable);
+void jl_gc_set_cb_notify_external_free(jl_gc_cb_notify_external_free_t cb, int enable);
+
+/* ---- Marking -------------------------------------------------------------------- */
+
+/* Queues obj for marking; returns non-zero if obj is young (not yet promoted). A mark
+ * function counts the non-zero results and returns the count, so the collector can put
+ * an old object with young children into its remembered set. NULL is ignored (0).
+ * Outside the mark phase, or with another thread's ptls: 0 and an error. */
+int jl_gc_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj);
+
+/* Queues the nobjs references at objs (an array inside parent, never on a stack or in
+ * static memory) with one mark-stack entry; NULL entries are skipped. Does the young
+ * counting for parent itself. */
+void jl_gc_mark_queue_objarray(jl_ptls_t ptls, jl_value_t *parent,
+                               jl_value_t **objs, size_t nobjs);
+
+/* ---- Foreign types -------------------------------------------------------------- */
+
+typedef uintptr_t (*jl_markfunc_t)(jl_ptls_t ptls, jl_value_t *obj);
+typedef void (*jl_sweepfunc_t)(jl_value_t *obj);
+
+/* A type whose objects are marked by markfunc (required when haspointers != 0; never
+ * called when haspointers == 0) and, if scheduled per object, cleaned up by sweepfunc
+ * (may be NULL). large != 0: objects are external objects of any size; large == 0:
+ * sizes up to jl_gc_max_internal_obj_size(). module and super may be NULL; a non-NULL
+ * super must be a type. NULL on error. */
+jl_datatype_t *jl_new_foreign_type(jl_sym_t *name, jl_module_t *module,
+                                   jl_datatype_t *super, jl_markfunc_t markfunc,
+                                   jl_sweepfunc_t sweepfunc, int haspointers, int large);
+
+/* The largest payload of an internal (pool) object: 2024 bytes. */
+size_t jl_gc_max_internal_obj_size(void);
+
+/* Asks for obj's sweep function to run when a sweep finds obj dead. Once per object: a
+ * second call is refused with an error and never causes a second sweep. */
+void jl_gc_schedule_foreign_sweepfunc(jl_ptls_t ptls, jl_value_t *obj);
+
+/* Allocates a zeroed object of sz payload bytes of type ty. NULL on error (size 0, size
+ * over the limit of a small foreign type, ty not a type, ptls not the calling thread's,
+ * called during a collection). A safepoint: a collection may run inside. */
+void *jl_gc_alloc_typed(jl_ptls_t ptls, size_t sz, void *ty);
+
+/* ---- Running ---------------------------------------------------------------------- */
+
+/* Creates the default heap and attaches the calling thread. */
+void jl_init(void);
+/* Attaches the calling thread to the default heap (returns its ptls; the current one
+ * if already attached). Threads detach at exit or with jl_gc_thread_detach. */
+jl_ptls_t jl_adopt_thread(void);
+/* Detaches the calling thread; its reachable objects stay alive. -1 if not attached. */
+int jl_gc_thread_detach(void);
+/* The calling thread's ptls; NULL (and an error) if it is not attached. */
+jl_ptls_t jl_get_ptls_states(void);
+
+/* Runs a collection on the calling thread. */
+void jl_gc_collect(jl_gc_collection_t kind);
+/* Write barrier: call after storing ptr into parent (either may be NULL). */
+void jl_gc_wb(void *parent, void *ptr);
+/* Backward barrier: call after storing possibly young references into ptr in bulk. */
+void jl_gc_wb_back(void *ptr);
+/* The type of an object (NULL for NULL). */
+jl_value_t *jl_typeof(jl_value_t *v);
+/* Interns a name; NULL for NULL or non-UTF-8 input. */
+jl_sym_t *jl_symbol(const char *str);
+/* The text of a symbol. */
+const char *jl_symbol_name(jl_sym_t *sym);
+/* A safepoint: stops here while another thread collects. */
+void jl_gc_safepoint(void);
+/* A GC-safe region around a blocking call: the thread counts as stopped and must not
+ * touch the heap until jl_gc_safe_leave(ptls, state) with the returned state. */
+int8_t jl_gc_safe_enter(jl_ptls_t ptls);
+void jl_gc_safe_leave(jl_ptls_t ptls, int8_t state);
+
+/* ---- Tasks (stacks) ---------------------------------------------------------------- */
+
+/* Registers a coroutine stack [lo, hi); attached threads' stacks are registered
+ * automatically. task_scanner callbacks run once per registered task. */
+jl_task_t *jl_gc_register_task(void *lo, void *hi);
+/* -1 if the task is unknown or is a thread's own stack. */
+int jl_gc_unregister_task(jl_task_t *task);
+/* The task of the calling thread's own stack; NULL if not attached. */
+jl_task_t *jl_gc_current_task(void);
+/* The task's stack start and size; *tid is set to -1. */
+void *jl_task_stack_buffer(jl_task_t *task, size_t *size, int *tid);
+
+/* ---- Errors ------------------------------------------------------------------------ */
+
+/* The message of the last call that failed on this thread, or NULL. */
+const char *jl_gc_last_error(void);
+/* Forgets it. */
+void jl_gc_clear_error(void);
+
+/* ---- Conservative scanning (provided by libgc_conservative) ------------------------ */
+
+/* Turns on conservative scanning of every attached thread's stack and registers; may be
+ * called before or after jl_init, from any thread, any number of times. */
+void jl_gc_enable_conservative_scanning(void);
+/* The object p points to the beginning, interior or one past the end of, or NULL. */
+jl_value_t *jl_gc_internal_obj_base_ptr(void *p);
+/* Non-zero iff p is an allocated internal object, or memory reserved for allocating
+ * internal objects whose type field then never holds a valid type. */
+int jl_gc_is_internal_obj_alloc(jl_value_t *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JULIA_GCEXT_COMPAT_H */

@@ -1,0 +1,252 @@
+//! The C headers cannot drift from the Rust side.
+//!
+//! - `include/gc_core.h` is generated from `src/capi.rs` by cbindgen; this test
+//!   regenerates it and fails on any difference (`UPDATE_HEADERS=1 cargo test -p gc-core
+//!   --test headers` rewrites it).
+//! - `include/julia_gcext_compat.h` is written by hand with the seed's names. This test
+//!   has cbindgen declare the Rust `jl_*` functions and compiles both declarations in
+//!   one C translation unit: a parameter or return type that differs is a "conflicting
+//!   types" error. It also checks that both sides name the same functions.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Names of the `extern "C"` functions defined in capi.rs.
+fn rust_functions() -> BTreeSet<String> {
+    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let mut names = BTreeSet::new();
+    for line in src.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.split("extern \"C\" fn ").nth(1) {
+            if t.starts_with("pub ") {
+                names.insert(rest.split('(').next().unwrap().to_string());
+            }
+        }
+        if let Some(rest) = t.strip_prefix("set_cb!(") {
+            names.insert(rest.split(',').next().unwrap().to_string());
+        }
+    }
+    names
+}
+
+/// Names of the types defined in capi.rs (structs and aliases).
+fn rust_types() -> Vec<String> {
+    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    src.lines()
+        .filter_map(|l| {
+            l.strip_prefix("pub struct ")
+                .or_else(|| l.strip_prefix("pub type "))
+        })
+        .map(|r| {
+            r.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// Public constants defined outside capi.rs (internal to Rust, not part of the C API).
+fn internal_constants() -> Vec<String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(crate_dir().join("src")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().is_some_and(|n| n == "capi.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for line in text.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("pub const ") {
+                names.push(rest.split(':').next().unwrap().trim().to_string());
+            }
+        }
+    }
+    names
+}
+
+fn generate(mut exclude: Vec<String>) -> String {
+    let mut config = cbindgen::Config {
+        language: cbindgen::Language::C,
+        style: cbindgen::Style::Both,
+        usize_is_size_t: true,
+        ..Default::default()
+    };
+    exclude.extend(internal_constants());
+    config.export.exclude = exclude;
+    let mut out = Vec::new();
+    cbindgen::Builder::new()
+        .with_crate(crate_dir())
+        .with_config(config)
+        .with_parse_expand(&[] as &[&str])
+        .generate()
+        .expect("cbindgen parses the crate")
+        .write(&mut out);
+    String::from_utf8(out).unwrap()
+}
+
+fn native_header() -> String {
+    let jl: Vec<String> = rust_functions()
+        .into_iter()
+        .filter(|n| n.starts_with("jl_"))
+        .collect();
+    let jl_types: Vec<String> = rust_types()
+        .into_iter()
+        .filter(|n| n.starts_with("jl_"))
+        .collect();
+    let mut exclude = jl;
+    exclude.extend(jl_types);
+    exclude.push("jl_sym_t".into());
+    let body = generate(exclude);
+    format!(
+        "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
+        body.trim_end()
+    )
+}
+
+#[test]
+fn gc_core_h_is_generated_from_the_rust_side() {
+    let path = crate_dir().join("include/gc_core.h");
+    let fresh = native_header();
+    if std::env::var_os("UPDATE_HEADERS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "include/gc_core.h is out of date with src/capi.rs; run UPDATE_HEADERS=1 cargo test -p gc-core --test headers"
+    );
+}
+
+/// Function names declared in a header (not typedefs).
+fn header_functions(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut decl = String::new();
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('#') || t.starts_with("/*") || t.starts_with('*') || t.is_empty() {
+            continue;
+        }
+        decl.push_str(t);
+        decl.push(' ');
+        if t.ends_with(';') || t.ends_with('{') || t.ends_with('}') {
+            if !decl.starts_with("typedef") && decl.contains('(') {
+                let before = decl.split('(').next().unwrap();
+                let name = before
+                    .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap();
+                if !name.is_empty() {
+                    names.insert(name.to_string());
+                }
+            }
+            decl.clear();
+        }
+    }
+    names
+}
+
+fn cc() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+#[test]
+fn compat_header_matches_the_rust_jl_functions() {
+    let header = std::fs::read_to_string(crate_dir().join("include/julia_gcext_compat.h")).unwrap();
+    let declared = header_functions(&header);
+    let rust: BTreeSet<String> = rust_functions()
+        .into_iter()
+        .filter(|n| n.starts_with("jl_"))
+        .collect();
+    // The conservative-scanning functions live in gc-conservative.
+    let conservative: BTreeSet<String> = [
+        "jl_gc_enable_conservative_scanning",
+        "jl_gc_internal_obj_base_ptr",
+        "jl_gc_is_internal_obj_alloc",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let missing_in_header: Vec<_> = rust.difference(&declared).collect();
+    assert!(
+        missing_in_header.is_empty(),
+        "exported but not declared in the compat header: {missing_in_header:?}"
+    );
+    let missing_in_rust: Vec<_> = declared
+        .difference(&rust)
+        .filter(|n| !conservative.contains(*n))
+        .collect();
+    assert!(
+        missing_in_rust.is_empty(),
+        "declared in the compat header but not exported: {missing_in_rust:?}"
+    );
+
+    // cbindgen's declarations of the Rust jl_* functions, types excluded so that the
+    // compat header's own typedefs are the ones used.
+    let mut exclude: Vec<String> = rust_functions()
+        .into_iter()
+        .filter(|n| !n.starts_with("jl_"))
+        .collect();
+    exclude.extend(rust_types());
+    exclude.extend(
+        [
+            "jl_sym_t",
+            "GC_CB_PRE_GC",
+            "GC_CB_POST_GC",
+            "GC_CB_ROOT_SCANNER",
+            "GC_CB_TASK_SCANNER",
+        ]
+        .map(String::from),
+    );
+    exclude.extend(
+        [
+            "GC_CB_NOTIFY_EXTERNAL_ALLOC",
+            "GC_CB_NOTIFY_EXTERNAL_FREE",
+            "GC_COLLECT_AUTO",
+            "GC_COLLECT_FULL",
+            "GC_COLLECT_PARTIAL",
+        ]
+        .map(String::from),
+    );
+    let generated = generate(exclude);
+    let dir = std::env::temp_dir().join(format!("gc-core-headers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("from_rust.h"), &generated).unwrap();
+    let tu = dir.join("check.c");
+    std::fs::write(
+        &tu,
+        "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
+    )
+    .unwrap();
+    let out = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg("-I")
+        .arg(&dir)
+        .arg(&tu)
+        .output()
+        .expect("a C compiler (cc) is installed");
+    assert!(
+        out.status.success(),
+        "julia_gcext_compat.h disagrees with the Rust jl_* functions:\n{}\n--- cbindgen's view ---\n{generated}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn header_function_parser_sees_declarations_only() {
+    let text =
+        "typedef void (*cb_t)(int);\nint f(int a,\n      int b);\nvoid *g(void);\n/* h(x) */\n";
+    let names = header_functions(text);
+    assert_eq!(
+        names.into_iter().collect::<Vec<_>>(),
+        vec!["f".to_string(), "g".to_string()]
+    );
+    assert!(Path::new(&crate_dir()).join("src/capi.rs").exists());
+}
