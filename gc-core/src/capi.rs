@@ -1345,6 +1345,7 @@ pub extern "C" fn jl_gc_safepoint() {
 
 /// Registers a task's stack `[lo, hi)` with the default heap.
 #[no_mangle]
+#[allow(clippy::not_unsafe_ptr_arg_deref)] // lo and hi are only stored as addresses.
 pub extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
     // SAFETY: the default heap is live.
     unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
