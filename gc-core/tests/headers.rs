@@ -27,8 +27,16 @@ fn rust_functions() -> BTreeSet<String> {
                 names.insert(rest.split('(').next().unwrap().to_string());
             }
         }
-        if let Some(rest) = t.strip_prefix("set_cb!(") {
-            names.insert(rest.split(',').next().unwrap().to_string());
+    }
+    // Functions defined by the set_cb! macro (cargo fmt may break the call over lines).
+    for call in src.split("set_cb!(").skip(1) {
+        let name: String = call
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        if name.starts_with("jl_") {
+            names.insert(name);
         }
     }
     names
