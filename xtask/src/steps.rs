@@ -102,3 +102,31 @@ fn describe(cmd: &Command) -> String {
     }
     out
 }
+
+/// Whether `program` is on the PATH.
+pub fn have(program: &str) -> bool {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &format!("command -v {program}")]);
+    succeeds(cmd)
+}
+
+/// Installs the Debian package `package` with apt-get when `program` is missing.
+pub fn ensure_apt_tool(program: &str, package: &str) -> Result<()> {
+    if have(program) {
+        return Ok(());
+    }
+    println!("xtask: {program} is missing; installing Debian package {package} (apt-get)");
+    let update = Command::new("apt-get").args(["update", "-qq"]).status();
+    if !matches!(update, Ok(s) if s.success()) {
+        println!("xtask: apt-get update failed; trying the install anyway");
+    }
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends", package])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .with_context(|| format!("running apt-get to install {package}"))?;
+    if !status.success() || !have(program) {
+        bail!("{program} is needed and `apt-get install {package}` failed ({status})");
+    }
+    Ok(())
+}

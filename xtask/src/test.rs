@@ -7,6 +7,8 @@ use std::process::Command;
 /// Runs the checks in CI order, stopping at the first failure.
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
+    crate::steps::ensure_apt_tool("valgrind", "valgrind")?;
+    crate::steps::ensure_apt_tool("cc", "gcc")?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
@@ -39,6 +41,12 @@ fn plan() -> Vec<(&'static str, Command)> {
     let mut test = cargo();
     test.args(["test", "--workspace"]);
     plan.push(("unit, integration and tidy tests (cargo test)", test));
+
+    let mut valgrind = cargo();
+    valgrind
+        .args(["test", "-p", "gc-core", "--test", "c_programs"])
+        .env("GC_CORE_VALGRIND", "1");
+    plan.push(("gc-core C test program under valgrind", valgrind));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
