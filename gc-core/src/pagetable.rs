@@ -28,7 +28,7 @@ static TOP: [AtomicPtr<Leaf>; TOP_ENTRIES] =
 
 /// The metadata of the pool page containing `addr`, if any page was ever registered
 /// there. The page may be free or owned by any heap: callers check
-/// [`PageMeta::info`].
+/// [`PageMeta::owner`] and [`PageMeta::cell_layout`].
 #[inline]
 pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
     if addr >> ADDR_BITS != 0 {
