@@ -78,8 +78,7 @@ pub(crate) fn collect(
     let time_to_safepoint = t0.elapsed();
 
     save_registers(me.regs.get());
-    me.task
-        .set_saved_sp(me.saved_registers()[crate::mutator::SAVED_REGS - 1]);
+    me.task.record_stop(&me.saved_registers());
     me.in_collection.store(true, Ordering::Relaxed);
     let info = run(heap, me, &mutators, req, t0, time_to_safepoint);
     me.in_collection.store(false, Ordering::Relaxed);
@@ -115,7 +114,6 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         }
         gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
-        gc.big_young.append(&mut local.big_young);
         objects += std::mem::take(&mut local.objects);
         bytes += std::mem::take(&mut local.bytes);
     }
@@ -182,16 +180,18 @@ fn run(
         me as *const MutatorShared as *mut c_void,
     );
     if verify {
-        let set: HashSet<usize> = gc
-            .big_young
+        let lists = heap.big.lock();
+        let set: HashSet<usize> = lists
+            .young
             .iter()
-            .chain(gc.big_old.iter())
+            .chain(lists.old.iter())
             .map(|o| o.addr())
             .collect();
+        drop(lists);
         marker.big_set = Some(set);
         if !full {
             let _v = tracing::debug_span!("gc_verify").entered();
-            verify_remembered_set(heap, &gc, &mut marker);
+            verify_remembered_set(heap, &mut marker);
         }
     }
     let marker_ptr: *mut Marker<'_> = &mut marker;
@@ -225,7 +225,7 @@ fn run(
     let parity = gc.parity;
     let mut totals = SweepTotals::default();
     sweep_scheduled(heap.id(), &mut gc, full, parity, &mut totals);
-    sweep_big(heap, &mut gc, full, parity, &mut totals);
+    sweep_big(heap, full, parity, &mut totals);
     let (pages_in_use, mapped) = {
         let mut pages = heap.pages.lock();
         for &page in pages.in_use.iter() {
@@ -366,7 +366,7 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
 }
 
 /// Verify mode: every old object outside the remembered set must have no young child.
-fn verify_remembered_set(heap: &HeapInner, gc: &GcState, marker: &mut Marker<'_>) {
+fn verify_remembered_set(heap: &HeapInner, marker: &mut Marker<'_>) {
     let m: *mut Marker<'_> = marker;
     let pages = heap.pages.lock();
     for &page in &pages.in_use {
@@ -383,7 +383,8 @@ fn verify_remembered_set(heap: &HeapInner, gc: &GcState, marker: &mut Marker<'_>
         }
     }
     drop(pages);
-    for &obj in &gc.big_old {
+    let old: Vec<ObjRef> = heap.big.lock().old.clone();
+    for obj in old {
         // SAFETY: a live big old object; m as above.
         unsafe { Marker::verify_object(m, obj) };
     }
@@ -453,13 +454,9 @@ pub(crate) fn notify_free(list: &[(CallbackId, Arc<Callback>)], obj: ObjRef) {
     }
 }
 
-fn sweep_big(
-    heap: &HeapInner,
-    gc: &mut GcState,
-    full: bool,
-    parity: usize,
-    totals: &mut SweepTotals,
-) {
+fn sweep_big(heap: &HeapInner, full: bool, parity: usize, totals: &mut SweepTotals) {
+    let mut guard = heap.big.lock();
+    let lists = &mut *guard;
     let notify = heap
         .callbacks
         .any(CallbackKind::ExternalFree)
@@ -474,7 +471,7 @@ fn sweep_big(
     };
     if full {
         // Old objects first, so that objects promoted below are not counted twice.
-        let old = std::mem::take(&mut gc.big_old);
+        let old = std::mem::take(&mut lists.old);
         let mut keep = Vec::with_capacity(old.len());
         for obj in old {
             // SAFETY: objects on the big lists are allocated until freed here.
@@ -488,9 +485,9 @@ fn sweep_big(
                 free(obj, size, totals);
             }
         }
-        gc.big_old = keep;
+        lists.old = keep;
     }
-    let young = std::mem::take(&mut gc.big_young);
+    let young = std::mem::take(&mut lists.young);
     let mut keep_young = Vec::with_capacity(young.len());
     for obj in young {
         // SAFETY: objects on the big lists are allocated until freed here.
@@ -504,7 +501,7 @@ fn sweep_big(
             bh.age = false;
             bh.tag.store((h & !MARK) | OLD | parity, Ordering::Relaxed);
             totals.promoted += size;
-            gc.big_old.push(obj);
+            lists.old.push(obj);
         } else {
             bh.age = true;
             bh.tag.store(h & !MARK, Ordering::Relaxed);
@@ -512,7 +509,7 @@ fn sweep_big(
             keep_young.push(obj);
         }
     }
-    gc.big_young = keep_young;
+    lists.young = keep_young;
 }
 
 /// Sweeps one pool page: frees dead cells into the page's free list (in address order),

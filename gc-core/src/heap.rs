@@ -100,9 +100,6 @@ pub(crate) struct GcState {
     pub remset: Vec<ObjRef>,
     /// Objects whose sweep function is scheduled (merged from threads).
     pub sweep_list: Vec<ObjRef>,
-    /// Young big objects (merged from threads) and old big objects.
-    pub big_young: Vec<ObjRef>,
-    pub big_old: Vec<ObjRef>,
     /// Old generation bytes (pool cells and big objects).
     pub old_bytes: usize,
     /// Old generation bytes after the last full collection.
@@ -123,6 +120,9 @@ pub(crate) struct HeapInner {
     pub cv_stopped: Condvar,
     pub cv_resume: Condvar,
     pub gc: Mutex<GcState>,
+    /// External (big) objects, young and old. Locked briefly by allocation and by the
+    /// sweep.
+    pub big: Mutex<BigLists>,
     pub callbacks: Callbacks,
     pub roots: Mutex<Roots>,
     pub types: Mutex<Vec<TypeRef>>,
@@ -137,6 +137,13 @@ pub(crate) struct HeapInner {
     pub detached_objects: AtomicU64,
     pub detached_bytes: AtomicU64,
     datatype: AtomicUsize,
+}
+
+/// The heap's external objects.
+#[derive(Default)]
+pub(crate) struct BigLists {
+    pub young: Vec<ObjRef>,
+    pub old: Vec<ObjRef>,
 }
 
 /// Persistent roots: a slab of object references.
@@ -269,8 +276,6 @@ impl Heap {
                 parity: MARK,
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
-                big_young: Vec::new(),
-                big_old: Vec::new(),
                 old_bytes: 0,
                 old_after_full: 0,
                 stats: StatsAcc::default(),
@@ -282,6 +287,7 @@ impl Heap {
                 },
                 verify_errors: Vec::new(),
             }),
+            big: Mutex::new(BigLists::default()),
             callbacks: Callbacks::new(),
             roots: Mutex::new(Roots::default()),
             types: Mutex::new(Vec::new()),
@@ -529,6 +535,37 @@ impl Heap {
         self.0.config.lock().clone()
     }
 
+    /// Calls `f(object, payload_size)` for every external (big) object of the heap.
+    /// Refused from inside a collection on the collecting thread.
+    pub fn for_each_big_object(&self, mut f: impl FnMut(ObjRef, usize)) -> Result<(), GcError> {
+        let me = crate::mutator::current();
+        // SAFETY: the current thread's mutator is alive while attached.
+        if !me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed) {
+            return Err(GcError::DuringCollection {
+                what: "for_each_big_object",
+            });
+        }
+        let lists = self.0.big.lock();
+        for &obj in lists.young.iter().chain(lists.old.iter()) {
+            // SAFETY: objects on the big lists are allocated.
+            f(obj, unsafe { crate::big::size(obj) });
+        }
+        Ok(())
+    }
+
+    /// Bytes available in the payload of a live object: its cell size minus the header
+    /// for pool objects, the (16-rounded) requested size for big objects.
+    ///
+    /// # Safety
+    /// `obj` is a live object of this heap.
+    pub unsafe fn object_capacity(&self, obj: ObjRef) -> usize {
+        match crate::pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
+            Some((cell, _)) => cell - crate::object::HEADER_SIZE,
+            // SAFETY: a live object outside the pools is a big object.
+            None => unsafe { crate::big::size(obj) },
+        }
+    }
+
     /// Number of attached mutator threads.
     pub fn attached_threads(&self) -> usize {
         self.0.world.lock().mutators.len()
@@ -586,8 +623,8 @@ impl Drop for HeapInner {
         // pending sweep functions of objects that die with the heap? No: the seed's sweep
         // functions run during a sweep only; a dropped heap frees its memory wholesale,
         // after telling external-free listeners about big objects.
-        let gc = self.gc.get_mut();
-        let big: Vec<ObjRef> = gc.big_young.drain(..).chain(gc.big_old.drain(..)).collect();
+        let lists = self.big.get_mut();
+        let big: Vec<ObjRef> = lists.young.drain(..).chain(lists.old.drain(..)).collect();
         let notify = self
             .callbacks
             .any(CallbackKind::ExternalFree)

@@ -81,6 +81,11 @@ impl<'h> Marker<'h> {
         }
     }
 
+    /// The id of the heap being collected ([`crate::Heap::id`]).
+    pub fn heap_id(&self) -> usize {
+        self.heap.id()
+    }
+
     /// Whether this is a full collection (old objects are traced too).
     pub fn is_full(&self) -> bool {
         self.full

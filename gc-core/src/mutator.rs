@@ -48,6 +48,13 @@ pub(crate) fn current() -> *const MutatorShared {
     CURRENT.with(|c| c.get())
 }
 
+/// The task (own stack) of the calling thread, if it is attached to a heap.
+pub fn current_thread_task() -> Option<Arc<Task>> {
+    let m = current();
+    // SAFETY: the current thread's mutator is alive while attached.
+    (!m.is_null()).then(|| unsafe { &*m }.task.clone())
+}
+
 /// Allocation state of one size class on one thread.
 pub(crate) struct Pool {
     pub free: usize,
@@ -60,7 +67,6 @@ pub(crate) struct Pool {
 /// only while the owning thread is stopped.
 pub(crate) struct Local {
     pub pools: [Pool; NUM_CLASSES],
-    pub big_young: Vec<ObjRef>,
     pub remset: Vec<ObjRef>,
     pub sweep_list: Vec<ObjRef>,
     pub objects: u64,
@@ -149,7 +155,7 @@ impl MutatorShared {
     fn record_stop(&self) {
         // SAFETY: the buffer belongs to this thread's mutator; we are that thread.
         let regs = unsafe { &*self.regs.get() };
-        self.task.set_saved_sp(regs[SAVED_REGS - 1]);
+        self.task.record_stop(regs);
     }
 
     /// Parks at a safepoint until the running collection ends. Called with the world
@@ -410,9 +416,9 @@ impl MutatorShared {
             size,
             reason: "the system allocator returned null".into(),
         })?;
+        heap.big.lock().young.push(obj);
         // SAFETY: owning thread.
         let local = unsafe { &mut *self.local.get() };
-        local.big_young.push(obj);
         local.objects += 1;
         local.countdown = local.countdown.saturating_sub(1).max(1);
         // SAFETY: obj was just allocated.
@@ -546,7 +552,6 @@ impl Mutator {
                     bump_end: 0,
                     page: None,
                 }),
-                big_young: Vec::new(),
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
                 objects: 0,
@@ -714,7 +719,6 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
         }
         drop(pages);
         let mut gc = heap.gc.lock();
-        gc.big_young.append(&mut local.big_young);
         gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
         heap.detached_objects

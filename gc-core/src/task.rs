@@ -3,6 +3,7 @@
 //! conservative stack scanning (gc-conservative) reads the bounds and saved stack
 //! pointer recorded here.
 
+use crate::mutator::SAVED_REGS;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -20,6 +21,8 @@ pub struct Task {
     sp: AtomicUsize,
     user_data: AtomicPtr<c_void>,
     is_thread_stack: bool,
+    /// Callee-saved registers the thread saved when it last stopped.
+    regs: [AtomicUsize; SAVED_REGS],
 }
 
 impl Task {
@@ -30,6 +33,7 @@ impl Task {
             sp: AtomicUsize::new(0),
             user_data: AtomicPtr::new(std::ptr::null_mut()),
             is_thread_stack,
+            regs: [const { AtomicUsize::new(0) }; SAVED_REGS],
         }
     }
 
@@ -56,6 +60,22 @@ impl Task {
     /// runtime's coroutine switch calls this; 0 means unknown).
     pub fn set_saved_sp(&self, sp: usize) {
         self.sp.store(sp, Ordering::Release);
+    }
+
+    /// Records where a thread stopped: its saved registers (the last one is the stack
+    /// pointer, which becomes `saved_sp`).
+    pub(crate) fn record_stop(&self, regs: &[usize; SAVED_REGS]) {
+        for (slot, &r) in self.regs.iter().zip(regs.iter()) {
+            slot.store(r, Ordering::Relaxed);
+        }
+        self.sp.store(regs[SAVED_REGS - 1], Ordering::Release);
+    }
+
+    /// The callee-saved registers the task's thread saved when it last stopped (zero for
+    /// a coroutine, whose registers are the runtime's business). Only meaningful while
+    /// the thread is stopped.
+    pub fn saved_registers(&self) -> [usize; SAVED_REGS] {
+        std::array::from_fn(|i| self.regs[i].load(Ordering::Acquire))
     }
 
     /// The runtime's own pointer attached to the task.
