@@ -3,6 +3,103 @@
 //! Implements the "Conservative scanning" part of the seed `julia-gc-extensions.txt` on
 //! top of `gc-core`: mapping an arbitrary machine word to the object it points into (or
 //! to nothing), and scanning thread stacks and memory ranges conservatively so that a C
-//! system with raw pointers in its stack frames can use the collector.
+//! system with raw pointers in its stack frames (GAP) can use the collector.
 //!
-//! The implementation is tracked by issue 4; see the crate README for what exists.
+//! - [`internal_obj_base_ptr`] / [`is_internal_obj_alloc`]: the seed's lookups, O(1)
+//!   through gc-core's page table; free cells are never reported.
+//! - [`base_ptr`]: the same for external (big) objects too, through an address-ordered
+//!   index fed by gc-core's notify_external_alloc/free callbacks.
+//! - [`scan_range`], [`scan_task`]: conservative scanning.
+//! - [`enable_conservative_scanning`]: one call that makes every attached thread's stack
+//!   (and saved registers) a root of every collection.
+//! - [`new_conservative_type`]: a foreign type whose objects' bodies are scanned
+//!   conservatively, for objects without a mark function of their own.
+//!
+//! The C ABI (`include/gc_conservative.h`, and the seed's `jl_gc_enable_conservative_scanning`,
+//! `jl_gc_internal_obj_base_ptr`, `jl_gc_is_internal_obj_alloc` declared in gc-core's
+//! `julia_gcext_compat.h`) is in [`capi`]; this crate's `libgc_conservative.so`/`.a` also
+//! carries gc-core's whole C ABI, so a C client links one library and has one heap.
+
+pub mod capi;
+mod index;
+mod lookup;
+mod scan;
+mod valgrind;
+
+pub use lookup::{base_ptr, internal_obj_base_ptr, is_internal_obj_alloc};
+pub use scan::{scan_range, scan_range_counting, scan_task};
+
+use gc_core::{
+    Callback, ForeignTypeSpec, GcError, Heap, MarkProc, Marker, ObjRef, SweepProc, TypeRef,
+};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// Heaps (by serial number) whose stacks are scanned conservatively.
+static ENABLED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Turns on conservative scanning for `heap`: from the next collection on, every
+/// registered task's stack (attached threads' own stacks included, with the registers
+/// they saved when they stopped) is scanned conservatively, and [`base_ptr`] answers for
+/// the heap's external objects, including those allocated before this call.
+///
+/// Thread-safe and idempotent; callable before or after threads attach and allocate.
+pub fn enable_conservative_scanning(heap: &Heap) -> Result<(), GcError> {
+    let mut enabled = ENABLED.lock();
+    if enabled.contains(&heap.serial()) {
+        return Ok(());
+    }
+    let id = heap.id();
+    heap.add_callback(Callback::ExternalAlloc(Arc::new(move |obj, size| {
+        index::insert(obj.addr(), size, id)
+    })))?;
+    heap.add_callback(Callback::ExternalFree(Arc::new(|obj| {
+        index::remove(obj.addr())
+    })))?;
+    // Objects allocated before the callbacks existed (inserting twice is harmless).
+    heap.for_each_big_object(|obj, size| index::insert(obj.addr(), size, id))?;
+    heap.add_callback(Callback::TaskScanner(Arc::new(|m, task, _| {
+        scan_task(m, task);
+    })))?;
+    enabled.push(heap.serial());
+    tracing::debug!(
+        heap = format_args!("{id:#x}"),
+        "conservative scanning enabled"
+    );
+    Ok(())
+}
+
+/// Whether [`enable_conservative_scanning`] was called for `heap`.
+pub fn is_enabled(heap: &Heap) -> bool {
+    ENABLED.lock().contains(&heap.serial())
+}
+
+/// Number of external objects of `heap` in the index (for tests and diagnostics).
+pub fn indexed_big_objects(heap: &Heap) -> usize {
+    index::count(heap.id())
+}
+
+fn mark_body(m: &mut Marker<'_>, obj: ObjRef) -> usize {
+    // SAFETY: the collector calls mark functions for live objects of the heap it collects.
+    let cap = unsafe { m.object_capacity(obj) };
+    // SAFETY: the payload of a live object is mapped and readable.
+    unsafe { scan_range_counting(m, obj.addr(), obj.addr() + cap) }.1
+}
+
+/// A foreign type whose objects have no mark function of their own: every word of their
+/// payload is scanned conservatively (and the young count reported as the seed asks).
+/// `sweep` and `large` are as for [`Heap::new_foreign_type`].
+pub fn new_conservative_type(
+    heap: &Heap,
+    name: &str,
+    sweep: SweepProc,
+    large: bool,
+) -> Result<TypeRef, GcError> {
+    heap.new_foreign_type(ForeignTypeSpec {
+        name,
+        mark: MarkProc::Rust(mark_body),
+        sweep,
+        has_pointers: true,
+        large,
+    })
+}

@@ -12,7 +12,7 @@ use crate::callbacks::{Callback, CallbackKind};
 use crate::heap::{Heap, HeapConfig, Root};
 use crate::mark::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
-use crate::object::{ObjRef, TAG_BITS};
+use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
 use crate::task::Task;
 use crate::types::{CMarkFn, CSweepFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
 use crate::{CollectionKind, GcError};
@@ -26,6 +26,26 @@ use std::sync::OnceLock;
 /// A heap (`gc_heap_t`).
 pub struct gc_heap_t {
     heap: Heap,
+}
+
+impl gc_heap_t {
+    /// The Rust heap behind a C heap pointer; sets the last error for NULL.
+    ///
+    /// # Safety
+    /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
+    pub unsafe fn from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+        heap_ref(p, what)
+    }
+}
+
+/// Runs `f` with the marker of the collection the calling thread is running, if `m` is
+/// its own mutator and it is marking; otherwise sets the last error and returns `None`.
+pub fn with_active_marker<R>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+    f: impl FnOnce(&mut Marker<'_>) -> R,
+) -> Option<R> {
+    active_marker(m, what).map(f)
 }
 
 /// A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
@@ -135,7 +155,9 @@ fn cur() -> *mut gc_mutator_t {
     mutator::current() as *mut gc_mutator_t
 }
 
-fn set_error(msg: impl std::fmt::Display) {
+/// Records `msg` as this thread's last C-API error (shared by every crate whose C ABI
+/// is linked into the same library, so `gc_last_error` sees them all).
+pub fn set_error(msg: impl std::fmt::Display) {
     let text = CString::new(msg.to_string().replace('\0', "?")).expect("NULs replaced");
     LAST_ERROR.with(|e| *e.borrow_mut() = Some(text));
 }
@@ -296,8 +318,28 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
     cur()
 }
 
-/// Checks that `m` is the calling thread's own, running mutator.
+/// Checks that `m` is the calling thread's own, attached mutator: without a
+/// thread-local lookup (costly in a shared library) when it is.
+#[inline(always)]
 fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
+    let ms = m as *const MutatorShared;
+    if !ms.is_null() {
+        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
+        // handed out; mutator memory is recycled, never freed, so it stays readable.
+        let ok = unsafe {
+            (*ms).magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
+                && (*ms).thread.load(Ordering::Relaxed) == mutator::thread_id()
+        };
+        if ok {
+            // SAFETY: the calling thread's attached mutator.
+            return Some(unsafe { &*ms });
+        }
+    }
+    mutator_ref_slow(m, what)
+}
+
+#[cold]
+fn mutator_ref_slow<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let current = mutator::current();
     if m.is_null() || current.is_null() {
         set_error(format!("{what}: {}", GcError::NotAttached));
@@ -468,9 +510,21 @@ pub unsafe extern "C" fn gc_alloc(
     let Some(ms) = mutator_ref(m, "gc_alloc") else {
         return std::ptr::null_mut();
     };
-    let t = match type_ref(ms, ty) {
-        Ok(t) => t,
-        Err(e) => return fail(e, std::ptr::null_mut()),
+    // SAFETY: ms is the calling thread's mutator: its local state is ours.
+    let local = unsafe { &mut *ms.local.get() };
+    let addr = ty as usize;
+    let t = if addr != 0 && local.type_cache.contains(&addr) {
+        // SAFETY: validated earlier; types live as long as their heap.
+        TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() })
+    } else {
+        match type_ref(ms, ty) {
+            Ok(t) => {
+                local.type_cache.rotate_right(1);
+                local.type_cache[0] = addr;
+                t
+            }
+            Err(e) => return fail(e, std::ptr::null_mut()),
+        }
     };
     // SAFETY: ms is the calling thread's mutator.
     match unsafe { ms.alloc(size, t) } {
@@ -598,9 +652,16 @@ pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child:
     ) else {
         return;
     };
+    // SAFETY: live objects per the caller.
+    let h = unsafe { p.header_bits() };
+    // The common case (nothing to remember) needs no thread lookup at all.
+    // SAFETY: as above.
+    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+        return;
+    }
     if let Some(ms) = mutator_ref(m, "gc_wb") {
-        // SAFETY: calling thread's mutator; live objects per the caller.
-        unsafe { ms.wb(p, c) };
+        // SAFETY: calling thread's mutator; live object.
+        unsafe { ms.remember(p, h) };
     }
 }
 
@@ -613,9 +674,14 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
     let Some(p) = ObjRef::from_ptr(parent.cast()) else {
         return;
     };
+    // SAFETY: live object per the caller.
+    let h = unsafe { p.header_bits() };
+    if h & (OLD | REMEMBERED) != OLD {
+        return;
+    }
     if let Some(ms) = mutator_ref(m, "gc_wb_back") {
         // SAFETY: as above.
-        unsafe { ms.wb_back(p) };
+        unsafe { ms.remember(p, h) };
     }
 }
 
@@ -1312,6 +1378,19 @@ pub extern "C" fn jl_gc_collect(kind: jl_gc_collection_t) {
 /// As for `gc_wb`, on the calling thread.
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
+    let (Some(p), Some(c)) = (
+        ObjRef::from_ptr(parent.cast()),
+        ObjRef::from_ptr(ptr.cast()),
+    ) else {
+        return;
+    };
+    // SAFETY: live objects per the caller.
+    let h = unsafe { p.header_bits() };
+    // The thread's mutator is looked up only when something must be remembered.
+    // SAFETY: as above.
+    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+        return;
+    }
     // SAFETY: forwarded.
     unsafe { gc_wb(cur(), parent, ptr) }
 }
@@ -1322,6 +1401,13 @@ pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
 /// As for `gc_wb_back`, on the calling thread.
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_wb_back(ptr: *mut c_void) {
+    let Some(p) = ObjRef::from_ptr(ptr.cast()) else {
+        return;
+    };
+    // SAFETY: live object per the caller.
+    if unsafe { p.header_bits() } & (OLD | REMEMBERED) != OLD {
+        return;
+    }
     // SAFETY: forwarded.
     unsafe { gc_wb_back(cur(), ptr) }
 }

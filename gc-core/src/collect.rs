@@ -35,6 +35,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Free pages unused for this many collections are returned to the OS (madvise): a page
+/// freed by one collection is usually needed again before the next.
+const IDLE_COLLECTIONS: u32 = 4;
+
 /// Runs a collection from mutator `me` (which must be running managed code).
 pub(crate) fn collect(
     me: &MutatorShared,
@@ -238,8 +242,7 @@ fn run(
         }
         // SAFETY: every page's nfree/free_head were just refreshed or left untouched.
         let freed_pages = unsafe { pages.rebuild_lists() };
-        let returned = pages.trim(config.keep_free_pages);
-        tracing::trace!(freed_pages, returned, free = pages.free_pages(), "pages");
+        tracing::trace!(freed_pages, free = pages.free_pages(), "pages");
         (pages.pages_in_use(), pages.mapped_bytes())
     };
     gc.remset = next_remset;
@@ -256,6 +259,12 @@ fn run(
     let interval =
         ((live as f64 * config.growth) as usize).clamp(config.min_interval, config.max_interval);
     heap.trigger.store(interval, Ordering::Relaxed);
+    // Keep as many free pages as the next interval will use; return the rest to the OS.
+    let returned = heap
+        .pages
+        .lock()
+        .trim(config.keep_free_pages, IDLE_COLLECTIONS);
+    tracing::trace!(returned, "pages returned to the OS");
     invoke_simple(heap, CallbackKind::PostGc, full);
 
     let pause = t0.elapsed();
@@ -521,8 +530,13 @@ unsafe fn sweep_page(page: &'static PageMeta, full: bool, parity: usize, totals:
     let (cell, class) = page.cell_layout().expect("in-use page");
     let n = cells_per_page(class);
     let first = page.base() + FIRST_CELL;
-    let mut head = FREE_END;
-    let mut last: *const AtomicUsize = std::ptr::null();
+    // Free cells found, by index (a page has at most 1023 cells).
+    let mut free_bits = [0u64; 16];
+    // The new age bits: set for young survivors that stay young. Promoted and dead
+    // objects have none, so the old bitmap is replaced wholesale.
+    let mut new_ages = [0u64; 16];
+    // SAFETY: collector with the world stopped (caller).
+    let ages = unsafe { page.ages() };
     let mut nfree = 0u32;
     let mut has_young = false;
     for i in 0..n {
@@ -530,54 +544,63 @@ unsafe fn sweep_page(page: &'static PageMeta, full: bool, parity: usize, totals:
         // SAFETY: a cell header inside the page (always mapped).
         let hdr = unsafe { &*(hp as *const AtomicUsize) };
         let h = hdr.load(Ordering::Relaxed);
-        let obj = hp + HEADER_SIZE;
         let free = if !header_is_allocated(h) {
             true
         } else if h & OLD != 0 {
             if full && h & MARK != parity {
                 totals.freed += cell;
-                page.clear_sweep(obj);
                 true
             } else {
                 totals.old_kept += cell;
                 false
             }
         } else if h & MARK != 0 {
-            // SAFETY: collector with the world stopped.
-            if unsafe { page.age(obj) } {
-                // SAFETY: as above.
-                unsafe { page.set_age(obj, false) };
+            let g = (hp + HEADER_SIZE - page.base()) >> 4;
+            if ages[g >> 6] & (1 << (g & 63)) != 0 {
                 hdr.store((h & !MARK) | OLD | parity, Ordering::Relaxed);
                 totals.promoted += cell;
             } else {
-                // SAFETY: as above.
-                unsafe { page.set_age(obj, true) };
+                new_ages[g >> 6] |= 1 << (g & 63);
                 hdr.store(h & !MARK, Ordering::Relaxed);
                 totals.young_kept += cell;
                 has_young = true;
             }
             false
         } else {
-            // SAFETY: as above.
-            unsafe { page.set_age(obj, false) };
-            page.clear_sweep(obj);
             totals.freed += cell;
             true
         };
         if free {
             nfree += 1;
-            if last.is_null() {
-                head = hp;
-            } else {
-                // SAFETY: `last` is the header of the previous free cell of this page.
-                unsafe { (*last).store(hp, Ordering::Relaxed) };
-            }
-            last = hdr;
+            free_bits[i >> 6] |= 1 << (i & 63);
         }
     }
-    if !last.is_null() {
-        // SAFETY: as above.
-        unsafe { (*last).store(FREE_END, Ordering::Relaxed) };
+    *ages = new_ages;
+    // Scheduled sweep bits of dead objects were cleared by `sweep_scheduled`.
+    let mut head = FREE_END;
+    if (nfree as usize) < n {
+        // Thread the free cells in address order (a page left empty is released as a
+        // whole by `rebuild_lists`, so its cells need no links).
+        let mut last: *const AtomicUsize = std::ptr::null();
+        for (w, &bits) in free_bits.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let hp = first + i * cell;
+                if last.is_null() {
+                    head = hp;
+                } else {
+                    // SAFETY: `last` is the header of the previous free cell of this page.
+                    unsafe { (*last).store(hp, Ordering::Relaxed) };
+                }
+                last = hp as *const AtomicUsize;
+            }
+        }
+        if !last.is_null() {
+            // SAFETY: as above.
+            unsafe { (*last).store(FREE_END, Ordering::Relaxed) };
+        }
     }
     // SAFETY: caller's contract.
     let st = unsafe { page.state() };

@@ -137,6 +137,8 @@ pub(crate) struct HeapInner {
     pub detached_objects: AtomicU64,
     pub detached_bytes: AtomicU64,
     datatype: AtomicUsize,
+    /// Unique for the process's lifetime (ids are addresses and can be reused).
+    serial: u64,
 }
 
 /// The heap's external objects.
@@ -300,6 +302,10 @@ impl Heap {
             detached_objects: AtomicU64::new(0),
             detached_bytes: AtomicU64::new(0),
             datatype: AtomicUsize::new(0),
+            serial: {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            },
         });
         *inner.pages.lock() = PageAlloc::new(inner.id());
         // The meta type: a type object whose type is itself.
@@ -329,6 +335,11 @@ impl Heap {
     /// The heap's identity (also the owner id reported by page queries).
     pub fn id(&self) -> usize {
         self.0.id()
+    }
+
+    /// A number no other heap of this process has or will have.
+    pub fn serial(&self) -> u64 {
+        self.0.serial
     }
 
     /// The meta type: the type of every type object.

@@ -86,6 +86,19 @@ impl<'h> Marker<'h> {
         self.heap.id()
     }
 
+    /// Bytes available in the payload of a live object of the heap being collected
+    /// (see [`crate::Heap::object_capacity`]).
+    ///
+    /// # Safety
+    /// `obj` is a live object of this heap.
+    pub unsafe fn object_capacity(&self, obj: ObjRef) -> usize {
+        match pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
+            Some((cell, _)) => cell - HEADER_SIZE,
+            // SAFETY: a live object outside the pools is a big object.
+            None => unsafe { crate::big::size(obj) },
+        }
+    }
+
     /// Whether this is a full collection (old objects are traced too).
     pub fn is_full(&self) -> bool {
         self.full

@@ -28,8 +28,23 @@ use parking_lot::MutexGuard;
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// `MutatorShared::magic` of an attached mutator.
+pub(crate) const MUTATOR_MAGIC: u64 = 0x4D55_5441_544F_5221;
+/// `MutatorShared::magic` of a detached one.
+pub(crate) const MUTATOR_DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+/// Detached mutators, kept for reuse so that their memory stays a mutator.
+static SPARE: parking_lot::Mutex<Vec<Arc<MutatorShared>>> = parking_lot::Mutex::new(Vec::new());
+
+/// The calling thread's id, as stored in `MutatorShared::thread`.
+#[inline]
+pub(crate) fn thread_id() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
 
 /// Running managed code (may touch the heap).
 pub(crate) const RUNNING: u8 = 0;
@@ -73,6 +88,8 @@ pub(crate) struct Local {
     pub bytes: u64,
     /// Allocations left before the stress mode collects (`u64::MAX` when off).
     pub countdown: u64,
+    /// Types recently validated by the C ABI (types live as long as the heap).
+    pub type_cache: [usize; 4],
 }
 
 /// Registers saved when the thread stops (rbx, rbp, r12-r15, rsp on x86_64), so that a
@@ -85,6 +102,12 @@ pub struct MutatorShared {
     /// Saved registers; first field so that assembly can find it at offset 0.
     pub(crate) regs: UnsafeCell<[usize; SAVED_REGS]>,
     heap: *const HeapInner,
+    /// `MUTATOR_MAGIC` while attached, `MUTATOR_DEAD` after: lets the C ABI check a
+    /// `ptls` without a thread-local lookup (memory of detached mutators is recycled for
+    /// later ones, never freed, so a stale `ptls` still reads as a mutator).
+    pub(crate) magic: AtomicU64,
+    /// `pthread_self()` of the owning thread.
+    pub(crate) thread: AtomicUsize,
     pub(crate) state: AtomicU8,
     pub(crate) local: UnsafeCell<Local>,
     pub(crate) task: Arc<Task>,
@@ -105,7 +128,7 @@ unsafe impl Send for MutatorShared {}
 /// Inlined into the caller, so the values are those of the frame that stays live while
 /// the thread is stopped.
 #[inline(always)]
-pub(crate) fn save_registers(buf: *mut [usize; SAVED_REGS]) {
+pub fn save_registers(buf: *mut [usize; SAVED_REGS]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: only stores to the 56-byte buffer the caller owns; no other effect.
     unsafe {
@@ -468,7 +491,7 @@ impl MutatorShared {
 
     #[cold]
     #[inline(never)]
-    unsafe fn remember(&self, parent: ObjRef, h: usize) {
+    pub(crate) unsafe fn remember(&self, parent: ObjRef, h: usize) {
         // SAFETY: live object (caller); only the REMEMBERED bit changes.
         unsafe { parent.header() }.store(h | REMEMBERED, Ordering::Relaxed);
         // SAFETY: owning thread.
@@ -541,9 +564,11 @@ impl Mutator {
         let (lo, hi) = current_thread_stack().ok_or(GcError::BadStackBounds { lo: 0, hi: 0 })?;
         let task = Arc::new(Task::new(lo, hi, true));
         let stress = heap.0.stress_every.load(Ordering::Relaxed);
-        let shared = Arc::new(MutatorShared {
+        let fresh = MutatorShared {
             regs: UnsafeCell::new([0; SAVED_REGS]),
             heap: Arc::as_ptr(&heap.0),
+            magic: AtomicU64::new(MUTATOR_MAGIC),
+            thread: AtomicUsize::new(thread_id()),
             state: AtomicU8::new(RUNNING),
             local: UnsafeCell::new(Local {
                 pools: std::array::from_fn(|_| Pool {
@@ -557,11 +582,24 @@ impl Mutator {
                 objects: 0,
                 bytes: 0,
                 countdown: if stress == 0 { u64::MAX } else { stress + 1 },
+                type_cache: [0; 4],
             }),
             task: task.clone(),
             marker: AtomicPtr::new(std::ptr::null_mut()),
             in_collection: AtomicBool::new(false),
-        });
+        };
+        let shared = {
+            let mut spare = SPARE.lock();
+            let reusable = spare.iter().position(|s| Arc::strong_count(s) == 1);
+            match reusable {
+                Some(i) => {
+                    let mut s = spare.swap_remove(i);
+                    *Arc::get_mut(&mut s).expect("only the spare list holds it") = fresh;
+                    s
+                }
+                None => Arc::new(fresh),
+            }
+        };
         {
             let mut w = heap.0.quiescent_world();
             heap.0.tasks.lock().push(task);
@@ -731,6 +769,8 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
     w.mutators.retain(|m| !Arc::ptr_eq(m, shared));
     heap.tasks.lock().retain(|t| !Arc::ptr_eq(t, &shared.task));
     shared.state.store(DETACHED, Ordering::SeqCst);
+    shared.magic.store(MUTATOR_DEAD, Ordering::SeqCst);
+    SPARE.lock().push(shared.clone());
     drop(w);
     CURRENT.with(|c| {
         if c.get() == Arc::as_ptr(shared) {

@@ -62,6 +62,8 @@ pub(crate) struct PageState {
     pub zeroed: bool,
     /// Free cells, as counted by the last sweep (or all of them for a new page).
     pub nfree: u32,
+    /// The collection count when the page became free (for returning idle pages).
+    pub idle_since: u32,
     /// Head of the page's free list (a cell header address) or `FREE_END`.
     pub free_head: usize,
 }
@@ -78,6 +80,7 @@ impl PageMeta {
                 listed: false,
                 zeroed: true,
                 nfree: 0,
+                idle_since: 0,
                 free_head: FREE_END,
             }),
             ages: UnsafeCell::new([0; GRANULE_WORDS]),
@@ -157,6 +160,16 @@ impl PageMeta {
         (g >> 6, 1u64 << (g & 63))
     }
 
+    /// The whole age bitmap, by granule.
+    ///
+    /// # Safety
+    /// Only the collector calls this, with the world stopped.
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn ages(&self) -> &mut [u64; GRANULE_WORDS] {
+        // SAFETY: exclusive access per the caller's contract.
+        unsafe { &mut *self.ages.get() }
+    }
+
     /// Age bit of the object at `obj`.
     ///
     /// # Safety
@@ -165,21 +178,6 @@ impl PageMeta {
         let (w, bit) = self.granule(obj);
         // SAFETY: the caller is the collector with the world stopped (exclusive access).
         unsafe { (*self.ages.get())[w] & bit != 0 }
-    }
-
-    /// Sets or clears the age bit of the object at `obj`.
-    ///
-    /// # Safety
-    /// Only the collector calls this, with the world stopped.
-    pub(crate) unsafe fn set_age(&self, obj: usize, aged: bool) {
-        let (w, bit) = self.granule(obj);
-        // SAFETY: as for `age`.
-        let word = unsafe { &mut (*self.ages.get())[w] };
-        if aged {
-            *word |= bit;
-        } else {
-            *word &= !bit;
-        }
     }
 
     /// Marks the object at `obj` as having its sweep function scheduled; false if it
@@ -346,6 +344,8 @@ pub(crate) struct PageAlloc {
     partial: Vec<Vec<&'static PageMeta>>,
     /// Every page that holds cells of some class.
     pub(crate) in_use: Vec<&'static PageMeta>,
+    /// Number of sweeps so far (`rebuild_lists` calls).
+    epoch: u32,
 }
 
 impl PageAlloc {
@@ -356,6 +356,7 @@ impl PageAlloc {
             free: Vec::new(),
             partial: (0..NUM_CLASSES).map(|_| Vec::new()).collect(),
             in_use: Vec::new(),
+            epoch: 0,
         }
     }
 
@@ -412,29 +413,18 @@ impl PageAlloc {
         let n = cells_per_page(class);
         let first = page.base + FIRST_CELL;
         let bytes = n * cell;
-        if st.zeroed {
-            st.zeroed = false;
-            return Ok(Grant {
-                page,
-                free: FREE_END,
-                bump: first,
-                bump_end: first + n * cell,
-                bytes,
-            });
+        if !st.zeroed {
+            // A recycled page holds stale cells: zero it once, then bump-allocate from it
+            // (which needs neither a free list nor zeroing per object).
+            // SAFETY: the page is ours and free: nothing else reads or writes it.
+            unsafe { std::ptr::write_bytes(page.base as *mut u8, 0, PAGE_SIZE) };
         }
-        // A recycled page holds stale headers: thread every cell onto a free list.
-        let mut link = FREE_END;
-        for i in (0..n).rev() {
-            let h = first + i * cell;
-            // SAFETY: the page is ours and free; `h` is a cell header inside it.
-            unsafe { (*(h as *const AtomicUsize)).store(link, Ordering::Relaxed) };
-            link = h;
-        }
+        st.zeroed = false;
         Ok(Grant {
             page,
-            free: link,
-            bump: 0,
-            bump_end: 0,
+            free: FREE_END,
+            bump: first,
+            bump_end: first + n * cell,
             bytes,
         })
     }
@@ -479,10 +469,12 @@ impl PageAlloc {
     /// The world is stopped, no page is held by a mutator, and every page's `nfree` and
     /// `free_head` are up to date.
     pub(crate) unsafe fn rebuild_lists(&mut self) -> usize {
+        self.epoch = self.epoch.wrapping_add(1);
         for l in &mut self.partial {
             l.clear();
         }
         let mut freed = 0;
+        let epoch = self.epoch;
         let mut in_use = std::mem::take(&mut self.in_use);
         in_use.retain(|&page| {
             let (_, class) = page.cell_layout().expect("page in use has a layout");
@@ -492,6 +484,8 @@ impl PageAlloc {
             if st.nfree as usize == cells_per_page(class) {
                 // SAFETY: no live cell remains and nobody holds the page.
                 unsafe { page.release() };
+                // SAFETY: as above.
+                unsafe { page.state() }.idle_since = epoch;
                 self.free.push(page);
                 freed += 1;
                 false
@@ -507,20 +501,27 @@ impl PageAlloc {
         freed
     }
 
-    /// Returns the memory of free pages beyond `keep` to the OS.
-    pub(crate) fn trim(&mut self, keep: usize) -> usize {
-        let mut released = 0;
+    /// Returns to the OS the memory of free pages that have been idle for at least
+    /// `idle` sweeps, keeping `keep` of them mapped. Returns the number returned.
+    pub(crate) fn trim(&mut self, keep: usize, idle: u32) -> usize {
+        let epoch = self.epoch;
         let mut candidates: Vec<&'static PageMeta> = Vec::new();
+        let mut dirty = 0usize;
         for &page in &self.free {
             // SAFETY: free pages are only touched under the page lock, which we hold.
-            if !unsafe { page.state() }.zeroed {
-                candidates.push(page);
+            let st = unsafe { page.state() };
+            if !st.zeroed {
+                dirty += 1;
+                if epoch.wrapping_sub(st.idle_since) >= idle {
+                    candidates.push(page);
+                }
             }
         }
-        let excess = candidates.len().saturating_sub(keep);
+        let n = candidates.len().min(dirty.saturating_sub(keep));
         candidates.sort_by_key(|p| p.base);
-        for page in candidates.into_iter().take(excess) {
-            // SAFETY: a free page of ours: nothing lives in it.
+        for &page in candidates.iter().take(n) {
+            // SAFETY: a free page of ours: nothing lives in it; after MADV_DONTNEED it
+            // reads as zero, which `zeroed` records.
             unsafe {
                 libc::madvise(
                     page.base as *mut libc::c_void,
@@ -529,9 +530,8 @@ impl PageAlloc {
                 );
                 page.state().zeroed = true;
             }
-            released += 1;
         }
-        released
+        n
     }
 
     /// Number of free (unassigned) pages.

@@ -1,0 +1,220 @@
+/*
+ * GCBench, the classic Ellis/Kovac/Boehm shape: a stretch tree, a long-lived tree and a
+ * big array of doubles, then many short-lived trees built top-down and bottom-up.
+ *
+ * Built two ways from this one file:
+ *   - against our C ABI (julia_gcext_compat.h, libgc_conservative), with NO precise
+ *     roots at all: only conservative stack scanning keeps the trees alive;
+ *   - with -DUSE_BOEHM against Boehm GC (GC_MALLOC), which scans conservatively too.
+ *
+ * Usage: gcbench [STRETCH_DEPTH LONG_LIVED_DEPTH MAX_DEPTH [STRESS_EVERY]]
+ * (defaults 18 16 16: the classic sizes). Prints one line of key=value figures and
+ * checks every tree it builds; exit status 1 on a wrong result.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#ifdef USE_BOEHM
+#include <gc.h>
+#define NAME "boehm"
+#else
+#include "gc_core.h"
+#include "julia_gcext_compat.h"
+#define NAME "ours"
+#endif
+
+typedef struct Node {
+    struct Node *left;
+    struct Node *right;
+    long i, j;
+} Node;
+
+static int kStretchTreeDepth = 18;
+static int kLongLivedTreeDepth = 16;
+static int kArraySize = 500000;
+static int kMinTreeDepth = 4;
+static int kMaxTreeDepth = 16;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+#ifdef USE_BOEHM
+static double gc_start_ms, max_pause_ms, total_pause_ms;
+static long collections;
+static void on_event(GC_EventType e)
+{
+    if (e == GC_EVENT_START) gc_start_ms = now_ms();
+    else if (e == GC_EVENT_END) {
+        double d = now_ms() - gc_start_ms;
+        total_pause_ms += d;
+        if (d > max_pause_ms) max_pause_ms = d;
+        collections++;
+    }
+}
+static Node *NewNode(Node *l, Node *r)
+{
+    Node *n = GC_MALLOC(sizeof(Node));
+    n->left = l;
+    n->right = r;
+    return n;
+}
+#define WB(parent, child) ((void)0)
+static double *NewArray(size_t n) { return GC_MALLOC_ATOMIC(n * sizeof(double)); }
+#else
+static jl_ptls_t ptls;
+static jl_datatype_t *node_type, *array_type;
+static Node *NewNode(Node *l, Node *r)
+{
+    Node *n = jl_gc_alloc_typed(ptls, sizeof(Node), node_type);
+    if (!n) {
+        fprintf(stderr, "allocation failed: %s\n", jl_gc_last_error());
+        exit(2);
+    }
+    /* A new object is young: storing into it needs no write barrier. */
+    n->left = l;
+    n->right = r;
+    return n;
+}
+#define WB(parent, child) jl_gc_wb((parent), (child))
+static double *NewArray(size_t n) { return jl_gc_alloc_typed(ptls, n * sizeof(double), array_type); }
+#endif
+
+static int TreeSize(int i) { return (1 << (i + 1)) - 1; }
+static int NumIters(int i) { return 2 * TreeSize(kStretchTreeDepth) / TreeSize(i); }
+
+/* Build tree top down, assigning to older objects. */
+static void Populate(int depth, Node *node)
+{
+    if (depth <= 0) return;
+    depth--;
+    node->left = NewNode(NULL, NULL);
+    WB(node, node->left);
+    node->right = NewNode(NULL, NULL);
+    WB(node, node->right);
+    Populate(depth, node->left);
+    Populate(depth, node->right);
+}
+
+/* Build tree bottom-up. */
+static Node *MakeTree(int depth)
+{
+    if (depth <= 0) return NewNode(NULL, NULL);
+    Node *left = MakeTree(depth - 1);
+    Node *right = MakeTree(depth - 1);
+    return NewNode(left, right);
+}
+
+static long CountNodes(const Node *n)
+{
+    long c = 0;
+    while (n) { /* recurse left, iterate right */
+        c += 1 + CountNodes(n->left);
+        n = n->right;
+    }
+    return c;
+}
+
+static int failures;
+static void Check(const Node *tree, int depth, const char *what)
+{
+    long c = CountNodes(tree);
+    if (c != TreeSize(depth)) {
+        fprintf(stderr, "FAIL: %s of depth %d has %ld nodes, expected %d\n", what, depth, c, TreeSize(depth));
+        failures++;
+    }
+}
+
+static void TimeConstruction(int depth)
+{
+    int iNumIters = NumIters(depth);
+    Node *tempTree = NULL;
+    for (int i = 0; i < iNumIters; ++i) {
+        tempTree = NewNode(NULL, NULL);
+        Populate(depth, tempTree);
+        if (i == iNumIters - 1) Check(tempTree, depth, "top-down tree");
+        tempTree = NULL;
+    }
+    for (int i = 0; i < iNumIters; ++i) {
+        tempTree = MakeTree(depth);
+        if (i == iNumIters - 1) Check(tempTree, depth, "bottom-up tree");
+        tempTree = NULL;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    long stress = 0;
+    if (argc >= 4) {
+        kStretchTreeDepth = atoi(argv[1]);
+        kLongLivedTreeDepth = atoi(argv[2]);
+        kMaxTreeDepth = atoi(argv[3]);
+        kArraySize = 500000 >> (16 - (kLongLivedTreeDepth < 16 ? kLongLivedTreeDepth : 16));
+    }
+    if (argc >= 5) stress = atol(argv[4]);
+
+#ifdef USE_BOEHM
+    GC_INIT();
+    GC_start_performance_measurement();
+    GC_set_on_collection_event(on_event);
+#else
+    jl_gc_enable_conservative_scanning(); /* the only roots: thread stacks */
+    jl_init();
+    ptls = jl_get_ptls_states();
+    uint32_t offsets[2] = {0, 8};
+    node_type = gc_new_layout_type(gc_default_heap(), "Node", sizeof(Node), offsets, 2);
+    array_type = jl_new_foreign_type(jl_symbol("DoubleArray"), NULL, NULL, NULL, NULL, 0, 1);
+    if (!node_type || !array_type) {
+        fprintf(stderr, "type creation failed: %s\n", jl_gc_last_error());
+        return 2;
+    }
+    if (stress > 0) gc_set_stress(gc_default_heap(), (uint64_t)stress);
+#endif
+
+    double t0 = now_ms();
+    /* Stretch the memory space quickly. */
+    Node *tempTree = MakeTree(kStretchTreeDepth);
+    Check(tempTree, kStretchTreeDepth, "stretch tree");
+    tempTree = NULL;
+
+    /* A long-lived tree and array that stay live throughout. */
+    Node *longLivedTree = NewNode(NULL, NULL);
+    Populate(kLongLivedTreeDepth, longLivedTree);
+    double *array = NewArray(kArraySize);
+    for (int i = 0; i < kArraySize / 2; ++i) array[i] = 1.0 / i;
+
+    for (int d = kMinTreeDepth; d <= kMaxTreeDepth; d += 2) TimeConstruction(d);
+
+    Check(longLivedTree, kLongLivedTreeDepth, "long-lived tree");
+    if (array[1000 % (kArraySize / 2)] != 1.0 / (1000 % (kArraySize / 2))) {
+        fprintf(stderr, "FAIL: long-lived array corrupted\n");
+        failures++;
+    }
+    double total = now_ms() - t0;
+
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+#ifdef USE_BOEHM
+    printf("gcbench impl=%s total_ms=%.2f gc_ms=%.2f max_pause_ms=%.3f collections=%ld peak_rss_mb=%.1f heap_mb=%.1f",
+           NAME, total, total_pause_ms, max_pause_ms, collections, ru.ru_maxrss / 1024.0,
+           GC_get_heap_size() / 1048576.0);
+#else
+    gc_stats_t s;
+    gc_stats(gc_default_heap(), &s);
+    printf("gcbench impl=%s total_ms=%.2f gc_ms=%.2f max_pause_ms=%.3f collections=%llu peak_rss_mb=%.1f "
+           "full=%llu partial=%llu p50_pause_ms=%.3f",
+           NAME, total, s.total_pause_ns / 1e6, s.max_pause_ns / 1e6,
+           (unsigned long long)(s.full_collections + s.partial_collections), ru.ru_maxrss / 1024.0,
+           (unsigned long long)s.full_collections, (unsigned long long)s.partial_collections, s.p50_pause_ns / 1e6);
+#endif
+    printf(" result=%s\n", failures ? "WRONG" : "ok");
+    return failures ? 1 : 0;
+}
