@@ -1,0 +1,1 @@
+//! The C ABI (placeholder while being written).
