@@ -57,8 +57,6 @@ pub(crate) struct ThreadState {
     pub(crate) id: u64,
     pub(crate) name: String,
     pub(crate) flags: AtomicU32,
-    /// Set (Release) by the releaser that handed this thread the GIL.
-    pub(crate) granted: AtomicBool,
     pub(crate) status: AtomicU8,
     pub(crate) parker: Parker,
     pub(crate) actions: Mutex<Vec<Arc<ActionInner>>>,
@@ -221,7 +219,6 @@ impl Shared {
             id,
             name,
             flags: AtomicU32::new(0),
-            granted: AtomicBool::new(false),
             status: AtomicU8::new(S_RUNNING),
             parker: Parker::new(),
             actions: Mutex::new(Vec::new()),
@@ -427,7 +424,6 @@ impl Shared {
                 self.lock
                     .store(((next.id as usize) << 1) | more, Ordering::Release);
                 st.switch_number += 1;
-                next.granted.store(true, Ordering::Release);
                 drop(st);
                 next.parker.unpark();
                 self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
@@ -451,7 +447,8 @@ impl Shared {
         let mut spins: u32 = 0;
         let mut timer = interval.map(|i| start + i);
         loop {
-            if ts.granted.swap(false, Ordering::Acquire) {
+            // The releaser wrote this thread's id into the lock word (Release).
+            if self.lock.load(Ordering::Acquire) >> 1 == ts.id as usize {
                 return Ok(());
             }
             let f = ts.flags.load(Ordering::Acquire);
@@ -486,7 +483,7 @@ impl Shared {
     /// time, ask it to drop at its next poll (CPython's rule).
     fn request_drop(&self, ts: &ThreadState, seen: &mut u64) {
         let st = self.state.lock();
-        if ts.granted.load(Ordering::Acquire) {
+        if self.holds(ts) {
             return;
         }
         if st.switch_number != *seen {
@@ -505,7 +502,7 @@ impl Shared {
     /// the GIL meanwhile, passes it on.
     fn abandon_wait(&self, ts: &Arc<ThreadState>, f: u32) -> GilError {
         let mut st = self.state.lock();
-        if ts.granted.swap(false, Ordering::Acquire) {
+        if self.holds(ts) {
             self.pass_on(st, ts, "waiter left");
         } else {
             st.remove_waiter(ts.id);
@@ -559,7 +556,6 @@ impl Shared {
         self.lock
             .store(((next.id as usize) << 1) | WAITERS, Ordering::Release);
         ts.status.store(S_WAITING, Ordering::SeqCst);
-        next.granted.store(true, Ordering::Release);
         drop(st);
         next.parker.unpark();
         self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
