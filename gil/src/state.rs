@@ -296,6 +296,7 @@ impl Shared {
             return Err(self.refusal(ts, f));
         }
         if v == 0
+            && f == 0
             && self
                 .lock
                 .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
@@ -304,6 +305,11 @@ impl Shared {
             return Ok(true);
         }
         self.acquire_slow(ts, WaitKind::Normal, false)?;
+        // Taking the GIL is a safepoint: a thread that was outside the GIL (not in a
+        // declared region) runs the actions submitted meanwhile now.
+        if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
+            self.run_actions(ts, true);
+        }
         Ok(true)
     }
 

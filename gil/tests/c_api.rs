@@ -17,9 +17,10 @@ fn lib_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
-fn build() -> PathBuf {
+/// Builds the program as `name` (each test its own file: tests run in parallel).
+fn build(name: &str) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gil_prog");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let lib = lib_dir();
     let status = Command::new("cc")
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-pthread"])
@@ -52,7 +53,7 @@ fn run(cmd: &mut Command) -> String {
 
 #[test]
 fn c_program_runs_against_the_header() {
-    let prog = build();
+    let prog = build("gil_prog");
     let out = run(&mut Command::new(&prog));
     assert!(out.contains("c-abi: all checks passed"), "{out}");
 }
@@ -69,7 +70,7 @@ fn c_program_is_clean_under_valgrind() {
         eprintln!("valgrind not installed: skipped (cargo xtask test requires it)");
         return;
     }
-    let prog = build();
+    let prog = build("gil_prog_valgrind");
     let out = run(Command::new("valgrind").args([
         "--quiet",
         "--error-exitcode=99",

@@ -118,6 +118,11 @@ static void *poller(void *arg) {
     return NULL;
 }
 
+/* free_data runs when the last reference goes, which may be the target thread's. */
+static void wait_freed(int n) {
+    for (int i = 0; i < 5000 && atomic_load(&freed) < n; i++) usleep(1000);
+}
+
 static uint64_t wait_for_id(void) {
     uint64_t id;
     while ((id = atomic_load(&waiter_id)) == 0) usleep(100);
@@ -175,6 +180,7 @@ int main(void) {
     CHECK(rep.targets == 1 && rep.ran == 1 && rep.pending == 0);
     CHECK(atomic_load(&one_runs) == 1 && atomic_load(&action_held) == 0);
     gil_action_delete(action);
+    wait_freed(1);
     CHECK(atomic_load(&freed) == 1);
 
     /* A stop request wakes it out of the queue with GIL_ERR_STOPPED. */
@@ -190,6 +196,7 @@ int main(void) {
     CHECK(rep.targets == 1 && rep.ran == 1 && atomic_load(&all_runs) == 1);
     CHECK(atomic_load(&action_held) == 1);
     gil_action_delete(action);
+    wait_freed(2);
     CHECK(atomic_load(&freed) == 2);
     CHECK(gil_release(g, acquired) == GIL_OK);
 
