@@ -453,13 +453,15 @@ impl Shared {
         let mut spins: u32 = 0;
         let mut timer = interval.map(|i| start + i);
         loop {
-            // The releaser wrote this thread's id into the lock word (Release).
-            if self.lock.load(Ordering::Acquire) >> 1 == ts.id as usize {
-                return Ok(());
-            }
+            // A stopped or invalidated thread leaves even if it was just handed the GIL
+            // (abandon_wait passes it on).
             let f = ts.flags.load(Ordering::Acquire);
             if f & (F_STOP | F_INVALID) != 0 {
                 return Err(self.abandon_wait(ts, f));
+            }
+            // The releaser wrote this thread's id into the lock word (Release).
+            if self.lock.load(Ordering::Acquire) >> 1 == ts.id as usize {
+                return Ok(());
             }
             if f & F_ACTION != 0 {
                 self.run_actions(ts, false);
