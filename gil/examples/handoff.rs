@@ -79,10 +79,16 @@ pub fn run_demo() -> String {
     writeln!(out, "phase 2: a safepoint action on every attached thread").unwrap();
     let action = gil
         .submit(ActionTarget::AllThreads, |ctx| {
-            tracing::info!(thread = ctx.thread_name, holds_gil = ctx.holds_gil, "action ran");
+            tracing::info!(
+                thread = ctx.thread_name,
+                holds_gil = ctx.holds_gil,
+                "action ran"
+            );
         })
         .expect("submit");
-    let report = action.wait(Duration::from_secs(30)).expect("action completes");
+    let report = action
+        .wait(Duration::from_secs(30))
+        .expect("action completes");
     writeln!(
         out,
         "  ran on {} of {} threads (main, cpu-0, cpu-1), none pending: {}",
@@ -92,8 +98,14 @@ pub fn run_demo() -> String {
     )
     .unwrap();
 
-    writeln!(out, "phase 3: shutdown while the CPU-bound threads hold or wait").unwrap();
-    let shutdown = gil.shutdown(Duration::from_secs(5)).expect("first shutdown");
+    writeln!(
+        out,
+        "phase 3: shutdown while the CPU-bound threads hold or wait"
+    )
+    .unwrap();
+    let shutdown = gil
+        .shutdown(Duration::from_secs(5))
+        .expect("first shutdown");
     let mut lines: Vec<String> = shutdown
         .threads
         .iter()

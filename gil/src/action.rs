@@ -122,21 +122,22 @@ impl ActionInner {
             thread_name: &ts.name,
             holds_gil,
         };
-        let outcome =
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (self.f)(&ctx))) {
-                Ok(()) => ActionOutcome::Ran {
-                    held_gil: holds_gil,
-                },
-                Err(payload) => {
-                    let message = payload
-                        .downcast_ref::<&str>()
-                        .map(|s| s.to_string())
-                        .or_else(|| payload.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "(non-string panic payload)".into());
-                    tracing::error!(gil = %self.gil, action = self.id, thread = %ts.label(), %message, "safepoint action panicked");
-                    ActionOutcome::Panicked { message }
-                }
-            };
+        let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            (self.f)(&ctx)
+        })) {
+            Ok(()) => ActionOutcome::Ran {
+                held_gil: holds_gil,
+            },
+            Err(payload) => {
+                let message = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "(non-string panic payload)".into());
+                tracing::error!(gil = %self.gil, action = self.id, thread = %ts.label(), %message, "safepoint action panicked");
+                ActionOutcome::Panicked { message }
+            }
+        };
         tracing::trace!(gil = %self.gil, action = self.id, thread = ts.id, holds_gil,
             latency_us = self.submitted.elapsed().as_secs_f64() * 1e6, "safepoint action ran");
         self.finish(ts.thread_id(), outcome);

@@ -158,7 +158,9 @@ fn guarded(name: &str, f: impl FnOnce() -> i32) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(code) => code,
         Err(_) => {
-            set_error(&format!("{name}: internal panic (caught at the C boundary)"));
+            set_error(&format!(
+                "{name}: internal panic (caught at the C boundary)"
+            ));
             GIL_ERR_PANIC
         }
     }

@@ -303,7 +303,11 @@ impl Gil {
     }
 
     /// Submits a safepoint action: `f` runs once on each target thread at its next
-    /// safepoint (see the [`action`](crate::action) module for where that is). Returns a
+    /// safepoint. A thread holding the GIL runs it at its next `poll()`; a thread
+    /// waiting for the GIL is woken and runs it without the GIL; a thread in a blocking
+    /// region runs it when the region polls, when its interrupter makes it return, or at
+    /// the latest when it leaves the region; an attached thread outside the GIL runs it
+    /// when it next takes the GIL. A thread that detaches first skips it. Returns a
     /// handle to wait for it.
     pub fn submit<F>(&self, target: ActionTarget, f: F) -> Result<Action, GilError>
     where

@@ -199,7 +199,6 @@ fn loom_release_hands_off_to_queued_waiter() {
     });
 }
 
-
 /// An action for a thread inside a blocking region runs on that thread, without the
 /// GIL, at the latest when the region ends; the thread then re-takes the GIL.
 #[test]

@@ -110,11 +110,13 @@ impl Gil {
             }
             st.threads.clone()
         };
-        let others: Vec<&Arc<ThreadState>> = targets
-            .iter()
-            .filter(|t| Some(t.id) != caller_id)
-            .collect();
-        tracing::info!(threads = others.len(), ?timeout, "shutting down: waking every thread");
+        let others: Vec<&Arc<ThreadState>> =
+            targets.iter().filter(|t| Some(t.id) != caller_id).collect();
+        tracing::info!(
+            threads = others.len(),
+            ?timeout,
+            "shutting down: waking every thread"
+        );
         for t in &others {
             self.shared.wake(t);
         }
@@ -158,7 +160,12 @@ impl Gil {
             threads,
             elapsed: start.elapsed(),
         };
-        tracing::info!(clean = report.is_clean(), retries, elapsed_us = report.elapsed.as_micros() as u64, "shutdown finished");
+        tracing::info!(
+            clean = report.is_clean(),
+            retries,
+            elapsed_us = report.elapsed.as_micros() as u64,
+            "shutdown finished"
+        );
         Ok(report)
     }
 

@@ -114,7 +114,9 @@ impl State {
     }
 
     fn pop_next(&mut self) -> Option<Arc<ThreadState>> {
-        self.priority.pop_front().or_else(|| self.normal.pop_front())
+        self.priority
+            .pop_front()
+            .or_else(|| self.normal.pop_front())
     }
 
     fn has_waiters(&self) -> bool {
@@ -390,7 +392,8 @@ impl Shared {
         let result = self.wait_for_grant(ts, seen);
         ts.status.store(S_RUNNING, Ordering::SeqCst);
         if result.is_ok() && priority {
-            ts.prio_hold_start_ns.store(self.now_ns(), Ordering::Relaxed);
+            ts.prio_hold_start_ns
+                .store(self.now_ns(), Ordering::Relaxed);
             self.stats.priority_grants.fetch_add(1, Ordering::Relaxed);
         }
         if !already_blocked {

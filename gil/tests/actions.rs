@@ -54,7 +54,10 @@ fn action_reaches_the_holder_at_its_poll() {
         })
         .unwrap();
     let report = action.wait(BOUND).unwrap();
-    assert_eq!(report.outcomes, vec![(id, ActionOutcome::Ran { held_gil: true })]);
+    assert_eq!(
+        report.outcomes,
+        vec![(id, ActionOutcome::Ran { held_gil: true })]
+    );
     stop.store(true, Ordering::Relaxed);
     holder.join_timeout(BOUND).unwrap();
 }
@@ -75,7 +78,10 @@ fn action_reaches_a_waiter_without_the_gil() {
     let action = gil.submit(ActionTarget::Thread(id), |_| ()).unwrap();
     // main holds the GIL and never polls: the waiter must run it on its own.
     let report = action.wait(BOUND).unwrap();
-    assert_eq!(report.outcomes, vec![(id, ActionOutcome::Ran { held_gil: false })]);
+    assert_eq!(
+        report.outcomes,
+        vec![(id, ActionOutcome::Ran { held_gil: false })]
+    );
     assert!(main.holds_gil());
     assert_eq!(gil.waiters(), 1, "the waiter went back to waiting");
     main.release(true).unwrap();
@@ -122,7 +128,10 @@ fn action_interrupts_a_blocking_region() {
     });
     let action = gil.submit(ActionTarget::Thread(id), |_| ()).unwrap();
     let report = action.wait(BOUND).unwrap();
-    assert_eq!(report.outcomes, vec![(id, ActionOutcome::Ran { held_gil: false })]);
+    assert_eq!(
+        report.outcomes,
+        vec![(id, ActionOutcome::Ran { held_gil: false })]
+    );
     t.join_timeout(BOUND).unwrap();
     assert!(ran_inside.load(Ordering::SeqCst));
 }
@@ -196,7 +205,10 @@ fn all_threads_action_reaches_every_kind_of_thread() {
         .filter(|(_, o)| *o == ActionOutcome::Ran { held_gil: true })
         .map(|(t, _)| *t)
         .collect();
-    assert!(held.contains(&hid), "the holder ran it with the GIL: {report:?}");
+    assert!(
+        held.contains(&hid),
+        "the holder ran it with the GIL: {report:?}"
+    );
     stop.store(true, Ordering::Relaxed);
     for j in [holder, waiter, region, idle] {
         j.join_timeout(BOUND).unwrap();
@@ -210,12 +222,16 @@ fn panics_detached_targets_and_timeouts_are_reported() {
     let main = gil.attach("main").unwrap();
     // A panicking action: caught, reported, and the thread goes on.
     let action = gil
-        .submit(ActionTarget::Thread(main.id()), |_| panic!("boom in action"))
+        .submit(ActionTarget::Thread(main.id()), |_| {
+            panic!("boom in action")
+        })
         .unwrap();
     main.poll().unwrap();
     let report = action.wait(BOUND).unwrap();
     assert_eq!(report.panicked(), 1);
-    assert!(matches!(&report.outcomes[0].1, ActionOutcome::Panicked { message } if message.contains("boom")));
+    assert!(
+        matches!(&report.outcomes[0].1, ActionOutcome::Panicked { message } if message.contains("boom"))
+    );
 
     // A target that detaches before its next safepoint: skipped, not waited for forever.
     let (tx, rx) = std::sync::mpsc::channel::<()>();
@@ -228,7 +244,10 @@ fn panics_detached_targets_and_timeouts_are_reported() {
     let action = gil.submit(ActionTarget::Thread(id), |_| ()).unwrap();
     // Not run yet: the thread is idle. A short wait times out naming it.
     let err = action.wait(Duration::from_millis(20)).unwrap_err();
-    assert!(matches!(err, GilError::ActionTimeout { pending: 1, .. }), "{err}");
+    assert!(
+        matches!(err, GilError::ActionTimeout { pending: 1, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("leaver"), "{err}");
     tx.send(()).unwrap();
     t.join_timeout(BOUND).unwrap();

@@ -66,11 +66,17 @@ fn misuse_is_an_error_naming_the_thread() {
 
     let err = h.release(true).unwrap_err();
     assert!(matches!(err, GilError::NotHolder { .. }), "{err}");
-    assert!(err.to_string().contains("worker-a") && err.to_string().contains("nobody"), "{err}");
+    assert!(
+        err.to_string().contains("worker-a") && err.to_string().contains("nobody"),
+        "{err}"
+    );
     assert!(h.yield_now().is_err(), "yield requires holding the GIL");
 
     let err = gil.request_stop(ThreadId::from_u64(4242)).unwrap_err();
-    assert!(matches!(err, GilError::UnknownThread { id: 4242, .. }), "{err}");
+    assert!(
+        matches!(err, GilError::UnknownThread { id: 4242, .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -106,7 +112,10 @@ fn invalid_config_is_refused() {
         ),
     ] {
         let err = Gil::with_config(cfg).unwrap_err();
-        assert!(err.to_string().contains(needle), "{err} should mention {needle}");
+        assert!(
+            err.to_string().contains(needle),
+            "{err} should mention {needle}"
+        );
     }
 }
 
@@ -121,7 +130,10 @@ fn ensure_from_a_foreign_thread_attaches_and_detaches() {
         assert!(outer.handle().holds_gil());
         {
             let inner = g2.ensure().unwrap();
-            assert!(!inner.state().attached && !inner.state().acquired, "nested ensure is a no-op");
+            assert!(
+                !inner.state().attached && !inner.state().acquired,
+                "nested ensure is a no-op"
+            );
         }
         assert!(outer.handle().holds_gil(), "inner release kept the GIL");
         assert_eq!(g2.threads().len(), 1);
@@ -170,14 +182,26 @@ fn hooks_bracket_waiting_and_blocking_regions() {
     main.release(true).unwrap();
 
     let events = rec.events.lock().unwrap().clone();
-    let of = |id: ThreadId| events.iter().filter(|e| e.0 == id).map(|e| (e.1, e.2)).collect::<Vec<_>>();
+    let of = |id: ThreadId| {
+        events
+            .iter()
+            .filter(|e| e.0 == id)
+            .map(|e| (e.1, e.2))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(
         of(wid),
-        vec![(BlockReason::WaitingForGil, true), (BlockReason::WaitingForGil, false)]
+        vec![
+            (BlockReason::WaitingForGil, true),
+            (BlockReason::WaitingForGil, false)
+        ]
     );
     assert_eq!(
         of(main.id()),
-        vec![(BlockReason::BlockingRegion, true), (BlockReason::BlockingRegion, false)]
+        vec![
+            (BlockReason::BlockingRegion, true),
+            (BlockReason::BlockingRegion, false)
+        ]
     );
     gil.set_hooks(None);
 }
@@ -212,7 +236,10 @@ fn switch_requests_only_while_someone_waits() {
     }
     waiter.join_timeout(BOUND).unwrap();
     let stats = gil.stats();
-    assert!(stats.switch_requests >= 1 && stats.handoffs >= 1, "{stats:?}");
+    assert!(
+        stats.switch_requests >= 1 && stats.handoffs >= 1,
+        "{stats:?}"
+    );
     main.release(true).unwrap();
 }
 
@@ -267,7 +294,8 @@ fn io_return_median(priority_share: f64) -> (Duration, gil::GilStats) {
     let mut samples = Vec::new();
     for _ in 0..8 {
         let t = Instant::now();
-        io.allow_threads(|| std::thread::sleep(Duration::from_micros(200))).unwrap();
+        io.allow_threads(|| std::thread::sleep(Duration::from_micros(200)))
+            .unwrap();
         samples.push(t.elapsed());
     }
     io.release(true).unwrap();
@@ -284,7 +312,10 @@ fn convoy_fix_returns_the_gil_long_before_the_interval() {
     let (without, stats_off) = io_return_median(0.0);
     assert_eq!(stats_off.priority_grants, 0);
     // Without the fix the thread waits for a 40 ms interval to elapse each time.
-    assert!(without >= Duration::from_millis(30), "without the fix: {without:?}");
+    assert!(
+        without >= Duration::from_millis(30),
+        "without the fix: {without:?}"
+    );
     assert!(
         with_fix * 4 < without,
         "with the fix {with_fix:?} vs without {without:?}"
@@ -340,7 +371,11 @@ fn priority_budget_keeps_the_cpu_bound_share_fair() {
     cpu.join_timeout(BOUND).unwrap();
     abuser.join_timeout(BOUND).unwrap();
     let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
-    assert!(share > 0.2, "the CPU-bound thread got only {:.0}% of the GIL", share * 100.0);
+    assert!(
+        share > 0.2,
+        "the CPU-bound thread got only {:.0}% of the GIL",
+        share * 100.0
+    );
 }
 
 #[test]
@@ -397,7 +432,12 @@ fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
         })
         .unwrap();
     wait_until("the region", || entered.load(Ordering::SeqCst));
-    let id = gil.threads().iter().find(|t| t.name == "stopped").unwrap().id;
+    let id = gil
+        .threads()
+        .iter()
+        .find(|t| t.name == "stopped")
+        .unwrap()
+        .id;
     gil.request_stop(id).unwrap();
     t.join_timeout(BOUND).unwrap();
     let h = gil.attach("main").unwrap();

@@ -8,7 +8,10 @@ use std::process::Command;
 fn lib_dir() -> PathBuf {
     // target/<profile>/deps/c_api-HASH -> target/<profile>
     let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
     assert!(
         dir.join("libgil.so").exists(),
         "libgil.so not found in {} (the gil crate builds it as a cdylib)",
@@ -23,7 +26,9 @@ fn build(name: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let lib = lib_dir();
     let status = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-pthread"])
+        .args([
+            "-std=c11", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-pthread",
+        ])
         .arg("-I")
         .arg(manifest.join("include"))
         .arg(manifest.join("tests/c/gil_prog.c"))
@@ -71,13 +76,14 @@ fn c_program_is_clean_under_valgrind() {
         return;
     }
     let prog = build("gil_prog_valgrind");
-    let out = run(Command::new("valgrind").args([
-        "--quiet",
-        "--error-exitcode=99",
-        "--leak-check=full",
-        "--errors-for-leak-kinds=definite",
-        "--fair-sched=yes",
-    ])
-    .arg(&prog));
+    let out = run(Command::new("valgrind")
+        .args([
+            "--quiet",
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite",
+            "--fair-sched=yes",
+        ])
+        .arg(&prog));
     assert!(out.contains("c-abi: all checks passed"), "{out}");
 }

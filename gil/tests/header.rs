@@ -177,7 +177,10 @@ fn rust_structs(src: &str) -> BTreeMap<String, Vec<(String, String)>> {
             .filter(|l| l.starts_with("pub "))
             .map(|l| {
                 let (n, t) = l["pub ".len()..].split_once(':').unwrap();
-                (n.trim().to_string(), rust_to_c(t.trim().trim_end_matches(',')))
+                (
+                    n.trim().to_string(),
+                    rust_to_c(t.trim().trim_end_matches(',')),
+                )
             })
             .collect();
         out.insert(name, fields);
@@ -210,7 +213,17 @@ fn c_code(h: &str) -> String {
     out
 }
 
-fn c_items(h: &str) -> (BTreeMap<String, Sig>, BTreeMap<String, Sig>, BTreeMap<String, Vec<(String, String)>>, BTreeMap<String, i64>) {
+/// Struct name -> (field name, C type) list.
+type Structs = BTreeMap<String, Vec<(String, String)>>;
+/// Everything the header declares: functions, fn-pointer typedefs, structs, constants.
+type Items = (
+    BTreeMap<String, Sig>,
+    BTreeMap<String, Sig>,
+    Structs,
+    BTreeMap<String, i64>,
+);
+
+fn c_items(h: &str) -> Items {
     let code = c_code(h);
     let mut consts = BTreeMap::new();
     let mut rest_lines = Vec::new();
@@ -241,7 +254,9 @@ fn c_items(h: &str) -> (BTreeMap<String, Sig>, BTreeMap<String, Sig>, BTreeMap<S
             joined.replace_range(i..=semi, " ");
             continue;
         }
-        let name = joined[i + "typedef struct ".len()..brace].trim().to_string();
+        let name = joined[i + "typedef struct ".len()..brace]
+            .trim()
+            .to_string();
         let close = brace + joined[brace..].find('}').unwrap();
         let fields = joined[brace + 1..close]
             .split(';')
@@ -288,7 +303,10 @@ fn header_matches_rust_side() {
     let (c_fns, c_types, c_structs, c_consts) = c_items(&header);
 
     let r_fns = rust_functions(&rust);
-    assert!(r_fns.len() >= 20, "expected the C ABI functions, found {r_fns:?}");
+    assert!(
+        r_fns.len() >= 20,
+        "expected the C ABI functions, found {r_fns:?}"
+    );
     assert_eq!(
         r_fns.keys().collect::<Vec<_>>(),
         c_fns.keys().collect::<Vec<_>>(),
@@ -297,7 +315,11 @@ fn header_matches_rust_side() {
     for (name, sig) in &r_fns {
         assert_eq!(Some(sig), c_fns.get(name), "signature of {name} differs");
     }
-    assert_eq!(rust_fn_types(&rust), c_types, "function-pointer typedefs differ");
+    assert_eq!(
+        rust_fn_types(&rust),
+        c_types,
+        "function-pointer typedefs differ"
+    );
     assert_eq!(rust_structs(&rust), c_structs, "struct definitions differ");
     assert_eq!(rust_consts(&rust), c_consts, "constants differ");
 }
@@ -311,8 +333,12 @@ fn checker_catches_drift() {
         "int32_t gil_release(gil_t *gil, int32_t acquired);",
         "int32_t gil_release(gil_t *gil, int64_t acquired);",
     ));
-    assert_ne!(rust_functions(&rust).get("gil_release"), c_fns.get("gil_release"));
-    let (_, _, _, c_consts2) = c_items(&header.replace("#define GIL_ERR_TIMEOUT -8", "#define GIL_ERR_TIMEOUT -80"));
+    assert_ne!(
+        rust_functions(&rust).get("gil_release"),
+        c_fns.get("gil_release")
+    );
+    let (_, _, _, c_consts2) =
+        c_items(&header.replace("#define GIL_ERR_TIMEOUT -8", "#define GIL_ERR_TIMEOUT -80"));
     assert_ne!(rust_consts(&rust), c_consts2);
     assert_eq!(rust_consts(&rust), c_consts);
     let (_, _, c_structs2, _) = c_items(&header.replace("uint32_t stuck;", "uint64_t stuck;"));

@@ -80,16 +80,34 @@ fn shutdown_with_holding_waiting_and_blocked_threads() {
     wait_until("everyone in place", || {
         let t = gil.threads();
         t.len() == 6
-            && t.iter().filter(|t| t.status == ThreadStatus::WaitingForGil).count() == 2
-            && t.iter().filter(|t| t.status == ThreadStatus::Blocking).count() == 2
+            && t.iter()
+                .filter(|t| t.status == ThreadStatus::WaitingForGil)
+                .count()
+                == 2
+            && t.iter()
+                .filter(|t| t.status == ThreadStatus::Blocking)
+                .count()
+                == 2
     });
 
     let start = Instant::now();
     let report = gil.shutdown(Duration::from_millis(300)).unwrap();
     let took = start.elapsed();
     assert!(took < Duration::from_millis(1200), "shutdown took {took:?}");
-    assert_eq!(report.threads.len(), 6, "every thread accounted for: {report:?}");
-    let fate = |name: &str| report.threads.iter().find(|t| t.name == name).unwrap().fate.clone();
+    assert_eq!(
+        report.threads.len(),
+        6,
+        "every thread accounted for: {report:?}"
+    );
+    let fate = |name: &str| {
+        report
+            .threads
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap()
+            .fate
+            .clone()
+    };
     assert_eq!(fate("main"), ThreadFate::Caller);
     assert_eq!(
         fate("stuck"),
@@ -115,16 +133,27 @@ fn shutdown_with_holding_waiting_and_blocked_threads() {
         assert!(is_shutdown(&w.join_timeout(BOUND).unwrap()));
     }
     assert!(is_shutdown(&interruptible.join_timeout(BOUND).unwrap()));
-    assert!(is_shutdown(&stuck.join_timeout(BOUND).unwrap()), "the stuck region ends with an error too");
+    assert!(
+        is_shutdown(&stuck.join_timeout(BOUND).unwrap()),
+        "the stuck region ends with an error too"
+    );
 
     // Everything afterwards is refused.
     assert!(is_shutdown(&main.acquire().unwrap_err()));
     assert!(is_shutdown(&main.poll().unwrap_err()));
-    assert!(matches!(gil.submit(ActionTarget::AllThreads, |_| ()), Err(GilError::AlreadyShutDown { .. })));
+    assert!(matches!(
+        gil.submit(ActionTarget::AllThreads, |_| ()),
+        Err(GilError::AlreadyShutDown { .. })
+    ));
     let g2 = gil.clone();
-    let attach = std::thread::spawn(move || g2.attach("late").unwrap_err()).join().unwrap();
+    let attach = std::thread::spawn(move || g2.attach("late").unwrap_err())
+        .join()
+        .unwrap();
     assert!(is_shutdown(&attach), "{attach}");
-    assert!(matches!(gil.shutdown(BOUND), Err(GilError::AlreadyShutDown { .. })));
+    assert!(matches!(
+        gil.shutdown(BOUND),
+        Err(GilError::AlreadyShutDown { .. })
+    ));
 }
 
 #[test]

@@ -151,5 +151,9 @@ fn foreign_threads_with_ensure_are_exact() {
     let _g = gil.ensure().unwrap();
     // SAFETY: the GIL is held; the workers are done.
     assert_eq!(unsafe { *state.counter.get() }, (THREADS * ROUNDS) as u64);
-    assert_eq!(gil.threads().len(), 1, "each ensure detached what it attached");
+    assert_eq!(
+        gil.threads().len(),
+        1,
+        "each ensure detached what it attached"
+    );
 }
