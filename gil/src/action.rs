@@ -87,7 +87,8 @@ impl ActionReport {
 
 struct Progress {
     outcomes: Vec<(ThreadId, ActionOutcome)>,
-    pending: Vec<(ThreadId, String)>,
+    /// Target id and name (the label is only built for a timeout message).
+    pending: Vec<(ThreadId, std::sync::Arc<str>)>,
 }
 
 /// The shared part of an action: the closure and its progress.
@@ -108,7 +109,10 @@ impl ActionInner {
             f,
             progress: Mutex::new(Progress {
                 outcomes: Vec::new(),
-                pending: targets.iter().map(|t| (t.thread_id(), t.label())).collect(),
+                pending: targets
+                    .iter()
+                    .map(|t| (t.thread_id(), t.name.clone()))
+                    .collect(),
             }),
             done: Condvar::new(),
             submitted: Instant::now(),
@@ -219,7 +223,7 @@ impl Action {
                     pending_threads: p
                         .pending
                         .iter()
-                        .map(|(_, label)| label.as_str())
+                        .map(|(id, name)| format!("#{} \"{name}\"", id.as_u64()))
                         .collect::<Vec<_>>()
                         .join(", "),
                 });

@@ -274,7 +274,7 @@ impl Gil {
             .iter()
             .map(|t| ThreadInfo {
                 id: t.thread_id(),
-                name: t.name.clone(),
+                name: t.name.to_string(),
                 status: status_of(t),
                 holds_gil: self.shared.holds(t),
             })
@@ -342,7 +342,7 @@ impl Gil {
         ));
         for t in &targets {
             t.actions.lock().push(inner.clone());
-            t.flags.fetch_or(F_ACTION, Ordering::Release);
+            t.flags.fetch_or(F_ACTION, Ordering::SeqCst);
         }
         drop(st);
         for t in &targets {
@@ -366,7 +366,7 @@ impl Gil {
                 id: id.0,
             });
         };
-        t.flags.fetch_or(F_STOP, Ordering::AcqRel);
+        t.flags.fetch_or(F_STOP, Ordering::SeqCst);
         drop(st);
         self.shared.wake(&t);
         tracing::info!(gil = %self.shared.label, thread = %t.label(), "stop requested");

@@ -106,7 +106,7 @@ impl Gil {
             }
             for t in &st.threads {
                 let stop = if Some(t.id) == caller_id { 0 } else { F_STOP };
-                t.flags.fetch_or(F_INVALID | stop, Ordering::AcqRel);
+                t.flags.fetch_or(F_INVALID | stop, Ordering::SeqCst);
             }
             st.threads.clone()
         };
@@ -151,7 +151,7 @@ impl Gil {
             .iter()
             .map(|t| ThreadOutcome {
                 id: t.thread_id(),
-                name: t.name.clone(),
+                name: t.name.to_string(),
                 fate: self.fate(t, caller_id),
             })
             .collect();

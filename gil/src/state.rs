@@ -55,7 +55,7 @@ pub(crate) type Interrupter = std::sync::Arc<dyn Fn() + Send + Sync>;
 /// One attached thread, shared between the thread itself and everyone who signals it.
 pub(crate) struct ThreadState {
     pub(crate) id: u64,
-    pub(crate) name: String,
+    pub(crate) name: std::sync::Arc<str>,
     pub(crate) flags: AtomicU32,
     pub(crate) status: AtomicU8,
     pub(crate) parker: Parker,
@@ -219,7 +219,7 @@ impl Shared {
         let burst = i64::try_from(self.config.priority_burst.as_nanos()).unwrap_or(i64::MAX);
         let ts = Arc::new(ThreadState {
             id,
-            name,
+            name: name.into(),
             flags: AtomicU32::new(0),
             status: AtomicU8::new(S_RUNNING),
             parker: Parker::new(),
@@ -599,6 +599,11 @@ impl Shared {
         }
         ts.status.store(S_BLOCKING, Ordering::SeqCst);
         self.hook_block(ts, BlockReason::BlockingRegion);
+        // An action submitted while the status still said "running" did not call the
+        // interrupter: run it now, at the start of the region (without the GIL).
+        if ts.flags.load(Ordering::SeqCst) & F_ACTION != 0 {
+            self.run_actions(ts, false);
+        }
         Ok(held)
     }
 
@@ -666,9 +671,18 @@ impl Shared {
     }
 
     /// Wakes `ts` wherever it is blocked: unparks a waiter, interrupts a blocking region.
+    ///
+    /// Callers set the thread's flag (under the state mutex) before calling this. A
+    /// running thread needs no wake-up: it sees the flag at its next poll. A thread that
+    /// starts waiting does so under the state mutex and checks its flags before parking,
+    /// and one entering a region sets its status (SeqCst) and then checks its flags, so
+    /// no wake-up is lost.
     pub(crate) fn wake(&self, ts: &ThreadState) {
-        ts.parker.unpark();
-        if ts.status.load(Ordering::SeqCst) == S_BLOCKING {
+        let status = ts.status.load(Ordering::SeqCst);
+        if status != S_RUNNING {
+            ts.parker.unpark();
+        }
+        if status == S_BLOCKING {
             let interrupter = lock_std(&ts.interrupter).clone();
             if let Some(interrupt) = interrupter {
                 interrupt();
