@@ -32,6 +32,7 @@ extern "C" {
 #define GIL_ERR_PANIC -9              /* an internal panic, caught at the boundary */
 #define GIL_ERR_INVALID_CONFIG -10    /* a configuration value is out of range */
 #define GIL_ERR_ALREADY_SHUT_DOWN -11 /* shutdown was already called */
+#define GIL_ERR_INSIDE_ACTION -12     /* not allowed inside a safepoint action */
 
 /* gil_submit_action target: every attached thread. */
 #define GIL_ALL_THREADS 0

@@ -43,6 +43,9 @@ pub const GIL_ERR_INVALID_CONFIG: i32 = -10;
 /// The GIL was already shut down.
 pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = -11;
 
+/// The call is not allowed inside a safepoint action.
+pub const GIL_ERR_INSIDE_ACTION: i32 = -12;
+
 /// Action target meaning every attached thread.
 pub const GIL_ALL_THREADS: u64 = 0;
 /// Hook reason: the thread waits for the GIL.
@@ -140,6 +143,7 @@ fn code_of(e: &GilError) -> i32 {
         GilError::AlreadyShutDown { .. } => GIL_ERR_ALREADY_SHUT_DOWN,
         GilError::ActionTimeout { .. } | GilError::ShutdownIncomplete { .. } => GIL_ERR_TIMEOUT,
         GilError::InvalidConfig { .. } => GIL_ERR_INVALID_CONFIG,
+        GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
     }
 }
 

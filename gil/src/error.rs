@@ -93,6 +93,17 @@ pub enum GilError {
         /// The threads that did not leave, with their state.
         stuck: String,
     },
+    /// A GIL call that cannot be made from inside a safepoint action (the thread may be
+    /// queued for the GIL or in the middle of a poll): take, drop, yield or block.
+    #[error("thread {thread} called {call} on GIL {gil} from inside a safepoint action")]
+    InsideAction {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+        /// The call that was refused.
+        call: &'static str,
+    },
     /// A configuration value is out of range.
     #[error("invalid GIL configuration: {what}")]
     InvalidConfig {

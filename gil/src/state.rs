@@ -39,6 +39,9 @@ pub(crate) const F_ACTION: u32 = 2;
 pub(crate) const F_STOP: u32 = 4;
 /// Flag: the thread state was invalidated (shutdown or detach).
 pub(crate) const F_INVALID: u32 = 8;
+/// Flag: the thread is running safepoint actions (set and cleared by the thread itself;
+/// it makes `poll` and `acquire` take their slow paths, which refuse nested GIL calls).
+pub(crate) const F_IN_ACTION: u32 = 16;
 
 /// Status: attached, not blocked (it may or may not hold the GIL).
 pub(crate) const S_RUNNING: u8 = 0;
@@ -284,6 +287,18 @@ impl Shared {
         }
     }
 
+    /// Refuses `call` while the thread runs a safepoint action.
+    fn check_not_in_action(&self, ts: &ThreadState, call: &'static str) -> Result<(), GilError> {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_ACTION != 0 {
+            return Err(GilError::InsideAction {
+                gil: self.label.clone(),
+                thread: ts.label(),
+                call,
+            });
+        }
+        Ok(())
+    }
+
     /// `acquire()`: `Ok(true)` if this call took the GIL, `Ok(false)` if the thread
     /// already held it.
     #[inline]
@@ -322,7 +337,8 @@ impl Shared {
             return Ok(());
         }
         let me = (ts.id as usize) << 1;
-        if !ts.in_priority_hold()
+        if ts.flags.load(Ordering::Relaxed) == 0
+            && !ts.in_priority_hold()
             && self
                 .lock
                 .compare_exchange(me, 0, Ordering::Release, Ordering::Relaxed)
@@ -341,6 +357,7 @@ impl Shared {
         kind: WaitKind,
         already_blocked: bool,
     ) -> Result<(), GilError> {
+        self.check_not_in_action(ts, "acquire")?;
         let me = (ts.id as usize) << 1;
         let mut st = self.state.lock();
         let f = ts.flags.load(Ordering::Acquire);
@@ -404,6 +421,7 @@ impl Shared {
 
     /// Releases with the state mutex: hands the GIL to the next waiter, or frees it.
     pub(crate) fn release_slow(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
+        self.check_not_in_action(ts, "release")?;
         let st = self.state.lock();
         if !self.holds(ts) {
             drop(st);
@@ -532,6 +550,10 @@ impl Shared {
     pub(crate) fn poll_slow(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         loop {
             let f = ts.flags.load(Ordering::Acquire);
+            if f & F_IN_ACTION != 0 {
+                // A poll inside an action: actions do not nest, switches wait.
+                return Ok(());
+            }
             if f & (F_STOP | F_INVALID) != 0 {
                 return Err(self.refusal(ts, f));
             }
@@ -553,6 +575,7 @@ impl Shared {
     /// Hands the GIL to the next waiter and queues behind everyone already waiting.
     /// Without waiters it keeps the GIL.
     pub(crate) fn yield_gil(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
+        self.check_not_in_action(ts, "yield")?;
         let mut st = self.state.lock();
         if !self.holds(ts) {
             return Ok(());
@@ -586,6 +609,7 @@ impl Shared {
         ts: &Arc<ThreadState>,
         interrupter: Option<Interrupter>,
     ) -> Result<bool, GilError> {
+        self.check_not_in_action(ts, "a blocking region")?;
         let f = ts.flags.load(Ordering::Acquire);
         if f & (F_STOP | F_INVALID) != 0 {
             return Err(self.refusal(ts, f));
@@ -662,12 +686,20 @@ impl Shared {
 
     /// Runs the actions pending for `ts` on the calling thread (which is `ts`'s thread).
     pub(crate) fn run_actions(&self, ts: &Arc<ThreadState>, holds_gil: bool) {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_ACTION != 0 {
+            return; // actions do not nest
+        }
         ts.flags.fetch_and(!F_ACTION, Ordering::AcqRel);
         let pending = std::mem::take(&mut *ts.actions.lock());
+        if pending.is_empty() {
+            return;
+        }
+        ts.flags.fetch_or(F_IN_ACTION, Ordering::Relaxed);
         for action in pending {
             action.run_on(ts, holds_gil);
             self.stats.actions_run.fetch_add(1, Ordering::Relaxed);
         }
+        ts.flags.fetch_and(!F_IN_ACTION, Ordering::Relaxed);
     }
 
     /// Wakes `ts` wherever it is blocked: unparks a waiter, interrupts a blocking region.

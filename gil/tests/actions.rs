@@ -258,3 +258,37 @@ fn panics_detached_targets_and_timeouts_are_reported() {
     let err = gil.submit(ActionTarget::Thread(id), |_| ()).unwrap_err();
     assert!(matches!(err, GilError::UnknownThread { .. }), "{err}");
 }
+
+#[test]
+fn gil_calls_inside_an_action_are_refused() {
+    let gil = quiet_gil();
+    let main = gil.attach("main").unwrap();
+    let _g = main.lock().unwrap();
+    let results = Arc::new(Mutex::new(Vec::new()));
+    let r = results.clone();
+    let g2 = gil.clone();
+    let action = gil
+        .submit(ActionTarget::Thread(main.id()), move |_| {
+            let h = g2.current().unwrap();
+            let mut r = r.lock().unwrap();
+            r.push(format!("{:?}", h.release(true).map_err(|e| e.to_string())));
+            r.push(format!("{:?}", h.yield_now().map_err(|e| e.to_string())));
+            r.push(format!(
+                "{:?}",
+                h.allow_threads(|| ()).map_err(|e| e.error.to_string())
+            ));
+            r.push(format!("{:?}", h.poll())); // a no-op inside an action
+        })
+        .unwrap();
+    main.poll().unwrap();
+    action.wait(BOUND).unwrap();
+    let results = results.lock().unwrap();
+    for refused in &results[..3] {
+        assert!(
+            refused.contains("from inside a safepoint action"),
+            "{results:?}"
+        );
+    }
+    assert_eq!(results[3], "Ok(())");
+    assert!(main.holds_gil(), "still held after the action");
+}
