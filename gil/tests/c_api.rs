@@ -1,23 +1,39 @@
 //! Builds `tests/c/gil_prog.c` with `cc` against `include/gil.h`, links it with the
-//! crate's cdylib (`libgil.so`) and runs it; then runs it again under valgrind
+//! crate's cdylib (`libgil.so`, built for the test) and runs it; then runs it again under valgrind
 //! (required when `GIL_VALGRIND=1`, as `cargo xtask test` sets; otherwise when found).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
+/// Builds the crate's cdylib and returns the folder holding `libgil.so`. `cargo test`
+/// does not build a library's cdylib for its tests, so this asks cargo for it, in a
+/// target directory of its own (the outer cargo holds the lock on the main one); cargo
+/// keeps it up to date with the sources.
 fn lib_dir() -> PathBuf {
-    // target/<profile>/deps/c_api-HASH -> target/<profile>
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    assert!(
-        dir.join("libgil.so").exists(),
-        "libgil.so not found in {} (the gil crate builds it as a cdylib)",
-        dir.display()
-    );
-    dir.to_path_buf()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cdylib");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--lib", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
+            .status()
+            .expect("run cargo to build the gil cdylib");
+        assert!(status.success(), "building the gil cdylib failed: {status}");
+        let dir = target.join("debug");
+        assert!(
+            dir.join("libgil.so").exists(),
+            "libgil.so not found in {}",
+            dir.display()
+        );
+        dir
+    })
+    .clone()
 }
 
 /// Builds the program as `name` (each test its own file: tests run in parallel).
