@@ -174,6 +174,7 @@ struct Io {
     p99_ms: f64,
     idle_p50_ms: f64,
     throughput_ratio: f64,
+    throughput_ratio_no_gil: f64,
     priority_grants: u64,
 }
 
@@ -183,6 +184,7 @@ fn io_latency() -> Io {
     let mut p50s = Vec::new();
     let mut p99s = Vec::new();
     let mut grants = 0;
+    let mut floor = Vec::new();
     let idle = {
         let gil = Gil::new();
         percentile(&io_samples(&gil, 500), 0.5)
@@ -207,6 +209,16 @@ fn io_latency() -> Io {
         let with_io = cpu.join().unwrap();
         grants += gil.stats().priority_grants;
         ratios.push(with_io / alone);
+        // The same I/O loop in a thread that does not use the GIL: what the machine
+        // alone costs the CPU-bound thread (wake-ups, shared cores).
+        let gil = Gil::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpu = cpu_thread(&gil, stop.clone());
+        for _ in 0..SAMPLES {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        stop.store(true, Ordering::Relaxed);
+        floor.push(cpu.join().unwrap() / alone);
         p50s.push(percentile(&samples, 0.5));
         p99s.push(percentile(&samples, 0.99));
     }
@@ -215,6 +227,7 @@ fn io_latency() -> Io {
         p99_ms: median(p99s),
         idle_p50_ms: idle,
         throughput_ratio: median(ratios),
+        throughput_ratio_no_gil: median(floor),
         priority_grants: grants,
     }
 }
@@ -354,6 +367,10 @@ fn main() {
         ("io_latency_p99_ms", io.p99_ms),
         ("io_latency_p50_ms_idle", io.idle_p50_ms),
         ("cpu_throughput_ratio_vs_alone", io.throughput_ratio),
+        (
+            "cpu_throughput_ratio_vs_alone_no_gil",
+            io.throughput_ratio_no_gil,
+        ),
         ("io_priority_grants", io.priority_grants as f64),
         ("ttsp_p50_us", h50),
         ("ttsp_p99_us", h99),

@@ -20,8 +20,8 @@
 use crate::action::ActionInner;
 use crate::hooks::{BlockReason, GilHooks};
 use crate::primitive::{
-    spin_hint, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8, AtomicUsize, Mutex, MutexGuard,
-    Ordering, Parker,
+    spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8, AtomicUsize, Mutex,
+    MutexGuard, Ordering, Parker,
 };
 use crate::{Config, GilError, ThreadId};
 use std::collections::VecDeque;
@@ -470,6 +470,7 @@ impl Shared {
         let interval = self.config.switch_interval;
         let start = Instant::now();
         let spin_until = start + self.config.spin;
+        let yield_after = start + self.config.spin / 8;
         let mut spinning = !self.config.spin.is_zero();
         let mut spins: u32 = 0;
         let mut timer = interval.map(|i| start + i);
@@ -489,12 +490,23 @@ impl Shared {
                 continue;
             }
             if spinning {
+                // Busy-spin briefly (the releaser is usually running on another core),
+                // then yield the core between checks: if the thread we wait for shares
+                // this core, spinning would only delay it.
                 spins = spins.wrapping_add(1);
-                if spins % 64 != 0 || Instant::now() < spin_until {
-                    spin_hint();
-                    continue;
+                if spins % 64 == 0 {
+                    let now = Instant::now();
+                    if now >= spin_until {
+                        spinning = false;
+                        continue;
+                    }
+                    if now >= yield_after {
+                        yield_now();
+                        continue;
+                    }
                 }
-                spinning = false;
+                spin_hint();
+                continue;
             }
             if let Some(t) = timer {
                 let now = Instant::now();

@@ -104,6 +104,12 @@ pub fn run() -> Result<()> {
         None,
     );
     report.compare(
+        "CPU-bound share: same I/O loop without GIL / ours",
+        "cpu_throughput_ratio_vs_alone_no_gil",
+        "cpu_throughput_ratio_vs_alone",
+        None,
+    );
+    report.compare(
         "time-to-safepoint p50 vs a bare relaxed flag",
         "ttsp_p50_us",
         "ttsp_p50_us_relaxed_flag",
