@@ -144,7 +144,7 @@ impl Gil {
         }
         if let Some(c) = &caller {
             if self.shared.holds(c) {
-                let _ = self.shared.release_slow(c);
+                let _ = self.shared.release_unchecked(c);
             }
         }
         let threads = targets

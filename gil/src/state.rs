@@ -246,7 +246,7 @@ impl Shared {
             return;
         }
         if self.holds(ts) {
-            let _ = self.release_slow(ts);
+            let _ = self.release_unchecked(ts);
         }
         let mut st = self.state.lock();
         st.threads.retain(|t| t.id != ts.id);
@@ -422,6 +422,12 @@ impl Shared {
     /// Releases with the state mutex: hands the GIL to the next waiter, or frees it.
     pub(crate) fn release_slow(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         self.check_not_in_action(ts, "release")?;
+        self.release_unchecked(ts)
+    }
+
+    /// `release_slow` without the inside-an-action check, for detach and shutdown, which
+    /// must never leave the GIL owned by a thread that is gone.
+    pub(crate) fn release_unchecked(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         let st = self.state.lock();
         if !self.holds(ts) {
             drop(st);
