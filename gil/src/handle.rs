@@ -104,6 +104,8 @@ impl ThreadHandle {
     /// another thread) when an action or a stop request is submitted for this thread
     /// while it is inside the region, so that `f` can return early (for example by
     /// writing to a pipe `f` polls, or signalling a condition variable it waits on).
+    /// The interrupter runs on the submitting thread, may run more than once, and may
+    /// run just after the region ended: it must be harmless then.
     pub fn allow_threads_interruptible<R>(
         &self,
         interrupt: impl Fn() + Send + Sync + 'static,

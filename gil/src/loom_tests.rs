@@ -1,6 +1,6 @@
 //! Loom models of the GIL's concurrency protocol, run by `cargo xtask test` as
-//! `RUSTFLAGS="--cfg loom" cargo test -p gil --release --lib loom` (bounded preemptions,
-//! own target directory). The real code runs on loom's atomics, mutexes and condition
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=4 cargo test -p gil --release --lib
+//! --target-dir target/loom loom` (3 preemptions when the variable is unset). The real code runs on loom's atomics, mutexes and condition
 //! variables through the `primitive` shim; models use no switch interval and no
 //! spinning (loom has no clock).
 

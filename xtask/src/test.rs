@@ -54,7 +54,7 @@ fn plan() -> Vec<(&'static str, Command)> {
         "loom",
     ])
     .env("RUSTFLAGS", "--cfg loom")
-    .env("LOOM_MAX_PREEMPTIONS", "3");
+    .env("LOOM_MAX_PREEMPTIONS", "4");
     plan.push(("gil: loom models (bounded preemptions)", loom));
 
     // gil: the C program against include/gil.h again, valgrind required this time.
