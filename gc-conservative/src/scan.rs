@@ -52,13 +52,13 @@ pub unsafe fn scan_range_counting(m: &mut Marker<'_>, lo: usize, hi: usize) -> (
         valgrind::make_mem_defined(copy.as_ptr() as usize, n * 8);
         return scan_words(m, copy.into_iter());
     }
-    // SAFETY: each read is of an aligned word inside the readable range; volatile so that
-    // the compiler makes no assumption about memory it does not own (uninitialised stack
-    // slots included).
-    scan_words(
-        m,
-        (0..n).map(|i| unsafe { std::ptr::read_volatile((lo as *const usize).add(i)) }),
-    )
+    let read = |i: usize| {
+        // SAFETY: each read is of an aligned word inside the readable range (caller);
+        // volatile so that the compiler makes no assumption about memory it does not own
+        // (uninitialised stack slots included).
+        unsafe { std::ptr::read_volatile((lo as *const usize).add(i)) }
+    };
+    scan_words(m, (0..n).map(read))
 }
 
 /// Scans `[lo, hi)` conservatively; returns how many words resolved to objects.

@@ -42,11 +42,35 @@ fn plan() -> Vec<(&'static str, Command)> {
     test.args(["test", "--workspace"]);
     plan.push(("unit, integration and tidy tests (cargo test)", test));
 
-    let mut valgrind = cargo();
-    valgrind
+    let mut gc_valgrind = cargo();
+    gc_valgrind
         .args(["test", "-p", "gc-core", "--test", "c_programs"])
         .env("GC_CORE_VALGRIND", "1");
-    plan.push(("gc-core C test program under valgrind", valgrind));
+    plan.push(("gc-core C test program under valgrind", gc_valgrind));
+
+    // gil: the loom models, in their own target directory so the `--cfg loom` build
+    // does not invalidate the normal one.
+    let mut loom = cargo();
+    loom.args([
+        "test",
+        "-p",
+        "gil",
+        "--release",
+        "--lib",
+        "--target-dir",
+        "target/loom",
+        "loom",
+    ])
+    .env("RUSTFLAGS", "--cfg loom")
+    .env("LOOM_MAX_PREEMPTIONS", "4");
+    plan.push(("gil: loom models (bounded preemptions)", loom));
+
+    // gil: the C program against include/gil.h again, valgrind required this time.
+    let mut valgrind = cargo();
+    valgrind
+        .args(["test", "-p", "gil", "--test", "c_api"])
+        .env("GIL_VALGRIND", "1");
+    plan.push(("gil: C ABI program under valgrind", valgrind));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])

@@ -2,7 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
-#[allow(dead_code)] // Used by the suites as they are added; no suite exists yet.
+mod gil;
 mod report;
 
 use anyhow::{bail, Result};
@@ -15,7 +15,11 @@ struct Suite {
 }
 
 /// Every suite that exists. Suites are added as the crates they measure are built.
-const SUITES: &[Suite] = &[];
+const SUITES: &[Suite] = &[Suite {
+    name: "gil",
+    what: "GIL handoff, I/O latency next to a CPU-bound thread, time-to-safepoint; vs CPython 3.11 and parking_lot",
+    run: gil::run,
+}];
 
 /// Runs the named suite, or all of them.
 pub fn run(only: Option<&str>) -> Result<()> {

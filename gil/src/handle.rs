@@ -1,0 +1,269 @@
+//! The per-thread API: a [`ThreadHandle`] is what an attached thread uses to take, drop
+//! and poll the GIL without a thread-local lookup, and the guards built on it.
+
+use crate::primitive::{Arc, Ordering};
+use crate::state::{ThreadState, F_STOP};
+use crate::{Gil, GilError, ThreadId};
+use std::marker::PhantomData;
+
+/// An attached thread's access to the GIL. Obtained from [`Gil::attach`] or
+/// [`Gil::current`]; cheap to clone; bound to its thread (not `Send`). Dropping handles
+/// does not detach: [`ThreadHandle::detach`] or the thread's exit does.
+#[derive(Clone)]
+pub struct ThreadHandle {
+    pub(crate) gil: Gil,
+    pub(crate) ts: Arc<ThreadState>,
+    pub(crate) _not_send: PhantomData<*const ()>,
+}
+
+impl ThreadHandle {
+    /// This thread's id within its GIL.
+    pub fn id(&self) -> ThreadId {
+        self.ts.thread_id()
+    }
+
+    /// The name given at attach time.
+    pub fn name(&self) -> &str {
+        &self.ts.name
+    }
+
+    /// The GIL this handle belongs to.
+    pub fn gil(&self) -> &Gil {
+        &self.gil
+    }
+
+    /// Takes the GIL: `Ok(true)` if this call took it, `Ok(false)` if the thread already
+    /// held it (never deadlocks on itself). Pass the result to [`release`](Self::release).
+    /// Errors if the thread was stopped or the GIL shut down.
+    #[inline]
+    pub fn acquire(&self) -> Result<bool, GilError> {
+        self.gil.shared.acquire(&self.ts)
+    }
+
+    /// Releases the GIL if `acquired` (what [`acquire`](Self::acquire) returned); with
+    /// waiters it goes straight to the next one. Releasing a GIL the thread does not hold
+    /// is an error ([`GilError::NotHolder`]), except after a stop or shutdown took it.
+    #[inline]
+    pub fn release(&self, acquired: bool) -> Result<(), GilError> {
+        self.gil.shared.release(&self.ts, acquired)
+    }
+
+    /// Takes the GIL for the guard's lifetime (released on drop only if this call took it).
+    pub fn lock(&self) -> Result<GilGuard<'_>, GilError> {
+        let acquired = self.acquire()?;
+        Ok(GilGuard {
+            handle: self,
+            acquired,
+        })
+    }
+
+    /// A safepoint: one relaxed load when nothing is pending. Otherwise runs pending
+    /// actions, honours a switch request (hands the GIL to a waiter and queues for it
+    /// again), and returns an error if the thread was asked to stop or the GIL shut down
+    /// (the thread should then unwind and release what it holds).
+    #[inline]
+    pub fn poll(&self) -> Result<(), GilError> {
+        if self.ts.flags.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        self.gil.shared.poll_slow(&self.ts)
+    }
+
+    /// Whether this thread holds the GIL now.
+    pub fn holds_gil(&self) -> bool {
+        self.gil.shared.holds(&self.ts)
+    }
+
+    /// A voluntary switch: if threads wait, hand the GIL to the next one and queue behind
+    /// them; otherwise keep it. Requires holding the GIL.
+    pub fn yield_now(&self) -> Result<(), GilError> {
+        if !self.holds_gil() {
+            return Err(GilError::NotHolder {
+                gil: self.gil.shared.label.clone(),
+                thread: self.ts.label(),
+                holder: match self.gil.shared.owner() {
+                    0 => "nobody".into(),
+                    id => format!("#{id}"),
+                },
+            });
+        }
+        self.gil.shared.yield_gil(&self.ts)
+    }
+
+    /// Runs `f` in a blocking region: the GIL is released (if held) for its duration and
+    /// re-taken after it, with priority over CPU-bound threads (the convoy-effect fix).
+    /// Inside, `f` must not touch state the GIL protects; it may call
+    /// [`poll`](Self::poll) to run pending actions. Actions still pending when `f`
+    /// returns run before the GIL is re-taken. If `f` panics the GIL is re-taken before
+    /// the panic continues.
+    pub fn allow_threads<R>(&self, f: impl FnOnce() -> R) -> Result<R, RegionError<R>> {
+        self.region(None, f)
+    }
+
+    /// Like [`allow_threads`](Self::allow_threads), with an interrupter: called (from
+    /// another thread) when an action or a stop request is submitted for this thread
+    /// while it is inside the region, so that `f` can return early (for example by
+    /// writing to a pipe `f` polls, or signalling a condition variable it waits on).
+    /// The interrupter runs on the submitting thread, may run more than once, and may
+    /// run just after the region ended: it must be harmless then.
+    pub fn allow_threads_interruptible<R>(
+        &self,
+        interrupt: impl Fn() + Send + Sync + 'static,
+        f: impl FnOnce() -> R,
+    ) -> Result<R, RegionError<R>> {
+        self.region(Some(std::sync::Arc::new(interrupt)), f)
+    }
+
+    fn region<R>(
+        &self,
+        interrupter: Option<crate::state::Interrupter>,
+        f: impl FnOnce() -> R,
+    ) -> Result<R, RegionError<R>> {
+        let shared = &self.gil.shared;
+        let held = shared
+            .enter_blocking(&self.ts, interrupter)
+            .map_err(|error| RegionError { error, value: None })?;
+        // Re-takes the GIL if `f` unwinds.
+        struct Unwind<'a> {
+            handle: &'a ThreadHandle,
+            held: bool,
+            armed: bool,
+        }
+        impl Drop for Unwind<'_> {
+            fn drop(&mut self) {
+                if self.armed {
+                    let _ = self
+                        .handle
+                        .gil
+                        .shared
+                        .leave_blocking(&self.handle.ts, self.held);
+                }
+            }
+        }
+        let mut guard = Unwind {
+            handle: self,
+            held,
+            armed: true,
+        };
+        let value = f();
+        guard.armed = false;
+        match shared.leave_blocking(&self.ts, held) {
+            Ok(()) => Ok(value),
+            Err(error) => Err(RegionError {
+                error,
+                value: Some(value),
+            }),
+        }
+    }
+
+    /// Whether a stop was requested for this thread (its next `poll` returns an error).
+    pub fn is_stop_requested(&self) -> bool {
+        self.ts.flags.load(Ordering::Relaxed) & F_STOP != 0
+    }
+
+    /// Detaches the thread: releases the GIL if held, skips its pending actions, and
+    /// invalidates every handle of it.
+    pub fn detach(self) {
+        crate::tls::remove(&self.gil.shared);
+        self.gil.shared.detach(&self.ts);
+    }
+}
+
+impl std::fmt::Debug for ThreadHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadHandle")
+            .field("gil", &self.gil.shared.label)
+            .field("thread", &self.ts.label())
+            .finish()
+    }
+}
+
+/// A blocking region that could not be entered, or whose thread was stopped or shut down
+/// while inside (the GIL was then not re-taken). `value` is `f`'s result if it ran.
+#[derive(Debug)]
+pub struct RegionError<R> {
+    /// Why.
+    pub error: GilError,
+    /// The region's result, if the region ran.
+    pub value: Option<R>,
+}
+
+impl<R> std::fmt::Display for RegionError<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.value {
+            Some(_) => write!(f, "blocking region ran, GIL not re-taken: {}", self.error),
+            None => write!(f, "blocking region not entered: {}", self.error),
+        }
+    }
+}
+
+impl<R: std::fmt::Debug> std::error::Error for RegionError<R> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}
+
+impl<R> From<RegionError<R>> for GilError {
+    fn from(e: RegionError<R>) -> Self {
+        e.error
+    }
+}
+
+/// Holds the GIL while alive; releases it on drop if its `lock` call took it.
+pub struct GilGuard<'a> {
+    handle: &'a ThreadHandle,
+    acquired: bool,
+}
+
+impl GilGuard<'_> {
+    /// Whether the `lock` call that made this guard took the GIL (false if the thread
+    /// already held it).
+    pub fn acquired(&self) -> bool {
+        self.acquired
+    }
+}
+
+impl Drop for GilGuard<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.handle.release(self.acquired) {
+            tracing::error!(error = %e, "releasing the GIL from a guard failed");
+        }
+    }
+}
+
+/// What [`Gil::ensure_raw`] did, to undo it with [`Gil::ensure_release`]
+/// (`PyGILState_STATE`'s counterpart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnsureState {
+    /// The call took the GIL.
+    pub acquired: bool,
+    /// The call attached the thread.
+    pub attached: bool,
+}
+
+/// Holds the GIL for a thread that may not have been attached before (`ensure`); on
+/// drop, releases it and detaches the thread if `ensure` attached it.
+pub struct EnsureGuard {
+    pub(crate) handle: ThreadHandle,
+    pub(crate) state: EnsureState,
+}
+
+impl EnsureGuard {
+    /// The handle of the (now attached) thread.
+    pub fn handle(&self) -> &ThreadHandle {
+        &self.handle
+    }
+
+    /// What `ensure` did.
+    pub fn state(&self) -> EnsureState {
+        self.state
+    }
+}
+
+impl Drop for EnsureGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.handle.gil.ensure_release(self.state) {
+            tracing::error!(error = %e, "releasing an ensure guard failed");
+        }
+    }
+}

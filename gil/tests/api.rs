@@ -1,0 +1,459 @@
+//! The API's contract, one behaviour per test: reentrant acquire, release only if
+//! acquired, misuse errors naming the thread, ensure from foreign threads, hooks, switch
+//! requests only while someone waits, the fair handoff, the convoy-effect fix and its
+//! budget, thread death while holding, several GILs per thread.
+
+use gil::{BlockReason, Config, Gil, GilError, GilHooks, ThreadId};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BOUND: Duration = Duration::from_secs(30);
+
+fn gil_with(interval_ms: u64) -> Gil {
+    Gil::with_config(Config {
+        switch_interval: Some(Duration::from_millis(interval_ms)),
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+/// Waits (bounded) until `cond` holds.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+#[test]
+fn acquire_is_reentrant_and_release_only_if_acquired() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    assert!(!h.holds_gil());
+    let outer = h.acquire().unwrap();
+    assert!(outer, "first acquire takes it");
+    let inner = h.acquire().unwrap();
+    assert!(!inner, "a holder gets false, not a deadlock");
+    h.release(inner).unwrap();
+    assert!(h.holds_gil(), "release(false) keeps the GIL");
+    {
+        let g = h.lock().unwrap();
+        assert!(!g.acquired());
+    }
+    assert!(h.holds_gil(), "a nested guard does not release");
+    h.release(outer).unwrap();
+    assert!(!h.holds_gil());
+    assert_eq!(gil.holder(), None);
+}
+
+#[test]
+fn misuse_is_an_error_naming_the_thread() {
+    let gil = Gil::with_config(Config {
+        name: "interp-7".into(),
+        ..Config::default()
+    })
+    .unwrap();
+    let err = gil.acquire().unwrap_err();
+    assert!(matches!(err, GilError::NotAttached { .. }), "{err}");
+    assert!(err.to_string().contains("interp-7"), "{err}");
+
+    let h = gil.attach("worker-a").unwrap();
+    let err = gil.attach("again").unwrap_err();
+    assert!(matches!(err, GilError::AlreadyAttached { .. }), "{err}");
+    assert!(err.to_string().contains("worker-a"), "{err}");
+
+    let err = h.release(true).unwrap_err();
+    assert!(matches!(err, GilError::NotHolder { .. }), "{err}");
+    assert!(
+        err.to_string().contains("worker-a") && err.to_string().contains("nobody"),
+        "{err}"
+    );
+    assert!(h.yield_now().is_err(), "yield requires holding the GIL");
+
+    let err = gil.request_stop(ThreadId::from_u64(4242)).unwrap_err();
+    assert!(
+        matches!(err, GilError::UnknownThread { id: 4242, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    for (cfg, needle) in [
+        (
+            Config {
+                switch_interval: Some(Duration::ZERO),
+                ..Config::default()
+            },
+            "switch_interval",
+        ),
+        (
+            Config {
+                priority_share: 1.5,
+                ..Config::default()
+            },
+            "1.5",
+        ),
+        (
+            Config {
+                priority_share: f64::NAN,
+                ..Config::default()
+            },
+            "priority_share",
+        ),
+        (
+            Config {
+                spin: Duration::from_secs(1),
+                ..Config::default()
+            },
+            "spin",
+        ),
+    ] {
+        let err = Gil::with_config(cfg).unwrap_err();
+        assert!(
+            err.to_string().contains(needle),
+            "{err} should mention {needle}"
+        );
+    }
+}
+
+#[test]
+fn ensure_from_a_foreign_thread_attaches_and_detaches() {
+    let gil = Gil::new();
+    let g2 = gil.clone();
+    std::thread::spawn(move || {
+        assert!(g2.current().is_none());
+        let outer = g2.ensure().unwrap();
+        assert!(outer.state().attached && outer.state().acquired);
+        assert!(outer.handle().holds_gil());
+        {
+            let inner = g2.ensure().unwrap();
+            assert!(
+                !inner.state().attached && !inner.state().acquired,
+                "nested ensure is a no-op"
+            );
+        }
+        assert!(outer.handle().holds_gil(), "inner release kept the GIL");
+        assert_eq!(g2.threads().len(), 1);
+        drop(outer);
+        assert!(g2.current().is_none(), "ensure detached what it attached");
+        assert!(g2.threads().is_empty());
+        assert_eq!(g2.holder(), None);
+    })
+    .join()
+    .unwrap();
+}
+
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(ThreadId, BlockReason, bool)>>,
+}
+
+impl GilHooks for Recorder {
+    fn on_block(&self, thread: ThreadId, reason: BlockReason) {
+        self.events.lock().unwrap().push((thread, reason, true));
+    }
+    fn on_unblock(&self, thread: ThreadId, reason: BlockReason) {
+        self.events.lock().unwrap().push((thread, reason, false));
+    }
+}
+
+#[test]
+fn hooks_bracket_waiting_and_blocking_regions() {
+    let gil = Gil::new();
+    let rec = Arc::new(Recorder::default());
+    gil.set_hooks(Some(rec.clone()));
+    let main = gil.attach("main").unwrap();
+    assert!(main.acquire().unwrap());
+    let waiter = gil
+        .spawn("waiter", |h| {
+            let a = h.acquire().unwrap(); // blocks: main holds it
+            h.release(a).unwrap();
+            h.id()
+        })
+        .unwrap();
+    wait_until("the waiter to queue", || gil.waiters() == 1);
+    main.release(true).unwrap();
+    let wid = waiter.join_timeout(BOUND).unwrap();
+    assert!(main.acquire().unwrap());
+    main.allow_threads(|| ()).unwrap();
+    main.release(true).unwrap();
+
+    let events = rec.events.lock().unwrap().clone();
+    let of = |id: ThreadId| {
+        events
+            .iter()
+            .filter(|e| e.0 == id)
+            .map(|e| (e.1, e.2))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        of(wid),
+        vec![
+            (BlockReason::WaitingForGil, true),
+            (BlockReason::WaitingForGil, false)
+        ]
+    );
+    assert_eq!(
+        of(main.id()),
+        vec![
+            (BlockReason::BlockingRegion, true),
+            (BlockReason::BlockingRegion, false)
+        ]
+    );
+    gil.set_hooks(None);
+}
+
+#[test]
+fn switch_requests_only_while_someone_waits() {
+    let gil = gil_with(2);
+    let main = gil.attach("cpu").unwrap();
+    assert!(main.acquire().unwrap());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(30) {
+        main.poll().unwrap();
+    }
+    assert_eq!(gil.stats().switch_requests, 0, "nobody waited: no request");
+
+    let got_it = Arc::new(AtomicBool::new(false));
+    let flag = got_it.clone();
+    let waiter = gil
+        .spawn("waiter", move |h| {
+            let a = h.acquire().unwrap();
+            flag.store(true, Ordering::SeqCst);
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    // The holder never releases on its own: only the switch request at poll() can let
+    // the waiter in.
+    let start = Instant::now();
+    while !got_it.load(Ordering::SeqCst) {
+        assert!(start.elapsed() < BOUND, "the waiter never got the GIL");
+        main.poll().unwrap();
+        assert!(main.holds_gil(), "poll returns holding the GIL");
+    }
+    waiter.join_timeout(BOUND).unwrap();
+    let stats = gil.stats();
+    assert!(
+        stats.switch_requests >= 1 && stats.handoffs >= 1,
+        "{stats:?}"
+    );
+    main.release(true).unwrap();
+}
+
+#[test]
+fn handoff_is_fair_the_releaser_cannot_take_it_back() {
+    let gil = Gil::new();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let main = gil.attach("releaser").unwrap();
+    assert!(main.acquire().unwrap());
+    let o = order.clone();
+    let waiter = gil
+        .spawn("waiter", move |h| {
+            let a = h.acquire().unwrap();
+            o.lock().unwrap().push("waiter");
+            std::thread::sleep(Duration::from_millis(5));
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    wait_until("the waiter to queue", || gil.waiters() == 1);
+    main.release(true).unwrap();
+    // The GIL already belongs to the waiter: re-acquiring at once must queue behind it.
+    assert!(main.acquire().unwrap());
+    order.lock().unwrap().push("releaser");
+    main.release(true).unwrap();
+    waiter.join_timeout(BOUND).unwrap();
+    assert_eq!(*order.lock().unwrap(), vec!["waiter", "releaser"]);
+}
+
+/// Median time for an I/O-like thread to get the GIL back after a short blocking
+/// region, next to a CPU-bound thread that never releases on its own.
+fn io_return_median(priority_share: f64) -> (Duration, gil::GilStats) {
+    let gil = Gil::with_config(Config {
+        switch_interval: Some(Duration::from_millis(40)),
+        priority_share,
+        ..Config::default()
+    })
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let cpu = gil
+        .spawn("cpu", move |h| {
+            let a = h.acquire().unwrap();
+            while !s.load(Ordering::Relaxed) {
+                h.poll().unwrap();
+            }
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    let io = gil.attach("io").unwrap();
+    wait_until("the cpu thread to hold the GIL", || gil.holder().is_some());
+    assert!(io.acquire().unwrap());
+    let mut samples = Vec::new();
+    for _ in 0..8 {
+        let t = Instant::now();
+        io.allow_threads(|| std::thread::sleep(Duration::from_micros(200)))
+            .unwrap();
+        samples.push(t.elapsed());
+    }
+    io.release(true).unwrap();
+    stop.store(true, Ordering::Relaxed);
+    cpu.join_timeout(BOUND).unwrap();
+    samples.sort();
+    (samples[samples.len() / 2], gil.stats())
+}
+
+#[test]
+fn convoy_fix_returns_the_gil_long_before_the_interval() {
+    let (with_fix, stats) = io_return_median(0.1);
+    assert!(stats.priority_grants >= 4, "{stats:?}");
+    let (without, stats_off) = io_return_median(0.0);
+    assert_eq!(stats_off.priority_grants, 0);
+    // Without the fix the thread waits for a 40 ms interval to elapse each time.
+    assert!(
+        without >= Duration::from_millis(30),
+        "without the fix: {without:?}"
+    );
+    assert!(
+        with_fix * 4 < without,
+        "with the fix {with_fix:?} vs without {without:?}"
+    );
+}
+
+#[test]
+fn priority_budget_keeps_the_cpu_bound_share_fair() {
+    // A thread that computes 2 ms with the GIL then makes a tiny blocking call, forever,
+    // next to a CPU-bound thread: without a budget it would preempt at every return.
+    let gil = Gil::with_config(Config {
+        switch_interval: Some(Duration::from_millis(5)),
+        ..Config::default()
+    })
+    .unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let cpu_ns = Arc::new(AtomicU64::new(0));
+    let (s, c) = (stop.clone(), cpu_ns.clone());
+    let cpu = gil
+        .spawn("cpu", move |h| {
+            let a = h.acquire().unwrap();
+            let mut last = Instant::now();
+            while !s.load(Ordering::Relaxed) {
+                let before = Instant::now();
+                h.poll().unwrap();
+                let now = Instant::now();
+                // Time between polls that did not switch counts as holding time.
+                if now - before < Duration::from_micros(50) {
+                    c.fetch_add((now - last).as_nanos() as u64, Ordering::Relaxed);
+                }
+                last = now;
+            }
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    let s = stop.clone();
+    let abuser = gil
+        .spawn("abuser", move |h| {
+            let a = h.acquire().unwrap();
+            while !s.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_millis(2) {
+                    h.poll().unwrap();
+                }
+                h.allow_threads(|| ()).unwrap();
+            }
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    let run = Duration::from_millis(600);
+    std::thread::sleep(run);
+    stop.store(true, Ordering::Relaxed);
+    cpu.join_timeout(BOUND).unwrap();
+    abuser.join_timeout(BOUND).unwrap();
+    let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
+    assert!(
+        share > 0.2,
+        "the CPU-bound thread got only {:.0}% of the GIL",
+        share * 100.0
+    );
+}
+
+#[test]
+fn a_thread_dying_with_the_gil_releases_it() {
+    let gil = Gil::new();
+    let g2 = gil.clone();
+    std::thread::spawn(move || {
+        let h = g2.attach("dies holding").unwrap();
+        assert!(h.acquire().unwrap());
+        // exits without release or detach
+    })
+    .join()
+    .unwrap();
+    assert_eq!(gil.holder(), None, "released at thread exit");
+    assert!(gil.threads().is_empty(), "detached at thread exit");
+    let h = gil.attach("main").unwrap();
+    assert!(h.acquire().unwrap());
+    h.release(true).unwrap();
+}
+
+#[test]
+fn a_thread_may_hold_several_gils() {
+    let a = Gil::new();
+    let b = Gil::new();
+    let ha = a.attach("t").unwrap();
+    let hb = b.attach("t").unwrap();
+    assert!(ha.acquire().unwrap());
+    assert!(hb.acquire().unwrap());
+    assert!(a.acquire().is_ok_and(|took| !took));
+    assert!(b.acquire().is_ok_and(|took| !took));
+    ha.release(true).unwrap();
+    assert!(hb.holds_gil() && !ha.holds_gil());
+    hb.release(true).unwrap();
+}
+
+#[test]
+fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
+    let gil = Gil::new();
+    let entered = Arc::new(AtomicBool::new(false));
+    let e = entered.clone();
+    let t = gil
+        .spawn("stopped", move |h| {
+            assert!(h.acquire().unwrap());
+            let r = h.allow_threads(|| {
+                e.store(true, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+                42
+            });
+            let err = r.unwrap_err();
+            assert!(matches!(err.error, GilError::Stopped { .. }), "{}", err);
+            assert_eq!(err.value, Some(42), "the region's result is not lost");
+            assert!(!h.holds_gil());
+            assert!(h.acquire().is_err(), "a stopped thread cannot take the GIL");
+        })
+        .unwrap();
+    wait_until("the region", || entered.load(Ordering::SeqCst));
+    let id = gil
+        .threads()
+        .iter()
+        .find(|t| t.name == "stopped")
+        .unwrap()
+        .id;
+    gil.request_stop(id).unwrap();
+    t.join_timeout(BOUND).unwrap();
+    let h = gil.attach("main").unwrap();
+    assert!(h.acquire().unwrap());
+    h.release(true).unwrap();
+}
+
+#[test]
+fn a_panicking_region_retakes_the_gil() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    assert!(h.acquire().unwrap());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = h.allow_threads(|| panic!("inside the region"));
+    }));
+    assert!(r.is_err());
+    assert!(h.holds_gil(), "the GIL was re-taken while unwinding");
+    h.release(true).unwrap();
+}
