@@ -1,0 +1,170 @@
+/*
+ * Conservative stack scanning seen from C, against julia_gcext_compat.h only.
+ *
+ *   conservative local on|off     an object referenced only from a C local variable
+ *   conservative register on|off  an object referenced only from callee-saved r12
+ *   conservative threads          two threads, each holding objects only on its own
+ *                                 stack while the other collects
+ *
+ * With "on" the object must survive the collections (its sweep function never runs and
+ * its contents are intact); with "off" (conservative scanning never enabled) it must be
+ * collected, so the test can fail. Exit status 0 on success.
+ */
+#define _GNU_SOURCE
+#include "julia_gcext_compat.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAGIC 0xC0FFEE1234567890ULL
+typedef struct { uint64_t magic; uint64_t tag; } obj_t;
+
+static jl_datatype_t *ty;
+static atomic_int swept;
+
+static void sweep(jl_value_t *o) { (void)o; atomic_fetch_add(&swept, 1); }
+
+static __attribute__((noinline)) void *make(uint64_t tag)
+{
+    obj_t *o = jl_gc_alloc_typed(jl_get_ptls_states(), sizeof(obj_t), ty);
+    if (!o) { fprintf(stderr, "alloc: %s\n", jl_gc_last_error()); exit(2); }
+    o->magic = MAGIC;
+    o->tag = tag;
+    jl_gc_schedule_foreign_sweepfunc(jl_get_ptls_states(), (jl_value_t *)o);
+    return o;
+}
+
+/* Overwrites the dead stack below the caller, so that only live slots hold pointers. */
+__attribute__((noinline, used)) void scrub(void);
+__attribute__((noinline, used)) void scrub(void)
+{
+    volatile char buf[32768];
+    memset((char *)buf, 0, sizeof buf);
+}
+
+static __attribute__((noinline)) void collect_twice(void)
+{
+    scrub();
+    jl_gc_collect(JL_GC_FULL);
+    jl_gc_collect(JL_GC_FULL);
+}
+
+/* hold_in_r12(obj, fn): keeps obj only in callee-saved r12 while fn runs, then returns
+ * it. The argument register is cleared and the stack scrubbed first. */
+void *hold_in_r12(void *obj, void (*fn)(void));
+__asm__(
+    ".text\n"
+    ".globl hold_in_r12\n"
+    ".type hold_in_r12, @function\n"
+    "hold_in_r12:\n"
+    "    push %r12\n"            /* rsp is now 16-byte aligned */
+    "    push %r13\n"
+    "    sub $8, %rsp\n"
+    "    mov %rdi, %r12\n"
+    "    mov %rsi, %r13\n"
+    "    xor %edi, %edi\n"
+    "    call scrub\n"
+    "    call *%r13\n"
+    "    mov %r12, %rax\n"
+    "    add $8, %rsp\n"
+    "    pop %r13\n"
+    "    pop %r12\n"
+    "    ret\n"
+    ".size hold_in_r12, .-hold_in_r12\n");
+
+static int check(int on, obj_t *o, const char *what)
+{
+    int s = atomic_load(&swept);
+    if (on) {
+        if (s != 0 || o->magic != MAGIC || o->tag != 42) {
+            fprintf(stderr, "FAIL %s/on: swept=%d magic=%llx tag=%llu\n", what, s,
+                    (unsigned long long)o->magic, (unsigned long long)o->tag);
+            return 1;
+        }
+    } else if (s != 1) {
+        fprintf(stderr, "FAIL %s/off: the object was not collected (swept=%d)\n", what, s);
+        return 1;
+    }
+    printf("%s %s: ok (swept=%d)\n", what, on ? "on" : "off", s);
+    return 0;
+}
+
+/* ---- two threads ---- */
+static atomic_int phase;
+static int thread_failures;
+
+static void *worker(void *arg)
+{
+    int me = (int)(intptr_t)arg;
+    jl_adopt_thread();
+    obj_t *volatile mine[64];
+    for (int i = 0; i < 64; i++) mine[i] = make(1000 * me + i);
+    for (int round = 0; round < 6; round++) {
+        if (round % 2 == me) {
+            /* My turn: collect while the other thread waits at a safepoint. */
+            while (atomic_load(&phase) < 2 * round + 1) jl_gc_safepoint();
+            scrub();
+            jl_gc_collect(JL_GC_FULL);
+            jl_gc_collect(JL_GC_INCREMENTAL);
+            atomic_store(&phase, 2 * round + 2);
+        } else {
+            atomic_store(&phase, 2 * round + 1);
+            while (atomic_load(&phase) < 2 * round + 2) jl_gc_safepoint();
+        }
+        for (int i = 0; i < 64; i++)
+            if (mine[i]->magic != MAGIC || mine[i]->tag != (uint64_t)(1000 * me + i)) {
+                fprintf(stderr, "FAIL thread %d: object %d corrupted after round %d\n", me, i, round);
+                thread_failures++;
+            }
+    }
+    jl_gc_thread_detach();
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "local";
+    int on = argc > 2 ? strcmp(argv[2], "off") != 0 : 1;
+    if (on) jl_gc_enable_conservative_scanning(); /* before jl_init, as the seed allows */
+    jl_init();
+    ty = jl_new_foreign_type(jl_symbol("Obj"), NULL, NULL, NULL, sweep, 0, 0);
+    if (!ty) { fprintf(stderr, "type: %s\n", jl_gc_last_error()); return 2; }
+
+    if (strcmp(mode, "local") == 0) {
+        obj_t *volatile local = make(42);
+        collect_twice();
+        int r = check(on, on ? (obj_t *)local : NULL, "local");
+        local = NULL;
+        return r;
+    }
+    if (strcmp(mode, "register") == 0) {
+        obj_t *o = hold_in_r12(make(42), collect_twice);
+        return check(on, o, "register");
+    }
+    if (strcmp(mode, "threads") == 0) {
+        if (!on) return 2;
+        /* The main thread waits in a GC-safe region while the workers collect. */
+        pthread_t a, b;
+        pthread_create(&a, NULL, worker, (void *)0);
+        pthread_create(&b, NULL, worker, (void *)1);
+        int8_t st = jl_gc_safe_enter(jl_get_ptls_states());
+        pthread_join(a, NULL);
+        pthread_join(b, NULL);
+        jl_gc_safe_leave(jl_get_ptls_states(), st);
+        if (thread_failures || atomic_load(&swept) != 0) {
+            fprintf(stderr, "FAIL threads: %d corrupted, %d swept\n", thread_failures, atomic_load(&swept));
+            return 1;
+        }
+        /* With both threads gone, their objects are garbage. */
+        scrub();
+        jl_gc_collect(JL_GC_FULL);
+        jl_gc_collect(JL_GC_FULL);
+        printf("threads: ok (%d of 128 collected after the threads ended)\n", atomic_load(&swept));
+        return 0;
+    }
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+}

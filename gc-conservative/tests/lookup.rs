@@ -1,0 +1,172 @@
+//! Interior-pointer lookup: for objects of every size class and several large sizes,
+//! every byte offset from the base to one past the end maps back to the base; the word
+//! before an object (when the cell before is free), free cells, the unallocated part of
+//! a page, freed big objects, page headers, stacks, static data and millions of random
+//! words map to nothing, without a crash.
+
+use gc_conservative::{base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc};
+use gc_core::sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
+use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
+
+static STATIC_DATA: [u64; 64] = [7; 64];
+
+fn heap() -> Heap {
+    Heap::new(HeapConfig { min_interval: 1 << 30, max_interval: 1 << 30, ..HeapConfig::default() }).unwrap()
+}
+
+/// Every byte from `obj` to one past the end of its `cap`-byte payload maps to `obj`.
+fn assert_covers(heap: &Heap, obj: ObjRef, cap: usize, what: &str) {
+    let id = heap.id();
+    for off in 0..=cap {
+        let p = obj.addr() + off;
+        assert_eq!(base_ptr(id, p), Some(obj), "{what}: offset {off} of {cap}");
+    }
+}
+
+#[test]
+fn every_size_class_interior_and_one_past_end() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let id = heap.id();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    for (class, &cell) in CELL_SIZES.iter().enumerate() {
+        let size = cell as usize - 8;
+        // a (garbage), b (kept), c (kept): after a full collection a's cell is free.
+        let a = m.alloc_typed(size, ty).unwrap();
+        let b = m.alloc_typed(size, ty).unwrap();
+        let c = m.alloc_typed(size, ty).unwrap();
+        let _rb = heap.root(b);
+        let _rc = heap.root(c);
+        // Before collecting: the cells after c in its page are the bump area.
+        let page = gc_core::pagetable::lookup(c.addr()).unwrap();
+        let after_c = c.addr() + cell as usize;
+        if after_c + 8 < page.base() + PAGE_SIZE {
+            assert_eq!(base_ptr(id, after_c + 8), None, "class {class}: bump area beyond the last object");
+        }
+        m.collect(CollectionKind::Full).unwrap();
+        assert_covers(&heap, b, size, &format!("class {class} ({cell}-byte cells)"));
+        assert_eq!(internal_obj_base_ptr(id, b.addr() + size / 2), Some(b));
+        assert!(is_internal_obj_alloc(id, b.addr()));
+        assert!(!is_internal_obj_alloc(id, b.addr() + 8), "interior is not an object start");
+        if b.addr() == a.addr() + cell as usize {
+            // a's cell is free now: nothing in it, and b's header word maps to nothing.
+            for off in 0..cell as usize - 8 {
+                assert_eq!(base_ptr(id, a.addr() + off), None, "class {class}: free cell offset {off}");
+            }
+            assert_eq!(base_ptr(id, b.addr() - 8), None, "class {class}: word before b");
+            // A free cell is still "memory reserved for allocation".
+            assert!(is_internal_obj_alloc(id, a.addr()));
+        }
+        // Page header bytes (before the first payload) are never an object.
+        for off in 0..FIRST_CELL + 8 {
+            assert_eq!(base_ptr(id, page.base() + off), None, "class {class}: page start +{off}");
+        }
+        // The tail after the last cell.
+        let tail_start = page.base() + FIRST_CELL + (PAGE_SIZE - FIRST_CELL) / cell as usize * cell as usize;
+        for p in tail_start + 1..page.base() + PAGE_SIZE {
+            assert_eq!(internal_obj_base_ptr(id, p), None, "class {class}: page tail {p:#x}");
+        }
+    }
+}
+
+/// Addresses kept out of any stack in plain form, so conservative scanning of the test's
+/// own stack does not retain the objects whose freeing is being checked.
+const MASK: usize = 0x5A5A_5A5A_5A5A_5A5A;
+
+#[test]
+fn large_objects_are_found_through_the_index_and_forgotten_when_freed() {
+    let heap = heap();
+    enable_conservative_scanning(&heap).unwrap();
+    let sizes = [2025usize, 4096, 10_000, 65_536, 1 << 20, 3 << 20];
+    // Allocate and check on a thread whose stack is gone before the collection.
+    let (masked, roots) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut m = heap.attach().unwrap();
+            let id = heap.id();
+            let ty = heap.new_layout_type("Big", 8, &[]).unwrap();
+            let mut masked = Vec::new();
+            let mut roots = Vec::new();
+            for &size in &sizes {
+                let o = m.alloc_typed(size, ty).unwrap();
+                roots.push(heap.root(o));
+                assert_covers(&heap, o, size, &format!("big object of {size} bytes"));
+                assert_eq!(base_ptr(id, o.addr() + size + 1), None);
+                assert_eq!(base_ptr(id, o.addr() - 8), None, "header word of a big object");
+                assert_eq!(internal_obj_base_ptr(id, o.addr()), None, "big objects are not internal");
+                assert!(!is_internal_obj_alloc(id, o.addr()));
+                masked.push(o.addr() ^ MASK);
+            }
+            (masked, roots)
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(gc_conservative::indexed_big_objects(&heap), sizes.len());
+    drop(roots);
+    let mut m = heap.attach().unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(gc_conservative::indexed_big_objects(&heap), 0, "every big object was freed");
+    for (&x, &s) in masked.iter().zip(sizes.iter()) {
+        let a = x ^ MASK;
+        for p in [a, a + s / 2, a + s] {
+            assert_eq!(base_ptr(heap.id(), p), None, "freed big object {a:#x}");
+        }
+    }
+}
+
+#[test]
+fn big_objects_allocated_before_enabling_are_indexed() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Big", 8, &[]).unwrap();
+    let early = m.alloc_typed(50_000, ty).unwrap();
+    let _r = heap.root(early);
+    enable_conservative_scanning(&heap).unwrap();
+    enable_conservative_scanning(&heap).unwrap(); // idempotent
+    assert_eq!(base_ptr(heap.id(), early.addr() + 1234), Some(early));
+}
+
+#[test]
+fn stacks_static_data_other_heaps_and_random_words_are_not_objects() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let id = heap.id();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let keep: Vec<_> = (0..1000).map(|_| heap.root(m.alloc_typed(24, ty).unwrap())).collect();
+    let local = [0u64; 16];
+    for p in [&local as *const _ as usize, STATIC_DATA.as_ptr() as usize, main_like as fn() as usize, 0, 8, usize::MAX, 1 << 47] {
+        assert_eq!(base_ptr(id, p), None, "{p:#x}");
+        assert!(!is_internal_obj_alloc(id, p));
+    }
+    // Another heap's objects are not this heap's.
+    let other = Heap::default();
+    drop(m);
+    let mut om = other.attach().unwrap();
+    let oty = other.new_layout_type("Blob", 8, &[]).unwrap();
+    let foreign = om.alloc_typed(24, oty).unwrap();
+    assert_eq!(base_ptr(id, foreign.addr()), None);
+    assert_eq!(base_ptr(other.id(), foreign.addr()), Some(foreign));
+    drop(om);
+    // Random words: xorshift over the full 64-bit range, plus random offsets near the
+    // heap's own pages (which must resolve only to real objects).
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let near = keep[0].get().addr() & !(PAGE_SIZE - 1);
+    let mut hits = 0;
+    for i in 0..10_000_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let p = if i % 4 == 0 { near.wrapping_add((x % (8 * PAGE_SIZE as u64)) as usize) } else { x as usize };
+        if let Some(o) = base_ptr(id, p) {
+            hits += 1;
+            // Only allocated objects containing the word are ever reported.
+            let page = gc_core::pagetable::lookup(o.addr()).unwrap();
+            let (cell, _) = page.cell_layout().unwrap();
+            assert!(page.is_allocated(o.addr()), "random word {p:#x} resolved to a free cell");
+            assert!(o.addr() <= p && p <= o.addr() + cell - 8, "{p:#x} outside {o:?}");
+        }
+    }
+    assert!(hits > 0, "words near the heap's pages should sometimes hit live objects");
+}
+
+fn main_like() {}
