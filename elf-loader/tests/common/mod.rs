@@ -54,8 +54,9 @@ pub fn build_so(name: &str, sources: &[&str], args: &[&str]) -> PathBuf {
     let o = cmd.output().expect("run the C compiler");
     assert!(
         o.status.success(),
-        "building {name} failed: {:?}\n{}",
-        cmd,
+        "building {name} failed: {:?} {:?}\n{}",
+        cmd.get_program(),
+        cmd.get_args().collect::<Vec<_>>(),
         String::from_utf8_lossy(&o.stderr)
     );
     out
@@ -70,8 +71,9 @@ pub fn build_exe(name: &str, sources: &[PathBuf], args: &[String]) -> PathBuf {
     let o = cmd.output().expect("run the C compiler");
     assert!(
         o.status.success(),
-        "building {name} failed: {:?}\n{}",
-        cmd,
+        "building {name} failed: {:?} {:?}\n{}",
+        cmd.get_program(),
+        cmd.get_args().collect::<Vec<_>>(),
         String::from_utf8_lossy(&o.stderr)
     );
     out
