@@ -866,6 +866,92 @@ impl ElfInfo {
     }
 }
 
+/// What [`check_bytes`] found in a well-formed file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSummary {
+    /// Number of dynamic symbols.
+    pub symbols: u32,
+    /// Number of relocations (DT_RELA + DT_JMPREL).
+    pub relocations: usize,
+    /// `DT_NEEDED` names.
+    pub needed: Vec<String>,
+    /// Whether the file has a `PT_TLS` segment.
+    pub has_tls: bool,
+}
+
+/// Parses `data` as a shared library and walks every table the loader reads (symbol
+/// names, versions, relocations and their targets) without mapping or running
+/// anything: the oracle of the fuzz target and of the bad-input tests. Errors are the
+/// ones the loader would give.
+pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
+    let info = ElfInfo::parse(path, data)?;
+    for i in 1..info.nsyms {
+        let s = info
+            .file_sym(data, i)
+            .ok_or_else(|| Error::malformed(path, format!("symbol {i} unreadable")))?;
+        info.file_str(data, s.name).ok_or_else(|| {
+            Error::malformed(path, format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name))
+        })?;
+        if let Some(v) = info.file_versym(data, i) {
+            let idx = (v & 0x7fff) as usize;
+            if idx >= 2 && info.versions.get(idx).is_none_or(|v| v.is_none()) {
+                return Err(Error::malformed(path, format!("symbol {i}: version index {idx} is not defined")));
+            }
+        }
+    }
+    let mut relocations = 0;
+    for table in [info.rela, info.jmprel] {
+        for r in info.file_relocs(data, table) {
+            relocations += 1;
+            if r.sym >= info.nsyms && r.sym != 0 {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: format!("symbol index {} is beyond the {} dynamic symbols", r.sym, info.nsyms),
+                });
+            }
+            let size = match r.kind {
+                R_X86_64_NONE => continue,
+                R_X86_64_32 | R_X86_64_PC32 => 4,
+                R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT | R_X86_64_RELATIVE
+                | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64
+                | R_X86_64_TPOFF64 => 8,
+                other => {
+                    return Err(Error::Relocation {
+                        path: path.to_path_buf(),
+                        kind: reloc_name(other),
+                        offset: r.offset,
+                        symbol: String::new(),
+                        reason: "unsupported relocation type".into(),
+                    })
+                }
+            };
+            let ok = info.loads.iter().any(|l| {
+                l.flags & PF_W != 0
+                    && r.offset >= l.vaddr
+                    && r.offset.checked_add(size).is_some_and(|e| e <= l.vaddr + l.memsz)
+            });
+            if !ok {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: "target is not inside a writable segment".into(),
+                });
+            }
+        }
+    }
+    Ok(CheckSummary {
+        symbols: info.nsyms,
+        relocations,
+        needed: info.needed.clone(),
+        has_tls: info.tls.is_some(),
+    })
+}
+
 fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {
     fixed.checked_add(u64::from(nsyms.checked_sub(symoffset)?) * 4)
 }
