@@ -239,7 +239,6 @@ fn system_tls_get_addr() -> SysTlsGetAddr {
 ///
 /// # Safety
 /// `ti` must point to a valid `tls_index`.
-#[no_mangle]
 unsafe extern "C" fn elf_loader_tls_get_addr_impl(ti: *const TlsIndex) -> *mut u8 {
     // SAFETY: the caller passes a valid tls_index (the ABI contract of __tls_get_addr).
     let ti = unsafe { *ti };
