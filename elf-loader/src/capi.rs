@@ -59,16 +59,26 @@ fn set_error(msg: impl Into<String>) {
 
 fn register<T>(b: Box<T>) -> *mut T {
     let p = Box::into_raw(b);
-    LIVE.lock().get_or_insert_with(HashSet::new).insert(p as usize);
+    LIVE.lock()
+        .get_or_insert_with(HashSet::new)
+        .insert(p as usize);
     p
 }
 
 fn is_live<T>(p: *const T) -> bool {
-    !p.is_null() && LIVE.lock().as_ref().is_some_and(|s| s.contains(&(p as usize)))
+    !p.is_null()
+        && LIVE
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.contains(&(p as usize)))
 }
 
 fn unregister<T>(p: *mut T) -> bool {
-    !p.is_null() && LIVE.lock().as_mut().is_some_and(|s| s.remove(&(p as usize)))
+    !p.is_null()
+        && LIVE
+            .lock()
+            .as_mut()
+            .is_some_and(|s| s.remove(&(p as usize)))
 }
 
 /// Reads a C string argument, or records an error.
@@ -92,7 +102,9 @@ unsafe fn arg_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
 
 fn lib_ref<'a>(lib: *const elf_loader_library, what: &str) -> Option<&'a elf_loader_library> {
     if !is_live(lib) {
-        set_error(format!("{what}: invalid library handle {lib:p} (NULL, unknown or deleted)"));
+        set_error(format!(
+            "{what}: invalid library handle {lib:p} (NULL, unknown or deleted)"
+        ));
         return None;
     }
     // SAFETY: registered handles are live boxes until deleted.
@@ -113,12 +125,16 @@ pub extern "C" fn elf_loader_last_error() -> *const c_char {
 /// # Safety
 /// `name` must be NULL or a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn elf_loader_namespace_new(name: *const c_char) -> *mut elf_loader_namespace {
+pub unsafe extern "C" fn elf_loader_namespace_new(
+    name: *const c_char,
+) -> *mut elf_loader_namespace {
     // SAFETY: caller's contract.
     let Some(name) = (unsafe { arg_str(name, "namespace name") }) else {
         return std::ptr::null_mut();
     };
-    register(Box::new(elf_loader_namespace { ns: Namespace::new(name) }))
+    register(Box::new(elf_loader_namespace {
+        ns: Namespace::new(name),
+    }))
 }
 
 /// Releases a namespace handle; its libraries are unloaded (fini, unmap) once no
@@ -129,7 +145,9 @@ pub unsafe extern "C" fn elf_loader_namespace_new(name: *const c_char) -> *mut e
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespace) -> c_int {
     if !unregister(ns) {
-        set_error(format!("elf_loader_namespace_delete: invalid namespace handle {ns:p}"));
+        set_error(format!(
+            "elf_loader_namespace_delete: invalid namespace handle {ns:p}"
+        ));
         return ELF_LOADER_ERR_ARG;
     }
     // SAFETY: it was a registered live box; we just removed it from the registry.
@@ -149,7 +167,9 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
     out: *mut *mut elf_loader_library,
 ) -> c_int {
     if !is_live(ns) {
-        set_error(format!("elf_loader_namespace_load: invalid namespace handle {ns:p}"));
+        set_error(format!(
+            "elf_loader_namespace_load: invalid namespace handle {ns:p}"
+        ));
         return ELF_LOADER_ERR_ARG;
     }
     if out.is_null() {
@@ -204,7 +224,10 @@ pub unsafe extern "C" fn elf_loader_library_add_search_library(
     let (Some(l), Some(p)) = (lib_ref(lib, "library"), lib_ref(provider, "search library")) else {
         return ELF_LOADER_ERR_ARG;
     };
-    match l.lib.add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>) {
+    match l
+        .lib
+        .add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>)
+    {
         Ok(()) => ELF_LOADER_OK,
         Err(e) => {
             set_error(e.to_string());
@@ -220,7 +243,10 @@ pub unsafe extern "C" fn elf_loader_library_add_search_library(
 /// `lib` must be a live library handle (checked); `handle` NULL or a live `dlopen`
 /// handle that outlives `lib`.
 #[no_mangle]
-pub unsafe extern "C" fn elf_loader_library_add_search_system(lib: *mut elf_loader_library, handle: *mut c_void) -> c_int {
+pub unsafe extern "C" fn elf_loader_library_add_search_system(
+    lib: *mut elf_loader_library,
+    handle: *mut c_void,
+) -> c_int {
     let Some(l) = lib_ref(lib, "library") else {
         return ELF_LOADER_ERR_ARG;
     };
@@ -266,7 +292,10 @@ pub unsafe extern "C" fn elf_loader_library_load(lib: *mut elf_loader_library) -
 /// # Safety
 /// `lib` must be a live library handle (checked); `name` a NUL-terminated string.
 #[no_mangle]
-pub unsafe extern "C" fn elf_loader_library_sym(lib: *const elf_loader_library, name: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn elf_loader_library_sym(
+    lib: *const elf_loader_library,
+    name: *const c_char,
+) -> *mut c_void {
     let Some(l) = lib_ref(lib, "library") else {
         return std::ptr::null_mut();
     };
@@ -277,7 +306,10 @@ pub unsafe extern "C" fn elf_loader_library_sym(lib: *const elf_loader_library, 
     match l.lib.sym(name) {
         Some(a) => a as *mut c_void,
         None => {
-            set_error(format!("{}: symbol {name} not found", l.lib.path().display()));
+            set_error(format!(
+                "{}: symbol {name} not found",
+                l.lib.path().display()
+            ));
             std::ptr::null_mut()
         }
     }
@@ -312,7 +344,10 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
             ELF_LOADER_OK
         }
         None => {
-            set_error(format!("{}: TLS symbol {name} not found", l.lib.path().display()));
+            set_error(format!(
+                "{}: TLS symbol {name} not found",
+                l.lib.path().display()
+            ));
             ELF_LOADER_ERR_NOT_FOUND
         }
     }
@@ -325,7 +360,9 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_delete(lib: *mut elf_loader_library) -> c_int {
     if !unregister(lib) {
-        set_error(format!("elf_loader_library_delete: invalid library handle {lib:p}"));
+        set_error(format!(
+            "elf_loader_library_delete: invalid library handle {lib:p}"
+        ));
         return ELF_LOADER_ERR_ARG;
     }
     // SAFETY: it was a registered live box; we just removed it from the registry.

@@ -78,7 +78,11 @@ fn eh_frame_start(img: &Image) -> Option<usize> {
     let at = img.addr(hdr.vaddr);
     // SAFETY: PT_GNU_EH_FRAME lies in a mapped segment (it is inside a PT_LOAD of every
     // linker-produced file; we checked its size above and read only its first 12 bytes).
-    let inside = img.info.loads.iter().any(|l| hdr.vaddr >= l.vaddr && hdr.vaddr + 12 <= l.vaddr + l.filesz);
+    let inside = img
+        .info
+        .loads
+        .iter()
+        .any(|l| hdr.vaddr >= l.vaddr && hdr.vaddr + 12 <= l.vaddr + l.filesz);
     if !inside {
         return None;
     }
@@ -147,7 +151,10 @@ pub(crate) fn register(img: &Image) {
                 (*glibc).r_version = 2;
             }
         }
-        DebugState { ours, nodes: Vec::new() }
+        DebugState {
+            ours,
+            nodes: Vec::new(),
+        }
     });
     let node = Box::into_raw(Box::new(LinkMap {
         l_addr: img.map.bias,
@@ -182,7 +189,9 @@ pub(crate) fn unregister(img: &Image) {
     }
     let mut g = STATE.lock();
     let Some(st) = g.as_mut() else { return };
-    let Some(pos) = st.nodes.iter().position(|(id, _)| *id == img.id) else { return };
+    let Some(pos) = st.nodes.iter().position(|(id, _)| *id == img.id) else {
+        return;
+    };
     let (_, node) = st.nodes.remove(pos);
     // SAFETY: unlinking our own node under the STATE lock, then freeing it.
     unsafe {

@@ -103,21 +103,25 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
         return make_handle(&ns, 0, Target::Scope);
     }
     // SAFETY: dlopen's contract: a NUL-terminated file name.
-    let name = unsafe { CStr::from_ptr(file) }.to_string_lossy().into_owned();
+    let name = unsafe { CStr::from_ptr(file) }
+        .to_string_lossy()
+        .into_owned();
     let global = flags & libc::RTLD_GLOBAL != 0;
     let requester = image_containing(caller);
     let result = if name.contains('/') && !ns.policy_is_system(&name) {
-        ns.load_image(std::path::Path::new(&name), Vec::new(), global).map(|i| Dep::Custom(Arc::downgrade(&i)))
+        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+            .map(|i| Dep::Custom(Arc::downgrade(&i)))
     } else {
-        ns.load_dependency(&name, requester.as_deref()).map(|d| match d {
-            Dep::Custom(w) => {
-                if let (true, Some(i)) = (global, w.upgrade()) {
-                    ns.make_global(&i);
+        ns.load_dependency(&name, requester.as_deref())
+            .map(|d| match d {
+                Dep::Custom(w) => {
+                    if let (true, Some(i)) = (global, w.upgrade()) {
+                        ns.make_global(&i);
+                    }
+                    Dep::Custom(w)
                 }
-                Dep::Custom(w)
-            }
-            s => s,
-        })
+                s => s,
+            })
     };
     match result {
         Ok(Dep::Custom(w)) => {
@@ -142,7 +146,10 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
 impl NsInner {
     fn policy_is_system(&self, name: &str) -> bool {
         let base = name.rsplit('/').next().unwrap_or(name);
-        self.policy.system_prefixes.iter().any(|p| base.starts_with(p.as_str()))
+        self.policy
+            .system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
     }
     fn make_global(&self, img: &Arc<Image>) {
         let mut st = self.state.lock();
@@ -183,10 +190,18 @@ fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> O
     systems.iter().find_map(|s| s.lookup_c(name, version))
 }
 
-fn lookup_in_scope(ns: &Arc<NsInner>, after: Option<&Arc<Image>>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+fn lookup_in_scope(
+    ns: &Arc<NsInner>,
+    after: Option<&Arc<Image>>,
+    name: &CStr,
+    version: Option<&CStr>,
+) -> Option<usize> {
     let globals = ns.state.lock().global.clone();
     let start = match after {
-        Some(a) => globals.iter().position(|g| Arc::ptr_eq(g, a)).map_or(globals.len(), |p| p + 1),
+        Some(a) => globals
+            .iter()
+            .position(|g| Arc::ptr_eq(g, a))
+            .map_or(globals.len(), |p| p + 1),
         None => 0,
     };
     let v = version.map(|v| v.to_string_lossy().into_owned());
@@ -207,7 +222,12 @@ fn lookup_in_scope(ns: &Arc<NsInner>, after: Option<&Arc<Image>>, name: &CStr, v
     None
 }
 
-unsafe fn dlsym_common(handle: *mut c_void, name: *const c_char, version: *const c_char, caller: usize) -> *mut c_void {
+unsafe fn dlsym_common(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     if name.is_null() {
         set_error("dlsym: symbol name is NULL".into());
         return std::ptr::null_mut();
@@ -237,11 +257,13 @@ unsafe fn dlsym_common(handle: *mut c_void, name: *const c_char, version: *const
         });
     } else {
         let target = with_handles(|h| {
-            h.by_addr.get(&(handle as usize)).map(|hd| match &hd.target {
-                Target::Image(w) => (Some(w.clone()), None, hd.ns.clone()),
-                Target::System(s) => (None, Some(*s), hd.ns.clone()),
-                Target::Scope => (None, None, hd.ns.clone()),
-            })
+            h.by_addr
+                .get(&(handle as usize))
+                .map(|hd| match &hd.target {
+                    Target::Image(w) => (Some(w.clone()), None, hd.ns.clone()),
+                    Target::System(s) => (None, Some(*s), hd.ns.clone()),
+                    Target::Scope => (None, None, hd.ns.clone()),
+                })
         });
         match target {
             None => return system(handle),
@@ -276,27 +298,44 @@ unsafe fn dlsym_common(handle: *mut c_void, name: *const c_char, version: *const
 
 extern "C" {
     #[link_name = "dlvsym"]
-    fn dlvsym_sys(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
+    fn dlvsym_sys(
+        handle: *mut c_void,
+        symbol: *const c_char,
+        version: *const c_char,
+    ) -> *mut c_void;
 }
 
-unsafe extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char, caller: usize) -> *mut c_void {
+unsafe extern "C" fn dlsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     // SAFETY: same contract as dlsym.
     unsafe { dlsym_common(handle, name, std::ptr::null(), caller) }
 }
 
-unsafe extern "C" fn dlvsym_impl(handle: *mut c_void, name: *const c_char, version: *const c_char, caller: usize) -> *mut c_void {
+unsafe extern "C" fn dlvsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
     // SAFETY: same contract as dlvsym.
     unsafe { dlsym_common(handle, name, version, caller) }
 }
 
 extern "C" fn dlerror_impl() -> *mut c_char {
-    let ours = LAST_ERROR.try_with(|e| e.borrow_mut().take()).ok().flatten();
+    let ours = LAST_ERROR
+        .try_with(|e| e.borrow_mut().take())
+        .ok()
+        .flatten();
     match ours {
         Some(msg) => RETURNED_ERROR
             .try_with(|r| {
                 let mut r = r.borrow_mut();
                 *r = Some(msg);
-                r.as_ref().map_or(std::ptr::null_mut(), |m| m.as_ptr() as *mut c_char)
+                r.as_ref()
+                    .map_or(std::ptr::null_mut(), |m| m.as_ptr() as *mut c_char)
             })
             .unwrap_or(std::ptr::null_mut()),
         // SAFETY: plain forward.

@@ -373,7 +373,10 @@ impl ElfInfo {
             ));
         }
         if ident[6] != 1 {
-            return Err(bad(format!("e_ident[EI_VERSION] = {} (expected 1)", ident[6])));
+            return Err(bad(format!(
+                "e_ident[EI_VERSION] = {} (expected 1)",
+                ident[6]
+            )));
         }
         r.bytes(0, 64, "ELF header")?;
         let e_type = r.u16(16, "e_type")?;
@@ -397,9 +400,15 @@ impl ElfInfo {
             return Err(bad(format!("e_phentsize = {phentsize} (expected 56)")));
         }
         if phnum == 0 || phnum == 0xffff {
-            return Err(bad(format!("e_phnum = {phnum} (no usable program headers)")));
+            return Err(bad(format!(
+                "e_phnum = {phnum} (no usable program headers)"
+            )));
         }
-        r.bytes(phoff, u64::from(phnum) * 56, "program header table (e_phoff, e_phnum)")?;
+        r.bytes(
+            phoff,
+            u64::from(phnum) * 56,
+            "program header table (e_phoff, e_phnum)",
+        )?;
 
         let mut phdrs = Vec::with_capacity(phnum as usize);
         for i in 0..u64::from(phnum) {
@@ -439,7 +448,11 @@ impl ElfInfo {
                             p.vaddr, p.memsz
                         )));
                     }
-                    r.bytes(p.offset, p.filesz, &format!("program header {i} (PT_LOAD) contents"))?;
+                    r.bytes(
+                        p.offset,
+                        p.filesz,
+                        &format!("program header {i} (PT_LOAD) contents"),
+                    )?;
                     if p.offset % PAGE != p.vaddr % PAGE {
                         return Err(bad(format!(
                             "program header {i} (PT_LOAD): p_offset {:#x} and p_vaddr {:#x} differ modulo the page size",
@@ -482,8 +495,14 @@ impl ElfInfo {
         let dynamic = dynamic.ok_or_else(|| bad("no PT_DYNAMIC program header".into()))?;
         let min_vaddr = page_down(loads[0].vaddr);
         let last = loads[loads.len() - 1];
-        let max_vaddr = page_up(last.vaddr + last.memsz).ok_or_else(|| bad("PT_LOAD end overflows".into()))?;
-        let max_align = loads.iter().map(|p| p.align).max().unwrap_or(PAGE).max(PAGE);
+        let max_vaddr =
+            page_up(last.vaddr + last.memsz).ok_or_else(|| bad("PT_LOAD end overflows".into()))?;
+        let max_align = loads
+            .iter()
+            .map(|p| p.align)
+            .max()
+            .unwrap_or(PAGE)
+            .max(PAGE);
 
         let mut info = ElfInfo {
             path: path.to_path_buf(),
@@ -518,19 +537,30 @@ impl ElfInfo {
             static_tls: false,
         };
         if let Some(t) = info.tls {
-            if t.filesz > t.memsz || t.memsz > (1 << 30) || (t.align > 1 && !t.align.is_power_of_two()) {
+            if t.filesz > t.memsz
+                || t.memsz > (1 << 30)
+                || (t.align > 1 && !t.align.is_power_of_two())
+            {
                 return Err(bad(format!(
                     "PT_TLS: p_filesz {:#x}, p_memsz {:#x}, p_align {:#x} are inconsistent",
                     t.filesz, t.memsz, t.align
                 )));
             }
             if t.filesz > 0 {
-                info.table(&r, t.vaddr, t.filesz, Placement::Any, "PT_TLS initialisation image")?;
+                info.table(
+                    &r,
+                    t.vaddr,
+                    t.filesz,
+                    Placement::Any,
+                    "PT_TLS initialisation image",
+                )?;
             }
         }
         if let Some(rr) = info.relro {
             let ok = info.loads.iter().any(|l| {
-                l.flags & PF_W != 0 && rr.vaddr >= l.vaddr && rr.vaddr + rr.memsz <= l.vaddr + l.memsz
+                l.flags & PF_W != 0
+                    && rr.vaddr >= l.vaddr
+                    && rr.vaddr + rr.memsz <= l.vaddr + l.memsz
             });
             if !ok && rr.memsz != 0 {
                 return Err(bad(format!(
@@ -544,9 +574,19 @@ impl ElfInfo {
     }
 
     /// Finds the PT_LOAD holding `[vaddr, vaddr+len)` and returns the table's file offset.
-    fn table(&self, r: &Reader<'_>, vaddr: u64, len: u64, placement: Placement, what: &str) -> Result<Table> {
+    fn table(
+        &self,
+        r: &Reader<'_>,
+        vaddr: u64,
+        len: u64,
+        placement: Placement,
+        what: &str,
+    ) -> Result<Table> {
         let end = vaddr.checked_add(len).ok_or_else(|| {
-            Error::malformed(&self.path, format!("{what} at {vaddr:#x} (+{len:#x}) overflows"))
+            Error::malformed(
+                &self.path,
+                format!("{what} at {vaddr:#x} (+{len:#x}) overflows"),
+            )
         })?;
         for l in &self.loads {
             let limit = match placement {
@@ -564,7 +604,11 @@ impl ElfInfo {
                 if placement != Placement::Memory {
                     r.bytes(file_off, len, what)?;
                 }
-                return Ok(Table { file_off, vaddr, len });
+                return Ok(Table {
+                    file_off,
+                    vaddr,
+                    len,
+                });
             }
         }
         Err(Error::malformed(
@@ -578,7 +622,10 @@ impl ElfInfo {
         let bad = |item: String| Error::malformed(&path, item);
         let d = self.dynamic;
         if d.filesz % 16 != 0 || d.filesz == 0 {
-            return Err(bad(format!("PT_DYNAMIC size {:#x} is not a non-zero multiple of 16", d.filesz)));
+            return Err(bad(format!(
+                "PT_DYNAMIC size {:#x} is not a non-zero multiple of 16",
+                d.filesz
+            )));
         }
         r.bytes(d.offset, d.filesz, "PT_DYNAMIC contents")?;
         let mut entries = Vec::new();
@@ -607,20 +654,52 @@ impl ElfInfo {
         };
         for (i, tag, val) in &entries {
             match *tag {
-                DT_REL => return Err(Error::unsupported(&path, format!("dynamic entry {i}: DT_REL relocations (x86_64 uses DT_RELA)"))),
-                DT_RELR => return Err(Error::unsupported(&path, format!("dynamic entry {i}: DT_RELR packed relocations"))),
-                DT_TEXTREL => return Err(Error::unsupported(&path, format!("dynamic entry {i}: DT_TEXTREL (text relocations)"))),
+                DT_REL => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_REL relocations (x86_64 uses DT_RELA)"),
+                    ))
+                }
+                DT_RELR => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_RELR packed relocations"),
+                    ))
+                }
+                DT_TEXTREL => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_TEXTREL (text relocations)"),
+                    ))
+                }
                 DT_FLAGS if val & DF_TEXTREL != 0 => {
-                    return Err(Error::unsupported(&path, format!("dynamic entry {i}: DF_TEXTREL (text relocations)")))
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DF_TEXTREL (text relocations)"),
+                    ))
                 }
                 DT_FLAGS if val & DF_STATIC_TLS != 0 => self.static_tls = true,
                 DT_PLTREL if *val != DT_RELA => {
-                    return Err(Error::unsupported(&path, format!("dynamic entry {i}: DT_PLTREL = {val} (only DT_RELA)")))
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_PLTREL = {val} (only DT_RELA)"),
+                    ))
                 }
-                DT_SYMENT if *val != 24 => return Err(bad(format!("dynamic entry {i}: DT_SYMENT = {val} (expected 24)"))),
-                DT_RELAENT if *val != 24 => return Err(bad(format!("dynamic entry {i}: DT_RELAENT = {val} (expected 24)"))),
+                DT_SYMENT if *val != 24 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_SYMENT = {val} (expected 24)"
+                    )))
+                }
+                DT_RELAENT if *val != 24 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_RELAENT = {val} (expected 24)"
+                    )))
+                }
                 DT_PREINIT_ARRAY => {
-                    return Err(Error::unsupported(&path, format!("dynamic entry {i}: DT_PREINIT_ARRAY in a shared object")))
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_PREINIT_ARRAY in a shared object"),
+                    ))
                 }
                 _ => {}
             }
@@ -638,10 +717,18 @@ impl ElfInfo {
         };
         for (i, tag, val) in &entries {
             match *tag {
-                DT_NEEDED => self.needed.push(string(*val, &format!("dynamic entry {i} (DT_NEEDED)"))?),
-                DT_SONAME => self.soname = Some(string(*val, &format!("dynamic entry {i} (DT_SONAME)"))?),
-                DT_RPATH => self.rpath = Some(string(*val, &format!("dynamic entry {i} (DT_RPATH)"))?),
-                DT_RUNPATH => self.runpath = Some(string(*val, &format!("dynamic entry {i} (DT_RUNPATH)"))?),
+                DT_NEEDED => self
+                    .needed
+                    .push(string(*val, &format!("dynamic entry {i} (DT_NEEDED)"))?),
+                DT_SONAME => {
+                    self.soname = Some(string(*val, &format!("dynamic entry {i} (DT_SONAME)"))?)
+                }
+                DT_RPATH => {
+                    self.rpath = Some(string(*val, &format!("dynamic entry {i} (DT_RPATH)"))?)
+                }
+                DT_RUNPATH => {
+                    self.runpath = Some(string(*val, &format!("dynamic entry {i} (DT_RUNPATH)"))?)
+                }
                 _ => {}
             }
         }
@@ -656,7 +743,11 @@ impl ElfInfo {
             if nbucket == 0 {
                 return Err(bad("DT_HASH has zero buckets".into()));
             }
-            self.sysv_hash = Some(SysvHash { table, nbucket, nchain });
+            self.sysv_hash = Some(SysvHash {
+                table,
+                nbucket,
+                nchain,
+            });
         }
         if let Some(addr) = get(DT_GNU_HASH) {
             let head = self.table(r, addr, 16, Placement::ReadOnly, "DT_GNU_HASH header")?;
@@ -664,7 +755,11 @@ impl ElfInfo {
             let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
             let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
             let bloom_shift = r.u32(head.file_off + 12, "DT_GNU_HASH bloom shift")?;
-            if nbuckets == 0 || bloom_size == 0 || !bloom_size.is_power_of_two() || bloom_shift >= 64 {
+            if nbuckets == 0
+                || bloom_size == 0
+                || !bloom_size.is_power_of_two()
+                || bloom_shift >= 64
+            {
                 return Err(bad(format!(
                     "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
                 )));
@@ -678,7 +773,9 @@ impl ElfInfo {
                 let v = r.u32(buckets_off + b * 4, "DT_GNU_HASH bucket")?;
                 if v != 0 {
                     if v < symoffset {
-                        return Err(bad(format!("DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}")));
+                        return Err(bad(format!(
+                            "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
+                        )));
                     }
                     max_index = Some(max_index.map_or(v, |m| m.max(v)));
                 }
@@ -687,29 +784,56 @@ impl ElfInfo {
             if let Some(mut i) = max_index {
                 let chains_off = buckets_off + u64::from(nbuckets) * 4;
                 loop {
-                    let off_in_table = (chains_off - fixed_t.file_off) + u64::from(i - symoffset) * 4;
-                    self.table(r, addr, off_in_table + 4, Placement::ReadOnly, "DT_GNU_HASH chain")?;
-                    let h = r.u32(chains_off + u64::from(i - symoffset) * 4, "DT_GNU_HASH chain")?;
+                    let off_in_table =
+                        (chains_off - fixed_t.file_off) + u64::from(i - symoffset) * 4;
+                    self.table(
+                        r,
+                        addr,
+                        off_in_table + 4,
+                        Placement::ReadOnly,
+                        "DT_GNU_HASH chain",
+                    )?;
+                    let h = r.u32(
+                        chains_off + u64::from(i - symoffset) * 4,
+                        "DT_GNU_HASH chain",
+                    )?;
                     if h & 1 == 1 {
                         break;
                     }
-                    i = i.checked_add(1).ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+                    i = i
+                        .checked_add(1)
+                        .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
                 }
                 nsyms = i + 1;
             }
-            let len = (chains_off_len(fixed, nsyms, symoffset)).ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
+            let len = (chains_off_len(fixed, nsyms, symoffset))
+                .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
             let table = self.table(r, addr, len, Placement::ReadOnly, "DT_GNU_HASH table")?;
-            self.gnu_hash = Some(GnuHash { table, nbuckets, symoffset, bloom_size, bloom_shift });
+            self.gnu_hash = Some(GnuHash {
+                table,
+                nbuckets,
+                symoffset,
+                bloom_size,
+                bloom_shift,
+            });
             self.nsyms = nsyms;
         }
         if let Some(h) = self.sysv_hash {
             self.nsyms = self.nsyms.max(h.nchain);
         }
         if self.gnu_hash.is_none() && self.sysv_hash.is_none() {
-            return Err(bad("neither DT_GNU_HASH nor DT_HASH present (symbols cannot be looked up)".into()));
+            return Err(bad(
+                "neither DT_GNU_HASH nor DT_HASH present (symbols cannot be looked up)".into(),
+            ));
         }
         let symtab_addr = get(DT_SYMTAB).ok_or_else(|| bad("no DT_SYMTAB".into()))?;
-        self.symtab = self.table(r, symtab_addr, u64::from(self.nsyms) * 24, Placement::ReadOnly, name(DT_SYMTAB))?;
+        self.symtab = self.table(
+            r,
+            symtab_addr,
+            u64::from(self.nsyms) * 24,
+            Placement::ReadOnly,
+            name(DT_SYMTAB),
+        )?;
 
         // Relocation tables.
         if let Some(addr) = get(DT_RELA) {
@@ -720,7 +844,11 @@ impl ElfInfo {
             self.rela = self.table(r, addr, sz, Placement::ReadOnly, name(DT_RELA))?;
             self.relacount = get(DT_RELACOUNT).unwrap_or(0);
             if self.relacount > sz / 24 {
-                return Err(bad(format!("DT_RELACOUNT {} exceeds the {} DT_RELA entries", self.relacount, sz / 24)));
+                return Err(bad(format!(
+                    "DT_RELACOUNT {} exceeds the {} DT_RELA entries",
+                    self.relacount,
+                    sz / 24
+                )));
             }
         }
         if let Some(addr) = get(DT_JMPREL) {
@@ -751,15 +879,27 @@ impl ElfInfo {
         }
         for (f, what) in [(self.init, "DT_INIT"), (self.fini, "DT_FINI")] {
             if let Some(addr) = f {
-                if !self.loads.iter().any(|l| l.flags & PF_X != 0 && addr >= l.vaddr && addr < l.vaddr + l.memsz) {
-                    return Err(bad(format!("{what} {addr:#x} is not inside an executable segment")));
+                if !self
+                    .loads
+                    .iter()
+                    .any(|l| l.flags & PF_X != 0 && addr >= l.vaddr && addr < l.vaddr + l.memsz)
+                {
+                    return Err(bad(format!(
+                        "{what} {addr:#x} is not inside an executable segment"
+                    )));
                 }
             }
         }
 
         // Versions.
         if let Some(addr) = get(DT_VERSYM) {
-            self.versym = Some(self.table(r, addr, u64::from(self.nsyms) * 2, Placement::ReadOnly, "DT_VERSYM")?);
+            self.versym = Some(self.table(
+                r,
+                addr,
+                u64::from(self.nsyms) * 2,
+                Placement::ReadOnly,
+                "DT_VERSYM",
+            )?);
         }
         let mut versions: Vec<Option<VersionName>> = Vec::new();
         let mut put = |idx: u16, v: VersionName| {
@@ -773,7 +913,13 @@ impl ElfInfo {
             let num = get(DT_VERDEFNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(r, at, 20, Placement::ReadOnly, &format!("DT_VERDEF entry {n}"))?;
+                let t = self.table(
+                    r,
+                    at,
+                    20,
+                    Placement::ReadOnly,
+                    &format!("DT_VERDEF entry {n}"),
+                )?;
                 let version = r.u16(t.file_off, "vd_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERDEF entry {n}: vd_version {version}")));
@@ -784,22 +930,43 @@ impl ElfInfo {
                 let aux = r.u32(t.file_off + 12, "vd_aux")?;
                 let next = r.u32(t.file_off + 16, "vd_next")?;
                 if cnt > 0 {
-                    let a = self.table(r, at + u64::from(aux), 8, Placement::ReadOnly, &format!("DT_VERDEF entry {n} aux"))?;
+                    let a = self.table(
+                        r,
+                        at + u64::from(aux),
+                        8,
+                        Placement::ReadOnly,
+                        &format!("DT_VERDEF entry {n} aux"),
+                    )?;
                     let name_off = r.u32(a.file_off, "vda_name")?;
                     let name = string(u64::from(name_off), &format!("DT_VERDEF entry {n} name"))?;
-                    put(ndx, VersionName { name, file: None, is_base: flags & 1 != 0 });
+                    put(
+                        ndx,
+                        VersionName {
+                            name,
+                            file: None,
+                            is_base: flags & 1 != 0,
+                        },
+                    );
                 }
                 if next == 0 {
                     break;
                 }
-                at = at.checked_add(u64::from(next)).ok_or_else(|| bad("DT_VERDEF chain overflows".into()))?;
+                at = at
+                    .checked_add(u64::from(next))
+                    .ok_or_else(|| bad("DT_VERDEF chain overflows".into()))?;
             }
         }
         if let Some(addr) = get(DT_VERNEED) {
             let num = get(DT_VERNEEDNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(r, at, 16, Placement::ReadOnly, &format!("DT_VERNEED entry {n}"))?;
+                let t = self.table(
+                    r,
+                    at,
+                    16,
+                    Placement::ReadOnly,
+                    &format!("DT_VERNEED entry {n}"),
+                )?;
                 let version = r.u16(t.file_off, "vn_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERNEED entry {n}: vn_version {version}")));
@@ -811,11 +978,27 @@ impl ElfInfo {
                 let next = r.u32(t.file_off + 12, "vn_next")?;
                 for k in 0..cnt {
                     let a_addr = aux.ok_or_else(|| bad("DT_VERNEED aux overflows".into()))?;
-                    let a = self.table(r, a_addr, 16, Placement::ReadOnly, &format!("DT_VERNEED entry {n} aux {k}"))?;
+                    let a = self.table(
+                        r,
+                        a_addr,
+                        16,
+                        Placement::ReadOnly,
+                        &format!("DT_VERNEED entry {n} aux {k}"),
+                    )?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;
                     let name_off = r.u32(a.file_off + 8, "vna_name")?;
-                    let name = string(u64::from(name_off), &format!("DT_VERNEED entry {n} aux {k} name"))?;
-                    put(other, VersionName { name, file: Some(file.clone()), is_base: false });
+                    let name = string(
+                        u64::from(name_off),
+                        &format!("DT_VERNEED entry {n} aux {k} name"),
+                    )?;
+                    put(
+                        other,
+                        VersionName {
+                            name,
+                            file: Some(file.clone()),
+                            is_base: false,
+                        },
+                    );
                     let anext = r.u32(a.file_off + 12, "vna_next")?;
                     if anext == 0 {
                         break;
@@ -825,7 +1008,9 @@ impl ElfInfo {
                 if next == 0 {
                     break;
                 }
-                at = at.checked_add(u64::from(next)).ok_or_else(|| bad("DT_VERNEED chain overflows".into()))?;
+                at = at
+                    .checked_add(u64::from(next))
+                    .ok_or_else(|| bad("DT_VERNEED chain overflows".into()))?;
             }
         }
         self.versions = versions;
@@ -843,7 +1028,9 @@ impl ElfInfo {
 
     /// Reads a name from the string table in the file bytes.
     pub fn file_str<'a>(&self, data: &'a [u8], off: u32) -> Option<&'a [u8]> {
-        let tab = data.get(self.strtab.file_off as usize..(self.strtab.file_off + self.strtab.len) as usize)?;
+        let tab = data.get(
+            self.strtab.file_off as usize..(self.strtab.file_off + self.strtab.len) as usize,
+        )?;
         let s = tab.get(off as usize..)?;
         let n = s.iter().position(|&b| b == 0)?;
         Some(&s[..n])
@@ -851,7 +1038,8 @@ impl ElfInfo {
 
     /// Reads the relocations of `table` from the file bytes.
     pub fn file_relocs(&self, data: &[u8], table: Table) -> Vec<Rela> {
-        let Some(bytes) = data.get(table.file_off as usize..(table.file_off + table.len) as usize) else {
+        let Some(bytes) = data.get(table.file_off as usize..(table.file_off + table.len) as usize)
+        else {
             return Vec::new();
         };
         bytes.chunks_exact(24).map(read_rela).collect()
@@ -890,12 +1078,18 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             .file_sym(data, i)
             .ok_or_else(|| Error::malformed(path, format!("symbol {i} unreadable")))?;
         info.file_str(data, s.name).ok_or_else(|| {
-            Error::malformed(path, format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name))
+            Error::malformed(
+                path,
+                format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name),
+            )
         })?;
         if let Some(v) = info.file_versym(data, i) {
             let idx = (v & 0x7fff) as usize;
             if idx >= 2 && info.versions.get(idx).is_none_or(|v| v.is_none()) {
-                return Err(Error::malformed(path, format!("symbol {i}: version index {idx} is not defined")));
+                return Err(Error::malformed(
+                    path,
+                    format!("symbol {i}: version index {idx} is not defined"),
+                ));
             }
         }
     }
@@ -909,15 +1103,18 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                     kind: reloc_name(r.kind),
                     offset: r.offset,
                     symbol: String::new(),
-                    reason: format!("symbol index {} is beyond the {} dynamic symbols", r.sym, info.nsyms),
+                    reason: format!(
+                        "symbol index {} is beyond the {} dynamic symbols",
+                        r.sym, info.nsyms
+                    ),
                 });
             }
             let size = match r.kind {
                 R_X86_64_NONE => continue,
                 R_X86_64_32 | R_X86_64_PC32 => 4,
-                R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT | R_X86_64_RELATIVE
-                | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64
-                | R_X86_64_TPOFF64 => 8,
+                R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
+                | R_X86_64_RELATIVE | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE
+                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => 8,
                 other => {
                     return Err(Error::Relocation {
                         path: path.to_path_buf(),
@@ -931,7 +1128,9 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             let ok = info.loads.iter().any(|l| {
                 l.flags & PF_W != 0
                     && r.offset >= l.vaddr
-                    && r.offset.checked_add(size).is_some_and(|e| e <= l.vaddr + l.memsz)
+                    && r.offset
+                        .checked_add(size)
+                        .is_some_and(|e| e <= l.vaddr + l.memsz)
             });
             if !ok {
                 return Err(Error::Relocation {
@@ -1024,10 +1223,17 @@ mod tests {
     fn rejects_non_elf_and_truncated_headers() {
         let p = Path::new("x.so");
         let e = ElfInfo::parse(p, b"hello").unwrap_err().to_string();
-        assert!(e.contains("x.so") && e.contains("ELF identification"), "{e}");
-        let e = ElfInfo::parse(p, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0").unwrap_err().to_string();
+        assert!(
+            e.contains("x.so") && e.contains("ELF identification"),
+            "{e}"
+        );
+        let e = ElfInfo::parse(p, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("ELF header"), "{e}");
-        let e = ElfInfo::parse(p, b"\x7fELG\x02\x01\x01\0\0\0\0\0\0\0\0\0").unwrap_err().to_string();
+        let e = ElfInfo::parse(p, b"\x7fELG\x02\x01\x01\0\0\0\0\0\0\0\0\0")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("magic"), "{e}");
     }
 }

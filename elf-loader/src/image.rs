@@ -1,7 +1,9 @@
 //! A mapped library (`Image`): symbol lookup in its own tables (GNU and SysV hash,
 //! versions), relocation against a resolution scope, and init/fini calls.
 
-use crate::elf::{consts::*, gnu_hash, read_rela, read_sym, reloc_name, sysv_hash, ElfInfo, Rela, Sym};
+use crate::elf::{
+    consts::*, gnu_hash, read_rela, read_sym, reloc_name, sysv_hash, ElfInfo, Rela, Sym,
+};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
 use crate::system::{SymbolProvider, SystemLibrary};
@@ -103,7 +105,9 @@ impl Image {
         debug_assert!(i < self.info.nsyms);
         // SAFETY: the parser checked that nsyms*24 bytes of DT_SYMTAB lie in a mapped,
         // non-writable segment; i < nsyms.
-        let b = unsafe { std::slice::from_raw_parts(self.ptr(self.info.symtab.vaddr + u64::from(i) * 24), 24) };
+        let b = unsafe {
+            std::slice::from_raw_parts(self.ptr(self.info.symtab.vaddr + u64::from(i) * 24), 24)
+        };
         read_sym(b).expect("24 bytes")
     }
 
@@ -123,7 +127,9 @@ impl Image {
     fn versym(&self, i: u32) -> Option<u16> {
         let t = self.info.versym?;
         // SAFETY: the parser checked nsyms*2 bytes of DT_VERSYM; i < nsyms.
-        Some(unsafe { std::ptr::read_unaligned(self.ptr(t.vaddr + u64::from(i) * 2) as *const u16) })
+        Some(unsafe {
+            std::ptr::read_unaligned(self.ptr(t.vaddr + u64::from(i) * 2) as *const u16)
+        })
     }
 
     #[inline]
@@ -138,18 +144,29 @@ impl Image {
         if v < 2 {
             return None;
         }
-        self.info.versions.get(v as usize)?.as_ref().map(|v| v.name.as_str())
+        self.info
+            .versions
+            .get(v as usize)?
+            .as_ref()
+            .map(|v| v.name.as_str())
     }
 
     fn version_ok(&self, i: u32, version: Option<&str>) -> bool {
-        let Some(vs) = self.versym(i) else { return true };
+        let Some(vs) = self.versym(i) else {
+            return true;
+        };
         let idx = vs & 0x7fff;
         match version {
             Some(want) => {
                 if idx < 2 {
                     return true;
                 }
-                match self.info.versions.get(idx as usize).and_then(|v| v.as_ref()) {
+                match self
+                    .info
+                    .versions
+                    .get(idx as usize)
+                    .and_then(|v| v.as_ref())
+                {
                     Some(def) => def.name == want,
                     None => false,
                 }
@@ -230,7 +247,11 @@ impl Image {
 
     /// The runtime address of a defined non-TLS symbol, calling ifunc resolvers.
     pub fn sym_address(&self, s: &Sym) -> usize {
-        let a = if s.shndx == SHN_ABS { s.value as usize } else { self.addr(s.value) };
+        let a = if s.shndx == SHN_ABS {
+            s.value as usize
+        } else {
+            self.addr(s.value)
+        };
         if s.kind() == STT_GNU_IFUNC {
             // SAFETY: the symbol is an ifunc resolver in this relocated image; resolvers
             // take no arguments on x86_64 and return the implementation's address.
@@ -268,7 +289,10 @@ impl Image {
                 continue;
             }
             let a = self.addr(s.value);
-            if a <= addr && (s.size == 0 || addr < a + s.size as usize || a == addr) && best.is_none_or(|(_, b)| a > b) {
+            if a <= addr
+                && (s.size == 0 || addr < a + s.size as usize || a == addr)
+                && best.is_none_or(|(_, b)| a > b)
+            {
                 best = Some((i, a));
             }
         }
@@ -285,7 +309,11 @@ impl Image {
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
         let ok = self.info.loads.iter().any(|l| {
-            l.flags & PF_W != 0 && r.offset >= l.vaddr && r.offset.checked_add(size).is_some_and(|e| e <= l.vaddr + l.memsz)
+            l.flags & PF_W != 0
+                && r.offset >= l.vaddr
+                && r.offset
+                    .checked_add(size)
+                    .is_some_and(|e| e <= l.vaddr + l.memsz)
         });
         if !ok {
             return Err(self.reloc_err(r, "", "target is not inside a writable segment"));
@@ -363,7 +391,14 @@ impl Image {
         stats: &mut RelocStats,
     ) -> Result<()> {
         if r.sym >= self.info.nsyms && r.sym != 0 {
-            return Err(self.reloc_err(r, "", &format!("symbol index {} is beyond the {} dynamic symbols", r.sym, self.info.nsyms)));
+            return Err(self.reloc_err(
+                r,
+                "",
+                &format!(
+                    "symbol index {} is beyond the {} dynamic symbols",
+                    r.sym, self.info.nsyms
+                ),
+            ));
         }
         match r.kind {
             R_X86_64_NONE => Ok(()),
@@ -379,17 +414,34 @@ impl Image {
                 deferred.push(*r);
                 Ok(())
             }
-            R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT | R_X86_64_32 | R_X86_64_PC32 | R_X86_64_PC64 => {
-                let size = if matches!(r.kind, R_X86_64_32 | R_X86_64_PC32) { 4 } else { 8 };
+            R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT | R_X86_64_32 | R_X86_64_PC32
+            | R_X86_64_PC64 => {
+                let size = if matches!(r.kind, R_X86_64_32 | R_X86_64_PC32) {
+                    4
+                } else {
+                    8
+                };
                 let p = self.check_target(r, size)?;
                 stats.symbolic += 1;
-                let s = if r.sym == 0 { None } else { Some(self.sym(r.sym)) };
+                let s = if r.sym == 0 {
+                    None
+                } else {
+                    Some(self.sym(r.sym))
+                };
                 if let Some(sym) = s {
                     if sym.kind() == STT_TLS {
-                        return Err(self.reloc_err(r, &self.sym_name(r.sym), "non-TLS relocation against a TLS symbol"));
+                        return Err(self.reloc_err(
+                            r,
+                            &self.sym_name(r.sym),
+                            "non-TLS relocation against a TLS symbol",
+                        ));
                     }
                 }
-                let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) { 0 } else { r.addend };
+                let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
+                    0
+                } else {
+                    r.addend
+                };
                 let base = if r.sym == 0 {
                     0
                 } else if let Some(v) = cache[r.sym as usize] {
@@ -405,7 +457,11 @@ impl Image {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
-                                        return Err(self.reloc_err(r, &self.sym_name(r.sym), "ifunc through a non-absolute relocation"));
+                                        return Err(self.reloc_err(
+                                            r,
+                                            &self.sym_name(r.sym),
+                                            "ifunc through a non-absolute relocation",
+                                        ));
                                     }
                                     // Our own ifunc: resolve after every other relocation.
                                     let mut d = *r;
@@ -418,7 +474,11 @@ impl Image {
                         }
                         Some(Def::Addr(a)) => a,
                         Some(Def::SystemTls(..)) => {
-                            return Err(self.reloc_err(r, &self.sym_name(r.sym), "resolved to a TLS symbol"));
+                            return Err(self.reloc_err(
+                                r,
+                                &self.sym_name(r.sym),
+                                "resolved to a TLS symbol",
+                            ));
                         }
                     };
                     cache[r.sym as usize] = Some(v);
@@ -430,12 +490,23 @@ impl Image {
                     match r.kind {
                         R_X86_64_PC32 => {
                             let v = (value as i64).wrapping_sub(p as i64);
-                            let v32 = i32::try_from(v).map_err(|_| self.reloc_err(r, &self.sym_name(r.sym), "PC-relative value overflows 32 bits"))?;
+                            let v32 = i32::try_from(v).map_err(|_| {
+                                self.reloc_err(
+                                    r,
+                                    &self.sym_name(r.sym),
+                                    "PC-relative value overflows 32 bits",
+                                )
+                            })?;
                             std::ptr::write_unaligned(p as *mut i32, v32)
                         }
-                        R_X86_64_PC64 => std::ptr::write_unaligned(p as *mut usize, value.wrapping_sub(p as usize)),
+                        R_X86_64_PC64 => std::ptr::write_unaligned(
+                            p as *mut usize,
+                            value.wrapping_sub(p as usize),
+                        ),
                         R_X86_64_32 => {
-                            let v32 = u32::try_from(value).map_err(|_| self.reloc_err(r, &self.sym_name(r.sym), "value overflows 32 bits"))?;
+                            let v32 = u32::try_from(value).map_err(|_| {
+                                self.reloc_err(r, &self.sym_name(r.sym), "value overflows 32 bits")
+                            })?;
                             std::ptr::write_unaligned(p as *mut u32, v32)
                         }
                         _ => std::ptr::write_unaligned(p as *mut usize, value),
@@ -448,11 +519,25 @@ impl Image {
                 stats.tls += 1;
                 let def = if r.sym == 0 {
                     // Local-dynamic / local symbol: this module.
-                    Some(Def::Custom(self.clone(), Sym { name: 0, info: STT_TLS, other: 0, shndx: 1, value: 0, size: 0 }))
+                    Some(Def::Custom(
+                        self.clone(),
+                        Sym {
+                            name: 0,
+                            info: STT_TLS,
+                            other: 0,
+                            shndx: 1,
+                            value: 0,
+                            size: 0,
+                        },
+                    ))
                 } else {
                     let s = self.sym(r.sym);
                     if s.kind() != STT_TLS {
-                        return Err(self.reloc_err(r, &self.sym_name(r.sym), "TLS relocation against a non-TLS symbol"));
+                        return Err(self.reloc_err(
+                            r,
+                            &self.sym_name(r.sym),
+                            "TLS relocation against a non-TLS symbol",
+                        ));
                     }
                     self.resolve(r, scope)?
                 };
@@ -492,7 +577,11 @@ impl Image {
                 &self.sym_name(r.sym),
                 "TLS descriptors are not supported; build with -mtls-dialect=gnu",
             )),
-            R_X86_64_COPY => Err(self.reloc_err(r, &self.sym_name(r.sym), "copy relocations belong to executables")),
+            R_X86_64_COPY => Err(self.reloc_err(
+                r,
+                &self.sym_name(r.sym),
+                "copy relocations belong to executables",
+            )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
         }
     }
@@ -501,7 +590,9 @@ impl Image {
     /// undefined symbol found nowhere.
     fn resolve(self: &Arc<Self>, r: &Rela, scope: &[ScopeItem]) -> Result<Option<Def>> {
         let s = self.sym(r.sym);
-        let name = self.str_at(s.name).ok_or_else(|| self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym)))?;
+        let name = self.str_at(s.name).ok_or_else(|| {
+            self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
+        })?;
         let version = self.wanted_version(r.sym);
         // A defined symbol that is local or hidden binds to itself (no lookup).
         if s.is_defined() && (s.bind() == STB_LOCAL || s.other & 3 == 2 || s.other & 3 == 1) {
@@ -539,7 +630,11 @@ impl Image {
         }
         for i in 0..self.info.init_array.len / 8 {
             // SAFETY: the array lies in our mapping (checked by the parser).
-            let v = unsafe { std::ptr::read_unaligned(self.ptr(self.info.init_array.vaddr + i * 8) as *const usize) };
+            let v = unsafe {
+                std::ptr::read_unaligned(
+                    self.ptr(self.info.init_array.vaddr + i * 8) as *const usize
+                )
+            };
             if v == 0 || v == usize::MAX {
                 continue;
             }
@@ -551,13 +646,18 @@ impl Image {
 
     /// Runs DT_FINI_ARRAY in reverse, then DT_FINI (once, and only after init).
     pub fn run_fini(&self) {
-        if !self.initialized.load(Ordering::Acquire) || self.finalized.swap(true, Ordering::AcqRel) {
+        if !self.initialized.load(Ordering::Acquire) || self.finalized.swap(true, Ordering::AcqRel)
+        {
             return;
         }
         let _span = tracing::debug_span!("fini", library = %self.path.display()).entered();
         for i in (0..self.info.fini_array.len / 8).rev() {
             // SAFETY: the array lies in our mapping (checked by the parser).
-            let v = unsafe { std::ptr::read_unaligned(self.ptr(self.info.fini_array.vaddr + i * 8) as *const usize) };
+            let v = unsafe {
+                std::ptr::read_unaligned(
+                    self.ptr(self.info.fini_array.vaddr + i * 8) as *const usize
+                )
+            };
             if v == 0 || v == usize::MAX {
                 continue;
             }
@@ -574,7 +674,13 @@ impl Image {
 }
 
 /// Looks a symbol up through a scope, in order.
-pub(crate) fn lookup_scope(scope: &[ScopeItem], name: &[u8], hash: u32, version: Option<&str>, is_tls: bool) -> Option<Def> {
+pub(crate) fn lookup_scope(
+    scope: &[ScopeItem],
+    name: &[u8],
+    hash: u32,
+    version: Option<&str>,
+    is_tls: bool,
+) -> Option<Def> {
     let mut cname: Option<CString> = None;
     let mut cver: Option<Option<CString>> = None;
     for item in scope {
@@ -618,4 +724,3 @@ pub(crate) fn lookup_scope(scope: &[ScopeItem], name: &[u8], hash: u32, version:
     }
     None
 }
-

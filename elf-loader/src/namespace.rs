@@ -95,14 +95,22 @@ impl Default for DependencyPolicy {
 impl DependencyPolicy {
     fn is_system_name(&self, name: &str) -> bool {
         let base = name.rsplit('/').next().unwrap_or(name);
-        if self.private_prefixes.iter().any(|p| base.starts_with(p.as_str())) {
+        if self
+            .private_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+        {
             return false;
         }
-        self.system_prefixes.iter().any(|p| base.starts_with(p.as_str()))
+        self.system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
     }
     fn is_private_name(&self, name: &str) -> bool {
         let base = name.rsplit('/').next().unwrap_or(name);
-        self.private_prefixes.iter().any(|p| base.starts_with(p.as_str()))
+        self.private_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
     }
 }
 
@@ -193,7 +201,13 @@ impl Namespace {
 
     /// Paths of this namespace's libraries, in load order.
     pub fn library_paths(&self) -> Vec<PathBuf> {
-        self.inner.state.lock().images.iter().map(|i| i.path.clone()).collect()
+        self.inner
+            .state
+            .lock()
+            .images
+            .iter()
+            .map(|i| i.path.clone())
+            .collect()
     }
 
     /// Looks `name` up in the namespace's global libraries, in load order.
@@ -210,7 +224,8 @@ impl NsInner {
     fn scope_for(&self, img: &Arc<Image>) -> Vec<ScopeItem> {
         let mut scope = vec![ScopeItem::Overrides, ScopeItem::Custom(img.clone())];
         let mut seen_custom: Vec<*const Image> = vec![Arc::as_ptr(img)];
-        let mut queue: std::collections::VecDeque<Arc<Image>> = std::collections::VecDeque::from([img.clone()]);
+        let mut queue: std::collections::VecDeque<Arc<Image>> =
+            std::collections::VecDeque::from([img.clone()]);
         while let Some(i) = queue.pop_front() {
             for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
                 match d {
@@ -224,7 +239,10 @@ impl NsInner {
                         }
                     }
                     Dep::System(s) => {
-                        if !scope.iter().any(|x| matches!(x, ScopeItem::System(y) if Arc::ptr_eq(y, s))) {
+                        if !scope
+                            .iter()
+                            .any(|x| matches!(x, ScopeItem::System(y) if Arc::ptr_eq(y, s)))
+                        {
                             scope.push(ScopeItem::System(s.clone()));
                         }
                     }
@@ -260,7 +278,11 @@ impl NsInner {
 
     /// Loads `name` for `requester` (a DT_NEEDED entry or a dlopen argument): a custom
     /// image in this namespace or a system library, as the policy says.
-    pub(crate) fn load_dependency(self: &Arc<Self>, name: &str, requester: Option<&Image>) -> Result<Dep> {
+    pub(crate) fn load_dependency(
+        self: &Arc<Self>,
+        name: &str,
+        requester: Option<&Image>,
+    ) -> Result<Dep> {
         if self.policy.is_system_name(name) {
             return Ok(Dep::System(self.system_library(name)?));
         }
@@ -273,7 +295,10 @@ impl NsInner {
             let (found, searched) = search_paths(name, requester);
             match found {
                 Some((p, in_system_dir)) => {
-                    if in_system_dir && self.policy.share_system_dirs && !self.policy.is_private_name(name) {
+                    if in_system_dir
+                        && self.policy.share_system_dirs
+                        && !self.policy.is_private_name(name)
+                    {
                         return Ok(Dep::System(self.system_library(&p.to_string_lossy())?));
                     }
                     Some(p)
@@ -297,7 +322,10 @@ impl NsInner {
             return Ok(s.clone());
         }
         let lib = SystemLibrary::open(name, libc::RTLD_LOCAL)?;
-        self.state.lock().system.insert(name.to_string(), lib.clone());
+        self.state
+            .lock()
+            .system
+            .insert(name.to_string(), lib.clone());
         Ok(lib)
     }
 
@@ -356,7 +384,10 @@ impl NsInner {
             eh_frame: Default::default(),
             ns: Arc::downgrade(self),
         });
-        IMAGES.write().insert(img.map.start, (img.map.start + img.map.len, Arc::downgrade(&img)));
+        IMAGES.write().insert(
+            img.map.start,
+            (img.map.start + img.map.len, Arc::downgrade(&img)),
+        );
         {
             let mut st = self.state.lock();
             st.by_path.insert(canonical.clone(), img.clone());
@@ -395,7 +426,11 @@ impl NsInner {
         }
     }
 
-    fn finish_load(self: &Arc<Self>, img: &Arc<Image>, global: bool) -> Result<crate::image::RelocStats> {
+    fn finish_load(
+        self: &Arc<Self>,
+        img: &Arc<Image>,
+        global: bool,
+    ) -> Result<crate::image::RelocStats> {
         let mut deps = Vec::new();
         for name in img.info.needed.clone() {
             deps.push(self.load_dependency(&name, Some(img))?);
@@ -459,7 +494,16 @@ fn parse_file(path: &Path, file: &std::fs::File) -> Result<ElfInfo> {
         return Err(Error::malformed(path, "empty file"));
     }
     // SAFETY: a private read-only mapping of the whole file, unmapped below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            file.as_raw_fd(),
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(Error::Io {
             path: path.to_path_buf(),
@@ -515,7 +559,11 @@ fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool
             return (Some((p, *sys)), String::new());
         }
     }
-    let searched = dirs.iter().map(|(d, _)| d.display().to_string()).collect::<Vec<_>>().join(":");
+    let searched = dirs
+        .iter()
+        .map(|(d, _)| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
     (None, searched)
 }
 
@@ -541,7 +589,10 @@ pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char)
             .collect();
         let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
         ptrs.push(std::ptr::null());
-        Args { _strings: strings, ptrs }
+        Args {
+            _strings: strings,
+            ptrs,
+        }
     });
     extern "C" {
         static environ: *const *const c_char;
@@ -552,7 +603,9 @@ pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char)
 }
 
 enum LibState {
-    Created { search: Vec<Arc<dyn SymbolProvider>> },
+    Created {
+        search: Vec<Arc<dyn SymbolProvider>>,
+    },
     Loaded(Arc<Image>),
 }
 
@@ -605,7 +658,10 @@ impl CustomLibrary {
         let search = match &*st {
             LibState::Created { search } => search.clone(),
             LibState::Loaded(_) => {
-                return Err(Error::Usage(format!("{}: load() called twice", self.path.display())))
+                return Err(Error::Usage(format!(
+                    "{}: load() called twice",
+                    self.path.display()
+                )))
             }
         };
         let img = self.ns.inner.load_image(&self.path, search, true)?;
@@ -663,7 +719,9 @@ impl SymbolProvider for CustomLibrary {
         if let Some(a) = img.export(name, version) {
             return Some(a);
         }
-        img.search.iter().find_map(|p| p.sym_versioned(name, version))
+        img.search
+            .iter()
+            .find_map(|p| p.sym_versioned(name, version))
     }
     fn describe(&self) -> String {
         format!("{} (namespace {})", self.path.display(), self.ns.name())

@@ -9,7 +9,12 @@ use std::sync::Arc;
 extern "C" {
     fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
     fn dlinfo(handle: *mut c_void, request: c_int, arg: *mut c_void) -> c_int;
-    fn dladdr1(addr: *const c_void, info: *mut libc::Dl_info, extra: *mut *mut c_void, flags: c_int) -> c_int;
+    fn dladdr1(
+        addr: *const c_void,
+        info: *mut libc::Dl_info,
+        extra: *mut *mut c_void,
+        flags: c_int,
+    ) -> c_int;
 }
 const RTLD_DI_TLS_MODID: c_int = 9;
 const RTLD_DI_TLS_DATA: c_int = 10;
@@ -70,7 +75,8 @@ impl SystemLibrary {
     /// Opens `name` (a path or a soname) with the system loader; `dlclose`d on drop.
     /// `flags` are `dlopen` flags (`RTLD_NOW` is always added).
     pub fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
-        let c = CString::new(name).map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
+        let c = CString::new(name)
+            .map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
         // SAFETY: dlopen with a NUL-terminated name; the handle is checked.
         let h = unsafe { libc::dlopen(c.as_ptr(), flags | libc::RTLD_NOW) };
         if h.is_null() {
@@ -125,7 +131,11 @@ impl SystemLibrary {
 
     /// The TLS index of `name` (module id and offset in the system loader's terms),
     /// found through the address it has in the calling thread.
-    pub(crate) fn tls_lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<(TlsIndex, usize)> {
+    pub(crate) fn tls_lookup_c(
+        &self,
+        name: &CStr,
+        version: Option<&CStr>,
+    ) -> Option<(TlsIndex, usize)> {
         let addr = self.lookup_c(name, version)?;
         system_tls_index(addr).map(|ti| (ti, addr))
     }
@@ -144,12 +154,26 @@ pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
     }
     let mut modid: usize = 0;
     // SAFETY: a link_map pointer is a valid dlinfo handle in glibc.
-    if unsafe { dlinfo(map, RTLD_DI_TLS_MODID, &mut modid as *mut usize as *mut c_void) } != 0 || modid == 0 {
+    if unsafe {
+        dlinfo(
+            map,
+            RTLD_DI_TLS_MODID,
+            &mut modid as *mut usize as *mut c_void,
+        )
+    } != 0
+        || modid == 0
+    {
         return None;
     }
     let mut block: *mut c_void = std::ptr::null_mut();
     // SAFETY: as above; RTLD_DI_TLS_DATA stores this thread's block pointer (or null).
-    unsafe { dlinfo(map, RTLD_DI_TLS_DATA, &mut block as *mut *mut c_void as *mut c_void) };
+    unsafe {
+        dlinfo(
+            map,
+            RTLD_DI_TLS_DATA,
+            &mut block as *mut *mut c_void as *mut c_void,
+        )
+    };
     if block.is_null() {
         return None;
     }

@@ -120,7 +120,8 @@ fn free_block(block: usize, layout: Layout) {
 /// Registers a module; returns its id for `DTPMOD64`.
 pub(crate) fn register(template: Template) -> u64 {
     let align = template.align.max(16);
-    let layout = Layout::from_size_align(template.memsz.max(1), align).expect("TLS layout (checked by the parser)");
+    let layout = Layout::from_size_align(template.memsz.max(1), align)
+        .expect("TLS layout (checked by the parser)");
     let seq = u64::from(SEQUENCE.fetch_add(1, Ordering::Relaxed) & 0x7fff_ffff);
     let mut reg = REGISTRY.write();
     let slot = reg.free.pop().unwrap_or_else(|| {
@@ -292,7 +293,9 @@ pub(crate) fn tls_get_addr_entry() -> usize {
 pub(crate) fn thread_pointer() -> usize {
     let tp: usize;
     // SAFETY: on x86_64 Linux %fs:0 holds the TCB's self pointer.
-    unsafe { std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
     tp
 }
 
@@ -312,12 +315,18 @@ mod tests {
         let before = live_blocks();
         let b1 = block_for(id).unwrap();
         assert_eq!(b1 % 32, 0);
-        assert_eq!(block_for(id).unwrap(), b1, "fast path returns the same block");
+        assert_eq!(
+            block_for(id).unwrap(),
+            b1,
+            "fast path returns the same block"
+        );
         // SAFETY: b1 is a live 64-byte block.
         let bytes = unsafe { std::slice::from_raw_parts(b1 as *const u8, 64) };
         assert_eq!(&bytes[..8], b"abcdefgh");
         assert!(bytes[8..].iter().all(|&b| b == 0));
-        let other = std::thread::spawn(move || block_for(id).unwrap()).join().unwrap();
+        let other = std::thread::spawn(move || block_for(id).unwrap())
+            .join()
+            .unwrap();
         assert_ne!(other, b1);
         // The other thread exited: its block is freed; ours remains.
         assert_eq!(live_blocks(), before + 1);

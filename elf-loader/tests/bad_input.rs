@@ -49,7 +49,10 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<(), Error> {
         }
         Err(e) => {
             let msg = e.to_string();
-            assert!(msg.contains(path.to_str().unwrap()), "error names the file: {msg}");
+            assert!(
+                msg.contains(path.to_str().unwrap()),
+                "error names the file: {msg}"
+            );
             // The parser's oracle agrees that the file is bad (or the failure came later,
             // from relocation or a dependency, which the oracle also checks).
             Err(e)
@@ -62,7 +65,10 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<(), Error> {
 fn assert_no_leaks(fds_before: usize) {
     assert_eq!(loaded_image_count(), 0, "no image stays registered");
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    assert!(!maps.contains("bad-input"), "no mapping of a bad file remains:\n{maps}");
+    assert!(
+        !maps.contains("bad-input"),
+        "no mapping of a bad file remains:\n{maps}"
+    );
     assert_eq!(fd_count(), fds_before, "no file descriptor leaked");
 }
 
@@ -72,7 +78,12 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
     let good = std::fs::read(&so).unwrap();
     let info = ElfInfo::parse(&so, &good).unwrap();
     let fds_before = fd_count();
-    let loaded_end = info.loads.iter().map(|l| l.offset + l.filesz).max().unwrap();
+    let loaded_end = info
+        .loads
+        .iter()
+        .map(|l| l.offset + l.filesz)
+        .max()
+        .unwrap();
 
     // Truncation at every 4 KiB boundary (and inside the headers).
     let mut cuts: Vec<usize> = (0..good.len()).step_by(4096).collect();
@@ -82,7 +93,10 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
         let r = load_bytes(&format!("trunc-{cut}.so"), &good[..cut]);
         if (cut as u64) < loaded_end {
             let e = r.expect_err(&format!("truncation at {cut} must fail"));
-            assert!(matches!(e, Error::Malformed { .. }), "truncation at {cut}: {e}");
+            assert!(
+                matches!(e, Error::Malformed { .. }),
+                "truncation at {cut}: {e}"
+            );
             assert!(check_bytes(Path::new("x"), &good[..cut]).is_err());
             errors += 1;
         } else {
@@ -95,33 +109,114 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
     // Targeted corruptions: (what, mutation, expected words in the message).
     type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
     let mut cases: Vec<(String, Mutation, &str)> = vec![
-        ("EI_CLASS".into(), Box::new(|b: &mut Vec<u8>| b[4] = 1), "EI_CLASS"),
-        ("EI_DATA".into(), Box::new(|b: &mut Vec<u8>| b[5] = 2), "EI_DATA"),
-        ("magic".into(), Box::new(|b: &mut Vec<u8>| b[1] = b'X'), "magic"),
-        ("e_type".into(), Box::new(|b: &mut Vec<u8>| put_u16(b, 16, 2)), "e_type"),
-        ("e_machine".into(), Box::new(|b: &mut Vec<u8>| put_u16(b, 18, 3)), "e_machine"),
-        ("e_phoff past end".into(), Box::new(|b: &mut Vec<u8>| { let l = b.len() as u64; put_u64(b, 32, l) }), "program header table"),
-        ("e_phoff overflow".into(), Box::new(|b: &mut Vec<u8>| put_u64(b, 32, u64::MAX - 8)), "program header table"),
-        ("e_phentsize".into(), Box::new(|b: &mut Vec<u8>| put_u16(b, 54, 32)), "e_phentsize"),
-        ("e_phnum 0".into(), Box::new(|b: &mut Vec<u8>| put_u16(b, 56, 0)), "e_phnum"),
-        ("e_phnum huge".into(), Box::new(|b: &mut Vec<u8>| put_u16(b, 56, 0xfffe)), "program header table"),
+        (
+            "EI_CLASS".into(),
+            Box::new(|b: &mut Vec<u8>| b[4] = 1),
+            "EI_CLASS",
+        ),
+        (
+            "EI_DATA".into(),
+            Box::new(|b: &mut Vec<u8>| b[5] = 2),
+            "EI_DATA",
+        ),
+        (
+            "magic".into(),
+            Box::new(|b: &mut Vec<u8>| b[1] = b'X'),
+            "magic",
+        ),
+        (
+            "e_type".into(),
+            Box::new(|b: &mut Vec<u8>| put_u16(b, 16, 2)),
+            "e_type",
+        ),
+        (
+            "e_machine".into(),
+            Box::new(|b: &mut Vec<u8>| put_u16(b, 18, 3)),
+            "e_machine",
+        ),
+        (
+            "e_phoff past end".into(),
+            Box::new(|b: &mut Vec<u8>| {
+                let l = b.len() as u64;
+                put_u64(b, 32, l)
+            }),
+            "program header table",
+        ),
+        (
+            "e_phoff overflow".into(),
+            Box::new(|b: &mut Vec<u8>| put_u64(b, 32, u64::MAX - 8)),
+            "program header table",
+        ),
+        (
+            "e_phentsize".into(),
+            Box::new(|b: &mut Vec<u8>| put_u16(b, 54, 32)),
+            "e_phentsize",
+        ),
+        (
+            "e_phnum 0".into(),
+            Box::new(|b: &mut Vec<u8>| put_u16(b, 56, 0)),
+            "e_phnum",
+        ),
+        (
+            "e_phnum huge".into(),
+            Box::new(|b: &mut Vec<u8>| put_u16(b, 56, 0xfffe)),
+            "program header table",
+        ),
     ];
     let ph = |i: usize| info.phoff + 56 * i as u64;
     for (i, p) in info.phdrs.iter().enumerate() {
         let o = ph(i);
         if p.kind == PT_LOAD {
-            cases.push((format!("phdr {i} p_offset"), Box::new(move |b: &mut Vec<u8>| { let l = b.len() as u64; put_u64(b, o + 8, l + 0x1000) }), "PT_LOAD"));
+            cases.push((
+                format!("phdr {i} p_offset"),
+                Box::new(move |b: &mut Vec<u8>| {
+                    let l = b.len() as u64;
+                    put_u64(b, o + 8, l + 0x1000)
+                }),
+                "PT_LOAD",
+            ));
             let memsz = p.memsz;
-            cases.push((format!("phdr {i} p_filesz"), Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, memsz + 1)), "p_filesz"));
+            cases.push((
+                format!("phdr {i} p_filesz"),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, memsz + 1)),
+                "p_filesz",
+            ));
             let vaddr = p.vaddr;
-            cases.push((format!("phdr {i} p_vaddr"), Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 16, vaddr + 8)), "PT_LOAD"));
-            cases.push((format!("phdr {i} p_align"), Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 48, 0x3000)), "p_align"));
-            cases.push((format!("phdr {i} p_type"), Box::new(move |b: &mut Vec<u8>| put_u32(b, o, PT_INTERP)), "PT_INTERP"));
+            cases.push((
+                format!("phdr {i} p_vaddr"),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 16, vaddr + 8)),
+                "PT_LOAD",
+            ));
+            cases.push((
+                format!("phdr {i} p_align"),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 48, 0x3000)),
+                "p_align",
+            ));
+            cases.push((
+                format!("phdr {i} p_type"),
+                Box::new(move |b: &mut Vec<u8>| put_u32(b, o, PT_INTERP)),
+                "PT_INTERP",
+            ));
         }
         if p.kind == PT_DYNAMIC {
-            cases.push(("PT_DYNAMIC offset".into(), Box::new(move |b: &mut Vec<u8>| { let l = b.len() as u64; put_u64(b, o + 8, l) }), "PT_DYNAMIC"));
-            cases.push(("PT_DYNAMIC size".into(), Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, 7)), "PT_DYNAMIC"));
-            cases.push(("no PT_DYNAMIC".into(), Box::new(move |b: &mut Vec<u8>| put_u32(b, o, PT_NOTE_TYPE)), "no PT_DYNAMIC"));
+            cases.push((
+                "PT_DYNAMIC offset".into(),
+                Box::new(move |b: &mut Vec<u8>| {
+                    let l = b.len() as u64;
+                    put_u64(b, o + 8, l)
+                }),
+                "PT_DYNAMIC",
+            ));
+            cases.push((
+                "PT_DYNAMIC size".into(),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, 7)),
+                "PT_DYNAMIC",
+            ));
+            cases.push((
+                "no PT_DYNAMIC".into(),
+                Box::new(move |b: &mut Vec<u8>| put_u32(b, o, PT_NOTE_TYPE)),
+                "no PT_DYNAMIC",
+            ));
         }
     }
     // Dynamic entries, by tag.
@@ -134,7 +229,11 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
             break;
         }
     }
-    let entry = |tag: u64| tags.iter().find(|(_, t)| *t == tag).map(|(k, _)| dynoff + k * 16);
+    let entry = |tag: u64| {
+        tags.iter()
+            .find(|(_, t)| *t == tag)
+            .map(|(k, _)| dynoff + k * 16)
+    };
     let null_at = tags.iter().position(|(_, t)| *t == DT_NULL).unwrap() as u64;
     for (tag, value, words) in [
         (DT_STRTAB, 0xdead_0000u64, "DT_STRTAB"),
@@ -153,32 +252,77 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
         (DT_SYMENT, 16, "DT_SYMENT"),
     ] {
         if let Some(off) = entry(tag) {
-            cases.push((format!("dynamic tag {tag:#x}"), Box::new(move |b: &mut Vec<u8>| put_u64(b, off + 8, value)), words));
+            cases.push((
+                format!("dynamic tag {tag:#x}"),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, off + 8, value)),
+                words,
+            ));
         }
     }
     if let Some(off) = entry(DT_GNU_HASH) {
-        cases.push(("DT_GNU_HASH -> DT_TEXTREL".into(), Box::new(move |b: &mut Vec<u8>| put_u64(b, off, DT_TEXTREL)), "DT_TEXTREL"));
+        cases.push((
+            "DT_GNU_HASH -> DT_TEXTREL".into(),
+            Box::new(move |b: &mut Vec<u8>| put_u64(b, off, DT_TEXTREL)),
+            "DT_TEXTREL",
+        ));
     }
-    let dyn_ph = info.phdrs.iter().position(|p| p.kind == PT_DYNAMIC).unwrap();
+    let dyn_ph = info
+        .phdrs
+        .iter()
+        .position(|p| p.kind == PT_DYNAMIC)
+        .unwrap();
     let o = ph(dyn_ph);
-    cases.push(("no DT_NULL".into(), Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, null_at * 16)), "DT_NULL"));
+    cases.push((
+        "no DT_NULL".into(),
+        Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 32, null_at * 16)),
+        "DT_NULL",
+    ));
     // Relocations.
     let rel_at = |t: elf_loader::elf::Table, n: u64| t.file_off + 24 * n;
     let first_jump = rel_at(info.jmprel, 0);
-    cases.push(("JUMP_SLOT symbol index".into(), Box::new(move |b: &mut Vec<u8>| put_u64(b, first_jump + 8, (0xff_ffffu64 << 32) | u64::from(R_X86_64_JUMP_SLOT))), "symbol index"));
-    cases.push(("JUMP_SLOT type".into(), Box::new(move |b: &mut Vec<u8>| put_u32(b, first_jump + 8, 99)), "unsupported relocation type"));
+    cases.push((
+        "JUMP_SLOT symbol index".into(),
+        Box::new(move |b: &mut Vec<u8>| {
+            put_u64(
+                b,
+                first_jump + 8,
+                (0xff_ffffu64 << 32) | u64::from(R_X86_64_JUMP_SLOT),
+            )
+        }),
+        "symbol index",
+    ));
+    cases.push((
+        "JUMP_SLOT type".into(),
+        Box::new(move |b: &mut Vec<u8>| put_u32(b, first_jump + 8, 99)),
+        "unsupported relocation type",
+    ));
     let first_rela = rel_at(info.rela, 0);
-    cases.push(("RELATIVE target".into(), Box::new(move |b: &mut Vec<u8>| put_u64(b, first_rela, 0x10)), "writable segment"));
-    cases.push(("TLSDESC".into(), Box::new(move |b: &mut Vec<u8>| put_u32(b, first_jump + 8, R_X86_64_TLSDESC)), "TLS descriptors"));
+    cases.push((
+        "RELATIVE target".into(),
+        Box::new(move |b: &mut Vec<u8>| put_u64(b, first_rela, 0x10)),
+        "writable segment",
+    ));
+    cases.push((
+        "TLSDESC".into(),
+        Box::new(move |b: &mut Vec<u8>| put_u32(b, first_jump + 8, R_X86_64_TLSDESC)),
+        "TLS descriptors",
+    ));
 
     for (n, (what, mutate, words)) in cases.iter().enumerate() {
         let mut b = good.clone();
         mutate(&mut b);
         let e = load_bytes(&format!("corrupt-{n}.so"), &b).expect_err(&format!("{what} must fail"));
         let msg = e.to_string();
-        assert!(msg.contains(words), "{what}: message should mention {words:?}: {msg}");
+        assert!(
+            msg.contains(words),
+            "{what}: message should mention {words:?}: {msg}"
+        );
         if !matches!(what.as_str(), "DT_GNU_HASH -> DT_TEXTREL") {
-            assert!(check_bytes(Path::new("x"), &b).is_err() || matches!(e, Error::Relocation { .. } | Error::UndefinedSymbol { .. }), "{what}: oracle agrees");
+            assert!(
+                check_bytes(Path::new("x"), &b).is_err()
+                    || matches!(e, Error::Relocation { .. } | Error::UndefinedSymbol { .. }),
+                "{what}: oracle agrees"
+            );
         }
     }
 
@@ -213,7 +357,10 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_replays() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz").join("corpus").join("parse");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz")
+        .join("corpus")
+        .join("parse");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.unwrap().path();

@@ -2,7 +2,7 @@
 
 mod common;
 
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider, SystemLibrary};
+use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary};
 
 type IntFn = extern "C" fn() -> i32;
 
@@ -34,5 +34,8 @@ fn one_copy_works() {
     assert_eq!(fmt(buf.as_mut_ptr(), 16, 77), 4);
     assert_eq!(&buf[..4], b"v=77");
     assert!(lib.sym("no_such_symbol").is_none());
-    assert!(lib.own_sym("hidden_state").is_none(), "static symbols are not exported");
+    assert!(
+        lib.own_sym("hidden_state").is_none(),
+        "static symbols are not exported"
+    );
 }

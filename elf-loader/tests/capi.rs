@@ -39,15 +39,25 @@ fn rust_signatures() -> BTreeMap<String, String> {
         let args = &after[open + 1..close];
         let tail = &after[close + 1..];
         let ret = tail[..tail.find('{').unwrap()].trim();
-        let ret = ret.strip_prefix("->").map(|r| c_type(r.trim())).unwrap_or_else(|| "void".into());
+        let ret = ret
+            .strip_prefix("->")
+            .map(|r| c_type(r.trim()))
+            .unwrap_or_else(|| "void".into());
         let args: Vec<String> = args
             .split(',')
             .map(str::trim)
             .filter(|a| !a.is_empty())
             .map(|a| c_type(a.split_once(':').unwrap().1.trim()))
             .collect();
-        let args = if args.is_empty() { "void".to_string() } else { args.join(",") };
-        out.insert(name.clone(), format!("{ret} {name}({args})").replace(' ', ""));
+        let args = if args.is_empty() {
+            "void".to_string()
+        } else {
+            args.join(",")
+        };
+        out.insert(
+            name.clone(),
+            format!("{ret} {name}({args})").replace(' ', ""),
+        );
         rest = &after[close..];
     }
     out
@@ -108,7 +118,11 @@ fn header_signatures() -> BTreeMap<String, String> {
             continue;
         }
         let name_end = d.find('(').unwrap();
-        let name = d[..name_end].split(|c: char| c.is_whitespace() || c == '*').next_back().unwrap().to_string();
+        let name = d[..name_end]
+            .split(|c: char| c.is_whitespace() || c == '*')
+            .next_back()
+            .unwrap()
+            .to_string();
         let args_s = &d[name_end + 1..d.rfind(')').unwrap()];
         let args: Vec<String> = args_s
             .split(',')
@@ -118,12 +132,17 @@ fn header_signatures() -> BTreeMap<String, String> {
                     return a.to_string();
                 }
                 // Drop the parameter name (the last identifier).
-                let cut = a.rfind(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap();
+                let cut = a
+                    .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .unwrap();
                 a[..=cut].to_string()
             })
             .collect();
         let ret = d[..name_end - name.len()].trim();
-        out.insert(name.clone(), format!("{ret} {name}({})", args.join(",")).replace(' ', ""));
+        out.insert(
+            name.clone(),
+            format!("{ret} {name}({})", args.join(",")).replace(' ', ""),
+        );
     }
     out
 }
@@ -133,17 +152,30 @@ fn header_matches_rust_signatures() {
     let rust = rust_signatures();
     let header = header_signatures();
     assert!(rust.len() >= 12, "{rust:?}");
-    assert_eq!(rust, header, "include/elf_loader.h and src/capi.rs disagree");
+    assert_eq!(
+        rust, header,
+        "include/elf_loader.h and src/capi.rs disagree"
+    );
     // Constants.
     let h = std::fs::read_to_string(manifest().join("include/elf_loader.h")).unwrap();
     for (name, value) in [
         ("ELF_LOADER_OK", elf_loader::capi::ELF_LOADER_OK),
         ("ELF_LOADER_ERR_ARG", elf_loader::capi::ELF_LOADER_ERR_ARG),
         ("ELF_LOADER_ERR_LOAD", elf_loader::capi::ELF_LOADER_ERR_LOAD),
-        ("ELF_LOADER_ERR_STATE", elf_loader::capi::ELF_LOADER_ERR_STATE),
-        ("ELF_LOADER_ERR_NOT_FOUND", elf_loader::capi::ELF_LOADER_ERR_NOT_FOUND),
+        (
+            "ELF_LOADER_ERR_STATE",
+            elf_loader::capi::ELF_LOADER_ERR_STATE,
+        ),
+        (
+            "ELF_LOADER_ERR_NOT_FOUND",
+            elf_loader::capi::ELF_LOADER_ERR_NOT_FOUND,
+        ),
     ] {
-        let want = if value < 0 { format!("#define {name} ({value})") } else { format!("#define {name} {value}") };
+        let want = if value < 0 {
+            format!("#define {name} ({value})")
+        } else {
+            format!("#define {name} {value}")
+        };
         assert!(h.contains(&want), "header lacks `{want}`");
     }
 }
@@ -152,7 +184,11 @@ fn header_matches_rust_signatures() {
 fn cdylib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(dir.join("libelf_loader.so").is_file(), "libelf_loader.so not built in {}", dir.display());
+    assert!(
+        dir.join("libelf_loader.so").is_file(),
+        "libelf_loader.so not built in {}",
+        dir.display()
+    );
     dir
 }
 
@@ -175,7 +211,8 @@ fn c_program_builds_against_the_header_and_runs() {
     let so = common::build_so("counter", &["counter.c"], &[]);
     let exe = build_c_program();
     let out = Command::new(&exe).arg(&so).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
     assert!(text.contains("all checks passed"), "{text}");
 }
@@ -193,7 +230,8 @@ fn c_program_is_clean_under_valgrind() {
         .arg(&so)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "valgrind reported errors:\n{text}");
     assert!(text.contains("all checks passed"), "{text}");
     let _ = Path::new(&so);

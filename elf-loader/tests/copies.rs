@@ -31,9 +31,14 @@ fn sixty_four_copies_are_independent_and_unload_cleanly() {
         libs.push(lib);
     }
     for (i, lib) in libs.iter().enumerate() {
-        assert_eq!(f(lib, "get")(), i as i32 + 1, "copy {i} has its own counter");
+        assert_eq!(
+            f(lib, "get")(),
+            i as i32 + 1,
+            "copy {i} has its own counter"
+        );
     }
-    let ranges: std::collections::HashSet<_> = libs.iter().map(|l| l.address_range().unwrap()).collect();
+    let ranges: std::collections::HashSet<_> =
+        libs.iter().map(|l| l.address_range().unwrap()).collect();
     assert_eq!(ranges.len(), 64, "64 distinct mappings");
     drop(libs);
     let after = common::maps_snapshot();

@@ -21,7 +21,11 @@ fn ifunc_and_weak_undefined() {
     let add: extern "C" fn(i32, i32) -> i32 =
         // SAFETY: `add` is `int add(int, int)` (resolved through its ifunc).
         unsafe { std::mem::transmute(lib.sym("add").unwrap()) };
-    assert_eq!(add(1, 2), 1003, "the ifunc resolver picked the SSE2 variant");
+    assert_eq!(
+        add(1, 2),
+        1003,
+        "the ifunc resolver picked the SSE2 variant"
+    );
     let call: extern "C" fn(i32, i32) -> i32 =
         // SAFETY: as above.
         unsafe { std::mem::transmute(lib.sym("call_add").unwrap()) };
@@ -33,23 +37,46 @@ fn ifunc_and_weak_undefined() {
     // SAFETY: `resolver_calls` is an int.
     let calls = unsafe { *(lib.sym("resolver_calls").unwrap() as *const i32) };
     assert!(calls >= 1, "resolver ran");
-    assert_eq!(call0(&lib, "weak_is_null"), 1, "weak undefined symbols resolve to 0");
+    assert_eq!(
+        call0(&lib, "weak_is_null"),
+        1,
+        "weak undefined symbols resolve to 0"
+    );
 }
 
 #[test]
 fn versioned_symbols_bind_to_the_requested_version() {
-    let ver = common::build_so("ver", &["ver.c"], &["-Wl,--version-script", &common::fixtures_dir().join("ver.map").display().to_string()]);
-    let use_ = common::build_so("veruse", &["veruse.c"], &["-lver", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"]);
+    let ver = common::build_so(
+        "ver",
+        &["ver.c"],
+        &[
+            "-Wl,--version-script",
+            &common::fixtures_dir().join("ver.map").display().to_string(),
+        ],
+    );
+    let use_ = common::build_so(
+        "veruse",
+        &["veruse.c"],
+        &["-lver", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"],
+    );
     let ns = Namespace::new("versions");
     let lib = ns.load(&use_).unwrap();
     assert_eq!(call0(&lib, "call_old"), 1, "foo@VER_1");
     assert_eq!(call0(&lib, "call_default"), 2, "foo@@VER_2");
-    assert_eq!(ns.library_count(), 2, "libver.so came in through RUNPATH $ORIGIN");
+    assert_eq!(
+        ns.library_count(),
+        2,
+        "libver.so came in through RUNPATH $ORIGIN"
+    );
     let v = Namespace::new("versions-direct").load(&ver).unwrap();
     let old = v.sym_versioned("foo", Some("VER_1")).unwrap();
     let new = v.sym_versioned("foo", Some("VER_2")).unwrap();
     assert_ne!(old, new);
-    assert_eq!(v.sym("foo"), Some(new), "an unversioned lookup finds the default version");
+    assert_eq!(
+        v.sym("foo"),
+        Some(new),
+        "an unversioned lookup finds the default version"
+    );
     assert!(v.sym_versioned("foo", Some("VER_3")).is_none());
 }
 
@@ -57,7 +84,9 @@ static EVENTS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 extern "C" fn record_event(what: *const c_char) {
     // SAFETY: the fixtures pass string literals.
-    let s = unsafe { CStr::from_ptr(what) }.to_string_lossy().into_owned();
+    let s = unsafe { CStr::from_ptr(what) }
+        .to_string_lossy()
+        .into_owned();
     EVENTS.lock().unwrap().push(s);
 }
 
@@ -81,28 +110,53 @@ fn init_and_fini_run_in_dependency_order() {
     let a = common::build_so(
         "order_a",
         &["order_a.c"],
-        &["-lorder_b", "-Wl,-rpath,$ORIGIN", "-Wl,-init=a_init_entry", "-Wl,-fini=a_fini_entry"],
+        &[
+            "-lorder_b",
+            "-Wl,-rpath,$ORIGIN",
+            "-Wl,-init=a_init_entry",
+            "-Wl,-fini=a_fini_entry",
+        ],
     );
     let ns = Namespace::new("order");
     ns.add_search_library(Arc::new(Host));
     let lib = ns.load(&a).unwrap();
     let argc = call0(&lib, "a_argc");
-    assert_eq!(argc as usize, std::env::args().count(), "init_array got the process's argc");
+    assert_eq!(
+        argc as usize,
+        std::env::args().count(),
+        "init_array got the process's argc"
+    );
     let loaded: Vec<String> = EVENTS.lock().unwrap().drain(..).collect();
-    assert_eq!(loaded, ["B:ctor101", "B:ctor102", "A:DT_INIT", "A:init_array"]);
+    assert_eq!(
+        loaded,
+        ["B:ctor101", "B:ctor102", "A:DT_INIT", "A:init_array"]
+    );
     drop(lib);
     drop(ns);
     let unloaded: Vec<String> = EVENTS.lock().unwrap().drain(..).collect();
-    assert_eq!(unloaded, ["A:fini_array", "A:DT_FINI", "B:dtor102", "B:dtor101"]);
+    assert_eq!(
+        unloaded,
+        ["A:fini_array", "A:DT_FINI", "B:dtor102", "B:dtor101"]
+    );
 }
 
-fn host_fns(lib: &CustomLibrary) -> (extern "C" fn(i32), extern "C" fn(*const c_char) -> i32, extern "C" fn() -> *const c_char) {
+fn host_fns(
+    lib: &CustomLibrary,
+) -> (
+    extern "C" fn(i32),
+    extern "C" fn(*const c_char) -> i32,
+    extern "C" fn() -> *const c_char,
+) {
     // SAFETY: signatures as in host.c.
     unsafe {
         (
             std::mem::transmute::<usize, extern "C" fn(i32)>(lib.sym("set_host_id").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(lib.sym("load_plugin").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(lib.sym("last_error").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
+                lib.sym("load_plugin").unwrap(),
+            ),
+            std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(
+                lib.sym("last_error").unwrap(),
+            ),
         )
     }
 }
@@ -121,8 +175,18 @@ fn dlopen_from_inside_lands_in_the_same_namespace() {
         copies.push((ns, lib, load_plugin));
     }
     for (id, (ns, _lib, load_plugin)) in copies.iter().enumerate() {
-        assert_eq!(load_plugin(plugin_c.as_ptr()), 1001 + id as i32, "plugin bound to host copy {}", id + 1);
-        assert_eq!(ns.library_count(), 2, "the plugin was loaded into namespace {}", ns.name());
+        assert_eq!(
+            load_plugin(plugin_c.as_ptr()),
+            1001 + id as i32,
+            "plugin bound to host copy {}",
+            id + 1
+        );
+        assert_eq!(
+            ns.library_count(),
+            2,
+            "the plugin was loaded into namespace {}",
+            ns.name()
+        );
         // A second dlopen of the same path returns the already-loaded copy.
         assert_eq!(load_plugin(plugin_c.as_ptr()), 1001 + id as i32);
         assert_eq!(ns.library_count(), 2);
@@ -132,15 +196,26 @@ fn dlopen_from_inside_lands_in_the_same_namespace() {
     let (_, _, last_error) = host_fns(lib);
     assert_eq!(load_plugin(c"/nonexistent/libnothing.so".as_ptr()), -1);
     // SAFETY: last_error returns a NUL-terminated static buffer.
-    let msg = unsafe { CStr::from_ptr(last_error()) }.to_string_lossy().into_owned();
+    let msg = unsafe { CStr::from_ptr(last_error()) }
+        .to_string_lossy()
+        .into_owned();
     assert!(msg.contains("/nonexistent/libnothing.so"), "{msg}");
     // A plugin that needs a symbol nobody has: an error naming it, not a crash.
-    let bad = common::build_so("badplugin", &["plugin.c"], &["-Dhost_value=host_value_missing"]);
+    let bad = common::build_so(
+        "badplugin",
+        &["plugin.c"],
+        &["-Dhost_value=host_value_missing"],
+    );
     let bad_c = CString::new(bad.to_str().unwrap()).unwrap();
     assert_eq!(load_plugin(bad_c.as_ptr()), -1);
     // SAFETY: as above.
-    let msg = unsafe { CStr::from_ptr(last_error()) }.to_string_lossy().into_owned();
-    assert!(msg.contains("undefined symbol host_value_missing") && msg.contains("libbadplugin.so"), "{msg}");
+    let msg = unsafe { CStr::from_ptr(last_error()) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        msg.contains("undefined symbol host_value_missing") && msg.contains("libbadplugin.so"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -163,12 +238,21 @@ fn dladdr_and_default_lookup_know_custom_code() {
             // SAFETY: as above.
             unsafe { std::mem::transmute(lib.sym("who_is_strlen").unwrap()) };
         // SAFETY: as above.
-        let n = unsafe { CStr::from_ptr(libc_name()) }.to_string_lossy().into_owned();
-        assert!(n.contains("libc.so"), "dladdr forwards other addresses to the system: {n}");
+        let n = unsafe { CStr::from_ptr(libc_name()) }
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            n.contains("libc.so"),
+            "dladdr forwards other addresses to the system: {n}"
+        );
         let lookup: extern "C" fn(*const c_char) -> usize =
             // SAFETY: as above.
             unsafe { std::mem::transmute(lib.sym("default_lookup").unwrap()) };
-        assert_eq!(lookup(c"host_value".as_ptr()), lib.sym("host_value").unwrap(), "RTLD_DEFAULT sees the namespace first");
+        assert_eq!(
+            lookup(c"host_value".as_ptr()),
+            lib.sym("host_value").unwrap(),
+            "RTLD_DEFAULT sees the namespace first"
+        );
         assert_ne!(lookup(c"malloc".as_ptr()), 0, "then the process");
     }
     assert_ne!(a.sym("host_value"), b.sym("host_value"));

@@ -17,7 +17,11 @@ fn libpython() -> PathBuf {
         .expect("python3 runs");
     assert!(out.status.success(), "python3 -c sysconfig failed");
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    assert!(p.is_file(), "{} is not a file (CPython built without --enable-shared?)", p.display());
+    assert!(
+        p.is_file(),
+        "{} is not a file (CPython built without --enable-shared?)",
+        p.display()
+    );
     p
 }
 
@@ -34,10 +38,12 @@ struct Py {
 }
 
 macro_rules! api {
-    ($lib:expr, $name:literal) => {{
-        let a = $lib.sym($name).unwrap_or_else(|| panic!("{} missing", $name));
+    ($lib:expr, $name:literal, $ty:ty) => {{
+        let a = $lib
+            .sym($name)
+            .unwrap_or_else(|| panic!("{} missing", $name));
         // SAFETY: the C API function has the declared signature.
-        unsafe { std::mem::transmute::<usize, _>(a) }
+        unsafe { std::mem::transmute::<usize, $ty>(a) }
     }};
 }
 
@@ -45,20 +51,40 @@ impl Py {
     fn load(name: &str) -> Py {
         let ns = Namespace::new(name);
         let lib = ns.load(libpython()).expect("load libpython");
-        let init: unsafe extern "C" fn(c_int) = api!(lib, "Py_InitializeEx");
-        let save: unsafe extern "C" fn() -> *mut c_void = api!(lib, "PyEval_SaveThread");
+        let init = api!(lib, "Py_InitializeEx", unsafe extern "C" fn(c_int));
+        let save = api!(
+            lib,
+            "PyEval_SaveThread",
+            unsafe extern "C" fn() -> *mut c_void
+        );
         // SAFETY: first initialisation of this copy, on this thread; then release the GIL.
         unsafe {
             init(0);
             save();
         }
         Py {
-            run: api!(lib, "PyRun_SimpleString"),
-            add_module: api!(lib, "PyImport_AddModule"),
-            get_attr: api!(lib, "PyObject_GetAttrString"),
-            as_long: api!(lib, "PyLong_AsLong"),
-            ensure: api!(lib, "PyGILState_Ensure"),
-            release: api!(lib, "PyGILState_Release"),
+            run: api!(
+                lib,
+                "PyRun_SimpleString",
+                unsafe extern "C" fn(*const c_char) -> c_int
+            ),
+            add_module: api!(
+                lib,
+                "PyImport_AddModule",
+                unsafe extern "C" fn(*const c_char) -> *mut c_void
+            ),
+            get_attr: api!(
+                lib,
+                "PyObject_GetAttrString",
+                unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void
+            ),
+            as_long: api!(
+                lib,
+                "PyLong_AsLong",
+                unsafe extern "C" fn(*mut c_void) -> c_long
+            ),
+            ensure: api!(lib, "PyGILState_Ensure", unsafe extern "C" fn() -> c_int),
+            release: api!(lib, "PyGILState_Release", unsafe extern "C" fn(c_int)),
             ns,
             lib,
         }
@@ -75,7 +101,7 @@ impl Py {
             let m = (self.add_module)(c"__main__".as_ptr());
             let r = (self.get_attr)(m, c"result".as_ptr());
             assert!(!r.is_null(), "no result");
-            let v = (self.as_long)(r) as i64;
+            let v: i64 = (self.as_long)(r);
             (self.release)(g);
             v
         }
@@ -96,7 +122,10 @@ fn two_pythons_in_one_process() {
 
     // State is separate: a global set in one copy is absent in the other.
     assert_eq!(a.eval_long("import sys; sys.only_in_a = 1; result = 1"), 1);
-    assert_eq!(b.eval_long("import sys; result = int(hasattr(sys, 'only_in_a'))"), 0);
+    assert_eq!(
+        b.eval_long("import sys; result = int(hasattr(sys, 'only_in_a'))"),
+        0
+    );
 
     // Stdlib extension modules import in both and bind to their own copy: each module's
     // type objects are built from its interpreter's `type`, whose address is that copy's.
@@ -119,12 +148,22 @@ result = id(type(math.sqrt))
     let fa = a.eval_long(code);
     let fb = b.eval_long(code);
     assert_ne!(fa, fb);
-    assert_eq!(fa as usize, a.lib.sym("PyCFunction_Type").unwrap(), "math in copy A uses A's types");
-    assert_eq!(fb as usize, b.lib.sym("PyCFunction_Type").unwrap(), "math in copy B uses B's types");
+    assert_eq!(
+        fa as usize,
+        a.lib.sym("PyCFunction_Type").unwrap(),
+        "math in copy A uses A's types"
+    );
+    assert_eq!(
+        fb as usize,
+        b.lib.sym("PyCFunction_Type").unwrap(),
+        "math in copy B uses B's types"
+    );
     for lib in [&a, &b] {
         let paths = lib.ns.library_paths();
         assert!(
-            paths.iter().any(|p| p.to_string_lossy().contains("_decimal")),
+            paths
+                .iter()
+                .any(|p| p.to_string_lossy().contains("_decimal")),
             "_decimal was loaded into namespace {}: {paths:?}",
             lib.ns.name()
         );

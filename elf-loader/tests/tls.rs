@@ -21,12 +21,12 @@ fn fns(lib: &CustomLibrary) -> Tls {
     // SAFETY: signatures as in tls.c.
     unsafe {
         Tls {
-            gd_get: std::mem::transmute::<usize, _>(s("gd_get")),
-            gd_set: std::mem::transmute::<usize, _>(s("gd_set")),
-            ld_bump: std::mem::transmute::<usize, _>(s("ld_bump")),
-            big_touch: std::mem::transmute::<usize, _>(s("big_touch")),
-            ptr_ok: std::mem::transmute::<usize, _>(s("ptr_ok")),
-            gd_addr: std::mem::transmute::<usize, _>(s("gd_addr")),
+            gd_get: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("gd_get")),
+            gd_set: std::mem::transmute::<usize, extern "C" fn(i32)>(s("gd_set")),
+            ld_bump: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ld_bump")),
+            big_touch: std::mem::transmute::<usize, extern "C" fn(i32, i8) -> i32>(s("big_touch")),
+            ptr_ok: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ptr_ok")),
+            gd_addr: std::mem::transmute::<usize, extern "C" fn() -> usize>(s("gd_addr")),
         }
     }
 }
@@ -76,21 +76,31 @@ fn tls_per_thread_and_per_copy() {
     // A library reading another custom library's TLS variable (DTPMOD64 for a symbol
     // defined in another module).
     // SAFETY: `int other_gd_get(void)`.
-    let other: extern "C" fn() -> i32 = unsafe { std::mem::transmute(a.sym("other_gd_get").unwrap()) };
+    let other: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(a.sym("other_gd_get").unwrap()) };
     assert_eq!(other(), 10);
     // The exported TLS symbol through the SymbolProvider API.
     let ti = a_tls.tls_sym("tls_gd").unwrap();
     assert_eq!(Some(ti.module), a_tls.tls_module());
-    assert!(a_tls.sym("tls_gd").is_none(), "a TLS symbol has no plain address");
+    assert!(
+        a_tls.sym("tls_gd").is_none(),
+        "a TLS symbol has no plain address"
+    );
 
     // Main thread: one block per copy.
     let main_blocks = tls_live_blocks() - base_blocks;
     assert_eq!(main_blocks, 2);
 
-    go_tx.send((&ta as *const Tls as usize, &tb as *const Tls as usize)).unwrap();
+    go_tx
+        .send((&ta as *const Tls as usize, &tb as *const Tls as usize))
+        .unwrap();
     done_rx.recv().unwrap();
     early.join().unwrap();
-    assert_eq!(tls_live_blocks() - base_blocks, 2, "the early thread's blocks were freed at its exit");
+    assert_eq!(
+        tls_live_blocks() - base_blocks,
+        2,
+        "the early thread's blocks were freed at its exit"
+    );
 
     // Threads started after the load, several at once.
     let main_addr = (ta.gd_addr)();
@@ -116,6 +126,13 @@ fn tls_per_thread_and_per_copy() {
 #[test]
 fn initial_exec_tls_is_refused_with_the_symbol_named() {
     let so = common::build_so("tlsie", &["tlsie.c"], &[]);
-    let err = Namespace::new("ie").load(&so).err().expect("initial-exec TLS must be refused").to_string();
-    assert!(err.contains("ie_var") && err.contains("R_X86_64_TPOFF64") && err.contains("libtlsie.so"), "{err}");
+    let err = Namespace::new("ie")
+        .load(&so)
+        .err()
+        .expect("initial-exec TLS must be refused")
+        .to_string();
+    assert!(
+        err.contains("ie_var") && err.contains("R_X86_64_TPOFF64") && err.contains("libtlsie.so"),
+        "{err}"
+    );
 }

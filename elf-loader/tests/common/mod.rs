@@ -9,7 +9,9 @@ use std::sync::Mutex;
 
 /// Directory with the C sources of the fixtures.
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("fixtures")
 }
 
 /// Directory where built fixtures go.
@@ -39,15 +41,24 @@ pub fn build_so(name: &str, sources: &[&str], args: &[&str]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out = out_dir().join(format!("lib{name}.so"));
     let srcs: Vec<PathBuf> = sources.iter().map(|s| fixtures_dir().join(s)).collect();
-    let fresh = out.metadata().and_then(|m| m.modified()).ok().is_some_and(|t| {
-        srcs.iter().all(|s| s.metadata().and_then(|m| m.modified()).is_ok_and(|st| st <= t))
-    });
+    let fresh = out
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .is_some_and(|t| {
+            srcs.iter().all(|s| {
+                s.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|st| st <= t)
+            })
+        });
     if fresh {
         return out;
     }
     let cpp = sources.iter().any(|s| s.ends_with(".cpp"));
     let mut cmd = compiler(cpp);
-    cmd.args(["-shared", "-fPIC", "-g", "-Wall", "-o"]).arg(&out);
+    cmd.args(["-shared", "-fPIC", "-g", "-Wall", "-o"])
+        .arg(&out);
     cmd.args(&srcs);
     cmd.arg(format!("-L{}", out_dir().display()));
     cmd.args(args);
@@ -67,7 +78,10 @@ pub fn build_exe(name: &str, sources: &[PathBuf], args: &[String]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out = out_dir().join(name);
     let mut cmd = compiler(false);
-    cmd.args(["-g", "-Wall", "-o"]).arg(&out).args(sources).args(args);
+    cmd.args(["-g", "-Wall", "-o"])
+        .arg(&out)
+        .args(sources)
+        .args(args);
     let o = cmd.output().expect("run the C compiler");
     assert!(
         o.status.success(),
