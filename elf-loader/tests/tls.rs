@@ -104,15 +104,22 @@ fn tls_per_thread_and_per_copy() {
 
     // Threads started after the load, several at once.
     let main_addr = (ta.gd_addr)();
+    // Joined explicitly: a scope's implicit join may return before the threads'
+    // thread-local destructors (which free the blocks) have run.
     std::thread::scope(|s| {
-        for _ in 0..4 {
-            s.spawn(|| {
-                fresh_thread_view(&ta);
-                fresh_thread_view(&tb);
-                assert_ne!((ta.gd_addr)(), main_addr, "each thread has its own block");
-                (ta.gd_set)(77);
-                assert_eq!(other(), 77);
-            });
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                s.spawn(|| {
+                    fresh_thread_view(&ta);
+                    fresh_thread_view(&tb);
+                    assert_ne!((ta.gd_addr)(), main_addr, "each thread has its own block");
+                    (ta.gd_set)(77);
+                    assert_eq!(other(), 77);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
         }
     });
     assert_eq!((ta.gd_get)(), 10, "other threads did not touch ours");
