@@ -12,6 +12,14 @@ use elf_loader::{loaded_image_count, Error, Namespace, SymbolProvider};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
+/// Held by every test of this binary while it opens files, so that the leak check's fd
+/// counts are not disturbed by a test running in parallel.
+static IO_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn io_lock() -> std::sync::MutexGuard<'static, ()> {
+    IO_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -75,6 +83,7 @@ fn assert_no_leaks(fds_before: usize) {
 #[test]
 fn truncated_and_corrupted_files_are_errors_without_leaks() {
     let so = common::build_so("counter", &["counter.c"], &[]);
+    let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
     let info = ElfInfo::parse(&so, &good).unwrap();
     let fds_before = fd_count();
@@ -345,7 +354,10 @@ proptest! {
     #[test]
     fn random_mutations_never_crash_the_parser(muts in proptest::collection::vec((0usize..1usize << 16, any::<u8>()), 1..8)) {
         let so = common::build_so("counter", &["counter.c"], &[]);
-        let mut b = std::fs::read(&so).unwrap();
+        let mut b = {
+            let _io = io_lock();
+            std::fs::read(&so).unwrap()
+        };
         let limit = 0x4000.min(b.len());
         for (at, v) in muts {
             let at = at % limit;
