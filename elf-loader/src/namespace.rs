@@ -602,13 +602,6 @@ pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char)
     ((a.ptrs.len() - 1) as c_int, a.ptrs.as_ptr(), envp)
 }
 
-enum LibState {
-    Created {
-        search: Vec<Arc<dyn SymbolProvider>>,
-    },
-    Loaded(Arc<Image>),
-}
-
 /// One custom-loaded library (the seed's `CustomLibrary`): create it, add search
 /// libraries, load it, look symbols up. Symbols resolve in the library first, then its
 /// dependencies, its namespace's global libraries, its search libraries in order, and
@@ -616,7 +609,10 @@ enum LibState {
 pub struct CustomLibrary {
     ns: Namespace,
     path: PathBuf,
-    state: Mutex<LibState>,
+    /// Search libraries added before `load`.
+    pending: Mutex<Vec<Arc<dyn SymbolProvider>>>,
+    /// The loaded image (set once; lookups read it without a lock).
+    loaded: OnceLock<Arc<Image>>,
 }
 
 impl CustomLibrary {
@@ -632,48 +628,39 @@ impl CustomLibrary {
         CustomLibrary {
             ns: ns.clone(),
             path: path.as_ref().to_path_buf(),
-            state: Mutex::new(LibState::Created { search: Vec::new() }),
+            pending: Mutex::new(Vec::new()),
+            loaded: OnceLock::new(),
         }
     }
 
     /// Adds a provider searched (in the order added) for symbols the library needs.
     /// Must be called before [`CustomLibrary::load`].
     pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) -> Result<()> {
-        match &mut *self.state.lock() {
-            LibState::Created { search } => {
-                search.push(provider);
-                Ok(())
-            }
-            LibState::Loaded(_) => Err(Error::Usage(format!(
+        let mut pending = self.pending.lock();
+        if self.loaded.get().is_some() {
+            return Err(Error::Usage(format!(
                 "{}: add_search_library after load()",
                 self.path.display()
-            ))),
+            )));
         }
+        pending.push(provider);
+        Ok(())
     }
 
     /// Maps, relocates and initialises the library (and its dependencies). Loading an
     /// already loaded library is an error.
     pub fn load(&self) -> Result<()> {
-        let mut st = self.state.lock();
-        let search = match &*st {
-            LibState::Created { search } => search.clone(),
-            LibState::Loaded(_) => {
-                return Err(Error::Usage(format!(
-                    "{}: load() called twice",
-                    self.path.display()
-                )))
-            }
-        };
-        let img = self.ns.inner.load_image(&self.path, search, true)?;
-        *st = LibState::Loaded(img);
+        let pending = self.pending.lock();
+        if self.loaded.get().is_some() {
+            return Err(Error::Usage(format!("{}: load() called twice", self.path.display())));
+        }
+        let img = self.ns.inner.load_image(&self.path, pending.clone(), true)?;
+        let _ = self.loaded.set(img);
         Ok(())
     }
 
-    fn image(&self) -> Option<Arc<Image>> {
-        match &*self.state.lock() {
-            LibState::Loaded(i) => Some(i.clone()),
-            LibState::Created { .. } => None,
-        }
+    fn image(&self) -> Option<&Arc<Image>> {
+        self.loaded.get()
     }
 
     /// The library's namespace.
@@ -684,6 +671,11 @@ impl CustomLibrary {
     /// The file it is loaded from.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether `load` has succeeded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.get().is_some()
     }
 
     /// The address of a symbol defined by this library itself (no search libraries).
