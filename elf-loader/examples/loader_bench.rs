@@ -48,7 +48,9 @@ fn dl_error() -> String {
         return "unknown".into();
     }
     // SAFETY: as above.
-    unsafe { std::ffi::CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    unsafe { std::ffi::CStr::from_ptr(e) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn load(how: &str, lib: &str) {
@@ -272,7 +274,8 @@ fn tls() {
     assert!(status.success(), "cc failed");
     let ours = Namespace::new("tls").load(&so).expect("load");
     // SAFETY: `int tls_bump(void)`.
-    let f_ours: extern "C" fn() -> c_int = unsafe { std::mem::transmute(ours.sym("tls_bump").expect("sym")) };
+    let f_ours: extern "C" fn() -> c_int =
+        unsafe { std::mem::transmute(ours.sym("tls_bump").expect("sym")) };
     let c = cstr(so.to_str().expect("utf-8 path"));
     // SAFETY: plain dlopen/dlsym.
     let f_sys: extern "C" fn() -> c_int = unsafe {

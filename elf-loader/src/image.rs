@@ -1,11 +1,10 @@
 //! A mapped library (`Image`): symbol lookup in its own tables (GNU and SysV hash,
 //! versions), relocation against a resolution scope, and init/fini calls.
 
-use crate::elf::{
-    consts::*, gnu_hash, read_rela, read_sym, reloc_name, sysv_hash, ElfInfo, Rela, Sym,
-};
+use crate::elf::{consts::*, gnu_hash, read_rela, reloc_name, ElfInfo, Rela, Sym};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
+use crate::symtab::SymTab;
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::{self, TlsIndex};
 use std::ffi::{c_char, c_int, CString};
@@ -25,6 +24,10 @@ pub(crate) struct Image {
     pub info: ElfInfo,
     /// The mapping (unmapped on drop).
     pub map: Mapping,
+    /// The dynamic symbol table in the mapping.
+    pub tab: SymTab,
+    /// Writable segments' runtime ranges (relocation targets must lie inside).
+    pub writable: Vec<(u64, u64)>,
     /// Our TLS module id, if the library has PT_TLS.
     pub tls_module: Option<u64>,
     /// Direct dependencies (set once loaded).
@@ -102,163 +105,28 @@ impl Image {
     /// Symbol `i` (must be < nsyms).
     #[inline]
     pub fn sym(&self, i: u32) -> Sym {
-        debug_assert!(i < self.info.nsyms);
-        // SAFETY: the parser checked that nsyms*24 bytes of DT_SYMTAB lie in a mapped,
-        // non-writable segment; i < nsyms.
-        let b = unsafe {
-            std::slice::from_raw_parts(self.ptr(self.info.symtab.vaddr + u64::from(i) * 24), 24)
-        };
-        read_sym(b).expect("24 bytes")
+        self.tab.sym(i)
     }
 
     /// The string at `off` in DT_STRTAB, without its NUL.
     pub fn str_at(&self, off: u32) -> Option<&[u8]> {
-        let t = self.info.strtab;
-        if u64::from(off) >= t.len {
-            return None;
-        }
-        // SAFETY: the parser checked the whole DT_STRTAB lies in a mapped read-only segment.
-        let tab = unsafe { std::slice::from_raw_parts(self.ptr(t.vaddr), t.len as usize) };
-        let s = &tab[off as usize..];
-        let n = s.iter().position(|&b| b == 0)?;
-        Some(&s[..n])
-    }
-
-    fn versym(&self, i: u32) -> Option<u16> {
-        let t = self.info.versym?;
-        // SAFETY: the parser checked nsyms*2 bytes of DT_VERSYM; i < nsyms.
-        Some(unsafe {
-            std::ptr::read_unaligned(self.ptr(t.vaddr + u64::from(i) * 2) as *const u16)
-        })
-    }
-
-    #[inline]
-    fn u32_at(&self, vaddr: u64) -> u32 {
-        // SAFETY: callers pass addresses inside a hash table the parser bounds-checked.
-        unsafe { std::ptr::read_unaligned(self.ptr(vaddr) as *const u32) }
+        self.tab.str_at(off)
     }
 
     /// The version a reference from symbol `i` asks for (`None` if unversioned).
     pub fn wanted_version(&self, i: u32) -> Option<&str> {
-        let v = self.versym(i)? & 0x7fff;
-        if v < 2 {
-            return None;
-        }
-        self.info
-            .versions
-            .get(v as usize)?
-            .as_ref()
-            .map(|v| v.name.as_str())
-    }
-
-    fn version_ok(&self, i: u32, version: Option<&str>) -> bool {
-        let Some(vs) = self.versym(i) else {
-            return true;
-        };
-        let idx = vs & 0x7fff;
-        match version {
-            Some(want) => {
-                if idx < 2 {
-                    return true;
-                }
-                match self
-                    .info
-                    .versions
-                    .get(idx as usize)
-                    .and_then(|v| v.as_ref())
-                {
-                    Some(def) => def.name == want,
-                    None => false,
-                }
-            }
-            None => vs & 0x8000 == 0,
-        }
-    }
-
-    fn candidate(&self, i: u32, name: &[u8], version: Option<&str>) -> Option<Sym> {
-        let s = self.sym(i);
-        if !s.is_defined() && s.kind() != STT_TLS {
-            return None;
-        }
-        if !s.is_defined() {
-            return None;
-        }
-        if !matches!(s.bind(), STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE) {
-            return None;
-        }
-        if s.other & 3 == 2 || s.other & 3 == 1 {
-            // STV_HIDDEN / STV_INTERNAL are not visible from outside.
-            return None;
-        }
-        if self.str_at(s.name)? != name {
-            return None;
-        }
-        self.version_ok(i, version).then_some(s)
+        self.tab.wanted_version(i)
     }
 
     /// Looks `name` up in this library's own exported symbols.
+    #[inline]
     pub fn lookup_own(&self, name: &[u8], hash: u32, version: Option<&str>) -> Option<Sym> {
-        if let Some(g) = self.info.gnu_hash {
-            let base = g.table.vaddr;
-            let bloom_at = base + 16 + u64::from((hash / 64) % g.bloom_size) * 8;
-            // SAFETY: inside the bounds-checked GNU hash table.
-            let word = unsafe { std::ptr::read_unaligned(self.ptr(bloom_at) as *const u64) };
-            let mask = (1u64 << (hash % 64)) | (1u64 << ((hash >> g.bloom_shift) % 64));
-            if word & mask != mask {
-                return None;
-            }
-            let buckets = base + 16 + u64::from(g.bloom_size) * 8;
-            let chains = buckets + u64::from(g.nbuckets) * 4;
-            let mut i = self.u32_at(buckets + u64::from(hash % g.nbuckets) * 4);
-            if i == 0 {
-                return None;
-            }
-            loop {
-                if i >= self.info.nsyms {
-                    return None;
-                }
-                let h = self.u32_at(chains + u64::from(i - g.symoffset) * 4);
-                if (h | 1) == (hash | 1) {
-                    if let Some(s) = self.candidate(i, name, version) {
-                        return Some(s);
-                    }
-                }
-                if h & 1 == 1 {
-                    return None;
-                }
-                i += 1;
-            }
-        }
-        let h = self.info.sysv_hash?;
-        let hv = sysv_hash(name);
-        let buckets = h.table.vaddr + 8;
-        let chains = buckets + u64::from(h.nbucket) * 4;
-        let mut i = self.u32_at(buckets + u64::from(hv % h.nbucket) * 4);
-        let mut steps = 0;
-        while i != 0 && i < h.nchain && steps <= h.nchain {
-            if let Some(s) = self.candidate(i, name, version) {
-                return Some(s);
-            }
-            i = self.u32_at(chains + u64::from(i) * 4);
-            steps += 1;
-        }
-        None
+        self.tab.lookup(name, hash, version)
     }
 
     /// The runtime address of a defined non-TLS symbol, calling ifunc resolvers.
     pub fn sym_address(&self, s: &Sym) -> usize {
-        let a = if s.shndx == SHN_ABS {
-            s.value as usize
-        } else {
-            self.addr(s.value)
-        };
-        if s.kind() == STT_GNU_IFUNC {
-            // SAFETY: the symbol is an ifunc resolver in this relocated image; resolvers
-            // take no arguments on x86_64 and return the implementation's address.
-            let f: extern "C" fn() -> usize = unsafe { std::mem::transmute(a) };
-            return f();
-        }
-        a
+        self.tab.address(s)
     }
 
     /// Looks a name up in this library and exports the address (for `sym`).
@@ -307,14 +175,12 @@ impl Image {
     }
 
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
+    #[inline]
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
-        let ok = self.info.loads.iter().any(|l| {
-            l.flags & PF_W != 0
-                && r.offset >= l.vaddr
-                && r.offset
-                    .checked_add(size)
-                    .is_some_and(|e| e <= l.vaddr + l.memsz)
-        });
+        let ok = self
+            .writable
+            .iter()
+            .any(|&(start, end)| r.offset >= start && r.offset <= end.saturating_sub(size));
         if !ok {
             return Err(self.reloc_err(r, "", "target is not inside a writable segment"));
         }
@@ -423,20 +289,6 @@ impl Image {
                 };
                 let p = self.check_target(r, size)?;
                 stats.symbolic += 1;
-                let s = if r.sym == 0 {
-                    None
-                } else {
-                    Some(self.sym(r.sym))
-                };
-                if let Some(sym) = s {
-                    if sym.kind() == STT_TLS {
-                        return Err(self.reloc_err(
-                            r,
-                            &self.sym_name(r.sym),
-                            "non-TLS relocation against a TLS symbol",
-                        ));
-                    }
-                }
                 let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
                     0
                 } else {
@@ -447,6 +299,13 @@ impl Image {
                 } else if let Some(v) = cache[r.sym as usize] {
                     v
                 } else {
+                    if self.sym(r.sym).kind() == STT_TLS {
+                        return Err(self.reloc_err(
+                            r,
+                            &self.sym_name(r.sym),
+                            "non-TLS relocation against a TLS symbol",
+                        ));
+                    }
                     let v = match self.resolve(r, scope)? {
                         None => {
                             stats.weak_zero += 1;
@@ -673,7 +532,9 @@ impl Image {
     }
 }
 
-/// Looks a symbol up through a scope, in order.
+/// Looks a symbol up through a scope, in order. System libraries are searched in
+/// their own symbol tables first (fast); only if no item has the symbol are they asked
+/// through `dlvsym`, which also searches their dependencies.
 pub(crate) fn lookup_scope(
     scope: &[ScopeItem],
     name: &[u8],
@@ -683,6 +544,7 @@ pub(crate) fn lookup_scope(
 ) -> Option<Def> {
     let mut cname: Option<CString> = None;
     let mut cver: Option<Option<CString>> = None;
+    let mut slow = false;
     for item in scope {
         match item {
             ScopeItem::Overrides => {
@@ -700,6 +562,17 @@ pub(crate) fn lookup_scope(
                 }
             }
             ScopeItem::System(lib) => {
+                if !is_tls {
+                    if let Some(tab) = lib.symtab() {
+                        slow = true;
+                        if let Some(s) = tab.lookup(name, hash, version) {
+                            if s.kind() != STT_TLS {
+                                return Some(Def::Addr(tab.address(&s)));
+                            }
+                        }
+                        continue;
+                    }
+                }
                 let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
                 let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
                 if is_tls {
@@ -717,6 +590,17 @@ pub(crate) fn lookup_scope(
                         return Some(Def::SystemTls(ti, 0));
                     }
                 } else if let Some(a) = p.sym_versioned(n, version) {
+                    return Some(Def::Addr(a));
+                }
+            }
+        }
+    }
+    if slow {
+        let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
+        let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
+        for item in scope {
+            if let ScopeItem::System(lib) = item {
+                if let Some(a) = lib.lookup_c(n, v.as_deref()) {
                     return Some(Def::Addr(a));
                 }
             }

@@ -321,7 +321,10 @@ impl NsInner {
         if let Some(s) = self.state.lock().system.get(name) {
             return Ok(s.clone());
         }
-        let lib = SystemLibrary::open(name, libc::RTLD_LOCAL)?;
+        let lib = match SystemLibrary::already_loaded(name) {
+            Some(l) => l,
+            None => SystemLibrary::open(name, libc::RTLD_LOCAL)?,
+        };
         self.state
             .lock()
             .system
@@ -370,8 +373,17 @@ impl NsInner {
                 align: t.align.max(1) as usize,
             })
         });
+        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
+        let writable = info
+            .loads
+            .iter()
+            .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
+            .map(|l| (l.vaddr, l.vaddr + l.memsz))
+            .collect();
         let img = Arc::new(Image {
             id: next_id(),
+            tab,
+            writable,
             path: path.to_path_buf(),
             c_path: CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
             info,
@@ -652,9 +664,15 @@ impl CustomLibrary {
     pub fn load(&self) -> Result<()> {
         let pending = self.pending.lock();
         if self.loaded.get().is_some() {
-            return Err(Error::Usage(format!("{}: load() called twice", self.path.display())));
+            return Err(Error::Usage(format!(
+                "{}: load() called twice",
+                self.path.display()
+            )));
         }
-        let img = self.ns.inner.load_image(&self.path, pending.clone(), true)?;
+        let img = self
+            .ns
+            .inner
+            .load_image(&self.path, pending.clone(), true)?;
         let _ = self.loaded.set(img);
         Ok(())
     }

@@ -2,9 +2,10 @@
 //! process's global scope (`RTLD_DEFAULT`) or one library opened with `dlopen`.
 
 use crate::error::{Error, Result};
+use crate::symtab::SymTab;
 use crate::tls::TlsIndex;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 extern "C" {
     fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
@@ -37,11 +38,28 @@ pub trait SymbolProvider: Send + Sync {
     fn describe(&self) -> String;
 }
 
+/// Libraries that, once loaded, stay loaded for the life of the process.
+const ALWAYS_LOADED: &[&str] = &[
+    "libc.so",
+    "libm.so",
+    "libpthread.so",
+    "libdl.so",
+    "librt.so",
+    "libgcc_s.so",
+    "libstdc++.so",
+];
+
 /// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
 pub struct SystemLibrary {
     handle: *mut c_void,
     owned: bool,
     name: String,
+    /// The library's own symbol table, read from its dynamic section (not for the
+    /// global scope): a fast path that avoids `dlvsym`.
+    tab: OnceLock<Option<SymTab>>,
+    /// `handle` is a link map found in the main namespace (loaded at start-up, so in
+    /// the global scope), not a `dlopen` handle: `dlsym` goes through RTLD_DEFAULT.
+    startup_map: bool,
 }
 
 // SAFETY: a dlopen handle may be used from any thread (glibc's dl* functions are
@@ -69,6 +87,8 @@ impl SystemLibrary {
             handle: libc::RTLD_DEFAULT,
             owned: false,
             name: "the process's global scope".into(),
+            tab: OnceLock::new(),
+            startup_map: false,
         })
     }
 
@@ -89,7 +109,58 @@ impl SystemLibrary {
             handle: h,
             owned: true,
             name: name.into(),
+            tab: OnceLock::new(),
+            startup_map: false,
         }))
+    }
+
+    /// A library the system loader already has in its main namespace, found by the
+    /// base name of its path (`libc.so.6`) in the `r_debug` link map, without a
+    /// `dlopen` call. Only for libraries that are never unloaded (the C runtime): the
+    /// returned handle is not reference-counted.
+    pub(crate) fn already_loaded(name: &str) -> Option<Arc<SystemLibrary>> {
+        if name.contains('/') || !ALWAYS_LOADED.iter().any(|p| name.starts_with(p)) {
+            return None;
+        }
+        #[repr(C)]
+        struct LinkMap {
+            l_addr: usize,
+            l_name: *const c_char,
+            l_ld: *const c_void,
+            l_next: *const LinkMap,
+        }
+        #[repr(C)]
+        struct RDebug {
+            r_version: c_int,
+            r_map: *const LinkMap,
+        }
+        extern "C" {
+            static _r_debug: RDebug;
+        }
+        // SAFETY: glibc's r_debug and the public head of its link maps; the main
+        // namespace's list only changes under the loader lock, and entries for the C
+        // runtime are never removed.
+        let mut lm = unsafe { _r_debug.r_map };
+        while !lm.is_null() {
+            // SAFETY: as above.
+            let (n, next) = unsafe { ((*lm).l_name, (*lm).l_next) };
+            if !n.is_null() {
+                // SAFETY: l_name is a NUL-terminated path.
+                let path = unsafe { CStr::from_ptr(n) }.to_bytes();
+                let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+                if base == name.as_bytes() {
+                    return Some(Arc::new(SystemLibrary {
+                        handle: lm as *mut c_void,
+                        owned: false,
+                        name: name.to_string(),
+                        tab: OnceLock::new(),
+                        startup_map: true,
+                    }));
+                }
+            }
+            lm = next;
+        }
+        None
     }
 
     /// Wraps an existing `dlopen` handle; if `steal`, it is `dlclose`d on drop.
@@ -102,6 +173,8 @@ impl SystemLibrary {
             handle,
             owned: steal,
             name: format!("system handle {handle:p}"),
+            tab: OnceLock::new(),
+            startup_map: false,
         })
     }
 
@@ -110,12 +183,29 @@ impl SystemLibrary {
         self.handle
     }
 
+    /// The library's own symbol table (`None` for the global scope or when it cannot
+    /// be read; callers then use `dlvsym`).
+    pub(crate) fn symtab(&self) -> Option<&SymTab> {
+        if self.handle.is_null() {
+            return None;
+        }
+        self.tab
+            // SAFETY: our handle stays open as long as `self` (and so the view) lives.
+            .get_or_init(|| unsafe { SymTab::from_system(self.handle) })
+            .as_ref()
+    }
+
     pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+        let handle = if self.startup_map {
+            libc::RTLD_DEFAULT
+        } else {
+            self.handle
+        };
         // SAFETY: valid handle (constructor contract) and NUL-terminated strings.
         let p = unsafe {
             match version {
-                Some(v) => dlvsym(self.handle, name.as_ptr(), v.as_ptr()),
-                None => libc::dlsym(self.handle, name.as_ptr()),
+                Some(v) => dlvsym(handle, name.as_ptr(), v.as_ptr()),
+                None => libc::dlsym(handle, name.as_ptr()),
             }
         };
         if p.is_null() {
