@@ -70,8 +70,13 @@ static LIVE_BLOCKS: AtomicUsize = AtomicUsize::new(0);
 thread_local! {
     /// This thread's key in the modules' block maps (no destructor: always accessible).
     static THREAD_KEY: Cell<u64> = const { Cell::new(0) };
-    /// This thread's cache: slot -> (module id, block).
+    /// This thread's cache: slot -> (module id, block). Owns the storage; its
+    /// destructor frees the thread's blocks.
     static CACHE: ThreadCache = const { ThreadCache { entries: UnsafeCell::new(Vec::new()) } };
+    /// The fast path's view of CACHE (pointer, length): a destructor-free `const`
+    /// thread-local, so reading it is a single %fs-relative load with no lazy
+    /// registration check. Reset to empty when CACHE is destroyed.
+    static FAST: Cell<(*const (u64, usize), usize)> = const { Cell::new((std::ptr::null(), 0)) };
 }
 
 struct ThreadCache {
@@ -81,6 +86,7 @@ struct ThreadCache {
 impl Drop for ThreadCache {
     fn drop(&mut self) {
         let key = THREAD_KEY.with(|k| k.get());
+        let _ = FAST.try_with(|f| f.set((std::ptr::null(), 0)));
         let entries = std::mem::take(self.entries.get_mut());
         if key == 0 || entries.is_empty() {
             return;
@@ -183,19 +189,17 @@ fn new_block(m: &Module) -> usize {
 
 /// The calling thread's block for module `id` (allocated on first use), or `None` if
 /// the module is not registered.
+#[inline]
 pub(crate) fn block_for(id: u64) -> Option<usize> {
     let slot = (id & 0xffff_ffff) as usize;
-    let cached = CACHE.try_with(|c| {
-        // SAFETY: the cache is only touched by this thread, and never re-entrantly (no
-        // user code runs while a reference exists).
-        let v = unsafe { &*c.entries.get() };
-        match v.get(slot) {
-            Some(&(mid, block)) if mid == id => Some(block),
-            _ => None,
+    let (ptr, len) = FAST.with(Cell::get);
+    if slot < len {
+        // SAFETY: (ptr, len) describes CACHE's live buffer of this thread (updated
+        // whenever the buffer changes, reset when it is destroyed).
+        let (mid, block) = unsafe { *ptr.add(slot) };
+        if mid == id {
+            return Some(block);
         }
-    });
-    if let Ok(Some(b)) = cached {
-        return Some(b);
     }
     slow_block_for(id, slot)
 }
@@ -218,6 +222,7 @@ fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
             v.resize(slot + 1, (0, 0));
         }
         v[slot] = (id, block);
+        FAST.with(|f| f.set((v.as_ptr(), v.len())));
     });
     Some(block)
 }

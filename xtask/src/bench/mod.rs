@@ -2,7 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
-#[allow(dead_code)] // Used by the suites as they are added; no suite exists yet.
+mod loader;
 mod report;
 
 use anyhow::{bail, Result};
@@ -15,7 +15,11 @@ struct Suite {
 }
 
 /// Every suite that exists. Suites are added as the crates they measure are built.
-const SUITES: &[Suite] = &[];
+const SUITES: &[Suite] = &[Suite {
+    name: "loader",
+    what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
+    run: loader::run_suite,
+}];
 
 /// Runs the named suite, or all of them.
 pub fn run(only: Option<&str>) -> Result<()> {
