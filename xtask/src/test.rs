@@ -7,6 +7,7 @@ use std::process::Command;
 /// Runs the checks in CI order, stopping at the first failure.
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
+    install_system_tools()?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
@@ -46,6 +47,46 @@ fn plan() -> Vec<(&'static str, Command)> {
     plan.push(("documentation (cargo doc, warnings denied)", doc));
 
     plan
+}
+
+/// Programs the test suites run: elf-loader's tests build C and C++ fixtures (gcc,
+/// g++), run its C ABI program under valgrind and a custom-loaded library under gdb.
+/// Missing ones are installed with apt-get (CI runs as root).
+fn install_system_tools() -> Result<()> {
+    let tools = [
+        ("gdb", "gdb"),
+        ("valgrind", "valgrind"),
+        ("g++", "g++"),
+        ("gcc", "gcc"),
+    ];
+    let missing: Vec<&str> = tools
+        .iter()
+        .filter(|(program, _)| {
+            let mut probe = Command::new(program);
+            probe.arg("--version");
+            !succeeds(probe)
+        })
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "xtask: installing {} (apt-get, for elf-loader's tests)",
+        missing.join(", ")
+    );
+    let mut update = Command::new("apt-get");
+    update.arg("update");
+    let _ = update.status();
+    let status = Command::new("apt-get")
+        .args(["install", "-y", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status();
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        _ => bail!("could not install {} with apt-get", missing.join(", ")),
+    }
 }
 
 /// rustfmt and clippy come with the usual toolchain but are separate rustup components;
