@@ -321,9 +321,13 @@ impl NsInner {
         if let Some(s) = self.state.lock().system.get(name) {
             return Ok(s.clone());
         }
-        let lib = match SystemLibrary::already_loaded(name) {
-            Some(l) => l,
-            None => SystemLibrary::open(name, libc::RTLD_LOCAL)?,
+        let lib = if crate::system::is_runtime_library(name) {
+            match SystemLibrary::already_loaded(name) {
+                Some(l) => l,
+                None => SystemLibrary::open_runtime(name)?,
+            }
+        } else {
+            SystemLibrary::open(name, libc::RTLD_LOCAL)?
         };
         self.state
             .lock()

@@ -123,7 +123,18 @@ impl SymTab {
             return None;
         }
         // SAFETY: glibc's link_map starts with the public fields.
-        let (l_addr, mut d) = unsafe { ((*lm).l_addr, (*lm).l_ld) };
+        let (l_addr, d) = unsafe { ((*lm).l_addr, (*lm).l_ld) };
+        // SAFETY: caller's contract: the library stays loaded.
+        unsafe { Self::from_dynamic(l_addr, d) }
+    }
+
+    /// The tables of a library the system loader has mapped at `l_addr` with its
+    /// dynamic section at `dynamic`.
+    ///
+    /// # Safety
+    /// The library must stay loaded while the view is used.
+    pub unsafe fn from_dynamic(l_addr: usize, dynamic: *const u64) -> Option<SymTab> {
+        let mut d = dynamic;
         if d.is_null() {
             return None;
         }

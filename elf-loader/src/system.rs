@@ -38,16 +38,21 @@ pub trait SymbolProvider: Send + Sync {
     fn describe(&self) -> String;
 }
 
-/// Libraries that, once loaded, stay loaded for the life of the process.
-const ALWAYS_LOADED: &[&str] = &[
-    "libc.so",
-    "libm.so",
-    "libpthread.so",
-    "libdl.so",
-    "librt.so",
-    "libgcc_s.so",
-    "libstdc++.so",
+/// The C runtime's libraries: opened with RTLD_NODELETE, looked up in place.
+const RUNTIME_LIBRARIES: &[&str] = &[
+    "libc.so.",
+    "libm.so.",
+    "libpthread.so.",
+    "libdl.so.",
+    "librt.so.",
+    "libgcc_s.so.",
+    "libstdc++.so.",
 ];
+
+/// Whether `name` (a soname, not a path) is one of the C runtime's libraries.
+pub(crate) fn is_runtime_library(name: &str) -> bool {
+    !name.contains('/') && RUNTIME_LIBRARIES.iter().any(|p| name.starts_with(p))
+}
 
 /// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
 pub struct SystemLibrary {
@@ -114,53 +119,76 @@ impl SystemLibrary {
         }))
     }
 
-    /// A library the system loader already has in its main namespace, found by the
-    /// base name of its path (`libc.so.6`) in the `r_debug` link map, without a
-    /// `dlopen` call. Only for libraries that are never unloaded (the C runtime): the
-    /// returned handle is not reference-counted.
+    /// One of the C runtime's libraries (`libc.so.6`, `libm.so.6`, ...) that the system
+    /// loader already has, found by base name with `dl_iterate_phdr` (which holds the
+    /// loader's list lock), without a `dlopen` call. Its symbol table is read in place;
+    /// `dlsym` fallbacks go through `RTLD_DEFAULT`. Only for libraries that are never
+    /// unloaded (loaded at start-up or opened with `RTLD_NODELETE` by
+    /// [`SystemLibrary::open_runtime`]).
     pub(crate) fn already_loaded(name: &str) -> Option<Arc<SystemLibrary>> {
-        if name.contains('/') || !ALWAYS_LOADED.iter().any(|p| name.starts_with(p)) {
+        if !is_runtime_library(name) {
             return None;
         }
-        #[repr(C)]
-        struct LinkMap {
-            l_addr: usize,
-            l_name: *const c_char,
-            l_ld: *const c_void,
-            l_next: *const LinkMap,
+        struct Search<'a> {
+            name: &'a [u8],
+            found: Option<(usize, usize)>,
         }
-        #[repr(C)]
-        struct RDebug {
-            r_version: c_int,
-            r_map: *const LinkMap,
-        }
-        extern "C" {
-            static _r_debug: RDebug;
-        }
-        // SAFETY: glibc's r_debug and the public head of its link maps; the main
-        // namespace's list only changes under the loader lock, and entries for the C
-        // runtime are never removed.
-        let mut lm = unsafe { _r_debug.r_map };
-        while !lm.is_null() {
-            // SAFETY: as above.
-            let (n, next) = unsafe { ((*lm).l_name, (*lm).l_next) };
-            if !n.is_null() {
-                // SAFETY: l_name is a NUL-terminated path.
-                let path = unsafe { CStr::from_ptr(n) }.to_bytes();
-                let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-                if base == name.as_bytes() {
-                    return Some(Arc::new(SystemLibrary {
-                        handle: lm as *mut c_void,
-                        owned: false,
-                        name: name.to_string(),
-                        tab: OnceLock::new(),
-                        startup_map: true,
-                    }));
+        unsafe extern "C" fn callback(
+            info: *mut libc::dl_phdr_info,
+            _size: usize,
+            data: *mut c_void,
+        ) -> c_int {
+            // SAFETY: dl_iterate_phdr passes a valid info and our Search.
+            let (info, search) = unsafe { (&*info, &mut *(data as *mut Search<'_>)) };
+            if info.dlpi_name.is_null() {
+                return 0;
+            }
+            // SAFETY: a NUL-terminated path.
+            let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+            if base != search.name {
+                return 0;
+            }
+            for i in 0..info.dlpi_phnum as usize {
+                // SAFETY: dlpi_phdr has dlpi_phnum entries.
+                let ph = unsafe { &*info.dlpi_phdr.add(i) };
+                if ph.p_type == crate::elf::consts::PT_DYNAMIC {
+                    search.found = Some((
+                        info.dlpi_addr as usize,
+                        info.dlpi_addr as usize + ph.p_vaddr as usize,
+                    ));
+                    return 1;
                 }
             }
-            lm = next;
+            0
         }
-        None
+        let mut search = Search {
+            name: name.as_bytes(),
+            found: None,
+        };
+        // SAFETY: the callback only reads the info it is given.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(callback),
+                &mut search as *mut Search<'_> as *mut c_void,
+            )
+        };
+        let (addr, dynamic) = search.found?;
+        // SAFETY: runtime libraries are never unloaded (see above).
+        let tab = unsafe { SymTab::from_dynamic(addr, dynamic as *const u64) }?;
+        Some(Arc::new(SystemLibrary {
+            handle: libc::RTLD_DEFAULT,
+            owned: false,
+            name: name.to_string(),
+            tab: OnceLock::from(Some(tab)),
+            startup_map: true,
+        }))
+    }
+
+    /// Opens a C runtime library with `RTLD_NODELETE` (it then stays loaded, so that
+    /// [`SystemLibrary::already_loaded`] can find it safely later).
+    pub(crate) fn open_runtime(name: &str) -> Result<Arc<SystemLibrary>> {
+        Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE)
     }
 
     /// Wraps an existing `dlopen` handle; if `steal`, it is `dlclose`d on drop.
@@ -186,6 +214,9 @@ impl SystemLibrary {
     /// The library's own symbol table (`None` for the global scope or when it cannot
     /// be read; callers then use `dlvsym`).
     pub(crate) fn symtab(&self) -> Option<&SymTab> {
+        if let Some(t) = self.tab.get() {
+            return t.as_ref();
+        }
         if self.handle.is_null() {
             return None;
         }
