@@ -307,24 +307,65 @@ enum Placement {
     Memory,
 }
 
-struct Reader<'a> {
+/// Bounds-checked reads by file offset, from the whole file or from the parts of it that
+/// are at hand (the header, the mapped segments).
+pub(crate) struct Reader<'a> {
     path: &'a Path,
-    data: &'a [u8],
+    /// (file offset, bytes) ranges available.
+    ranges: Vec<(u64, &'a [u8])>,
+    /// The file's length.
+    file_len: u64,
 }
 
 impl<'a> Reader<'a> {
-    fn bytes(&self, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
-        let end = off.checked_add(len);
-        match end {
-            Some(end) if end <= self.data.len() as u64 => Ok(&self.data[off as usize..end as usize]),
-            _ => Err(Error::malformed(
-                self.path,
-                format!(
-                    "{what} at file offset {off:#x} (+{len:#x}) is past the end of the file ({:#x} bytes)",
-                    self.data.len()
-                ),
-            )),
+    /// A reader over the whole file's bytes.
+    pub(crate) fn whole(path: &'a Path, data: &'a [u8]) -> Self {
+        Reader {
+            path,
+            ranges: vec![(0, data)],
+            file_len: data.len() as u64,
         }
+    }
+
+    /// A reader over some ranges of a file of `file_len` bytes.
+    pub(crate) fn ranges(path: &'a Path, ranges: Vec<(u64, &'a [u8])>, file_len: u64) -> Self {
+        Reader {
+            path,
+            ranges,
+            file_len,
+        }
+    }
+
+    fn past_end(&self, off: u64, len: u64, what: &str) -> Error {
+        Error::malformed(
+            self.path,
+            format!(
+                "{what} at file offset {off:#x} (+{len:#x}) is past the end of the file ({:#x} bytes)",
+                self.file_len
+            ),
+        )
+    }
+
+    /// Checks that `[off, off+len)` lies inside the file.
+    fn in_file(&self, off: u64, len: u64, what: &str) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.file_len => Ok(()),
+            _ => Err(self.past_end(off, len, what)),
+        }
+    }
+
+    fn bytes(&self, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
+        self.in_file(off, len, what)?;
+        let end = off + len;
+        for &(start, data) in &self.ranges {
+            if off >= start && end <= start + data.len() as u64 {
+                return Ok(&data[(off - start) as usize..(end - start) as usize]);
+            }
+        }
+        Err(Error::malformed(
+            self.path,
+            format!("{what} at file offset {off:#x} (+{len:#x}) is not inside a loaded segment"),
+        ))
     }
     fn u16(&self, off: u64, what: &str) -> Result<u16> {
         let b = self.bytes(off, 2, what)?;
@@ -354,7 +395,15 @@ fn page_up(x: u64) -> Option<u64> {
 impl ElfInfo {
     /// Parses and validates `data`, the whole contents of the file at `path`.
     pub fn parse(path: &Path, data: &[u8]) -> Result<ElfInfo> {
-        let r = Reader { path, data };
+        let r = Reader::whole(path, data);
+        let mut info = Self::parse_headers(path, &r)?;
+        info.parse_dynamic(&r)?;
+        Ok(info)
+    }
+
+    /// The first phase: the ELF header and program headers (from `r`, which need only
+    /// hold the start of the file), with every `PT_LOAD` checked against the file size.
+    pub(crate) fn parse_headers(path: &Path, r: &Reader<'_>) -> Result<ElfInfo> {
         let bad = |item: String| Error::malformed(path, item);
         let ident = r.bytes(0, 16, "ELF identification")?;
         if &ident[0..4] != b"\x7fELF" {
@@ -448,7 +497,7 @@ impl ElfInfo {
                             p.vaddr, p.memsz
                         )));
                     }
-                    r.bytes(
+                    r.in_file(
                         p.offset,
                         p.filesz,
                         &format!("program header {i} (PT_LOAD) contents"),
@@ -504,7 +553,7 @@ impl ElfInfo {
             .unwrap_or(PAGE)
             .max(PAGE);
 
-        let mut info = ElfInfo {
+        let info = ElfInfo {
             path: path.to_path_buf(),
             phdrs,
             loads,
@@ -546,15 +595,6 @@ impl ElfInfo {
                     t.filesz, t.memsz, t.align
                 )));
             }
-            if t.filesz > 0 {
-                info.table(
-                    &r,
-                    t.vaddr,
-                    t.filesz,
-                    Placement::Any,
-                    "PT_TLS initialisation image",
-                )?;
-            }
         }
         if let Some(rr) = info.relro {
             let ok = info.loads.iter().any(|l| {
@@ -569,7 +609,6 @@ impl ElfInfo {
                 )));
             }
         }
-        info.parse_dynamic(&r)?;
         Ok(info)
     }
 
@@ -617,7 +656,20 @@ impl ElfInfo {
         ))
     }
 
-    fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
+    /// The second phase: the dynamic section and every table it points to, read through
+    /// `r` (the whole file, or its mapped segments).
+    pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
+        if let Some(t) = self.tls {
+            if t.filesz > 0 {
+                self.table(
+                    r,
+                    t.vaddr,
+                    t.filesz,
+                    Placement::Any,
+                    "PT_TLS initialisation image",
+                )?;
+            }
+        }
         let path = self.path.clone();
         let bad = |item: String| Error::malformed(&path, item);
         let d = self.dynamic;

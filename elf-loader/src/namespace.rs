@@ -10,7 +10,6 @@ use crate::tls::{self, TlsIndex};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, CString};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -366,8 +365,7 @@ impl NsInner {
             what: "open",
             source: e,
         })?;
-        let info = parse_file(path, &file)?;
-        let map = Mapping::map(&info, &file)?;
+        let (info, map) = parse_and_map(path, &file)?;
         drop(file);
         let tls_module = info.tls.map(|t| {
             tls::register(tls::Template {
@@ -499,40 +497,62 @@ impl Drop for NsInner {
     }
 }
 
-fn parse_file(path: &Path, file: &std::fs::File) -> Result<ElfInfo> {
-    let meta = file.metadata().map_err(|e| Error::Io {
-        path: path.to_path_buf(),
-        what: "stat",
-        source: e,
-    })?;
-    let len = meta.len() as usize;
-    if len == 0 {
+/// Reads the headers with `pread`, maps the segments, then parses the dynamic section
+/// and its tables from the mapped segments (each table page is faulted in once, in the
+/// mapping that relocation and lookups use afterwards).
+fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)> {
+    use std::os::unix::fs::FileExt;
+    let io = |what: &'static str| {
+        move |e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            what,
+            source: e,
+        }
+    };
+    let file_len = file.metadata().map_err(io("stat"))?.len();
+    if file_len == 0 {
         return Err(Error::malformed(path, "empty file"));
     }
-    // SAFETY: a private read-only mapping of the whole file, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ,
-            libc::MAP_PRIVATE,
-            file.as_raw_fd(),
-            0,
-        )
+    let read_at = |len: u64| -> Result<Vec<u8>> {
+        let len = len.min(file_len) as usize;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(io("read headers"))?;
+        Ok(buf)
     };
-    if p == libc::MAP_FAILED {
-        return Err(Error::Io {
-            path: path.to_path_buf(),
-            what: "map file for parsing (mmap)",
-            source: std::io::Error::last_os_error(),
-        });
+    let mut header = read_at(4096)?;
+    if header.len() >= 64 {
+        // Program headers beyond the first page: read up to their end.
+        let phoff = u64::from_le_bytes(header[32..40].try_into().expect("8 bytes"));
+        let phnum = u64::from(u16::from_le_bytes([header[56], header[57]]));
+        let end = phoff.saturating_add(phnum * 56);
+        if end > header.len() as u64 && end <= file_len {
+            header = read_at(end)?;
+        }
     }
-    // SAFETY: the mapping is `len` readable bytes until munmap below.
-    let data = unsafe { std::slice::from_raw_parts(p as *const u8, len) };
-    let r = ElfInfo::parse(path, data);
-    // SAFETY: unmapping the mapping made above; `data` is not used afterwards.
-    unsafe { libc::munmap(p, len) };
-    r
+    let mut info = ElfInfo::parse_headers(
+        path,
+        &crate::elf::Reader::ranges(path, vec![(0, &header)], file_len),
+    )?;
+    let map = Mapping::map(&info, file)?;
+    let ranges: Vec<(u64, &[u8])> = info
+        .loads
+        .iter()
+        .filter(|l| l.filesz > 0 && l.flags & crate::elf::consts::PF_R != 0)
+        .map(|l| {
+            // SAFETY: the segment's file contents are mapped (readable) at bias+vaddr for
+            // filesz bytes; the slices are only used before `map` is returned.
+            let data = unsafe {
+                std::slice::from_raw_parts(
+                    map.bias.wrapping_add(l.vaddr as usize) as *const u8,
+                    l.filesz as usize,
+                )
+            };
+            (l.offset, data)
+        })
+        .collect();
+    info.parse_dynamic(&crate::elf::Reader::ranges(path, ranges, file_len))?;
+    Ok((info, map))
 }
 
 /// Finds `name` like the system loader does: the requester's DT_RPATH (if it has no
