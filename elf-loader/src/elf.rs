@@ -299,8 +299,6 @@ pub struct ElfInfo {
 /// Where a validated table must live.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placement {
-    /// Inside the file-backed part of a non-writable PT_LOAD (read-only tables).
-    ReadOnly,
     /// Inside the file-backed part of any PT_LOAD.
     Any,
     /// Inside the memory part (filesz or memsz) of any PT_LOAD (init/fini arrays).
@@ -633,12 +631,6 @@ impl ElfInfo {
                 _ => l.filesz,
             };
             if vaddr >= l.vaddr && end <= l.vaddr + limit {
-                if placement == Placement::ReadOnly && l.flags & PF_W != 0 {
-                    return Err(Error::unsupported(
-                        &self.path,
-                        format!("{what} at {vaddr:#x} lies in a writable segment"),
-                    ));
-                }
                 let file_off = l.offset + (vaddr - l.vaddr);
                 if placement != Placement::Memory {
                     r.bytes(file_off, len, what)?;
@@ -758,7 +750,7 @@ impl ElfInfo {
         }
         let strtab_addr = get(DT_STRTAB).ok_or_else(|| bad("no DT_STRTAB".into()))?;
         let strsz = get(DT_STRSZ).ok_or_else(|| bad("no DT_STRSZ".into()))?;
-        self.strtab = self.table(r, strtab_addr, strsz, Placement::ReadOnly, name(DT_STRTAB))?;
+        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, name(DT_STRTAB))?;
         let strtab = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
         let string = |off: u64, what: &str| -> Result<String> {
             let s = strtab.get(off as usize..).unwrap_or(&[]);
@@ -787,11 +779,11 @@ impl ElfInfo {
 
         // Hash tables, which also give the number of symbols.
         if let Some(addr) = get(DT_HASH) {
-            let head = self.table(r, addr, 8, Placement::ReadOnly, "DT_HASH header")?;
+            let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
             let nbucket = r.u32(head.file_off, "DT_HASH nbucket")?;
             let nchain = r.u32(head.file_off + 4, "DT_HASH nchain")?;
             let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
-            let table = self.table(r, addr, len, Placement::ReadOnly, "DT_HASH table")?;
+            let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
             if nbucket == 0 {
                 return Err(bad("DT_HASH has zero buckets".into()));
             }
@@ -802,7 +794,7 @@ impl ElfInfo {
             });
         }
         if let Some(addr) = get(DT_GNU_HASH) {
-            let head = self.table(r, addr, 16, Placement::ReadOnly, "DT_GNU_HASH header")?;
+            let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
             let nbuckets = r.u32(head.file_off, "DT_GNU_HASH nbuckets")?;
             let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
             let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
@@ -817,7 +809,7 @@ impl ElfInfo {
                 )));
             }
             let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
-            let fixed_t = self.table(r, addr, fixed, Placement::ReadOnly, "DT_GNU_HASH buckets")?;
+            let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
             // The chain array runs from symoffset to the last symbol; find its end.
             let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
             let mut max_index: Option<u32> = None;
@@ -842,7 +834,7 @@ impl ElfInfo {
                         r,
                         addr,
                         off_in_table + 4,
-                        Placement::ReadOnly,
+                        Placement::Any,
                         "DT_GNU_HASH chain",
                     )?;
                     let h = r.u32(
@@ -860,7 +852,7 @@ impl ElfInfo {
             }
             let len = (chains_off_len(fixed, nsyms, symoffset))
                 .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
-            let table = self.table(r, addr, len, Placement::ReadOnly, "DT_GNU_HASH table")?;
+            let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
             self.gnu_hash = Some(GnuHash {
                 table,
                 nbuckets,
@@ -883,7 +875,7 @@ impl ElfInfo {
             r,
             symtab_addr,
             u64::from(self.nsyms) * 24,
-            Placement::ReadOnly,
+            Placement::Any,
             name(DT_SYMTAB),
         )?;
 
@@ -893,7 +885,7 @@ impl ElfInfo {
             if sz % 24 != 0 {
                 return Err(bad(format!("DT_RELASZ {sz:#x} is not a multiple of 24")));
             }
-            self.rela = self.table(r, addr, sz, Placement::ReadOnly, name(DT_RELA))?;
+            self.rela = self.table(r, addr, sz, Placement::Any, name(DT_RELA))?;
             self.relacount = get(DT_RELACOUNT).unwrap_or(0);
             if self.relacount > sz / 24 {
                 return Err(bad(format!(
@@ -908,7 +900,7 @@ impl ElfInfo {
             if sz % 24 != 0 {
                 return Err(bad(format!("DT_PLTRELSZ {sz:#x} is not a multiple of 24")));
             }
-            self.jmprel = self.table(r, addr, sz, Placement::ReadOnly, name(DT_JMPREL))?;
+            self.jmprel = self.table(r, addr, sz, Placement::Any, name(DT_JMPREL))?;
         }
         self.init = get(DT_INIT);
         self.fini = get(DT_FINI);
@@ -949,7 +941,7 @@ impl ElfInfo {
                 r,
                 addr,
                 u64::from(self.nsyms) * 2,
-                Placement::ReadOnly,
+                Placement::Any,
                 "DT_VERSYM",
             )?);
         }
@@ -965,13 +957,7 @@ impl ElfInfo {
             let num = get(DT_VERDEFNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(
-                    r,
-                    at,
-                    20,
-                    Placement::ReadOnly,
-                    &format!("DT_VERDEF entry {n}"),
-                )?;
+                let t = self.table(r, at, 20, Placement::Any, &format!("DT_VERDEF entry {n}"))?;
                 let version = r.u16(t.file_off, "vd_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERDEF entry {n}: vd_version {version}")));
@@ -986,7 +972,7 @@ impl ElfInfo {
                         r,
                         at + u64::from(aux),
                         8,
-                        Placement::ReadOnly,
+                        Placement::Any,
                         &format!("DT_VERDEF entry {n} aux"),
                     )?;
                     let name_off = r.u32(a.file_off, "vda_name")?;
@@ -1012,13 +998,7 @@ impl ElfInfo {
             let num = get(DT_VERNEEDNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(
-                    r,
-                    at,
-                    16,
-                    Placement::ReadOnly,
-                    &format!("DT_VERNEED entry {n}"),
-                )?;
+                let t = self.table(r, at, 16, Placement::Any, &format!("DT_VERNEED entry {n}"))?;
                 let version = r.u16(t.file_off, "vn_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERNEED entry {n}: vn_version {version}")));
@@ -1034,7 +1014,7 @@ impl ElfInfo {
                         r,
                         a_addr,
                         16,
-                        Placement::ReadOnly,
+                        Placement::Any,
                         &format!("DT_VERNEED entry {n} aux {k}"),
                     )?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;

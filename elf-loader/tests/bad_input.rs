@@ -341,6 +341,23 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
     put_u64(&mut b, 40, u64::MAX); // e_shoff
     load_bytes("sections.so", &b).expect("section headers are not used for loading");
 
+    // Tables in a writable segment are valid (patchelf'd wheels such as numpy's
+    // _multiarray_umath have DT_STRTAB in an added RW segment): it loads and works.
+    let mut b = good.clone();
+    let strtab_seg = info
+        .loads
+        .iter()
+        .position(|l| info.strtab.vaddr >= l.vaddr && info.strtab.vaddr < l.vaddr + l.filesz)
+        .unwrap();
+    let seg_ph = info
+        .phdrs
+        .iter()
+        .position(|p| *p == info.loads[strtab_seg])
+        .unwrap();
+    let flags = info.loads[strtab_seg].flags | PF_W;
+    put_u32(&mut b, ph(seg_ph) + 4, flags);
+    load_bytes("writable-tables.so", &b).expect("tables in a writable segment load");
+
     assert_no_leaks(fds_before);
 }
 
