@@ -200,18 +200,50 @@ impl Image {
     /// Applies all relocations, resolving symbols through `scope`.
     pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
         let mut stats = RelocStats::default();
-        let mut cache: Vec<Option<usize>> = vec![None; self.info.nsyms as usize];
+        // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
+        // per symbol, so that relocating libpython touches few fresh heap pages.
+        let mut cache: Vec<usize> = vec![usize::MAX; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
-        let relacount = self.info.relacount as usize;
-        // Fast path: the leading RELATIVE relocations (DT_RELACOUNT).
-        for (n, r) in self.relocs(self.info.rela).enumerate() {
-            if n < relacount && r.kind == R_X86_64_RELATIVE {
-                let p = self.check_target(&r, 8)?;
-                // SAFETY: checked to lie inside a writable segment of our mapping.
-                unsafe { std::ptr::write_unaligned(p as *mut usize, self.addr(r.addend as u64)) };
-                stats.relative += 1;
-                continue;
+        let total = (self.info.rela.len / 24) as usize;
+        let relacount = (self.info.relacount as usize).min(total);
+        // Fast path: the leading RELATIVE relocations (DT_RELACOUNT), in a tight loop
+        // over the raw table; anything unexpected goes to the general path.
+        let table = self.addr(self.info.rela.vaddr) as *const u8;
+        let bias = self.map.bias;
+        let mut n = 0;
+        if let [(lo, hi)] = self.writable[..] {
+            while n < relacount {
+                // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
+                // checked to lie inside a mapped segment.
+                let (offset, info, addend) = unsafe {
+                    let e = table.add(n * 24);
+                    (
+                        std::ptr::read_unaligned(e as *const u64),
+                        std::ptr::read_unaligned(e.add(8) as *const u64),
+                        std::ptr::read_unaligned(e.add(16) as *const u64),
+                    )
+                };
+                if info as u32 != R_X86_64_RELATIVE || offset < lo || offset > hi.saturating_sub(8)
+                {
+                    break;
+                }
+                // SAFETY: the target lies inside the (only) writable segment.
+                unsafe {
+                    std::ptr::write_unaligned(
+                        bias.wrapping_add(offset as usize) as *mut usize,
+                        bias.wrapping_add(addend as usize),
+                    )
+                };
+                n += 1;
             }
+            stats.relative += n;
+        }
+        let rest = crate::elf::Table {
+            file_off: self.info.rela.file_off + n as u64 * 24,
+            vaddr: self.info.rela.vaddr + n as u64 * 24,
+            len: self.info.rela.len - n as u64 * 24,
+        };
+        for r in self.relocs(rest) {
             self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
         }
         let jmprel: Vec<Rela> = self.relocs(self.info.jmprel).collect();
@@ -252,7 +284,7 @@ impl Image {
         self: &Arc<Self>,
         r: &Rela,
         scope: &[ScopeItem],
-        cache: &mut [Option<usize>],
+        cache: &mut [usize],
         deferred: &mut Vec<Rela>,
         stats: &mut RelocStats,
     ) -> Result<()> {
@@ -296,8 +328,8 @@ impl Image {
                 };
                 let base = if r.sym == 0 {
                     0
-                } else if let Some(v) = cache[r.sym as usize] {
-                    v
+                } else if cache[r.sym as usize] != usize::MAX {
+                    cache[r.sym as usize]
                 } else {
                     if self.sym(r.sym).kind() == STT_TLS {
                         return Err(self.reloc_err(
@@ -340,7 +372,7 @@ impl Image {
                             ));
                         }
                     };
-                    cache[r.sym as usize] = Some(v);
+                    cache[r.sym as usize] = v;
                     v
                 };
                 let value = base.wrapping_add(addend as usize);
