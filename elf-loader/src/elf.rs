@@ -1215,10 +1215,28 @@ pub fn read_rela(b: &[u8]) -> Rela {
     }
 }
 
-/// The GNU hash of a symbol name (djb2 variant).
+/// The GNU hash of a symbol name (djb2: `h = h * 33 + c`, from 5381).
+///
+/// Four characters per step (`h * 33^4 + c0 * 33^3 + c1 * 33^2 + c2 * 33 + c3`, all
+/// wrapping), which shortens the chain of dependent multiplications fourfold; the
+/// result is the same as the one-character loop (checked in the tests).
+#[inline]
 pub fn gnu_hash(name: &[u8]) -> u32 {
+    const P1: u32 = 33;
+    const P2: u32 = 33 * 33;
+    const P3: u32 = 33 * 33 * 33;
+    const P4: u32 = 33 * 33 * 33 * 33;
     let mut h: u32 = 5381;
-    for &c in name {
+    let mut chunks = name.chunks_exact(4);
+    for c in &mut chunks {
+        h = h
+            .wrapping_mul(P4)
+            .wrapping_add(u32::from(c[0]).wrapping_mul(P3))
+            .wrapping_add(u32::from(c[1]).wrapping_mul(P2))
+            .wrapping_add(u32::from(c[2]).wrapping_mul(P1))
+            .wrapping_add(u32::from(c[3]));
+    }
+    for &c in chunks.remainder() {
         h = h.wrapping_mul(33).wrapping_add(u32::from(c));
     }
     h
@@ -1241,6 +1259,29 @@ pub fn sysv_hash(name: &[u8]) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unrolled_gnu_hash_equals_the_simple_loop() {
+        let simple = |name: &[u8]| {
+            let mut h: u32 = 5381;
+            for &c in name {
+                h = h.wrapping_mul(33).wrapping_add(u32::from(c));
+            }
+            h
+        };
+        for name in [
+            &b""[..],
+            b"a",
+            b"ab",
+            b"abc",
+            b"abcd",
+            b"abcde",
+            b"PyUnicode_FromStringAndSize",
+            b"\xff\xfe\xfd\xfc\xfb",
+        ] {
+            assert_eq!(gnu_hash(name), simple(name), "{name:?}");
+        }
+    }
 
     #[test]
     fn hashes_match_known_values() {
