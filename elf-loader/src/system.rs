@@ -9,17 +9,7 @@ use std::sync::{Arc, OnceLock};
 
 extern "C" {
     fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
-    fn dlinfo(handle: *mut c_void, request: c_int, arg: *mut c_void) -> c_int;
-    fn dladdr1(
-        addr: *const c_void,
-        info: *mut libc::Dl_info,
-        extra: *mut *mut c_void,
-        flags: c_int,
-    ) -> c_int;
 }
-const RTLD_DI_TLS_MODID: c_int = 9;
-const RTLD_DI_TLS_DATA: c_int = 10;
-const RTLD_DL_LINKMAP: c_int = 2;
 
 /// Something that resolves symbol names to addresses: a system library, a custom-loaded
 /// library, or anything else a user wants to put in a library's search list.
@@ -265,44 +255,43 @@ impl SystemLibrary {
 /// For the address of a system TLS variable in the calling thread: its module id and
 /// offset in the system loader's terms.
 pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
-    // SAFETY: Dl_info is plain data; dladdr1 fills it or returns 0.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut map: *mut c_void = std::ptr::null_mut();
-    // SAFETY: valid out-pointers; RTLD_DL_LINKMAP stores a struct link_map* in `map`.
-    let ok = unsafe { dladdr1(addr as *const c_void, &mut info, &mut map, RTLD_DL_LINKMAP) };
-    if ok == 0 || map.is_null() {
-        return None;
+    // The address lies in some module's TLS block for this thread (not in its image, so
+    // dladdr cannot tell): find the module whose block contains it.
+    struct Search {
+        addr: usize,
+        found: Option<TlsIndex>,
     }
-    let mut modid: usize = 0;
-    // SAFETY: a link_map pointer is a valid dlinfo handle in glibc.
-    if unsafe {
-        dlinfo(
-            map,
-            RTLD_DI_TLS_MODID,
-            &mut modid as *mut usize as *mut c_void,
-        )
-    } != 0
-        || modid == 0
-    {
-        return None;
+    unsafe extern "C" fn callback(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our Search.
+        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        if info.dlpi_tls_modid == 0 || info.dlpi_tls_data.is_null() {
+            return 0;
+        }
+        let base = info.dlpi_tls_data as usize;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr has dlpi_phnum entries.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == crate::elf::consts::PT_TLS {
+                if search.addr >= base && search.addr < base + ph.p_memsz as usize {
+                    search.found = Some(TlsIndex {
+                        module: info.dlpi_tls_modid as u64,
+                        offset: (search.addr - base) as u64,
+                    });
+                    return 1;
+                }
+                return 0;
+            }
+        }
+        0
     }
-    let mut block: *mut c_void = std::ptr::null_mut();
-    // SAFETY: as above; RTLD_DI_TLS_DATA stores this thread's block pointer (or null).
-    unsafe {
-        dlinfo(
-            map,
-            RTLD_DI_TLS_DATA,
-            &mut block as *mut *mut c_void as *mut c_void,
-        )
-    };
-    if block.is_null() {
-        return None;
-    }
-    let base = block as usize;
-    (addr >= base).then(|| TlsIndex {
-        module: modid as u64,
-        offset: (addr - base) as u64,
-    })
+    let mut search = Search { addr, found: None };
+    // SAFETY: the callback only reads the info it is given.
+    unsafe { libc::dl_iterate_phdr(Some(callback), &mut search as *mut Search as *mut c_void) };
+    search.found
 }
 
 impl Drop for SystemLibrary {

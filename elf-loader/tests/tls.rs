@@ -143,3 +143,45 @@ fn initial_exec_tls_is_refused_with_the_symbol_named() {
         "{err}"
     );
 }
+
+extern "C" {
+    fn __errno_location() -> *mut i32;
+}
+
+fn errno_now() -> i32 {
+    // SAFETY: glibc's errno location for the calling thread.
+    unsafe { *__errno_location() }
+}
+
+#[test]
+fn system_tls_through_initial_exec_and_general_dynamic() {
+    let ie = common::build_so("systls", &["systls.c"], &[]);
+    let gd = common::build_so("systls_gd", &["systls_gd.c"], &[]);
+    let a = Namespace::new("systls").load(&ie).unwrap();
+    let b = Namespace::new("systls-gd").load(&gd).unwrap();
+    // SAFETY: signatures as in the fixtures.
+    let (set_ie, get_ie, set_gd, get_gd) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(i32)>(a.sym("set_errno_ie").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn() -> i32>(a.sym("get_errno_ie").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn(i32)>(b.sym("set_errno_gd").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn() -> i32>(b.sym("get_errno_gd").unwrap()),
+        )
+    };
+    let check = move |v: i32| {
+        set_ie(v);
+        assert_eq!(errno_now(), v, "TPOFF64 reached this thread's libc errno");
+        assert_eq!(
+            get_gd(),
+            v,
+            "the general-dynamic access sees the same variable"
+        );
+        set_gd(v + 1);
+        assert_eq!(errno_now(), v + 1);
+        assert_eq!(get_ie(), v + 1);
+    };
+    check(41);
+    // Other threads: the static TLS offset and the forwarded module id hold there too.
+    std::thread::spawn(move || check(1000)).join().unwrap();
+    assert_eq!(errno_now(), 42, "the other thread did not touch ours");
+}
