@@ -108,6 +108,28 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
         .into_owned();
     let global = flags & libc::RTLD_GLOBAL != 0;
     let requester = image_containing(caller);
+    if flags & libc::RTLD_NOLOAD != 0 {
+        // Only a library already in the namespace (or a system library already loaded).
+        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let found = {
+            let st = ns.state.lock();
+            let by_path = std::fs::canonicalize(&name)
+                .ok()
+                .and_then(|c| st.by_path.get(&c).cloned());
+            by_path.or_else(|| st.by_soname.get(&base).cloned())
+        };
+        return match found {
+            Some(i) => {
+                if global {
+                    ns.make_global(&i);
+                }
+                make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+            }
+            // SAFETY: forwarding the caller's arguments: the system answers for its own.
+            None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
+            None => std::ptr::null_mut(),
+        };
+    }
     let result = if name.contains('/') && !ns.policy_is_system(&name) {
         ns.load_image(std::path::Path::new(&name), Vec::new(), global)
             .map(|i| Dep::Custom(Arc::downgrade(&i)))
@@ -159,6 +181,16 @@ impl NsInner {
     }
 }
 
+/// What `dlsym` returns for a symbol of a custom image: its address, or for a
+/// thread-local symbol its address in the calling thread (as glibc's `dlsym` does).
+fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
+    if s.kind() == crate::elf::consts::STT_TLS {
+        let block = crate::tls::block_for(img.tls_module?)?;
+        return Some(block + s.value as usize);
+    }
+    Some(img.sym_address(s))
+}
+
 /// Looks `name` up in an image and its dependency closure (dlsym on a handle).
 fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
     let n = name.to_bytes();
@@ -169,9 +201,7 @@ fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> O
     let mut systems = Vec::new();
     while let Some(i) = queue.pop_front() {
         if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
-            if s.kind() != crate::elf::consts::STT_TLS {
-                return Some(i.sym_address(&s));
-            }
+            return symbol_value(&i, &s);
         }
         for d in i.deps.get().map(|d| d.as_slice()).unwrap_or(&[]) {
             match d {
@@ -209,9 +239,7 @@ fn lookup_in_scope(
     let hash = crate::elf::gnu_hash(n);
     for g in &globals[start..] {
         if let Some(s) = g.lookup_own(n, hash, v.as_deref()) {
-            if s.kind() != crate::elf::consts::STT_TLS {
-                return Some(g.sym_address(&s));
-            }
+            return symbol_value(g, &s);
         }
     }
     for p in ns.search.read().iter() {

@@ -257,3 +257,49 @@ fn dladdr_and_default_lookup_know_custom_code() {
     }
     assert_ne!(a.sym("host_value"), b.sym("host_value"));
 }
+
+#[test]
+fn rtld_noload_and_dlsym_of_thread_local_symbols() {
+    let host = common::build_so("host", &["host.c"], &[]);
+    let plugin = common::build_so("plugin", &["plugin.c"], &[]);
+    let tls = common::build_so("tls", &["tls.c"], &[]);
+    let lib = Namespace::new("noload").load(&host).unwrap();
+    let (_, load_plugin, _) = host_fns(&lib);
+    // SAFETY: signatures as in host.c.
+    let (is_loaded, sym_in) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
+                lib.sym("is_loaded").unwrap(),
+            ),
+            std::mem::transmute::<usize, extern "C" fn(*const c_char, *const c_char) -> usize>(
+                lib.sym("sym_in").unwrap(),
+            ),
+        )
+    };
+    let plugin_c = CString::new(plugin.to_str().unwrap()).unwrap();
+    assert_eq!(is_loaded(plugin_c.as_ptr()), 0, "RTLD_NOLOAD does not load");
+    assert_eq!(lib.namespace().library_count(), 1);
+    assert_eq!(load_plugin(plugin_c.as_ptr()), 1000);
+    assert_eq!(
+        is_loaded(plugin_c.as_ptr()),
+        1,
+        "RTLD_NOLOAD finds the loaded library"
+    );
+    assert_ne!(
+        is_loaded(c"libc.so.6".as_ptr()),
+        0,
+        "and the system's libraries"
+    );
+    // dlsym of a thread-local symbol gives the calling thread's address.
+    let tls_c = CString::new(tls.to_str().unwrap()).unwrap();
+    let var = sym_in(tls_c.as_ptr(), c"tls_gd".as_ptr());
+    let gd_addr = sym_in(tls_c.as_ptr(), c"gd_addr".as_ptr());
+    assert!(var != 0 && gd_addr != 0);
+    // SAFETY: `void *gd_addr(void)` in tls.c.
+    let gd_addr: extern "C" fn() -> usize = unsafe { std::mem::transmute(gd_addr) };
+    assert_eq!(var, gd_addr(), "dlsym(tls_gd) is this thread's tls_gd");
+    // SAFETY: tls_gd is an int, initialised to 5.
+    assert_eq!(unsafe { *(var as *const i32) }, 5);
+    let other = std::thread::spawn(move || gd_addr()).join().unwrap();
+    assert_ne!(other, var, "another thread has another block");
+}
