@@ -108,6 +108,7 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
         .into_owned();
     let global = flags & libc::RTLD_GLOBAL != 0;
     let requester = image_containing(caller);
+    tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
     if flags & libc::RTLD_NOLOAD != 0 {
         // Only a library already in the namespace (or a system library already loaded).
         let base = name.rsplit('/').next().unwrap_or(&name).to_string();
