@@ -812,9 +812,10 @@ impl ElfInfo {
             let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
             // The chain array runs from symoffset to the last symbol; find its end.
             let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
+            let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
             let mut max_index: Option<u32> = None;
-            for b in 0..u64::from(nbuckets) {
-                let v = r.u32(buckets_off + b * 4, "DT_GNU_HASH bucket")?;
+            for (b, chunk) in buckets.chunks_exact(4).enumerate() {
+                let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
                 if v != 0 {
                     if v < symoffset {
                         return Err(bad(format!(
@@ -825,23 +826,27 @@ impl ElfInfo {
                 }
             }
             let mut nsyms = symoffset;
-            if let Some(mut i) = max_index {
+            if let Some(start) = max_index {
+                // The chain of the highest bucket runs to the last symbol: walk it over
+                // what the segment holds after the chain array's start.
                 let chains_off = buckets_off + u64::from(nbuckets) * 4;
+                let chains_vaddr = addr + (chains_off - fixed_t.file_off);
+                let seg = self
+                    .loads
+                    .iter()
+                    .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
+                    .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
+                let avail = seg.vaddr + seg.filesz - chains_vaddr;
+                let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
+                let mut i = start;
                 loop {
-                    let off_in_table =
-                        (chains_off - fixed_t.file_off) + u64::from(i - symoffset) * 4;
-                    self.table(
-                        r,
-                        addr,
-                        off_in_table + 4,
-                        Placement::Any,
-                        "DT_GNU_HASH chain",
-                    )?;
-                    let h = r.u32(
-                        chains_off + u64::from(i - symoffset) * 4,
-                        "DT_GNU_HASH chain",
-                    )?;
-                    if h & 1 == 1 {
+                    let at = (i - symoffset) as usize * 4;
+                    let Some(word) = chains.get(at..at + 4) else {
+                        return Err(bad(format!(
+                            "DT_GNU_HASH chain from bucket value {start} runs past its segment"
+                        )));
+                    };
+                    if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
                         break;
                     }
                     i = i
