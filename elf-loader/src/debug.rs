@@ -10,6 +10,7 @@
 //!   so gdb re-reads the lists and shows custom-loaded code's symbols. Our nodes never
 //!   enter glibc's own list (glibc reads private fields past the public ones).
 
+use crate::elf::consts::PF_R;
 use crate::image::Image;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int, c_void};
@@ -78,11 +79,9 @@ fn eh_frame_start(img: &Image) -> Option<usize> {
     let at = img.addr(hdr.vaddr);
     // SAFETY: PT_GNU_EH_FRAME lies in a mapped segment (it is inside a PT_LOAD of every
     // linker-produced file; we checked its size above and read only its first 12 bytes).
-    let inside = img
-        .info
-        .loads
-        .iter()
-        .any(|l| hdr.vaddr >= l.vaddr && hdr.vaddr + 12 <= l.vaddr + l.filesz);
+    let inside = img.info.loads.iter().any(|l| {
+        l.flags & PF_R != 0 && hdr.vaddr >= l.vaddr && hdr.vaddr + 12 <= l.vaddr + l.filesz
+    });
     if !inside {
         return None;
     }
@@ -99,11 +98,18 @@ fn eh_frame_start(img: &Image) -> Option<usize> {
         0x04 | 0x0c => (i64::from_le_bytes(b[4..12].try_into().ok()?), 8),
         _ => return None,
     };
-    match enc & 0x70 {
-        0x00 => Some(val as usize),
-        0x10 => Some((field as i64).wrapping_add(val) as usize),
-        _ => None,
-    }
+    let start = match enc & 0x70 {
+        0x00 => val as usize,
+        0x10 => (field as i64).wrapping_add(val) as usize,
+        _ => return None,
+    };
+    // The unwinder reads .eh_frame from there on: it must lie in a readable segment's
+    // file contents (a corrupt header must not make libgcc read unmapped memory).
+    let readable = img.info.loads.iter().any(|l| {
+        let lo = img.addr(l.vaddr);
+        l.flags & PF_R != 0 && start >= lo && start + 4 <= lo + l.filesz as usize
+    });
+    readable.then_some(start)
 }
 
 fn call_brk(r: *mut RDebugExtended) {

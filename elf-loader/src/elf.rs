@@ -3,7 +3,8 @@
 //!
 //! Everything is read from the file's bytes with bounds checks; every table the loader
 //! later reads from the mapped image is checked here to lie inside the file-backed part
-//! of one non-writable `PT_LOAD` segment, so reading it after mapping cannot fault.
+//! (the memory part, for init/fini arrays) of one readable `PT_LOAD` segment, so
+//! reading it after mapping cannot fault.
 //! A malformed file gives [`Error::Malformed`] naming the file and the item.
 
 use crate::error::{Error, Result};
@@ -631,6 +632,12 @@ impl ElfInfo {
                 _ => l.filesz,
             };
             if vaddr >= l.vaddr && end <= l.vaddr + limit {
+                if l.flags & PF_R == 0 {
+                    return Err(Error::malformed(
+                        &self.path,
+                        format!("{what} at {vaddr:#x} lies in a PT_LOAD segment without PF_R"),
+                    ));
+                }
                 let file_off = l.offset + (vaddr - l.vaddr);
                 if placement != Placement::Memory {
                     r.bytes(file_off, len, what)?;

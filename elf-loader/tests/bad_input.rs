@@ -335,6 +335,24 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
         }
     }
 
+    // A PT_LOAD without access (p_flags = 0) is legal ELF (glibc maps it PROT_NONE):
+    // whatever the loader must read or write there (tables, relocation targets, init
+    // code, .eh_frame) is refused with an error, and otherwise the library loads; the
+    // loader itself never touches the inaccessible pages.
+    for (i, p) in info.phdrs.iter().enumerate() {
+        if p.kind == PT_LOAD {
+            let mut b = good.clone();
+            put_u32(&mut b, ph(i) + 4, 0);
+            match load_bytes(&format!("noaccess-{i}.so"), &b) {
+                Ok(()) => {}
+                Err(e) => assert!(
+                    matches!(e, Error::Malformed { .. } | Error::Relocation { .. }),
+                    "phdr {i}: {e}"
+                ),
+            }
+        }
+    }
+
     // Section header damage is harmless: a loader does not read sections.
     let mut b = good.clone();
     put_u16(&mut b, 60, 0xffff); // e_shnum
