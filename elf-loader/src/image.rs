@@ -505,6 +505,43 @@ impl Image {
         })
     }
 
+    /// Whether `addr` lies inside an executable segment of this image.
+    fn is_code(&self, addr: usize) -> bool {
+        self.info.loads.iter().any(|l| {
+            l.flags & PF_X != 0 && addr >= self.addr(l.vaddr) && addr < self.addr(l.vaddr + l.memsz)
+        })
+    }
+
+    /// The relocated entries of an init/fini array (0 and -1 entries skipped).
+    fn array_entries(&self, t: crate::elf::Table) -> Vec<usize> {
+        (0..t.len / 8)
+            .map(|i| {
+                // SAFETY: the array lies in a readable part of our mapping (parser).
+                unsafe { std::ptr::read_unaligned(self.ptr(t.vaddr + i * 8) as *const usize) }
+            })
+            .filter(|&v| v != 0 && v != usize::MAX)
+            .collect()
+    }
+
+    /// Checks, after relocation, that every init and fini function is code of this
+    /// image: a corrupt array must give an error, not a jump to a random address.
+    pub fn check_init_fini(&self) -> Result<()> {
+        for (t, what) in [
+            (self.info.init_array, "DT_INIT_ARRAY"),
+            (self.info.fini_array, "DT_FINI_ARRAY"),
+        ] {
+            for (i, v) in self.array_entries(t).into_iter().enumerate() {
+                if !self.is_code(v) {
+                    return Err(Error::malformed(
+                        &self.path,
+                        format!("{what} entry {i} = {v:#x} is not inside an executable segment of the library"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Runs DT_INIT and DT_INIT_ARRAY with (argc, argv, envp).
     pub fn run_init(&self) {
         if self.initialized.swap(true, Ordering::AcqRel) {
@@ -519,17 +556,9 @@ impl Image {
             let f: InitFn = unsafe { std::mem::transmute(self.addr(init)) };
             f(argc, argv, envp);
         }
-        for i in 0..self.info.init_array.len / 8 {
-            // SAFETY: the array lies in our mapping (checked by the parser).
-            let v = unsafe {
-                std::ptr::read_unaligned(
-                    self.ptr(self.info.init_array.vaddr + i * 8) as *const usize
-                )
-            };
-            if v == 0 || v == usize::MAX {
-                continue;
-            }
-            // SAFETY: a relocated INIT_ARRAY entry is a function of this image.
+        for v in self.array_entries(self.info.init_array) {
+            // SAFETY: a relocated INIT_ARRAY entry, checked by `check_init_fini` to be
+            // code of this image.
             let f: InitFn = unsafe { std::mem::transmute(v) };
             f(argc, argv, envp);
         }
@@ -542,17 +571,14 @@ impl Image {
             return;
         }
         let _span = tracing::debug_span!("fini", library = %self.path.display()).entered();
-        for i in (0..self.info.fini_array.len / 8).rev() {
-            // SAFETY: the array lies in our mapping (checked by the parser).
-            let v = unsafe {
-                std::ptr::read_unaligned(
-                    self.ptr(self.info.fini_array.vaddr + i * 8) as *const usize
-                )
-            };
-            if v == 0 || v == usize::MAX {
+        for v in self.array_entries(self.info.fini_array).into_iter().rev() {
+            if !self.is_code(v) {
+                // Checked at load; only a library that rewrote its own (RELRO) array
+                // gets here.
+                tracing::warn!(library = %self.path.display(), entry = v, "skipping a FINI_ARRAY entry outside the library's code");
                 continue;
             }
-            // SAFETY: a relocated FINI_ARRAY entry is a function of this image.
+            // SAFETY: a relocated FINI_ARRAY entry that is code of this image.
             let f: extern "C" fn() = unsafe { std::mem::transmute(v) };
             f();
         }

@@ -452,6 +452,7 @@ impl NsInner {
         let _ = img.deps.set(deps);
         let scope = self.scope_for(img);
         let stats = img.relocate(&scope)?;
+        img.check_init_fini()?;
         img.map.protect_relro(&img.info)?;
         crate::debug::register(img);
         {

@@ -317,6 +317,20 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
         "TLS descriptors",
     ));
 
+    // An init array entry relocated to something that is not the library's code.
+    let init_reloc = info
+        .file_relocs(&good, info.rela)
+        .iter()
+        .position(|r| r.kind == R_X86_64_RELATIVE && r.offset == info.init_array.vaddr)
+        .map(|k| info.rela.file_off + 24 * k as u64);
+    if let Some(at) = init_reloc {
+        cases.push((
+            "INIT_ARRAY entry".into(),
+            Box::new(move |b: &mut Vec<u8>| put_u64(b, at + 16, 0x1)),
+            "DT_INIT_ARRAY entry 0",
+        ));
+    }
+
     for (n, (what, mutate, words)) in cases.iter().enumerate() {
         let mut b = good.clone();
         mutate(&mut b);
