@@ -340,7 +340,12 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
             msg.contains(words),
             "{what}: message should mention {words:?}: {msg}"
         );
-        if !matches!(what.as_str(), "DT_GNU_HASH -> DT_TEXTREL") {
+        // The oracle walks the file without relocating it: it cannot see what only the
+        // relocated image shows (an init entry that is not code) or a refused feature.
+        if !matches!(
+            what.as_str(),
+            "DT_GNU_HASH -> DT_TEXTREL" | "INIT_ARRAY entry"
+        ) {
             assert!(
                 check_bytes(Path::new("x"), &b).is_err()
                     || matches!(e, Error::Relocation { .. } | Error::UndefinedSymbol { .. }),
