@@ -4,14 +4,21 @@
 //! a page, freed big objects, page headers, stacks, static data and millions of random
 //! words map to nothing, without a crash.
 
-use gc_conservative::{base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc};
+use gc_conservative::{
+    base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc,
+};
 use gc_core::sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
 
 static STATIC_DATA: [u64; 64] = [7; 64];
 
 fn heap() -> Heap {
-    Heap::new(HeapConfig { min_interval: 1 << 30, max_interval: 1 << 30, ..HeapConfig::default() }).unwrap()
+    Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        ..HeapConfig::default()
+    })
+    .unwrap()
 }
 
 /// Every byte from `obj` to one past the end of its `cap`-byte payload maps to `obj`.
@@ -41,30 +48,59 @@ fn every_size_class_interior_and_one_past_end() {
         let page = gc_core::pagetable::lookup(c.addr()).unwrap();
         let after_c = c.addr() + cell as usize;
         if after_c + 8 < page.base() + PAGE_SIZE {
-            assert_eq!(base_ptr(id, after_c + 8), None, "class {class}: bump area beyond the last object");
+            assert_eq!(
+                base_ptr(id, after_c + 8),
+                None,
+                "class {class}: bump area beyond the last object"
+            );
         }
         m.collect(CollectionKind::Full).unwrap();
-        assert_covers(&heap, b, size, &format!("class {class} ({cell}-byte cells)"));
+        assert_covers(
+            &heap,
+            b,
+            size,
+            &format!("class {class} ({cell}-byte cells)"),
+        );
         assert_eq!(internal_obj_base_ptr(id, b.addr() + size / 2), Some(b));
         assert!(is_internal_obj_alloc(id, b.addr()));
-        assert!(!is_internal_obj_alloc(id, b.addr() + 8), "interior is not an object start");
+        assert!(
+            !is_internal_obj_alloc(id, b.addr() + 8),
+            "interior is not an object start"
+        );
         if b.addr() == a.addr() + cell as usize {
             // a's cell is free now: nothing in it, and b's header word maps to nothing.
             for off in 0..cell as usize - 8 {
-                assert_eq!(base_ptr(id, a.addr() + off), None, "class {class}: free cell offset {off}");
+                assert_eq!(
+                    base_ptr(id, a.addr() + off),
+                    None,
+                    "class {class}: free cell offset {off}"
+                );
             }
-            assert_eq!(base_ptr(id, b.addr() - 8), None, "class {class}: word before b");
+            assert_eq!(
+                base_ptr(id, b.addr() - 8),
+                None,
+                "class {class}: word before b"
+            );
             // A free cell is still "memory reserved for allocation".
             assert!(is_internal_obj_alloc(id, a.addr()));
         }
         // Page header bytes (before the first payload) are never an object.
         for off in 0..FIRST_CELL + 8 {
-            assert_eq!(base_ptr(id, page.base() + off), None, "class {class}: page start +{off}");
+            assert_eq!(
+                base_ptr(id, page.base() + off),
+                None,
+                "class {class}: page start +{off}"
+            );
         }
         // The tail after the last cell.
-        let tail_start = page.base() + FIRST_CELL + (PAGE_SIZE - FIRST_CELL) / cell as usize * cell as usize;
+        let tail_start =
+            page.base() + FIRST_CELL + (PAGE_SIZE - FIRST_CELL) / cell as usize * cell as usize;
         for p in tail_start + 1..page.base() + PAGE_SIZE {
-            assert_eq!(internal_obj_base_ptr(id, p), None, "class {class}: page tail {p:#x}");
+            assert_eq!(
+                internal_obj_base_ptr(id, p),
+                None,
+                "class {class}: page tail {p:#x}"
+            );
         }
     }
 }
@@ -91,8 +127,16 @@ fn large_objects_are_found_through_the_index_and_forgotten_when_freed() {
                 roots.push(heap.root(o));
                 assert_covers(&heap, o, size, &format!("big object of {size} bytes"));
                 assert_eq!(base_ptr(id, o.addr() + size + 1), None);
-                assert_eq!(base_ptr(id, o.addr() - 8), None, "header word of a big object");
-                assert_eq!(internal_obj_base_ptr(id, o.addr()), None, "big objects are not internal");
+                assert_eq!(
+                    base_ptr(id, o.addr() - 8),
+                    None,
+                    "header word of a big object"
+                );
+                assert_eq!(
+                    internal_obj_base_ptr(id, o.addr()),
+                    None,
+                    "big objects are not internal"
+                );
                 assert!(!is_internal_obj_alloc(id, o.addr()));
                 masked.push(o.addr() ^ MASK);
             }
@@ -105,7 +149,11 @@ fn large_objects_are_found_through_the_index_and_forgotten_when_freed() {
     drop(roots);
     let mut m = heap.attach().unwrap();
     m.collect(CollectionKind::Full).unwrap();
-    assert_eq!(gc_conservative::indexed_big_objects(&heap), 0, "every big object was freed");
+    assert_eq!(
+        gc_conservative::indexed_big_objects(&heap),
+        0,
+        "every big object was freed"
+    );
     for (&x, &s) in masked.iter().zip(sizes.iter()) {
         let a = x ^ MASK;
         for p in [a, a + s / 2, a + s] {
@@ -132,9 +180,19 @@ fn stacks_static_data_other_heaps_and_random_words_are_not_objects() {
     let mut m = heap.attach().unwrap();
     let id = heap.id();
     let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
-    let keep: Vec<_> = (0..1000).map(|_| heap.root(m.alloc_typed(24, ty).unwrap())).collect();
+    let keep: Vec<_> = (0..1000)
+        .map(|_| heap.root(m.alloc_typed(24, ty).unwrap()))
+        .collect();
     let local = [0u64; 16];
-    for p in [&local as *const _ as usize, STATIC_DATA.as_ptr() as usize, main_like as fn() as usize, 0, 8, usize::MAX, 1 << 47] {
+    for p in [
+        &local as *const _ as usize,
+        STATIC_DATA.as_ptr() as usize,
+        main_like as fn() as usize,
+        0,
+        8,
+        usize::MAX,
+        1 << 47,
+    ] {
         assert_eq!(base_ptr(id, p), None, "{p:#x}");
         assert!(!is_internal_obj_alloc(id, p));
     }
@@ -156,17 +214,30 @@ fn stacks_static_data_other_heaps_and_random_words_are_not_objects() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        let p = if i % 4 == 0 { near.wrapping_add((x % (8 * PAGE_SIZE as u64)) as usize) } else { x as usize };
+        let p = if i % 4 == 0 {
+            near.wrapping_add((x % (8 * PAGE_SIZE as u64)) as usize)
+        } else {
+            x as usize
+        };
         if let Some(o) = base_ptr(id, p) {
             hits += 1;
             // Only allocated objects containing the word are ever reported.
             let page = gc_core::pagetable::lookup(o.addr()).unwrap();
             let (cell, _) = page.cell_layout().unwrap();
-            assert!(page.is_allocated(o.addr()), "random word {p:#x} resolved to a free cell");
-            assert!(o.addr() <= p && p <= o.addr() + cell - 8, "{p:#x} outside {o:?}");
+            assert!(
+                page.is_allocated(o.addr()),
+                "random word {p:#x} resolved to a free cell"
+            );
+            assert!(
+                o.addr() <= p && p <= o.addr() + cell - 8,
+                "{p:#x} outside {o:?}"
+            );
         }
     }
-    assert!(hits > 0, "words near the heap's pages should sometimes hit live objects");
+    assert!(
+        hits > 0,
+        "words near the heap's pages should sometimes hit live objects"
+    );
 }
 
 fn main_like() {}

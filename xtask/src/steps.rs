@@ -110,23 +110,42 @@ pub fn have(program: &str) -> bool {
     succeeds(cmd)
 }
 
-/// Installs the Debian package `package` with apt-get when `program` is missing.
-pub fn ensure_apt_tool(program: &str, package: &str) -> Result<()> {
-    if have(program) {
+/// Installs, with one apt-get run, the Debian packages of the `(program, package)` pairs
+/// whose program is not on the PATH; says what it installs and why.
+pub fn ensure_apt_tools(tools: &[(&str, &str)], why: &str) -> Result<()> {
+    let missing: Vec<&str> = tools
+        .iter()
+        .filter(|(program, _)| !have(program))
+        .map(|(_, package)| *package)
+        .collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    println!("xtask: {program} is missing; installing Debian package {package} (apt-get)");
+    println!(
+        "xtask: installing {} with apt-get ({why})",
+        missing.join(", ")
+    );
     let update = Command::new("apt-get").args(["update", "-qq"]).status();
     if !matches!(update, Ok(s) if s.success()) {
         println!("xtask: apt-get update failed; trying the install anyway");
     }
     let status = Command::new("apt-get")
-        .args(["install", "-y", "-qq", "--no-install-recommends", package])
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive")
         .status()
-        .with_context(|| format!("running apt-get to install {package}"))?;
-    if !status.success() || !have(program) {
-        bail!("{program} is needed and `apt-get install {package}` failed ({status})");
+        .with_context(|| format!("running apt-get to install {}", missing.join(", ")))?;
+    let still: Vec<&str> = tools
+        .iter()
+        .filter(|(program, _)| !have(program))
+        .map(|(p, _)| *p)
+        .collect();
+    if !status.success() || !still.is_empty() {
+        bail!(
+            "needed {} and `apt-get install {}` failed ({status})",
+            still.join(", "),
+            missing.join(" ")
+        );
     }
     Ok(())
 }

@@ -7,8 +7,7 @@ use std::process::Command;
 /// Runs the checks in CI order, stopping at the first failure.
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
-    crate::steps::ensure_apt_tool("valgrind", "valgrind")?;
-    crate::steps::ensure_apt_tool("cc", "gcc")?;
+    install_system_tools()?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
@@ -78,6 +77,22 @@ fn plan() -> Vec<(&'static str, Command)> {
     plan.push(("documentation (cargo doc, warnings denied)", doc));
 
     plan
+}
+
+/// Programs the test suites run: elf-loader's tests build C and C++ fixtures (gcc,
+/// g++), run its C ABI program under valgrind and a custom-loaded library under gdb.
+/// Missing ones are installed with apt-get (CI runs as root).
+fn install_system_tools() -> Result<()> {
+    crate::steps::ensure_apt_tools(
+        &[
+            ("gdb", "gdb"),
+            ("valgrind", "valgrind"),
+            ("g++", "g++"),
+            ("gcc", "gcc"),
+            ("cc", "gcc"),
+        ],
+        "C fixtures, valgrind runs and gdb tests",
+    )
 }
 
 /// rustfmt and clippy come with the usual toolchain but are separate rustup components;

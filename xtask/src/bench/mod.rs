@@ -3,6 +3,7 @@
 //! prints a table with ratios to the peer.
 
 mod gil;
+mod loader;
 mod report;
 
 use anyhow::{bail, Result};
@@ -19,6 +20,11 @@ const SUITES: &[Suite] = &[Suite {
     name: "gil",
     what: "GIL handoff, I/O latency next to a CPU-bound thread, time-to-safepoint; vs CPython 3.11 and parking_lot",
     run: gil::run,
+},
+Suite {
+    name: "loader",
+    what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
+    run: loader::run_suite,
 }];
 
 /// Runs the named suite, or all of them.

@@ -1,0 +1,303 @@
+//! Measurement driver for `cargo xtask bench loader` (run by xtask, one measurement per
+//! child process where the system loader keeps state: a second `dlopen` of the same
+//! file costs nothing, and `dlmopen` namespaces cannot be freed).
+//!
+//! Each mode prints `key=value` lines:
+//! - `load ours|dlopen|dlmopen LIB`: one load (map + relocate + init) of LIB, `us=`.
+//! - `sym LIB`: `sym_ns=` (ours) and `sym_ns_dlsym=` over every exported function name.
+//! - `rss LIB N`: memory added per extra loaded (not initialised) copy.
+//! - `max ours|dlmopen LIB CAP`: loads and initialises CAP copies of libpython,
+//!   printing `copies=` after each one that works.
+//! - `tls`: `tls_ns=` for a TLS access in a custom-loaded library, `tls_ns_system=` for
+//!   the same library loaded by the system.
+
+use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::hint::black_box;
+use std::time::Instant;
+
+extern "C" {
+    fn dlmopen(lmid: libc::c_long, file: *const c_char, flags: c_int) -> *mut c_void;
+}
+const LM_ID_NEWLM: libc::c_long = -1;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    match a.as_slice() {
+        ["load", how, lib] => load(how, lib),
+        ["sym", lib] => sym(lib),
+        ["rss", lib, n] => rss(lib, n.parse().expect("count")),
+        ["max", how, lib, cap] => max(how, lib, cap.parse().expect("cap")),
+        ["tls"] => tls(),
+        _ => {
+            eprintln!("usage: loader_bench load|sym|rss|max|tls ...");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn cstr(s: &str) -> CString {
+    CString::new(s).expect("no NUL")
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated string.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        return "unknown".into();
+    }
+    // SAFETY: as above.
+    unsafe { std::ffi::CStr::from_ptr(e) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn load(how: &str, lib: &str) {
+    let c = cstr(lib);
+    let start = Instant::now();
+    match how {
+        "ours" => {
+            let l = Namespace::new("bench").load(lib).expect("load");
+            let us = start.elapsed().as_secs_f64() * 1e6;
+            std::mem::forget(l);
+            println!("us={us}");
+        }
+        "dlopen" => {
+            // SAFETY: plain dlopen.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            let us = start.elapsed().as_secs_f64() * 1e6;
+            assert!(!h.is_null(), "dlopen: {}", dl_error());
+            println!("us={us}");
+        }
+        "dlmopen" => {
+            // SAFETY: plain dlmopen into a new namespace.
+            let h = unsafe { dlmopen(LM_ID_NEWLM, c.as_ptr(), libc::RTLD_NOW) };
+            let us = start.elapsed().as_secs_f64() * 1e6;
+            assert!(!h.is_null(), "dlmopen: {}", dl_error());
+            println!("us={us}");
+        }
+        other => panic!("unknown loader {other}"),
+    }
+}
+
+/// Names of the exported functions of `lib` (from its dynamic symbol table).
+fn exported_names(lib: &str) -> Vec<String> {
+    let data = std::fs::read(lib).expect("read library");
+    let info = elf_loader::elf::ElfInfo::parse(std::path::Path::new(lib), &data).expect("parse");
+    (1..info.nsyms)
+        .filter_map(|i| {
+            let s = info.file_sym(&data, i)?;
+            let wanted = s.is_defined()
+                && s.kind() == elf_loader::elf::consts::STT_FUNC
+                && s.bind() == elf_loader::elf::consts::STB_GLOBAL;
+            wanted.then_some(())?;
+            Some(String::from_utf8_lossy(info.file_str(&data, s.name)?).into_owned())
+        })
+        .collect()
+}
+
+fn sym(lib: &str) {
+    let names = exported_names(lib);
+    let cnames: Vec<CString> = names.iter().map(|n| cstr(n)).collect();
+    let ours = Namespace::new("bench").load(lib).expect("load");
+    let c = cstr(lib);
+    // SAFETY: plain dlopen.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!h.is_null(), "dlopen: {}", dl_error());
+    let rounds = 20;
+    let mut best_ours = f64::MAX;
+    let mut best_sys = f64::MAX;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        for n in &names {
+            black_box(ours.sym(black_box(n)).expect("found"));
+        }
+        best_ours = best_ours.min(t.elapsed().as_secs_f64() * 1e9 / names.len() as f64);
+        let t = Instant::now();
+        for n in &cnames {
+            // SAFETY: valid handle and name.
+            let p = unsafe { libc::dlsym(h, black_box(n.as_ptr())) };
+            black_box(p);
+        }
+        best_sys = best_sys.min(t.elapsed().as_secs_f64() * 1e9 / names.len() as f64);
+    }
+    println!("names={}", names.len());
+    println!("sym_ns={best_ours}");
+    println!("sym_ns_dlsym={best_sys}");
+    std::mem::forget(ours);
+}
+
+/// (private, resident) bytes of the process, from smaps_rollup.
+fn memory() -> (f64, f64) {
+    let t = std::fs::read_to_string("/proc/self/smaps_rollup").expect("smaps_rollup");
+    let kb = |key: &str| -> f64 {
+        t.lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            * 1024.0
+    };
+    (kb("Private_Clean:") + kb("Private_Dirty:"), kb("Rss:"))
+}
+
+fn rss(lib: &str, n: usize) {
+    let data = std::fs::read(lib).expect("read library");
+    let info = elf_loader::elf::ElfInfo::parse(std::path::Path::new(lib), &data).expect("parse");
+    drop(data);
+    let writable: u64 = info
+        .loads
+        .iter()
+        .filter(|l| l.flags & elf_loader::elf::consts::PF_W != 0)
+        .map(|l| l.memsz)
+        .sum();
+    let writable_file: u64 = info
+        .loads
+        .iter()
+        .filter(|l| l.flags & elf_loader::elf::consts::PF_W != 0)
+        .map(|l| l.filesz)
+        .sum();
+    // A first copy, so that every read-only page is already mapped once.
+    let mut keep: Vec<CustomLibrary> = vec![Namespace::new("first").load(lib).expect("load")];
+    let (p0, r0) = memory();
+    for i in 0..n {
+        keep.push(Namespace::new(&format!("copy{i}")).load(lib).expect("load"));
+    }
+    let (p1, r1) = memory();
+    let mb = 1024.0 * 1024.0;
+    println!("writable_load_mb={}", writable as f64 / mb);
+    println!("writable_file_mb={}", writable_file as f64 / mb);
+    println!("rss_per_copy_mb={}", (p1 - p0) / n as f64 / mb);
+    println!("rss_resident_per_copy_mb={}", (r1 - r0) / n as f64 / mb);
+    std::mem::forget(keep);
+}
+
+type InitFn = unsafe extern "C" fn(c_int);
+type RunFn = unsafe extern "C" fn(*const c_char) -> c_int;
+type SaveFn = unsafe extern "C" fn() -> *mut c_void;
+type RestoreFn = unsafe extern "C" fn(*mut c_void);
+
+fn max(how: &str, lib: &str, cap: usize) {
+    let code = cstr("x = sum(range(100))\nimport math\nassert math.sqrt(x) > 70");
+    let mut keep = Vec::new();
+    for i in 0..cap {
+        let (init, run, save, restore): (InitFn, RunFn, SaveFn, RestoreFn) = match how {
+            "ours" => {
+                let l = match Namespace::new(&format!("py{i}")).load(lib) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        println!("stopped={e}");
+                        return;
+                    }
+                };
+                let f = |n: &str| l.sym(n).expect("C API symbol");
+                // SAFETY: the C API functions have these signatures.
+                let r = unsafe {
+                    (
+                        std::mem::transmute::<usize, InitFn>(f("Py_InitializeEx")),
+                        std::mem::transmute::<usize, RunFn>(f("PyRun_SimpleString")),
+                        std::mem::transmute::<usize, SaveFn>(f("PyEval_SaveThread")),
+                        std::mem::transmute::<usize, RestoreFn>(f("PyEval_RestoreThread")),
+                    )
+                };
+                keep.push(l);
+                r
+            }
+            "dlmopen" => {
+                let c = cstr(lib);
+                // SAFETY: plain dlmopen.
+                let h = unsafe { dlmopen(LM_ID_NEWLM, c.as_ptr(), libc::RTLD_NOW) };
+                if h.is_null() {
+                    println!("stopped={}", dl_error());
+                    return;
+                }
+                let f = |n: &str| {
+                    let c = cstr(n);
+                    // SAFETY: valid handle and name.
+                    let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+                    assert!(!p.is_null(), "{n}");
+                    p as usize
+                };
+                // SAFETY: as above.
+                unsafe {
+                    (
+                        std::mem::transmute::<usize, InitFn>(f("Py_InitializeEx")),
+                        std::mem::transmute::<usize, RunFn>(f("PyRun_SimpleString")),
+                        std::mem::transmute::<usize, SaveFn>(f("PyEval_SaveThread")),
+                        std::mem::transmute::<usize, RestoreFn>(f("PyEval_RestoreThread")),
+                    )
+                }
+            }
+            other => panic!("unknown loader {other}"),
+        };
+        // SAFETY: a fresh copy: initialise it, run code, release its GIL.
+        unsafe {
+            init(0);
+            let rc = run(code.as_ptr());
+            if rc != 0 {
+                println!("stopped=copy {i} failed to run code");
+                return;
+            }
+            let ts = save();
+            black_box(restore);
+            black_box(ts);
+        }
+        println!("copies={}", i + 1);
+    }
+    std::mem::forget(keep);
+}
+
+fn tls() {
+    let dir = std::env::temp_dir().join("elf-loader-bench");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let src = dir.join("tlsbench.c");
+    std::fs::write(
+        &src,
+        "__thread int tls_counter;\nint tls_bump(void) { return ++tls_counter; }\n",
+    )
+    .expect("write source");
+    let so = dir.join("libtlsbench.so");
+    let status = cc::Build::new()
+        .cargo_metadata(false)
+        .cargo_warnings(false)
+        .target("x86_64-unknown-linux-gnu")
+        .host("x86_64-unknown-linux-gnu")
+        .opt_level(2)
+        .get_compiler()
+        .to_command()
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&so)
+        .arg(&src)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed");
+    let ours = Namespace::new("tls").load(&so).expect("load");
+    // SAFETY: `int tls_bump(void)`.
+    let f_ours: extern "C" fn() -> c_int =
+        unsafe { std::mem::transmute(ours.sym("tls_bump").expect("sym")) };
+    let c = cstr(so.to_str().expect("utf-8 path"));
+    // SAFETY: plain dlopen/dlsym.
+    let f_sys: extern "C" fn() -> c_int = unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null(), "dlopen: {}", dl_error());
+        std::mem::transmute(libc::dlsym(h, c"tls_bump".as_ptr()))
+    };
+    let iters = 5_000_000;
+    let mut best = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..iters {
+            black_box(f_ours());
+        }
+        best.0 = best.0.min(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
+        let t = Instant::now();
+        for _ in 0..iters {
+            black_box(f_sys());
+        }
+        best.1 = best.1.min(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
+    }
+    println!("tls_ns={}", best.0);
+    println!("tls_ns_system={}", best.1);
+    std::mem::forget(ours);
+}

@@ -1,0 +1,377 @@
+//! The C ABI (`include/elf_loader.h`): a thin layer over the Rust API.
+//!
+//! Handles are opaque pointers checked against a registry of live handles, so a NULL,
+//! stale or doubly deleted handle gives `ELF_LOADER_ERR_ARG` with a message instead of
+//! undefined behaviour. Every function returns a status code (or NULL) and leaves a
+//! message for `elf_loader_last_error()` (per thread) on failure.
+
+#![allow(non_camel_case_types)]
+
+use crate::namespace::{CustomLibrary, Namespace};
+use crate::system::{SymbolProvider, SystemLibrary};
+use crate::tls::TlsIndex;
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::Arc;
+
+/// Success.
+pub const ELF_LOADER_OK: c_int = 0;
+/// A NULL, unknown or already deleted handle, or an invalid string.
+pub const ELF_LOADER_ERR_ARG: c_int = -1;
+/// Loading failed (malformed file, missing dependency, undefined symbol, ...).
+pub const ELF_LOADER_ERR_LOAD: c_int = -2;
+/// The call is not allowed in the library's current state (e.g. load twice).
+pub const ELF_LOADER_ERR_STATE: c_int = -3;
+/// The symbol was not found.
+pub const ELF_LOADER_ERR_NOT_FOUND: c_int = -4;
+
+/// A namespace handle (opaque to C).
+pub struct elf_loader_namespace {
+    ns: Namespace,
+}
+
+/// A custom library handle (opaque to C).
+pub struct elf_loader_library {
+    lib: Arc<CustomLibrary>,
+}
+
+/// `tls_index` as returned by `elf_loader_library_tls_sym`.
+#[repr(C)]
+pub struct elf_loader_tls_index {
+    /// Module id.
+    pub module: u64,
+    /// Offset in the module's block.
+    pub offset: u64,
+}
+
+static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: impl Into<String>) {
+    let c = CString::new(msg.into().replace('\0', " ")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
+}
+
+fn register<T>(b: Box<T>) -> *mut T {
+    let p = Box::into_raw(b);
+    LIVE.lock()
+        .get_or_insert_with(HashSet::new)
+        .insert(p as usize);
+    p
+}
+
+fn is_live<T>(p: *const T) -> bool {
+    !p.is_null()
+        && LIVE
+            .lock()
+            .as_ref()
+            .is_some_and(|s| s.contains(&(p as usize)))
+}
+
+fn unregister<T>(p: *mut T) -> bool {
+    !p.is_null()
+        && LIVE
+            .lock()
+            .as_mut()
+            .is_some_and(|s| s.remove(&(p as usize)))
+}
+
+/// Reads a C string argument, or records an error.
+///
+/// # Safety
+/// `s` must be NULL or a NUL-terminated string.
+unsafe fn arg_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
+    if s.is_null() {
+        set_error(format!("{what} is NULL"));
+        return None;
+    }
+    // SAFETY: caller's contract.
+    match unsafe { CStr::from_ptr(s) }.to_str() {
+        Ok(v) => Some(v),
+        Err(_) => {
+            set_error(format!("{what} is not UTF-8"));
+            None
+        }
+    }
+}
+
+fn lib_ref<'a>(lib: *const elf_loader_library, what: &str) -> Option<&'a elf_loader_library> {
+    if !is_live(lib) {
+        set_error(format!(
+            "{what}: invalid library handle {lib:p} (NULL, unknown or deleted)"
+        ));
+        return None;
+    }
+    // SAFETY: registered handles are live boxes until deleted.
+    Some(unsafe { &*lib })
+}
+
+/// The message of the last failure on this thread ("" if none). Valid until the next
+/// call on this thread.
+#[no_mangle]
+pub extern "C" fn elf_loader_last_error() -> *const c_char {
+    LAST_ERROR
+        .try_with(|e| e.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+/// A new, empty namespace. Returns NULL on failure.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_namespace_new(
+    name: *const c_char,
+) -> *mut elf_loader_namespace {
+    // SAFETY: caller's contract.
+    let Some(name) = (unsafe { arg_str(name, "namespace name") }) else {
+        return std::ptr::null_mut();
+    };
+    register(Box::new(elf_loader_namespace {
+        ns: Namespace::new(name),
+    }))
+}
+
+/// Releases a namespace handle; its libraries are unloaded (fini, unmap) once no
+/// library handle of it remains either.
+///
+/// # Safety
+/// `ns` must be NULL or a handle from `elf_loader_namespace_new` (checked).
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespace) -> c_int {
+    if !unregister(ns) {
+        set_error(format!(
+            "elf_loader_namespace_delete: invalid namespace handle {ns:p}"
+        ));
+        return ELF_LOADER_ERR_ARG;
+    }
+    // SAFETY: it was a registered live box; we just removed it from the registry.
+    drop(unsafe { Box::from_raw(ns) });
+    ELF_LOADER_OK
+}
+
+/// Loads `path` and its dependencies into `ns`; stores a new library handle in `*out`.
+///
+/// # Safety
+/// `ns` must be a live namespace handle (checked), `path` a NUL-terminated string and
+/// `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_namespace_load(
+    ns: *mut elf_loader_namespace,
+    path: *const c_char,
+    out: *mut *mut elf_loader_library,
+) -> c_int {
+    if !is_live(ns) {
+        set_error(format!(
+            "elf_loader_namespace_load: invalid namespace handle {ns:p}"
+        ));
+        return ELF_LOADER_ERR_ARG;
+    }
+    if out.is_null() {
+        set_error("elf_loader_namespace_load: out is NULL");
+        return ELF_LOADER_ERR_ARG;
+    }
+    // SAFETY: caller's contract.
+    let Some(path) = (unsafe { arg_str(path, "path") }) else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    // SAFETY: checked live.
+    let ns = unsafe { &*ns };
+    match ns.ns.load(path) {
+        Ok(lib) => {
+            let h = register(Box::new(elf_loader_library { lib: Arc::new(lib) }));
+            // SAFETY: checked non-NULL; caller's contract says writable.
+            unsafe { *out = h };
+            ELF_LOADER_OK
+        }
+        Err(e) => {
+            set_error(e.to_string());
+            ELF_LOADER_ERR_LOAD
+        }
+    }
+}
+
+/// A library to be loaded from `path` into a namespace of its own (the seed's
+/// `CustomLibrary::create`). Returns NULL on failure.
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_create(path: *const c_char) -> *mut elf_loader_library {
+    // SAFETY: caller's contract.
+    let Some(path) = (unsafe { arg_str(path, "path") }) else {
+        return std::ptr::null_mut();
+    };
+    register(Box::new(elf_loader_library {
+        lib: Arc::new(CustomLibrary::create(path)),
+    }))
+}
+
+/// Adds another custom library as a search library of `lib` (before `load`).
+///
+/// # Safety
+/// Both must be live library handles (checked).
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_add_search_library(
+    lib: *mut elf_loader_library,
+    provider: *const elf_loader_library,
+) -> c_int {
+    let (Some(l), Some(p)) = (lib_ref(lib, "library"), lib_ref(provider, "search library")) else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    match l
+        .lib
+        .add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>)
+    {
+        Ok(()) => ELF_LOADER_OK,
+        Err(e) => {
+            set_error(e.to_string());
+            ELF_LOADER_ERR_STATE
+        }
+    }
+}
+
+/// Adds a system loader handle (`dlopen` result, or NULL for `RTLD_DEFAULT`) as a search
+/// library of `lib` (before `load`). The handle is not closed by the loader.
+///
+/// # Safety
+/// `lib` must be a live library handle (checked); `handle` NULL or a live `dlopen`
+/// handle that outlives `lib`.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_add_search_system(
+    lib: *mut elf_loader_library,
+    handle: *mut c_void,
+) -> c_int {
+    let Some(l) = lib_ref(lib, "library") else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    let sys = if handle.is_null() {
+        SystemLibrary::global()
+    } else {
+        // SAFETY: caller's contract: a live dlopen handle, not stolen.
+        unsafe { SystemLibrary::from_handle(handle, false) }
+    };
+    match l.lib.add_search_library(sys) {
+        Ok(()) => ELF_LOADER_OK,
+        Err(e) => {
+            set_error(e.to_string());
+            ELF_LOADER_ERR_STATE
+        }
+    }
+}
+
+/// Maps, relocates and initialises `lib`.
+///
+/// # Safety
+/// `lib` must be a live library handle (checked).
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_load(lib: *mut elf_loader_library) -> c_int {
+    let Some(l) = lib_ref(lib, "library") else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    match l.lib.load() {
+        Ok(()) => ELF_LOADER_OK,
+        Err(e @ crate::Error::Usage(_)) => {
+            set_error(e.to_string());
+            ELF_LOADER_ERR_STATE
+        }
+        Err(e) => {
+            set_error(e.to_string());
+            ELF_LOADER_ERR_LOAD
+        }
+    }
+}
+
+/// The address of `name` (the library, then its search libraries), or NULL.
+///
+/// # Safety
+/// `lib` must be a live library handle (checked); `name` a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_sym(
+    lib: *const elf_loader_library,
+    name: *const c_char,
+) -> *mut c_void {
+    let Some(l) = lib_ref(lib, "library") else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: caller's contract.
+    let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
+        return std::ptr::null_mut();
+    };
+    match l.lib.sym(name) {
+        Some(a) => a as *mut c_void,
+        None => {
+            set_error(format!(
+                "{}: symbol {name} not found",
+                l.lib.path().display()
+            ));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// The TLS index of the thread-local symbol `name`, stored in `*out`.
+///
+/// # Safety
+/// `lib` must be a live library handle (checked); `name` a NUL-terminated string;
+/// `out` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_tls_sym(
+    lib: *const elf_loader_library,
+    name: *const c_char,
+    out: *mut elf_loader_tls_index,
+) -> c_int {
+    let Some(l) = lib_ref(lib, "library") else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    // SAFETY: caller's contract.
+    let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
+        return ELF_LOADER_ERR_ARG;
+    };
+    if out.is_null() {
+        set_error("elf_loader_library_tls_sym: out is NULL");
+        return ELF_LOADER_ERR_ARG;
+    }
+    match l.lib.tls_sym(name) {
+        Some(TlsIndex { module, offset }) => {
+            // SAFETY: checked non-NULL, caller's contract says writable.
+            unsafe { *out = elf_loader_tls_index { module, offset } };
+            ELF_LOADER_OK
+        }
+        None => {
+            set_error(format!(
+                "{}: TLS symbol {name} not found",
+                l.lib.path().display()
+            ));
+            ELF_LOADER_ERR_NOT_FOUND
+        }
+    }
+}
+
+/// Releases a library handle (its namespace unloads once no handle remains).
+///
+/// # Safety
+/// `lib` must be NULL or a handle from this API (checked).
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_library_delete(lib: *mut elf_loader_library) -> c_int {
+    if !unregister(lib) {
+        set_error(format!(
+            "elf_loader_library_delete: invalid library handle {lib:p}"
+        ));
+        return ELF_LOADER_ERR_ARG;
+    }
+    // SAFETY: it was a registered live box; we just removed it from the registry.
+    drop(unsafe { Box::from_raw(lib) });
+    ELF_LOADER_OK
+}
+
+/// Number of TLS blocks currently allocated for custom-loaded modules.
+#[no_mangle]
+pub extern "C" fn elf_loader_tls_live_blocks() -> usize {
+    crate::tls::live_blocks()
+}

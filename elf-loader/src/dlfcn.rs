@@ -1,0 +1,456 @@
+//! The `dlopen` family as custom-loaded libraries see it.
+//!
+//! Custom libraries' references to `dlopen`, `dlsym`, `dlvsym`, `dlerror`, `dladdr`,
+//! `dlclose` and `__tls_get_addr` bind to the entries here. Each entry learns its caller
+//! from the return address (as glibc's own `dlopen` does), finds the caller's image and so
+//! its namespace: a `dlopen` from a library in a namespace loads into that namespace
+//! (binding the new library to the namespace first), `dlsym(RTLD_DEFAULT)` searches the
+//! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
+//! outside any namespace are forwarded to the system loader unchanged.
+
+use crate::image::{Dep, Image};
+use crate::namespace::{image_containing, NsInner};
+use parking_lot::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Arc, Weak};
+
+/// What one of our handles stands for.
+enum Target {
+    /// A custom image (dlsym searches it and its dependencies).
+    Image(Weak<Image>),
+    /// A system library (dlsym forwards to the system's dlsym).
+    System(*mut c_void),
+    /// `dlopen(NULL)` from inside a namespace: the namespace's global scope.
+    Scope,
+}
+
+struct Handle {
+    ns_id: u64,
+    ns: Weak<NsInner>,
+    target: Target,
+}
+
+/// Our handles, by address (a handle is a leaked `Box<Handle>` until its namespace dies).
+struct Handles {
+    by_addr: HashMap<usize, Box<Handle>>,
+    /// (namespace id, image id or 0 for the scope) -> handle address, for identity.
+    by_key: HashMap<(u64, u64), usize>,
+}
+
+// SAFETY: the raw system handle inside is only passed to thread-safe dl* functions.
+unsafe impl Send for Handles {}
+
+static HANDLES: Mutex<Option<Handles>> = Mutex::new(None);
+
+fn with_handles<R>(f: impl FnOnce(&mut Handles) -> R) -> R {
+    let mut g = HANDLES.lock();
+    let h = g.get_or_insert_with(|| Handles {
+        by_addr: HashMap::new(),
+        by_key: HashMap::new(),
+    });
+    f(h)
+}
+
+fn make_handle(ns: &Arc<NsInner>, key: u64, target: Target) -> *mut c_void {
+    with_handles(|h| {
+        if let Some(&a) = h.by_key.get(&(ns.id, key)) {
+            return a as *mut c_void;
+        }
+        let b = Box::new(Handle {
+            ns_id: ns.id,
+            ns: Arc::downgrade(ns),
+            target,
+        });
+        let a = &*b as *const Handle as usize;
+        h.by_addr.insert(a, b);
+        h.by_key.insert((ns.id, key), a);
+        a as *mut c_void
+    })
+}
+
+/// Drops every handle of a namespace that is going away.
+pub(crate) fn forget_namespace(ns_id: u64) {
+    with_handles(|h| {
+        h.by_addr.retain(|_, v| v.ns_id != ns_id);
+        h.by_key.retain(|k, _| k.0 != ns_id);
+    });
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+    static RETURNED_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
+}
+
+fn set_error(msg: String) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = Some(c));
+}
+
+fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
+    let img = image_containing(caller)?;
+    let ns = img.ns.upgrade()?;
+    Some((img, ns))
+}
+
+unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usize) -> *mut c_void {
+    let Some((_img, ns)) = namespace_of(caller) else {
+        // SAFETY: forwarding the caller's arguments unchanged.
+        return unsafe { libc::dlopen(file, flags) };
+    };
+    if file.is_null() {
+        return make_handle(&ns, 0, Target::Scope);
+    }
+    // SAFETY: dlopen's contract: a NUL-terminated file name.
+    let name = unsafe { CStr::from_ptr(file) }
+        .to_string_lossy()
+        .into_owned();
+    let global = flags & libc::RTLD_GLOBAL != 0;
+    let requester = image_containing(caller);
+    tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
+    if flags & libc::RTLD_NOLOAD != 0 {
+        // Only a library already in the namespace (or a system library already loaded).
+        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let found = {
+            let st = ns.state.lock();
+            let by_path = std::fs::canonicalize(&name)
+                .ok()
+                .and_then(|c| st.by_path.get(&c).cloned());
+            by_path.or_else(|| st.by_soname.get(&base).cloned())
+        };
+        return match found {
+            Some(i) => {
+                if global {
+                    ns.make_global(&i);
+                }
+                make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+            }
+            // SAFETY: forwarding the caller's arguments: the system answers for its own.
+            None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
+            None => std::ptr::null_mut(),
+        };
+    }
+    let result = if name.contains('/') && !ns.policy_is_system(&name) {
+        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+            .map(|i| Dep::Custom(Arc::downgrade(&i)))
+    } else {
+        ns.load_dependency(&name, requester.as_deref())
+            .map(|d| match d {
+                Dep::Custom(w) => {
+                    if let (true, Some(i)) = (global, w.upgrade()) {
+                        ns.make_global(&i);
+                    }
+                    Dep::Custom(w)
+                }
+                s => s,
+            })
+    };
+    match result {
+        Ok(Dep::Custom(w)) => {
+            let Some(i) = w.upgrade() else {
+                set_error(format!("{name}: library vanished while loading"));
+                return std::ptr::null_mut();
+            };
+            make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+        }
+        Ok(Dep::System(s)) => {
+            // Keep the system library open for the namespace's lifetime.
+            let h = s.handle();
+            make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
+        }
+        Err(e) => {
+            set_error(e.to_string());
+            std::ptr::null_mut()
+        }
+    }
+}
+
+impl NsInner {
+    fn policy_is_system(&self, name: &str) -> bool {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        self.policy
+            .system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+    }
+    fn make_global(&self, img: &Arc<Image>) {
+        let mut st = self.state.lock();
+        if !st.global.iter().any(|g| Arc::ptr_eq(g, img)) {
+            st.global.push(img.clone());
+        }
+    }
+}
+
+/// What `dlsym` returns for a symbol of a custom image: its address, or for a
+/// thread-local symbol its address in the calling thread (as glibc's `dlsym` does).
+fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
+    if s.kind() == crate::elf::consts::STT_TLS {
+        let block = crate::tls::block_for(img.tls_module?)?;
+        return Some(block + s.value as usize);
+    }
+    Some(img.sym_address(s))
+}
+
+/// Looks `name` up in an image and its dependency closure (dlsym on a handle).
+fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+    let n = name.to_bytes();
+    let v = version.map(|v| v.to_string_lossy().into_owned());
+    let hash = crate::elf::gnu_hash(n);
+    let mut queue = std::collections::VecDeque::from([img.clone()]);
+    let mut seen: Vec<*const Image> = vec![Arc::as_ptr(img)];
+    let mut systems = Vec::new();
+    while let Some(i) = queue.pop_front() {
+        if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
+            return symbol_value(&i, &s);
+        }
+        for d in i.deps.get().map(|d| d.as_slice()).unwrap_or(&[]) {
+            match d {
+                Dep::Custom(w) => {
+                    if let Some(c) = w.upgrade() {
+                        if !seen.contains(&Arc::as_ptr(&c)) {
+                            seen.push(Arc::as_ptr(&c));
+                            queue.push_back(c);
+                        }
+                    }
+                }
+                Dep::System(s) => systems.push(s.clone()),
+            }
+        }
+    }
+    systems.iter().find_map(|s| s.lookup_c(name, version))
+}
+
+fn lookup_in_scope(
+    ns: &Arc<NsInner>,
+    after: Option<&Arc<Image>>,
+    name: &CStr,
+    version: Option<&CStr>,
+) -> Option<usize> {
+    let globals = ns.state.lock().global.clone();
+    let start = match after {
+        Some(a) => globals
+            .iter()
+            .position(|g| Arc::ptr_eq(g, a))
+            .map_or(globals.len(), |p| p + 1),
+        None => 0,
+    };
+    let v = version.map(|v| v.to_string_lossy().into_owned());
+    let n = name.to_bytes();
+    let hash = crate::elf::gnu_hash(n);
+    for g in &globals[start..] {
+        if let Some(s) = g.lookup_own(n, hash, v.as_deref()) {
+            return symbol_value(g, &s);
+        }
+    }
+    for p in ns.search.read().iter() {
+        if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
+            return Some(a);
+        }
+    }
+    None
+}
+
+unsafe fn dlsym_common(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    if name.is_null() {
+        set_error("dlsym: symbol name is NULL".into());
+        return std::ptr::null_mut();
+    }
+    // SAFETY: dlsym's contract: NUL-terminated strings.
+    let cname = unsafe { CStr::from_ptr(name) };
+    // SAFETY: as above.
+    let cver = (!version.is_null()).then(|| unsafe { CStr::from_ptr(version) });
+    let system = |h: *mut c_void| -> *mut c_void {
+        // SAFETY: forwarding to the system with the caller's arguments.
+        unsafe {
+            match cver {
+                Some(v) => dlvsym_sys(h, cname.as_ptr(), v.as_ptr()),
+                None => libc::dlsym(h, cname.as_ptr()),
+            }
+        }
+    };
+    let found: Option<usize>;
+    if handle.is_null() || handle == libc::RTLD_NEXT {
+        let Some((img, ns)) = namespace_of(caller) else {
+            return system(handle);
+        };
+        let after = (handle == libc::RTLD_NEXT).then_some(&img);
+        found = lookup_in_scope(&ns, after, cname, cver).or_else(|| {
+            let p = system(libc::RTLD_DEFAULT);
+            (!p.is_null()).then_some(p as usize)
+        });
+    } else {
+        let target = with_handles(|h| {
+            h.by_addr
+                .get(&(handle as usize))
+                .map(|hd| match &hd.target {
+                    Target::Image(w) => (Some(w.clone()), None, hd.ns.clone()),
+                    Target::System(s) => (None, Some(*s), hd.ns.clone()),
+                    Target::Scope => (None, None, hd.ns.clone()),
+                })
+        });
+        match target {
+            None => return system(handle),
+            Some((_, Some(sys), _)) => return system(sys),
+            Some((Some(w), None, _)) => {
+                let Some(img) = w.upgrade() else {
+                    set_error("dlsym: handle refers to an unloaded library".into());
+                    return std::ptr::null_mut();
+                };
+                found = lookup_in_closure(&img, cname, cver);
+            }
+            Some((None, None, ns)) => {
+                let Some(ns) = ns.upgrade() else {
+                    set_error("dlsym: handle refers to an unloaded namespace".into());
+                    return std::ptr::null_mut();
+                };
+                found = lookup_in_scope(&ns, None, cname, cver).or_else(|| {
+                    let p = system(libc::RTLD_DEFAULT);
+                    (!p.is_null()).then_some(p as usize)
+                });
+            }
+        }
+    }
+    match found {
+        Some(a) => a as *mut c_void,
+        None => {
+            set_error(format!("undefined symbol: {}", cname.to_string_lossy()));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "dlvsym"]
+    fn dlvsym_sys(
+        handle: *mut c_void,
+        symbol: *const c_char,
+        version: *const c_char,
+    ) -> *mut c_void;
+}
+
+unsafe extern "C" fn dlsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    // SAFETY: same contract as dlsym.
+    unsafe { dlsym_common(handle, name, std::ptr::null(), caller) }
+}
+
+unsafe extern "C" fn dlvsym_impl(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    caller: usize,
+) -> *mut c_void {
+    // SAFETY: same contract as dlvsym.
+    unsafe { dlsym_common(handle, name, version, caller) }
+}
+
+extern "C" fn dlerror_impl() -> *mut c_char {
+    let ours = LAST_ERROR
+        .try_with(|e| e.borrow_mut().take())
+        .ok()
+        .flatten();
+    match ours {
+        Some(msg) => RETURNED_ERROR
+            .try_with(|r| {
+                let mut r = r.borrow_mut();
+                *r = Some(msg);
+                r.as_ref()
+                    .map_or(std::ptr::null_mut(), |m| m.as_ptr() as *mut c_char)
+            })
+            .unwrap_or(std::ptr::null_mut()),
+        // SAFETY: plain forward.
+        None => unsafe { libc::dlerror() },
+    }
+}
+
+unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
+    let ours = with_handles(|h| h.by_addr.contains_key(&(handle as usize)));
+    if ours {
+        // Libraries opened inside a namespace live as long as the namespace (like
+        // RTLD_NODELETE); the handle stays valid.
+        0
+    } else {
+        // SAFETY: not ours: forward to the system.
+        unsafe { libc::dlclose(handle) }
+    }
+}
+
+unsafe extern "C" fn dladdr_impl(addr: *const c_void, info: *mut libc::Dl_info) -> c_int {
+    let Some(img) = image_containing(addr as usize) else {
+        // SAFETY: forward with the caller's arguments.
+        return unsafe { libc::dladdr(addr, info) };
+    };
+    if info.is_null() {
+        return 0;
+    }
+    let (sname, saddr) = match img.symbol_at(addr as usize) {
+        Some((name, a)) => (name.as_ptr() as *const c_char, a as *mut c_void),
+        None => (std::ptr::null(), std::ptr::null_mut()),
+    };
+    // SAFETY: the caller passes a valid Dl_info; the strings live in the image (the
+    // symbol name is NUL-terminated in DT_STRTAB, the path in the image) as long as the
+    // library stays loaded, like glibc's.
+    unsafe {
+        (*info).dli_fname = img.c_path.as_ptr();
+        (*info).dli_fbase = img.map.start as *mut c_void;
+        (*info).dli_sname = sname;
+        (*info).dli_saddr = saddr;
+    }
+    1
+}
+
+// Entries that pass the caller's return address as an extra argument (tail jumps, so
+// the stack is exactly as the caller left it).
+std::arch::global_asm!(
+    ".text",
+    ".p2align 4",
+    ".globl elf_loader_dlopen",
+    ".hidden elf_loader_dlopen",
+    "elf_loader_dlopen:",
+    "mov rdx, [rsp]",
+    "jmp {dlopen}",
+    ".p2align 4",
+    ".globl elf_loader_dlsym",
+    ".hidden elf_loader_dlsym",
+    "elf_loader_dlsym:",
+    "mov rdx, [rsp]",
+    "jmp {dlsym}",
+    ".p2align 4",
+    ".globl elf_loader_dlvsym",
+    ".hidden elf_loader_dlvsym",
+    "elf_loader_dlvsym:",
+    "mov rcx, [rsp]",
+    "jmp {dlvsym}",
+    dlopen = sym dlopen_impl,
+    dlsym = sym dlsym_impl,
+    dlvsym = sym dlvsym_impl,
+);
+
+extern "C" {
+    fn elf_loader_dlopen();
+    fn elf_loader_dlsym();
+    fn elf_loader_dlvsym();
+}
+
+/// The loader's entry for `name`, if custom libraries get ours instead of the system's.
+pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
+    Some(match name {
+        b"dlopen" => elf_loader_dlopen as *const () as usize,
+        b"dlsym" => elf_loader_dlsym as *const () as usize,
+        b"dlvsym" => elf_loader_dlvsym as *const () as usize,
+        b"dlerror" => dlerror_impl as *const () as usize,
+        b"dlclose" => dlclose_impl as *const () as usize,
+        b"dladdr" => dladdr_impl as *const () as usize,
+        b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
+        _ => return None,
+    })
+}

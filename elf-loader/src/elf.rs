@@ -1,0 +1,1324 @@
+//! ELF parsing with validation: the file header, program headers, the dynamic section
+//! and the dynamic tables (symbols, strings, hash tables, versions, relocations).
+//!
+//! Everything is read from the file's bytes with bounds checks; every table the loader
+//! later reads from the mapped image is checked here to lie inside the file-backed part
+//! (the memory part, for init/fini arrays) of one readable `PT_LOAD` segment, so
+//! reading it after mapping cannot fault.
+//! A malformed file gives [`Error::Malformed`] naming the file and the item.
+
+use crate::error::{Error, Result};
+use std::path::{Path, PathBuf};
+
+/// ELF constants used by the loader (x86_64, 64-bit, little-endian only).
+#[allow(missing_docs)]
+pub mod consts {
+    pub const PT_LOAD: u32 = 1;
+    pub const PT_DYNAMIC: u32 = 2;
+    pub const PT_INTERP: u32 = 3;
+    pub const PT_PHDR: u32 = 6;
+    pub const PT_TLS: u32 = 7;
+    pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+    pub const PT_GNU_STACK: u32 = 0x6474_e551;
+    pub const PT_GNU_RELRO: u32 = 0x6474_e552;
+    pub const PF_X: u32 = 1;
+    pub const PF_W: u32 = 2;
+    pub const PF_R: u32 = 4;
+
+    pub const DT_NULL: u64 = 0;
+    pub const DT_NEEDED: u64 = 1;
+    pub const DT_PLTRELSZ: u64 = 2;
+    pub const DT_HASH: u64 = 4;
+    pub const DT_STRTAB: u64 = 5;
+    pub const DT_SYMTAB: u64 = 6;
+    pub const DT_RELA: u64 = 7;
+    pub const DT_RELASZ: u64 = 8;
+    pub const DT_RELAENT: u64 = 9;
+    pub const DT_STRSZ: u64 = 10;
+    pub const DT_SYMENT: u64 = 11;
+    pub const DT_INIT: u64 = 12;
+    pub const DT_FINI: u64 = 13;
+    pub const DT_SONAME: u64 = 14;
+    pub const DT_RPATH: u64 = 15;
+    pub const DT_SYMBOLIC: u64 = 16;
+    pub const DT_REL: u64 = 17;
+    pub const DT_PLTREL: u64 = 20;
+    pub const DT_TEXTREL: u64 = 22;
+    pub const DT_JMPREL: u64 = 23;
+    pub const DT_BIND_NOW: u64 = 24;
+    pub const DT_INIT_ARRAY: u64 = 25;
+    pub const DT_FINI_ARRAY: u64 = 26;
+    pub const DT_INIT_ARRAYSZ: u64 = 27;
+    pub const DT_FINI_ARRAYSZ: u64 = 28;
+    pub const DT_RUNPATH: u64 = 29;
+    pub const DT_FLAGS: u64 = 30;
+    pub const DT_PREINIT_ARRAY: u64 = 32;
+    pub const DT_RELR: u64 = 36;
+    pub const DT_GNU_HASH: u64 = 0x6fff_fef5;
+    pub const DT_TLSDESC_PLT: u64 = 0x6fff_fef6;
+    pub const DT_RELACOUNT: u64 = 0x6fff_fff9;
+    pub const DT_FLAGS_1: u64 = 0x6fff_fffb;
+    pub const DT_VERSYM: u64 = 0x6fff_fff0;
+    pub const DT_VERDEF: u64 = 0x6fff_fffc;
+    pub const DT_VERDEFNUM: u64 = 0x6fff_fffd;
+    pub const DT_VERNEED: u64 = 0x6fff_fffe;
+    pub const DT_VERNEEDNUM: u64 = 0x6fff_ffff;
+    pub const DF_TEXTREL: u64 = 4;
+    pub const DF_STATIC_TLS: u64 = 0x10;
+
+    pub const STB_LOCAL: u8 = 0;
+    pub const STB_GLOBAL: u8 = 1;
+    pub const STB_WEAK: u8 = 2;
+    pub const STB_GNU_UNIQUE: u8 = 10;
+    pub const STT_NOTYPE: u8 = 0;
+    pub const STT_OBJECT: u8 = 1;
+    pub const STT_FUNC: u8 = 2;
+    pub const STT_COMMON: u8 = 5;
+    pub const STT_TLS: u8 = 6;
+    pub const STT_GNU_IFUNC: u8 = 10;
+    pub const SHN_UNDEF: u16 = 0;
+    pub const SHN_ABS: u16 = 0xfff1;
+
+    pub const R_X86_64_NONE: u32 = 0;
+    pub const R_X86_64_64: u32 = 1;
+    pub const R_X86_64_PC32: u32 = 2;
+    pub const R_X86_64_COPY: u32 = 5;
+    pub const R_X86_64_GLOB_DAT: u32 = 6;
+    pub const R_X86_64_JUMP_SLOT: u32 = 7;
+    pub const R_X86_64_RELATIVE: u32 = 8;
+    pub const R_X86_64_32: u32 = 10;
+    pub const R_X86_64_DTPMOD64: u32 = 16;
+    pub const R_X86_64_DTPOFF64: u32 = 17;
+    pub const R_X86_64_TPOFF64: u32 = 18;
+    pub const R_X86_64_PC64: u32 = 24;
+    pub const R_X86_64_TLSDESC: u32 = 36;
+    pub const R_X86_64_IRELATIVE: u32 = 37;
+    pub const R_X86_64_RELATIVE64: u32 = 38;
+}
+use consts::*;
+
+/// The name of an x86_64 relocation type, for messages.
+pub fn reloc_name(kind: u32) -> String {
+    match kind {
+        R_X86_64_NONE => "R_X86_64_NONE".into(),
+        R_X86_64_64 => "R_X86_64_64".into(),
+        R_X86_64_PC32 => "R_X86_64_PC32".into(),
+        R_X86_64_COPY => "R_X86_64_COPY".into(),
+        R_X86_64_GLOB_DAT => "R_X86_64_GLOB_DAT".into(),
+        R_X86_64_JUMP_SLOT => "R_X86_64_JUMP_SLOT".into(),
+        R_X86_64_RELATIVE => "R_X86_64_RELATIVE".into(),
+        R_X86_64_32 => "R_X86_64_32".into(),
+        R_X86_64_DTPMOD64 => "R_X86_64_DTPMOD64".into(),
+        R_X86_64_DTPOFF64 => "R_X86_64_DTPOFF64".into(),
+        R_X86_64_TPOFF64 => "R_X86_64_TPOFF64".into(),
+        R_X86_64_PC64 => "R_X86_64_PC64".into(),
+        R_X86_64_TLSDESC => "R_X86_64_TLSDESC".into(),
+        R_X86_64_IRELATIVE => "R_X86_64_IRELATIVE".into(),
+        R_X86_64_RELATIVE64 => "R_X86_64_RELATIVE64".into(),
+        other => format!("type {other}"),
+    }
+}
+
+/// One program header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phdr {
+    /// `p_type`.
+    pub kind: u32,
+    /// `p_flags` (PF_R, PF_W, PF_X).
+    pub flags: u32,
+    /// `p_offset`.
+    pub offset: u64,
+    /// `p_vaddr`.
+    pub vaddr: u64,
+    /// `p_filesz`.
+    pub filesz: u64,
+    /// `p_memsz`.
+    pub memsz: u64,
+    /// `p_align`.
+    pub align: u64,
+}
+
+/// One dynamic symbol (`Elf64_Sym`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sym {
+    /// Offset of the name in the string table.
+    pub name: u32,
+    /// Binding and type.
+    pub info: u8,
+    /// Visibility.
+    pub other: u8,
+    /// Section index (0 = undefined).
+    pub shndx: u16,
+    /// Value (link-time address, or TLS offset for STT_TLS).
+    pub value: u64,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl Sym {
+    /// `STB_*`.
+    pub fn bind(&self) -> u8 {
+        self.info >> 4
+    }
+    /// `STT_*`.
+    pub fn kind(&self) -> u8 {
+        self.info & 0xf
+    }
+    /// Whether the symbol is defined in this object.
+    pub fn is_defined(&self) -> bool {
+        self.shndx != SHN_UNDEF
+    }
+}
+
+/// One relocation with addend (`Elf64_Rela`).
+#[derive(Debug, Clone, Copy)]
+pub struct Rela {
+    /// Link-time address of the place to patch.
+    pub offset: u64,
+    /// Symbol index (high 32 bits of `r_info`).
+    pub sym: u32,
+    /// Relocation type (low 32 bits of `r_info`).
+    pub kind: u32,
+    /// Addend.
+    pub addend: i64,
+}
+
+/// A version name from `DT_VERDEF` or `DT_VERNEED`, by version index.
+#[derive(Debug, Clone)]
+pub struct VersionName {
+    /// The version string, e.g. `GLIBC_2.2.5`.
+    pub name: String,
+    /// For a needed version: the file it is expected from (e.g. `libc.so.6`).
+    pub file: Option<String>,
+    /// For a defined version: whether it is the base (the file's own name) entry.
+    pub is_base: bool,
+}
+
+/// A contiguous table, as a file offset (for parsing) and a link-time address (for the
+/// mapped image); its length in bytes has been checked against both.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Table {
+    /// Offset in the file.
+    pub file_off: u64,
+    /// Link-time virtual address.
+    pub vaddr: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// The GNU hash table's header fields (the arrays follow at fixed offsets).
+#[derive(Debug, Clone, Copy)]
+pub struct GnuHash {
+    /// The whole table.
+    pub table: Table,
+    /// Number of buckets.
+    pub nbuckets: u32,
+    /// Index of the first symbol in the hash table.
+    pub symoffset: u32,
+    /// Number of 64-bit bloom words.
+    pub bloom_size: u32,
+    /// Bloom shift.
+    pub bloom_shift: u32,
+}
+
+/// The SysV hash table's header.
+#[derive(Debug, Clone, Copy)]
+pub struct SysvHash {
+    /// The whole table.
+    pub table: Table,
+    /// Number of buckets.
+    pub nbucket: u32,
+    /// Number of chain entries (= number of symbols).
+    pub nchain: u32,
+}
+
+/// Everything the loader needs from one ELF shared object, validated.
+#[derive(Debug, Clone)]
+pub struct ElfInfo {
+    /// The file, for messages.
+    pub path: PathBuf,
+    /// All program headers.
+    pub phdrs: Vec<Phdr>,
+    /// `PT_LOAD` headers, in address order.
+    pub loads: Vec<Phdr>,
+    /// File offset of the program header table.
+    pub phoff: u64,
+    /// `PT_DYNAMIC`.
+    pub dynamic: Phdr,
+    /// `PT_TLS`, if the object has thread-local storage.
+    pub tls: Option<Phdr>,
+    /// `PT_GNU_EH_FRAME`, if present.
+    pub eh_frame_hdr: Option<Phdr>,
+    /// `PT_GNU_RELRO`, if present.
+    pub relro: Option<Phdr>,
+    /// Lowest `PT_LOAD` address, page-aligned down.
+    pub min_vaddr: u64,
+    /// End of the highest `PT_LOAD` (memsz), page-aligned up.
+    pub max_vaddr: u64,
+    /// Largest `PT_LOAD` alignment (at least the page size).
+    pub max_align: u64,
+    /// `DT_NEEDED` names, in order.
+    pub needed: Vec<String>,
+    /// `DT_SONAME`.
+    pub soname: Option<String>,
+    /// `DT_RPATH` (colon-separated), used only when there is no `DT_RUNPATH`.
+    pub rpath: Option<String>,
+    /// `DT_RUNPATH` (colon-separated).
+    pub runpath: Option<String>,
+    /// `.dynsym`.
+    pub symtab: Table,
+    /// Number of dynamic symbols.
+    pub nsyms: u32,
+    /// `.dynstr`.
+    pub strtab: Table,
+    /// `DT_GNU_HASH`.
+    pub gnu_hash: Option<GnuHash>,
+    /// `DT_HASH`.
+    pub sysv_hash: Option<SysvHash>,
+    /// `DT_VERSYM` (one u16 per symbol).
+    pub versym: Option<Table>,
+    /// Version names by version index (both defined and needed versions).
+    pub versions: Vec<Option<VersionName>>,
+    /// `DT_RELA` relocations.
+    pub rela: Table,
+    /// `DT_RELACOUNT`: the leading RELATIVE relocations.
+    pub relacount: u64,
+    /// `DT_JMPREL` relocations.
+    pub jmprel: Table,
+    /// `DT_INIT`.
+    pub init: Option<u64>,
+    /// `DT_FINI`.
+    pub fini: Option<u64>,
+    /// `DT_INIT_ARRAY` (entries are 8 bytes).
+    pub init_array: Table,
+    /// `DT_FINI_ARRAY`.
+    pub fini_array: Table,
+    /// `DF_STATIC_TLS`: the object uses the initial-exec TLS model.
+    pub static_tls: bool,
+}
+
+/// Where a validated table must live.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Inside the file-backed part of any PT_LOAD.
+    Any,
+    /// Inside the memory part (filesz or memsz) of any PT_LOAD (init/fini arrays).
+    Memory,
+}
+
+/// Bounds-checked reads by file offset, from the whole file or from the parts of it that
+/// are at hand (the header, the mapped segments).
+pub(crate) struct Reader<'a> {
+    path: &'a Path,
+    /// (file offset, bytes) ranges available.
+    ranges: Vec<(u64, &'a [u8])>,
+    /// The file's length.
+    file_len: u64,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over the whole file's bytes.
+    pub(crate) fn whole(path: &'a Path, data: &'a [u8]) -> Self {
+        Reader {
+            path,
+            ranges: vec![(0, data)],
+            file_len: data.len() as u64,
+        }
+    }
+
+    /// A reader over some ranges of a file of `file_len` bytes.
+    pub(crate) fn ranges(path: &'a Path, ranges: Vec<(u64, &'a [u8])>, file_len: u64) -> Self {
+        Reader {
+            path,
+            ranges,
+            file_len,
+        }
+    }
+
+    fn past_end(&self, off: u64, len: u64, what: &str) -> Error {
+        Error::malformed(
+            self.path,
+            format!(
+                "{what} at file offset {off:#x} (+{len:#x}) is past the end of the file ({:#x} bytes)",
+                self.file_len
+            ),
+        )
+    }
+
+    /// Checks that `[off, off+len)` lies inside the file.
+    fn in_file(&self, off: u64, len: u64, what: &str) -> Result<()> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.file_len => Ok(()),
+            _ => Err(self.past_end(off, len, what)),
+        }
+    }
+
+    fn bytes(&self, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
+        self.in_file(off, len, what)?;
+        let end = off + len;
+        for &(start, data) in &self.ranges {
+            if off >= start && end <= start + data.len() as u64 {
+                return Ok(&data[(off - start) as usize..(end - start) as usize]);
+            }
+        }
+        Err(Error::malformed(
+            self.path,
+            format!("{what} at file offset {off:#x} (+{len:#x}) is not inside a loaded segment"),
+        ))
+    }
+    fn u16(&self, off: u64, what: &str) -> Result<u16> {
+        let b = self.bytes(off, 2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&self, off: u64, what: &str) -> Result<u32> {
+        let b = self.bytes(off, 4, what)?;
+        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+    }
+    fn u64(&self, off: u64, what: &str) -> Result<u64> {
+        let b = self.bytes(off, 8, what)?;
+        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    }
+}
+
+/// The system page size (4 KiB on x86_64 Linux).
+pub const PAGE: u64 = 4096;
+
+fn page_down(x: u64) -> u64 {
+    x & !(PAGE - 1)
+}
+
+fn page_up(x: u64) -> Option<u64> {
+    x.checked_add(PAGE - 1).map(|v| v & !(PAGE - 1))
+}
+
+impl ElfInfo {
+    /// Parses and validates `data`, the whole contents of the file at `path`.
+    pub fn parse(path: &Path, data: &[u8]) -> Result<ElfInfo> {
+        let r = Reader::whole(path, data);
+        let mut info = Self::parse_headers(path, &r)?;
+        info.parse_dynamic(&r)?;
+        Ok(info)
+    }
+
+    /// The first phase: the ELF header and program headers (from `r`, which need only
+    /// hold the start of the file), with every `PT_LOAD` checked against the file size.
+    pub(crate) fn parse_headers(path: &Path, r: &Reader<'_>) -> Result<ElfInfo> {
+        let bad = |item: String| Error::malformed(path, item);
+        let ident = r.bytes(0, 16, "ELF identification")?;
+        if &ident[0..4] != b"\x7fELF" {
+            return Err(bad("bad magic in e_ident (not an ELF file)".into()));
+        }
+        if ident[4] != 2 {
+            return Err(Error::unsupported(
+                path,
+                format!("e_ident[EI_CLASS] = {} (only ELFCLASS64)", ident[4]),
+            ));
+        }
+        if ident[5] != 1 {
+            return Err(Error::unsupported(
+                path,
+                format!("e_ident[EI_DATA] = {} (only little-endian)", ident[5]),
+            ));
+        }
+        if ident[6] != 1 {
+            return Err(bad(format!(
+                "e_ident[EI_VERSION] = {} (expected 1)",
+                ident[6]
+            )));
+        }
+        r.bytes(0, 64, "ELF header")?;
+        let e_type = r.u16(16, "e_type")?;
+        if e_type != 3 {
+            return Err(Error::unsupported(
+                path,
+                format!("e_type = {e_type} (only ET_DYN shared objects can be loaded)"),
+            ));
+        }
+        let machine = r.u16(18, "e_machine")?;
+        if machine != 62 {
+            return Err(Error::unsupported(
+                path,
+                format!("e_machine = {machine} (only EM_X86_64 = 62)"),
+            ));
+        }
+        let phoff = r.u64(32, "e_phoff")?;
+        let phentsize = r.u16(54, "e_phentsize")?;
+        let phnum = r.u16(56, "e_phnum")?;
+        if phentsize != 56 {
+            return Err(bad(format!("e_phentsize = {phentsize} (expected 56)")));
+        }
+        if phnum == 0 || phnum == 0xffff {
+            return Err(bad(format!(
+                "e_phnum = {phnum} (no usable program headers)"
+            )));
+        }
+        r.bytes(
+            phoff,
+            u64::from(phnum) * 56,
+            "program header table (e_phoff, e_phnum)",
+        )?;
+
+        let mut phdrs = Vec::with_capacity(phnum as usize);
+        for i in 0..u64::from(phnum) {
+            let o = phoff + i * 56;
+            phdrs.push(Phdr {
+                kind: r.u32(o, "p_type")?,
+                flags: r.u32(o + 4, "p_flags")?,
+                offset: r.u64(o + 8, "p_offset")?,
+                vaddr: r.u64(o + 16, "p_vaddr")?,
+                filesz: r.u64(o + 32, "p_filesz")?,
+                memsz: r.u64(o + 40, "p_memsz")?,
+                align: r.u64(o + 48, "p_align")?,
+            });
+        }
+
+        let mut loads: Vec<Phdr> = Vec::new();
+        let mut dynamic = None;
+        let mut tls = None;
+        let mut eh_frame_hdr = None;
+        let mut relro = None;
+        const LIMIT: u64 = 1 << 40; // no sane library spans a terabyte
+        for (i, p) in phdrs.iter().enumerate() {
+            match p.kind {
+                PT_LOAD => {
+                    if p.memsz == 0 {
+                        continue;
+                    }
+                    if p.filesz > p.memsz {
+                        return Err(bad(format!(
+                            "program header {i} (PT_LOAD): p_filesz {:#x} > p_memsz {:#x}",
+                            p.filesz, p.memsz
+                        )));
+                    }
+                    if p.vaddr >= LIMIT || p.memsz >= LIMIT {
+                        return Err(bad(format!(
+                            "program header {i} (PT_LOAD): p_vaddr {:#x} / p_memsz {:#x} out of range",
+                            p.vaddr, p.memsz
+                        )));
+                    }
+                    r.in_file(
+                        p.offset,
+                        p.filesz,
+                        &format!("program header {i} (PT_LOAD) contents"),
+                    )?;
+                    if p.offset % PAGE != p.vaddr % PAGE {
+                        return Err(bad(format!(
+                            "program header {i} (PT_LOAD): p_offset {:#x} and p_vaddr {:#x} differ modulo the page size",
+                            p.offset, p.vaddr
+                        )));
+                    }
+                    if p.align > 1 && (!p.align.is_power_of_two() || p.align > (1 << 30)) {
+                        return Err(bad(format!(
+                            "program header {i} (PT_LOAD): p_align {:#x} is not a power of two up to 1 GiB",
+                            p.align
+                        )));
+                    }
+                    if let Some(prev) = loads.last() {
+                        if p.vaddr < prev.vaddr + prev.memsz {
+                            return Err(bad(format!(
+                                "program header {i} (PT_LOAD) at {:#x} overlaps or precedes the previous PT_LOAD ending at {:#x}",
+                                p.vaddr,
+                                prev.vaddr + prev.memsz
+                            )));
+                        }
+                    }
+                    loads.push(*p);
+                }
+                PT_DYNAMIC => dynamic = Some(*p),
+                PT_TLS => tls = Some(*p),
+                PT_GNU_EH_FRAME => eh_frame_hdr = Some(*p),
+                PT_GNU_RELRO => relro = Some(*p),
+                PT_INTERP => {
+                    return Err(Error::unsupported(
+                        path,
+                        "PT_INTERP present: this is an executable (PIE), not a shared library",
+                    ))
+                }
+                _ => {}
+            }
+        }
+        if loads.is_empty() {
+            return Err(bad("no PT_LOAD program header".into()));
+        }
+        let dynamic = dynamic.ok_or_else(|| bad("no PT_DYNAMIC program header".into()))?;
+        let min_vaddr = page_down(loads[0].vaddr);
+        let last = loads[loads.len() - 1];
+        let max_vaddr =
+            page_up(last.vaddr + last.memsz).ok_or_else(|| bad("PT_LOAD end overflows".into()))?;
+        let max_align = loads
+            .iter()
+            .map(|p| p.align)
+            .max()
+            .unwrap_or(PAGE)
+            .max(PAGE);
+
+        let info = ElfInfo {
+            path: path.to_path_buf(),
+            phdrs,
+            loads,
+            phoff,
+            dynamic,
+            tls,
+            eh_frame_hdr,
+            relro,
+            min_vaddr,
+            max_vaddr,
+            max_align,
+            needed: Vec::new(),
+            soname: None,
+            rpath: None,
+            runpath: None,
+            symtab: Table::default(),
+            nsyms: 0,
+            strtab: Table::default(),
+            gnu_hash: None,
+            sysv_hash: None,
+            versym: None,
+            versions: Vec::new(),
+            rela: Table::default(),
+            relacount: 0,
+            jmprel: Table::default(),
+            init: None,
+            fini: None,
+            init_array: Table::default(),
+            fini_array: Table::default(),
+            static_tls: false,
+        };
+        if let Some(t) = info.tls {
+            if t.filesz > t.memsz
+                || t.memsz > (1 << 30)
+                || (t.align > 1 && !t.align.is_power_of_two())
+            {
+                return Err(bad(format!(
+                    "PT_TLS: p_filesz {:#x}, p_memsz {:#x}, p_align {:#x} are inconsistent",
+                    t.filesz, t.memsz, t.align
+                )));
+            }
+        }
+        if let Some(rr) = info.relro {
+            let ok = info.loads.iter().any(|l| {
+                l.flags & PF_W != 0
+                    && rr.vaddr >= l.vaddr
+                    && rr.vaddr + rr.memsz <= l.vaddr + l.memsz
+            });
+            if !ok && rr.memsz != 0 {
+                return Err(bad(format!(
+                    "PT_GNU_RELRO {:#x}+{:#x} is not inside a writable PT_LOAD",
+                    rr.vaddr, rr.memsz
+                )));
+            }
+        }
+        Ok(info)
+    }
+
+    /// Finds the PT_LOAD holding `[vaddr, vaddr+len)` and returns the table's file offset.
+    fn table(
+        &self,
+        r: &Reader<'_>,
+        vaddr: u64,
+        len: u64,
+        placement: Placement,
+        what: &str,
+    ) -> Result<Table> {
+        let end = vaddr.checked_add(len).ok_or_else(|| {
+            Error::malformed(
+                &self.path,
+                format!("{what} at {vaddr:#x} (+{len:#x}) overflows"),
+            )
+        })?;
+        for l in &self.loads {
+            let limit = match placement {
+                Placement::Memory => l.memsz,
+                _ => l.filesz,
+            };
+            if vaddr >= l.vaddr && end <= l.vaddr + limit {
+                if l.flags & PF_R == 0 {
+                    return Err(Error::malformed(
+                        &self.path,
+                        format!("{what} at {vaddr:#x} lies in a PT_LOAD segment without PF_R"),
+                    ));
+                }
+                let file_off = l.offset + (vaddr - l.vaddr);
+                if placement != Placement::Memory {
+                    r.bytes(file_off, len, what)?;
+                }
+                return Ok(Table {
+                    file_off,
+                    vaddr,
+                    len,
+                });
+            }
+        }
+        Err(Error::malformed(
+            &self.path,
+            format!("{what} at {vaddr:#x} (+{len:#x}) is not inside any PT_LOAD segment's file contents"),
+        ))
+    }
+
+    /// The second phase: the dynamic section and every table it points to, read through
+    /// `r` (the whole file, or its mapped segments).
+    pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
+        if let Some(t) = self.tls {
+            if t.filesz > 0 {
+                self.table(
+                    r,
+                    t.vaddr,
+                    t.filesz,
+                    Placement::Any,
+                    "PT_TLS initialisation image",
+                )?;
+            }
+        }
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let d = self.dynamic;
+        if d.filesz % 16 != 0 || d.filesz == 0 {
+            return Err(bad(format!(
+                "PT_DYNAMIC size {:#x} is not a non-zero multiple of 16",
+                d.filesz
+            )));
+        }
+        r.bytes(d.offset, d.filesz, "PT_DYNAMIC contents")?;
+        let mut entries = Vec::new();
+        let mut terminated = false;
+        for i in 0..d.filesz / 16 {
+            let tag = r.u64(d.offset + i * 16, "dynamic tag")?;
+            let val = r.u64(d.offset + i * 16 + 8, "dynamic value")?;
+            if tag == DT_NULL {
+                terminated = true;
+                break;
+            }
+            entries.push((i, tag, val));
+        }
+        if !terminated {
+            return Err(bad("dynamic section has no DT_NULL terminator".into()));
+        }
+        let get = |tag: u64| entries.iter().find(|e| e.1 == tag).map(|e| e.2);
+        let name = |tag: u64| -> &'static str {
+            match tag {
+                DT_STRTAB => "DT_STRTAB",
+                DT_SYMTAB => "DT_SYMTAB",
+                DT_RELA => "DT_RELA",
+                DT_JMPREL => "DT_JMPREL",
+                _ => "dynamic entry",
+            }
+        };
+        for (i, tag, val) in &entries {
+            match *tag {
+                DT_REL => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_REL relocations (x86_64 uses DT_RELA)"),
+                    ))
+                }
+                DT_RELR => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_RELR packed relocations"),
+                    ))
+                }
+                DT_TEXTREL => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_TEXTREL (text relocations)"),
+                    ))
+                }
+                DT_FLAGS if val & DF_TEXTREL != 0 => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DF_TEXTREL (text relocations)"),
+                    ))
+                }
+                DT_FLAGS if val & DF_STATIC_TLS != 0 => self.static_tls = true,
+                DT_PLTREL if *val != DT_RELA => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_PLTREL = {val} (only DT_RELA)"),
+                    ))
+                }
+                DT_SYMENT if *val != 24 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_SYMENT = {val} (expected 24)"
+                    )))
+                }
+                DT_RELAENT if *val != 24 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_RELAENT = {val} (expected 24)"
+                    )))
+                }
+                DT_PREINIT_ARRAY => {
+                    return Err(Error::unsupported(
+                        &path,
+                        format!("dynamic entry {i}: DT_PREINIT_ARRAY in a shared object"),
+                    ))
+                }
+                _ => {}
+            }
+        }
+        let strtab_addr = get(DT_STRTAB).ok_or_else(|| bad("no DT_STRTAB".into()))?;
+        let strsz = get(DT_STRSZ).ok_or_else(|| bad("no DT_STRSZ".into()))?;
+        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, name(DT_STRTAB))?;
+        let strtab = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
+        let string = |off: u64, what: &str| -> Result<String> {
+            let s = strtab.get(off as usize..).unwrap_or(&[]);
+            match s.iter().position(|&b| b == 0) {
+                Some(n) if off < strsz => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
+                _ => Err(Error::malformed(&path, format!("{what}: string offset {off:#x} outside DT_STRTAB (size {strsz:#x}) or unterminated"))),
+            }
+        };
+        for (i, tag, val) in &entries {
+            match *tag {
+                DT_NEEDED => self
+                    .needed
+                    .push(string(*val, &format!("dynamic entry {i} (DT_NEEDED)"))?),
+                DT_SONAME => {
+                    self.soname = Some(string(*val, &format!("dynamic entry {i} (DT_SONAME)"))?)
+                }
+                DT_RPATH => {
+                    self.rpath = Some(string(*val, &format!("dynamic entry {i} (DT_RPATH)"))?)
+                }
+                DT_RUNPATH => {
+                    self.runpath = Some(string(*val, &format!("dynamic entry {i} (DT_RUNPATH)"))?)
+                }
+                _ => {}
+            }
+        }
+
+        // Hash tables, which also give the number of symbols.
+        if let Some(addr) = get(DT_HASH) {
+            let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
+            let nbucket = r.u32(head.file_off, "DT_HASH nbucket")?;
+            let nchain = r.u32(head.file_off + 4, "DT_HASH nchain")?;
+            let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
+            let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
+            if nbucket == 0 {
+                return Err(bad("DT_HASH has zero buckets".into()));
+            }
+            self.sysv_hash = Some(SysvHash {
+                table,
+                nbucket,
+                nchain,
+            });
+        }
+        if let Some(addr) = get(DT_GNU_HASH) {
+            let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
+            let nbuckets = r.u32(head.file_off, "DT_GNU_HASH nbuckets")?;
+            let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
+            let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
+            let bloom_shift = r.u32(head.file_off + 12, "DT_GNU_HASH bloom shift")?;
+            if nbuckets == 0
+                || bloom_size == 0
+                || !bloom_size.is_power_of_two()
+                || bloom_shift >= 64
+            {
+                return Err(bad(format!(
+                    "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
+                )));
+            }
+            let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
+            let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
+            // The chain array runs from symoffset to the last symbol; find its end.
+            let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
+            let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
+            let mut max_index: Option<u32> = None;
+            for (b, chunk) in buckets.chunks_exact(4).enumerate() {
+                let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+                if v != 0 {
+                    if v < symoffset {
+                        return Err(bad(format!(
+                            "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
+                        )));
+                    }
+                    max_index = Some(max_index.map_or(v, |m| m.max(v)));
+                }
+            }
+            let mut nsyms = symoffset;
+            if let Some(start) = max_index {
+                // The chain of the highest bucket runs to the last symbol: walk it over
+                // what the segment holds after the chain array's start.
+                let chains_off = buckets_off + u64::from(nbuckets) * 4;
+                let chains_vaddr = addr + (chains_off - fixed_t.file_off);
+                let seg = self
+                    .loads
+                    .iter()
+                    .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
+                    .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
+                let avail = seg.vaddr + seg.filesz - chains_vaddr;
+                let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
+                let mut i = start;
+                loop {
+                    let at = (i - symoffset) as usize * 4;
+                    let Some(word) = chains.get(at..at + 4) else {
+                        return Err(bad(format!(
+                            "DT_GNU_HASH chain from bucket value {start} runs past its segment"
+                        )));
+                    };
+                    if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
+                        break;
+                    }
+                    i = i
+                        .checked_add(1)
+                        .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+                }
+                nsyms = i + 1;
+            }
+            let len = (chains_off_len(fixed, nsyms, symoffset))
+                .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
+            let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
+            self.gnu_hash = Some(GnuHash {
+                table,
+                nbuckets,
+                symoffset,
+                bloom_size,
+                bloom_shift,
+            });
+            self.nsyms = nsyms;
+        }
+        if let Some(h) = self.sysv_hash {
+            self.nsyms = self.nsyms.max(h.nchain);
+        }
+        if self.gnu_hash.is_none() && self.sysv_hash.is_none() {
+            return Err(bad(
+                "neither DT_GNU_HASH nor DT_HASH present (symbols cannot be looked up)".into(),
+            ));
+        }
+        let symtab_addr = get(DT_SYMTAB).ok_or_else(|| bad("no DT_SYMTAB".into()))?;
+        self.symtab = self.table(
+            r,
+            symtab_addr,
+            u64::from(self.nsyms) * 24,
+            Placement::Any,
+            name(DT_SYMTAB),
+        )?;
+
+        // Relocation tables.
+        if let Some(addr) = get(DT_RELA) {
+            let sz = get(DT_RELASZ).ok_or_else(|| bad("DT_RELA without DT_RELASZ".into()))?;
+            if sz % 24 != 0 {
+                return Err(bad(format!("DT_RELASZ {sz:#x} is not a multiple of 24")));
+            }
+            self.rela = self.table(r, addr, sz, Placement::Any, name(DT_RELA))?;
+            self.relacount = get(DT_RELACOUNT).unwrap_or(0);
+            if self.relacount > sz / 24 {
+                return Err(bad(format!(
+                    "DT_RELACOUNT {} exceeds the {} DT_RELA entries",
+                    self.relacount,
+                    sz / 24
+                )));
+            }
+        }
+        if let Some(addr) = get(DT_JMPREL) {
+            let sz = get(DT_PLTRELSZ).ok_or_else(|| bad("DT_JMPREL without DT_PLTRELSZ".into()))?;
+            if sz % 24 != 0 {
+                return Err(bad(format!("DT_PLTRELSZ {sz:#x} is not a multiple of 24")));
+            }
+            self.jmprel = self.table(r, addr, sz, Placement::Any, name(DT_JMPREL))?;
+        }
+        self.init = get(DT_INIT);
+        self.fini = get(DT_FINI);
+        for (a, s, slot, what) in [
+            (DT_INIT_ARRAY, DT_INIT_ARRAYSZ, 0, "DT_INIT_ARRAY"),
+            (DT_FINI_ARRAY, DT_FINI_ARRAYSZ, 1, "DT_FINI_ARRAY"),
+        ] {
+            if let Some(addr) = get(a) {
+                let sz = get(s).unwrap_or(0);
+                if sz % 8 != 0 {
+                    return Err(bad(format!("{what} size {sz:#x} is not a multiple of 8")));
+                }
+                let t = self.table(r, addr, sz, Placement::Memory, what)?;
+                if slot == 0 {
+                    self.init_array = t;
+                } else {
+                    self.fini_array = t;
+                }
+            }
+        }
+        for (f, what) in [(self.init, "DT_INIT"), (self.fini, "DT_FINI")] {
+            if let Some(addr) = f {
+                if !self
+                    .loads
+                    .iter()
+                    .any(|l| l.flags & PF_X != 0 && addr >= l.vaddr && addr < l.vaddr + l.memsz)
+                {
+                    return Err(bad(format!(
+                        "{what} {addr:#x} is not inside an executable segment"
+                    )));
+                }
+            }
+        }
+
+        // Versions.
+        if let Some(addr) = get(DT_VERSYM) {
+            self.versym = Some(self.table(
+                r,
+                addr,
+                u64::from(self.nsyms) * 2,
+                Placement::Any,
+                "DT_VERSYM",
+            )?);
+        }
+        let mut versions: Vec<Option<VersionName>> = Vec::new();
+        let mut put = |idx: u16, v: VersionName| {
+            let idx = (idx & 0x7fff) as usize;
+            if versions.len() <= idx {
+                versions.resize(idx + 1, None);
+            }
+            versions[idx] = Some(v);
+        };
+        if let Some(addr) = get(DT_VERDEF) {
+            let num = get(DT_VERDEFNUM).unwrap_or(0);
+            let mut at = addr;
+            for n in 0..num.min(0x8000) {
+                let t = self.table(r, at, 20, Placement::Any, &format!("DT_VERDEF entry {n}"))?;
+                let version = r.u16(t.file_off, "vd_version")?;
+                if version != 1 {
+                    return Err(bad(format!("DT_VERDEF entry {n}: vd_version {version}")));
+                }
+                let flags = r.u16(t.file_off + 2, "vd_flags")?;
+                let ndx = r.u16(t.file_off + 4, "vd_ndx")?;
+                let cnt = r.u16(t.file_off + 6, "vd_cnt")?;
+                let aux = r.u32(t.file_off + 12, "vd_aux")?;
+                let next = r.u32(t.file_off + 16, "vd_next")?;
+                if cnt > 0 {
+                    let a = self.table(
+                        r,
+                        at + u64::from(aux),
+                        8,
+                        Placement::Any,
+                        &format!("DT_VERDEF entry {n} aux"),
+                    )?;
+                    let name_off = r.u32(a.file_off, "vda_name")?;
+                    let name = string(u64::from(name_off), &format!("DT_VERDEF entry {n} name"))?;
+                    put(
+                        ndx,
+                        VersionName {
+                            name,
+                            file: None,
+                            is_base: flags & 1 != 0,
+                        },
+                    );
+                }
+                if next == 0 {
+                    break;
+                }
+                at = at
+                    .checked_add(u64::from(next))
+                    .ok_or_else(|| bad("DT_VERDEF chain overflows".into()))?;
+            }
+        }
+        if let Some(addr) = get(DT_VERNEED) {
+            let num = get(DT_VERNEEDNUM).unwrap_or(0);
+            let mut at = addr;
+            for n in 0..num.min(0x8000) {
+                let t = self.table(r, at, 16, Placement::Any, &format!("DT_VERNEED entry {n}"))?;
+                let version = r.u16(t.file_off, "vn_version")?;
+                if version != 1 {
+                    return Err(bad(format!("DT_VERNEED entry {n}: vn_version {version}")));
+                }
+                let cnt = r.u16(t.file_off + 2, "vn_cnt")?;
+                let file_off = r.u32(t.file_off + 4, "vn_file")?;
+                let file = string(u64::from(file_off), &format!("DT_VERNEED entry {n} file"))?;
+                let mut aux = at.checked_add(u64::from(r.u32(t.file_off + 8, "vn_aux")?));
+                let next = r.u32(t.file_off + 12, "vn_next")?;
+                for k in 0..cnt {
+                    let a_addr = aux.ok_or_else(|| bad("DT_VERNEED aux overflows".into()))?;
+                    let a = self.table(
+                        r,
+                        a_addr,
+                        16,
+                        Placement::Any,
+                        &format!("DT_VERNEED entry {n} aux {k}"),
+                    )?;
+                    let other = r.u16(a.file_off + 6, "vna_other")?;
+                    let name_off = r.u32(a.file_off + 8, "vna_name")?;
+                    let name = string(
+                        u64::from(name_off),
+                        &format!("DT_VERNEED entry {n} aux {k} name"),
+                    )?;
+                    put(
+                        other,
+                        VersionName {
+                            name,
+                            file: Some(file.clone()),
+                            is_base: false,
+                        },
+                    );
+                    let anext = r.u32(a.file_off + 12, "vna_next")?;
+                    if anext == 0 {
+                        break;
+                    }
+                    aux = a_addr.checked_add(u64::from(anext));
+                }
+                if next == 0 {
+                    break;
+                }
+                at = at
+                    .checked_add(u64::from(next))
+                    .ok_or_else(|| bad("DT_VERNEED chain overflows".into()))?;
+            }
+        }
+        self.versions = versions;
+        Ok(())
+    }
+
+    /// Reads symbol `i` from the file bytes (for tools and the fuzz target).
+    pub fn file_sym(&self, data: &[u8], i: u32) -> Option<Sym> {
+        if i >= self.nsyms {
+            return None;
+        }
+        let o = (self.symtab.file_off + u64::from(i) * 24) as usize;
+        read_sym(data.get(o..o + 24)?)
+    }
+
+    /// Reads a name from the string table in the file bytes.
+    pub fn file_str<'a>(&self, data: &'a [u8], off: u32) -> Option<&'a [u8]> {
+        let tab = data.get(
+            self.strtab.file_off as usize..(self.strtab.file_off + self.strtab.len) as usize,
+        )?;
+        let s = tab.get(off as usize..)?;
+        let n = s.iter().position(|&b| b == 0)?;
+        Some(&s[..n])
+    }
+
+    /// Reads the relocations of `table` from the file bytes.
+    pub fn file_relocs(&self, data: &[u8], table: Table) -> Vec<Rela> {
+        let Some(bytes) = data.get(table.file_off as usize..(table.file_off + table.len) as usize)
+        else {
+            return Vec::new();
+        };
+        bytes.chunks_exact(24).map(read_rela).collect()
+    }
+
+    /// The version index of symbol `i` from the file bytes (`None` without DT_VERSYM).
+    pub fn file_versym(&self, data: &[u8], i: u32) -> Option<u16> {
+        let t = self.versym?;
+        let o = (t.file_off + u64::from(i) * 2) as usize;
+        let b = data.get(o..o + 2)?;
+        Some(u16::from_le_bytes([b[0], b[1]]))
+    }
+}
+
+/// What [`check_bytes`] found in a well-formed file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckSummary {
+    /// Number of dynamic symbols.
+    pub symbols: u32,
+    /// Number of relocations (DT_RELA + DT_JMPREL).
+    pub relocations: usize,
+    /// `DT_NEEDED` names.
+    pub needed: Vec<String>,
+    /// Whether the file has a `PT_TLS` segment.
+    pub has_tls: bool,
+}
+
+/// Parses `data` as a shared library and walks every table the loader reads (symbol
+/// names, versions, relocations and their targets) without mapping or running
+/// anything: the oracle of the fuzz target and of the bad-input tests. Errors are the
+/// ones the loader would give.
+pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
+    let info = ElfInfo::parse(path, data)?;
+    for i in 1..info.nsyms {
+        let s = info
+            .file_sym(data, i)
+            .ok_or_else(|| Error::malformed(path, format!("symbol {i} unreadable")))?;
+        info.file_str(data, s.name).ok_or_else(|| {
+            Error::malformed(
+                path,
+                format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name),
+            )
+        })?;
+        if let Some(v) = info.file_versym(data, i) {
+            let idx = (v & 0x7fff) as usize;
+            if idx >= 2 && info.versions.get(idx).is_none_or(|v| v.is_none()) {
+                return Err(Error::malformed(
+                    path,
+                    format!("symbol {i}: version index {idx} is not defined"),
+                ));
+            }
+        }
+    }
+    let mut relocations = 0;
+    for table in [info.rela, info.jmprel] {
+        for r in info.file_relocs(data, table) {
+            relocations += 1;
+            if r.sym >= info.nsyms && r.sym != 0 {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: format!(
+                        "symbol index {} is beyond the {} dynamic symbols",
+                        r.sym, info.nsyms
+                    ),
+                });
+            }
+            let size = match r.kind {
+                R_X86_64_NONE => continue,
+                R_X86_64_32 | R_X86_64_PC32 => 4,
+                R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
+                | R_X86_64_RELATIVE | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE
+                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => 8,
+                other => {
+                    return Err(Error::Relocation {
+                        path: path.to_path_buf(),
+                        kind: reloc_name(other),
+                        offset: r.offset,
+                        symbol: String::new(),
+                        reason: "unsupported relocation type".into(),
+                    })
+                }
+            };
+            let ok = info.loads.iter().any(|l| {
+                l.flags & PF_W != 0
+                    && r.offset >= l.vaddr
+                    && r.offset
+                        .checked_add(size)
+                        .is_some_and(|e| e <= l.vaddr + l.memsz)
+            });
+            if !ok {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: "target is not inside a writable segment".into(),
+                });
+            }
+        }
+    }
+    Ok(CheckSummary {
+        symbols: info.nsyms,
+        relocations,
+        needed: info.needed.clone(),
+        has_tls: info.tls.is_some(),
+    })
+}
+
+fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {
+    fixed.checked_add(u64::from(nsyms.checked_sub(symoffset)?) * 4)
+}
+
+/// Decodes an `Elf64_Sym` from 24 bytes.
+pub fn read_sym(b: &[u8]) -> Option<Sym> {
+    if b.len() < 24 {
+        return None;
+    }
+    Some(Sym {
+        name: u32::from_le_bytes(b[0..4].try_into().ok()?),
+        info: b[4],
+        other: b[5],
+        shndx: u16::from_le_bytes([b[6], b[7]]),
+        value: u64::from_le_bytes(b[8..16].try_into().ok()?),
+        size: u64::from_le_bytes(b[16..24].try_into().ok()?),
+    })
+}
+
+/// Decodes an `Elf64_Rela` from 24 bytes.
+pub fn read_rela(b: &[u8]) -> Rela {
+    let offset = u64::from_le_bytes(b[0..8].try_into().expect("24-byte chunk"));
+    let info = u64::from_le_bytes(b[8..16].try_into().expect("24-byte chunk"));
+    let addend = i64::from_le_bytes(b[16..24].try_into().expect("24-byte chunk"));
+    Rela {
+        offset,
+        sym: (info >> 32) as u32,
+        kind: info as u32,
+        addend,
+    }
+}
+
+/// The GNU hash of a symbol name (djb2: `h = h * 33 + c`, from 5381).
+///
+/// Four characters per step (`h * 33^4 + c0 * 33^3 + c1 * 33^2 + c2 * 33 + c3`, all
+/// wrapping), which shortens the chain of dependent multiplications fourfold; the
+/// result is the same as the one-character loop (checked in the tests).
+#[inline]
+pub fn gnu_hash(name: &[u8]) -> u32 {
+    const P1: u32 = 33;
+    const P2: u32 = 33 * 33;
+    const P3: u32 = 33 * 33 * 33;
+    const P4: u32 = 33 * 33 * 33 * 33;
+    let mut h: u32 = 5381;
+    let mut chunks = name.chunks_exact(4);
+    for c in &mut chunks {
+        h = h
+            .wrapping_mul(P4)
+            .wrapping_add(u32::from(c[0]).wrapping_mul(P3))
+            .wrapping_add(u32::from(c[1]).wrapping_mul(P2))
+            .wrapping_add(u32::from(c[2]).wrapping_mul(P1))
+            .wrapping_add(u32::from(c[3]));
+    }
+    for &c in chunks.remainder() {
+        h = h.wrapping_mul(33).wrapping_add(u32::from(c));
+    }
+    h
+}
+
+/// The SysV ELF hash of a symbol name.
+pub fn sysv_hash(name: &[u8]) -> u32 {
+    let mut h: u32 = 0;
+    for &c in name {
+        h = (h << 4).wrapping_add(u32::from(c));
+        let g = h & 0xf000_0000;
+        if g != 0 {
+            h ^= g >> 24;
+        }
+        h &= !g;
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unrolled_gnu_hash_equals_the_simple_loop() {
+        let simple = |name: &[u8]| {
+            let mut h: u32 = 5381;
+            for &c in name {
+                h = h.wrapping_mul(33).wrapping_add(u32::from(c));
+            }
+            h
+        };
+        for name in [
+            &b""[..],
+            b"a",
+            b"ab",
+            b"abc",
+            b"abcd",
+            b"abcde",
+            b"PyUnicode_FromStringAndSize",
+            b"\xff\xfe\xfd\xfc\xfb",
+        ] {
+            assert_eq!(gnu_hash(name), simple(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn hashes_match_known_values() {
+        // Values from the ELF gABI / GNU hash documentation.
+        assert_eq!(sysv_hash(b""), 0);
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(sysv_hash(b"printf"), 0x0779_05a6);
+    }
+
+    #[test]
+    fn rejects_non_elf_and_truncated_headers() {
+        let p = Path::new("x.so");
+        let e = ElfInfo::parse(p, b"hello").unwrap_err().to_string();
+        assert!(
+            e.contains("x.so") && e.contains("ELF identification"),
+            "{e}"
+        );
+        let e = ElfInfo::parse(p, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ELF header"), "{e}");
+        let e = ElfInfo::parse(p, b"\x7fELG\x02\x01\x01\0\0\0\0\0\0\0\0\0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("magic"), "{e}");
+    }
+}

@@ -1,0 +1,668 @@
+//! A mapped library (`Image`): symbol lookup in its own tables (GNU and SysV hash,
+//! versions), relocation against a resolution scope, and init/fini calls.
+
+use crate::elf::{consts::*, gnu_hash, read_rela, reloc_name, ElfInfo, Rela, Sym};
+use crate::error::{Error, Result};
+use crate::map::Mapping;
+use crate::symtab::SymTab;
+use crate::system::{SymbolProvider, SystemLibrary};
+use crate::tls::{self, TlsIndex};
+use std::ffi::{c_char, c_int, CString};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+/// One library mapped by this loader.
+pub(crate) struct Image {
+    /// Unique id (for traces and handles).
+    pub id: u64,
+    /// The file it was loaded from.
+    pub path: PathBuf,
+    /// The path as a C string (dladdr's dli_fname, the link map's l_name).
+    pub c_path: CString,
+    /// Parsed headers and tables.
+    pub info: ElfInfo,
+    /// The mapping (unmapped on drop).
+    pub map: Mapping,
+    /// The dynamic symbol table in the mapping.
+    pub tab: SymTab,
+    /// Writable segments' runtime ranges (relocation targets must lie inside).
+    pub writable: Vec<(u64, u64)>,
+    /// Our TLS module id, if the library has PT_TLS.
+    pub tls_module: Option<u64>,
+    /// Direct dependencies (set once loaded).
+    pub deps: OnceLock<Vec<Dep>>,
+    /// Extra providers searched after the library's dependencies.
+    pub search: Vec<Arc<dyn SymbolProvider>>,
+    /// Init functions have run.
+    pub initialized: AtomicBool,
+    /// Fini functions have run.
+    pub finalized: AtomicBool,
+    /// The registered `.eh_frame` start, for deregistration.
+    pub eh_frame: parking_lot::Mutex<Option<usize>>,
+    /// The namespace this image belongs to.
+    pub ns: Weak<crate::namespace::NsInner>,
+}
+
+/// A dependency: another custom image, or a library of the system loader.
+#[derive(Clone)]
+pub(crate) enum Dep {
+    Custom(Weak<Image>),
+    System(Arc<SystemLibrary>),
+}
+
+/// One place a symbol is looked for, in order.
+#[derive(Clone)]
+pub(crate) enum ScopeItem {
+    /// The loader's own dl* and __tls_get_addr entries.
+    Overrides,
+    Custom(Arc<Image>),
+    System(Arc<SystemLibrary>),
+    Provider(Arc<dyn SymbolProvider>),
+}
+
+/// What a symbol reference resolved to.
+pub(crate) enum Def {
+    Custom(Arc<Image>, Sym),
+    Addr(usize),
+    SystemTls(TlsIndex, usize),
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Relocation counts for traces and tests.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RelocStats {
+    /// RELATIVE relocations.
+    pub relative: usize,
+    /// Symbolic relocations (64, GLOB_DAT, JUMP_SLOT, ...).
+    pub symbolic: usize,
+    /// IRELATIVE relocations.
+    pub irelative: usize,
+    /// TLS relocations (DTPMOD64, DTPOFF64, TPOFF64).
+    pub tls: usize,
+    /// Symbolic references resolved inside the library itself.
+    pub self_bound: usize,
+    /// Weak undefined references left at 0.
+    pub weak_zero: usize,
+}
+
+impl Image {
+    #[inline]
+    fn ptr(&self, vaddr: u64) -> *const u8 {
+        self.map.bias.wrapping_add(vaddr as usize) as *const u8
+    }
+
+    /// Runtime address of a link-time address.
+    pub fn addr(&self, vaddr: u64) -> usize {
+        self.map.bias.wrapping_add(vaddr as usize)
+    }
+
+    /// Symbol `i` (must be < nsyms).
+    #[inline]
+    pub fn sym(&self, i: u32) -> Sym {
+        self.tab.sym(i)
+    }
+
+    /// The string at `off` in DT_STRTAB, without its NUL.
+    pub fn str_at(&self, off: u32) -> Option<&[u8]> {
+        self.tab.str_at(off)
+    }
+
+    /// The version a reference from symbol `i` asks for (`None` if unversioned).
+    pub fn wanted_version(&self, i: u32) -> Option<&str> {
+        self.tab.wanted_version(i)
+    }
+
+    /// Looks `name` up in this library's own exported symbols.
+    #[inline]
+    pub fn lookup_own(&self, name: &[u8], hash: u32, version: Option<&str>) -> Option<Sym> {
+        self.tab.lookup(name, hash, version)
+    }
+
+    /// The runtime address of a defined non-TLS symbol, calling ifunc resolvers.
+    pub fn sym_address(&self, s: &Sym) -> usize {
+        self.tab.address(s)
+    }
+
+    /// Looks a name up in this library and exports the address (for `sym`).
+    pub fn export(&self, name: &str, version: Option<&str>) -> Option<usize> {
+        let s = self.lookup_own(name.as_bytes(), gnu_hash(name.as_bytes()), version)?;
+        if s.kind() == STT_TLS {
+            return None;
+        }
+        Some(self.sym_address(&s))
+    }
+
+    /// The TLS index of an exported thread-local symbol.
+    pub fn export_tls(&self, name: &str) -> Option<TlsIndex> {
+        let s = self.lookup_own(name.as_bytes(), gnu_hash(name.as_bytes()), None)?;
+        (s.kind() == STT_TLS).then_some(())?;
+        Some(TlsIndex {
+            module: self.tls_module?,
+            offset: s.value,
+        })
+    }
+
+    /// The nearest defined symbol at or below `addr` (for dladdr).
+    pub fn symbol_at(&self, addr: usize) -> Option<(&[u8], usize)> {
+        let mut best: Option<(u32, usize)> = None;
+        for i in 1..self.info.nsyms {
+            let s = self.sym(i);
+            if !s.is_defined() || s.kind() == STT_TLS || s.shndx == SHN_ABS {
+                continue;
+            }
+            let a = self.addr(s.value);
+            if a <= addr
+                && (s.size == 0 || addr < a + s.size as usize || a == addr)
+                && best.is_none_or(|(_, b)| a > b)
+            {
+                best = Some((i, a));
+            }
+        }
+        let (i, a) = best?;
+        Some((self.str_at(self.sym(i).name)?, a))
+    }
+
+    fn relocs(&self, t: crate::elf::Table) -> impl Iterator<Item = Rela> + '_ {
+        // SAFETY: the parser checked the table lies in a mapped read-only segment.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr(t.vaddr), t.len as usize) };
+        bytes.chunks_exact(24).map(read_rela)
+    }
+
+    /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
+    #[inline]
+    fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
+        let ok = self
+            .writable
+            .iter()
+            .any(|&(start, end)| r.offset >= start && r.offset <= end.saturating_sub(size));
+        if !ok {
+            return Err(self.reloc_err(r, "", "target is not inside a writable segment"));
+        }
+        Ok(self.addr(r.offset) as *mut u8)
+    }
+
+    fn reloc_err(&self, r: &Rela, symbol: &str, reason: &str) -> Error {
+        Error::Relocation {
+            path: self.path.clone(),
+            kind: reloc_name(r.kind),
+            offset: r.offset,
+            symbol: symbol.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// Applies all relocations, resolving symbols through `scope`.
+    pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
+        let mut stats = RelocStats::default();
+        // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
+        // per symbol, so that relocating libpython touches few fresh heap pages.
+        let mut cache: Vec<usize> = vec![usize::MAX; self.info.nsyms as usize];
+        let mut deferred: Vec<Rela> = Vec::new();
+        let total = (self.info.rela.len / 24) as usize;
+        let relacount = (self.info.relacount as usize).min(total);
+        // Fast path: the leading RELATIVE relocations (DT_RELACOUNT), in a tight loop
+        // over the raw table; anything unexpected goes to the general path.
+        let table = self.addr(self.info.rela.vaddr) as *const u8;
+        let bias = self.map.bias;
+        let mut n = 0;
+        if let [(lo, hi)] = self.writable[..] {
+            while n < relacount {
+                // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
+                // checked to lie inside a mapped segment.
+                let (offset, info, addend) = unsafe {
+                    let e = table.add(n * 24);
+                    (
+                        std::ptr::read_unaligned(e as *const u64),
+                        std::ptr::read_unaligned(e.add(8) as *const u64),
+                        std::ptr::read_unaligned(e.add(16) as *const u64),
+                    )
+                };
+                if info as u32 != R_X86_64_RELATIVE || offset < lo || offset > hi.saturating_sub(8)
+                {
+                    break;
+                }
+                // SAFETY: the target lies inside the (only) writable segment.
+                unsafe {
+                    std::ptr::write_unaligned(
+                        bias.wrapping_add(offset as usize) as *mut usize,
+                        bias.wrapping_add(addend as usize),
+                    )
+                };
+                n += 1;
+            }
+            stats.relative += n;
+        }
+        let rest = crate::elf::Table {
+            file_off: self.info.rela.file_off + n as u64 * 24,
+            vaddr: self.info.rela.vaddr + n as u64 * 24,
+            len: self.info.rela.len - n as u64 * 24,
+        };
+        for r in self.relocs(rest) {
+            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
+        }
+        let jmprel: Vec<Rela> = self.relocs(self.info.jmprel).collect();
+        for r in jmprel {
+            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
+        }
+        // IRELATIVE and references to our own ifuncs run resolvers last, when every
+        // other relocation of this image is in place.
+        for r in deferred {
+            let p = self.check_target(&r, 8)?;
+            let value = if r.kind == R_X86_64_IRELATIVE {
+                let resolver = self.addr(r.addend as u64);
+                // SAFETY: an IRELATIVE addend is the address of an ifunc resolver in this
+                // image; resolvers take no arguments and return an address.
+                let f: extern "C" fn() -> usize = unsafe { std::mem::transmute(resolver) };
+                stats.irelative += 1;
+                f()
+            } else {
+                let s = self.sym(r.sym);
+                self.sym_address(&s).wrapping_add(r.addend as usize)
+            };
+            // SAFETY: checked target inside a writable segment.
+            unsafe { std::ptr::write_unaligned(p as *mut usize, value) };
+        }
+        Ok(stats)
+    }
+
+    fn sym_name(&self, i: u32) -> String {
+        if i == 0 || i >= self.info.nsyms {
+            return String::new();
+        }
+        self.str_at(self.sym(i).name)
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .unwrap_or_default()
+    }
+
+    fn apply(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        cache: &mut [usize],
+        deferred: &mut Vec<Rela>,
+        stats: &mut RelocStats,
+    ) -> Result<()> {
+        if r.sym >= self.info.nsyms && r.sym != 0 {
+            return Err(self.reloc_err(
+                r,
+                "",
+                &format!(
+                    "symbol index {} is beyond the {} dynamic symbols",
+                    r.sym, self.info.nsyms
+                ),
+            ));
+        }
+        match r.kind {
+            R_X86_64_NONE => Ok(()),
+            R_X86_64_RELATIVE | R_X86_64_RELATIVE64 => {
+                let p = self.check_target(r, 8)?;
+                // SAFETY: checked target.
+                unsafe { std::ptr::write_unaligned(p as *mut usize, self.addr(r.addend as u64)) };
+                stats.relative += 1;
+                Ok(())
+            }
+            R_X86_64_IRELATIVE => {
+                self.check_target(r, 8)?;
+                deferred.push(*r);
+                Ok(())
+            }
+            R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT | R_X86_64_32 | R_X86_64_PC32
+            | R_X86_64_PC64 => {
+                let size = if matches!(r.kind, R_X86_64_32 | R_X86_64_PC32) {
+                    4
+                } else {
+                    8
+                };
+                let p = self.check_target(r, size)?;
+                stats.symbolic += 1;
+                let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
+                    0
+                } else {
+                    r.addend
+                };
+                let base = if r.sym == 0 {
+                    0
+                } else if cache[r.sym as usize] != usize::MAX {
+                    cache[r.sym as usize]
+                } else {
+                    if self.sym(r.sym).kind() == STT_TLS {
+                        return Err(self.reloc_err(
+                            r,
+                            &self.sym_name(r.sym),
+                            "non-TLS relocation against a TLS symbol",
+                        ));
+                    }
+                    let v = match self.resolve(r, scope)? {
+                        None => {
+                            stats.weak_zero += 1;
+                            0
+                        }
+                        Some(Def::Custom(img, sym)) => {
+                            if Arc::ptr_eq(&img, self) {
+                                stats.self_bound += 1;
+                                if sym.kind() == STT_GNU_IFUNC {
+                                    if size != 8 || matches!(r.kind, R_X86_64_PC64) {
+                                        return Err(self.reloc_err(
+                                            r,
+                                            &self.sym_name(r.sym),
+                                            "ifunc through a non-absolute relocation",
+                                        ));
+                                    }
+                                    // Our own ifunc: resolve after every other relocation.
+                                    let mut d = *r;
+                                    d.addend = addend;
+                                    deferred.push(d);
+                                    return Ok(());
+                                }
+                            }
+                            img.sym_address(&sym)
+                        }
+                        Some(Def::Addr(a)) => a,
+                        Some(Def::SystemTls(..)) => {
+                            return Err(self.reloc_err(
+                                r,
+                                &self.sym_name(r.sym),
+                                "resolved to a TLS symbol",
+                            ));
+                        }
+                    };
+                    cache[r.sym as usize] = v;
+                    v
+                };
+                let value = base.wrapping_add(addend as usize);
+                // SAFETY: checked target of `size` bytes in a writable segment.
+                unsafe {
+                    match r.kind {
+                        R_X86_64_PC32 => {
+                            let v = (value as i64).wrapping_sub(p as i64);
+                            let v32 = i32::try_from(v).map_err(|_| {
+                                self.reloc_err(
+                                    r,
+                                    &self.sym_name(r.sym),
+                                    "PC-relative value overflows 32 bits",
+                                )
+                            })?;
+                            std::ptr::write_unaligned(p as *mut i32, v32)
+                        }
+                        R_X86_64_PC64 => std::ptr::write_unaligned(
+                            p as *mut usize,
+                            value.wrapping_sub(p as usize),
+                        ),
+                        R_X86_64_32 => {
+                            let v32 = u32::try_from(value).map_err(|_| {
+                                self.reloc_err(r, &self.sym_name(r.sym), "value overflows 32 bits")
+                            })?;
+                            std::ptr::write_unaligned(p as *mut u32, v32)
+                        }
+                        _ => std::ptr::write_unaligned(p as *mut usize, value),
+                    }
+                }
+                Ok(())
+            }
+            R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => {
+                let p = self.check_target(r, 8)?;
+                stats.tls += 1;
+                let def = if r.sym == 0 {
+                    // Local-dynamic / local symbol: this module.
+                    Some(Def::Custom(
+                        self.clone(),
+                        Sym {
+                            name: 0,
+                            info: STT_TLS,
+                            other: 0,
+                            shndx: 1,
+                            value: 0,
+                            size: 0,
+                        },
+                    ))
+                } else {
+                    let s = self.sym(r.sym);
+                    if s.kind() != STT_TLS {
+                        return Err(self.reloc_err(
+                            r,
+                            &self.sym_name(r.sym),
+                            "TLS relocation against a non-TLS symbol",
+                        ));
+                    }
+                    self.resolve(r, scope)?
+                };
+                let name = self.sym_name(r.sym);
+                let value: u64 = match (r.kind, def) {
+                    (_, None) => 0,
+                    (R_X86_64_DTPMOD64, Some(Def::Custom(img, _))) => img
+                        .tls_module
+                        .ok_or_else(|| self.reloc_err(r, &name, "defining library has no PT_TLS"))?,
+                    (R_X86_64_DTPOFF64, Some(Def::Custom(_, s))) => s.value.wrapping_add(r.addend as u64),
+                    (R_X86_64_DTPMOD64, Some(Def::SystemTls(ti, _))) => ti.module,
+                    (R_X86_64_DTPOFF64, Some(Def::SystemTls(ti, _))) => ti.offset.wrapping_add(r.addend as u64),
+                    (R_X86_64_TPOFF64, Some(Def::SystemTls(_, addr))) => {
+                        // Initial-exec access to a variable in the system's static TLS:
+                        // its offset from the thread pointer is the same in every thread.
+                        let tp = tls::thread_pointer();
+                        if addr >= tp || tp - addr > (16 << 20) {
+                            return Err(self.reloc_err(r, &name, "symbol is not in the system's static TLS block"));
+                        }
+                        (addr as u64).wrapping_sub(tp as u64).wrapping_add(r.addend as u64)
+                    }
+                    (R_X86_64_TPOFF64, Some(Def::Custom(..))) => {
+                        return Err(self.reloc_err(
+                            r,
+                            &name,
+                            "initial-exec TLS (static TLS offset) in a custom-loaded library cannot be honoured; build it with -ftls-model=global-dynamic",
+                        ))
+                    }
+                    (_, Some(_)) => return Err(self.reloc_err(r, &name, "symbol resolved to a non-TLS definition")),
+                };
+                // SAFETY: checked target.
+                unsafe { std::ptr::write_unaligned(p as *mut u64, value) };
+                Ok(())
+            }
+            R_X86_64_TLSDESC => Err(self.reloc_err(
+                r,
+                &self.sym_name(r.sym),
+                "TLS descriptors are not supported; build with -mtls-dialect=gnu",
+            )),
+            R_X86_64_COPY => Err(self.reloc_err(
+                r,
+                &self.sym_name(r.sym),
+                "copy relocations belong to executables",
+            )),
+            _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
+        }
+    }
+
+    /// Resolves the symbol of relocation `r` through `scope`; `Ok(None)` for a weak
+    /// undefined symbol found nowhere.
+    fn resolve(self: &Arc<Self>, r: &Rela, scope: &[ScopeItem]) -> Result<Option<Def>> {
+        let s = self.sym(r.sym);
+        let name = self.str_at(s.name).ok_or_else(|| {
+            self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
+        })?;
+        let version = self.wanted_version(r.sym);
+        // A defined symbol that is local or hidden binds to itself (no lookup).
+        if s.is_defined() && (s.bind() == STB_LOCAL || s.other & 3 == 2 || s.other & 3 == 1) {
+            return Ok(Some(Def::Custom(self.clone(), s)));
+        }
+        let is_tls = s.kind() == STT_TLS;
+        let hash = gnu_hash(name);
+        if let Some(d) = lookup_scope(scope, name, hash, version, is_tls) {
+            return Ok(Some(d));
+        }
+        if s.bind() == STB_WEAK {
+            return Ok(None);
+        }
+        Err(Error::UndefinedSymbol {
+            path: self.path.clone(),
+            symbol: String::from_utf8_lossy(name).into_owned(),
+            version: version.map(|v| format!("@{v}")).unwrap_or_default(),
+            offset: r.offset,
+        })
+    }
+
+    /// Whether `addr` lies inside an executable segment of this image.
+    fn is_code(&self, addr: usize) -> bool {
+        self.info.loads.iter().any(|l| {
+            l.flags & PF_X != 0 && addr >= self.addr(l.vaddr) && addr < self.addr(l.vaddr + l.memsz)
+        })
+    }
+
+    /// The relocated entries of an init/fini array (0 and -1 entries skipped).
+    fn array_entries(&self, t: crate::elf::Table) -> Vec<usize> {
+        (0..t.len / 8)
+            .map(|i| {
+                // SAFETY: the array lies in a readable part of our mapping (parser).
+                unsafe { std::ptr::read_unaligned(self.ptr(t.vaddr + i * 8) as *const usize) }
+            })
+            .filter(|&v| v != 0 && v != usize::MAX)
+            .collect()
+    }
+
+    /// Checks, after relocation, that every init and fini function is code of this
+    /// image: a corrupt array must give an error, not a jump to a random address.
+    pub fn check_init_fini(&self) -> Result<()> {
+        for (t, what) in [
+            (self.info.init_array, "DT_INIT_ARRAY"),
+            (self.info.fini_array, "DT_FINI_ARRAY"),
+        ] {
+            for (i, v) in self.array_entries(t).into_iter().enumerate() {
+                if !self.is_code(v) {
+                    return Err(Error::malformed(
+                        &self.path,
+                        format!("{what} entry {i} = {v:#x} is not inside an executable segment of the library"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs DT_INIT and DT_INIT_ARRAY with (argc, argv, envp).
+    pub fn run_init(&self) {
+        if self.initialized.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (argc, argv, envp) = crate::namespace::init_args();
+        let _span = tracing::debug_span!("init", library = %self.path.display()).entered();
+        type InitFn = extern "C" fn(c_int, *const *const c_char, *const *const c_char);
+        if let Some(init) = self.info.init {
+            // SAFETY: DT_INIT is inside an executable segment of this relocated image
+            // (checked by the parser) and has the init calling convention.
+            let f: InitFn = unsafe { std::mem::transmute(self.addr(init)) };
+            f(argc, argv, envp);
+        }
+        for v in self.array_entries(self.info.init_array) {
+            // SAFETY: a relocated INIT_ARRAY entry, checked by `check_init_fini` to be
+            // code of this image.
+            let f: InitFn = unsafe { std::mem::transmute(v) };
+            f(argc, argv, envp);
+        }
+    }
+
+    /// Runs DT_FINI_ARRAY in reverse, then DT_FINI (once, and only after init).
+    pub fn run_fini(&self) {
+        if !self.initialized.load(Ordering::Acquire) || self.finalized.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let _span = tracing::debug_span!("fini", library = %self.path.display()).entered();
+        for v in self.array_entries(self.info.fini_array).into_iter().rev() {
+            if !self.is_code(v) {
+                // Checked at load; only a library that rewrote its own (RELRO) array
+                // gets here.
+                tracing::warn!(library = %self.path.display(), entry = v, "skipping a FINI_ARRAY entry outside the library's code");
+                continue;
+            }
+            // SAFETY: a relocated FINI_ARRAY entry that is code of this image.
+            let f: extern "C" fn() = unsafe { std::mem::transmute(v) };
+            f();
+        }
+        if let Some(fini) = self.info.fini {
+            // SAFETY: DT_FINI is inside an executable segment of this image.
+            let f: extern "C" fn() = unsafe { std::mem::transmute(self.addr(fini)) };
+            f();
+        }
+    }
+}
+
+/// Looks a symbol up through a scope, in order. System libraries are searched in
+/// their own symbol tables first (fast); only if no item has the symbol are they asked
+/// through `dlvsym`, which also searches their dependencies.
+pub(crate) fn lookup_scope(
+    scope: &[ScopeItem],
+    name: &[u8],
+    hash: u32,
+    version: Option<&str>,
+    is_tls: bool,
+) -> Option<Def> {
+    let mut cname: Option<CString> = None;
+    let mut cver: Option<Option<CString>> = None;
+    let mut slow = false;
+    for item in scope {
+        match item {
+            ScopeItem::Overrides => {
+                if !is_tls {
+                    if let Some(a) = crate::dlfcn::override_for(name) {
+                        return Some(Def::Addr(a));
+                    }
+                }
+            }
+            ScopeItem::Custom(img) => {
+                if let Some(s) = img.lookup_own(name, hash, version) {
+                    if (s.kind() == STT_TLS) == is_tls {
+                        return Some(Def::Custom(img.clone(), s));
+                    }
+                }
+            }
+            ScopeItem::System(lib) => {
+                if !is_tls {
+                    if let Some(tab) = lib.symtab() {
+                        slow = true;
+                        if let Some(s) = tab.lookup(name, hash, version) {
+                            if s.kind() != STT_TLS {
+                                return Some(Def::Addr(tab.address(&s)));
+                            }
+                        }
+                        continue;
+                    }
+                }
+                let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
+                let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
+                if is_tls {
+                    if let Some((ti, addr)) = lib.tls_lookup_c(n, v.as_deref()) {
+                        return Some(Def::SystemTls(ti, addr));
+                    }
+                } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                    return Some(Def::Addr(a));
+                }
+            }
+            ScopeItem::Provider(p) => {
+                let n = std::str::from_utf8(name).ok()?;
+                if is_tls {
+                    if let Some(ti) = p.tls_sym(n) {
+                        return Some(Def::SystemTls(ti, 0));
+                    }
+                } else if let Some(a) = p.sym_versioned(n, version) {
+                    return Some(Def::Addr(a));
+                }
+            }
+        }
+    }
+    if slow {
+        let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
+        let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
+        for item in scope {
+            if let ScopeItem::System(lib) = item {
+                if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                    return Some(Def::Addr(a));
+                }
+            }
+        }
+    }
+    None
+}

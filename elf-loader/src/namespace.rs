@@ -1,0 +1,764 @@
+//! [`Namespace`], [`CustomLibrary`] and the dependency policy: loading a library and its
+//! `DT_NEEDED` closure into one isolated world, in dependency order, with init/fini.
+
+use crate::elf::ElfInfo;
+use crate::error::{Error, Result};
+use crate::image::{next_id, Dep, Image, ScopeItem};
+use crate::map::Mapping;
+use crate::system::{SymbolProvider, SystemLibrary};
+use crate::tls::{self, TlsIndex};
+use parking_lot::{Mutex, ReentrantMutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, CString};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+/// Serialises every load and unload (like glibc's `dl_load_lock`); re-entrant because
+/// init functions may call `dlopen`.
+static LOAD_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
+
+/// Every mapped image by start address: for `dladdr`, for finding the namespace of a
+/// `dlopen` caller, and for debugging.
+static IMAGES: RwLock<BTreeMap<usize, (usize, Weak<Image>)>> = RwLock::new(BTreeMap::new());
+
+/// The custom image containing `addr`, if any.
+pub(crate) fn image_containing(addr: usize) -> Option<Arc<Image>> {
+    let map = IMAGES.read();
+    let (_, (end, img)) = map.range(..=addr).next_back()?;
+    if addr < *end {
+        img.upgrade()
+    } else {
+        None
+    }
+}
+
+/// Number of images currently mapped by this loader (all namespaces).
+pub fn loaded_image_count() -> usize {
+    IMAGES.read().len()
+}
+
+/// Which `DT_NEEDED` dependencies are shared through the system loader and which are
+/// loaded again in each namespace.
+#[derive(Debug, Clone)]
+pub struct DependencyPolicy {
+    /// Name prefixes always taken from the system loader (glibc, the C++ runtime, ...).
+    pub system_prefixes: Vec<String>,
+    /// Name prefixes always loaded per namespace, even from system directories.
+    pub private_prefixes: Vec<String>,
+    /// Whether other libraries found in the system directories are shared through the
+    /// system loader (true by default); libraries found through RPATH/RUNPATH/`$ORIGIN`
+    /// or outside the system directories are always loaded per namespace.
+    pub share_system_dirs: bool,
+}
+
+/// Libraries that must never be loaded twice: the C runtime and the compiler runtimes.
+const ALWAYS_SYSTEM: &[&str] = &[
+    "libc.so",
+    "libm.so",
+    "libpthread.so",
+    "libdl.so",
+    "librt.so",
+    "libutil.so",
+    "libresolv.so",
+    "libanl.so",
+    "ld-linux",
+    "libmvec.so",
+    "libstdc++.so",
+    "libgcc_s.so",
+    "libatomic.so",
+    "libgomp.so",
+];
+
+/// The system library directories searched after RPATH, `LD_LIBRARY_PATH` and RUNPATH.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/usr/local/lib",
+];
+
+impl Default for DependencyPolicy {
+    fn default() -> Self {
+        DependencyPolicy {
+            system_prefixes: ALWAYS_SYSTEM.iter().map(|s| s.to_string()).collect(),
+            private_prefixes: Vec::new(),
+            share_system_dirs: true,
+        }
+    }
+}
+
+impl DependencyPolicy {
+    fn is_system_name(&self, name: &str) -> bool {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        if self
+            .private_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+        {
+            return false;
+        }
+        self.system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+    }
+    fn is_private_name(&self, name: &str) -> bool {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        self.private_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+    }
+}
+
+pub(crate) struct NsState {
+    /// Every image, in load (= init) order.
+    pub images: Vec<Arc<Image>>,
+    /// Images whose symbols later loads (and `dlsym(RTLD_DEFAULT)`) see, in order.
+    pub global: Vec<Arc<Image>>,
+    /// Images by canonical path and by soname.
+    pub by_path: HashMap<PathBuf, Arc<Image>>,
+    pub by_soname: HashMap<String, Arc<Image>>,
+    /// System libraries opened for dependencies, by name.
+    pub system: HashMap<String, Arc<SystemLibrary>>,
+}
+
+/// A namespace's shared state.
+pub(crate) struct NsInner {
+    pub id: u64,
+    pub name: String,
+    pub policy: DependencyPolicy,
+    pub state: Mutex<NsState>,
+    /// Providers searched by every library of the namespace after its dependencies.
+    pub search: RwLock<Vec<Arc<dyn SymbolProvider>>>,
+}
+
+/// An isolated world of custom-loaded libraries: each library it loads (and each
+/// dependency that the policy does not share) exists once per namespace, and a
+/// `dlopen` from inside the namespace loads into it.
+///
+/// Dropping the last handle to a namespace (the `Namespace` values and every
+/// [`CustomLibrary`] of it) runs the fini functions of its libraries, dependents first,
+/// and unmaps them.
+#[derive(Clone)]
+pub struct Namespace {
+    pub(crate) inner: Arc<NsInner>,
+}
+
+static NEXT_NS: AtomicU64 = AtomicU64::new(1);
+
+impl Namespace {
+    /// A new, empty namespace with the default dependency policy.
+    pub fn new(name: &str) -> Namespace {
+        Self::with_policy(name, DependencyPolicy::default())
+    }
+
+    /// A new, empty namespace with `policy`.
+    pub fn with_policy(name: &str, policy: DependencyPolicy) -> Namespace {
+        Namespace {
+            inner: Arc::new(NsInner {
+                id: NEXT_NS.fetch_add(1, Ordering::Relaxed),
+                name: name.to_string(),
+                policy,
+                state: Mutex::new(NsState {
+                    images: Vec::new(),
+                    global: Vec::new(),
+                    by_path: HashMap::new(),
+                    by_soname: HashMap::new(),
+                    system: HashMap::new(),
+                }),
+                search: RwLock::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Adds a provider searched by every library loaded afterwards (after its own
+    /// dependencies and the namespace's global libraries).
+    pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) {
+        self.inner.search.write().push(provider);
+    }
+
+    /// Loads `path` (and its dependencies) into this namespace, as a global library of
+    /// the namespace, and runs its init functions.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<CustomLibrary> {
+        let lib = CustomLibrary::create_in(self, path.as_ref());
+        lib.load()?;
+        Ok(lib)
+    }
+
+    /// Number of libraries this namespace has mapped.
+    pub fn library_count(&self) -> usize {
+        self.inner.state.lock().images.len()
+    }
+
+    /// Paths of this namespace's libraries, in load order.
+    pub fn library_paths(&self) -> Vec<PathBuf> {
+        self.inner
+            .state
+            .lock()
+            .images
+            .iter()
+            .map(|i| i.path.clone())
+            .collect()
+    }
+
+    /// Looks `name` up in the namespace's global libraries, in load order.
+    pub fn sym(&self, name: &str) -> Option<usize> {
+        let libs = self.inner.state.lock().global.clone();
+        libs.iter().find_map(|l| l.export(name, None))
+    }
+}
+
+impl NsInner {
+    /// The scope used to relocate `img`: the loader's overrides, the image itself, its
+    /// dependencies breadth-first, the namespace's global libraries, the image's and the
+    /// namespace's search providers, and finally the process's global scope.
+    fn scope_for(&self, img: &Arc<Image>) -> Vec<ScopeItem> {
+        let mut scope = vec![ScopeItem::Overrides, ScopeItem::Custom(img.clone())];
+        let mut seen_custom: Vec<*const Image> = vec![Arc::as_ptr(img)];
+        let mut queue: std::collections::VecDeque<Arc<Image>> =
+            std::collections::VecDeque::from([img.clone()]);
+        while let Some(i) = queue.pop_front() {
+            for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
+                match d {
+                    Dep::Custom(w) => {
+                        if let Some(c) = w.upgrade() {
+                            if !seen_custom.contains(&Arc::as_ptr(&c)) {
+                                seen_custom.push(Arc::as_ptr(&c));
+                                scope.push(ScopeItem::Custom(c.clone()));
+                                queue.push_back(c);
+                            }
+                        }
+                    }
+                    Dep::System(s) => {
+                        if !scope
+                            .iter()
+                            .any(|x| matches!(x, ScopeItem::System(y) if Arc::ptr_eq(y, s)))
+                        {
+                            scope.push(ScopeItem::System(s.clone()));
+                        }
+                    }
+                }
+            }
+        }
+        for g in self.state.lock().global.iter() {
+            if !seen_custom.contains(&Arc::as_ptr(g)) {
+                seen_custom.push(Arc::as_ptr(g));
+                scope.push(ScopeItem::Custom(g.clone()));
+            }
+        }
+        for p in &img.search {
+            scope.push(ScopeItem::Provider(p.clone()));
+        }
+        for p in self.search.read().iter() {
+            scope.push(ScopeItem::Provider(p.clone()));
+        }
+        scope.push(ScopeItem::System(global_scope()));
+        scope
+    }
+
+    /// Finds a loaded image by path or soname.
+    fn find_loaded(&self, key: &str, canonical: Option<&Path>) -> Option<Arc<Image>> {
+        let st = self.state.lock();
+        if let Some(c) = canonical {
+            if let Some(i) = st.by_path.get(c) {
+                return Some(i.clone());
+            }
+        }
+        st.by_soname.get(key).cloned()
+    }
+
+    /// Loads `name` for `requester` (a DT_NEEDED entry or a dlopen argument): a custom
+    /// image in this namespace or a system library, as the policy says.
+    pub(crate) fn load_dependency(
+        self: &Arc<Self>,
+        name: &str,
+        requester: Option<&Image>,
+    ) -> Result<Dep> {
+        if self.policy.is_system_name(name) {
+            return Ok(Dep::System(self.system_library(name)?));
+        }
+        let found = if name.contains('/') {
+            Some(PathBuf::from(name))
+        } else {
+            if let Some(img) = self.find_loaded(name, None) {
+                return Ok(Dep::Custom(Arc::downgrade(&img)));
+            }
+            let (found, searched) = search_paths(name, requester);
+            match found {
+                Some((p, in_system_dir)) => {
+                    if in_system_dir
+                        && self.policy.share_system_dirs
+                        && !self.policy.is_private_name(name)
+                    {
+                        return Ok(Dep::System(self.system_library(&p.to_string_lossy())?));
+                    }
+                    Some(p)
+                }
+                None => {
+                    return Err(Error::MissingDependency {
+                        path: requester.map(|r| r.path.clone()).unwrap_or_default(),
+                        name: name.to_string(),
+                        searched,
+                    })
+                }
+            }
+        };
+        let path = found.expect("set above");
+        let img = self.load_image(&path, Vec::new(), false)?;
+        Ok(Dep::Custom(Arc::downgrade(&img)))
+    }
+
+    fn system_library(&self, name: &str) -> Result<Arc<SystemLibrary>> {
+        if let Some(s) = self.state.lock().system.get(name) {
+            return Ok(s.clone());
+        }
+        let lib = if crate::system::is_runtime_library(name) {
+            match SystemLibrary::already_loaded(name) {
+                Some(l) => l,
+                None => SystemLibrary::open_runtime(name)?,
+            }
+        } else {
+            SystemLibrary::open(name, libc::RTLD_LOCAL)?
+        };
+        self.state
+            .lock()
+            .system
+            .insert(name.to_string(), lib.clone());
+        Ok(lib)
+    }
+
+    /// Maps, relocates and initialises `path` and its dependencies in this namespace.
+    pub(crate) fn load_image(
+        self: &Arc<Self>,
+        path: &Path,
+        search: Vec<Arc<dyn SymbolProvider>>,
+        global: bool,
+    ) -> Result<Arc<Image>> {
+        let _guard = LOAD_LOCK.lock();
+        let canonical = std::fs::canonicalize(path).map_err(|e| Error::Io {
+            path: path.to_path_buf(),
+            what: "open",
+            source: e,
+        })?;
+        if let Some(img) = self.find_loaded("", Some(&canonical)) {
+            if global {
+                let mut st = self.state.lock();
+                if !st.global.iter().any(|g| Arc::ptr_eq(g, &img)) {
+                    st.global.push(img.clone());
+                }
+            }
+            return Ok(img);
+        }
+        let span = tracing::info_span!("load", library = %path.display(), namespace = %self.name);
+        let _e = span.enter();
+        let started = std::time::Instant::now();
+        let file = std::fs::File::open(path).map_err(|e| Error::Io {
+            path: path.to_path_buf(),
+            what: "open",
+            source: e,
+        })?;
+        let (info, map) = parse_and_map(path, &file)?;
+        drop(file);
+        let tls_module = info.tls.map(|t| {
+            tls::register(tls::Template {
+                image: map.bias.wrapping_add(t.vaddr as usize),
+                filesz: t.filesz as usize,
+                memsz: t.memsz as usize,
+                align: t.align.max(1) as usize,
+            })
+        });
+        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
+        let writable = info
+            .loads
+            .iter()
+            .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
+            .map(|l| (l.vaddr, l.vaddr + l.memsz))
+            .collect();
+        let img = Arc::new(Image {
+            id: next_id(),
+            tab,
+            writable,
+            path: path.to_path_buf(),
+            c_path: CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+            info,
+            map,
+            tls_module,
+            deps: OnceLock::new(),
+            search,
+            initialized: Default::default(),
+            finalized: Default::default(),
+            eh_frame: Default::default(),
+            ns: Arc::downgrade(self),
+        });
+        IMAGES.write().insert(
+            img.map.start,
+            (img.map.start + img.map.len, Arc::downgrade(&img)),
+        );
+        {
+            let mut st = self.state.lock();
+            st.by_path.insert(canonical.clone(), img.clone());
+            if let Some(s) = &img.info.soname {
+                st.by_soname.insert(s.clone(), img.clone());
+            }
+        }
+        let result = self.finish_load(&img, global);
+        match result {
+            Ok(stats) => {
+                tracing::info!(
+                    relative = stats.relative,
+                    symbolic = stats.symbolic,
+                    irelative = stats.irelative,
+                    tls = stats.tls,
+                    self_bound = stats.self_bound,
+                    weak_zero = stats.weak_zero,
+                    micros = started.elapsed().as_micros() as u64,
+                    "loaded"
+                );
+                Ok(img)
+            }
+            Err(e) => {
+                // Undo: forget the image; dropping the last reference unmaps it.
+                let mut st = self.state.lock();
+                st.by_path.remove(&canonical);
+                if let Some(s) = &img.info.soname {
+                    st.by_soname.remove(s);
+                }
+                st.images.retain(|i| !Arc::ptr_eq(i, &img));
+                st.global.retain(|i| !Arc::ptr_eq(i, &img));
+                drop(st);
+                forget_image(&img);
+                Err(e)
+            }
+        }
+    }
+
+    fn finish_load(
+        self: &Arc<Self>,
+        img: &Arc<Image>,
+        global: bool,
+    ) -> Result<crate::image::RelocStats> {
+        let mut deps = Vec::new();
+        for name in img.info.needed.clone() {
+            deps.push(self.load_dependency(&name, Some(img))?);
+        }
+        let _ = img.deps.set(deps);
+        let scope = self.scope_for(img);
+        let stats = img.relocate(&scope)?;
+        img.check_init_fini()?;
+        img.map.protect_relro(&img.info)?;
+        crate::debug::register(img);
+        {
+            let mut st = self.state.lock();
+            st.images.push(img.clone());
+            if global {
+                st.global.push(img.clone());
+            }
+        }
+        img.run_init();
+        Ok(stats)
+    }
+}
+
+/// Unregisters an image from the global tables (address index, TLS, unwinder, debugger).
+fn forget_image(img: &Arc<Image>) {
+    IMAGES.write().remove(&img.map.start);
+    crate::debug::unregister(img);
+    if let Some(m) = img.tls_module {
+        tls::unregister(m);
+    }
+}
+
+impl Drop for NsInner {
+    fn drop(&mut self) {
+        let _guard = LOAD_LOCK.lock();
+        let st = self.state.get_mut();
+        let images = std::mem::take(&mut st.images);
+        st.global.clear();
+        st.by_path.clear();
+        st.by_soname.clear();
+        // Dependents were loaded after their dependencies: fini in reverse load order.
+        for img in images.iter().rev() {
+            img.run_fini();
+        }
+        for img in images.iter().rev() {
+            forget_image(img);
+        }
+        crate::dlfcn::forget_namespace(self.id);
+        drop(images);
+        st.system.clear();
+        tracing::debug!(namespace = %self.name, "namespace unloaded");
+    }
+}
+
+/// Reads the headers with `pread`, maps the segments, then parses the dynamic section
+/// and its tables from the mapped segments (each table page is faulted in once, in the
+/// mapping that relocation and lookups use afterwards).
+fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)> {
+    use std::os::unix::fs::FileExt;
+    let io = |what: &'static str| {
+        move |e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            what,
+            source: e,
+        }
+    };
+    let file_len = file.metadata().map_err(io("stat"))?.len();
+    if file_len == 0 {
+        return Err(Error::malformed(path, "empty file"));
+    }
+    let read_at = |len: u64| -> Result<Vec<u8>> {
+        let len = len.min(file_len) as usize;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(io("read headers"))?;
+        Ok(buf)
+    };
+    let mut header = read_at(4096)?;
+    if header.len() >= 64 {
+        // Program headers beyond the first page: read up to their end.
+        let phoff = u64::from_le_bytes(header[32..40].try_into().expect("8 bytes"));
+        let phnum = u64::from(u16::from_le_bytes([header[56], header[57]]));
+        let end = phoff.saturating_add(phnum * 56);
+        if end > header.len() as u64 && end <= file_len {
+            header = read_at(end)?;
+        }
+    }
+    let mut info = ElfInfo::parse_headers(
+        path,
+        &crate::elf::Reader::ranges(path, vec![(0, &header)], file_len),
+    )?;
+    let map = Mapping::map(&info, file)?;
+    let ranges: Vec<(u64, &[u8])> = info
+        .loads
+        .iter()
+        .filter(|l| l.filesz > 0 && l.flags & crate::elf::consts::PF_R != 0)
+        .map(|l| {
+            // SAFETY: the segment's file contents are mapped (readable) at bias+vaddr for
+            // filesz bytes; the slices are only used before `map` is returned.
+            let data = unsafe {
+                std::slice::from_raw_parts(
+                    map.bias.wrapping_add(l.vaddr as usize) as *const u8,
+                    l.filesz as usize,
+                )
+            };
+            (l.offset, data)
+        })
+        .collect();
+    info.parse_dynamic(&crate::elf::Reader::ranges(path, ranges, file_len))?;
+    Ok((info, map))
+}
+
+/// Finds `name` like the system loader does: the requester's DT_RPATH (if it has no
+/// DT_RUNPATH), `LD_LIBRARY_PATH`, the requester's DT_RUNPATH, then the system
+/// directories; `$ORIGIN` expands to the requester's directory. Returns the path and
+/// whether it was found in a system directory, or the list of places searched.
+fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool)>, String) {
+    let origin = requester
+        .and_then(|r| r.path.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let expand = |list: &str| -> Vec<PathBuf> {
+        list.split(':')
+            .filter(|s| !s.is_empty())
+            .map(|s| {
+                let o = origin.to_string_lossy();
+                PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
+            })
+            .collect()
+    };
+    let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
+    if let Some(r) = requester {
+        if r.info.runpath.is_none() {
+            if let Some(rp) = &r.info.rpath {
+                dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
+            }
+        }
+    }
+    if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
+        dirs.extend(expand(&ld).into_iter().map(|d| (d, false)));
+    }
+    if let Some(r) = requester {
+        if let Some(rp) = &r.info.runpath {
+            dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
+        }
+    }
+    dirs.extend(SYSTEM_DIRS.iter().map(|d| (PathBuf::from(d), true)));
+    for (d, sys) in &dirs {
+        let p = d.join(name);
+        if p.is_file() {
+            return (Some((p, *sys)), String::new());
+        }
+    }
+    let searched = dirs
+        .iter()
+        .map(|(d, _)| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(":");
+    (None, searched)
+}
+
+fn global_scope() -> Arc<SystemLibrary> {
+    static G: OnceLock<Arc<SystemLibrary>> = OnceLock::new();
+    G.get_or_init(SystemLibrary::global).clone()
+}
+
+/// The (argc, argv, envp) passed to init functions: the process's own arguments.
+pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char) {
+    struct Args {
+        _strings: Vec<CString>,
+        ptrs: Vec<*const c_char>,
+    }
+    // SAFETY: the pointers point into `_strings`, which lives as long as the static.
+    unsafe impl Send for Args {}
+    // SAFETY: immutable after construction.
+    unsafe impl Sync for Args {}
+    static ARGS: OnceLock<Args> = OnceLock::new();
+    let a = ARGS.get_or_init(|| {
+        let strings: Vec<CString> = std::env::args_os()
+            .map(|a| CString::new(a.as_encoded_bytes()).unwrap_or_default())
+            .collect();
+        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Args {
+            _strings: strings,
+            ptrs,
+        }
+    });
+    extern "C" {
+        static environ: *const *const c_char;
+    }
+    // SAFETY: reading the C library's `environ` pointer.
+    let envp = unsafe { environ };
+    ((a.ptrs.len() - 1) as c_int, a.ptrs.as_ptr(), envp)
+}
+
+/// One custom-loaded library (the seed's `CustomLibrary`): create it, add search
+/// libraries, load it, look symbols up. Symbols resolve in the library first, then its
+/// dependencies, its namespace's global libraries, its search libraries in order, and
+/// the process's global scope.
+pub struct CustomLibrary {
+    ns: Namespace,
+    path: PathBuf,
+    /// Search libraries added before `load`.
+    pending: Mutex<Vec<Arc<dyn SymbolProvider>>>,
+    /// The loaded image (set once; lookups read it without a lock).
+    loaded: OnceLock<Arc<Image>>,
+}
+
+impl CustomLibrary {
+    /// A library to be loaded from `path` into a new namespace of its own.
+    pub fn create(path: impl AsRef<Path>) -> CustomLibrary {
+        let path = path.as_ref();
+        let ns = Namespace::new(&path.display().to_string());
+        Self::create_in(&ns, path)
+    }
+
+    /// A library to be loaded from `path` into `ns`.
+    pub fn create_in(ns: &Namespace, path: impl AsRef<Path>) -> CustomLibrary {
+        CustomLibrary {
+            ns: ns.clone(),
+            path: path.as_ref().to_path_buf(),
+            pending: Mutex::new(Vec::new()),
+            loaded: OnceLock::new(),
+        }
+    }
+
+    /// Adds a provider searched (in the order added) for symbols the library needs.
+    /// Must be called before [`CustomLibrary::load`].
+    pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if self.loaded.get().is_some() {
+            return Err(Error::Usage(format!(
+                "{}: add_search_library after load()",
+                self.path.display()
+            )));
+        }
+        pending.push(provider);
+        Ok(())
+    }
+
+    /// Maps, relocates and initialises the library (and its dependencies). Loading an
+    /// already loaded library is an error.
+    pub fn load(&self) -> Result<()> {
+        let pending = self.pending.lock();
+        if self.loaded.get().is_some() {
+            return Err(Error::Usage(format!(
+                "{}: load() called twice",
+                self.path.display()
+            )));
+        }
+        let img = self
+            .ns
+            .inner
+            .load_image(&self.path, pending.clone(), true)?;
+        let _ = self.loaded.set(img);
+        Ok(())
+    }
+
+    fn image(&self) -> Option<&Arc<Image>> {
+        self.loaded.get()
+    }
+
+    /// The library's namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.ns
+    }
+
+    /// The file it is loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether `load` has succeeded.
+    pub fn is_loaded(&self) -> bool {
+        self.loaded.get().is_some()
+    }
+
+    /// The address of a symbol defined by this library itself (no search libraries).
+    pub fn own_sym(&self, name: &str) -> Option<usize> {
+        self.image()?.export(name, None)
+    }
+
+    /// The runtime address range `[start, end)` of the library's mapping.
+    pub fn address_range(&self) -> Option<(usize, usize)> {
+        self.image().map(|i| (i.map.start, i.map.start + i.map.len))
+    }
+
+    /// The load bias (runtime address minus link-time address).
+    pub fn load_bias(&self) -> Option<usize> {
+        self.image().map(|i| i.map.bias)
+    }
+
+    /// Our TLS module id, if the library has thread-local storage.
+    pub fn tls_module(&self) -> Option<u64> {
+        self.image()?.tls_module
+    }
+}
+
+impl SymbolProvider for CustomLibrary {
+    fn sym(&self, name: &str) -> Option<usize> {
+        self.sym_versioned(name, None)
+    }
+    fn tls_sym(&self, name: &str) -> Option<TlsIndex> {
+        self.image()?.export_tls(name)
+    }
+    fn sym_versioned(&self, name: &str, version: Option<&str>) -> Option<usize> {
+        let img = self.image()?;
+        if let Some(a) = img.export(name, version) {
+            return Some(a);
+        }
+        img.search
+            .iter()
+            .find_map(|p| p.sym_versioned(name, version))
+    }
+    fn describe(&self) -> String {
+        format!("{} (namespace {})", self.path.display(), self.ns.name())
+    }
+}

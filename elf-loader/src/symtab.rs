@@ -1,0 +1,397 @@
+//! A dynamic symbol table in memory, with GNU/SysV hash lookup and version checks.
+//!
+//! Used for the libraries this loader maps (built from the validated [`ElfInfo`]) and
+//! for the system loader's libraries (built from their `link_map`'s dynamic section):
+//! looking a symbol up in libc this way costs a hash probe instead of a `dlvsym` call,
+//! which is what keeps relocating libpython (1,600 libc/libm imports) cheap.
+
+use crate::elf::{consts::*, ElfInfo, Sym};
+use std::ffi::{c_int, c_void};
+
+#[derive(Debug, Clone, Copy)]
+struct Gnu {
+    bloom: usize,
+    bloom_size: u32,
+    bloom_shift: u32,
+    buckets: usize,
+    nbuckets: u32,
+    chains: usize,
+    symoffset: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Sysv {
+    buckets: usize,
+    nbucket: u32,
+    chains: usize,
+    nchain: u32,
+}
+
+/// A symbol table view. All addresses are absolute; the memory they point to stays
+/// mapped as long as the owner (an image, or a system library we hold open) lives.
+#[derive(Debug)]
+pub(crate) struct SymTab {
+    /// Load bias of the object (added to symbol values).
+    pub bias: usize,
+    symtab: usize,
+    /// Number of symbols.
+    pub nsyms: u32,
+    strtab: usize,
+    strsz: usize,
+    gnu: Option<Gnu>,
+    sysv: Option<Sysv>,
+    versym: Option<usize>,
+    /// Version names by version index (defined and needed).
+    versions: Vec<Option<String>>,
+}
+
+// SAFETY: a read-only view of immutable tables; the owner keeps them mapped.
+unsafe impl Send for SymTab {}
+// SAFETY: as above: only reads.
+unsafe impl Sync for SymTab {}
+
+#[inline]
+fn rd32(a: usize) -> u32 {
+    // SAFETY: callers pass addresses inside tables that were bounds-checked (custom
+    // images) or that the system loader mapped (system libraries).
+    unsafe { std::ptr::read_unaligned(a as *const u32) }
+}
+
+impl SymTab {
+    /// The tables of a library mapped at `bias`, as validated by the parser.
+    pub fn from_info(info: &ElfInfo, bias: usize) -> SymTab {
+        let at = |v: u64| bias.wrapping_add(v as usize);
+        SymTab {
+            bias,
+            symtab: at(info.symtab.vaddr),
+            nsyms: info.nsyms,
+            strtab: at(info.strtab.vaddr),
+            strsz: info.strtab.len as usize,
+            gnu: info.gnu_hash.map(|g| {
+                let base = at(g.table.vaddr);
+                let buckets = base + 16 + g.bloom_size as usize * 8;
+                Gnu {
+                    bloom: base + 16,
+                    bloom_size: g.bloom_size,
+                    bloom_shift: g.bloom_shift,
+                    buckets,
+                    nbuckets: g.nbuckets,
+                    chains: buckets + g.nbuckets as usize * 4,
+                    symoffset: g.symoffset,
+                }
+            }),
+            sysv: info.sysv_hash.map(|h| {
+                let base = at(h.table.vaddr);
+                Sysv {
+                    buckets: base + 8,
+                    nbucket: h.nbucket,
+                    chains: base + 8 + h.nbucket as usize * 4,
+                    nchain: h.nchain,
+                }
+            }),
+            versym: info.versym.map(|t| at(t.vaddr)),
+            versions: info
+                .versions
+                .iter()
+                .map(|v| v.as_ref().map(|v| v.name.clone()))
+                .collect(),
+        }
+    }
+
+    /// The tables of a library the system loader has loaded (`handle` from `dlopen`),
+    /// read from its dynamic section. `None` if it has no GNU hash table or something
+    /// looks wrong (callers then use `dlvsym`).
+    ///
+    /// # Safety
+    /// `handle` must be a live `dlopen` handle that stays open while the view is used.
+    pub unsafe fn from_system(handle: *mut c_void) -> Option<SymTab> {
+        extern "C" {
+            fn dlinfo(handle: *mut c_void, request: c_int, arg: *mut c_void) -> c_int;
+        }
+        const RTLD_DI_LINKMAP: c_int = 2;
+        #[repr(C)]
+        struct LinkMap {
+            l_addr: usize,
+            l_name: *const u8,
+            l_ld: *const u64,
+        }
+        let mut lm: *const LinkMap = std::ptr::null();
+        // SAFETY: caller's contract (live handle); RTLD_DI_LINKMAP stores a link_map*.
+        if unsafe { dlinfo(handle, RTLD_DI_LINKMAP, &mut lm as *mut _ as *mut c_void) } != 0
+            || lm.is_null()
+        {
+            return None;
+        }
+        // SAFETY: glibc's link_map starts with the public fields.
+        let (l_addr, d) = unsafe { ((*lm).l_addr, (*lm).l_ld) };
+        // SAFETY: caller's contract: the library stays loaded.
+        unsafe { Self::from_dynamic(l_addr, d) }
+    }
+
+    /// The tables of a library the system loader has mapped at `l_addr` with its
+    /// dynamic section at `dynamic`.
+    ///
+    /// # Safety
+    /// The library must stay loaded while the view is used.
+    pub unsafe fn from_dynamic(l_addr: usize, dynamic: *const u64) -> Option<SymTab> {
+        let mut d = dynamic;
+        if d.is_null() {
+            return None;
+        }
+        // glibc relocates most d_ptr entries in place; small values are still
+        // link-time addresses.
+        let abs = |v: u64| -> usize {
+            let v = v as usize;
+            if v < l_addr {
+                l_addr.wrapping_add(v)
+            } else {
+                v
+            }
+        };
+        let (mut gnu, mut symtab, mut strtab, mut strsz, mut versym) = (0, 0, 0, 0, 0);
+        let (mut verdef, mut verdefnum) = (0, 0);
+        loop {
+            // SAFETY: the dynamic section of a loaded library, DT_NULL-terminated.
+            let (tag, val) = unsafe { (*d, *d.add(1)) };
+            match tag {
+                DT_NULL => break,
+                DT_GNU_HASH => gnu = abs(val),
+                DT_SYMTAB => symtab = abs(val),
+                DT_STRTAB => strtab = abs(val),
+                DT_STRSZ => strsz = val as usize,
+                DT_VERSYM => versym = abs(val),
+                DT_VERDEF => verdef = abs(val),
+                DT_VERDEFNUM => verdefnum = val as usize,
+                _ => {}
+            }
+            // SAFETY: next entry; the section is terminated by DT_NULL.
+            d = unsafe { d.add(2) };
+        }
+        if gnu == 0 || symtab == 0 || strtab == 0 {
+            return None;
+        }
+        let nbuckets = rd32(gnu);
+        let symoffset = rd32(gnu + 4);
+        let bloom_size = rd32(gnu + 8);
+        let bloom_shift = rd32(gnu + 12);
+        if nbuckets == 0 || bloom_size == 0 || !bloom_size.is_power_of_two() || bloom_shift >= 64 {
+            return None;
+        }
+        let buckets = gnu + 16 + bloom_size as usize * 8;
+        let chains = buckets + nbuckets as usize * 4;
+        let mut nsyms = symoffset;
+        for b in 0..nbuckets as usize {
+            let mut i = rd32(buckets + b * 4);
+            if i == 0 {
+                continue;
+            }
+            while rd32(chains + (i - symoffset) as usize * 4) & 1 == 0 {
+                i += 1;
+            }
+            nsyms = nsyms.max(i + 1);
+        }
+        let mut versions: Vec<Option<String>> = Vec::new();
+        let mut at = verdef;
+        for _ in 0..verdefnum.min(0x8000) {
+            if at == 0 {
+                break;
+            }
+            // SAFETY: Elf64_Verdef entries of a loaded library.
+            let (ndx, cnt, aux, next) = unsafe {
+                (
+                    std::ptr::read_unaligned((at + 4) as *const u16),
+                    std::ptr::read_unaligned((at + 6) as *const u16),
+                    std::ptr::read_unaligned((at + 12) as *const u32),
+                    std::ptr::read_unaligned((at + 16) as *const u32),
+                )
+            };
+            if cnt > 0 {
+                let name_off = rd32(at + aux as usize) as usize;
+                if name_off < strsz {
+                    // SAFETY: a NUL-terminated string inside DT_STRTAB.
+                    let name = unsafe {
+                        std::ffi::CStr::from_ptr((strtab + name_off) as *const std::ffi::c_char)
+                    };
+                    let idx = (ndx & 0x7fff) as usize;
+                    if versions.len() <= idx {
+                        versions.resize(idx + 1, None);
+                    }
+                    versions[idx] = Some(name.to_string_lossy().into_owned());
+                }
+            }
+            if next == 0 {
+                break;
+            }
+            at += next as usize;
+        }
+        Some(SymTab {
+            bias: l_addr,
+            symtab,
+            nsyms,
+            strtab,
+            strsz,
+            gnu: Some(Gnu {
+                bloom: gnu + 16,
+                bloom_size,
+                bloom_shift,
+                buckets,
+                nbuckets,
+                chains,
+                symoffset,
+            }),
+            sysv: None,
+            versym: (versym != 0).then_some(versym),
+            versions,
+        })
+    }
+
+    /// Symbol `i` (must be < nsyms).
+    #[inline]
+    pub fn sym(&self, i: u32) -> Sym {
+        debug_assert!(i < self.nsyms);
+        let p = self.symtab + i as usize * 24;
+        // SAFETY: i < nsyms and the table holds nsyms entries.
+        unsafe {
+            Sym {
+                name: std::ptr::read_unaligned(p as *const u32),
+                info: *((p + 4) as *const u8),
+                other: *((p + 5) as *const u8),
+                shndx: std::ptr::read_unaligned((p + 6) as *const u16),
+                value: std::ptr::read_unaligned((p + 8) as *const u64),
+                size: std::ptr::read_unaligned((p + 16) as *const u64),
+            }
+        }
+    }
+
+    /// The string at `off` in the string table, without its NUL.
+    pub fn str_at(&self, off: u32) -> Option<&[u8]> {
+        let off = off as usize;
+        if off >= self.strsz {
+            return None;
+        }
+        // SAFETY: the string table has strsz bytes.
+        let s = unsafe {
+            std::slice::from_raw_parts((self.strtab + off) as *const u8, self.strsz - off)
+        };
+        let n = s.iter().position(|&b| b == 0)?;
+        Some(&s[..n])
+    }
+
+    /// Whether the string at `off` equals `name` (without scanning past it).
+    #[inline]
+    fn name_eq(&self, off: u32, name: &[u8]) -> bool {
+        let off = off as usize;
+        if off + name.len() >= self.strsz {
+            return false;
+        }
+        // SAFETY: off + len < strsz, inside the string table.
+        let s =
+            unsafe { std::slice::from_raw_parts((self.strtab + off) as *const u8, name.len() + 1) };
+        s[..name.len()] == *name && s[name.len()] == 0
+    }
+
+    /// The version index of symbol `i`.
+    pub fn versym(&self, i: u32) -> Option<u16> {
+        let v = self.versym?;
+        // SAFETY: DT_VERSYM holds one u16 per symbol; i < nsyms.
+        Some(unsafe { std::ptr::read_unaligned((v + i as usize * 2) as *const u16) })
+    }
+
+    /// The version name a reference from symbol `i` asks for (`None` if unversioned).
+    pub fn wanted_version(&self, i: u32) -> Option<&str> {
+        let v = self.versym(i)? & 0x7fff;
+        if v < 2 {
+            return None;
+        }
+        self.versions.get(v as usize)?.as_deref()
+    }
+
+    fn version_ok(&self, i: u32, version: Option<&str>) -> bool {
+        let Some(vs) = self.versym(i) else {
+            return true;
+        };
+        let idx = vs & 0x7fff;
+        match version {
+            Some(want) => {
+                idx < 2 || self.versions.get(idx as usize).and_then(|v| v.as_deref()) == Some(want)
+            }
+            None => vs & 0x8000 == 0,
+        }
+    }
+
+    #[inline]
+    fn candidate(&self, i: u32, name: &[u8], version: Option<&str>) -> Option<Sym> {
+        let s = self.sym(i);
+        if !s.is_defined() || !matches!(s.bind(), STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE) {
+            return None;
+        }
+        // STV_INTERNAL (1) and STV_HIDDEN (2) are not visible from outside.
+        if matches!(s.other & 3, 1 | 2) || !self.name_eq(s.name, name) {
+            return None;
+        }
+        self.version_ok(i, version).then_some(s)
+    }
+
+    /// Looks `name` (with GNU hash `hash`) up among the exported symbols.
+    pub fn lookup(&self, name: &[u8], hash: u32, version: Option<&str>) -> Option<Sym> {
+        if let Some(g) = self.gnu {
+            // SAFETY: inside the GNU hash table's bloom words.
+            let word = unsafe {
+                std::ptr::read_unaligned(
+                    (g.bloom + ((hash / 64) % g.bloom_size) as usize * 8) as *const u64,
+                )
+            };
+            let mask = (1u64 << (hash % 64)) | (1u64 << ((hash >> g.bloom_shift) % 64));
+            if word & mask != mask {
+                return None;
+            }
+            let mut i = rd32(g.buckets + (hash % g.nbuckets) as usize * 4);
+            if i == 0 {
+                return None;
+            }
+            loop {
+                if i >= self.nsyms || i < g.symoffset {
+                    return None;
+                }
+                let h = rd32(g.chains + (i - g.symoffset) as usize * 4);
+                if (h | 1) == (hash | 1) {
+                    if let Some(s) = self.candidate(i, name, version) {
+                        return Some(s);
+                    }
+                }
+                if h & 1 == 1 {
+                    return None;
+                }
+                i += 1;
+            }
+        }
+        let h = self.sysv?;
+        let hv = crate::elf::sysv_hash(name);
+        let mut i = rd32(h.buckets + (hv % h.nbucket) as usize * 4);
+        let mut steps = 0;
+        while i != 0 && i < h.nchain && i < self.nsyms && steps <= h.nchain {
+            if let Some(s) = self.candidate(i, name, version) {
+                return Some(s);
+            }
+            i = rd32(h.chains + i as usize * 4);
+            steps += 1;
+        }
+        None
+    }
+
+    /// The runtime address of a defined non-TLS symbol, calling ifunc resolvers.
+    pub fn address(&self, s: &Sym) -> usize {
+        let a = if s.shndx == SHN_ABS {
+            s.value as usize
+        } else {
+            self.bias.wrapping_add(s.value as usize)
+        };
+        if s.kind() == STT_GNU_IFUNC {
+            // SAFETY: an ifunc resolver of a relocated library; on x86_64 resolvers take
+            // no arguments and return the implementation's address.
+            let f: extern "C" fn() -> usize = unsafe { std::mem::transmute(a) };
+            return f();
+        }
+        a
+    }
+}

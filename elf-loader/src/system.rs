@@ -1,0 +1,325 @@
+//! The [`SymbolProvider`] trait and [`SystemLibrary`], the system loader's side: the
+//! process's global scope (`RTLD_DEFAULT`) or one library opened with `dlopen`.
+
+use crate::error::{Error, Result};
+use crate::symtab::SymTab;
+use crate::tls::TlsIndex;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::{Arc, OnceLock};
+
+extern "C" {
+    fn dlvsym(handle: *mut c_void, symbol: *const c_char, version: *const c_char) -> *mut c_void;
+}
+
+/// Something that resolves symbol names to addresses: a system library, a custom-loaded
+/// library, or anything else a user wants to put in a library's search list.
+pub trait SymbolProvider: Send + Sync {
+    /// The address of the (non-TLS) symbol `name`, if this provider defines it.
+    fn sym(&self, name: &str) -> Option<usize>;
+    /// The module and offset of the thread-local symbol `name`, if defined here.
+    fn tls_sym(&self, name: &str) -> Option<TlsIndex>;
+    /// The address of `name` with the symbol version `version` (`GLIBC_2.2.5`, ...).
+    /// The default ignores the version.
+    fn sym_versioned(&self, name: &str, version: Option<&str>) -> Option<usize> {
+        let _ = version;
+        self.sym(name)
+    }
+    /// A short description for messages and traces.
+    fn describe(&self) -> String;
+}
+
+/// The C runtime's libraries: opened with RTLD_NODELETE, looked up in place.
+const RUNTIME_LIBRARIES: &[&str] = &[
+    "libc.so.",
+    "libm.so.",
+    "libpthread.so.",
+    "libdl.so.",
+    "librt.so.",
+    "libgcc_s.so.",
+    "libstdc++.so.",
+];
+
+/// Whether `name` (a soname, not a path) is one of the C runtime's libraries.
+pub(crate) fn is_runtime_library(name: &str) -> bool {
+    !name.contains('/') && RUNTIME_LIBRARIES.iter().any(|p| name.starts_with(p))
+}
+
+/// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
+pub struct SystemLibrary {
+    handle: *mut c_void,
+    owned: bool,
+    name: String,
+    /// The library's own symbol table, read from its dynamic section (not for the
+    /// global scope): a fast path that avoids `dlvsym`.
+    tab: OnceLock<Option<SymTab>>,
+    /// `handle` is a link map found in the main namespace (loaded at start-up, so in
+    /// the global scope), not a `dlopen` handle: `dlsym` goes through RTLD_DEFAULT.
+    startup_map: bool,
+}
+
+// SAFETY: a dlopen handle may be used from any thread (glibc's dl* functions are
+// thread-safe); the struct holds no thread-affine state.
+unsafe impl Send for SystemLibrary {}
+// SAFETY: as above; all methods take &self and only call thread-safe dl* functions.
+unsafe impl Sync for SystemLibrary {}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns a thread-local string or null.
+    let e = unsafe { libc::dlerror() };
+    if e.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-null dlerror results are NUL-terminated strings.
+        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+    }
+}
+
+impl SystemLibrary {
+    /// The process's global scope: the program and every library loaded with
+    /// `RTLD_GLOBAL` (`dlsym(RTLD_DEFAULT, ...)`).
+    pub fn global() -> Arc<SystemLibrary> {
+        Arc::new(SystemLibrary {
+            handle: libc::RTLD_DEFAULT,
+            owned: false,
+            name: "the process's global scope".into(),
+            tab: OnceLock::new(),
+            startup_map: false,
+        })
+    }
+
+    /// Opens `name` (a path or a soname) with the system loader; `dlclose`d on drop.
+    /// `flags` are `dlopen` flags (`RTLD_NOW` is always added).
+    pub fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
+        let c = CString::new(name)
+            .map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
+        // SAFETY: dlopen with a NUL-terminated name; the handle is checked.
+        let h = unsafe { libc::dlopen(c.as_ptr(), flags | libc::RTLD_NOW) };
+        if h.is_null() {
+            return Err(Error::SystemLoad {
+                name: name.into(),
+                message: dl_error(),
+            });
+        }
+        Ok(Arc::new(SystemLibrary {
+            handle: h,
+            owned: true,
+            name: name.into(),
+            tab: OnceLock::new(),
+            startup_map: false,
+        }))
+    }
+
+    /// One of the C runtime's libraries (`libc.so.6`, `libm.so.6`, ...) that the system
+    /// loader already has, found by base name with `dl_iterate_phdr` (which holds the
+    /// loader's list lock), without a `dlopen` call. Its symbol table is read in place;
+    /// `dlsym` fallbacks go through `RTLD_DEFAULT`. Only for libraries that are never
+    /// unloaded (loaded at start-up or opened with `RTLD_NODELETE` by
+    /// [`SystemLibrary::open_runtime`]).
+    pub(crate) fn already_loaded(name: &str) -> Option<Arc<SystemLibrary>> {
+        if !is_runtime_library(name) {
+            return None;
+        }
+        struct Search<'a> {
+            name: &'a [u8],
+            found: Option<(usize, usize)>,
+        }
+        unsafe extern "C" fn callback(
+            info: *mut libc::dl_phdr_info,
+            _size: usize,
+            data: *mut c_void,
+        ) -> c_int {
+            // SAFETY: dl_iterate_phdr passes a valid info and our Search.
+            let (info, search) = unsafe { (&*info, &mut *(data as *mut Search<'_>)) };
+            if info.dlpi_name.is_null() {
+                return 0;
+            }
+            // SAFETY: a NUL-terminated path.
+            let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+            let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
+            if base != search.name {
+                return 0;
+            }
+            for i in 0..info.dlpi_phnum as usize {
+                // SAFETY: dlpi_phdr has dlpi_phnum entries.
+                let ph = unsafe { &*info.dlpi_phdr.add(i) };
+                if ph.p_type == crate::elf::consts::PT_DYNAMIC {
+                    search.found = Some((
+                        info.dlpi_addr as usize,
+                        info.dlpi_addr as usize + ph.p_vaddr as usize,
+                    ));
+                    return 1;
+                }
+            }
+            0
+        }
+        let mut search = Search {
+            name: name.as_bytes(),
+            found: None,
+        };
+        // SAFETY: the callback only reads the info it is given.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(callback),
+                &mut search as *mut Search<'_> as *mut c_void,
+            )
+        };
+        let (addr, dynamic) = search.found?;
+        // SAFETY: runtime libraries are never unloaded (see above).
+        let tab = unsafe { SymTab::from_dynamic(addr, dynamic as *const u64) }?;
+        Some(Arc::new(SystemLibrary {
+            handle: libc::RTLD_DEFAULT,
+            owned: false,
+            name: name.to_string(),
+            tab: OnceLock::from(Some(tab)),
+            startup_map: true,
+        }))
+    }
+
+    /// Opens a C runtime library with `RTLD_NODELETE` (it then stays loaded, so that
+    /// [`SystemLibrary::already_loaded`] can find it safely later).
+    pub(crate) fn open_runtime(name: &str) -> Result<Arc<SystemLibrary>> {
+        Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE)
+    }
+
+    /// Wraps an existing `dlopen` handle; if `steal`, it is `dlclose`d on drop.
+    ///
+    /// # Safety
+    /// `handle` must be `RTLD_DEFAULT` or a live handle returned by `dlopen`, and if
+    /// `steal` is true nobody else may `dlclose` it.
+    pub unsafe fn from_handle(handle: *mut c_void, steal: bool) -> Arc<SystemLibrary> {
+        Arc::new(SystemLibrary {
+            handle,
+            owned: steal,
+            name: format!("system handle {handle:p}"),
+            tab: OnceLock::new(),
+            startup_map: false,
+        })
+    }
+
+    /// The raw handle.
+    pub fn handle(&self) -> *mut c_void {
+        self.handle
+    }
+
+    /// The library's own symbol table (`None` for the global scope or when it cannot
+    /// be read; callers then use `dlvsym`).
+    pub(crate) fn symtab(&self) -> Option<&SymTab> {
+        if let Some(t) = self.tab.get() {
+            return t.as_ref();
+        }
+        if self.handle.is_null() {
+            return None;
+        }
+        self.tab
+            // SAFETY: our handle stays open as long as `self` (and so the view) lives.
+            .get_or_init(|| unsafe { SymTab::from_system(self.handle) })
+            .as_ref()
+    }
+
+    pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+        let handle = if self.startup_map {
+            libc::RTLD_DEFAULT
+        } else {
+            self.handle
+        };
+        // SAFETY: valid handle (constructor contract) and NUL-terminated strings.
+        let p = unsafe {
+            match version {
+                Some(v) => dlvsym(handle, name.as_ptr(), v.as_ptr()),
+                None => libc::dlsym(handle, name.as_ptr()),
+            }
+        };
+        if p.is_null() {
+            // dlsym leaves an error string behind; consume it so that it cannot be
+            // mistaken for a later failure.
+            // SAFETY: plain call.
+            unsafe { libc::dlerror() };
+            None
+        } else {
+            Some(p as usize)
+        }
+    }
+
+    /// The TLS index of `name` (module id and offset in the system loader's terms),
+    /// found through the address it has in the calling thread.
+    pub(crate) fn tls_lookup_c(
+        &self,
+        name: &CStr,
+        version: Option<&CStr>,
+    ) -> Option<(TlsIndex, usize)> {
+        let addr = self.lookup_c(name, version)?;
+        system_tls_index(addr).map(|ti| (ti, addr))
+    }
+}
+
+/// For the address of a system TLS variable in the calling thread: its module id and
+/// offset in the system loader's terms.
+pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
+    // The address lies in some module's TLS block for this thread (not in its image, so
+    // dladdr cannot tell): find the module whose block contains it.
+    struct Search {
+        addr: usize,
+        found: Option<TlsIndex>,
+    }
+    unsafe extern "C" fn callback(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        // SAFETY: dl_iterate_phdr passes a valid info and our Search.
+        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+        if info.dlpi_tls_modid == 0 || info.dlpi_tls_data.is_null() {
+            return 0;
+        }
+        let base = info.dlpi_tls_data as usize;
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: dlpi_phdr has dlpi_phnum entries.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            if ph.p_type == crate::elf::consts::PT_TLS {
+                if search.addr >= base && search.addr < base + ph.p_memsz as usize {
+                    search.found = Some(TlsIndex {
+                        module: info.dlpi_tls_modid as u64,
+                        offset: (search.addr - base) as u64,
+                    });
+                    return 1;
+                }
+                return 0;
+            }
+        }
+        0
+    }
+    let mut search = Search { addr, found: None };
+    // SAFETY: the callback only reads the info it is given.
+    unsafe { libc::dl_iterate_phdr(Some(callback), &mut search as *mut Search as *mut c_void) };
+    search.found
+}
+
+impl Drop for SystemLibrary {
+    fn drop(&mut self) {
+        if self.owned && !self.handle.is_null() {
+            // SAFETY: we own this handle (constructor contract).
+            unsafe { libc::dlclose(self.handle) };
+        }
+    }
+}
+
+impl SymbolProvider for SystemLibrary {
+    fn sym(&self, name: &str) -> Option<usize> {
+        self.sym_versioned(name, None)
+    }
+    fn tls_sym(&self, name: &str) -> Option<TlsIndex> {
+        let c = CString::new(name).ok()?;
+        self.tls_lookup_c(&c, None).map(|(ti, _)| ti)
+    }
+    fn sym_versioned(&self, name: &str, version: Option<&str>) -> Option<usize> {
+        let c = CString::new(name).ok()?;
+        let v = match version {
+            Some(v) => Some(CString::new(v).ok()?),
+            None => None,
+        };
+        self.lookup_c(&c, v.as_deref())
+    }
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}

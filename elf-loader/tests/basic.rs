@@ -1,0 +1,115 @@
+//! Loading real C libraries many times: globals per copy, relocations, bss, unload.
+
+mod common;
+
+use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary};
+
+type IntFn = extern "C" fn() -> i32;
+
+fn f(lib: &CustomLibrary, name: &str) -> IntFn {
+    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
+    // SAFETY: the fixture defines `name` as `int name(void)`.
+    unsafe { std::mem::transmute::<usize, IntFn>(a) }
+}
+
+#[test]
+fn one_copy_works() {
+    let so = common::build_so("counter", &["counter.c"], &[]);
+    let lib = CustomLibrary::create(&so);
+    lib.add_search_library(SystemLibrary::global()).unwrap();
+    lib.load().unwrap();
+    // SAFETY: `initialized` is an int.
+    let init = unsafe { *(lib.sym("initialized").unwrap() as *const i32) };
+    assert_eq!(init, 42, "constructor ran");
+    assert_eq!(f(&lib, "bump")(), 1);
+    assert_eq!(f(&lib, "bump")(), 2);
+    assert_eq!(f(&lib, "get")(), 2);
+    assert_eq!(f(&lib, "greeting_len")(), 5);
+    assert_eq!(f(&lib, "bss_sum")(), 0);
+    assert_eq!(f(&lib, "bss_sum")(), 0);
+    let fmt: extern "C" fn(*mut u8, i32, i32) -> i32 =
+        // SAFETY: `format` has this signature in the fixture.
+        unsafe { std::mem::transmute(lib.sym("format").unwrap()) };
+    let mut buf = [0u8; 16];
+    assert_eq!(fmt(buf.as_mut_ptr(), 16, 77), 4);
+    assert_eq!(&buf[..4], b"v=77");
+    assert!(lib.sym("no_such_symbol").is_none());
+    assert!(
+        lib.own_sym("hidden_state").is_none(),
+        "static symbols are not exported"
+    );
+}
+
+#[test]
+fn seed_style_search_libraries() {
+    // The seed's python_runner pattern: one custom library resolving its undefined
+    // symbols in another custom library given as a search library.
+    let host = common::build_so("host", &["host.c"], &[]);
+    let plugin = common::build_so("plugin", &["plugin.c"], &[]);
+    let h = std::sync::Arc::new(CustomLibrary::create(&host));
+    h.add_search_library(SystemLibrary::global()).unwrap();
+    h.load().unwrap();
+    // SAFETY: `void set_host_id(int)` in host.c.
+    let set: extern "C" fn(i32) = unsafe { std::mem::transmute(h.sym("set_host_id").unwrap()) };
+    set(7);
+    let p = CustomLibrary::create(&plugin);
+    p.add_search_library(h.clone()).unwrap();
+    p.add_search_library(SystemLibrary::global()).unwrap();
+    p.load().unwrap();
+    assert_eq!(f(&p, "plugin_value")(), 1007);
+    // Lookups through the plugin reach the search library too (seed semantics).
+    assert_eq!(p.sym("host_value"), h.sym("host_value"));
+    assert!(p.own_sym("host_value").is_none());
+    // Misuse is an error, not a crash.
+    let e = p.load().unwrap_err().to_string();
+    assert!(e.contains("twice"), "{e}");
+    let e = p
+        .add_search_library(SystemLibrary::global())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("after load"), "{e}");
+}
+
+#[test]
+fn missing_dependency_and_undefined_symbol_are_named() {
+    let plugin = common::build_so("plugin", &["plugin.c"], &[]);
+    // Without the host, plugin_value's host_value is undefined.
+    let err = elf_loader::Namespace::new("undefined")
+        .load(&plugin)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("libplugin.so") && err.contains("undefined symbol host_value"),
+        "{err}"
+    );
+    // A DT_NEEDED entry that exists nowhere.
+    common::build_so(
+        "needsmissing_dep",
+        &["plugin.c"],
+        &["-Dhost_value=dep_value"],
+    );
+    let lib = common::build_so(
+        "needsmissing",
+        &["counter.c"],
+        &["-Wl,--no-as-needed", "-lneedsmissing_dep"],
+    );
+    std::fs::remove_file(common::out_dir().join("libneedsmissing_dep.so")).unwrap();
+    let err = elf_loader::Namespace::new("missing")
+        .load(&lib)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("libneedsmissing.so")
+            && err.contains("dependency libneedsmissing_dep.so not found"),
+        "{err}"
+    );
+    assert_eq!(elf_loader::Namespace::new("x").library_count(), 0);
+    let err = elf_loader::Namespace::new("nofile")
+        .load("/nonexistent/lib.so")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("/nonexistent/lib.so"), "{err}");
+}

@@ -1,0 +1,99 @@
+//! Model-based random test of TLS across loads, unloads and threads: random sequences
+//! of "load copy k", "unload copy k", "use copy k's TLS on the main thread" and "use it
+//! on a new thread that then exits" are checked against a model of the values each
+//! thread must see and of the number of live TLS blocks. Its own test binary (it counts
+//! live blocks process-wide).
+
+mod common;
+
+use elf_loader::{tls_live_blocks, CustomLibrary, Namespace, SymbolProvider};
+use proptest::prelude::*;
+use std::collections::HashMap;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Load(usize),
+    Unload(usize),
+    Main(usize, i32),
+    Thread(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..3usize).prop_map(Op::Load),
+        (0..3usize).prop_map(Op::Unload),
+        (0..3usize, 0..1000i32).prop_map(|(k, v)| Op::Main(k, v)),
+        (0..3usize).prop_map(Op::Thread),
+    ]
+}
+
+struct Copy {
+    _ns: Namespace,
+    lib: CustomLibrary,
+}
+
+fn get_set(lib: &CustomLibrary) -> (extern "C" fn() -> i32, extern "C" fn(i32)) {
+    // SAFETY: `int gd_get(void)` and `void gd_set(int)` in tls.c.
+    unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn() -> i32>(lib.sym("gd_get").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn(i32)>(lib.sym("gd_set").unwrap()),
+        )
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn tls_matches_the_model(ops in proptest::collection::vec(op(), 1..24)) {
+        let so = common::build_so("tls", &["tls.c"], &[]);
+        let base = tls_live_blocks();
+        let mut copies: HashMap<usize, Copy> = HashMap::new();
+        // Model: the main thread's value per loaded copy, if it has touched it.
+        let mut main_value: HashMap<usize, i32> = HashMap::new();
+        for op in ops {
+            match op {
+                Op::Load(k) => {
+                    copies.entry(k).or_insert_with(|| {
+                        let ns = Namespace::new(&format!("model{k}"));
+                        let lib = ns.load(&so).unwrap();
+                        Copy { _ns: ns, lib }
+                    });
+                }
+                Op::Unload(k) => {
+                    copies.remove(&k);
+                    main_value.remove(&k);
+                }
+                Op::Main(k, v) => {
+                    if let Some(c) = copies.get(&k) {
+                        let (get, set) = get_set(&c.lib);
+                        let want = *main_value.get(&k).unwrap_or(&5);
+                        prop_assert_eq!(get(), want, "main thread sees its own value of copy {}", k);
+                        set(v);
+                        main_value.insert(k, v);
+                    }
+                }
+                Op::Thread(k) => {
+                    if let Some(c) = copies.get(&k) {
+                        let (get, set) = get_set(&c.lib);
+                        let seen = std::thread::spawn(move || {
+                            let first = get();
+                            set(first + 1);
+                            (first, get())
+                        })
+                        .join()
+                        .unwrap();
+                        prop_assert_eq!(seen, (5, 6), "a new thread starts from the init image");
+                    }
+                }
+            }
+            prop_assert_eq!(
+                tls_live_blocks() - base,
+                main_value.len(),
+                "live blocks: one per copy the main thread touched (threads' blocks died with them)"
+            );
+        }
+        drop(copies);
+        prop_assert_eq!(tls_live_blocks(), base, "unloading frees every block");
+    }
+}

@@ -1,0 +1,226 @@
+//! `cargo xtask bench loader`: elf-loader against the system loader, in the same run.
+//!
+//! Runs `elf-loader/examples/loader_bench` (built in release mode), one child process
+//! per load measurement (a second `dlopen` of a file costs nothing, and `dlmopen`
+//! namespaces are never freed), interleaving ours and the peers so that machine noise
+//! hits both alike, and reports medians:
+//! - `load_us` vs `load_us_dlopen` (RTLD_NOW) vs `load_us_dlmopen` (LM_ID_NEWLM):
+//!   map + relocate + init of libpython3.11;
+//! - `sym_ns` vs `sym_ns_dlsym`: lookup of every exported function of libpython;
+//! - `rss_per_copy_mb` vs `writable_load_mb`: private memory added per extra loaded
+//!   (not initialised) copy;
+//! - `max_copies` vs `max_copies_dlmopen`: copies of libpython loaded and initialised
+//!   (each runs code) in one process;
+//! - `tls_ns` vs `tls_ns_system`: a `__thread` access in a custom-loaded library vs the
+//!   same library loaded by the system.
+
+use super::report::Report;
+use crate::steps::{cargo, root};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Load samples per loader.
+const LOAD_SAMPLES: usize = 25;
+/// Copies to try for the maximum (the target is 64).
+const MAX_CAP: usize = 80;
+
+fn libpython() -> Result<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))",
+        ])
+        .output()
+        .context("run python3 to find libpython")?;
+    if !out.status.success() {
+        bail!("python3 -c 'import sysconfig' failed");
+    }
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    if !p.is_file() {
+        bail!(
+            "{} does not exist (CPython without --enable-shared?)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+fn driver() -> Result<PathBuf> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "elf-loader",
+        "--example",
+        "loader_bench",
+    ]);
+    let status = build.status().context("build loader_bench")?;
+    if !status.success() {
+        bail!("building elf-loader's loader_bench example failed");
+    }
+    Ok(root().join("target/release/examples/loader_bench"))
+}
+
+/// Runs the driver with `args`; returns its `key=value` lines (the last value of each
+/// key wins) and whether it exited successfully.
+fn run(exe: &PathBuf, args: &[&str]) -> Result<(HashMap<String, String>, bool)> {
+    let out = Command::new(exe)
+        .args(args)
+        .output()
+        .with_context(|| format!("run loader_bench {}", args.join(" ")))?;
+    let mut kv = HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some((k, v)) = line.split_once('=') {
+            kv.insert(k.trim().to_string(), v.trim().to_string());
+        }
+    }
+    Ok((kv, out.status.success()))
+}
+
+fn num(kv: &HashMap<String, String>, key: &str, what: &str) -> Result<f64> {
+    kv.get(key)
+        .with_context(|| format!("{what}: no {key} in the driver's output"))?
+        .parse::<f64>()
+        .with_context(|| format!("{what}: {key} is not a number"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Runs the suite and writes `target/bench/loader.json`.
+pub fn run_suite() -> Result<()> {
+    let lib = libpython()?;
+    let lib_s = lib.to_string_lossy().to_string();
+    let exe = driver()?;
+    println!("  library: {lib_s}");
+    let mut r = Report::new("loader");
+
+    // Load time, interleaved.
+    let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
+    for i in 0..LOAD_SAMPLES {
+        for how in ["ours", "dlopen", "dlmopen"] {
+            let (kv, ok) = run(&exe, &["load", how, &lib_s])?;
+            if !ok {
+                bail!("load with {how} failed (sample {i})");
+            }
+            samples.entry(how).or_default().push(num(&kv, "us", how)?);
+        }
+    }
+    r.value(
+        "load_us",
+        median(samples.remove("ours").unwrap_or_default()),
+    );
+    r.value(
+        "load_us_dlopen",
+        median(samples.remove("dlopen").unwrap_or_default()),
+    );
+    r.value(
+        "load_us_dlmopen",
+        median(samples.remove("dlmopen").unwrap_or_default()),
+    );
+
+    // Symbol lookup.
+    let (kv, ok) = run(&exe, &["sym", &lib_s])?;
+    if !ok {
+        bail!("symbol lookup measurement failed");
+    }
+    r.value("sym_names", num(&kv, "names", "sym")?);
+    r.value("sym_ns", num(&kv, "sym_ns", "sym")?);
+    r.value("sym_ns_dlsym", num(&kv, "sym_ns_dlsym", "sym")?);
+
+    // Memory per extra copy.
+    let (kv, ok) = run(&exe, &["rss", &lib_s, "16"])?;
+    if !ok {
+        bail!("memory measurement failed");
+    }
+    r.value("rss_per_copy_mb", num(&kv, "rss_per_copy_mb", "rss")?);
+    r.value(
+        "rss_resident_per_copy_mb",
+        num(&kv, "rss_resident_per_copy_mb", "rss")?,
+    );
+    r.value("writable_load_mb", num(&kv, "writable_load_mb", "rss")?);
+
+    // Copies that load and initialise in one process.
+    let cap = MAX_CAP.to_string();
+    let (kv, _) = run(&exe, &["max", "ours", &lib_s, &cap])?;
+    let ours = kv
+        .get("copies")
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    if let Some(why) = kv.get("stopped") {
+        println!("  ours stopped after {ours} copies: {why}");
+    }
+    let (kv, _) = run(&exe, &["max", "dlmopen", &lib_s, &cap])?;
+    let theirs = kv
+        .get("copies")
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    if let Some(why) = kv.get("stopped") {
+        println!("  dlmopen stopped after {theirs} copies: {why}");
+    }
+    r.value("max_copies", ours);
+    r.value("max_copies_dlmopen", theirs);
+    r.value("max_copies_cap", MAX_CAP as f64);
+    r.value("max_copies_target", 64.0);
+
+    // TLS access.
+    let (kv, ok) = run(&exe, &["tls"])?;
+    if !ok {
+        bail!("TLS measurement failed");
+    }
+    r.value("tls_ns", num(&kv, "tls_ns", "tls")?);
+    r.value("tls_ns_system", num(&kv, "tls_ns_system", "tls")?);
+
+    // (Each comparison records `<ours>_ratio`; the targeted one goes last so that
+    // `load_us_ratio` in the JSON file is the ratio to dlopen.)
+    r.compare(
+        "load libpython: ours / dlmopen(LM_ID_NEWLM)",
+        "load_us",
+        "load_us_dlmopen",
+        None,
+    );
+    r.compare(
+        "load libpython: ours / dlopen(RTLD_NOW)",
+        "load_us",
+        "load_us_dlopen",
+        Some(1.0),
+    );
+    r.compare(
+        "symbol lookup: ours / dlsym",
+        "sym_ns",
+        "sym_ns_dlsym",
+        Some(0.5),
+    );
+    r.compare(
+        "private MB per extra copy / writable PT_LOAD MB",
+        "rss_per_copy_mb",
+        "writable_load_mb",
+        Some(1.1),
+    );
+    r.compare(
+        "TLS access: ours / system __tls_get_addr",
+        "tls_ns",
+        "tls_ns_system",
+        None,
+    );
+    // Higher is better for copies, so these put ours in the denominator.
+    r.compare(
+        "copies: 64 / ours (<= 1 means >= 64 copies)",
+        "max_copies_target",
+        "max_copies",
+        Some(1.0),
+    );
+    r.compare(
+        "copies: dlmopen / ours",
+        "max_copies_dlmopen",
+        "max_copies",
+        None,
+    );
+    r.finish()
+}
