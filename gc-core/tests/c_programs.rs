@@ -5,11 +5,33 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// The directory holding `libgc_core.so` for this test build (target/<profile>).
+/// Builds the crate's cdylib and returns the folder holding `libgc_core.so`. `cargo test`
+/// builds only the rlib for tests, so this asks cargo for the shared library, in a
+/// target directory of its own (the outer cargo may hold the lock on the main one);
+/// cargo keeps it up to date with the sources.
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cdylib");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--lib", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
+            .status()
+            .expect("run cargo to build the gc-core cdylib");
+        assert!(
+            status.success(),
+            "building the gc-core cdylib failed: {status}"
+        );
+        target.join("debug")
+    })
+    .clone()
 }
 
 fn build(source: &str, name: &str) -> PathBuf {

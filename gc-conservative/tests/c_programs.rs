@@ -1,0 +1,133 @@
+//! C programs against the headers and `libgc_conservative.so` (which carries gc-core's C
+//! ABI too), each run as a child process (the default heap is process-global):
+//! conservative scanning of a local variable, of a callee-saved register and of two
+//! threads' stacks (each with scanning on, and off so that the test can fail), and
+//! GCBench with no precise roots at all under the collect-every-N stress mode. With
+//! `GC_CONSERVATIVE_VALGRIND=1` (set by `cargo xtask test`) GCBench also runs under
+//! valgrind, which must report no error.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Builds the crate's cdylib (see gc-core's tests for why in a target dir of its own).
+fn lib_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cdylib");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "--lib", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
+            .status()
+            .expect("run cargo to build the gc-conservative cdylib");
+        assert!(
+            status.success(),
+            "building the gc-conservative cdylib failed: {status}"
+        );
+        target.join("debug")
+    })
+    .clone()
+}
+
+fn build(source: &str, name: &str) -> PathBuf {
+    let dir = lib_dir();
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let include = crate_dir.parent().unwrap().join("gc-core").join("include");
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
+        .args([
+            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
+        ])
+        .arg("-I")
+        .arg(&include)
+        .arg(crate_dir.join(source))
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(&dir)
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .arg("-lgc_conservative")
+        .status()
+        .expect("a C compiler (cc) is installed");
+    assert!(status.success(), "compiling {source} failed");
+    out
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("program runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+fn conservative() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build("tests/c/conservative.c", "conservative"))
+}
+
+#[test]
+fn object_only_in_a_c_local_survives_with_scanning_and_dies_without() {
+    assert!(
+        run(Command::new(conservative()).args(["local", "on"])).contains("local on: ok (swept=0)")
+    );
+    assert!(run(Command::new(conservative()).args(["local", "off"]))
+        .contains("local off: ok (swept=1)"));
+}
+
+#[test]
+fn object_only_in_a_callee_saved_register_survives_with_scanning_and_dies_without() {
+    assert!(run(Command::new(conservative()).args(["register", "on"]))
+        .contains("register on: ok (swept=0)"));
+    assert!(run(Command::new(conservative()).args(["register", "off"]))
+        .contains("register off: ok (swept=1)"));
+}
+
+#[test]
+fn two_threads_hold_objects_on_their_stacks_while_the_other_collects() {
+    let out = run(Command::new(conservative()).args(["threads", "on"]));
+    assert!(out.contains("threads: ok"), "{out}");
+}
+
+fn gcbench() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build("tests/c/gcbench.c", "gcbench"))
+}
+
+#[test]
+fn gcbench_with_only_conservative_roots_under_stress_is_correct() {
+    // Depths 14/12/12, collecting every 500 allocations: ~1000 collections, each of which
+    // must find every live tree node through the C stack alone.
+    let out = run(Command::new(gcbench()).args(["14", "12", "12", "500"]));
+    assert!(out.contains("result=ok"), "{out}");
+    let collections: u64 = out
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("collections="))
+        .and_then(|v| v.parse().ok())
+        .expect("collections=N in the output");
+    assert!(collections > 500, "stress mode should collect often: {out}");
+}
+
+#[test]
+fn gcbench_under_stress_is_valgrind_clean() {
+    if std::env::var_os("GC_CONSERVATIVE_VALGRIND").is_none() {
+        eprintln!(
+            "skipped: set GC_CONSERVATIVE_VALGRIND=1 (cargo xtask test does) to run under valgrind"
+        );
+        return;
+    }
+    let out = run(Command::new("valgrind")
+        .args(["--error-exitcode=99", "--quiet"])
+        .arg(gcbench())
+        .args(["12", "11", "10", "300"]));
+    assert!(out.contains("result=ok"), "{out}");
+}
