@@ -38,6 +38,7 @@ fn build(source: &str, name: &str) -> PathBuf {
     let dir = lib_dir();
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let include = crate_dir.parent().unwrap().join("gc-core").join("include");
+    let own_include = crate_dir.join("include");
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
         .args([
@@ -45,6 +46,8 @@ fn build(source: &str, name: &str) -> PathBuf {
         ])
         .arg("-I")
         .arg(&include)
+        .arg("-I")
+        .arg(&own_include)
         .arg(crate_dir.join(source))
         .arg("-o")
         .arg(&out)
@@ -96,6 +99,12 @@ fn object_only_in_a_callee_saved_register_survives_with_scanning_and_dies_withou
 fn two_threads_hold_objects_on_their_stacks_while_the_other_collects() {
     let out = run(Command::new(conservative()).args(["threads", "on"]));
     assert!(out.contains("threads: ok"), "{out}");
+}
+
+#[test]
+fn native_api_scan_range_and_conservative_bodies() {
+    let out = run(Command::new(conservative()).arg("native"));
+    assert!(out.contains("native: ok"), "{out}");
 }
 
 fn gcbench() -> &'static Path {

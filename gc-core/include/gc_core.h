@@ -57,10 +57,6 @@
  */
 #define GC_COLLECT_PARTIAL 2
 
-typedef struct Option_CMarkFn Option_CMarkFn;
-
-typedef struct Option_CSweepFn Option_CSweepFn;
-
 /**
  * A heap (`gc_heap_t`).
  */
@@ -113,14 +109,15 @@ typedef struct gc_mutator_t {
 } gc_mutator_t;
 
 /**
- * Mark function (`jl_markfunc_t`).
+ * Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
+ * return how many of those calls returned non-zero (young children).
  */
-typedef struct Option_CMarkFn gc_markfunc_t;
+typedef size_t (*gc_markfunc_t)(struct gc_mutator_t *m, void *obj);
 
 /**
- * Sweep function (`jl_sweepfunc_t`).
+ * Sweep function: called once when a sweep finds a scheduled object dead.
  */
-typedef struct Option_CSweepFn gc_sweepfunc_t;
+typedef void (*gc_sweepfunc_t)(void *obj);
 
 /**
  * A registered stack (opaque; the seed's `jl_task_t`).

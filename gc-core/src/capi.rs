@@ -119,10 +119,12 @@ pub struct gc_stats_t {
     pub p99_pause_ns: u64,
 }
 
-/// Mark function (`jl_markfunc_t`).
-pub type gc_markfunc_t = Option<CMarkFn>;
-/// Sweep function (`jl_sweepfunc_t`).
-pub type gc_sweepfunc_t = Option<CSweepFn>;
+/// Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
+/// return how many of those calls returned non-zero (young children).
+pub type gc_markfunc_t =
+    Option<unsafe extern "C" fn(m: *mut gc_mutator_t, obj: *mut c_void) -> usize>;
+/// Sweep function: called once when a sweep finds a scheduled object dead.
+pub type gc_sweepfunc_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
 
 /// `gc_set_callback` kinds.
 pub const GC_CB_PRE_GC: c_int = 0;
@@ -405,6 +407,14 @@ pub unsafe extern "C" fn gc_new_foreign_type(
             std::ptr::null_mut(),
         );
     }
+    // SAFETY: the C signatures differ from CMarkFn/CSweepFn only in pointer types: same
+    // ABI, same representation.
+    let (markfunc, sweepfunc) = unsafe {
+        (
+            std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc),
+            std::mem::transmute::<gc_sweepfunc_t, Option<CSweepFn>>(sweepfunc),
+        )
+    };
     let spec = ForeignTypeSpec {
         name,
         mark: markfunc.map_or(MarkProc::None, MarkProc::C),

@@ -47,6 +47,15 @@ fn plan() -> Vec<(&'static str, Command)> {
         .env("GC_CORE_VALGRIND", "1");
     plan.push(("gc-core C test program under valgrind", gc_valgrind));
 
+    let mut cons_valgrind = cargo();
+    cons_valgrind
+        .args(["test", "-p", "gc-conservative", "--test", "c_programs"])
+        .env("GC_CONSERVATIVE_VALGRIND", "1");
+    plan.push((
+        "gc-conservative GCBench (conservative roots only, stress mode) under valgrind",
+        cons_valgrind,
+    ));
+
     // gil: the loom models, in their own target directory so the `--cfg loom` build
     // does not invalidate the normal one.
     let mut loom = cargo();
