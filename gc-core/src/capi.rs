@@ -407,14 +407,9 @@ pub unsafe extern "C" fn gc_new_foreign_type(
             std::ptr::null_mut(),
         );
     }
-    // SAFETY: the C signatures differ from CMarkFn/CSweepFn only in pointer types: same
+    // SAFETY: the C mark signature differs from CMarkFn only in a pointer type: same
     // ABI, same representation.
-    let (markfunc, sweepfunc) = unsafe {
-        (
-            std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc),
-            std::mem::transmute::<gc_sweepfunc_t, Option<CSweepFn>>(sweepfunc),
-        )
-    };
+    let markfunc = unsafe { std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc) };
     let spec = ForeignTypeSpec {
         name,
         mark: markfunc.map_or(MarkProc::None, MarkProc::C),
