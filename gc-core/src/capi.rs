@@ -14,7 +14,7 @@ use crate::mark::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
 use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
 use crate::task::Task;
-use crate::types::{CMarkFn, CSweepFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
+use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
 use crate::{CollectionKind, GcError};
 use parking_lot::Mutex;
 use std::cell::RefCell;
