@@ -3,7 +3,7 @@
 //! index for external ones.
 
 use crate::index;
-use gc_core::{pagetable, ObjRef};
+use gc_core::{pagetable, ObjRef, PageMeta};
 
 /// The internal object of heap `heap_id` that `p` points to the beginning, interior or
 /// one past the end of; `None` for everything else (free or never-used cells, the bytes
@@ -11,7 +11,11 @@ use gc_core::{pagetable, ObjRef};
 /// first byte, pages of other heaps, unmapped or foreign memory).
 #[inline]
 pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let page = pagetable::lookup(p)?;
+    in_page(heap_id, pagetable::lookup(p)?, p)
+}
+
+#[inline(always)]
+fn in_page(heap_id: usize, page: &PageMeta, p: usize) -> Option<ObjRef> {
     if page.owner() != heap_id {
         return None;
     }
@@ -31,7 +35,7 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
     match pagetable::lookup(p) {
         // A pool page (ours or not, in use or not) never holds a big object.
-        Some(_) => internal_obj_base_ptr(heap_id, p),
+        Some(page) => in_page(heap_id, page, p),
         None => index::lookup(p, heap_id).and_then(ObjRef::from_addr),
     }
 }

@@ -33,6 +33,7 @@ impl gc_heap_t {
     ///
     /// # Safety
     /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
+    #[inline(always)]
     pub unsafe fn from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
         heap_ref(p, what)
     }
@@ -272,13 +273,19 @@ pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
     }) as *const gc_heap_t as *mut gc_heap_t
 }
 
+#[inline(always)]
 fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
     if heap.is_null() {
-        set_error(format!("{what}: heap is NULL"));
-        return None;
+        return heap_ref_null(what);
     }
     // SAFETY: non-null heaps come from gc_heap_new or gc_default_heap (caller's contract).
     Some(&unsafe { &*heap }.heap)
+}
+
+#[cold]
+fn heap_ref_null<'a>(what: &str) -> Option<&'a Heap> {
+    set_error(format!("{what}: heap is NULL"));
+    None
 }
 
 /// Attaches the calling thread to `heap`; returns its mutator (`ptls`), NULL on error

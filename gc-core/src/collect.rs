@@ -535,6 +535,8 @@ unsafe fn sweep_page(page: &'static PageMeta, full: bool, parity: usize, totals:
     // The new age bits: set for young survivors that stay young. Promoted and dead
     // objects have none, so the old bitmap is replaced wholesale.
     let mut new_ages = [0u64; 16];
+    // The new allocation bitmap: set for every cell that stays allocated.
+    let mut new_alloc = [0u64; 16];
     // SAFETY: collector with the world stopped (caller).
     let ages = unsafe { page.ages() };
     let mut nfree = 0u32;
@@ -573,9 +575,14 @@ unsafe fn sweep_page(page: &'static PageMeta, full: bool, parity: usize, totals:
         if free {
             nfree += 1;
             free_bits[i >> 6] |= 1 << (i & 63);
+        } else {
+            let g = (hp + HEADER_SIZE - page.base()) >> 4;
+            new_alloc[g >> 6] |= 1 << (g & 63);
         }
     }
     *ages = new_ages;
+    // SAFETY: collector with the world stopped (caller).
+    unsafe { page.store_allocated(&new_alloc) };
     // Scheduled sweep bits of dead objects were cleared by `sweep_scheduled`.
     let mut head = FREE_END;
     if (nfree as usize) < n {

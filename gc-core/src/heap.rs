@@ -225,6 +225,9 @@ impl HeapInner {
                 unsafe {
                     (*(c as *const AtomicUsize)).store(tag | OLD | parity, Ordering::Release)
                 };
+                perm.page
+                    .expect("the permanent pool holds its page")
+                    .set_allocated(c + HEADER_SIZE);
                 gc.old_bytes += cell_size;
                 return Ok(obj);
             }

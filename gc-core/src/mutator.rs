@@ -290,6 +290,8 @@ impl MutatorShared {
             unsafe {
                 (*((obj - HEADER_SIZE) as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release)
             };
+            // SAFETY: a pool that hands out cells holds their page.
+            unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj);
             local.objects += 1;
             local.bytes += cell_size as u64;
             local.countdown -= 1;
@@ -386,6 +388,9 @@ impl MutatorShared {
             if let Some(c) = cell {
                 // SAFETY: header of the cell we took.
                 unsafe { (*(c as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release) };
+                pool.page
+                    .expect("a pool with cells holds their page")
+                    .set_allocated(c + HEADER_SIZE);
                 local.objects += 1;
                 local.bytes += cell_size as u64;
                 local.countdown = local.countdown.saturating_sub(1).max(1);

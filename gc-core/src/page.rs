@@ -8,7 +8,7 @@
 //! age bits of young objects and the "sweep function scheduled" bits, both indexed by
 //! 16-byte granule so that no division is needed to find them.
 
-use crate::object::{header_is_allocated, FREE_END, HEADER_SIZE};
+use crate::object::{FREE_END, HEADER_SIZE};
 use crate::pagetable;
 use crate::sizeclass::{cells_per_page, div_magic, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
 use parking_lot::Mutex;
@@ -22,13 +22,21 @@ pub const CHUNK_SIZE: usize = CHUNK_PAGES * PAGE_SIZE;
 const GRANULE_WORDS: usize = PAGE_SIZE / 16 / 64;
 
 /// Metadata of one pool page. Lives for the whole process (see `pagetable.rs`).
+#[repr(C, align(64))]
 pub struct PageMeta {
+    // The fields an interior-pointer lookup reads come first, so that a lookup touches
+    // one or two cache lines of metadata and no object memory.
     base: usize,
     /// Id of the owning heap, 0 while the page is free.
     owner: AtomicUsize,
     /// Packed layout, readable without a lock: bits 0..16 cell size (0 while free),
     /// bits 16..24 size class.
     layout: AtomicU64,
+    /// Allocation bits, by granule of the object address: set when a cell is handed out,
+    /// rebuilt by each sweep of the page. Written only by the thread holding the page or
+    /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
+    /// object memory.
+    alloc: [AtomicU64; GRANULE_WORDS],
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
     state: UnsafeCell<PageState>,
@@ -85,15 +93,18 @@ impl PageMeta {
             }),
             ages: UnsafeCell::new([0; GRANULE_WORDS]),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
+            alloc: [const { AtomicU64::new(0) }; GRANULE_WORDS],
         }
     }
 
     /// Address of the page.
+    #[inline]
     pub fn base(&self) -> usize {
         self.base
     }
 
     /// Id of the heap that owns the page, or 0 if the page is free.
+    #[inline]
     pub fn owner(&self) -> usize {
         self.owner.load(Ordering::Acquire)
     }
@@ -120,7 +131,7 @@ impl PageMeta {
         let rem = off - idx * cell_size;
         if rem <= cell_size - HEADER_SIZE {
             // `rem == cell_size - 8` is one past the end of cell `idx`.
-            (idx < cells_per_page(class)).then_some(idx)
+            (idx < CELLS_PER_PAGE[class] as usize).then_some(idx)
         } else {
             None
         }
@@ -137,11 +148,29 @@ impl PageMeta {
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        // SAFETY: pages are never unmapped (chunks are recycled, not returned), so the
-        // header word of any cell of a registered page is readable; the atomic load
-        // tolerates a concurrent allocation writing it.
-        let h = unsafe { &*((obj - HEADER_SIZE) as *const AtomicUsize) }.load(Ordering::Acquire);
-        header_is_allocated(h)
+        let (w, bit) = self.granule(obj);
+        self.alloc[w].load(Ordering::Acquire) & bit != 0
+    }
+
+    /// Records that the cell whose payload is at `obj` was handed out.
+    ///
+    /// Called by the thread holding the page (or the collector, or under the page lock
+    /// for permanent objects): one writer at a time, so a load and a store suffice.
+    #[inline(always)]
+    pub(crate) fn set_allocated(&self, obj: usize) {
+        let (w, bit) = self.granule(obj);
+        let word = &self.alloc[w];
+        word.store(word.load(Ordering::Relaxed) | bit, Ordering::Release);
+    }
+
+    /// Replaces the allocation bitmap (after a sweep).
+    ///
+    /// # Safety
+    /// Only the collector calls this, with the world stopped.
+    pub(crate) unsafe fn store_allocated(&self, bits: &[u64; GRANULE_WORDS]) {
+        for (w, &b) in self.alloc.iter().zip(bits.iter()) {
+            w.store(b, Ordering::Release);
+        }
     }
 
     /// The page's mutable state.
@@ -155,6 +184,7 @@ impl PageMeta {
         unsafe { &mut *self.state.get() }
     }
 
+    #[inline(always)]
     fn granule(&self, obj: usize) -> (usize, u64) {
         let g = (obj - self.base) >> 4;
         (g >> 6, 1u64 << (g & 63))
@@ -206,7 +236,7 @@ impl PageMeta {
         st.listed = false;
         // SAFETY: exclusive per the caller's contract.
         unsafe { *self.ages.get() = [0; GRANULE_WORDS] };
-        for w in &self.sched {
+        for w in self.sched.iter().chain(self.alloc.iter()) {
             w.store(0, Ordering::Relaxed);
         }
         self.owner.store(owner, Ordering::Release);
@@ -229,6 +259,16 @@ impl PageMeta {
         st.free_head = FREE_END;
     }
 }
+
+static CELLS_PER_PAGE: [u16; NUM_CLASSES] = {
+    let mut t = [0u16; NUM_CLASSES];
+    let mut i = 0;
+    while i < NUM_CLASSES {
+        t[i] = cells_per_page(i) as u16;
+        i += 1;
+    }
+    t
+};
 
 static DIV_MAGIC: [u64; NUM_CLASSES] = {
     let mut t = [0u64; NUM_CLASSES];

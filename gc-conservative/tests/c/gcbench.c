@@ -2,9 +2,12 @@
  * GCBench, the classic Ellis/Kovac/Boehm shape: a stretch tree, a long-lived tree and a
  * big array of doubles, then many short-lived trees built top-down and bottom-up.
  *
- * Built two ways from this one file:
+ * Built three ways from this one file:
  *   - against our C ABI (julia_gcext_compat.h, libgc_conservative), with NO precise
  *     roots at all: only conservative stack scanning keeps the trees alive;
+ *   - with -DPRECISE_ROOTS against our C ABI with precise roots instead: every local
+ *     that holds a tree across an allocation is pushed on a shadow stack that a root
+ *     scanner marks (what a precise runtime does), and no conservative scanning;
  *   - with -DUSE_BOEHM against Boehm GC (GC_MALLOC), which scans conservatively too.
  *
  * Usage: gcbench [STRETCH_DEPTH LONG_LIVED_DEPTH MAX_DEPTH [STRESS_EVERY]]
@@ -25,7 +28,31 @@
 #else
 #include "gc_core.h"
 #include "julia_gcext_compat.h"
+#ifdef PRECISE_ROOTS
+#define NAME "ours-precise"
+#else
 #define NAME "ours"
+#endif
+#endif
+
+/* Shadow stack of roots for the precise variant (no-ops otherwise). */
+#ifdef PRECISE_ROOTS
+static void *shadow[256];
+static int shadow_top;
+#define PUSH_ROOT(p) (shadow[shadow_top++] = (void *)(p))
+#define POP_ROOTS(n) (shadow_top -= (n))
+#define SET_ROOT(i, p) (shadow[(i)] = (void *)(p))
+static void scan_shadow(int full)
+{
+    (void)full;
+    jl_ptls_t ptls = jl_get_ptls_states();
+    for (int i = 0; i < shadow_top; i++)
+        if (shadow[i]) jl_gc_mark_queue_obj(ptls, (jl_value_t *)shadow[i]);
+}
+#else
+#define PUSH_ROOT(p) ((void)(p))
+#define POP_ROOTS(n) ((void)0)
+#define SET_ROOT(i, p) ((void)(p))
 #endif
 
 typedef struct Node {
@@ -96,6 +123,7 @@ static void Populate(int depth, Node *node)
 {
     if (depth <= 0) return;
     depth--;
+    /* node is reachable from the caller's roots. */
     node->left = NewNode(NULL, NULL);
     WB(node, node->left);
     node->right = NewNode(NULL, NULL);
@@ -109,8 +137,12 @@ static Node *MakeTree(int depth)
 {
     if (depth <= 0) return NewNode(NULL, NULL);
     Node *left = MakeTree(depth - 1);
+    PUSH_ROOT(left);
     Node *right = MakeTree(depth - 1);
-    return NewNode(left, right);
+    PUSH_ROOT(right);
+    Node *n = NewNode(left, right);
+    POP_ROOTS(2);
+    return n;
 }
 
 static long CountNodes(const Node *n)
@@ -137,12 +169,20 @@ static void TimeConstruction(int depth)
 {
     int iNumIters = NumIters(depth);
     Node *tempTree = NULL;
+    PUSH_ROOT(NULL);
+    int slot = 0;
+#ifdef PRECISE_ROOTS
+    slot = shadow_top - 1;
+#endif
     for (int i = 0; i < iNumIters; ++i) {
         tempTree = NewNode(NULL, NULL);
+        SET_ROOT(slot, tempTree);
         Populate(depth, tempTree);
         if (i == iNumIters - 1) Check(tempTree, depth, "top-down tree");
         tempTree = NULL;
     }
+    SET_ROOT(slot, NULL);
+    POP_ROOTS(1);
     for (int i = 0; i < iNumIters; ++i) {
         tempTree = MakeTree(depth);
         if (i == iNumIters - 1) Check(tempTree, depth, "bottom-up tree");
@@ -166,8 +206,13 @@ int main(int argc, char **argv)
     GC_start_performance_measurement();
     GC_set_on_collection_event(on_event);
 #else
+#ifdef PRECISE_ROOTS
+    jl_init();
+    jl_gc_set_cb_root_scanner(scan_shadow, 1);
+#else
     jl_gc_enable_conservative_scanning(); /* the only roots: thread stacks */
     jl_init();
+#endif
     ptls = jl_get_ptls_states();
     uint32_t offsets[2] = {0, 8};
     node_type = gc_new_layout_type(gc_default_heap(), "Node", sizeof(Node), offsets, 2);
@@ -187,8 +232,10 @@ int main(int argc, char **argv)
 
     /* A long-lived tree and array that stay live throughout. */
     Node *longLivedTree = NewNode(NULL, NULL);
+    PUSH_ROOT(longLivedTree);
     Populate(kLongLivedTreeDepth, longLivedTree);
     double *array = NewArray(kArraySize);
+    PUSH_ROOT(array);
     for (int i = 0; i < kArraySize / 2; ++i) array[i] = 1.0 / i;
 
     for (int d = kMinTreeDepth; d <= kMaxTreeDepth; d += 2) TimeConstruction(d);

@@ -2,6 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
+mod gc;
 mod gil;
 mod loader;
 mod report;
@@ -16,7 +17,17 @@ struct Suite {
 }
 
 /// Every suite that exists. Suites are added as the crates they measure are built.
-const SUITES: &[Suite] = &[Suite {
+const SUITES: &[Suite] = &[
+    Suite {
+        name: "gc",
+        what: "GCBench in C vs Boehm GC (conservative and precise roots), allocation, the seed's micro-benchmarks",
+        run: gc::run_gc,
+    },
+    Suite {
+        name: "conservative",
+        what: "interior-pointer lookup vs Boehm's GC_base, conservative scan throughput",
+        run: gc::run_conservative,
+    },Suite {
     name: "gil",
     what: "GIL handoff, I/O latency next to a CPU-bound thread, time-to-safepoint; vs CPython 3.11 and parking_lot",
     run: gil::run,

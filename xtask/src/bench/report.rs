@@ -41,11 +41,13 @@ impl Report {
     /// Declares that figure `ours` is compared with figure `peer` (both already recorded
     /// with [`Report::value`]); the table shows ours/peer and, if given, whether the ratio
     /// meets `target` (lower is better: ratio <= target). The ratio is also recorded as
-    /// `<ours>_ratio`.
+    /// `<ours>_ratio` (by the first comparison of `ours` only).
     pub fn compare(&mut self, what: &str, ours: &str, peer: &str, target: Option<f64>) {
-        if let (Some(o), Some(p)) = (self.get(ours), self.get(peer)) {
+        // The first comparison of a figure (against its peer) owns `<ours>_ratio`.
+        let key = format!("{ours}_ratio");
+        if let (Some(o), Some(p), None) = (self.get(ours), self.get(peer), self.get(&key)) {
             if p != 0.0 {
-                self.value(&format!("{ours}_ratio"), o / p);
+                self.value(&key, o / p);
             }
         }
         self.comparisons.push(Comparison {

@@ -1,0 +1,259 @@
+//! Measurement driver for `cargo xtask bench gc` (Rust side): the allocation fast path
+//! and the seed's two micro-benchmarks, translated to this heap. Prints `key=value`
+//! lines. Run in release: `cargo run --release -p gc-core --example gc_bench`.
+//!
+//! - `alloc_ns`: allocating 16-byte objects in a loop, nothing kept, collections
+//!   disabled: the fast path plus its page refills.
+//! - `alloc_ns_with_gc`: the same with the default collection policy.
+//! - `bencharr_ms`: the seed's "array allocations benchmark" (`bencharr(200, 1000, 100,
+//!   "x", "y")`): a global array of n*n*m2 pairs, then an n x n array of arrays of pairs
+//!   mapped m times into new arrays of swapped pairs.
+//! - `benchfac_ms`: the seed's "BigInt allocations benchmark" (`benchfac(2000)`): the sum
+//!   of i! for i in 1..=2000 with heap-allocated big integers, a new one per operation.
+
+use gc_core::{CollectionKind, Heap, HeapConfig, Mutator, ObjRef, TypeRef};
+use std::time::Instant;
+
+/// ns per 16-byte allocation. Each round allocates `n` objects and keeps none; the
+/// first round touches fresh memory (page faults), so the best of the later rounds is
+/// the fast path on recycled pages (with `collect_between`, a full collection runs
+/// between rounds and none inside them when `config` disables the trigger).
+fn alloc_loop(config: HeapConfig, n: usize, collect_between: bool) -> f64 {
+    let heap = Heap::new(config).unwrap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Small", 16, &[]).unwrap();
+    let mut best = f64::INFINITY;
+    for round in 0..4 {
+        let t = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(m.alloc_typed(16, ty).unwrap());
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        if round > 0 {
+            best = best.min(ns);
+        }
+        if collect_between {
+            m.collect(CollectionKind::Full).unwrap();
+        }
+    }
+    best
+}
+
+struct Arr {
+    ty: TypeRef,
+}
+
+impl Arr {
+    /// An array object of `n` reference slots (word 0 holds the length).
+    fn new(m: &mut Mutator, ty: &Arr, n: usize) -> ObjRef {
+        let a = m.alloc_typed(8 * (n + 1), ty.ty).unwrap();
+        // SAFETY: a fresh array of n + 1 words.
+        unsafe { a.write_slot(0, n) };
+        a
+    }
+}
+
+/// Array type: a length word then references; marked by a mark function with
+/// `queue_array` (one mark-stack entry per array).
+fn mark_array(m: &mut gc_core::Marker<'_>, obj: ObjRef) -> usize {
+    // SAFETY: live arrays start with their length, followed by that many references.
+    unsafe {
+        let n = obj.read_slot(0);
+        m.queue_array(obj, obj.as_ptr().add(8) as *const Option<ObjRef>, n);
+    }
+    0
+}
+
+fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    let pair = heap.new_layout_type("Tuple", 16, &[0, 8]).unwrap();
+    let string = heap.new_layout_type("String", 8, &[]).unwrap();
+    let spec = |large| gc_core::ForeignTypeSpec {
+        name: if large { "BigArray" } else { "Array" },
+        mark: gc_core::MarkProc::Rust(mark_array),
+        sweep: gc_core::SweepProc::None,
+        has_pointers: true,
+        large,
+    };
+    let small = Arr {
+        ty: heap.new_foreign_type(spec(false)).unwrap(),
+    };
+    let large = Arr {
+        ty: heap.new_foreign_type(spec(true)).unwrap(),
+    };
+    let arr_ty = |len: usize| {
+        if 8 * (len + 1) > gc_core::max_internal_obj_size() {
+            &large
+        } else {
+            &small
+        }
+    };
+    let x = heap.root(m.alloc_typed(8, string).unwrap());
+    let y = heap.root(m.alloc_typed(8, string).unwrap());
+    // Objects never move and these stay rooted: their addresses stay valid.
+    let (xo, yo) = (x.get(), y.get());
+    let start = Instant::now();
+    // global t = [(x, y) for i in 1:(n * n * m2)]
+    let len = n * n * m2;
+    let t = heap.root(Arr::new(&mut m, arr_ty(len), len));
+    let to = t.get();
+    for i in 0..len {
+        let p = m.alloc_typed(16, pair).unwrap();
+        // SAFETY: live objects; slots inside their payloads.
+        unsafe {
+            m.store_ref(p, 0, Some(xo));
+            m.store_ref(p, 8, Some(yo));
+            m.store_ref(to, 8 * (i + 1), Some(p));
+        }
+    }
+    // a = [[(x, y) for j in 1:n] for i in 1:n]
+    let mut a = heap.root(Arr::new(&mut m, arr_ty(n), n));
+    let ao = a.get();
+    for i in 0..n {
+        let inner = Arr::new(&mut m, arr_ty(n), n);
+        // SAFETY: live objects.
+        unsafe { m.store_ref(ao, 8 * (i + 1), Some(inner)) };
+        for j in 0..n {
+            let p = m.alloc_typed(16, pair).unwrap();
+            // SAFETY: live objects; `inner` is reachable from `a`.
+            unsafe {
+                m.store_ref(p, 0, Some(xo));
+                m.store_ref(p, 8, Some(yo));
+                m.store_ref(inner, 8 * (j + 1), Some(p));
+            }
+        }
+    }
+    // for i in 1:m: a = map(outer -> map(inner -> (inner[2], inner[1]), outer), a)
+    for _ in 0..mm {
+        let b = heap.root(Arr::new(&mut m, arr_ty(n), n));
+        let (ao, bo) = (a.get(), b.get());
+        for i in 0..n {
+            let nb = Arr::new(&mut m, arr_ty(n), n);
+            // SAFETY: live objects.
+            unsafe { m.store_ref(bo, 8 * (i + 1), Some(nb)) };
+            // SAFETY: reachable from a (rooted).
+            let row = unsafe { m.load_ref(ao, 8 * (i + 1)).unwrap() };
+            for j in 0..n {
+                // SAFETY: reachable from a (rooted).
+                let old = unsafe { m.load_ref(row, 8 * (j + 1)).unwrap() };
+                let p = m.alloc_typed(16, pair).unwrap();
+                // SAFETY: `old` is reachable from `a`; `nb` from `b`; `p` is fresh.
+                unsafe {
+                    let (first, second) = (m.load_ref(old, 0), m.load_ref(old, 8));
+                    m.store_ref(p, 0, second);
+                    m.store_ref(p, 8, first);
+                    m.store_ref(nb, 8 * (j + 1), Some(p));
+                }
+            }
+        }
+        a = b;
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    drop((a, t));
+    (ms, heap.stats())
+}
+
+/// Big integers as heap objects of 64-bit limbs (word 0: limb count).
+fn big_from(m: &mut Mutator, ty: TypeRef, limbs: &[u64]) -> ObjRef {
+    let o = m.alloc_typed(8 * (limbs.len() + 1), ty).unwrap();
+    // SAFETY: a fresh object of limbs.len() + 1 words.
+    unsafe {
+        o.write_slot(0, limbs.len());
+        std::ptr::copy_nonoverlapping(limbs.as_ptr(), o.as_ptr().add(8) as *mut u64, limbs.len());
+    }
+    o
+}
+
+fn limbs(o: ObjRef) -> &'static [u64] {
+    // SAFETY: callers pass live big integers, read before the next allocation.
+    unsafe { std::slice::from_raw_parts(o.as_ptr().add(8) as *const u64, o.read_slot(0)) }
+}
+
+fn benchfac(n: u64) -> (f64, u64, gc_core::GcStats) {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("BigInt", 8, &[]).unwrap();
+    let start = Instant::now();
+    let total = heap.root(big_from(&mut m, ty, &[0]));
+    let mut scratch: Vec<u64> = Vec::new();
+    for i in 1..=n {
+        // fac(i): result = BigInt(1); for k in 2:i: result *= k (a new BigInt each time).
+        let result = heap.root(big_from(&mut m, ty, &[1]));
+        for k in 2..=i {
+            scratch.clear();
+            let mut carry = 0u128;
+            for &l in limbs(result.get()) {
+                let v = l as u128 * k as u128 + carry;
+                scratch.push(v as u64);
+                carry = v >> 64;
+            }
+            if carry != 0 {
+                scratch.push(carry as u64);
+            }
+            let next = big_from(&mut m, ty, &scratch);
+            result.set(next);
+        }
+        // total += fac(i): a new BigInt.
+        scratch.clear();
+        let (a, b) = (limbs(total.get()), limbs(result.get()));
+        let mut carry = 0u128;
+        for idx in 0..a.len().max(b.len()) {
+            let v = *a.get(idx).unwrap_or(&0) as u128 + *b.get(idx).unwrap_or(&0) as u128 + carry;
+            scratch.push(v as u64);
+            carry = v >> 64;
+        }
+        if carry != 0 {
+            scratch.push(carry as u64);
+        }
+        let next = big_from(&mut m, ty, &scratch);
+        total.set(next);
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    // A checksum of the result, so the work cannot be skipped and can be compared.
+    let sum = limbs(total.get())
+        .iter()
+        .fold(0u64, |acc, &l| acc.rotate_left(7) ^ l);
+    m.collect(CollectionKind::Full).unwrap();
+    (ms, sum, heap.stats())
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n = if quick { 2_000_000 } else { 20_000_000 };
+    let no_gc = HeapConfig {
+        min_interval: 1 << 40,
+        max_interval: 1 << 40,
+        ..HeapConfig::default()
+    };
+    println!("alloc_ns={:.3}", alloc_loop(no_gc, n, true));
+    println!(
+        "alloc_ns_with_gc={:.3}",
+        alloc_loop(HeapConfig::default(), n, false)
+    );
+    let (arr_ms, s) = if quick {
+        bencharr(50, 20, 10)
+    } else {
+        bencharr(200, 1000, 100)
+    };
+    println!("bencharr_ms={arr_ms:.1}");
+    println!(
+        "bencharr_collections={}",
+        s.full_collections + s.partial_collections
+    );
+    println!(
+        "bencharr_max_pause_ms={:.3}",
+        s.max_pause.as_secs_f64() * 1e3
+    );
+    let (fac_ms, sum, s) = benchfac(if quick { 300 } else { 2000 });
+    println!("benchfac_ms={fac_ms:.1}");
+    println!("benchfac_checksum={sum}");
+    println!(
+        "benchfac_collections={}",
+        s.full_collections + s.partial_collections
+    );
+    println!(
+        "benchfac_max_pause_ms={:.3}",
+        s.max_pause.as_secs_f64() * 1e3
+    );
+}

@@ -1,0 +1,313 @@
+//! `cargo xtask bench gc` and `cargo xtask bench conservative`: gc-core and
+//! gc-conservative against Boehm GC (Debian `libgc-dev`, installed when missing), in the
+//! same run.
+//!
+//! `gc`:
+//! - GCBench in C (`gc-conservative/tests/c/gcbench.c`, the classic sizes) three ways:
+//!   ours with conservative stack scanning as the only roots (the same program Boehm
+//!   runs), ours with precise roots (a shadow stack), and Boehm; run interleaved
+//!   `GCBENCH_RUNS` times each, medians of total time, GC time, max pause and peak RSS;
+//! - allocation of 16-byte objects from C (`jl_gc_alloc_typed` vs `GC_MALLOC`);
+//! - the Rust side (`gc-core/examples/gc_bench.rs`): the allocation fast path and the
+//!   seed's two micro-benchmarks.
+//!
+//! `conservative`: `base_ptr` vs Boehm's `GC_base` on interior pointers, misses and free
+//! cells, and conservative scan throughput (`gc-conservative/benches/c/micro.c`).
+
+use super::report::Report;
+use crate::steps::{cargo, ensure_apt_tools, root};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const GCBENCH_RUNS: usize = 7;
+
+fn ensure_boehm() -> Result<()> {
+    if Path::new("/usr/include/gc.h").exists() {
+        return Ok(());
+    }
+    // libgc-dev has no program to probe; install it by package name.
+    println!("bench: Boehm GC headers missing; installing Debian package libgc-dev (apt-get)");
+    let status = Command::new("apt-get")
+        .args([
+            "install",
+            "-y",
+            "-qq",
+            "--no-install-recommends",
+            "libgc-dev",
+        ])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .status()
+        .context("run apt-get to install libgc-dev")?;
+    if !status.success() || !Path::new("/usr/include/gc.h").exists() {
+        let _ = Command::new("apt-get").args(["update", "-qq"]).status();
+        let retry = Command::new("apt-get")
+            .args([
+                "install",
+                "-y",
+                "-qq",
+                "--no-install-recommends",
+                "libgc-dev",
+            ])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .status()?;
+        if !retry.success() {
+            bail!("Boehm GC (libgc-dev) is needed for the peer figures and could not be installed");
+        }
+    }
+    Ok(())
+}
+
+/// Builds libgc_conservative (which carries gc-core's C ABI) in release mode.
+fn build_library() -> Result<PathBuf> {
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "gc-conservative",
+        "--lib",
+    ]);
+    if !build.status()?.success() {
+        bail!("cargo build --release -p gc-conservative failed");
+    }
+    Ok(root().join("target").join("release"))
+}
+
+fn compile(source: &str, out: &str, defines: &[&str], ours: bool, boehm: bool) -> Result<PathBuf> {
+    let lib = root().join("target").join("release");
+    let exe = root().join("target").join("bench").join(out);
+    std::fs::create_dir_all(exe.parent().unwrap())?;
+    let mut cc = Command::new("cc");
+    cc.args(["-O2", "-g", "-std=gnu11"]).args(defines);
+    cc.arg("-I").arg(root().join("gc-core/include"));
+    cc.arg("-I").arg(root().join("gc-conservative/include"));
+    cc.arg(root().join(source)).arg("-o").arg(&exe);
+    if ours {
+        cc.arg("-L")
+            .arg(&lib)
+            .arg(format!("-Wl,-rpath,{}", lib.display()))
+            .arg("-lgc_conservative");
+    }
+    if boehm {
+        cc.arg("-lgc");
+    }
+    if !cc.status().context("run cc")?.success() {
+        bail!("compiling {source} ({out}) failed");
+    }
+    Ok(exe)
+}
+
+/// Runs `exe` and parses `key=value` pairs from its output.
+fn figures(cmd: &mut Command) -> Result<HashMap<String, String>> {
+    cmd.env_remove("LD_LIBRARY_PATH");
+    let out = cmd.output().with_context(|| format!("run {cmd:?}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(text
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect())
+}
+
+fn num(f: &HashMap<String, String>, key: &str) -> Result<f64> {
+    f.get(key)
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no figure {key}"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+/// `cargo xtask bench gc`.
+pub fn run_gc() -> Result<()> {
+    ensure_apt_tools(&[("cc", "gcc")], "to build the C benchmarks")?;
+    ensure_boehm()?;
+    build_library()?;
+    let src = "gc-conservative/tests/c/gcbench.c";
+    let variants = [
+        ("", compile(src, "gcbench_ours", &[], true, false)?),
+        (
+            "_precise",
+            compile(src, "gcbench_precise", &["-DPRECISE_ROOTS"], true, false)?,
+        ),
+        (
+            "_boehm",
+            compile(src, "gcbench_boehm", &["-DUSE_BOEHM"], false, true)?,
+        ),
+    ];
+    let mut samples: HashMap<(String, &str), Vec<f64>> = HashMap::new();
+    for run in 0..GCBENCH_RUNS {
+        for (suffix, exe) in &variants {
+            let f = figures(&mut Command::new(exe))?;
+            if f.get("result").map(String::as_str) != Some("ok") {
+                bail!("GCBench{suffix} computed a wrong result: {f:?}");
+            }
+            for key in [
+                "total_ms",
+                "gc_ms",
+                "max_pause_ms",
+                "peak_rss_mb",
+                "collections",
+            ] {
+                samples
+                    .entry((suffix.to_string(), key))
+                    .or_default()
+                    .push(num(&f, key)?);
+            }
+        }
+        println!("  GCBench run {}/{GCBENCH_RUNS} done", run + 1);
+    }
+    let mut r = Report::new("gc");
+    for (suffix, _) in &variants {
+        let m = |key: &str| median(samples[&(suffix.to_string(), key)].clone());
+        r.value(&format!("gcbench_ms{suffix}"), m("total_ms"));
+        r.value(&format!("gc_time_ms{suffix}"), m("gc_ms"));
+        r.value(&format!("max_pause_ms{suffix}"), m("max_pause_ms"));
+        r.value(&format!("peak_rss_mb{suffix}"), m("peak_rss_mb"));
+        r.value(&format!("collections{suffix}"), m("collections"));
+    }
+    let micro = compile(
+        "gc-conservative/benches/c/micro.c",
+        "gc_micro",
+        &[],
+        true,
+        true,
+    )?;
+    let f = figures(&mut Command::new(&micro))?;
+    r.value("alloc_ns_c", num(&f, "alloc_ns_c")?);
+    r.value("alloc_ns_c_boehm", num(&f, "alloc_ns_boehm")?);
+
+    let mut ex = cargo();
+    ex.args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "gc-core",
+        "--example",
+        "gc_bench",
+    ]);
+    let f = figures(&mut ex)?;
+    for key in [
+        "alloc_ns",
+        "alloc_ns_with_gc",
+        "bencharr_ms",
+        "bencharr_collections",
+        "bencharr_max_pause_ms",
+        "benchfac_ms",
+        "benchfac_collections",
+        "benchfac_max_pause_ms",
+    ] {
+        r.value(key, num(&f, key)?);
+    }
+    r.compare(
+        "GCBench total (conservative roots) vs Boehm",
+        "gcbench_ms",
+        "gcbench_ms_boehm",
+        Some(1.0),
+    );
+    r.compare("GC time vs Boehm", "gc_time_ms", "gc_time_ms_boehm", None);
+    r.compare(
+        "max pause vs Boehm",
+        "max_pause_ms",
+        "max_pause_ms_boehm",
+        Some(1.0),
+    );
+    r.compare(
+        "peak RSS vs Boehm",
+        "peak_rss_mb",
+        "peak_rss_mb_boehm",
+        Some(1.2),
+    );
+    r.compare(
+        "GCBench conservative vs precise roots (ours)",
+        "gcbench_ms",
+        "gcbench_ms_precise",
+        Some(1.1),
+    );
+    r.compare(
+        "C allocation, 16 bytes, vs GC_MALLOC",
+        "alloc_ns_c",
+        "alloc_ns_c_boehm",
+        Some(1.0),
+    );
+    println!(
+        "  allocation fast path (Rust): {:.2} ns per object (target <= 10 ns)",
+        r.get("alloc_ns").unwrap_or(f64::NAN)
+    );
+    r.finish()
+}
+
+/// `cargo xtask bench conservative`.
+pub fn run_conservative() -> Result<()> {
+    ensure_apt_tools(&[("cc", "gcc")], "to build the C benchmarks")?;
+    ensure_boehm()?;
+    build_library()?;
+    let micro = compile(
+        "gc-conservative/benches/c/micro.c",
+        "gc_micro",
+        &[],
+        true,
+        true,
+    )?;
+    let keys = [
+        "base_ptr_hit_ns",
+        "gc_base_hit_ns",
+        "base_ptr_miss_ns",
+        "gc_base_miss_ns",
+        "base_ptr_free_ns",
+        "stack_scan_gbps",
+    ];
+    let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
+    for _ in 0..5 {
+        let f = figures(&mut Command::new(&micro))?;
+        for key in keys {
+            samples.entry(key).or_default().push(num(&f, key)?);
+        }
+    }
+    let mut r = Report::new("conservative");
+    for key in keys {
+        r.value(key, median(samples[key].clone()));
+    }
+    // GCBench with conservative roots only vs precise roots, same run.
+    let src = "gc-conservative/tests/c/gcbench.c";
+    let cons = compile(src, "gcbench_ours", &[], true, false)?;
+    let precise = compile(src, "gcbench_precise", &["-DPRECISE_ROOTS"], true, false)?;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..GCBENCH_RUNS {
+        a.push(num(&figures(&mut Command::new(&cons))?, "total_ms")?);
+        b.push(num(&figures(&mut Command::new(&precise))?, "total_ms")?);
+    }
+    r.value("gcbench_conservative_ms", median(a));
+    r.value("gcbench_precise_ms", median(b));
+    r.compare(
+        "base_ptr hit (interior) vs GC_base",
+        "base_ptr_hit_ns",
+        "gc_base_hit_ns",
+        Some(1.0),
+    );
+    r.compare(
+        "base_ptr miss vs GC_base",
+        "base_ptr_miss_ns",
+        "gc_base_miss_ns",
+        Some(1.0),
+    );
+    r.compare(
+        "GCBench conservative-only vs precise roots",
+        "gcbench_conservative_ms",
+        "gcbench_precise_ms",
+        Some(1.1),
+    );
+    r.finish()
+}
