@@ -45,7 +45,7 @@ struct Arr {
 
 impl Arr {
     /// An array object of `n` reference slots (word 0 holds the length).
-    fn new(m: &mut Mutator, ty: &Arr, n: usize) -> ObjRef {
+    fn alloc(m: &mut Mutator, ty: &Arr, n: usize) -> ObjRef {
         let a = m.alloc_typed(8 * (n + 1), ty.ty).unwrap();
         // SAFETY: a fresh array of n + 1 words.
         unsafe { a.write_slot(0, n) };
@@ -96,7 +96,7 @@ fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
     let start = Instant::now();
     // global t = [(x, y) for i in 1:(n * n * m2)]
     let len = n * n * m2;
-    let t = heap.root(Arr::new(&mut m, arr_ty(len), len));
+    let t = heap.root(Arr::alloc(&mut m, arr_ty(len), len));
     let to = t.get();
     for i in 0..len {
         let p = m.alloc_typed(16, pair).unwrap();
@@ -108,10 +108,10 @@ fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
         }
     }
     // a = [[(x, y) for j in 1:n] for i in 1:n]
-    let mut a = heap.root(Arr::new(&mut m, arr_ty(n), n));
+    let mut a = heap.root(Arr::alloc(&mut m, arr_ty(n), n));
     let ao = a.get();
     for i in 0..n {
-        let inner = Arr::new(&mut m, arr_ty(n), n);
+        let inner = Arr::alloc(&mut m, arr_ty(n), n);
         // SAFETY: live objects.
         unsafe { m.store_ref(ao, 8 * (i + 1), Some(inner)) };
         for j in 0..n {
@@ -126,10 +126,10 @@ fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
     }
     // for i in 1:m: a = map(outer -> map(inner -> (inner[2], inner[1]), outer), a)
     for _ in 0..mm {
-        let b = heap.root(Arr::new(&mut m, arr_ty(n), n));
+        let b = heap.root(Arr::alloc(&mut m, arr_ty(n), n));
         let (ao, bo) = (a.get(), b.get());
         for i in 0..n {
-            let nb = Arr::new(&mut m, arr_ty(n), n);
+            let nb = Arr::alloc(&mut m, arr_ty(n), n);
             // SAFETY: live objects.
             unsafe { m.store_ref(bo, 8 * (i + 1), Some(nb)) };
             // SAFETY: reachable from a (rooted).
