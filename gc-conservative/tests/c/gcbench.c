@@ -52,7 +52,7 @@ static void scan_shadow(int full)
 #else
 #define PUSH_ROOT(p) ((void)(p))
 #define POP_ROOTS(n) ((void)0)
-#define SET_ROOT(i, p) ((void)(p))
+#define SET_ROOT(i, p) ((void)(i), (void)(p))
 #endif
 
 typedef struct Node {
