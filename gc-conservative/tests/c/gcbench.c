@@ -203,6 +203,7 @@ int main(int argc, char **argv)
 
 #ifdef USE_BOEHM
     GC_INIT();
+    (void)stress; /* Boehm has no collect-every-N mode */
     GC_start_performance_measurement();
     GC_set_on_collection_event(on_event);
 #else
