@@ -3,6 +3,8 @@
 //! index for external ones.
 
 use crate::index;
+use gc_core::object::HEADER_SIZE;
+use gc_core::sizeclass::{FIRST_CELL, PAGE_SIZE};
 use gc_core::{pagetable, ObjRef, PageMeta};
 
 /// The internal object of heap `heap_id` that `p` points to the beginning, interior or
@@ -11,17 +13,24 @@ use gc_core::{pagetable, ObjRef, PageMeta};
 /// first byte, pages of other heaps, unmapped or foreign memory).
 #[inline]
 pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    in_page(heap_id, pagetable::lookup(p)?, p)
+    let (info, page) = pagetable::lookup_with_info(p)?;
+    in_page(heap_id, info, page, p)
 }
 
+/// The lookup proper, from the page-table entry's copy of owner and layout: it reads
+/// that entry and one word of the page's allocation bitmap, nothing else.
 #[inline(always)]
-fn in_page(heap_id: usize, page: &PageMeta, p: usize) -> Option<ObjRef> {
-    if page.owner() != heap_id {
+fn in_page(heap_id: usize, info: u64, page: &PageMeta, p: usize) -> Option<ObjRef> {
+    if info >> pagetable::INFO_OWNER_SHIFT != heap_id as u64 {
         return None;
     }
-    let (cell, class) = page.cell_layout()?;
+    let cell = (info & 0xffff) as usize;
+    if cell == 0 {
+        return None;
+    }
+    let class = ((info >> 16) & 0xff) as usize;
     let idx = page.cell_index(p, cell, class)?;
-    let obj = page.object_at(idx, cell);
+    let obj = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + idx * cell + HEADER_SIZE;
     if page.is_allocated(obj) {
         ObjRef::from_addr(obj)
     } else {
@@ -33,9 +42,9 @@ fn in_page(heap_id: usize, page: &PageMeta, p: usize) -> Option<ObjRef> {
 /// (beginning, interior or one past the end of the payload).
 #[inline]
 pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    match pagetable::lookup(p) {
+    match pagetable::lookup_with_info(p) {
         // A pool page (ours or not, in use or not) never holds a big object.
-        Some(page) => in_page(heap_id, page, p),
+        Some((info, page)) => in_page(heap_id, info, page, p),
         None => index::lookup(p, heap_id).and_then(ObjRef::from_addr),
     }
 }

@@ -26,6 +26,29 @@ use std::sync::OnceLock;
 /// A heap (`gc_heap_t`).
 pub struct gc_heap_t {
     heap: Heap,
+    /// `heap.id()`, kept here so that lookups through the C ABI need one load for it.
+    id: usize,
+}
+
+impl gc_heap_t {
+    fn new(heap: Heap) -> gc_heap_t {
+        let id = heap.id();
+        gc_heap_t { heap, id }
+    }
+
+    /// The id of the heap behind a C heap pointer (see [`Heap::id`]); sets the last error
+    /// for NULL.
+    ///
+    /// # Safety
+    /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
+    #[inline(always)]
+    pub unsafe fn id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<usize> {
+        if p.is_null() {
+            return heap_ref_null(what).map(|h| h.id());
+        }
+        // SAFETY: forwarded from the caller.
+        Some(unsafe { (*p).id })
+    }
 }
 
 impl gc_heap_t {
@@ -233,7 +256,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
         }
     };
     match Heap::new(config) {
-        Ok(heap) => Box::into_raw(Box::new(gc_heap_t { heap })),
+        Ok(heap) => Box::into_raw(Box::new(gc_heap_t::new(heap))),
         Err(e) => fail(e, std::ptr::null_mut()),
     }
 }
@@ -268,9 +291,8 @@ static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 /// The process's default heap (the one the `jl_*` names use), created on first use.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
-    DEFAULT_HEAP.get_or_init(|| gc_heap_t {
-        heap: Heap::default(),
-    }) as *const gc_heap_t as *mut gc_heap_t
+    DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(Heap::default())) as *const gc_heap_t
+        as *mut gc_heap_t
 }
 
 #[inline(always)]

@@ -163,7 +163,7 @@ impl HeapInner {
     /// The heap's identity: the address of its shared state.
     #[inline]
     pub(crate) fn id(&self) -> usize {
-        self as *const HeapInner as usize
+        self.serial as usize
     }
 
     pub(crate) fn datatype(&self) -> TypeRef {
@@ -335,7 +335,8 @@ impl Heap {
         Mutator::attach(self)
     }
 
-    /// The heap's identity (also the owner id reported by page queries).
+    /// The heap's identity (also the owner id reported by page queries): its serial
+    /// number, unique for the process's lifetime and below 2^40.
     pub fn id(&self) -> usize {
         self.0.id()
     }

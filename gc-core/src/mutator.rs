@@ -262,7 +262,7 @@ impl MutatorShared {
         let local = unsafe { &mut *self.local.get() };
         if size.wrapping_sub(1) < desc.max_small
             && size >= desc.min_size
-            && desc.heap_id == self.heap as usize
+            && desc.heap_id == self.heap().id()
             && local.countdown > 1
             && self.heap().gc_flag.load(Ordering::Relaxed) == 0
         {

@@ -13,7 +13,7 @@ use crate::pagetable;
 use crate::sizeclass::{cells_per_page, div_magic, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 /// Pages per chunk.
 pub const CHUNK_PAGES: usize = 256;
@@ -32,6 +32,8 @@ pub struct PageMeta {
     /// Packed layout, readable without a lock: bits 0..16 cell size (0 while free),
     /// bits 16..24 size class.
     layout: AtomicU64,
+    /// The page-table entry's copy of owner and layout (`pagetable::pack_info`).
+    info: AtomicPtr<AtomicU64>,
     /// Allocation bits, by granule of the object address: set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
     /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
@@ -94,6 +96,7 @@ impl PageMeta {
             ages: UnsafeCell::new([0; GRANULE_WORDS]),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             alloc: [const { AtomicU64::new(0) }; GRANULE_WORDS],
+            info: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -121,12 +124,16 @@ impl PageMeta {
     /// included) contains `addr`, given this page's cell size; `None` for the bytes before
     /// the first payload, after the last cell, or inside a header word past its first byte.
     #[inline]
+    /// `addr` must lie in this page (as when the page came from looking `addr` up).
     pub fn cell_index(&self, addr: usize, cell_size: usize, class: usize) -> Option<usize> {
-        let first_obj = self.base + FIRST_CELL + HEADER_SIZE;
+        debug_assert_eq!(
+            addr & !(PAGE_SIZE - 1),
+            self.base,
+            "address outside the page"
+        );
+        // Pages are PAGE_SIZE-aligned: the page start comes from the address, not `base`.
+        let first_obj = (addr & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
         let off = addr.checked_sub(first_obj)?;
-        if off >= PAGE_SIZE {
-            return None;
-        }
         let idx = ((off as u64 * DIV_MAGIC[class]) >> 32) as usize;
         let rem = off - idx * cell_size;
         if rem <= cell_size - HEADER_SIZE {
@@ -186,7 +193,8 @@ impl PageMeta {
 
     #[inline(always)]
     fn granule(&self, obj: usize) -> (usize, u64) {
-        let g = (obj - self.base) >> 4;
+        // Pages are PAGE_SIZE-aligned: the offset needs no load of `base`.
+        let g = (obj & (PAGE_SIZE - 1)) >> 4;
         (g >> 6, 1u64 << (g & 63))
     }
 
@@ -242,6 +250,17 @@ impl PageMeta {
         self.owner.store(owner, Ordering::Release);
         let layout = CELL_SIZES[class] as u64 | (class as u64) << 16;
         self.layout.store(layout, Ordering::Release);
+        self.publish_info();
+    }
+
+    /// Copies owner and layout into the page-table entry.
+    fn publish_info(&self) {
+        let slot = self.info.load(Ordering::Acquire);
+        // SAFETY: set at registration to the entry's info word, which is never freed.
+        if let Some(slot) = unsafe { slot.as_ref() } {
+            let info = pagetable::pack_info(self.owner(), self.layout.load(Ordering::Acquire));
+            slot.store(info, Ordering::Release);
+        }
     }
 
     /// Returns the page to the free state (no cell of it is allocated any more).
@@ -250,6 +269,7 @@ impl PageMeta {
     /// As for `assign`, and no cell of the page holds a live object.
     unsafe fn release(&self) {
         self.layout.store(0, Ordering::Release);
+        self.publish_info();
         // SAFETY: exclusive per the caller's contract.
         let st = unsafe { self.state() };
         st.held = false;
@@ -301,7 +321,11 @@ impl Chunk {
             .collect();
         let chunk: &'static Chunk = Box::leak(Box::new(Chunk { base, metas }));
         for meta in chunk.metas.iter() {
-            pagetable::register(meta.base, meta);
+            let slot = pagetable::register(meta.base, meta);
+            meta.info.store(
+                slot as *const AtomicU64 as *mut AtomicU64,
+                Ordering::Release,
+            );
         }
         Ok(chunk)
     }
@@ -315,6 +339,7 @@ impl Chunk {
             // SAFETY: forwarded from the caller: nothing references the pages.
             unsafe { meta.release() };
             meta.owner.store(0, Ordering::Release);
+            meta.publish_info();
             // SAFETY: exclusive per the caller's contract.
             unsafe { meta.state() }.zeroed = true;
         }

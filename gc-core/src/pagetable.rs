@@ -14,14 +14,50 @@
 
 use crate::page::PageMeta;
 use crate::sizeclass::PAGE_SHIFT;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const ADDR_BITS: usize = 48;
 const LEAF_SHIFT: usize = 30;
 const TOP_ENTRIES: usize = 1 << (ADDR_BITS - LEAF_SHIFT);
 const LEAF_ENTRIES: usize = 1 << (LEAF_SHIFT - PAGE_SHIFT);
 
-type Leaf = [AtomicPtr<PageMeta>; LEAF_ENTRIES];
+/// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
+/// (owner and cell layout, see [`pack_info`]) so that a lookup reads this entry and then
+/// only the page's allocation bitmap.
+struct Entry {
+    meta: AtomicPtr<PageMeta>,
+    info: AtomicU64,
+}
+
+type Leaf = [Entry; LEAF_ENTRIES];
+
+/// Bits of `info` below the owner: cell size (16) and size class (8).
+pub const INFO_OWNER_SHIFT: u32 = 24;
+
+/// Packs a page's owner (heap id, below 2^40) and layout (cell size | class << 16, 0
+/// while the page is free) into one word.
+pub fn pack_info(owner: usize, layout: u64) -> u64 {
+    ((owner as u64) << INFO_OWNER_SHIFT) | (layout & ((1 << INFO_OWNER_SHIFT) - 1))
+}
+
+/// The page containing `addr` with its packed info (owner << 24 | class << 16 | cell
+/// size): one load of the leaf entry's two words.
+#[inline]
+pub fn lookup_with_info(addr: usize) -> Option<(u64, &'static PageMeta)> {
+    if addr >> ADDR_BITS != 0 {
+        return None;
+    }
+    let leaf = TOP[addr >> LEAF_SHIFT].load(Ordering::Acquire);
+    if leaf.is_null() {
+        return None;
+    }
+    // SAFETY: leaves are allocated by `register` and never freed.
+    let entry = &unsafe { &*leaf }[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)];
+    let info = entry.info.load(Ordering::Acquire);
+    let meta = entry.meta.load(Ordering::Acquire);
+    // SAFETY: page metadata is leaked when registered and never freed.
+    unsafe { meta.as_ref() }.map(|m| (info, m))
+}
 
 static TOP: [AtomicPtr<Leaf>; TOP_ENTRIES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; TOP_ENTRIES];
@@ -40,14 +76,17 @@ pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
     }
     // SAFETY: leaves are allocated by `register` and never freed.
     let leaf = unsafe { &*leaf };
-    let meta = leaf[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)].load(Ordering::Acquire);
+    let meta = leaf[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)]
+        .meta
+        .load(Ordering::Acquire);
     // SAFETY: page metadata is leaked when registered (see module docs) and never freed.
     unsafe { meta.as_ref() }
 }
 
 /// Records that the page at `page_base` is described by `meta` (for the process's
-/// lifetime). Called once per page, when its chunk is mapped.
-pub(crate) fn register(page_base: usize, meta: &'static PageMeta) {
+/// lifetime). Called once per page, when its chunk is mapped. Returns the entry's info
+/// word, which the page keeps up to date.
+pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static AtomicU64 {
     assert!(
         page_base >> ADDR_BITS == 0,
         "page above the 48-bit address space"
@@ -55,8 +94,10 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) {
     let slot = &TOP[page_base >> LEAF_SHIFT];
     let mut leaf = slot.load(Ordering::Acquire);
     if leaf.is_null() {
-        let fresh: Box<Leaf> =
-            Box::new([const { AtomicPtr::new(std::ptr::null_mut()) }; LEAF_ENTRIES]);
+        // Allocated zeroed on the heap (1 MiB: never built on the stack); all-zero
+        // entries are null metadata pointers and zero info words.
+        // SAFETY: Entry is two atomics, for which all-zero bytes are valid values.
+        let fresh: Box<Leaf> = unsafe { Box::<Leaf>::new_zeroed().assume_init() };
         let fresh = Box::into_raw(fresh);
         match slot.compare_exchange(
             std::ptr::null_mut(),
@@ -74,8 +115,12 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) {
     }
     // SAFETY: leaves are never freed once published.
     let leaf = unsafe { &*leaf };
-    leaf[(page_base >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)]
+    let entry = &leaf[(page_base >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)];
+    entry.info.store(0, Ordering::Release);
+    entry
+        .meta
         .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
+    &entry.info
 }
 
 #[cfg(test)]
