@@ -96,9 +96,13 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static At
     if leaf.is_null() {
         // Allocated zeroed on the heap (1 MiB: never built on the stack); all-zero
         // entries are null metadata pointers and zero info words.
-        // SAFETY: Entry is two atomics, for which all-zero bytes are valid values.
-        let fresh: Box<Leaf> = unsafe { Box::<Leaf>::new_zeroed().assume_init() };
-        let fresh = Box::into_raw(fresh);
+        let layout = std::alloc::Layout::new::<Leaf>();
+        // SAFETY: Leaf has non-zero size; Entry is two atomics, for which all-zero bytes
+        // are valid values, so the zeroed allocation is a valid Leaf.
+        let fresh = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Leaf;
+        if fresh.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
         match slot.compare_exchange(
             std::ptr::null_mut(),
             fresh,
