@@ -584,17 +584,29 @@ impl PageAlloc {
         }
         let n = candidates.len().min(dirty.saturating_sub(keep));
         candidates.sort_by_key(|p| p.base);
-        for &page in candidates.iter().take(n) {
-            // SAFETY: a free page of ours: nothing lives in it; after MADV_DONTNEED it
-            // reads as zero, which `zeroed` records.
+        candidates.truncate(n);
+        // One madvise per run of adjacent pages, not per page.
+        let mut i = 0;
+        while i < candidates.len() {
+            let start = candidates[i].base;
+            let mut j = i + 1;
+            while j < candidates.len() && candidates[j].base == start + (j - i) * PAGE_SIZE {
+                j += 1;
+            }
+            // SAFETY: free pages of ours: nothing lives in them; after MADV_DONTNEED they
+            // read as zero, which `zeroed` records.
             unsafe {
                 libc::madvise(
-                    page.base as *mut libc::c_void,
-                    PAGE_SIZE,
+                    start as *mut libc::c_void,
+                    (j - i) * PAGE_SIZE,
                     libc::MADV_DONTNEED,
-                );
-                page.state().zeroed = true;
+                )
+            };
+            for page in &candidates[i..j] {
+                // SAFETY: free pages are only touched under the page lock, which we hold.
+                unsafe { page.state() }.zeroed = true;
             }
+            i = j;
         }
         n
     }
