@@ -79,7 +79,7 @@ fn long_linked_list_needs_no_native_recursion() {
     let heap = heap();
     let mut m = heap.attach().unwrap();
     let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
-    let n = 2_000_000;
+    let n = 10_000_000;
     let head = m.alloc_typed(16, node).unwrap();
     let root = heap.root(head);
     let mut tail = head;
@@ -217,4 +217,37 @@ fn big_objects_live_and_die() {
     m.collect(CollectionKind::Full).unwrap();
     assert!(!pool_allocated(child));
     assert!(heap.stats().bytes_freed - freed_before >= 100_000);
+}
+
+#[test]
+fn verify_mode_reports_a_missing_write_barrier() {
+    let heap = Heap::new(HeapConfig {
+        verify: true,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let old = m.alloc_typed(16, node).unwrap();
+    let _root = heap.root(old);
+    m.collect(CollectionKind::Partial).unwrap();
+    m.collect(CollectionKind::Partial).unwrap(); // `old` is promoted
+    let young = m.alloc_typed(16, node).unwrap();
+    // SAFETY: a live Node; the store deliberately skips the write barrier.
+    unsafe { old.write_slot(0, young.addr()) };
+    m.collect(CollectionKind::Partial).unwrap();
+    let errors = heap.verify_errors();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("write barrier") && errors[0].contains(&format!("{:#x}", young.addr())),
+        "{}",
+        errors[0]
+    );
+    assert_eq!(heap.stats().verify_errors, 1);
+    // With the barrier, nothing is reported.
+    let young2 = m.alloc_typed(16, node).unwrap();
+    // SAFETY: live objects.
+    unsafe { m.store_ref(old, 0, Some(young2)) };
+    m.collect(CollectionKind::Partial).unwrap();
+    assert_eq!(heap.verify_errors().len(), 1);
 }
