@@ -1,6 +1,8 @@
-//! `cargo xtask demo`: the end-to-end scenarios, each run for real or reported as absent.
+//! `cargo xtask demo`: the end-to-end scenarios, each run for real or reported as absent,
+//! then each crate's own example (the building blocks the scenarios compose).
 
-use anyhow::Result;
+use crate::steps::cargo;
+use anyhow::{bail, Result};
 
 /// One end-to-end scenario of DESIGN.md and whether it exists yet.
 struct Scenario {
@@ -28,12 +30,20 @@ const SCENARIOS: &[Scenario] = &[
     },
 ];
 
-/// Runs every scenario that exists and prints a summary of all of them.
+/// Each crate's example: (package, example, what it shows).
+const EXAMPLES: &[(&str, &str, &str)] = &[
+    ("gc-core", "tour", "a foreign type with mark and sweep functions, a precise type, roots, callbacks, collections"),
+    ("gc-conservative", "scan", "an object kept only by a local variable, interior pointers, the big-object index"),
+    ("gil", "handoff", "GIL handoff, switch requests, a blocking region, a safepoint action"),
+    ("elf-loader", "two_pythons", "two copies of the machine's libpython3.11 in one process, each initialised"),
+];
+
+/// Runs every scenario that exists and every crate example, and prints a summary.
 pub fn run() -> Result<()> {
     let mut summary = Vec::new();
     let mut failed = 0;
     for scenario in SCENARIOS {
-        println!("\n==> demo: {} ({})", scenario.name, scenario.what);
+        println!("\n==> demo: scenario {} ({})", scenario.name, scenario.what);
         let line = match scenario.run {
             None => "not built yet: nothing to run".to_string(),
             Some(run) => match run() {
@@ -45,19 +55,45 @@ pub fn run() -> Result<()> {
             },
         };
         println!("    {line}");
-        summary.push((scenario.name, line));
+        summary.push((format!("scenario {}", scenario.name), line));
+    }
+    for (package, example, what) in EXAMPLES {
+        println!("\n==> demo: {package} example `{example}` ({what})");
+        let mut cmd = cargo();
+        cmd.args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            package,
+            "--example",
+            example,
+        ]);
+        let line = match cmd.status() {
+            Ok(s) if s.success() => "ok".to_string(),
+            Ok(s) => {
+                failed += 1;
+                format!("FAILED ({s})")
+            }
+            Err(e) => {
+                failed += 1;
+                format!("FAILED to start: {e}")
+            }
+        };
+        summary.push((format!("{package} example {example}"), line));
     }
     println!("\nSummary");
     for (name, line) in &summary {
-        println!("  {name:<12} {line}");
+        println!("  {name:<34} {line}");
     }
     let built = SCENARIOS.iter().filter(|s| s.run.is_some()).count();
     println!(
-        "\n{built} of {} scenarios exist; {failed} failed.",
-        SCENARIOS.len()
+        "\n{built} of {} end-to-end scenarios exist; {} crate examples ran; {failed} failed.",
+        SCENARIOS.len(),
+        EXAMPLES.len()
     );
     if failed > 0 {
-        anyhow::bail!("{failed} scenario(s) failed");
+        bail!("{failed} demo(s) failed");
     }
     Ok(())
 }
