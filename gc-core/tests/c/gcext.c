@@ -271,6 +271,17 @@ static void *unattached_thread(void *arg)
     return NULL;
 }
 
+/* Attaches, allocates and exits WITHOUT detaching: the thread's exit must detach it
+ * (otherwise the next collection would wait for it forever). */
+static void *exits_attached(void *arg)
+{
+    (void)arg;
+    jl_ptls_t mine = jl_adopt_thread();
+    CHECK(mine != NULL, "adopt_thread failed: %s", jl_gc_last_error());
+    aux_roots[NAUX - 2] = new_data(mine, 0);
+    return NULL;
+}
+
 static void bad_use(jl_ptls_t ptls)
 {
     jl_gc_clear_error();
@@ -313,6 +324,12 @@ static void bad_use(jl_ptls_t ptls)
     int8_t state = jl_gc_safe_enter(ptls); /* blocking: let the other thread collect */
     pthread_join(t, NULL);
     jl_gc_safe_leave(ptls, state);
+    pthread_create(&t, NULL, exits_attached, NULL);
+    state = jl_gc_safe_enter(ptls);
+    pthread_join(t, NULL);
+    jl_gc_safe_leave(ptls, state);
+    jl_gc_collect(JL_GC_FULL); /* must not wait for the thread that exited */
+    CHECK(((data_t *)aux_roots[NAUX - 2])->magic == MAGIC, "object of an exited thread lost");
     /* d is garbage now; it is swept like any other object (live[] is 0 for it). */
 }
 
@@ -368,8 +385,9 @@ int main(int argc, char **argv)
     bad_use(ptls);
     CHECK(aux_roots[NAUX - 1] != NULL, "the detached thread's object is gone");
 
-    /* Fill the auxiliary roots. */
-    for (int i = 0; i < NAUX - 1; i++) {
+    /* Fill the auxiliary roots (the last two hold the other threads' objects). */
+    live[((data_t *)aux_roots[NAUX - 2])->id] = 1;
+    for (int i = 0; i < NAUX - 2; i++) {
         aux_roots[i] = new_data(ptls, i % 97 == 0);
         live[((data_t *)aux_roots[i])->id] = 1;
     }
@@ -397,7 +415,7 @@ int main(int argc, char **argv)
             break;
         }
         case 6: { /* replace an auxiliary root */
-            int k = (int)((rng >> 32) % (NAUX - 1));
+            int k = (int)((rng >> 32) % (NAUX - 2));
             live[((data_t *)aux_roots[k])->id] = 0;
             aux_roots[k] = NULL;
             jl_value_t *d = new_data(ptls, (rng >> 40) % 31 == 0);
