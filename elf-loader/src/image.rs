@@ -1,7 +1,7 @@
 //! A mapped library (`Image`): symbol lookup in its own tables (GNU and SysV hash,
 //! versions), relocation against a resolution scope, and init/fini calls.
 
-use crate::elf::{consts::*, gnu_hash, read_rela, reloc_name, ElfInfo, Rela, Sym};
+use crate::elf::{consts::*, gnu_hash, reloc_name, ElfInfo, Rela, Sym};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
 use crate::symtab::SymTab;
@@ -66,6 +66,24 @@ pub(crate) enum Def {
     Custom(Arc<Image>, Sym),
     Addr(usize),
     SystemTls(TlsIndex, usize),
+}
+
+/// A symbol value not resolved yet (in the relocation cache).
+const UNRESOLVED: usize = usize::MAX;
+
+/// State shared by the relocation loops of one image.
+struct RelocCx<'a> {
+    /// Where symbols are looked up.
+    scope: &'a [ScopeItem],
+    /// `scope` starts with the loader's overrides and then the image itself, so a
+    /// symbol the image exports binds to its own definition without a hash lookup.
+    self_first: bool,
+    /// Resolved values by symbol index.
+    cache: &'a mut [usize],
+    /// Relocations applied after all others (ifuncs).
+    deferred: &'a mut Vec<Rela>,
+    /// Counts.
+    stats: &'a mut RelocStats,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -168,12 +186,6 @@ impl Image {
         Some((self.str_at(self.sym(i).name)?, a))
     }
 
-    fn relocs(&self, t: crate::elf::Table) -> impl Iterator<Item = Rela> + '_ {
-        // SAFETY: the parser checked the table lies in a mapped read-only segment.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr(t.vaddr), t.len as usize) };
-        bytes.chunks_exact(24).map(read_rela)
-    }
-
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
     #[inline]
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
@@ -198,11 +210,18 @@ impl Image {
     }
 
     /// Applies all relocations, resolving symbols through `scope`.
+    ///
+    /// Three loops, cheapest first: the `DT_RELACOUNT` prefix of RELATIVE relocations;
+    /// then the rest of `DT_RELA` and `DT_JMPREL`, where RELATIVE and the symbolic
+    /// relocations libraries are made of (`64`, `GLOB_DAT`, `JUMP_SLOT`) against a symbol
+    /// already resolved take a few instructions each ([`Image::relocate_table`]); every
+    /// other entry (first use of a symbol, TLS, ifuncs, rare types, anything out of
+    /// bounds) goes through the general [`Image::apply`], which checks and reports.
     pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
         let mut stats = RelocStats::default();
         // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
         // per symbol, so that relocating libpython touches few fresh heap pages.
-        let mut cache: Vec<usize> = vec![usize::MAX; self.info.nsyms as usize];
+        let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
@@ -243,13 +262,16 @@ impl Image {
             vaddr: self.info.rela.vaddr + n as u64 * 24,
             len: self.info.rela.len - n as u64 * 24,
         };
-        for r in self.relocs(rest) {
-            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
-        }
-        let jmprel: Vec<Rela> = self.relocs(self.info.jmprel).collect();
-        for r in jmprel {
-            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
-        }
+        let self_first = matches!(scope, [ScopeItem::Overrides, ScopeItem::Custom(i), ..] if Arc::ptr_eq(i, self));
+        let mut cx = RelocCx {
+            scope,
+            self_first,
+            cache: &mut cache,
+            deferred: &mut deferred,
+            stats: &mut stats,
+        };
+        self.relocate_table(rest, &mut cx)?;
+        self.relocate_table(self.info.jmprel, &mut cx)?;
         // IRELATIVE and references to our own ifuncs run resolvers last, when every
         // other relocation of this image is in place.
         for r in deferred {
@@ -271,6 +293,68 @@ impl Image {
         Ok(stats)
     }
 
+    /// Applies one relocation table. The common cases are handled inline: RELATIVE, and
+    /// `64`/`GLOB_DAT`/`JUMP_SLOT` against a symbol whose value is cached, each with its
+    /// target inside the (single) writable segment; they do exactly what
+    /// [`Image::apply`] would do for them. Everything else goes to `apply`.
+    fn relocate_table(self: &Arc<Self>, t: crate::elf::Table, cx: &mut RelocCx<'_>) -> Result<()> {
+        let count = (t.len / 24) as usize;
+        let table = self.ptr(t.vaddr);
+        let bias = self.map.bias;
+        let nsyms = self.info.nsyms as usize;
+        // One writable segment (what linkers produce): a single range check. Otherwise
+        // an empty range sends every entry to the general path, which checks them all.
+        let (lo, hi) = match self.writable[..] {
+            [(lo, hi)] => (lo, hi.saturating_sub(8)),
+            _ => (1, 0),
+        };
+        for k in 0..count {
+            // SAFETY: k < count entries of a relocation table that the parser checked to
+            // lie inside a mapped, readable segment.
+            let (offset, info, addend) = unsafe {
+                let e = table.add(k * 24);
+                (
+                    std::ptr::read_unaligned(e as *const u64),
+                    std::ptr::read_unaligned(e.add(8) as *const u64),
+                    std::ptr::read_unaligned(e.add(16) as *const i64),
+                )
+            };
+            let kind = info as u32;
+            let sym = (info >> 32) as usize;
+            if offset >= lo && offset <= hi {
+                let target = bias.wrapping_add(offset as usize) as *mut usize;
+                let value = match kind {
+                    R_X86_64_RELATIVE => {
+                        cx.stats.relative += 1;
+                        Some(bias.wrapping_add(addend as usize))
+                    }
+                    R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
+                        if sym != 0 && sym < nsyms && cx.cache[sym] != UNRESOLVED =>
+                    {
+                        cx.stats.symbolic += 1;
+                        let a = if kind == R_X86_64_64 { addend } else { 0 };
+                        Some(cx.cache[sym].wrapping_add(a as usize))
+                    }
+                    _ => None,
+                };
+                if let Some(v) = value {
+                    // SAFETY: the 8-byte target lies inside the writable segment (checked
+                    // against its bounds just above).
+                    unsafe { std::ptr::write_unaligned(target, v) };
+                    continue;
+                }
+            }
+            let r = Rela {
+                offset,
+                sym: sym as u32,
+                kind,
+                addend,
+            };
+            self.apply(&r, cx)?;
+        }
+        Ok(())
+    }
+
     fn sym_name(&self, i: u32) -> String {
         if i == 0 || i >= self.info.nsyms {
             return String::new();
@@ -280,14 +364,12 @@ impl Image {
             .unwrap_or_default()
     }
 
-    fn apply(
-        self: &Arc<Self>,
-        r: &Rela,
-        scope: &[ScopeItem],
-        cache: &mut [usize],
-        deferred: &mut Vec<Rela>,
-        stats: &mut RelocStats,
-    ) -> Result<()> {
+    /// Applies one relocation of any supported type, with every check.
+    fn apply(self: &Arc<Self>, r: &Rela, cx: &mut RelocCx<'_>) -> Result<()> {
+        let (scope, self_first) = (cx.scope, cx.self_first);
+        let cache = &mut *cx.cache;
+        let deferred = &mut *cx.deferred;
+        let stats = &mut *cx.stats;
         if r.sym >= self.info.nsyms && r.sym != 0 {
             return Err(self.reloc_err(
                 r,
@@ -328,7 +410,7 @@ impl Image {
                 };
                 let base = if r.sym == 0 {
                     0
-                } else if cache[r.sym as usize] != usize::MAX {
+                } else if cache[r.sym as usize] != UNRESOLVED {
                     cache[r.sym as usize]
                 } else {
                     if self.sym(r.sym).kind() == STT_TLS {
@@ -338,7 +420,7 @@ impl Image {
                             "non-TLS relocation against a TLS symbol",
                         ));
                     }
-                    let v = match self.resolve(r, scope)? {
+                    let v = match self.resolve(r, scope, self_first)? {
                         None => {
                             stats.weak_zero += 1;
                             0
@@ -430,7 +512,7 @@ impl Image {
                             "TLS relocation against a non-TLS symbol",
                         ));
                     }
-                    self.resolve(r, scope)?
+                    self.resolve(r, scope, self_first)?
                 };
                 let name = self.sym_name(r.sym);
                 let value: u64 = match (r.kind, def) {
@@ -479,7 +561,17 @@ impl Image {
 
     /// Resolves the symbol of relocation `r` through `scope`; `Ok(None)` for a weak
     /// undefined symbol found nowhere.
-    fn resolve(self: &Arc<Self>, r: &Rela, scope: &[ScopeItem]) -> Result<Option<Def>> {
+    ///
+    /// With `self_first` (the scope is the loader's overrides, then this image, then
+    /// the rest), a symbol this image exports binds to its own definition without a hash
+    /// lookup: the lookup would find that very entry, since it is the first match in its
+    /// hash chain for its name and version (see [`SymTab::exports`]).
+    fn resolve(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+    ) -> Result<Option<Def>> {
         let s = self.sym(r.sym);
         let name = self.str_at(s.name).ok_or_else(|| {
             self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
@@ -490,6 +582,12 @@ impl Image {
             return Ok(Some(Def::Custom(self.clone(), s)));
         }
         let is_tls = s.kind() == STT_TLS;
+        if self_first
+            && self.tab.exports(r.sym, version)
+            && (is_tls || crate::dlfcn::override_for(name).is_none())
+        {
+            return Ok(Some(Def::Custom(self.clone(), s)));
+        }
         let hash = gnu_hash(name);
         if let Some(d) = lookup_scope(scope, name, hash, version, is_tls) {
             return Ok(Some(d));

@@ -501,7 +501,7 @@ impl Drop for NsInner {
 /// Reads the headers with `pread`, maps the segments, then parses the dynamic section
 /// and its tables from the mapped segments (each table page is faulted in once, in the
 /// mapping that relocation and lookups use afterwards).
-fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)> {
+pub(crate) fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)> {
     use std::os::unix::fs::FileExt;
     let io = |what: &'static str| {
         move |e: std::io::Error| Error::Io {
