@@ -3,7 +3,8 @@
 //! file costs nothing, and `dlmopen` namespaces cannot be freed).
 //!
 //! Each mode prints `key=value` lines:
-//! - `load ours|dlopen|dlmopen LIB`: one load (map + relocate + init) of LIB, `us=`.
+//! - `load ours|dlopen|dlmopen LIB`: one load (map + relocate + init) of LIB: `us=`
+//!   (wall clock), `cpu_us=` (CPU time of the loading thread), `faults=` (minor faults).
 //! - `sym LIB`: `sym_ns=` (ours) and `sym_ns_dlsym=` over every exported function name.
 //! - `rss LIB N`: memory added per extra loaded (not initialised) copy.
 //! - `max ours|dlmopen LIB CAP`: loads and initialises CAP copies of libpython,
@@ -53,29 +54,74 @@ fn dl_error() -> String {
         .into_owned()
 }
 
+/// What one load cost: wall-clock time, CPU time of the loading thread (not inflated
+/// when other processes preempt it) and minor page faults.
+struct Cost {
+    wall: Instant,
+    cpu_ns: u64,
+    faults: i64,
+}
+
+impl Cost {
+    fn start() -> Cost {
+        let faults = minflt();
+        let cpu_ns = thread_cpu_ns();
+        Cost {
+            wall: Instant::now(),
+            cpu_ns,
+            faults,
+        }
+    }
+
+    /// Takes the readings, then prints them (printing is not measured).
+    fn finish(self) {
+        let us = self.wall.elapsed().as_secs_f64() * 1e6;
+        let cpu_us = (thread_cpu_ns() - self.cpu_ns) as f64 / 1e3;
+        let faults = minflt() - self.faults;
+        println!("us={us}");
+        println!("cpu_us={cpu_us}");
+        println!("faults={faults}");
+    }
+}
+
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+fn minflt() -> i64 {
+    // SAFETY: getrusage fills the zeroed struct we pass.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
+    ru.ru_minflt
+}
+
 fn load(how: &str, lib: &str) {
     let c = cstr(lib);
-    let start = Instant::now();
+    let cost = Cost::start();
     match how {
         "ours" => {
             let l = Namespace::new("bench").load(lib).expect("load");
-            let us = start.elapsed().as_secs_f64() * 1e6;
+            cost.finish();
             std::mem::forget(l);
-            println!("us={us}");
         }
         "dlopen" => {
             // SAFETY: plain dlopen.
             let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-            let us = start.elapsed().as_secs_f64() * 1e6;
+            cost.finish();
             assert!(!h.is_null(), "dlopen: {}", dl_error());
-            println!("us={us}");
         }
         "dlmopen" => {
             // SAFETY: plain dlmopen into a new namespace.
             let h = unsafe { dlmopen(LM_ID_NEWLM, c.as_ptr(), libc::RTLD_NOW) };
-            let us = start.elapsed().as_secs_f64() * 1e6;
+            cost.finish();
             assert!(!h.is_null(), "dlmopen: {}", dl_error());
-            println!("us={us}");
         }
         other => panic!("unknown loader {other}"),
     }

@@ -301,13 +301,14 @@ impl Image {
         let count = (t.len / 24) as usize;
         let table = self.ptr(t.vaddr);
         let bias = self.map.bias;
-        let nsyms = self.info.nsyms as usize;
-        // One writable segment (what linkers produce): a single range check. Otherwise
-        // an empty range sends every entry to the general path, which checks them all.
-        let (lo, hi) = match self.writable[..] {
-            [(lo, hi)] => (lo, hi.saturating_sub(8)),
-            _ => (1, 0),
+        // One writable segment (what linkers produce): a target is in bounds when
+        // `offset - lo <= span` (one comparison). Otherwise every entry takes the
+        // general path, which checks each against all writable segments.
+        let (fast, lo, span) = match self.writable[..] {
+            [(lo, hi)] if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
+            _ => (false, 0, 0),
         };
+        let (mut relative, mut symbolic) = (0, 0);
         for k in 0..count {
             // SAFETY: k < count entries of a relocation table that the parser checked to
             // lie inside a mapped, readable segment.
@@ -321,27 +322,31 @@ impl Image {
             };
             let kind = info as u32;
             let sym = (info >> 32) as usize;
-            if offset >= lo && offset <= hi {
+            if fast && offset.wrapping_sub(lo) <= span {
                 let target = bias.wrapping_add(offset as usize) as *mut usize;
-                let value = match kind {
-                    R_X86_64_RELATIVE => {
-                        cx.stats.relative += 1;
-                        Some(bias.wrapping_add(addend as usize))
-                    }
-                    R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
-                        if sym != 0 && sym < nsyms && cx.cache[sym] != UNRESOLVED =>
-                    {
-                        cx.stats.symbolic += 1;
-                        let a = if kind == R_X86_64_64 { addend } else { 0 };
-                        Some(cx.cache[sym].wrapping_add(a as usize))
-                    }
-                    _ => None,
-                };
-                if let Some(v) = value {
-                    // SAFETY: the 8-byte target lies inside the writable segment (checked
+                if kind == R_X86_64_RELATIVE {
+                    // SAFETY: an 8-byte target inside the writable segment (checked
                     // against its bounds just above).
-                    unsafe { std::ptr::write_unaligned(target, v) };
+                    unsafe {
+                        std::ptr::write_unaligned(target, bias.wrapping_add(addend as usize))
+                    };
+                    relative += 1;
                     continue;
+                }
+                if matches!(kind, R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
+                    // cache[0] is never set (symbol 0 is not a symbol), so it is never
+                    // taken here.
+                    if let Some(&v) = cx.cache.get(sym) {
+                        if v != UNRESOLVED {
+                            let a = if kind == R_X86_64_64 { addend } else { 0 };
+                            // SAFETY: as above.
+                            unsafe {
+                                std::ptr::write_unaligned(target, v.wrapping_add(a as usize))
+                            };
+                            symbolic += 1;
+                            continue;
+                        }
+                    }
                 }
             }
             let r = Rela {
@@ -352,6 +357,8 @@ impl Image {
             };
             self.apply(&r, cx)?;
         }
+        cx.stats.relative += relative;
+        cx.stats.symbolic += symbolic;
         Ok(())
     }
 
