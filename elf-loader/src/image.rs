@@ -708,6 +708,8 @@ pub(crate) fn lookup_scope(
     let mut cname: Option<CString> = None;
     let mut cver: Option<Option<CString>> = None;
     let mut slow = false;
+    // Handles already asked through dlsym/dlvsym, without success.
+    let mut asked: Vec<*mut std::ffi::c_void> = Vec::new();
     for item in scope {
         match item {
             ScopeItem::Overrides => {
@@ -742,8 +744,11 @@ pub(crate) fn lookup_scope(
                     if let Some((ti, addr)) = lib.tls_lookup_c(n, v.as_deref()) {
                         return Some(Def::SystemTls(ti, addr));
                     }
-                } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
-                    return Some(Def::Addr(a));
+                } else {
+                    if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                        return Some(Def::Addr(a));
+                    }
+                    asked.push(lib.dl_handle());
                 }
             }
             ScopeItem::Provider(p) => {
@@ -763,9 +768,17 @@ pub(crate) fn lookup_scope(
         let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
         for item in scope {
             if let ScopeItem::System(lib) = item {
+                // The same handle gives the same answer: ask each one once (the C
+                // runtime's start-up libraries and the global scope all go through
+                // RTLD_DEFAULT, and a failed dlsym costs an error message).
+                let h = lib.dl_handle();
+                if asked.contains(&h) {
+                    continue;
+                }
                 if let Some(a) = lib.lookup_c(n, v.as_deref()) {
                     return Some(Def::Addr(a));
                 }
+                asked.push(h);
             }
         }
     }

@@ -179,16 +179,19 @@ impl SymTab {
         }
         let buckets = gnu + 16 + bloom_size as usize * 8;
         let chains = buckets + nbuckets as usize * 4;
-        let mut nsyms = symoffset;
+        // The symbol count: the chain that starts highest runs to the last symbol
+        // (hashed symbols are sorted by bucket), so walk only that one.
+        let mut start = 0;
         for b in 0..nbuckets as usize {
-            let mut i = rd32(buckets + b * 4);
-            if i == 0 {
-                continue;
-            }
+            start = start.max(rd32(buckets + b * 4));
+        }
+        let mut nsyms = symoffset;
+        if start >= symoffset {
+            let mut i = start;
             while rd32(chains + (i - symoffset) as usize * 4) & 1 == 0 {
                 i += 1;
             }
-            nsyms = nsyms.max(i + 1);
+            nsyms = i + 1;
         }
         let mut versions: Vec<Option<String>> = Vec::new();
         let mut at = verdef;
@@ -699,8 +702,9 @@ mod tests {
             let p = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
             if p.is_file() {
                 let file = std::fs::File::open(&p).expect("open");
+                let len = file.metadata().expect("stat").len();
                 let (info, map) =
-                    crate::namespace::parse_and_map(&p, &file).expect("parse and map");
+                    crate::namespace::parse_and_map(&p, &file, len).expect("parse and map");
                 let tab = SymTab::from_info(&info, map.bias);
                 let (shortcut, defined) = check_exports_agrees_with_lookup(&tab, "libpython");
                 assert!(

@@ -113,3 +113,32 @@ fn missing_dependency_and_undefined_symbol_are_named() {
         .to_string();
     assert!(err.contains("/nonexistent/lib.so"), "{err}");
 }
+
+#[test]
+fn one_file_under_several_names_is_one_library() {
+    // Like glibc, the loader knows a file by device and inode: a symlink or a hard
+    // link to a loaded library gives the same copy; a copy of the file is another.
+    let so = common::build_so("counter", &["counter.c"], &[]);
+    let dir = common::out_dir().join("identity");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libcounter-link.so");
+    let hard = dir.join("libcounter-hard.so");
+    let copy = dir.join("libcounter-copy.so");
+    std::os::unix::fs::symlink(&so, &link).unwrap();
+    std::fs::hard_link(&so, &hard).unwrap();
+    std::fs::copy(&so, &copy).unwrap();
+    let ns = elf_loader::Namespace::new("identity");
+    let a = ns.load(&so).unwrap();
+    let b = ns.load(&link).unwrap();
+    let c = ns.load(&hard).unwrap();
+    assert_eq!(ns.library_count(), 1);
+    assert_eq!(a.sym("bump"), b.sym("bump"));
+    assert_eq!(a.sym("bump"), c.sym("bump"));
+    assert_eq!(f(&a, "bump")(), 1);
+    assert_eq!(f(&c, "bump")(), 2, "the same globals through the hard link");
+    let d = ns.load(&copy).unwrap();
+    assert_eq!(ns.library_count(), 2);
+    assert_ne!(a.sym("bump"), d.sym("bump"));
+    assert_eq!(f(&d, "bump")(), 1, "a copy of the file has its own globals");
+}
