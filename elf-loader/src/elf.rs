@@ -499,7 +499,7 @@ impl ElfInfo {
                     r.in_file(
                         p.offset,
                         p.filesz,
-                        &format!("program header {i} (PT_LOAD) contents"),
+                        format!("program header {i} (PT_LOAD) contents"),
                     )?;
                     if p.offset % PAGE != p.vaddr % PAGE {
                         return Err(bad(format!(
@@ -981,7 +981,7 @@ impl ElfInfo {
                     at,
                     20,
                     Placement::Any,
-                    &format_args!("DT_VERDEF entry {n}"),
+                    format_args!("DT_VERDEF entry {n}"),
                 )?;
                 let version = r.u16(t.file_off, "vd_version")?;
                 if version != 1 {
@@ -998,7 +998,7 @@ impl ElfInfo {
                         at + u64::from(aux),
                         8,
                         Placement::Any,
-                        &format_args!("DT_VERDEF entry {n} aux"),
+                        format_args!("DT_VERDEF entry {n} aux"),
                     )?;
                     let name_off = r.u32(a.file_off, "vda_name")?;
                     let name = string(
@@ -1031,7 +1031,7 @@ impl ElfInfo {
                     at,
                     16,
                     Placement::Any,
-                    &format_args!("DT_VERNEED entry {n}"),
+                    format_args!("DT_VERNEED entry {n}"),
                 )?;
                 let version = r.u16(t.file_off, "vn_version")?;
                 if version != 1 {
@@ -1052,7 +1052,7 @@ impl ElfInfo {
                         a_addr,
                         16,
                         Placement::Any,
-                        &format_args!("DT_VERNEED entry {n} aux {k}"),
+                        format_args!("DT_VERNEED entry {n} aux {k}"),
                     )?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;
                     let name_off = r.u32(a.file_off + 8, "vna_name")?;
