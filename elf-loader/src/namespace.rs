@@ -440,6 +440,7 @@ impl NsInner {
                     tls = stats.tls,
                     self_bound = stats.self_bound,
                     weak_zero = stats.weak_zero,
+                    prefaulted_pages = stats.prefaulted_pages,
                     micros = started.elapsed().as_micros() as u64,
                     "loaded"
                 );
