@@ -3,8 +3,11 @@
 //! file costs nothing, and `dlmopen` namespaces cannot be freed).
 //!
 //! Each mode prints `key=value` lines:
-//! - `load ours|dlopen|dlmopen LIB`: one load (map + relocate + init) of LIB: `us=`
-//!   (wall clock), `cpu_us=` (CPU time of the loading thread), `faults=` (minor faults).
+//! - `load ours|dlopen|dlmopen LIB [--deps-loaded]`: one load (map + relocate + init) of
+//!   LIB: `us=` (wall clock), `cpu_us=` (CPU time of the loading thread), `faults=`
+//!   (minor faults). With `--deps-loaded`, LIB's `DT_NEEDED` libraries are loaded by the
+//!   system loader first (untimed), as in a process that already uses them: both loaders
+//!   then find them loaded, and neither searches for them.
 //! - `sym LIB`: `sym_ns=` (ours) and `sym_ns_dlsym=` over every exported function name.
 //! - `rss LIB N`: memory added per extra loaded (not initialised) copy.
 //! - `max ours|dlmopen LIB CAP`: loads and initialises CAP copies of libpython,
@@ -27,6 +30,10 @@ fn main() {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
         ["load", how, lib] => load(how, lib),
+        ["load", how, lib, "--deps-loaded"] => {
+            preload_needed(lib);
+            load(how, lib)
+        }
         ["sym", lib] => sym(lib),
         ["rss", lib, n] => rss(lib, n.parse().expect("count")),
         ["max", how, lib, cap] => max(how, lib, cap.parse().expect("cap")),
@@ -100,6 +107,19 @@ fn minflt() -> i64 {
     // SAFETY: as above.
     unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) };
     ru.ru_minflt
+}
+
+/// Loads `lib`'s `DT_NEEDED` libraries with the system loader (by name, as a process
+/// linked against them would have them).
+fn preload_needed(lib: &str) {
+    let data = std::fs::read(lib).expect("read library");
+    let info = elf_loader::elf::ElfInfo::parse(std::path::Path::new(lib), &data).expect("parse");
+    for name in &info.needed {
+        let c = cstr(name);
+        // SAFETY: plain dlopen of a system library by name.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!h.is_null(), "dlopen {name}: {}", dl_error());
+    }
 }
 
 fn load(how: &str, lib: &str) {

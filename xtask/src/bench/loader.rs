@@ -7,6 +7,7 @@
 //! - `load_us` vs `load_us_dlopen` (RTLD_NOW) vs `load_us_dlmopen` (LM_ID_NEWLM):
 //!   map + relocate + init of libpython3.11, wall clock; `load_cpu_us*` (the loading
 //!   thread's CPU time) and `load_faults*` (its minor page faults) for the same loads;
+//!   `*_deps_loaded`: the same with libpython's `DT_NEEDED` libraries already loaded;
 //! - `sym_ns` vs `sym_ns_dlsym`: lookup of every exported function of libpython;
 //! - `rss_per_copy_mb` vs `writable_load_mb`: private memory added per extra loaded
 //!   (not initialised) copy;
@@ -104,16 +105,32 @@ pub fn run_suite() -> Result<()> {
 
     // Load time, interleaved: wall clock (the target), plus the loading thread's CPU
     // time (not inflated when another process preempts it) and its minor page faults.
+    // Each in a fresh process as it starts (libpython's libm not loaded yet: each
+    // loader loads it), and again with libpython's DT_NEEDED libraries already loaded
+    // by the system loader (as in a program linked against libm), which compares the
+    // loaders' own work without the dependency search: glibc probes libpython's
+    // RUNPATH (its glibc-hwcaps and tls subdirectories, 26 failing openat/stat calls)
+    // before ld.so.cache for libm, while elf-loader takes the C runtime by soname from
+    // the system loader by policy.
+    let cases: [(&str, &str, &[&str]); 5] = [
+        ("ours", "", &[]),
+        ("dlopen", "_dlopen", &[]),
+        ("dlmopen", "_dlmopen", &[]),
+        ("ours", "_deps_loaded", &["--deps-loaded"]),
+        ("dlopen", "_dlopen_deps_loaded", &["--deps-loaded"]),
+    ];
     let mut samples: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
     for i in 0..LOAD_SAMPLES {
-        for how in ["ours", "dlopen", "dlmopen"] {
-            let (kv, ok) = run(&exe, &["load", how, &lib_s])?;
+        for (how, suffix, extra) in cases {
+            let mut args = vec!["load", how, lib_s.as_str()];
+            args.extend_from_slice(extra);
+            let (kv, ok) = run(&exe, &args)?;
             if !ok {
-                bail!("load with {how} failed (sample {i})");
+                bail!("load with {how} {} failed (sample {i})", extra.join(" "));
             }
             for key in ["us", "cpu_us", "faults"] {
                 samples
-                    .entry((how, key))
+                    .entry((suffix, key))
                     .or_default()
                     .push(num(&kv, key, how)?);
             }
@@ -124,8 +141,8 @@ pub fn run_suite() -> Result<()> {
         ("cpu_us", "load_cpu_us"),
         ("faults", "load_faults"),
     ] {
-        for (how, suffix) in [("ours", ""), ("dlopen", "_dlopen"), ("dlmopen", "_dlmopen")] {
-            let v = samples.remove(&(how, key)).unwrap_or_default();
+        for (_, suffix, _) in cases {
+            let v = samples.remove(&(suffix, key)).unwrap_or_default();
             r.value(&format!("{name}{suffix}"), median(v));
         }
     }
@@ -188,6 +205,12 @@ pub fn run_suite() -> Result<()> {
         "load libpython: ours / dlmopen(LM_ID_NEWLM)",
         "load_us",
         "load_us_dlmopen",
+        None,
+    );
+    r.compare(
+        "load libpython, libm already loaded: ours / dlopen(RTLD_NOW)",
+        "load_us_deps_loaded",
+        "load_us_dlopen_deps_loaded",
         None,
     );
     r.compare(
