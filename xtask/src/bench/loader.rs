@@ -109,7 +109,7 @@ pub fn run_suite() -> Result<()> {
     // loader loads it), and again with libpython's DT_NEEDED libraries already loaded
     // by the system loader (as in a program linked against libm), which compares the
     // loaders' own work without the dependency search: glibc probes libpython's
-    // RUNPATH (its glibc-hwcaps and tls subdirectories, 26 failing openat/stat calls)
+    // RUNPATH (its glibc-hwcaps and tls subdirectories, 21 failing openat/stat calls)
     // before ld.so.cache for libm, while elf-loader takes the C runtime by soname from
     // the system loader by policy.
     let cases: [(&str, &str, &[&str]); 5] = [
