@@ -63,6 +63,8 @@ pub(crate) enum ScopeItem {
 
 /// What a symbol reference resolved to.
 pub(crate) enum Def {
+    /// A definition in the image being relocated.
+    Own(Sym),
     Custom(Arc<Image>, Sym),
     Addr(usize),
     SystemTls(TlsIndex, usize),
@@ -325,10 +327,13 @@ impl Image {
             return 0;
         }
         let mut bits = vec![0u64; npages.div_ceil(64)];
+        // One comparison: offsets below `first` wrap around to huge page numbers. (A
+        // target past `hi` on the segment's last page marks that page, which is mapped;
+        // such a relocation is refused later anyway.)
         let mut mark = |off: u64| {
-            if off >= lo && off < hi {
-                let p = ((off - first) / PAGE) as usize;
-                bits[p / 64] |= 1 << (p % 64);
+            let p = off.wrapping_sub(first) / PAGE;
+            if p < npages as u64 {
+                bits[(p / 64) as usize] |= 1 << (p % 64);
             }
         };
         let rela = self.ptr(self.info.rela.vaddr);
@@ -534,8 +539,13 @@ impl Image {
                             stats.weak_zero += 1;
                             0
                         }
-                        Some(Def::Custom(img, sym)) => {
-                            if Arc::ptr_eq(&img, self) {
+                        Some(d @ (Def::Own(_) | Def::Custom(..))) => {
+                            let (img, sym): (&Image, Sym) = match &d {
+                                Def::Custom(img, sym) => (img, *sym),
+                                Def::Own(sym) => (self, *sym),
+                                _ => unreachable!("matched above"),
+                            };
+                            if std::ptr::eq(img, &**self) {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
@@ -621,7 +631,10 @@ impl Image {
                             "TLS relocation against a non-TLS symbol",
                         ));
                     }
-                    self.resolve(r, scope, self_first)?
+                    match self.resolve(r, scope, self_first)? {
+                        Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+                        d => d,
+                    }
                 };
                 let name = self.sym_name(r.sym);
                 let value: u64 = match (r.kind, def) {
@@ -674,7 +687,7 @@ impl Image {
     /// With `self_first` (the scope is the loader's overrides, then this image, then
     /// the rest), a symbol this image exports binds to its own definition without a hash
     /// lookup: the lookup would find that very entry, since it is the first match in its
-    /// hash chain for its name and version (see [`SymTab::exports`]).
+    /// hash chain for its name and version (see `SymTab::exports_own`).
     fn resolve(
         self: &Arc<Self>,
         r: &Rela,
@@ -685,18 +698,18 @@ impl Image {
         let name = self.str_at(s.name).ok_or_else(|| {
             self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
         })?;
-        let version = self.wanted_version(r.sym);
         // A defined symbol that is local or hidden binds to itself (no lookup).
         if s.is_defined() && (s.bind() == STB_LOCAL || s.other & 3 == 2 || s.other & 3 == 1) {
-            return Ok(Some(Def::Custom(self.clone(), s)));
+            return Ok(Some(Def::Own(s)));
         }
         let is_tls = s.kind() == STT_TLS;
         if self_first
-            && self.tab.exports(r.sym, version)
+            && self.tab.exports_own(r.sym)
             && (is_tls || crate::dlfcn::override_for(name).is_none())
         {
-            return Ok(Some(Def::Custom(self.clone(), s)));
+            return Ok(Some(Def::Own(s)));
         }
+        let version = self.wanted_version(r.sym);
         let hash = gnu_hash(name);
         if let Some(d) = lookup_scope(scope, name, hash, version, is_tls) {
             return Ok(Some(d));

@@ -342,9 +342,9 @@ impl SymTab {
     /// symbol `i` itself: it is defined, global or weak, visible, reachable through the
     /// hash table and of that version. (The lookup returns the first match in the hash
     /// chain; a second exported definition of the same name and version would be a
-    /// duplicate definition, which linkers refuse.) Lets a library's references to its
-    /// own exports skip hashing and probing.
-    #[inline]
+    /// duplicate definition, which linkers refuse.) This is the specification of
+    /// `SymTab::exports_own`, which relocation uses; the tests check that they agree.
+    #[cfg(test)]
     pub fn exports(&self, i: u32, version: Option<&str>) -> bool {
         if i >= self.nsyms {
             return false;
@@ -362,6 +362,38 @@ impl SymTab {
             && matches!(s.bind(), STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
             && !matches!(s.other & 3, 1 | 2)
             && self.version_ok(i, version)
+    }
+
+    /// `exports(i, wanted_version(i))`, without comparing version names: the version a
+    /// symbol's own reference asks for is its own version index's name, so only the
+    /// hidden bit matters when that index names no version.
+    #[inline]
+    pub fn exports_own(&self, i: u32) -> bool {
+        if i >= self.nsyms {
+            return false;
+        }
+        let hashed = match (self.gnu, self.sysv) {
+            (Some(g), _) => i >= g.symoffset,
+            (None, Some(h)) => i < h.nchain,
+            (None, None) => false,
+        };
+        if !hashed {
+            return false;
+        }
+        let s = self.sym(i);
+        if !s.is_defined()
+            || !matches!(s.bind(), STB_GLOBAL | STB_WEAK | STB_GNU_UNIQUE)
+            || matches!(s.other & 3, 1 | 2)
+        {
+            return false;
+        }
+        match self.versym(i) {
+            None => true,
+            Some(vs) => {
+                let idx = (vs & 0x7fff) as usize;
+                (idx >= 2 && matches!(self.versions.get(idx), Some(Some(_)))) || vs & 0x8000 == 0
+            }
+        }
     }
 
     /// Looks `name` (with GNU hash `hash`) up among the exported symbols.
@@ -444,6 +476,11 @@ mod tests {
                 continue;
             };
             let version = tab.wanted_version(i);
+            assert_eq!(
+                tab.exports_own(i),
+                tab.exports(i, version),
+                "{what}: symbol {i}"
+            );
             if s.is_defined() && s.bind() != STB_LOCAL {
                 defined += 1;
             }
@@ -651,6 +688,7 @@ mod tests {
                 let s = tab.sym(i);
                 let name = tab.str_at(s.name).expect("name");
                 let version = tab.wanted_version(i);
+                proptest::prop_assert_eq!(tab.exports_own(i), tab.exports(i, version), "symbol {}", i);
                 if !tab.exports(i, version) {
                     continue;
                 }
