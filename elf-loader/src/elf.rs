@@ -499,7 +499,7 @@ impl ElfInfo {
                     r.in_file(
                         p.offset,
                         p.filesz,
-                        format!("program header {i} (PT_LOAD) contents"),
+                        format_args!("program header {i} (PT_LOAD) contents"),
                     )?;
                     if p.offset % PAGE != p.vaddr % PAGE {
                         return Err(bad(format!(

@@ -142,3 +142,44 @@ fn one_file_under_several_names_is_one_library() {
     assert_ne!(a.sym("bump"), d.sym("bump"));
     assert_eq!(f(&d, "bump")(), 1, "a copy of the file has its own globals");
 }
+
+#[test]
+fn gaps_between_segments_are_inaccessible() {
+    // The writable segment placed far above the others (a 500 KiB hole): the loader
+    // maps the first segment's file over the whole span, then the other segments, and
+    // must leave nothing readable in between.
+    let so = common::build_so(
+        "gap",
+        &["counter.c"],
+        &[
+            "-Wl,-z,max-page-size=0x1000",
+            "-Wl,-z,separate-code",
+            "-Wl,--section-start=.init_array=0x80000",
+        ],
+    );
+    let lib = elf_loader::Namespace::new("gap").load(&so).unwrap();
+    assert_eq!(f(&lib, "bump")(), 1);
+    assert_eq!(f(&lib, "greeting_len")(), 5);
+    let bias = lib.load_bias().unwrap();
+    let (gap_lo, gap_hi) = (bias + 0x3000, bias + 0x80000);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mut covered = 0;
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (range, perms) = (it.next().unwrap(), it.next().unwrap());
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        let (lo, hi) = (a.max(gap_lo), b.min(gap_hi));
+        if lo < hi {
+            assert!(
+                perms.starts_with("---"),
+                "gap page range {line} is accessible"
+            );
+            covered += hi - lo;
+        }
+    }
+    assert_eq!(covered, gap_hi - gap_lo, "the gap is still reserved");
+}
