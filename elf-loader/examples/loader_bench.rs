@@ -112,9 +112,30 @@ fn minflt() -> i64 {
 /// Loads `lib`'s `DT_NEEDED` libraries with the system loader (by name, as a process
 /// linked against them would have them).
 fn preload_needed(lib: &str) {
-    let data = std::fs::read(lib).expect("read library");
-    let info = elf_loader::elf::ElfInfo::parse(std::path::Path::new(lib), &data).expect("parse");
-    for name in &info.needed {
+    // Mapped, not read: reading the whole library would stream it through the caches
+    // and leave freed memory behind, which changes what the measured load costs.
+    let file = std::fs::File::open(lib).expect("open library");
+    let len = file.metadata().expect("stat").len() as usize;
+    // SAFETY: a private read-only mapping of the whole file, unmapped below.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(map, libc::MAP_FAILED, "mmap {lib}");
+    // SAFETY: the mapping holds len readable bytes until munmap.
+    let data = unsafe { std::slice::from_raw_parts(map as *const u8, len) };
+    let needed = elf_loader::elf::ElfInfo::parse(std::path::Path::new(lib), data)
+        .expect("parse")
+        .needed;
+    // SAFETY: our mapping; `data` is not used any more.
+    unsafe { libc::munmap(map, len) };
+    for name in &needed {
         let c = cstr(name);
         // SAFETY: plain dlopen of a system library by name.
         let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };

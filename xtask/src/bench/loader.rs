@@ -8,6 +8,7 @@
 //!   map + relocate + init of libpython3.11, wall clock; `load_cpu_us*` (the loading
 //!   thread's CPU time) and `load_faults*` (its minor page faults) for the same loads;
 //!   `*_deps_loaded`: the same with libpython's `DT_NEEDED` libraries already loaded;
+//!   `load_us_ratio_paired`: the median of the per-round ratios ours / dlopen;
 //! - `sym_ns` vs `sym_ns_dlsym`: lookup of every exported function of libpython;
 //! - `rss_per_copy_mb` vs `writable_load_mb`: private memory added per extra loaded
 //!   (not initialised) copy;
@@ -24,7 +25,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// Load samples per loader (one child process each; odd, so the median is a sample).
-const LOAD_SAMPLES: usize = 41;
+const LOAD_SAMPLES: usize = 61;
 /// Copies to try for the maximum (the target is 64).
 const MAX_CAP: usize = 80;
 
@@ -119,9 +120,21 @@ pub fn run_suite() -> Result<()> {
         ("ours", "_deps_loaded", &["--deps-loaded"]),
         ("dlopen", "_dlopen_deps_loaded", &["--deps-loaded"]),
     ];
+    // The order of the cases changes from round to round (a fixed pseudo-random
+    // permutation), so that no loader always runs right after the same other one: a
+    // child that exits returns its pages, and the next one's page faults depend on
+    // where they come from.
     let mut samples: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for i in 0..LOAD_SAMPLES {
-        for (how, suffix, extra) in cases {
+        let mut order = cases;
+        for k in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(k, (seed % (k as u64 + 1)) as usize);
+        }
+        for (how, suffix, extra) in order {
             let mut args = vec!["load", how, lib_s.as_str()];
             args.extend_from_slice(extra);
             let (kv, ok) = run(&exe, &args)?;
@@ -136,6 +149,17 @@ pub fn run_suite() -> Result<()> {
             }
         }
     }
+    // Also the median of the per-round ratios (ours and dlopen in the same round),
+    // which cancels noise that drifts over the run.
+    let paired = |ours: &str, peer: &str| -> f64 {
+        let (a, b) = (&samples[&(ours, "us")], &samples[&(peer, "us")]);
+        median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+    };
+    r.value("load_us_ratio_paired", paired("", "_dlopen"));
+    r.value(
+        "load_us_deps_loaded_ratio_paired",
+        paired("_deps_loaded", "_dlopen_deps_loaded"),
+    );
     for (key, name) in [
         ("us", "load_us"),
         ("cpu_us", "load_cpu_us"),
