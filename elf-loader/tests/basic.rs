@@ -183,3 +183,35 @@ fn gaps_between_segments_are_inaccessible() {
     }
     assert_eq!(covered, gap_hi - gap_lo, "the gap is still reserved");
 }
+
+#[test]
+fn segments_aligned_above_the_page_size() {
+    // 2 MiB segment alignment (older linkers' default on x86_64): the loader reserves
+    // an aligned range first; the load bias honours the alignment and the holes
+    // between the segments stay inaccessible.
+    let so = common::build_so(
+        "big_align",
+        &["counter.c"],
+        &["-Wl,-z,max-page-size=0x200000"],
+    );
+    let lib = elf_loader::Namespace::new("big_align").load(&so).unwrap();
+    assert_eq!(f(&lib, "bump")(), 1);
+    assert_eq!(f(&lib, "greeting_len")(), 5);
+    let bias = lib.load_bias().unwrap();
+    assert_eq!(bias % 0x20_0000, 0, "bias {bias:#x}");
+    let (lo, hi) = lib.address_range().unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    // Between the first segment's page and the second segment (at +2 MiB) nothing is
+    // readable.
+    for line in maps.lines() {
+        let (range, perms) = line.split_once(' ').unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        if a >= lo && b <= hi && a >= bias + 0x1000 && b <= bias + 0x20_0000 {
+            assert!(perms.starts_with("---"), "{line}");
+        }
+    }
+}
