@@ -114,10 +114,10 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
         let base = name.rsplit('/').next().unwrap_or(&name).to_string();
         let found = {
             let st = ns.state.lock();
-            let by_path = std::fs::canonicalize(&name)
+            let by_file = std::fs::metadata(&name)
                 .ok()
-                .and_then(|c| st.by_path.get(&c).cloned());
-            by_path.or_else(|| st.by_soname.get(&base).cloned())
+                .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
+            by_file.or_else(|| st.by_soname.get(&base).cloned())
         };
         return match found {
             Some(i) => {

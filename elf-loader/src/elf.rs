@@ -335,7 +335,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn past_end(&self, off: u64, len: u64, what: &str) -> Error {
+    fn past_end(&self, off: u64, len: u64, what: impl std::fmt::Display) -> Error {
         Error::malformed(
             self.path,
             format!(
@@ -346,15 +346,15 @@ impl<'a> Reader<'a> {
     }
 
     /// Checks that `[off, off+len)` lies inside the file.
-    fn in_file(&self, off: u64, len: u64, what: &str) -> Result<()> {
+    fn in_file(&self, off: u64, len: u64, what: impl std::fmt::Display) -> Result<()> {
         match off.checked_add(len) {
             Some(end) if end <= self.file_len => Ok(()),
             _ => Err(self.past_end(off, len, what)),
         }
     }
 
-    fn bytes(&self, off: u64, len: u64, what: &str) -> Result<&'a [u8]> {
-        self.in_file(off, len, what)?;
+    fn bytes(&self, off: u64, len: u64, what: impl std::fmt::Display) -> Result<&'a [u8]> {
+        self.in_file(off, len, &what)?;
         let end = off + len;
         for &(start, data) in &self.ranges {
             if off >= start && end <= start + data.len() as u64 {
@@ -499,7 +499,7 @@ impl ElfInfo {
                     r.in_file(
                         p.offset,
                         p.filesz,
-                        &format!("program header {i} (PT_LOAD) contents"),
+                        format_args!("program header {i} (PT_LOAD) contents"),
                     )?;
                     if p.offset % PAGE != p.vaddr % PAGE {
                         return Err(bad(format!(
@@ -618,7 +618,7 @@ impl ElfInfo {
         vaddr: u64,
         len: u64,
         placement: Placement,
-        what: &str,
+        what: impl std::fmt::Display,
     ) -> Result<Table> {
         let end = vaddr.checked_add(len).ok_or_else(|| {
             Error::malformed(
@@ -759,7 +759,7 @@ impl ElfInfo {
         let strsz = get(DT_STRSZ).ok_or_else(|| bad("no DT_STRSZ".into()))?;
         self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, name(DT_STRTAB))?;
         let strtab = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
-        let string = |off: u64, what: &str| -> Result<String> {
+        let string = |off: u64, what: &dyn std::fmt::Display| -> Result<String> {
             let s = strtab.get(off as usize..).unwrap_or(&[]);
             match s.iter().position(|&b| b == 0) {
                 Some(n) if off < strsz => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
@@ -768,17 +768,24 @@ impl ElfInfo {
         };
         for (i, tag, val) in &entries {
             match *tag {
-                DT_NEEDED => self
-                    .needed
-                    .push(string(*val, &format!("dynamic entry {i} (DT_NEEDED)"))?),
+                DT_NEEDED => self.needed.push(string(
+                    *val,
+                    &format_args!("dynamic entry {i} (DT_NEEDED)"),
+                )?),
                 DT_SONAME => {
-                    self.soname = Some(string(*val, &format!("dynamic entry {i} (DT_SONAME)"))?)
+                    self.soname = Some(string(
+                        *val,
+                        &format_args!("dynamic entry {i} (DT_SONAME)"),
+                    )?)
                 }
                 DT_RPATH => {
-                    self.rpath = Some(string(*val, &format!("dynamic entry {i} (DT_RPATH)"))?)
+                    self.rpath = Some(string(*val, &format_args!("dynamic entry {i} (DT_RPATH)"))?)
                 }
                 DT_RUNPATH => {
-                    self.runpath = Some(string(*val, &format!("dynamic entry {i} (DT_RUNPATH)"))?)
+                    self.runpath = Some(string(
+                        *val,
+                        &format_args!("dynamic entry {i} (DT_RUNPATH)"),
+                    )?)
                 }
                 _ => {}
             }
@@ -969,7 +976,13 @@ impl ElfInfo {
             let num = get(DT_VERDEFNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(r, at, 20, Placement::Any, &format!("DT_VERDEF entry {n}"))?;
+                let t = self.table(
+                    r,
+                    at,
+                    20,
+                    Placement::Any,
+                    format_args!("DT_VERDEF entry {n}"),
+                )?;
                 let version = r.u16(t.file_off, "vd_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERDEF entry {n}: vd_version {version}")));
@@ -985,10 +998,13 @@ impl ElfInfo {
                         at + u64::from(aux),
                         8,
                         Placement::Any,
-                        &format!("DT_VERDEF entry {n} aux"),
+                        format_args!("DT_VERDEF entry {n} aux"),
                     )?;
                     let name_off = r.u32(a.file_off, "vda_name")?;
-                    let name = string(u64::from(name_off), &format!("DT_VERDEF entry {n} name"))?;
+                    let name = string(
+                        u64::from(name_off),
+                        &format_args!("DT_VERDEF entry {n} name"),
+                    )?;
                     put(
                         ndx,
                         VersionName {
@@ -1010,14 +1026,23 @@ impl ElfInfo {
             let num = get(DT_VERNEEDNUM).unwrap_or(0);
             let mut at = addr;
             for n in 0..num.min(0x8000) {
-                let t = self.table(r, at, 16, Placement::Any, &format!("DT_VERNEED entry {n}"))?;
+                let t = self.table(
+                    r,
+                    at,
+                    16,
+                    Placement::Any,
+                    format_args!("DT_VERNEED entry {n}"),
+                )?;
                 let version = r.u16(t.file_off, "vn_version")?;
                 if version != 1 {
                     return Err(bad(format!("DT_VERNEED entry {n}: vn_version {version}")));
                 }
                 let cnt = r.u16(t.file_off + 2, "vn_cnt")?;
                 let file_off = r.u32(t.file_off + 4, "vn_file")?;
-                let file = string(u64::from(file_off), &format!("DT_VERNEED entry {n} file"))?;
+                let file = string(
+                    u64::from(file_off),
+                    &format_args!("DT_VERNEED entry {n} file"),
+                )?;
                 let mut aux = at.checked_add(u64::from(r.u32(t.file_off + 8, "vn_aux")?));
                 let next = r.u32(t.file_off + 12, "vn_next")?;
                 for k in 0..cnt {
@@ -1027,13 +1052,13 @@ impl ElfInfo {
                         a_addr,
                         16,
                         Placement::Any,
-                        &format!("DT_VERNEED entry {n} aux {k}"),
+                        format_args!("DT_VERNEED entry {n} aux {k}"),
                     )?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;
                     let name_off = r.u32(a.file_off + 8, "vna_name")?;
                     let name = string(
                         u64::from(name_off),
-                        &format!("DT_VERNEED entry {n} aux {k} name"),
+                        &format_args!("DT_VERNEED entry {n} aux {k} name"),
                     )?;
                     put(
                         other,

@@ -1,7 +1,7 @@
 //! A mapped library (`Image`): symbol lookup in its own tables (GNU and SysV hash,
 //! versions), relocation against a resolution scope, and init/fini calls.
 
-use crate::elf::{consts::*, gnu_hash, read_rela, reloc_name, ElfInfo, Rela, Sym};
+use crate::elf::{consts::*, gnu_hash, reloc_name, ElfInfo, Rela, Sym};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
 use crate::symtab::SymTab;
@@ -63,9 +63,29 @@ pub(crate) enum ScopeItem {
 
 /// What a symbol reference resolved to.
 pub(crate) enum Def {
+    /// A definition in the image being relocated.
+    Own(Sym),
     Custom(Arc<Image>, Sym),
     Addr(usize),
     SystemTls(TlsIndex, usize),
+}
+
+/// A symbol value not resolved yet (in the relocation cache).
+const UNRESOLVED: usize = usize::MAX;
+
+/// State shared by the relocation loops of one image.
+struct RelocCx<'a> {
+    /// Where symbols are looked up.
+    scope: &'a [ScopeItem],
+    /// `scope` starts with the loader's overrides and then the image itself, so a
+    /// symbol the image exports binds to its own definition without a hash lookup.
+    self_first: bool,
+    /// Resolved values by symbol index.
+    cache: &'a mut [usize],
+    /// Relocations applied after all others (ifuncs).
+    deferred: &'a mut Vec<Rela>,
+    /// Counts.
+    stats: &'a mut RelocStats,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -89,6 +109,9 @@ pub struct RelocStats {
     pub self_bound: usize,
     /// Weak undefined references left at 0.
     pub weak_zero: usize,
+    /// Pages of the writable segment made present before relocation
+    /// (`MADV_POPULATE_WRITE`; 0 where the kernel does not support it).
+    pub prefaulted_pages: usize,
 }
 
 impl Image {
@@ -168,12 +191,6 @@ impl Image {
         Some((self.str_at(self.sym(i).name)?, a))
     }
 
-    fn relocs(&self, t: crate::elf::Table) -> impl Iterator<Item = Rela> + '_ {
-        // SAFETY: the parser checked the table lies in a mapped read-only segment.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr(t.vaddr), t.len as usize) };
-        bytes.chunks_exact(24).map(read_rela)
-    }
-
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
     #[inline]
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
@@ -198,14 +215,22 @@ impl Image {
     }
 
     /// Applies all relocations, resolving symbols through `scope`.
+    ///
+    /// Three loops, cheapest first: the `DT_RELACOUNT` prefix of RELATIVE relocations;
+    /// then the rest of `DT_RELA` and `DT_JMPREL`, where RELATIVE and the symbolic
+    /// relocations libraries are made of (`64`, `GLOB_DAT`, `JUMP_SLOT`) against a symbol
+    /// already resolved take a few instructions each ([`Image::relocate_table`]); every
+    /// other entry (first use of a symbol, TLS, ifuncs, rare types, anything out of
+    /// bounds) goes through the general [`Image::apply`], which checks and reports.
     pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
         let mut stats = RelocStats::default();
         // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
         // per symbol, so that relocating libpython touches few fresh heap pages.
-        let mut cache: Vec<usize> = vec![usize::MAX; self.info.nsyms as usize];
+        let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
+        stats.prefaulted_pages = self.prefault_targets(relacount);
         // Fast path: the leading RELATIVE relocations (DT_RELACOUNT), in a tight loop
         // over the raw table; anything unexpected goes to the general path.
         let table = self.addr(self.info.rela.vaddr) as *const u8;
@@ -243,13 +268,16 @@ impl Image {
             vaddr: self.info.rela.vaddr + n as u64 * 24,
             len: self.info.rela.len - n as u64 * 24,
         };
-        for r in self.relocs(rest) {
-            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
-        }
-        let jmprel: Vec<Rela> = self.relocs(self.info.jmprel).collect();
-        for r in jmprel {
-            self.apply(&r, scope, &mut cache, &mut deferred, &mut stats)?;
-        }
+        let self_first = matches!(scope, [ScopeItem::Overrides, ScopeItem::Custom(i), ..] if Arc::ptr_eq(i, self));
+        let mut cx = RelocCx {
+            scope,
+            self_first,
+            cache: &mut cache,
+            deferred: &mut deferred,
+            stats: &mut stats,
+        };
+        self.relocate_table(rest, &mut cx)?;
+        self.relocate_table(self.info.jmprel, &mut cx)?;
         // IRELATIVE and references to our own ifuncs run resolvers last, when every
         // other relocation of this image is in place.
         for r in deferred {
@@ -271,6 +299,176 @@ impl Image {
         Ok(stats)
     }
 
+    /// Makes the pages that relocation will write private and present before it writes
+    /// them, with `MADV_POPULATE_WRITE` over each run of such pages (Linux 5.14+; on
+    /// older kernels, or on any error, nothing happens and the writes fault as usual).
+    /// The pages are exactly those holding a relocation target, so the library's private
+    /// memory is what the copy-on-write faults would have made private anyway; the
+    /// kernel breaks copy-on-write for a run in one call instead of taking one fault
+    /// per page. Returns the number of pages populated.
+    ///
+    /// The targets of the `DT_RELACOUNT` prefix are visited page by page: linkers sort
+    /// those relocations by address, so a binary search finds the first entry on the
+    /// next page (every page marked holds a target even if the table is not sorted;
+    /// unsorted tables only leave some pages to the faults). The other relocations are
+    /// few enough to scan.
+    fn prefault_targets(&self, relacount: usize) -> usize {
+        static UNSUPPORTED: AtomicBool = AtomicBool::new(false);
+        if UNSUPPORTED.load(Ordering::Relaxed) {
+            return 0;
+        }
+        let [(lo, hi)] = self.writable[..] else {
+            return 0;
+        };
+        const PAGE: u64 = crate::elf::PAGE;
+        let first = lo & !(PAGE - 1);
+        let npages = (hi.saturating_sub(first)).div_ceil(PAGE) as usize;
+        if npages == 0 {
+            return 0;
+        }
+        let mut bits = vec![0u64; npages.div_ceil(64)];
+        // One comparison: offsets below `first` wrap around to huge page numbers. (A
+        // target past `hi` on the segment's last page marks that page, which is mapped;
+        // such a relocation is refused later anyway.)
+        let mut mark = |off: u64| {
+            let p = off.wrapping_sub(first) / PAGE;
+            if p < npages as u64 {
+                bits[(p / 64) as usize] |= 1 << (p % 64);
+            }
+        };
+        let rela = self.ptr(self.info.rela.vaddr);
+        let total = (self.info.rela.len / 24) as usize;
+        let off_at = |table: *const u8, k: usize| -> u64 {
+            // SAFETY: callers pass k below the entry count of a relocation table that
+            // the parser checked to lie inside a mapped, readable segment.
+            unsafe { std::ptr::read_unaligned(table.add(k * 24) as *const u64) }
+        };
+        let mut k = 0;
+        while k < relacount {
+            let off = off_at(rela, k);
+            mark(off);
+            let next = (off | (PAGE - 1)).saturating_add(1);
+            let (mut l, mut r) = (k + 1, relacount);
+            while l < r {
+                let m = l + (r - l) / 2;
+                if off_at(rela, m) < next {
+                    l = m + 1;
+                } else {
+                    r = m;
+                }
+            }
+            k = l;
+        }
+        for k in relacount..total {
+            mark(off_at(rela, k));
+        }
+        let jmprel = self.ptr(self.info.jmprel.vaddr);
+        for k in 0..(self.info.jmprel.len / 24) as usize {
+            mark(off_at(jmprel, k));
+        }
+        let mut populated = 0;
+        let mut p = 0;
+        let set = |p: usize| bits[p / 64] & (1 << (p % 64)) != 0;
+        while p < npages {
+            if !set(p) {
+                p += 1;
+                continue;
+            }
+            let start = p;
+            while p < npages && set(p) {
+                p += 1;
+            }
+            let addr = self.addr(first + start as u64 * PAGE);
+            // SAFETY: whole pages of this image's writable segment (its mapping is page
+            // aligned and private); populating only faults them in, contents unchanged.
+            let rc = unsafe {
+                libc::madvise(
+                    addr as *mut libc::c_void,
+                    (p - start) * PAGE as usize,
+                    libc::MADV_POPULATE_WRITE,
+                )
+            };
+            if rc != 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                    // A kernel without MADV_POPULATE_WRITE: do not ask again.
+                    UNSUPPORTED.store(true, Ordering::Relaxed);
+                }
+                break;
+            }
+            populated += p - start;
+        }
+        populated
+    }
+
+    /// Applies one relocation table. The common cases are handled inline: RELATIVE, and
+    /// `64`/`GLOB_DAT`/`JUMP_SLOT` against a symbol whose value is cached, each with its
+    /// target inside the (single) writable segment; they do exactly what
+    /// [`Image::apply`] would do for them. Everything else goes to `apply`.
+    fn relocate_table(self: &Arc<Self>, t: crate::elf::Table, cx: &mut RelocCx<'_>) -> Result<()> {
+        let count = (t.len / 24) as usize;
+        let table = self.ptr(t.vaddr);
+        let bias = self.map.bias;
+        // One writable segment (what linkers produce): a target is in bounds when
+        // `offset - lo <= span` (one comparison). Otherwise every entry takes the
+        // general path, which checks each against all writable segments.
+        let (fast, lo, span) = match self.writable[..] {
+            [(lo, hi)] if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
+            _ => (false, 0, 0),
+        };
+        let (mut relative, mut symbolic) = (0, 0);
+        for k in 0..count {
+            // SAFETY: k < count entries of a relocation table that the parser checked to
+            // lie inside a mapped, readable segment.
+            let (offset, info, addend) = unsafe {
+                let e = table.add(k * 24);
+                (
+                    std::ptr::read_unaligned(e as *const u64),
+                    std::ptr::read_unaligned(e.add(8) as *const u64),
+                    std::ptr::read_unaligned(e.add(16) as *const i64),
+                )
+            };
+            let kind = info as u32;
+            let sym = (info >> 32) as usize;
+            if fast && offset.wrapping_sub(lo) <= span {
+                let target = bias.wrapping_add(offset as usize) as *mut usize;
+                if kind == R_X86_64_RELATIVE {
+                    // SAFETY: an 8-byte target inside the writable segment (checked
+                    // against its bounds just above).
+                    unsafe {
+                        std::ptr::write_unaligned(target, bias.wrapping_add(addend as usize))
+                    };
+                    relative += 1;
+                    continue;
+                }
+                if matches!(kind, R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
+                    // cache[0] is never set (symbol 0 is not a symbol), so it is never
+                    // taken here.
+                    if let Some(&v) = cx.cache.get(sym) {
+                        if v != UNRESOLVED {
+                            let a = if kind == R_X86_64_64 { addend } else { 0 };
+                            // SAFETY: as above.
+                            unsafe {
+                                std::ptr::write_unaligned(target, v.wrapping_add(a as usize))
+                            };
+                            symbolic += 1;
+                            continue;
+                        }
+                    }
+                }
+            }
+            let r = Rela {
+                offset,
+                sym: sym as u32,
+                kind,
+                addend,
+            };
+            self.apply(&r, cx)?;
+        }
+        cx.stats.relative += relative;
+        cx.stats.symbolic += symbolic;
+        Ok(())
+    }
+
     fn sym_name(&self, i: u32) -> String {
         if i == 0 || i >= self.info.nsyms {
             return String::new();
@@ -280,14 +478,12 @@ impl Image {
             .unwrap_or_default()
     }
 
-    fn apply(
-        self: &Arc<Self>,
-        r: &Rela,
-        scope: &[ScopeItem],
-        cache: &mut [usize],
-        deferred: &mut Vec<Rela>,
-        stats: &mut RelocStats,
-    ) -> Result<()> {
+    /// Applies one relocation of any supported type, with every check.
+    fn apply(self: &Arc<Self>, r: &Rela, cx: &mut RelocCx<'_>) -> Result<()> {
+        let (scope, self_first) = (cx.scope, cx.self_first);
+        let cache = &mut *cx.cache;
+        let deferred = &mut *cx.deferred;
+        let stats = &mut *cx.stats;
         if r.sym >= self.info.nsyms && r.sym != 0 {
             return Err(self.reloc_err(
                 r,
@@ -328,7 +524,7 @@ impl Image {
                 };
                 let base = if r.sym == 0 {
                     0
-                } else if cache[r.sym as usize] != usize::MAX {
+                } else if cache[r.sym as usize] != UNRESOLVED {
                     cache[r.sym as usize]
                 } else {
                     if self.sym(r.sym).kind() == STT_TLS {
@@ -338,13 +534,18 @@ impl Image {
                             "non-TLS relocation against a TLS symbol",
                         ));
                     }
-                    let v = match self.resolve(r, scope)? {
+                    let v = match self.resolve(r, scope, self_first)? {
                         None => {
                             stats.weak_zero += 1;
                             0
                         }
-                        Some(Def::Custom(img, sym)) => {
-                            if Arc::ptr_eq(&img, self) {
+                        Some(d @ (Def::Own(_) | Def::Custom(..))) => {
+                            let (img, sym): (&Image, Sym) = match &d {
+                                Def::Custom(img, sym) => (img, *sym),
+                                Def::Own(sym) => (self, *sym),
+                                _ => unreachable!("matched above"),
+                            };
+                            if std::ptr::eq(img, &**self) {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
@@ -430,7 +631,10 @@ impl Image {
                             "TLS relocation against a non-TLS symbol",
                         ));
                     }
-                    self.resolve(r, scope)?
+                    match self.resolve(r, scope, self_first)? {
+                        Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+                        d => d,
+                    }
                 };
                 let name = self.sym_name(r.sym);
                 let value: u64 = match (r.kind, def) {
@@ -479,17 +683,33 @@ impl Image {
 
     /// Resolves the symbol of relocation `r` through `scope`; `Ok(None)` for a weak
     /// undefined symbol found nowhere.
-    fn resolve(self: &Arc<Self>, r: &Rela, scope: &[ScopeItem]) -> Result<Option<Def>> {
+    ///
+    /// With `self_first` (the scope is the loader's overrides, then this image, then
+    /// the rest), a symbol this image exports binds to its own definition without a hash
+    /// lookup: the lookup would find that very entry, since it is the first match in its
+    /// hash chain for its name and version (see `SymTab::exports_own`).
+    fn resolve(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+    ) -> Result<Option<Def>> {
         let s = self.sym(r.sym);
         let name = self.str_at(s.name).ok_or_else(|| {
             self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
         })?;
-        let version = self.wanted_version(r.sym);
         // A defined symbol that is local or hidden binds to itself (no lookup).
         if s.is_defined() && (s.bind() == STB_LOCAL || s.other & 3 == 2 || s.other & 3 == 1) {
-            return Ok(Some(Def::Custom(self.clone(), s)));
+            return Ok(Some(Def::Own(s)));
         }
         let is_tls = s.kind() == STT_TLS;
+        if self_first
+            && self.tab.exports_own(r.sym)
+            && (is_tls || crate::dlfcn::override_for(name).is_none())
+        {
+            return Ok(Some(Def::Own(s)));
+        }
+        let version = self.wanted_version(r.sym);
         let hash = gnu_hash(name);
         if let Some(d) = lookup_scope(scope, name, hash, version, is_tls) {
             return Ok(Some(d));
@@ -603,6 +823,8 @@ pub(crate) fn lookup_scope(
     let mut cname: Option<CString> = None;
     let mut cver: Option<Option<CString>> = None;
     let mut slow = false;
+    // Handles already asked through dlsym/dlvsym, without success.
+    let mut asked: Vec<*mut std::ffi::c_void> = Vec::new();
     for item in scope {
         match item {
             ScopeItem::Overrides => {
@@ -637,8 +859,11 @@ pub(crate) fn lookup_scope(
                     if let Some((ti, addr)) = lib.tls_lookup_c(n, v.as_deref()) {
                         return Some(Def::SystemTls(ti, addr));
                     }
-                } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
-                    return Some(Def::Addr(a));
+                } else {
+                    if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                        return Some(Def::Addr(a));
+                    }
+                    asked.push(lib.dl_handle());
                 }
             }
             ScopeItem::Provider(p) => {
@@ -658,9 +883,17 @@ pub(crate) fn lookup_scope(
         let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
         for item in scope {
             if let ScopeItem::System(lib) = item {
+                // The same handle gives the same answer: ask each one once (the C
+                // runtime's start-up libraries and the global scope all go through
+                // RTLD_DEFAULT, and a failed dlsym costs an error message).
+                let h = lib.dl_handle();
+                if asked.contains(&h) {
+                    continue;
+                }
                 if let Some(a) = lib.lookup_c(n, v.as_deref()) {
                     return Some(Def::Addr(a));
                 }
+                asked.push(h);
             }
         }
     }

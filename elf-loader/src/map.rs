@@ -44,10 +44,48 @@ fn os_err(path: &Path, what: &'static str) -> Error {
 
 impl Mapping {
     /// Reserves address space for `info` and maps its `PT_LOAD` segments from `file`.
+    ///
+    /// As glibc does, the first segment's file mapping is made over the whole span at
+    /// once (that mapping is the reservation: one `mmap` fewer), the other segments
+    /// are mapped over it, and the gaps between segments, if any, are made
+    /// inaccessible. Libraries whose segments need more than page alignment get an
+    /// anonymous reservation first, trimmed to the alignment.
     pub fn map(info: &ElfInfo, file: &File) -> Result<Mapping> {
         let path = &info.path;
         let span = (info.max_vaddr - info.min_vaddr) as usize;
         let align = info.max_align as usize;
+        let first = info.loads[0];
+        if align <= PAGE as usize && first.filesz > 0 {
+            // SAFETY: a new private file mapping at an address the kernel picks; no
+            // existing mapping is affected. Pages past the first segment are replaced
+            // below before anything reads them.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    span,
+                    prot(first.flags),
+                    libc::MAP_PRIVATE,
+                    file.as_raw_fd(),
+                    (first.offset - first.vaddr % PAGE) as libc::off_t,
+                )
+            };
+            if raw == libc::MAP_FAILED {
+                return Err(os_err(path, "map PT_LOAD segment (mmap)"));
+            }
+            let start = raw as usize;
+            let mapping = Mapping {
+                start,
+                len: span,
+                bias: start.wrapping_sub(info.min_vaddr as usize),
+            };
+            // From here on, dropping `mapping` unmaps the whole span.
+            mapping.map_segment(path, &first, file, true)?;
+            for seg in &info.loads[1..] {
+                mapping.map_segment(path, seg, file, false)?;
+            }
+            mapping.close_gaps(info)?;
+            return Ok(mapping);
+        }
         let extra = if align > PAGE as usize { align } else { 0 };
         // SAFETY: an anonymous PROT_NONE reservation at an address the kernel picks; no
         // existing mapping is affected.
@@ -86,19 +124,53 @@ impl Mapping {
             bias: start.wrapping_sub(info.min_vaddr as usize),
         };
         for seg in &info.loads {
-            mapping.map_segment(path, seg, file)?;
+            mapping.map_segment(path, seg, file, false)?;
         }
         Ok(mapping)
     }
 
-    fn map_segment(&self, path: &Path, seg: &crate::elf::Phdr, file: &File) -> Result<()> {
+    /// Makes the pages between segments inaccessible (after [`Mapping::map`] mapped the
+    /// first segment over the whole span).
+    fn close_gaps(&self, info: &ElfInfo) -> Result<()> {
+        for pair in info.loads.windows(2) {
+            let end = (pair[0].vaddr + pair[0].memsz).div_ceil(PAGE) * PAGE;
+            let next = pair[1].vaddr & !(PAGE - 1);
+            if next > end {
+                // SAFETY: whole pages inside our own mapping that no segment covers.
+                let rc = unsafe {
+                    libc::mprotect(
+                        self.bias.wrapping_add(end as usize) as *mut _,
+                        (next - end) as usize,
+                        libc::PROT_NONE,
+                    )
+                };
+                if rc != 0 {
+                    return Err(os_err(
+                        &info.path,
+                        "protect the gap between segments (mprotect)",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps one segment's file contents (unless `file_mapped`: already there) and its
+    /// bss.
+    fn map_segment(
+        &self,
+        path: &Path,
+        seg: &crate::elf::Phdr,
+        file: &File,
+        file_mapped: bool,
+    ) -> Result<()> {
         let p = prot(seg.flags);
         let page_vaddr = seg.vaddr & !(PAGE - 1);
         let delta = seg.vaddr - page_vaddr;
         let file_page = seg.offset - delta;
         let addr = self.bias.wrapping_add(page_vaddr as usize);
         let file_end = seg.vaddr + seg.filesz; // link-time end of file contents
-        if seg.filesz > 0 {
+        if seg.filesz > 0 && !file_mapped {
             let len = (delta + seg.filesz) as usize;
             // SAFETY: MAP_FIXED over part of our own reservation (checked by the parser to
             // lie inside [min_vaddr, max_vaddr)); nothing else lives there.

@@ -113,13 +113,31 @@ impl DependencyPolicy {
     }
 }
 
+/// A file's identity: device and inode numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl FileId {
+    /// The identity of the file `meta` describes.
+    pub(crate) fn of(meta: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        }
+    }
+}
+
 pub(crate) struct NsState {
     /// Every image, in load (= init) order.
     pub images: Vec<Arc<Image>>,
     /// Images whose symbols later loads (and `dlsym(RTLD_DEFAULT)`) see, in order.
     pub global: Vec<Arc<Image>>,
-    /// Images by canonical path and by soname.
-    pub by_path: HashMap<PathBuf, Arc<Image>>,
+    /// Images by file identity and by soname.
+    pub by_file: HashMap<FileId, Arc<Image>>,
     pub by_soname: HashMap<String, Arc<Image>>,
     /// System libraries opened for dependencies, by name.
     pub system: HashMap<String, Arc<SystemLibrary>>,
@@ -165,7 +183,7 @@ impl Namespace {
                 state: Mutex::new(NsState {
                     images: Vec::new(),
                     global: Vec::new(),
-                    by_path: HashMap::new(),
+                    by_file: HashMap::new(),
                     by_soname: HashMap::new(),
                     system: HashMap::new(),
                 }),
@@ -265,10 +283,10 @@ impl NsInner {
     }
 
     /// Finds a loaded image by path or soname.
-    fn find_loaded(&self, key: &str, canonical: Option<&Path>) -> Option<Arc<Image>> {
+    fn find_loaded(&self, key: &str, file: Option<FileId>) -> Option<Arc<Image>> {
         let st = self.state.lock();
-        if let Some(c) = canonical {
-            if let Some(i) = st.by_path.get(c) {
+        if let Some(f) = file {
+            if let Some(i) = st.by_file.get(&f) {
                 return Some(i.clone());
             }
         }
@@ -343,12 +361,20 @@ impl NsInner {
         global: bool,
     ) -> Result<Arc<Image>> {
         let _guard = LOAD_LOCK.lock();
-        let canonical = std::fs::canonicalize(path).map_err(|e| Error::Io {
+        // The file's identity is its device and inode (as glibc compares): a path, a
+        // symlink to it and a hard link are one library.
+        let file = std::fs::File::open(path).map_err(|e| Error::Io {
             path: path.to_path_buf(),
             what: "open",
             source: e,
         })?;
-        if let Some(img) = self.find_loaded("", Some(&canonical)) {
+        let meta = file.metadata().map_err(|e| Error::Io {
+            path: path.to_path_buf(),
+            what: "stat",
+            source: e,
+        })?;
+        let id = FileId::of(&meta);
+        if let Some(img) = self.find_loaded("", Some(id)) {
             if global {
                 let mut st = self.state.lock();
                 if !st.global.iter().any(|g| Arc::ptr_eq(g, &img)) {
@@ -360,12 +386,7 @@ impl NsInner {
         let span = tracing::info_span!("load", library = %path.display(), namespace = %self.name);
         let _e = span.enter();
         let started = std::time::Instant::now();
-        let file = std::fs::File::open(path).map_err(|e| Error::Io {
-            path: path.to_path_buf(),
-            what: "open",
-            source: e,
-        })?;
-        let (info, map) = parse_and_map(path, &file)?;
+        let (info, map) = parse_and_map(path, &file, meta.len())?;
         drop(file);
         let tls_module = info.tls.map(|t| {
             tls::register(tls::Template {
@@ -404,7 +425,7 @@ impl NsInner {
         );
         {
             let mut st = self.state.lock();
-            st.by_path.insert(canonical.clone(), img.clone());
+            st.by_file.insert(id, img.clone());
             if let Some(s) = &img.info.soname {
                 st.by_soname.insert(s.clone(), img.clone());
             }
@@ -419,6 +440,7 @@ impl NsInner {
                     tls = stats.tls,
                     self_bound = stats.self_bound,
                     weak_zero = stats.weak_zero,
+                    prefaulted_pages = stats.prefaulted_pages,
                     micros = started.elapsed().as_micros() as u64,
                     "loaded"
                 );
@@ -427,7 +449,7 @@ impl NsInner {
             Err(e) => {
                 // Undo: forget the image; dropping the last reference unmaps it.
                 let mut st = self.state.lock();
-                st.by_path.remove(&canonical);
+                st.by_file.remove(&id);
                 if let Some(s) = &img.info.soname {
                     st.by_soname.remove(s);
                 }
@@ -482,7 +504,7 @@ impl Drop for NsInner {
         let st = self.state.get_mut();
         let images = std::mem::take(&mut st.images);
         st.global.clear();
-        st.by_path.clear();
+        st.by_file.clear();
         st.by_soname.clear();
         // Dependents were loaded after their dependencies: fini in reverse load order.
         for img in images.iter().rev() {
@@ -501,7 +523,11 @@ impl Drop for NsInner {
 /// Reads the headers with `pread`, maps the segments, then parses the dynamic section
 /// and its tables from the mapped segments (each table page is faulted in once, in the
 /// mapping that relocation and lookups use afterwards).
-fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)> {
+pub(crate) fn parse_and_map(
+    path: &Path,
+    file: &std::fs::File,
+    file_len: u64,
+) -> Result<(ElfInfo, Mapping)> {
     use std::os::unix::fs::FileExt;
     let io = |what: &'static str| {
         move |e: std::io::Error| Error::Io {
@@ -510,7 +536,6 @@ fn parse_and_map(path: &Path, file: &std::fs::File) -> Result<(ElfInfo, Mapping)
             source: e,
         }
     };
-    let file_len = file.metadata().map_err(io("stat"))?.len();
     if file_len == 0 {
         return Err(Error::malformed(path, "empty file"));
     }

@@ -216,12 +216,17 @@ impl SystemLibrary {
             .as_ref()
     }
 
-    pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
-        let handle = if self.startup_map {
+    /// The handle `dlsym`/`dlvsym` lookups of this library go through.
+    pub(crate) fn dl_handle(&self) -> *mut c_void {
+        if self.startup_map {
             libc::RTLD_DEFAULT
         } else {
             self.handle
-        };
+        }
+    }
+
+    pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+        let handle = self.dl_handle();
         // SAFETY: valid handle (constructor contract) and NUL-terminated strings.
         let p = unsafe {
             match version {

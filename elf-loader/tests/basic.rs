@@ -113,3 +113,105 @@ fn missing_dependency_and_undefined_symbol_are_named() {
         .to_string();
     assert!(err.contains("/nonexistent/lib.so"), "{err}");
 }
+
+#[test]
+fn one_file_under_several_names_is_one_library() {
+    // Like glibc, the loader knows a file by device and inode: a symlink or a hard
+    // link to a loaded library gives the same copy; a copy of the file is another.
+    let so = common::build_so("counter", &["counter.c"], &[]);
+    let dir = common::out_dir().join("identity");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let link = dir.join("libcounter-link.so");
+    let hard = dir.join("libcounter-hard.so");
+    let copy = dir.join("libcounter-copy.so");
+    std::os::unix::fs::symlink(&so, &link).unwrap();
+    std::fs::hard_link(&so, &hard).unwrap();
+    std::fs::copy(&so, &copy).unwrap();
+    let ns = elf_loader::Namespace::new("identity");
+    let a = ns.load(&so).unwrap();
+    let b = ns.load(&link).unwrap();
+    let c = ns.load(&hard).unwrap();
+    assert_eq!(ns.library_count(), 1);
+    assert_eq!(a.sym("bump"), b.sym("bump"));
+    assert_eq!(a.sym("bump"), c.sym("bump"));
+    assert_eq!(f(&a, "bump")(), 1);
+    assert_eq!(f(&c, "bump")(), 2, "the same globals through the hard link");
+    let d = ns.load(&copy).unwrap();
+    assert_eq!(ns.library_count(), 2);
+    assert_ne!(a.sym("bump"), d.sym("bump"));
+    assert_eq!(f(&d, "bump")(), 1, "a copy of the file has its own globals");
+}
+
+#[test]
+fn gaps_between_segments_are_inaccessible() {
+    // The writable segment placed far above the others (a 500 KiB hole): the loader
+    // maps the first segment's file over the whole span, then the other segments, and
+    // must leave nothing readable in between.
+    let so = common::build_so(
+        "gap",
+        &["counter.c"],
+        &[
+            "-Wl,-z,max-page-size=0x1000",
+            "-Wl,-z,separate-code",
+            "-Wl,--section-start=.init_array=0x80000",
+        ],
+    );
+    let lib = elf_loader::Namespace::new("gap").load(&so).unwrap();
+    assert_eq!(f(&lib, "bump")(), 1);
+    assert_eq!(f(&lib, "greeting_len")(), 5);
+    let bias = lib.load_bias().unwrap();
+    let (gap_lo, gap_hi) = (bias + 0x3000, bias + 0x80000);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mut covered = 0;
+    for line in maps.lines() {
+        let mut it = line.split_whitespace();
+        let (range, perms) = (it.next().unwrap(), it.next().unwrap());
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        let (lo, hi) = (a.max(gap_lo), b.min(gap_hi));
+        if lo < hi {
+            assert!(
+                perms.starts_with("---"),
+                "gap page range {line} is accessible"
+            );
+            covered += hi - lo;
+        }
+    }
+    assert_eq!(covered, gap_hi - gap_lo, "the gap is still reserved");
+}
+
+#[test]
+fn segments_aligned_above_the_page_size() {
+    // 2 MiB segment alignment (older linkers' default on x86_64): the loader reserves
+    // an aligned range first; the load bias honours the alignment and the holes
+    // between the segments stay inaccessible.
+    let so = common::build_so(
+        "big_align",
+        &["counter.c"],
+        &["-Wl,-z,max-page-size=0x200000"],
+    );
+    let lib = elf_loader::Namespace::new("big_align").load(&so).unwrap();
+    assert_eq!(f(&lib, "bump")(), 1);
+    assert_eq!(f(&lib, "greeting_len")(), 5);
+    let bias = lib.load_bias().unwrap();
+    assert_eq!(bias % 0x20_0000, 0, "bias {bias:#x}");
+    let (lo, hi) = lib.address_range().unwrap();
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    // Between the first segment's page and the second segment (at +2 MiB) nothing is
+    // readable.
+    for line in maps.lines() {
+        let (range, perms) = line.split_once(' ').unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (
+            usize::from_str_radix(a, 16).unwrap(),
+            usize::from_str_radix(b, 16).unwrap(),
+        );
+        if a >= lo && b <= hi && a >= bias + 0x1000 && b <= bias + 0x20_0000 {
+            assert!(perms.starts_with("---"), "{line}");
+        }
+    }
+}

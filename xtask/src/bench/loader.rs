@@ -5,7 +5,10 @@
 //! namespaces are never freed), interleaving ours and the peers so that machine noise
 //! hits both alike, and reports medians:
 //! - `load_us` vs `load_us_dlopen` (RTLD_NOW) vs `load_us_dlmopen` (LM_ID_NEWLM):
-//!   map + relocate + init of libpython3.11;
+//!   map + relocate + init of libpython3.11, wall clock; `load_cpu_us*` (the loading
+//!   thread's CPU time) and `load_faults*` (its minor page faults) for the same loads;
+//!   `*_deps_loaded`: the same with libpython's `DT_NEEDED` libraries already loaded;
+//!   `load_us_ratio_paired`: the median of the per-round ratios ours / dlopen;
 //! - `sym_ns` vs `sym_ns_dlsym`: lookup of every exported function of libpython;
 //! - `rss_per_copy_mb` vs `writable_load_mb`: private memory added per extra loaded
 //!   (not initialised) copy;
@@ -21,8 +24,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Load samples per loader.
-const LOAD_SAMPLES: usize = 25;
+/// Load samples per loader (one child process each; odd, so the median is a sample).
+const LOAD_SAMPLES: usize = 61;
 /// Copies to try for the maximum (the target is 64).
 const MAX_CAP: usize = 80;
 
@@ -101,29 +104,72 @@ pub fn run_suite() -> Result<()> {
     println!("  library: {lib_s}");
     let mut r = Report::new("loader");
 
-    // Load time, interleaved.
-    let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
+    // Load time, interleaved: wall clock (the target), plus the loading thread's CPU
+    // time (not inflated when another process preempts it) and its minor page faults.
+    // Each in a fresh process as it starts (libpython's libm not loaded yet: each
+    // loader loads it), and again with libpython's DT_NEEDED libraries already loaded
+    // by the system loader (as in a program linked against libm), which compares the
+    // loaders' own work without the dependency search: glibc probes libpython's
+    // RUNPATH (its glibc-hwcaps and tls subdirectories, 21 failing openat/stat calls)
+    // before ld.so.cache for libm, while elf-loader takes the C runtime by soname from
+    // the system loader by policy.
+    let cases: [(&str, &str, &[&str]); 5] = [
+        ("ours", "", &[]),
+        ("dlopen", "_dlopen", &[]),
+        ("dlmopen", "_dlmopen", &[]),
+        ("ours", "_deps_loaded", &["--deps-loaded"]),
+        ("dlopen", "_dlopen_deps_loaded", &["--deps-loaded"]),
+    ];
+    // The order of the cases changes from round to round (a fixed pseudo-random
+    // permutation), so that no loader always runs right after the same other one: a
+    // child that exits returns its pages, and the next one's page faults depend on
+    // where they come from.
+    let mut samples: HashMap<(&str, &str), Vec<f64>> = HashMap::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     for i in 0..LOAD_SAMPLES {
-        for how in ["ours", "dlopen", "dlmopen"] {
-            let (kv, ok) = run(&exe, &["load", how, &lib_s])?;
+        let mut order = cases;
+        for k in (1..order.len()).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(k, (seed % (k as u64 + 1)) as usize);
+        }
+        for (how, suffix, extra) in order {
+            let mut args = vec!["load", how, lib_s.as_str()];
+            args.extend_from_slice(extra);
+            let (kv, ok) = run(&exe, &args)?;
             if !ok {
-                bail!("load with {how} failed (sample {i})");
+                bail!("load with {how} {} failed (sample {i})", extra.join(" "));
             }
-            samples.entry(how).or_default().push(num(&kv, "us", how)?);
+            for key in ["us", "cpu_us", "faults"] {
+                samples
+                    .entry((suffix, key))
+                    .or_default()
+                    .push(num(&kv, key, how)?);
+            }
         }
     }
+    // Also the median of the per-round ratios (ours and dlopen in the same round),
+    // which cancels noise that drifts over the run.
+    let paired = |ours: &str, peer: &str| -> f64 {
+        let (a, b) = (&samples[&(ours, "us")], &samples[&(peer, "us")]);
+        median(a.iter().zip(b).map(|(x, y)| x / y).collect())
+    };
+    r.value("load_us_ratio_paired", paired("", "_dlopen"));
     r.value(
-        "load_us",
-        median(samples.remove("ours").unwrap_or_default()),
+        "load_us_deps_loaded_ratio_paired",
+        paired("_deps_loaded", "_dlopen_deps_loaded"),
     );
-    r.value(
-        "load_us_dlopen",
-        median(samples.remove("dlopen").unwrap_or_default()),
-    );
-    r.value(
-        "load_us_dlmopen",
-        median(samples.remove("dlmopen").unwrap_or_default()),
-    );
+    for (key, name) in [
+        ("us", "load_us"),
+        ("cpu_us", "load_cpu_us"),
+        ("faults", "load_faults"),
+    ] {
+        for (_, suffix, _) in cases {
+            let v = samples.remove(&(suffix, key)).unwrap_or_default();
+            r.value(&format!("{name}{suffix}"), median(v));
+        }
+    }
 
     // Symbol lookup.
     let (kv, ok) = run(&exe, &["sym", &lib_s])?;
@@ -183,6 +229,24 @@ pub fn run_suite() -> Result<()> {
         "load libpython: ours / dlmopen(LM_ID_NEWLM)",
         "load_us",
         "load_us_dlmopen",
+        None,
+    );
+    r.compare(
+        "load libpython, libm already loaded: ours / dlopen(RTLD_NOW)",
+        "load_us_deps_loaded",
+        "load_us_dlopen_deps_loaded",
+        None,
+    );
+    r.compare(
+        "load libpython, CPU time: ours / dlopen(RTLD_NOW)",
+        "load_cpu_us",
+        "load_cpu_us_dlopen",
+        None,
+    );
+    r.compare(
+        "load libpython, minor page faults: ours / dlopen(RTLD_NOW)",
+        "load_faults",
+        "load_faults_dlopen",
         None,
     );
     r.compare(

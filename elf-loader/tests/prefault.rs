@@ -1,0 +1,112 @@
+//! Before relocating, the loader makes the pages that relocations write present with
+//! `MADV_POPULATE_WRITE` (one call per run of pages instead of one fault per page). The
+//! pages must be exactly those holding a relocation target: fewer would only cost
+//! faults, more would make memory private that no relocation needs. Checked against the
+//! target pages computed from the file, through the `loaded` trace event.
+
+mod common;
+
+use elf_loader::elf::{consts::PF_W, ElfInfo};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Distinct pages (link-time page numbers) holding a relocation target inside the
+/// writable segment.
+fn target_pages(path: &Path) -> usize {
+    let data = std::fs::read(path).unwrap();
+    let info = ElfInfo::parse(path, &data).unwrap();
+    let w: Vec<_> = info.loads.iter().filter(|l| l.flags & PF_W != 0).collect();
+    assert_eq!(w.len(), 1, "{}: one writable segment", path.display());
+    let (lo, hi) = (w[0].vaddr, w[0].vaddr + w[0].memsz);
+    let mut pages = BTreeSet::new();
+    for t in [info.rela, info.jmprel] {
+        for r in info.file_relocs(&data, t) {
+            if r.offset >= lo && r.offset < hi {
+                pages.insert(r.offset / 4096);
+            }
+        }
+    }
+    pages.len()
+}
+
+/// Whether this kernel has `MADV_POPULATE_WRITE` (Linux 5.14+).
+fn kernel_populates() -> bool {
+    // SAFETY: a private anonymous page of our own, populated then unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(p, libc::MAP_FAILED);
+        let ok = libc::madvise(p, 4096, libc::MADV_POPULATE_WRITE) == 0;
+        libc::munmap(p, 4096);
+        ok
+    }
+}
+
+#[derive(Clone, Default)]
+struct Buf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Loads `path` into a fresh namespace and returns the `prefaulted_pages` field of
+/// its `loaded` event.
+fn prefaulted(path: &Path) -> usize {
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let ns = elf_loader::Namespace::new("prefault");
+    tracing::subscriber::with_default(subscriber, || {
+        ns.load(path).unwrap();
+    });
+    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("loaded") && l.contains(&*path.to_string_lossy()))
+        .unwrap_or_else(|| panic!("no loaded event for {}:\n{text}", path.display()));
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix("prefaulted_pages="))
+        .unwrap_or_else(|| panic!("no prefaulted_pages in {line}"))
+        .parse()
+        .unwrap()
+}
+
+fn libpython() -> Option<PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig,os; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    p.is_file().then_some(p)
+}
+
+#[test]
+fn exactly_the_relocated_pages_are_populated() {
+    let populates = kernel_populates();
+    let mut libs = vec![common::build_so("counter", &["counter.c"], &[])];
+    libs.extend(libpython());
+    for lib in libs {
+        let want = if populates { target_pages(&lib) } else { 0 };
+        assert_eq!(prefaulted(&lib), want, "{}", lib.display());
+    }
+}
