@@ -82,4 +82,17 @@ pub(crate) unsafe fn size(obj: ObjRef) -> usize {
     unsafe { BigHeader::of(obj) }.size
 }
 
+/// Bytes available in the payload of a live object: its cell size minus the header for
+/// pool objects, the (16-rounded) requested size for big objects.
+///
+/// # Safety
+/// `obj` is a live object of some heap.
+pub(crate) unsafe fn object_capacity(obj: ObjRef) -> usize {
+    match crate::pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
+        Some((cell, _)) => cell - HEADER_SIZE,
+        // SAFETY: a live object outside the pools is a big object.
+        None => unsafe { size(obj) },
+    }
+}
+
 const _: () = assert!(HEADER_SIZE == 8);

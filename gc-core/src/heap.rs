@@ -574,11 +574,8 @@ impl Heap {
     /// # Safety
     /// `obj` is a live object of this heap.
     pub unsafe fn object_capacity(&self, obj: ObjRef) -> usize {
-        match crate::pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
-            Some((cell, _)) => cell - crate::object::HEADER_SIZE,
-            // SAFETY: a live object outside the pools is a big object.
-            None => unsafe { crate::big::size(obj) },
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::big::object_capacity(obj) }
     }
 
     /// Number of attached mutator threads.

@@ -107,11 +107,8 @@ impl<'h> Marker<'h> {
     /// # Safety
     /// `obj` is a live object of this heap.
     pub unsafe fn object_capacity(&self, obj: ObjRef) -> usize {
-        match pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
-            Some((cell, _)) => cell - HEADER_SIZE,
-            // SAFETY: a live object outside the pools is a big object.
-            None => unsafe { crate::big::size(obj) },
-        }
+        // SAFETY: forwarded from the caller.
+        unsafe { crate::big::object_capacity(obj) }
     }
 
     /// Whether this is a full collection (old objects are traced too).
