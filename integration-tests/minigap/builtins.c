@@ -361,6 +361,16 @@ static Obj BNewTestBag(Obj *a, int n)
     return NewBag(T_TEST, sizeof(Obj));
 }
 
+/* RetypeBagRefused(): tries to retype a fresh plain list to a TNUM with a free function
+   (malloc'd integers); true when the kernel refuses (it must: the list's free function
+   was never scheduled, and scheduling it now could run it twice). */
+static Obj BRetypeBagRefused(Obj *a, int n)
+{
+    (void)a; (void)n;
+    Obj l = NEW_PLIST(2);
+    return BoolObj(RetypeBag(l, T_INTEXT) < 0 && TNUM_BAG(l) == T_PLIST);
+}
+
 static void AddBuiltin(const char *name, int nargs, BuiltinFn fn)
 {
     BuiltinTable[NumBuiltins] = (Builtin){name, nargs, fn};
@@ -404,4 +414,5 @@ static void InitBuiltins(void)
     AddBuiltin("GASMAN", -1, BGASMAN);
     AddBuiltin("IdentityPerm", 0, BIdentity);
     AddBuiltin("NewTestBag", 0, BNewTestBag);
+    AddBuiltin("RetypeBagRefused", 0, BRetypeBagRefused);
 }
