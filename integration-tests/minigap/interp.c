@@ -967,6 +967,7 @@ typedef struct Builtin { const char *name; int nargs; BuiltinFn fn; } Builtin;
 static Builtin BuiltinTable[64];
 static int NumBuiltins;
 static __thread int CallDepth;
+static __thread UInt StackLimit;  /* lowest safe stack address (set at attach) */
 
 
 static Obj Eval(Node *n, Obj lvars, Obj body);
@@ -1364,6 +1365,12 @@ static Obj CallFunc(Obj f, Obj *args, int nargs)
     if (++CallDepth > 5000) {
         CallDepth = 0;
         ErrorQuit("recursion depth trap (5000)");
+    }
+    char here;
+    if (StackLimit && (UInt)&here < StackLimit) {
+        int depth = CallDepth;
+        CallDepth = 0;
+        ErrorQuit("recursion depth trap (the thread's C stack is exhausted at depth %d)", depth);
     }
     Obj lvars = NewBag(T_LVARS, (UInt)(2 + fi->nargs + fi->nlocals) * sizeof(Obj));
     ADDR_OBJ(lvars)[0] = f;

@@ -15,6 +15,9 @@
 #ifndef MINIGAP_KERNEL_H
 #define MINIGAP_KERNEL_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <stdint.h>
 #include <stddef.h>
 #include <stdlib.h>

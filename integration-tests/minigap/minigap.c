@@ -4,6 +4,7 @@
  * scenarios the tests run (young counting; a bag held only on a stopped thread's stack).
  */
 #include <time.h>
+#include <pthread.h>
 
 static Obj ScenarioOld, ScenarioYoung;
 static int Initialised;
@@ -147,6 +148,14 @@ int MG(thread_attach)(const char *name, mg_output_fn out, void *data)
         return Fail_("minigap: this thread is already attached");
     if (GasmanThreadAttach() < 0)
         return -1;
+    pthread_attr_t attr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        void *lo;
+        size_t size;
+        pthread_attr_getstack(&attr, &lo, &size);
+        StackLimit = (UInt)lo + (size > (1 << 20) ? 256 * 1024 : size / 4);
+        pthread_attr_destroy(&attr);
+    }
     Out = calloc(1, sizeof(Output));
     Out->hints[0] = -1;
     Out->fn = out;
