@@ -27,7 +27,9 @@ fn main() {
     if Path::new("/usr/include/gc.h").exists() {
         let mut boehm = cc::Build::new();
         common(&mut boehm);
-        boehm.file(dir.join("unity_boehm.c")).compile("minigap_boehm");
+        boehm
+            .file(dir.join("unity_boehm.c"))
+            .compile("minigap_boehm");
         println!("cargo::rustc-link-lib=dylib=gc");
         println!("cargo::rustc-cfg=minigap_boehm");
     }

@@ -51,7 +51,9 @@ fn parse() -> Result<Args, String> {
             }
             "--gc-stress" => a.stress = number(it.next(), "--gc-stress")?,
             "--gc" => {
-                let v = it.next().ok_or_else(|| format!("--gc needs ours or boehm\n{USAGE}"))?;
+                let v = it
+                    .next()
+                    .ok_or_else(|| format!("--gc needs ours or boehm\n{USAGE}"))?;
                 a.backend = Backend::parse(&v).map_err(|e| format!("{e}\n{USAGE}"))?;
             }
             "--stats" => a.stats = true,

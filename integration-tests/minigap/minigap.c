@@ -382,8 +382,10 @@ static __attribute__((noinline)) void MakeYoungChild(void)
 
 static __attribute__((noinline)) void ClobberStack(void)
 {
-    volatile UInt scratch[1024];
-    for (int i = 0; i < 1024; i++)
+    /* overwrite stale words the previous collection's frames left below us, so that a
+       stale copy of the young bag cannot keep it alive conservatively */
+    volatile UInt scratch[16384];
+    for (int i = 0; i < 16384; i++)
         scratch[i] = (UInt)i * 8 + 3;
     (void)scratch[0];
 }

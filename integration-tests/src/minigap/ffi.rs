@@ -54,7 +54,8 @@ pub struct Api {
     pub config_default: unsafe extern "C" fn(*mut mg_config),
     pub init: unsafe extern "C" fn(*const mg_config) -> c_int,
     pub last_error: unsafe extern "C" fn() -> *const c_char,
-    pub thread_attach: unsafe extern "C" fn(*const c_char, Option<mg_output_fn>, *mut c_void) -> c_int,
+    pub thread_attach:
+        unsafe extern "C" fn(*const c_char, Option<mg_output_fn>, *mut c_void) -> c_int,
     pub thread_detach: unsafe extern "C" fn() -> c_int,
     pub eval: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int,
     pub collect: unsafe extern "C" fn(c_int) -> c_int,
@@ -71,10 +72,14 @@ pub struct Api {
 }
 
 extern "C" {
-    fn mg_ours_config_default(cfg: *mut mg_config) ;
+    fn mg_ours_config_default(cfg: *mut mg_config);
     fn mg_ours_init(cfg: *const mg_config) -> c_int;
     fn mg_ours_last_error() -> *const c_char;
-    fn mg_ours_thread_attach(name: *const c_char, out: Option<mg_output_fn>, data: *mut c_void) -> c_int;
+    fn mg_ours_thread_attach(
+        name: *const c_char,
+        out: Option<mg_output_fn>,
+        data: *mut c_void,
+    ) -> c_int;
     fn mg_ours_thread_detach() -> c_int;
     fn mg_ours_eval(code: *const c_char, file: *const c_char) -> c_int;
     fn mg_ours_collect(full: c_int) -> c_int;
@@ -113,10 +118,14 @@ pub static OURS: Api = Api {
 
 #[cfg(minigap_boehm)]
 extern "C" {
-    fn mg_boehm_config_default(cfg: *mut mg_config) ;
+    fn mg_boehm_config_default(cfg: *mut mg_config);
     fn mg_boehm_init(cfg: *const mg_config) -> c_int;
     fn mg_boehm_last_error() -> *const c_char;
-    fn mg_boehm_thread_attach(name: *const c_char, out: Option<mg_output_fn>, data: *mut c_void) -> c_int;
+    fn mg_boehm_thread_attach(
+        name: *const c_char,
+        out: Option<mg_output_fn>,
+        data: *mut c_void,
+    ) -> c_int;
     fn mg_boehm_thread_detach() -> c_int;
     fn mg_boehm_eval(code: *const c_char, file: *const c_char) -> c_int;
     fn mg_boehm_collect(full: c_int) -> c_int;
@@ -153,4 +162,3 @@ pub static BOEHM: Api = Api {
     scenario_young_counting: mg_boehm_scenario_young_counting,
     scenario_stopped_stack_hold: mg_boehm_scenario_stopped_stack_hold,
 };
-

@@ -40,6 +40,9 @@ pub fn c_config_default(backend: Backend) -> Result<(u64, bool), MinigapError> {
     Ok((c.switch_interval_us, c.conservative != 0))
 }
 
+/// Where a thread's `Print` output goes: whole lines per call.
+pub type Sink = Box<dyn FnMut(&[u8]) + Send>;
+
 /// Which memory manager the kernel runs on.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Backend {
@@ -201,7 +204,7 @@ impl Kernel {
     pub fn thread_with_sink(
         &'static self,
         name: &str,
-        sink: Option<Box<dyn FnMut(&[u8]) + Send>>,
+        sink: Option<Sink>,
     ) -> Result<KernelThread, MinigapError> {
         let out = Box::new(OutputState {
             buf: Vec::new(),
@@ -235,7 +238,7 @@ impl Kernel {
 
 struct OutputState {
     buf: Vec<u8>,
-    sink: Option<Box<dyn FnMut(&[u8]) + Send>>,
+    sink: Option<Sink>,
 }
 
 unsafe extern "C" fn on_output(data: *mut c_void, text: *const c_char, len: usize) {
@@ -390,7 +393,8 @@ impl KernelThread {
         in_gil_wait: bool,
     ) -> Result<bool, MinigapError> {
         // SAFETY: attached thread.
-        match unsafe { (self.kernel.api.scenario_stopped_stack_hold)(hold_us, in_gil_wait as i32) } {
+        match unsafe { (self.kernel.api.scenario_stopped_stack_hold)(hold_us, in_gil_wait as i32) }
+        {
             r if r >= 0 => Ok(r == 1),
             _ => Err(MinigapError::Kernel(last_error(self.kernel.api))),
         }
@@ -438,7 +442,9 @@ pub fn run_in_threads(
         .into_iter()
         .map(|h| {
             h.join().unwrap_or_else(|_| {
-                Err(MinigapError::Kernel("an interpreter thread panicked".into()))
+                Err(MinigapError::Kernel(
+                    "an interpreter thread panicked".into(),
+                ))
             })
         })
         .collect()
@@ -482,5 +488,3 @@ pub mod scripts {
     /// is defined and called with the sizes given by the caller's code.
     pub const ARRAY_BENCH: &str = include_str!("../../minigap/scripts/bencharr.g");
 }
-
-
