@@ -114,6 +114,15 @@ fn main() -> ExitCode {
     }
     if args.stats {
         eprint!("{}", format_stats(args.backend, &kernel.stats()));
+        let hwm = std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("VmHWM:"))
+                    .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+            })
+            .unwrap_or_else(|| "0".into());
+        eprintln!("gc[{}]: peak RSS {hwm} KB", args.backend.name());
     }
     if failed {
         ExitCode::from(1)

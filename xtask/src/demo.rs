@@ -16,7 +16,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "gap",
         what: "a GAP-like C kernel whose allocator and collector are gc-core + gc-conservative",
-        run: None,
+        run: Some(crate::demo_gap::run),
     },
     Scenario {
         name: "numpy",

@@ -8,6 +8,7 @@
 
 mod bench;
 mod demo;
+mod demo_gap;
 mod steps;
 mod test;
 

@@ -8,6 +8,8 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
     install_system_tools()?;
+    // The minigap scenario builds its kernel on Boehm GC too (integration-tests' build.rs).
+    crate::bench::ensure_boehm()?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
@@ -79,6 +81,23 @@ fn plan() -> Vec<(&'static str, Command)> {
         .args(["test", "-p", "gil", "--test", "c_api"])
         .env("GIL_VALGRIND", "1");
     plan.push(("gil: C ABI program under valgrind", valgrind));
+
+    // minigap: a short run of the kernel in two threads under GC stress, under valgrind.
+    let mut minigap_valgrind = cargo();
+    minigap_valgrind
+        .args([
+            "test",
+            "-p",
+            "integration-tests",
+            "--test",
+            "minigap_gc",
+            "short_stress_run_is_valgrind_clean",
+        ])
+        .env("MINIGAP_VALGRIND", "1");
+    plan.push((
+        "minigap kernel (two threads, GC stress) under valgrind",
+        minigap_valgrind,
+    ));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])

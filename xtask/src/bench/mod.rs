@@ -2,12 +2,15 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
+mod gap;
 mod gc;
 mod gil;
 mod loader;
 mod report;
 
 use anyhow::{bail, Result};
+
+pub(crate) use gc::ensure_boehm;
 
 /// A benchmark suite: a name for the command line and the function that runs it.
 struct Suite {
@@ -31,6 +34,11 @@ const SUITES: &[Suite] = &[
     name: "gil",
     what: "GIL handoff, I/O latency next to a CPU-bound thread, time-to-safepoint; vs CPython 3.11 and parking_lot",
     run: gil::run,
+},
+Suite {
+    name: "gap",
+    what: "the minigap kernel on our GC vs on Boehm GC: group orders, factorial sum, array benchmark (total, GC time, max pause, peak RSS)",
+    run: gap::run,
 },
 Suite {
     name: "loader",
