@@ -144,7 +144,7 @@ fn child_stress_two_threads() {
 #[test]
 fn child_stress_short() {
     if is_child("stress_short") {
-        stress_child(200, 480);
+        stress_child(200, 560);
     }
 }
 
