@@ -283,6 +283,21 @@ static Obj BRemInt(Obj *a, int n)
     return r;
 }
 static Obj BIsInt(Obj *a, int n) { (void)n; return BoolObj(IsIntObj(a[0])); }
+static Obj BIsRat(Obj *a, int n) { (void)n; return BoolObj(IsRatObj(a[0])); }
+static Obj BNumeratorRat(Obj *a, int n)
+{
+    (void)n;
+    if (!IsRatObj(a[0]))
+        ErrorQuit("NumeratorRat: <rat> must be a rational (not a %s)", TypeName(a[0]));
+    return NumRat(a[0]);
+}
+static Obj BDenominatorRat(Obj *a, int n)
+{
+    (void)n;
+    if (!IsRatObj(a[0]))
+        ErrorQuit("DenominatorRat: <rat> must be a rational (not a %s)", TypeName(a[0]));
+    return DenRat(a[0]);
+}
 static Obj BIsList(Obj *a, int n) { (void)n; return BoolObj(IS_LIST(a[0])); }
 static Obj BIsPerm(Obj *a, int n) { (void)n; return BoolObj(TNUM_OBJ(a[0]) == T_PERM); }
 static Obj BIsString(Obj *a, int n) { (void)n; return BoolObj(TNUM_OBJ(a[0]) == T_STRING); }
@@ -403,6 +418,9 @@ static void InitBuiltins(void)
     AddBuiltin("QuoInt", 2, BQuoInt);
     AddBuiltin("RemInt", 2, BRemInt);
     AddBuiltin("IsInt", 1, BIsInt);
+    AddBuiltin("IsRat", 1, BIsRat);
+    AddBuiltin("NumeratorRat", 1, BNumeratorRat);
+    AddBuiltin("DenominatorRat", 1, BDenominatorRat);
     AddBuiltin("IsList", 1, BIsList);
     AddBuiltin("IsPerm", 1, BIsPerm);
     AddBuiltin("IsString", 1, BIsString);

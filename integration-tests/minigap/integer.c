@@ -436,11 +436,8 @@ static Obj PowInt(Obj a, Obj e)
     if (!IS_INTOBJ(e))
         ErrorQuit("Integer operations: exponent too large");
     Int n = INT_INTOBJ(e);
-    if (n < 0) {
-        if (IS_INTOBJ(a) && (INT_INTOBJ(a) == 1 || INT_INTOBJ(a) == -1))
-            return (n & 1) ? a : INTOBJ_INT(1);
-        ErrorQuit("Integer operations: negative powers of integers other than 1 and -1 need rationals, which this kernel does not have");
-    }
+    if (n < 0)
+        ErrorQuit("internal: PowInt with a negative exponent");
     Obj r = INTOBJ_INT(1);
     Obj base = a;
     while (n > 0) {

@@ -75,6 +75,7 @@ enum {
     T_GROUP,
     T_HOST,         /* a host (Rust) object handle (free function releases it) */
     T_TEST,         /* a small bag with a free function, for the scenarios */
+    T_RAT,          /* a rational: numerator and denominator (> 1, coprime) */
     NUM_TNUMS
 };
 

@@ -101,6 +101,7 @@ int MG(init)(const mg_config *cfg)
     InitMarkFuncBags(T_GROUP, MarkFirstTwo);
     InitFreeFuncBag(T_HOST, FreeHost);
     InitMarkFuncBags(T_TEST, MarkFirst);
+    InitMarkFuncBags(T_RAT, MarkFirstTwo);
     InitFreeFuncBag(T_TEST, FreeTestBag);
     InitGlobalBag(&True, "True");
     InitGlobalBag(&False, "False");

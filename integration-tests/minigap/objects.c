@@ -16,7 +16,7 @@ static const char *TypeName(Obj o)
     static const char *names[NUM_TNUMS] = {
         "integer", "integer", "integer", "integer", "boolean", "character", "permutation",
         "list", "range", "string", "record", "function", "lvars", "code", "group",
-        "host object", "test bag"};
+        "host object", "test bag", "rational"};
     if (!o)
         return "<unbound>";
     return names[TNUM_OBJ(o)];
@@ -369,11 +369,77 @@ static void FreeTestBag(Bag b)
     TestBagsFreed++;
 }
 
+
+/* ---- rationals: data[0] = numerator, data[1] = denominator (> 1, coprime) ---- */
+static int IsRatObj(Obj o) { return IsIntObj(o) || TNUM_OBJ(o) == T_RAT; }
+static Obj NumRat(Obj o) { return IsIntObj(o) ? o : ADDR_OBJ(o)[0]; }
+static Obj DenRat(Obj o) { return IsIntObj(o) ? INTOBJ_INT(1) : ADDR_OBJ(o)[1]; }
+
+static Obj MakeRat(Obj num, Obj den)
+{
+    if (SignInt(den) == 0)
+        ErrorQuit("Rational operations: <divisor> must not be zero");
+    if (SignInt(den) < 0) {
+        num = AInvInt(num);
+        den = AInvInt(den);
+    }
+    Obj g = GcdInt(num, den);
+    if (!(IS_INTOBJ(g) && INT_INTOBJ(g) == 1)) {
+        num = QuoIntObj(num, g);
+        den = QuoIntObj(den, g);
+    }
+    if (IS_INTOBJ(den) && INT_INTOBJ(den) == 1)
+        return num;
+    Obj r = NewBag(T_RAT, 2 * sizeof(Obj));
+    ADDR_OBJ(r)[0] = num;
+    ADDR_OBJ(r)[1] = den;
+    CHANGED_BAG(r);
+    return r;
+}
+
+static Obj SumRat(Obj a, Obj b)
+{
+    Obj n = SumInt(ProdInt(NumRat(a), DenRat(b)), ProdInt(NumRat(b), DenRat(a)));
+    return MakeRat(n, ProdInt(DenRat(a), DenRat(b)));
+}
+
+static Obj ProdRat(Obj a, Obj b)
+{
+    return MakeRat(ProdInt(NumRat(a), NumRat(b)), ProdInt(DenRat(a), DenRat(b)));
+}
+
+static Obj QuoRat(Obj a, Obj b)
+{
+    if (SignInt(NumRat(b)) == 0)
+        ErrorQuit("Rational operations: <divisor> must not be zero");
+    return MakeRat(ProdInt(NumRat(a), DenRat(b)), ProdInt(DenRat(a), NumRat(b)));
+}
+
+static int CmpRat(Obj a, Obj b)
+{
+    if (IsIntObj(a) && IsIntObj(b))
+        return CmpInt(a, b);
+    return CmpInt(ProdInt(NumRat(a), DenRat(b)), ProdInt(NumRat(b), DenRat(a)));
+}
+
+static Obj PowRat(Obj a, Obj e)
+{
+    if (!IS_INTOBJ(e))
+        ErrorQuit("Rational operations: exponent too large");
+    Int n = INT_INTOBJ(e);
+    if (n >= 0)
+        return MakeRat(PowInt(NumRat(a), e), PowInt(DenRat(a), e));
+    if (SignInt(NumRat(a)) == 0)
+        ErrorQuit("Rational operations: <divisor> must not be zero");
+    Obj m = INTOBJ_INT(-n);
+    return MakeRat(PowInt(DenRat(a), m), PowInt(NumRat(a), m));
+}
+
 /* ---- comparison ---- */
 static int TypeRank(Obj o)
 {
     switch (TNUM_OBJ(o)) {
-    case T_INT: case T_INTPOS: case T_INTNEG: case T_INTEXT: return 0;
+    case T_INT: case T_INTPOS: case T_INTNEG: case T_INTEXT: case T_RAT: return 0;
     case T_PERM: return 2;
     case T_BOOL: return 3;
     case T_CHAR: return 4;
@@ -410,7 +476,7 @@ static int CmpObj(Obj a, Obj b)
     if (ra != rb)
         return ra < rb ? -1 : 1;
     switch (ra) {
-    case 0: return CmpInt(a, b);
+    case 0: return CmpRat(a, b);
     case 2: return CmpPerm(a, b);
     case 3: {
         Int x = *(Int *)ADDR_OBJ(a), y = *(Int *)ADDR_OBJ(b);
@@ -469,6 +535,8 @@ static Obj SumObj(Obj a, Obj b)
 {
     if (IsIntObj(a) && IsIntObj(b))
         return SumInt(a, b);
+    if (IsRatObj(a) && IsRatObj(b))
+        return SumRat(a, b);
     if (IS_LIST(a) && IS_LIST(b)) {
         Int n = LEN_LIST(a) > LEN_LIST(b) ? LEN_LIST(a) : LEN_LIST(b);
         Obj r = NEW_PLIST(n);
@@ -486,6 +554,8 @@ static Obj AInvObj(Obj a)
 {
     if (IsIntObj(a))
         return AInvInt(a);
+    if (TNUM_OBJ(a) == T_RAT)
+        return MakeRat(AInvInt(NumRat(a)), DenRat(a));
     ErrorQuit("no 1st choice method found for `AdditiveInverse' on 1 argument (%s)", TypeName(a));
 }
 
@@ -493,6 +563,8 @@ static Obj DiffObj(Obj a, Obj b)
 {
     if (IsIntObj(a) && IsIntObj(b))
         return DiffInt(a, b);
+    if (IsRatObj(a) && IsRatObj(b))
+        return SumRat(a, AInvObj(b));
     return SumObj(a, AInvObj(b));
 }
 
@@ -500,6 +572,8 @@ static Obj ProdObj(Obj a, Obj b)
 {
     if (IsIntObj(a) && IsIntObj(b))
         return ProdInt(a, b);
+    if (IsRatObj(a) && IsRatObj(b))
+        return ProdRat(a, b);
     if (TNUM_OBJ(a) == T_PERM && TNUM_OBJ(b) == T_PERM)
         return ProdPerm(a, b);
     if (IsIntObj(a) && IS_LIST(b)) {
@@ -521,16 +595,8 @@ static Obj ProdObj(Obj a, Obj b)
 
 static Obj QuoObj(Obj a, Obj b)
 {
-    if (IsIntObj(a) && IsIntObj(b)) {
-        if (SignInt(b) == 0)
-            ErrorQuit("Rational operations: <divisor> must not be zero");
-        Obj q, r;
-        QuoRemInt(a, b, &q, &r);
-        if (SignInt(r) != 0)
-            ErrorQuit("Rational operations: %s/%s is not an integer, and this kernel has no rationals",
-                      IntToString(a), IntToString(b));
-        return q;
-    }
+    if (IsRatObj(a) && IsRatObj(b))
+        return QuoRat(a, b);
     if (TNUM_OBJ(a) == T_PERM && TNUM_OBJ(b) == T_PERM)
         return ProdPerm(a, InvPerm(b));
     NoMethod("/", a, b);
@@ -547,8 +613,10 @@ static Obj ModObj(Obj a, Obj b)
 
 static Obj PowObj(Obj a, Obj b)
 {
-    if (IsIntObj(a) && IsIntObj(b))
+    if (IsIntObj(a) && IsIntObj(b) && SignInt(b) >= 0)
         return PowInt(a, b);
+    if (IsRatObj(a) && IsIntObj(b))
+        return PowRat(a, b);
     if (TNUM_OBJ(a) == T_PERM && IsIntObj(b))
         return PowPermInt(a, b);
     if (IsIntObj(a) && TNUM_OBJ(b) == T_PERM) {

@@ -334,6 +334,13 @@ static void PrintObj(Obj o)
     case T_FUNCTION:
         PrintFunction(o);
         break;
+    case T_RAT:
+        Pr("%>");
+        PrintObj(ADDR_OBJ(o)[0]);
+        Pr("%</%>");
+        PrintObj(ADDR_OBJ(o)[1]);
+        Pr("%<");
+        break;
     case T_GROUP:
         Pr("Group(");
         PrintObj(ADDR_OBJ(o)[0]);
