@@ -64,7 +64,10 @@ fn integers() {
 fn rationals() {
     check("Print(7 / 2, \" \", 1/3 + 1/6, \" \", 2^-2, \" \", (2/3)^2, \" \", 4/2, \" \", -3/6, \"\\n\");", "7/2 1/2 1/4 4/9 2 -1/2\n");
     check("Print(1/2 < 2/3, \" \", 2/4 = 1/2, \" \", [1/2, 1, 3/2] * 2, \" \", NumeratorRat(6/4), DenominatorRat(6/4), \"\\n\");", "true true [ 1, 2, 3 ] 32\n");
-    check("Print(2^100 / 2^98, \" \", 1 / 2^70, \"\\n\");", "4 1/1180591620717411303424\n");
+    check(
+        "Print(2^100 / 2^98, \" \", 1 / 2^70, \"\\n\");",
+        "4 1/1180591620717411303424\n",
+    );
 }
 
 #[test]
@@ -189,7 +192,10 @@ fn errors_are_gap_messages_with_the_line() {
     );
     check_error("Print(1 + (1,2));", "Error, no 1st choice method found for `+' on 2 arguments (integer and permutation)\nnot in any function at test.g:1");
     check_error("l := [1];\n\nPrint(l[3]);", "Error, List Element: <list>[3] must have an assigned value\nnot in any function at test.g:3");
-    check_error("Print(1 / 0);", "Error, Rational operations: <divisor> must not be zero\nnot in any function at test.g:1");
+    check_error(
+        "Print(1 / 0);",
+        "Error, Rational operations: <divisor> must not be zero\nnot in any function at test.g:1",
+    );
     check_error(
         "f := function(a) return a; end; f(1, 2);",
         "Error, Function: number of arguments must be 1 (not 2)\nnot in any function at test.g:1",
