@@ -31,6 +31,7 @@ static __thread int8_t OutsideState;       /* gc_safe_enter's answer while outsi
 static __thread int8_t HookStates[8];      /* nested block hooks */
 static __thread int HookDepth;
 static __thread unsigned PollCounter;
+static __thread void *GilCallSP;  /* a live frame below which the gil's code runs */
 
 /* Marking state: set by the master pointer's mark function, used by MarkBag. */
 static gc_mutator_t *MarkM;
@@ -137,8 +138,12 @@ static void PreGC(int full)
 static void OnBlock(void *data, uint64_t tid, int32_t reason)
 {
     (void)data; (void)tid; (void)reason;
-    if (M && HookDepth < 8)
-        HookStates[HookDepth++] = gc_safe_enter(M);
+    if (!M || HookDepth >= 8)
+        return;
+    /* The hook runs deep inside the gil, whose frames below the kernel's come and go
+       while the thread waits: record the kernel's frame (GilCall spilled its registers
+       there) as the lowest live stack address, not this hook's. */
+    HookStates[HookDepth++] = GilCallSP ? gc_safe_enter_sp(M, GilCallSP) : gc_safe_enter(M);
 }
 
 static void OnUnblock(void *data, uint64_t tid, int32_t reason)
@@ -209,11 +214,30 @@ static void GasmanThreadDetach(void)
     M = NULL;
 }
 
+/* Calls into the gil through a frame that stays live while the gil blocks: its callee-
+   saved registers (which may hold the caller's bag references) are spilled into it and
+   its stack pointer is what the block hook records. */
+typedef int32_t (*GilFn)(gil_t *, void *);
+static __attribute__((noinline)) int32_t GilCall(GilFn fn, void *arg)
+{
+    __builtin_unwind_init();
+    void *sp;
+    __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
+    void *saved = GilCallSP;
+    GilCallSP = sp;
+    int32_t r = fn(Gil, arg);
+    GilCallSP = saved;
+    __asm__ volatile("" ::: "memory");
+    return r;
+}
+static int32_t GilAcquireFn(gil_t *g, void *arg) { return gil_acquire(g, (int32_t *)arg); }
+static int32_t GilPollFn(gil_t *g, void *arg) { (void)arg; return gil_poll(g); }
+
 static void GasmanEnter(void)
 {
     int32_t acquired;
     /* Still GC-safe while waiting: the hooks nest inside our own region. */
-    if (gil_acquire(Gil, &acquired) != GIL_OK) {
+    if (GilCall(GilAcquireFn, &acquired) != GIL_OK) {
         fprintf(stderr, "minigap: gil_acquire: %s\n", gil_last_error());
         abort();
     }
@@ -229,16 +253,25 @@ static void GasmanLeave(void)
 static void GasmanPoll(void)
 {
     if ((++PollCounter & 255) == 0)
-        gil_poll(Gil);
+        GilCall(GilPollFn, NULL);
 }
 
-static void GasmanBlockingSleep(uint64_t us)
+static __attribute__((noinline)) void GasmanBlockingSleep(uint64_t us)
 {
     int32_t token;
+    /* the blocking region lasts beyond gil_blocking_enter: keep this frame (with the
+       caller's registers spilled) as the live bottom of the stack until it ends */
+    __builtin_unwind_init();
+    void *sp;
+    __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
+    void *saved = GilCallSP;
+    GilCallSP = sp;
     gil_blocking_enter(Gil, &token);
     struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
     nanosleep(&ts, NULL);
     gil_blocking_leave(Gil, token);
+    GilCallSP = saved;
+    __asm__ volatile("" ::: "memory");
 }
 
 static Bag NewBag(UInt tnum, UInt size)
