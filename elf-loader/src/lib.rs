@@ -33,6 +33,7 @@ mod error;
 mod image;
 mod map;
 mod namespace;
+mod phdr;
 mod symtab;
 mod system;
 mod tls;

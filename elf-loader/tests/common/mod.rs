@@ -103,3 +103,117 @@ pub fn maps_snapshot() -> Vec<String> {
         .map(|l| l.to_string())
         .collect()
 }
+
+/// The directory holding the crate's cdylib (`target/<profile>`), built first: `cargo
+/// test` builds the library as an rlib for the tests, not necessarily its cdylib (the
+/// build is a no-op when current).
+pub fn cdylib_dir() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "elf-loader", "--lib"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the cdylib failed");
+    });
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    assert!(
+        dir.join("libelf_loader.so").is_file(),
+        "libelf_loader.so not built in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// Builds a C program against `include/elf_loader.h`, linked with the crate's cdylib
+/// and nothing else but libc (plus `extra` arguments).
+pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
+    let libdir = cdylib_dir();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args = vec![
+        format!("-I{}", manifest.join("include").display()),
+        format!("-L{}", libdir.display()),
+        "-lelf_loader".into(),
+        format!("-Wl,-rpath,{}", libdir.display()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    build_exe(name, &[manifest.join("tests/c").join(source)], &args)
+}
+
+/// The `DT_NEEDED` entries of an ELF file, read with `readelf -d`.
+pub fn needed(path: &Path) -> Vec<String> {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .expect("run readelf");
+    assert!(out.status.success(), "readelf -d {} failed", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_string()))
+        .collect()
+}
+
+/// pyenv's root: `$PYENV_ROOT`, else `pyenv root`, else `~/.pyenv`.
+pub fn pyenv_root() -> PathBuf {
+    if let Some(r) = std::env::var_os("PYENV_ROOT") {
+        return PathBuf::from(r);
+    }
+    if let Ok(o) = Command::new("pyenv").arg("root").output() {
+        if o.status.success() {
+            return PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        }
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".pyenv")
+}
+
+/// For each of CPython 3.10, 3.11, 3.12 and 3.13: the shared libpython of the newest
+/// pyenv installation of that minor version, or why there is none.
+pub fn pyenv_libpythons() -> Vec<(String, Result<PathBuf, String>)> {
+    let root = pyenv_root();
+    let versions: Vec<String> = std::fs::read_dir(root.join("versions"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ["3.10", "3.11", "3.12", "3.13"]
+        .iter()
+        .map(|minor| {
+            let mut candidates: Vec<(u32, &String)> = versions
+                .iter()
+                .filter_map(|v| {
+                    let patch = v.strip_prefix(&format!("{minor}."))?;
+                    Some((patch.parse().ok()?, v))
+                })
+                .collect();
+            candidates.sort();
+            let found = match candidates.last() {
+                None => Err(format!(
+                    "no CPython {minor} under {}/versions",
+                    root.display()
+                )),
+                Some((_, v)) => {
+                    let so = root
+                        .join("versions")
+                        .join(v)
+                        .join("lib")
+                        .join(format!("libpython{minor}.so.1.0"));
+                    if so.is_file() {
+                        Ok(so)
+                    } else {
+                        Err(format!(
+                            "{} is missing (CPython {v} built without --enable-shared)",
+                            so.display()
+                        ))
+                    }
+                }
+            };
+            (minor.to_string(), found)
+        })
+        .collect()
+}
