@@ -38,6 +38,8 @@ pub(crate) struct Image {
     pub initialized: AtomicBool,
     /// Fini functions have run.
     pub finalized: AtomicBool,
+    /// C++ `thread_local` destructors registered by this image's code, not run yet.
+    pub tls_dtors: std::sync::atomic::AtomicUsize,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.

@@ -36,6 +36,7 @@ mod namespace;
 mod phdr;
 mod symtab;
 mod system;
+mod thread_atexit;
 mod tls;
 
 pub mod capi;

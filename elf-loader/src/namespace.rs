@@ -156,6 +156,9 @@ pub(crate) struct NsInner {
     pub state: Mutex<NsState>,
     /// Providers searched by every library of the namespace after its dependencies.
     pub search: RwLock<Vec<Arc<dyn SymbolProvider>>>,
+    /// C++ `thread_local` destructors registered by the namespace's code and not run
+    /// yet: the namespace's unload waits for them.
+    pub pins: Arc<crate::thread_atexit::Pins>,
 }
 
 /// An isolated world of custom-loaded libraries: each library it loads (and each
@@ -194,6 +197,7 @@ impl Namespace {
                     system: HashMap::new(),
                 }),
                 search: RwLock::new(Vec::new()),
+                pins: Default::default(),
             }),
         }
     }
@@ -405,6 +409,7 @@ impl NsInner {
         global: bool,
     ) -> Result<Arc<Image>> {
         let _guard = LOAD_LOCK.lock();
+        crate::thread_atexit::reap();
         // The file's identity is its device and inode (as glibc compares): a path, a
         // symlink to it and a hard link are one library.
         let file = std::fs::File::open(path).map_err(|e| Error::Io {
@@ -457,6 +462,7 @@ impl NsInner {
             search,
             initialized: Default::default(),
             finalized: Default::default(),
+            tls_dtors: Default::default(),
             eh_frame: Default::default(),
             ns: Arc::downgrade(self),
         });
@@ -541,24 +547,35 @@ fn forget_image(img: &Arc<Image>) {
 
 impl Drop for NsInner {
     fn drop(&mut self) {
-        let _guard = LOAD_LOCK.lock();
+        {
+            let _guard = LOAD_LOCK.lock();
+            crate::thread_atexit::reap();
+        }
         let st = self.state.get_mut();
         let images = std::mem::take(&mut st.images);
+        let system = std::mem::take(&mut st.system);
         st.global.clear();
         st.scope.clear();
         st.by_file.clear();
         st.by_soname.clear();
-        // Dependents were loaded after their dependencies: fini in reverse load order.
-        for img in images.iter().rev() {
-            img.run_fini();
-        }
-        for img in images.iter().rev() {
-            forget_image(img);
-        }
         crate::dlfcn::forget_namespace(self.id);
-        drop(images);
-        st.system.clear();
-        tracing::debug!(namespace = %self.name, "namespace unloaded");
+        let name = std::mem::take(&mut self.name);
+        // C++ thread_local destructors still registered by the namespace's code (in
+        // threads that have not exited yet) need its code and TLS blocks: the namespace
+        // stays loaded until they have run, as glibc keeps such a library loaded.
+        self.pins.unload_when_unpinned(Box::new(move || {
+            let _guard = LOAD_LOCK.lock();
+            // Dependents were loaded after their dependencies: fini in reverse load order.
+            for img in images.iter().rev() {
+                img.run_fini();
+            }
+            for img in images.iter().rev() {
+                forget_image(img);
+            }
+            drop(images);
+            drop(system);
+            tracing::debug!(namespace = %name, "namespace unloaded");
+        }));
     }
 }
 

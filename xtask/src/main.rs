@@ -8,6 +8,7 @@
 
 mod bench;
 mod demo;
+mod loader_libs;
 mod steps;
 mod test;
 

@@ -92,6 +92,7 @@ fn plan() -> Vec<(&'static str, Command)> {
 /// g++), run its C ABI program under valgrind and a custom-loaded library under gdb.
 /// Missing ones are installed with apt-get (CI runs as root).
 fn install_system_tools() -> Result<()> {
+    crate::loader_libs::ensure()?;
     crate::steps::ensure_apt_tools(
         &[
             ("gdb", "gdb"),

@@ -73,11 +73,14 @@ pub fn build_so(name: &str, sources: &[&str], args: &[&str]) -> PathBuf {
     out
 }
 
-/// Builds an executable from C `sources` with `args`.
+/// Builds an executable from C (or C++) `sources` with `args`.
 pub fn build_exe(name: &str, sources: &[PathBuf], args: &[String]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out = out_dir().join(name);
-    let mut cmd = compiler(false);
+    let cpp = sources
+        .iter()
+        .any(|s| s.extension().is_some_and(|e| e == "cpp"));
+    let mut cmd = compiler(cpp);
     cmd.args(["-g", "-Wall", "-o"])
         .arg(&out)
         .args(sources)
@@ -127,8 +130,8 @@ pub fn cdylib_dir() -> PathBuf {
     dir
 }
 
-/// Builds a C program against `include/elf_loader.h`, linked with the crate's cdylib
-/// and nothing else but libc (plus `extra` arguments).
+/// Builds a C (or C++) program against `include/elf_loader.h`, linked with the crate's
+/// cdylib and nothing else but the language's runtime (plus `extra` arguments).
 pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
     let libdir = cdylib_dir();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
