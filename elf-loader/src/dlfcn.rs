@@ -464,6 +464,7 @@ pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
         b"dlclose" => dlclose_impl as *const () as usize,
         b"dladdr" => dladdr_impl as *const () as usize,
         b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
+        b"dl_iterate_phdr" => crate::phdr::iterate_entry(),
         b"__cxa_thread_atexit" | b"__cxa_thread_atexit_impl" => {
             crate::thread_atexit::thread_atexit as *const () as usize
         }

@@ -24,6 +24,8 @@ pub(crate) struct Image {
     pub info: ElfInfo,
     /// The mapping (unmapped on drop).
     pub map: Mapping,
+    /// The program headers as `dl_iterate_phdr` reports them.
+    pub raw_phdrs: Box<[libc::Elf64_Phdr]>,
     /// The dynamic symbol table in the mapping.
     pub tab: SymTab,
     /// Writable segments' runtime ranges (relocation targets must lie inside).

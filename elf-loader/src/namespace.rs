@@ -449,7 +449,22 @@ impl NsInner {
             .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
             .map(|l| (l.vaddr, l.vaddr + l.memsz))
             .collect();
+        let raw_phdrs = info
+            .phdrs
+            .iter()
+            .map(|p| libc::Elf64_Phdr {
+                p_type: p.kind,
+                p_flags: p.flags,
+                p_offset: p.offset,
+                p_vaddr: p.vaddr,
+                p_paddr: p.vaddr,
+                p_filesz: p.filesz,
+                p_memsz: p.memsz,
+                p_align: p.align,
+            })
+            .collect();
         let img = Arc::new(Image {
+            raw_phdrs,
             id: next_id(),
             tab,
             writable,
@@ -470,6 +485,7 @@ impl NsInner {
             img.map.start,
             (img.map.start + img.map.len, Arc::downgrade(&img)),
         );
+        crate::phdr::ADDS.fetch_add(1, Ordering::AcqRel);
         {
             let mut st = self.state.lock();
             st.by_file.insert(id, img.clone());
@@ -539,6 +555,7 @@ impl NsInner {
 /// Unregisters an image from the global tables (address index, TLS, unwinder, debugger).
 fn forget_image(img: &Arc<Image>) {
     IMAGES.write().remove(&img.map.start);
+    crate::phdr::SUBS.fetch_add(1, Ordering::AcqRel);
     crate::debug::unregister(img);
     if let Some(m) = img.tls_module {
         tls::unregister(m);

@@ -204,6 +204,27 @@ pub(crate) fn block_for(id: u64) -> Option<usize> {
     slow_block_for(id, slot)
 }
 
+/// The calling thread's block for module `id` if it has one already (no allocation).
+pub(crate) fn allocated_block(id: u64) -> Option<usize> {
+    let slot = (id & 0xffff_ffff) as usize;
+    let (ptr, len) = FAST.with(Cell::get);
+    if slot < len {
+        // SAFETY: as in `block_for`.
+        let (mid, block) = unsafe { *ptr.add(slot) };
+        if mid == id {
+            return Some(block);
+        }
+    }
+    let key = THREAD_KEY.with(Cell::get);
+    if key == 0 {
+        return None;
+    }
+    let reg = REGISTRY.read();
+    let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
+    let b = m.blocks.lock().get(&key).copied();
+    b
+}
+
 #[cold]
 fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
     let key = thread_key();

@@ -220,3 +220,41 @@ pub fn pyenv_libpythons() -> Vec<(String, Result<PathBuf, String>)> {
         })
         .collect()
 }
+
+/// Builds `lib<name>.so` from a Rust source file in the fixtures directory as a
+/// `cdylib` with debug info, with the `rustc` of the toolchain running the tests.
+pub fn build_rust_cdylib(name: &str, source: &str) -> PathBuf {
+    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir().join(format!("lib{name}.so"));
+    let src = fixtures_dir().join(source);
+    let fresh = match (out.metadata(), src.metadata()) {
+        (Ok(o), Ok(s)) => matches!((o.modified(), s.modified()), (Ok(o), Ok(s)) if s <= o),
+        _ => false,
+    };
+    if fresh {
+        return out;
+    }
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let o = Command::new(&rustc)
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            "cdylib",
+            "-C",
+            "debuginfo=2",
+        ])
+        .arg("--crate-name")
+        .arg(name)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(
+        o.status.success(),
+        "building {name} with {rustc:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
