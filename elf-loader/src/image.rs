@@ -42,6 +42,16 @@ pub(crate) struct Image {
     pub finalized: AtomicBool,
     /// C++ `thread_local` destructors registered by this image's code, not run yet.
     pub tls_dtors: std::sync::atomic::AtomicUsize,
+    /// Opens not closed yet: `dlopen` calls from loaded code, plus one for a load through
+    /// the API (never closed: such a library leaves with its namespace). glibc's
+    /// `l_direct_opencount`.
+    pub opens: std::sync::atomic::AtomicUsize,
+    /// Never unloaded by `dlclose` (`RTLD_NODELETE`, `DF_1_NODELETE`).
+    pub nodelete: AtomicBool,
+    /// Set when the image is selected for unloading (once).
+    pub unloading: AtomicBool,
+    /// Other custom images this one bound symbols of (relocations, `dlsym`).
+    pub reldeps: parking_lot::Mutex<Vec<Weak<Image>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -105,6 +115,8 @@ struct RelocCx<'a> {
     deferred: &'a mut Vec<Rela>,
     /// Counts.
     stats: &'a mut RelocStats,
+    /// Other custom images that relocations bound to (glibc's `l_reldeps`).
+    bound: &'a mut Vec<Arc<Image>>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -247,6 +259,7 @@ impl Image {
         // per symbol, so that relocating libpython touches few fresh heap pages.
         let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
+        let mut bound: Vec<Arc<Image>> = Vec::new();
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
@@ -294,9 +307,11 @@ impl Image {
             cache: &mut cache,
             deferred: &mut deferred,
             stats: &mut stats,
+            bound: &mut bound,
         };
         self.relocate_table(rest, &mut cx)?;
         self.relocate_table(self.info.jmprel, &mut cx)?;
+        self.add_reldeps(&bound);
         // IRELATIVE and references to our own ifuncs run resolvers last, when every
         // other relocation of this image is in place.
         for r in deferred {
@@ -503,6 +518,7 @@ impl Image {
         let cache = &mut *cx.cache;
         let deferred = &mut *cx.deferred;
         let stats = &mut *cx.stats;
+        let bound = &mut *cx.bound;
         if r.sym >= self.info.nsyms && r.sym != 0 {
             return Err(self.reloc_err(
                 r,
@@ -553,7 +569,7 @@ impl Image {
                             "non-TLS relocation against a TLS symbol",
                         ));
                     }
-                    let v = match self.resolve(r, scope, self_first)? {
+                    let v = match self.resolve_recording(r, scope, self_first, bound)? {
                         None => {
                             stats.weak_zero += 1;
                             0
@@ -650,7 +666,7 @@ impl Image {
                             "TLS relocation against a non-TLS symbol",
                         ));
                     }
-                    match self.resolve(r, scope, self_first)? {
+                    match self.resolve_recording(r, scope, self_first, bound)? {
                         Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
                         d => d,
                     }
@@ -697,6 +713,34 @@ impl Image {
                 "copy relocations belong to executables",
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
+        }
+    }
+
+    /// [`Image::resolve`], recording a binding to another custom image in `bound`.
+    fn resolve_recording(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+        bound: &mut Vec<Arc<Image>>,
+    ) -> Result<Option<Def>> {
+        let d = self.resolve(r, scope, self_first)?;
+        if let Some(Def::Custom(img, _)) = &d {
+            if !Arc::ptr_eq(img, self) && !bound.iter().any(|b| Arc::ptr_eq(b, img)) {
+                bound.push(img.clone());
+            }
+        }
+        Ok(d)
+    }
+
+    /// Records that this image uses symbols of `others` (which then stay loaded as long
+    /// as it does, even when they are not among its dependencies: glibc's `l_reldeps`).
+    pub fn add_reldeps(&self, others: &[Arc<Image>]) {
+        let mut r = self.reldeps.lock();
+        for o in others {
+            if !std::ptr::eq(&**o, self) && !r.iter().any(|w| std::ptr::eq(w.as_ptr(), &**o)) {
+                r.push(Arc::downgrade(o));
+            }
         }
     }
 
