@@ -569,7 +569,7 @@ impl Image {
                             "non-TLS relocation against a TLS symbol",
                         ));
                     }
-                    let v = match self.resolve_recording(r, scope, self_first, bound)? {
+                    let v = match self.resolve(r, scope, self_first)? {
                         None => {
                             stats.weak_zero += 1;
                             0
@@ -580,7 +580,11 @@ impl Image {
                                 Def::Own(sym) => (self, *sym),
                                 _ => unreachable!("matched above"),
                             };
-                            if std::ptr::eq(img, &**self) {
+                            if !std::ptr::eq(img, &**self) {
+                                if let Def::Custom(other, _) = &d {
+                                    record_binding(bound, other);
+                                }
+                            } else {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
@@ -666,8 +670,14 @@ impl Image {
                             "TLS relocation against a non-TLS symbol",
                         ));
                     }
-                    match self.resolve_recording(r, scope, self_first, bound)? {
+                    match self.resolve(r, scope, self_first)? {
                         Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+                        Some(Def::Custom(other, s)) => {
+                            if !Arc::ptr_eq(&other, self) {
+                                record_binding(bound, &other);
+                            }
+                            Some(Def::Custom(other, s))
+                        }
                         d => d,
                     }
                 };
@@ -714,23 +724,6 @@ impl Image {
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
         }
-    }
-
-    /// [`Image::resolve`], recording a binding to another custom image in `bound`.
-    fn resolve_recording(
-        self: &Arc<Self>,
-        r: &Rela,
-        scope: &[ScopeItem],
-        self_first: bool,
-        bound: &mut Vec<Arc<Image>>,
-    ) -> Result<Option<Def>> {
-        let d = self.resolve(r, scope, self_first)?;
-        if let Some(Def::Custom(img, _)) = &d {
-            if !Arc::ptr_eq(img, self) && !bound.iter().any(|b| Arc::ptr_eq(b, img)) {
-                bound.push(img.clone());
-            }
-        }
-        Ok(d)
     }
 
     /// Records that this image uses symbols of `others` (which then stay loaded as long
@@ -873,6 +866,13 @@ impl Image {
     }
 }
 
+/// Notes that relocations bound to `other` (once per image).
+fn record_binding(bound: &mut Vec<Arc<Image>>, other: &Arc<Image>) {
+    if !bound.iter().any(|b| Arc::ptr_eq(b, other)) {
+        bound.push(other.clone());
+    }
+}
+
 /// Looks a symbol up through a scope, in order. System libraries are searched in
 /// their own symbol tables first (fast); only if no item has the symbol are they asked
 /// through `dlvsym`, which also searches their dependencies.
@@ -905,15 +905,22 @@ pub(crate) fn lookup_scope(
                 }
             }
             ScopeItem::System(lib) => {
-                if lib.symtab().is_some() {
+                if let Some(tab) = lib.symtab() {
                     // The library's own table (thread-local symbols included, versioned
                     // or not); what it lacks may come from its dependencies: asked
                     // through dlvsym below if nothing else in the scope has it.
                     slow = true;
-                    match lib.lookup_own(name, hash, version) {
-                        Some(Ok(a)) if !is_tls => return Some(Def::Addr(a)),
-                        Some(Err(ti)) if is_tls => return Some(Def::SystemTls(ti)),
-                        _ => {}
+                    if let Some(s) = tab.lookup(name, hash, version) {
+                        if s.kind() != STT_TLS {
+                            if !is_tls {
+                                return Some(Def::Addr(tab.address(&s)));
+                            }
+                        } else if let (true, Some(module)) = (is_tls, lib.tls_module()) {
+                            return Some(Def::SystemTls(TlsIndex {
+                                module,
+                                offset: s.value,
+                            }));
+                        }
                     }
                     continue;
                 }
