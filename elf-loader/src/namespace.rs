@@ -238,7 +238,8 @@ impl Namespace {
     }
 
     /// Looks `name` up in the namespace's global scope (its global libraries and their
-    /// dependencies, in the order described at [`NsState::add_global`]).
+    /// dependencies: each global library, in the order it became global, followed by
+    /// the libraries of its `DT_NEEDED` closure, breadth-first, not seen yet).
     pub fn sym(&self, name: &str) -> Option<usize> {
         let scope = self.inner.state.lock().scope.clone();
         scope.iter().find_map(|item| match item {
