@@ -13,6 +13,7 @@
 //!   typed code extras over `_PyCode_GetExtra`/`_PyCode_SetExtra`, panics turned into
 //!   Python exceptions.
 
+pub mod cpython;
 pub mod extra;
 pub mod hook;
 pub mod lazy;
