@@ -121,6 +121,9 @@ pub struct Api {
     pub tuple_size: unsafe extern "C" fn(*mut PyObject) -> isize,
     pub import_add_module: unsafe extern "C" fn(*const c_char) -> *mut PyObject,
     pub module_get_dict: unsafe extern "C" fn(*mut PyObject) -> *mut PyObject,
+    pub sys_get_object: unsafe extern "C" fn(*const c_char) -> *mut PyObject,
+    pub call_method:
+        unsafe extern "C" fn(*mut PyObject, *const c_char, *const c_char, ...) -> *mut PyObject,
 }
 
 // SAFETY: the table holds function pointers and addresses of immortal/static objects of
@@ -220,6 +223,8 @@ impl Api {
             tuple_size: sym(r, c"PyTuple_Size")?,
             import_add_module: sym(r, c"PyImport_AddModule")?,
             module_get_dict: sym(r, c"PyModule_GetDict")?,
+            sys_get_object: sym(r, c"PySys_GetObject")?,
+            call_method: sym(r, c"PyObject_CallMethod")?,
         })
     }
 
@@ -329,6 +334,31 @@ impl Api {
             };
             self.restore_error(saved);
             out
+        }
+    }
+
+    /// Flushes Python's `sys.stdout` and `sys.stderr` (so text printed from Rust comes
+    /// after what Python printed), keeping any pending exception.
+    ///
+    /// # Safety
+    /// The GIL is held.
+    pub unsafe fn flush_std_streams(&self) {
+        // SAFETY: GIL held; PySys_GetObject returns borrowed references (or NULL).
+        unsafe {
+            let saved = self.save_error();
+            for name in [c"stdout", c"stderr"] {
+                let stream = (self.sys_get_object)(name.as_ptr());
+                if stream.is_null() {
+                    continue;
+                }
+                let r = (self.call_method)(stream, c"flush".as_ptr(), std::ptr::null::<c_char>());
+                if r.is_null() {
+                    (self.err_clear)();
+                } else {
+                    (self.decref)(r);
+                }
+            }
+            self.restore_error(saved);
         }
     }
 

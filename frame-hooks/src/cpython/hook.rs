@@ -189,6 +189,24 @@ impl<'a> CodeRef<'a> {
     }
 }
 
+/// `_PyInterpreterFrame.owner`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameOwner {
+    /// On the thread's frame stack (`FRAME_OWNED_BY_THREAD`).
+    Thread,
+    /// Inside a generator, coroutine or async generator (`FRAME_OWNED_BY_GENERATOR`).
+    Generator,
+    /// Inside a frame object (`FRAME_OWNED_BY_FRAME_OBJECT`).
+    FrameObject,
+    /// A C-stack shim frame (`FRAME_OWNED_BY_CSTACK`, 3.12+).
+    CStack,
+    /// A value this crate does not know.
+    Unknown(u8),
+}
+
+/// `co_flags` bits of generator, coroutine and async-generator code.
+pub const CO_GENERATOR_LIKE: i64 = 0x20 | 0x80 | 0x100 | 0x200;
+
 /// The frame a hook is asked to evaluate.
 pub struct Frame<'a> {
     common: &'a HookCommon,
@@ -200,12 +218,26 @@ pub struct Frame<'a> {
 }
 
 impl<'a> Frame<'a> {
-    /// The frame's code object.
-    pub fn code(&self) -> CodeRef<'_> {
+    /// The frame's code object (kept alive by the frame while the hook runs).
+    pub fn code(&self) -> CodeRef<'a> {
         CodeRef {
             ptr: self.code,
             api: self.common.api,
             _life: PhantomData,
+        }
+    }
+
+    /// Who owns the frame: the thread's frame stack for a plain call (and for the call
+    /// that creates a generator or coroutine), the generator for its resumptions.
+    pub fn owner(&self) -> FrameOwner {
+        // SAFETY: `owner` is a char at the checked offset of a live frame.
+        let raw = unsafe { *(self.frame as *const u8).add(self.common.layout.owner) };
+        match raw {
+            0 => FrameOwner::Thread,
+            1 => FrameOwner::Generator,
+            2 => FrameOwner::FrameObject,
+            3 => FrameOwner::CStack,
+            other => FrameOwner::Unknown(other),
         }
     }
 

@@ -21,11 +21,14 @@ pub mod embed;
 mod extra;
 mod hook;
 pub mod layout;
+pub mod profiler;
 
 pub use api::{Api, Dlsym, EvalFrameFn, InterpreterFrame, PyObject, PyThreadState, Resolver};
 pub use embed::Libpython;
 pub use extra::CodeExtra;
-pub use hook::{CodeRef, EvalResult, Frame, FrameHook, Installed, MAX_HOOKS};
+pub use hook::{
+    CodeRef, EvalResult, Frame, FrameHook, FrameOwner, Installed, CO_GENERATOR_LIKE, MAX_HOOKS,
+};
 pub use layout::Layout;
 
 use std::ffi::CString;
@@ -104,6 +107,21 @@ pub fn version_string(v: u32) -> String {
         (v >> 16) & 0xff,
         (v >> 8) & 0xff
     )
+}
+
+/// `s` as a Python string literal (escaping everything outside printable ASCII).
+fn py_str_literal(s: &str) -> String {
+    let mut out = String::from("'");
+    for ch in s.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            ' '..='~' => out.push(ch),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out.push('\'');
+    out
 }
 
 pub(crate) struct PythonInner {
@@ -202,6 +220,36 @@ impl Python {
             )));
         }
         Ok(())
+    }
+
+    /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]`
+    /// (`runpy.run_path`), then flushes `sys.stdout`/`sys.stderr`. Returns the script's
+    /// `SystemExit` code if it raised one (`None` if it ended normally); an uncaught
+    /// exception is printed by Python and returned as [`Error::Python`].
+    pub fn run_script(&self, path: &str, args: &[String]) -> Result<Option<i64>, Error> {
+        let mut argv = String::from("[");
+        for a in std::iter::once(path).chain(args.iter().map(String::as_str)) {
+            argv.push_str(&py_str_literal(a));
+            argv.push(',');
+        }
+        argv.push(']');
+        let source = format!(
+            "import sys as _fh_sys, runpy as _fh_runpy\n\
+             _fh_sys.argv = {argv}\n\
+             _fh_exit = None\n\
+             try:\n    _fh_runpy.run_path(_fh_sys.argv[0], run_name='__main__')\n\
+             except SystemExit as _fh_e:\n    _fh_exit = _fh_e.code if isinstance(_fh_e.code, int) else (0 if _fh_e.code is None else 1)\n\
+             finally:\n    _fh_sys.stdout.flush()\n    _fh_sys.stderr.flush()\n"
+        );
+        self.run(&source)?;
+        let api = self.inner.api;
+        Ok(self.with_gil(|| {
+            // SAFETY: GIL held; __main__ exists and holds _fh_exit (set above).
+            unsafe {
+                let m = (api.import_add_module)(c"__main__".as_ptr());
+                api.attr_long(m, c"_fh_exit")
+            }
+        }))
     }
 
     /// Whether the copy's interpreter evaluates frames with its own default evaluator.

@@ -7,8 +7,25 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// A CPython 3.`minor` interpreter with a shared libpython: the program to run, or why
+/// there is none.
+pub fn python(minor: u32) -> Result<String, String> {
+    let mut why = Vec::new();
+    for c in candidates(minor) {
+        match frame_hooks::cpython::Libpython::find(&c) {
+            Ok(_) => return Ok(c),
+            Err(e) => why.push(e.to_string()),
+        }
+    }
+    Err(format!("no shared CPython 3.{minor}: {}", why.join("; ")))
+}
+
 /// The shared libpython of CPython 3.`minor`, or why there is none.
 pub fn libpython(minor: u32) -> Result<PathBuf, String> {
+    python(minor).map(|p| frame_hooks::cpython::Libpython::find(&p).unwrap())
+}
+
+fn candidates(minor: u32) -> Vec<String> {
     let mut candidates = vec![format!("python3.{minor}")];
     if let Ok(out) = Command::new("pyenv").arg("root").output() {
         let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
@@ -24,14 +41,7 @@ pub fn libpython(minor: u32) -> Result<PathBuf, String> {
             }
         }
     }
-    let mut why = Vec::new();
-    for c in candidates {
-        match frame_hooks::cpython::Libpython::find(&c) {
-            Ok(p) => return Ok(p),
-            Err(e) => why.push(e.to_string()),
-        }
-    }
-    Err(format!("no shared CPython 3.{minor}: {}", why.join("; ")))
+    candidates
 }
 
 /// Runs `case` in a child process (the test binary's `child` test) against CPython
