@@ -308,6 +308,7 @@ fn finalizers_never_run_reentrantly_on_one_thread() {
     let (d, l) = (depth.clone(), log.clone());
     m.add_finalizer(x, move |m, obj| {
         d.store(1, Ordering::SeqCst);
+        // SAFETY: obj and what it reaches are alive while its finalizer runs.
         let y = unsafe { m.load_ref(obj, 0) }.unwrap();
         assert_eq!(m.finalize(y), 0, "deferred, not run inside this finalizer");
         assert_eq!(m.run_finalizers(), 0, "no nested draining");
