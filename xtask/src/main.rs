@@ -10,6 +10,7 @@ mod bench;
 mod demo;
 mod steps;
 mod test;
+mod venv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -13,6 +13,8 @@ import traceback
 
 _tls = threading.local()
 buffers = {}
+# Set by the host when all output goes straight to its sink (no per-call capture).
+FORWARD = False
 
 
 class _Writer(io.TextIOBase):
@@ -82,6 +84,13 @@ def _run(op, args):
         (code, filename) = args
         exec(compile(code, filename, "exec"), __main__.__dict__)
         return None
+    if op == "eval":
+        (expr,) = args
+        return eval(compile(expr, "<multipy>", "eval"), __main__.__dict__)
+    if op == "forward":
+        global FORWARD
+        FORWARD = True
+        return None
     if op == "file":
         import runpy
 
@@ -132,7 +141,7 @@ def dispatch(op, *args):
     exit code, value as JSON). status: "ok", "exception" or "exit"."""
     outer = getattr(_tls, "parts", None)
     parts = {1: [], 2: []}
-    _tls.parts = parts
+    _tls.parts = None if FORWARD else parts
     status, etype, emsg, etb, code, value = "ok", "", "", "", "", "null"
     try:
         try:

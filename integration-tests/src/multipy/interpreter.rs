@@ -375,8 +375,7 @@ impl Interpreter {
                 return Err(Error::MainThreadGone(id));
             }
         };
-        tracing::info!(interpreter = id, python = %install.version_string, libraries = loaded.ns.library_count(), "multipy interpreter ready");
-        Ok(Interpreter {
+        let me = Interpreter {
             id,
             install,
             executable,
@@ -385,7 +384,12 @@ impl Interpreter {
             jobs: Mutex::new(Some(job_tx)),
             main: Some(main),
             signals_before,
-        })
+        };
+        if config.forward.is_some() {
+            me.dispatch(&["forward"])?;
+        }
+        tracing::info!(interpreter = id, python = %me.install.version_string, libraries = me.namespace().library_count(), "multipy interpreter ready");
+        Ok(me)
     }
 
     /// This interpreter's number (unique in the process, from 0).
@@ -447,6 +451,12 @@ impl Interpreter {
     pub fn call(&self, module: &str, function: &str, args: &[serde_json::Value]) -> Result<Reply> {
         let argv = serde_json::to_string(args).expect("JSON values serialise");
         self.dispatch(&["call", module, function, &argv])
+    }
+
+    /// Evaluates the expression `expr` in `__main__`; the value comes back as JSON (its
+    /// `repr` if JSON cannot express it).
+    pub fn eval(&self, expr: &str) -> Result<serde_json::Value> {
+        self.dispatch(&["eval", expr]).map(|r| r.value)
     }
 
     /// Runs `code` like [`Interpreter::run`], but on the interpreter's own main thread
