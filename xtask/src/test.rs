@@ -8,6 +8,8 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
     install_system_tools()?;
+    // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
+    crate::venv::ensure()?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
