@@ -164,7 +164,5 @@ impl FrameHook for Profiler {
         r
     }
 
-    fn wants_throws(&self) -> bool {
-        true
-    }
+    const WANTS_THROWS: bool = true;
 }
