@@ -216,6 +216,9 @@ pub struct Frame<'a> {
     frame: *mut InterpreterFrame,
     throw: c_int,
     consumed: &'a Cell<bool>,
+    /// This hook's guard bit (a constant of the trampoline, so the compiler can see that
+    /// lifting the guard around `eval` restores the value it found).
+    bit: u32,
 }
 
 impl<'a> Frame<'a> {
@@ -282,7 +285,7 @@ impl<'a> Frame<'a> {
             !self.consumed.replace(true),
             "a frame was evaluated twice by one hook"
         );
-        let bit = self.common.bit;
+        let bit = self.bit;
         let g = GUARD.with(|g| g.get());
         GUARD.with(|c| c.set(g & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
@@ -365,7 +368,7 @@ impl<'a> Frame<'a> {
 
     /// Runs `f` with the recursion guard lifted: frames `f` evaluates reach this hook.
     pub fn reentrant<R>(&self, f: impl FnOnce() -> R) -> R {
-        let bit = self.common.bit;
+        let bit = self.bit;
         let g = GUARD.with(|g| g.get());
         GUARD.with(|c| c.set(g & !bit));
         struct Restore(u32);
@@ -457,6 +460,7 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
         frame,
         throw,
         consumed: &consumed,
+        bit,
     };
     let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
     GUARD.with(|cell| cell.set(g));
