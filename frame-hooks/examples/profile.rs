@@ -54,7 +54,10 @@ fn parse() -> Result<Args, String> {
         // `cargo xtask demo` runs the example without arguments: profile the bundled
         // workload then.
         a.script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scripts/workload.py").into();
-        eprintln!("profile: no script given; profiling the bundled {}", a.script);
+        eprintln!(
+            "profile: no script given; profiling the bundled {}",
+            a.script
+        );
     }
     if !std::path::Path::new(&a.script).is_file() {
         return Err(format!("{}: no such script", a.script));
