@@ -8,7 +8,8 @@
 //! ```
 //!
 //! The table lists the functions of the script's own file unless `--all` is given; the
-//! JSON lists every Python function that ran (from every thread).
+//! JSON lists every Python function that ran (from every thread). Without a script it
+//! profiles the bundled `tests/scripts/workload.py`.
 
 use frame_hooks::cpython::profiler::Profiler;
 use frame_hooks::cpython::{Libpython, Python};
@@ -50,7 +51,13 @@ fn parse() -> Result<Args, String> {
         }
     }
     if a.script.is_empty() {
-        return Err("usage: profile [--json] [--all] [--python PYTHON] script.py [args...]".into());
+        // `cargo xtask demo` runs the example without arguments: profile the bundled
+        // workload then.
+        a.script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/scripts/workload.py").into();
+        eprintln!(
+            "profile: no script given; profiling the bundled {}",
+            a.script
+        );
     }
     if !std::path::Path::new(&a.script).is_file() {
         return Err(format!("{}: no such script", a.script));

@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 struct Counter {
     calls: Mutex<HashMap<String, u64>>,
     throws: Mutex<Vec<String>>,
-    want_throws: bool,
     /// Panic before evaluating frames of this function.
     panic_before: Option<&'static str>,
     /// Panic after evaluating frames of this function.
@@ -71,9 +70,15 @@ impl FrameHook for Counter {
         }
         r
     }
+}
 
-    fn wants_throws(&self) -> bool {
-        self.want_throws
+/// The same counter, asking for frames resumed with the throw flag.
+struct WantsThrows(Counter);
+
+impl FrameHook for WantsThrows {
+    const WANTS_THROWS: bool = true;
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        self.0.eval_frame(frame)
     }
 }
 
@@ -234,12 +239,12 @@ fn case_generators_coroutines_and_throw(cx: &Ctx) {
     assert!(plain.hook().count("gen") >= 6);
     plain.uninstall().unwrap();
     // ... and reach a hook that asks for them, which passes the flag through.
-    let mut throws = cx.install(Counter {
-        want_throws: true,
-        ..Default::default()
-    });
+    let mut throws = cx
+        .py
+        .install(Arc::new(WantsThrows(Counter::default())))
+        .unwrap();
     check(cx);
-    let seen = throws.hook().throws.lock().unwrap().clone();
+    let seen = throws.hook().0.throws.lock().unwrap().clone();
     // g.throw, c.throw, and the GeneratorExit that closing a generator throws.
     assert!(seen.contains(&"gen".to_string()), "{seen:?}");
     assert!(

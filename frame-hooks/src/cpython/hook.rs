@@ -22,11 +22,9 @@ pub trait FrameHook: Send + Sync + 'static {
     fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult;
 
     /// Whether frames resumed with the throw flag (`generator.throw()`, an exception
-    /// thrown into a coroutine) reach the hook. By default they go straight to the
-    /// previous evaluator, as torchdynamo does.
-    fn wants_throws(&self) -> bool {
-        false
-    }
+    /// thrown into a coroutine, closing a generator) reach the hook. By default they go
+    /// straight to the previous evaluator, as torchdynamo does.
+    const WANTS_THROWS: bool = false;
 }
 
 /// The part of an installed hook's state that is not generic.
@@ -35,7 +33,9 @@ pub(crate) struct HookCommon {
     layout: Layout,
     prev: EvalFrameFn,
     skip_index: isize,
-    skips_used: AtomicBool,
+    /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
+    /// code object) and once a skip mark was set.
+    slow_checks: AtomicBool,
     bit: u32,
     python: Python,
 }
@@ -43,7 +43,6 @@ pub(crate) struct HookCommon {
 struct SlotState<H> {
     common: HookCommon,
     hook: Arc<H>,
-    wants_throws: bool,
 }
 
 static SLOTS: [AtomicPtr<c_void>; MAX_HOOKS] =
@@ -65,6 +64,7 @@ pub struct EvalResult {
 
 impl EvalResult {
     /// Whether the evaluation returned a value (not an exception).
+    #[inline]
     pub fn is_ok(&self) -> bool {
         !self.obj.is_null()
     }
@@ -74,6 +74,7 @@ impl EvalResult {
         self.obj
     }
 
+    #[inline]
     fn into_raw(self) -> *mut PyObject {
         let p = self.obj;
         std::mem::forget(self);
@@ -82,6 +83,7 @@ impl EvalResult {
 }
 
 impl Drop for EvalResult {
+    #[inline]
     fn drop(&mut self) {
         if !self.obj.is_null() {
             // SAFETY: we own one reference; results are dropped on the thread that holds
@@ -212,19 +214,29 @@ pub struct Frame<'a> {
     common: &'a HookCommon,
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
-    code: *mut PyObject,
     throw: c_int,
     consumed: &'a Cell<bool>,
+    /// This hook's guard bit (a constant of the trampoline, so the compiler can see that
+    /// lifting the guard around `eval` restores the value it found).
+    bit: u32,
 }
 
 impl<'a> Frame<'a> {
     /// The frame's code object (kept alive by the frame while the hook runs).
+    #[inline]
     pub fn code(&self) -> CodeRef<'a> {
         CodeRef {
-            ptr: self.code,
+            ptr: self.code_ptr(),
             api: self.common.api,
             _life: PhantomData,
         }
+    }
+
+    #[inline(always)]
+    fn code_ptr(&self) -> *mut PyObject {
+        // SAFETY: a live frame; f_code/f_executable is at the checked offset (and the
+        // trampoline checked it is a code object on 3.13).
+        unsafe { word(self.frame as *const c_void, self.common.layout.f_code) as *mut PyObject }
     }
 
     /// Who owns the frame: the thread's frame stack for a plain call (and for the call
@@ -242,6 +254,7 @@ impl<'a> Frame<'a> {
     }
 
     /// Whether the frame is resumed to raise (generator/coroutine `throw`).
+    #[inline]
     pub fn throw_flag(&self) -> bool {
         self.throw != 0
     }
@@ -266,12 +279,13 @@ impl<'a> Frame<'a> {
         self.consumed.get()
     }
 
+    #[inline]
     fn run(&mut self, f: EvalFrameFn, throw: c_int) -> EvalResult {
         assert!(
             !self.consumed.replace(true),
             "a frame was evaluated twice by one hook"
         );
-        let bit = self.common.bit;
+        let bit = self.bit;
         let g = GUARD.with(|g| g.get());
         GUARD.with(|c| c.set(g & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
@@ -285,11 +299,13 @@ impl<'a> Frame<'a> {
 
     /// Evaluates the frame with the evaluator this hook was installed over (the copy's
     /// default or an earlier hook), throw flag passed through. Frames it calls are hooked.
+    #[inline]
     pub fn eval(&mut self) -> EvalResult {
         self.run(self.common.prev, self.throw)
     }
 
     /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
+    #[inline]
     pub fn eval_default(&mut self) -> EvalResult {
         self.run(self.common.api.eval_default, self.throw)
     }
@@ -337,12 +353,13 @@ impl<'a> Frame<'a> {
     /// Marks the frame's code object: its later frames bypass this hook.
     pub fn skip_code(&self) {
         let api = self.common.api;
-        self.common.skips_used.store(true, Ordering::Relaxed);
+        self.common.slow_checks.store(true, Ordering::Relaxed);
         // SAFETY: GIL held; our own index holds an integer bitmask (NULL free function).
         unsafe {
-            let old = skip_bits(&self.common.layout, self.code, self.common.skip_index);
+            let code = self.code_ptr();
+            let old = skip_bits(&self.common.layout, code, self.common.skip_index);
             (api.code_set_extra)(
-                self.code,
+                code,
                 self.common.skip_index,
                 (old | self.common.bit as usize) as *mut c_void,
             );
@@ -351,7 +368,7 @@ impl<'a> Frame<'a> {
 
     /// Runs `f` with the recursion guard lifted: frames `f` evaluates reach this hook.
     pub fn reentrant<R>(&self, f: impl FnOnce() -> R) -> R {
-        let bit = self.common.bit;
+        let bit = self.bit;
         let g = GUARD.with(|g| g.get());
         GUARD.with(|c| c.set(g & !bit));
         struct Restore(u32);
@@ -409,27 +426,30 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
-    if g & bit != 0 || (throw != 0 && !st.wants_throws) {
+    if g & bit != 0 || (throw != 0 && !H::WANTS_THROWS) {
         // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
         return unsafe { (c.prev)(tstate, frame, throw) };
     }
-    // SAFETY: a live frame; f_code/f_executable is at the checked offset.
-    let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
-    if c.layout.executable_may_not_be_code {
-        // SAFETY: `code` is a live object (a strong reference held by the frame): its type
-        // is the word after the reference count.
-        let ty = unsafe { word(code as *const c_void, 8) };
-        if ty != c.api.code_type as usize {
-            // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
-            return unsafe { (c.prev)(tstate, frame, throw) };
+    if c.slow_checks.load(Ordering::Relaxed) {
+        // SAFETY: a live frame; f_code/f_executable is at the checked offset.
+        let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
+        if c.layout.executable_may_not_be_code {
+            // SAFETY: `code` is a live object (a strong reference held by the frame): its
+            // type is the word after the reference count.
+            let ty = unsafe { word(code as *const c_void, 8) };
+            if ty != c.api.code_type as usize {
+                // SAFETY: passing CPython's own arguments to the evaluator we were
+                // installed over.
+                return unsafe { (c.prev)(tstate, frame, throw) };
+            }
         }
-    }
-    if c.skips_used.load(Ordering::Relaxed) {
-        // SAFETY: `code` is a live code object of this copy.
-        let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
-        if marks & bit as usize != 0 {
-            // SAFETY: as above.
-            return unsafe { (c.prev)(tstate, frame, throw) };
+        {
+            // SAFETY: `code` is a live code object of this copy.
+            let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
+            if marks & bit as usize != 0 {
+                // SAFETY: as above.
+                return unsafe { (c.prev)(tstate, frame, throw) };
+            }
         }
     }
     GUARD.with(|cell| cell.set(g | bit));
@@ -438,9 +458,9 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
         common: c,
         tstate,
         frame,
-        code,
         throw,
         consumed: &consumed,
+        bit,
     };
     let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
     GUARD.with(|cell| cell.set(g));
@@ -520,7 +540,6 @@ impl Python {
             taken[slot] = true;
             slot
         };
-        let wants_throws = hook.wants_throws();
         self.with_gil(|| {
             // SAFETY: GIL held.
             let interp = unsafe { (api.interp_get)() };
@@ -532,12 +551,11 @@ impl Python {
                     layout: self.inner.layout,
                     prev,
                     skip_index: self.inner.skip_index,
-                    skips_used: AtomicBool::new(false),
+                    slow_checks: AtomicBool::new(self.inner.layout.executable_may_not_be_code),
                     bit: 1 << slot,
                     python: self.clone(),
                 },
                 hook: hook.clone(),
-                wants_throws,
             });
             // States are never freed: a frame entered through this trampoline may still
             // be running on some thread when the hook is uninstalled.
