@@ -238,7 +238,7 @@ impl Namespace {
     }
 
     /// Looks `name` up in the namespace's global scope (its global libraries and their
-    /// dependencies, in the order described at [`NsState::add_global`]).
+    /// dependencies, in the order the crate README's "API" section lists, item 3).
     pub fn sym(&self, name: &str) -> Option<usize> {
         let scope = self.inner.state.lock().scope.clone();
         scope.iter().find_map(|item| match item {
