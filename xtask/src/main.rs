@@ -11,6 +11,7 @@ mod demo;
 mod loader_libs;
 mod steps;
 mod test;
+mod venv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

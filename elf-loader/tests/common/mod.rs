@@ -107,27 +107,44 @@ pub fn maps_snapshot() -> Vec<String> {
         .collect()
 }
 
-/// The directory holding the crate's cdylib (`target/<profile>`), built first: `cargo
-/// test` builds the library as an rlib for the tests, not necessarily its cdylib (the
-/// build is a no-op when current).
+/// The directory holding the crate's cdylib, built first by cargo in a target directory
+/// of its own (`CARGO_TARGET_TMPDIR/own-build`): `cargo test` builds the library as an
+/// rlib for the tests, not necessarily its cdylib, and a `cargo build -p elf-loader` in
+/// the workspace's target directory would rebuild the unhashed `libelf_loader.rlib` with
+/// other features and break the crates already compiled against it (E0460). The build
+/// is a no-op when current.
 pub fn cdylib_dir() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
+    let target = own_target_dir();
     BUILT.call_once(|| {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "elf-loader", "--lib"])
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "elf-loader",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
             .status()
             .unwrap();
         assert!(status.success(), "building the cdylib failed");
     });
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let dir = target.join("debug");
     assert!(
         dir.join("libelf_loader.so").is_file(),
         "libelf_loader.so not built in {}",
         dir.display()
     );
     dir
+}
+
+/// The target directory for the tests' own cargo builds (cdylib, examples).
+pub fn own_target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build")
 }
 
 /// Builds a C (or C++) program against `include/elf_loader.h`, linked with the crate's
