@@ -79,10 +79,11 @@ impl<T: Send + Sync + 'static> CodeExtra<T> {
     /// The value stored for `code`, read straight from `co_extra`.
     #[inline]
     pub fn get<'c>(&self, code: CodeRef<'c>) -> Option<&'c T> {
+        // A non-null value of our index is a Box<T> freed only by a replace (`set`,
+        // unsafe: no `get` reference may be alive) or with the code object (which `'c`
+        // outlives).
         // SAFETY: CodeRef is a live code object of this copy whose co_extra offset was
-        // checked; co_extra is NULL or {size, extras[size]}; a non-null value of our
-        // index is a Box<T> freed only by a replace (`set`, unsafe: no `get` reference
-        // may be alive) or with the code object (which `'c` outlives).
+        // checked; co_extra is NULL or {size, extras[size]}; see above for the value.
         unsafe {
             let ce = word(code.as_ptr() as *const c_void, self.co_extra) as *const isize;
             if ce.is_null() || *ce <= self.index {
