@@ -630,9 +630,12 @@ impl<H: FrameHook> Installed<H> {
 impl<H: FrameHook> Drop for Installed<H> {
     fn drop(&mut self) {
         if self.active {
-            // SAFETY: callable at any time.
-            let finalizing = unsafe { (self.python.api().is_finalizing)() } != 0;
-            if finalizing {
+            let api = self.python.api();
+            // SAFETY: both are callable at any time.
+            let gone = unsafe { (api.is_finalizing)() != 0 || (api.is_initialized)() == 0 };
+            if gone {
+                // The interpreter is finalising or finalised: its eval function no longer
+                // matters and its GIL can no longer be taken.
                 return;
             }
             if let Err(e) = self.uninstall() {
