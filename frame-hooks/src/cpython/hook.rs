@@ -286,11 +286,12 @@ impl<'a> Frame<'a> {
             "a frame was evaluated twice by one hook"
         );
         let bit = self.bit;
-        let g = GUARD.with(|g| g.get());
-        GUARD.with(|c| c.set(g & !bit));
+        // Lift the guard around the evaluation (nested trampolines leave the word as they
+        // found it, so clearing and setting our bit restores it).
+        GUARD.with(|c| c.set(c.get() & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
         let obj = unsafe { f(self.tstate, self.frame, throw) };
-        GUARD.with(|c| c.set(g));
+        GUARD.with(|c| c.set(c.get() | bit));
         EvalResult {
             obj,
             api: self.common.api,
@@ -426,8 +427,13 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
-    if g & bit != 0 || (throw != 0 && !H::WANTS_THROWS) {
+    if g & bit != 0 {
+        // Our hook's own code is running on this thread: not re-entered.
         // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
+        return unsafe { (c.prev)(tstate, frame, throw) };
+    }
+    if throw != 0 && !H::WANTS_THROWS {
+        // SAFETY: as above.
         return unsafe { (c.prev)(tstate, frame, throw) };
     }
     if c.slow_checks.load(Ordering::Relaxed) {
@@ -463,7 +469,8 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
         bit,
     };
     let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
-    GUARD.with(|cell| cell.set(g));
+    // Our bit was clear on entry; everything else was restored by whoever changed it.
+    GUARD.with(|cell| cell.set(cell.get() & !bit));
     match r {
         Ok(res) => {
             if !consumed.get() {
