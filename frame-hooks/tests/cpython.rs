@@ -58,6 +58,11 @@ impl FrameHook for Counter {
                 frame.arguments()
             };
             assert_eq!(args[0].0, "x");
+            assert!(frame.local(0).is_some());
+            assert!(
+                frame.local(10_000).is_none(),
+                "slots past co_nlocals are refused"
+            );
         }
         if self.uninstall_in == Some(name.as_str()) {
             let mut inst = UNINSTALL.lock().unwrap().take().expect("installed");

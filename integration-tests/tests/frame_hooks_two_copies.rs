@@ -134,6 +134,23 @@ fn one_copy_hooked_the_other_not() {
             unsafe { extra.set(CodeRef::from_ptr(py, code), Tracked) };
         });
     }
+    // An index of one copy is refused on the other copy's code object.
+    let doomed_b = code_of(&b, c"doomed");
+    let refused = b.with_gil(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: a live code object of copy b, GIL of b held.
+            extra_a
+                .get(unsafe { CodeRef::from_ptr(&b, doomed_b) })
+                .is_some()
+        }))
+    });
+    let msg = refused.expect_err("refused");
+    assert!(
+        msg.downcast_ref::<String>()
+            .is_some_and(|m| m.contains("used with a code object of another libpython copy")),
+        "{:?}",
+        msg.downcast_ref::<String>()
+    );
     let before = DROPPED.load(Ordering::SeqCst);
     b.run("del doomed\nimport gc\ngc.collect()").unwrap();
     assert_eq!(

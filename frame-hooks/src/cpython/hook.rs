@@ -120,6 +120,11 @@ impl<'a> CodeRef<'a> {
         self.ptr
     }
 
+    /// The C API table of the copy the code object belongs to.
+    pub fn api(&self) -> &'static Api {
+        self.api
+    }
+
     /// `co_qualname`.
     pub fn qualname(&self) -> String {
         // SAFETY: a live code object under the GIL (CodeRef's invariant).
@@ -318,11 +323,15 @@ impl<'a> Frame<'a> {
         self.run(self.common.prev, 1)
     }
 
-    /// The object in local slot `i` (borrowed; `None` if unset). Parameters occupy the
-    /// first slots; before `RESUME`, cell parameters are still plain values.
+    /// The object in local slot `i` (borrowed; `None` if unset or if `i` is not below
+    /// `co_nlocals`). Parameters occupy the first slots; before `RESUME`, cell parameters
+    /// are still plain values.
     pub fn local(&self, i: usize) -> Option<*mut PyObject> {
-        // SAFETY: slot i < the frame's local count is a live word of localsplus (checked
-        // against the code's parameter count by callers such as `arguments`).
+        let nlocals = self.code().attr_long(c"co_nlocals").unwrap_or(0).max(0) as usize;
+        if i >= nlocals {
+            return None;
+        }
+        // SAFETY: slot i < co_nlocals is a live word of the frame's localsplus.
         let p = unsafe {
             word(
                 self.frame as *const c_void,
