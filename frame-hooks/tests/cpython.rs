@@ -95,9 +95,11 @@ struct Ctx {
 impl Ctx {
     fn new() -> Ctx {
         let path = std::env::var("FRAME_HOOKS_LIBPYTHON").unwrap();
-        let lib = Libpython::open(&path).unwrap();
+        // SAFETY: the parent found this path with Libpython::find.
+        let lib = unsafe { Libpython::open(&path) }.unwrap();
         lib.initialize().unwrap();
-        let py = Python::new(&lib.resolver()).unwrap();
+        // SAFETY: dlsym on that library's handle finds that library's symbols.
+        let py = unsafe { Python::new(&lib.resolver()) }.unwrap();
         Ctx { lib, py }
     }
 
@@ -641,7 +643,8 @@ fn case_refusals(cx: &Ctx) {
             frame_hooks::cpython::Resolver::resolve(&lib, name)
         }
     };
-    let e = Python::new(&missing).unwrap_err();
+    // SAFETY: the real copy's addresses, one reported missing.
+    let e = unsafe { Python::new(&missing) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "symbol _PyInterpreterState_SetEvalFrameFunc not found in this libpython"
@@ -655,7 +658,8 @@ fn case_refusals(cx: &Ctx) {
             frame_hooks::cpython::Resolver::resolve(&lib, name)
         }
     };
-    let e = Python::new(&fake).unwrap_err();
+    // SAFETY: the real copy's addresses, and a real `unsigned long` for Py_Version.
+    let e = unsafe { Python::new(&fake) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "CPython 3.10.13 is not supported (3.11, 3.12 and 3.13 are)"
@@ -755,8 +759,10 @@ fn cpython_3_10_is_refused_by_name() {
         return;
     };
     // Not initialised: the version gate comes first (3.10 exports no Py_Version).
-    let lib = Libpython::open(lib).unwrap();
-    let e = Python::new(&lib.resolver()).unwrap_err();
+    // SAFETY: a real shared libpython3.10 found through its sysconfig.
+    let lib = unsafe { Libpython::open(lib) }.unwrap();
+    // SAFETY: dlsym on that library's handle.
+    let e = unsafe { Python::new(&lib.resolver()) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "symbol Py_Version (exported from CPython 3.11 on) not found in this libpython"

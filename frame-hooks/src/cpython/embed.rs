@@ -54,7 +54,12 @@ impl Libpython {
     }
 
     /// Opens `path` with `RTLD_NOW | RTLD_GLOBAL`.
-    pub fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
+    ///
+    /// # Safety
+    /// Loading a library runs its initialisers and puts its symbols in the process's
+    /// global scope: `path` must be a CPython shared library (as [`Libpython::find`]
+    /// returns), not an arbitrary file.
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
         let path = path.as_ref();
         let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::Load {
             path: path.display().to_string(),
