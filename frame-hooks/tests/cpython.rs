@@ -583,7 +583,8 @@ fn case_finalizing_refused(cx: &Ctx) {
             install_while_finalizing as *const () as usize
         ))
         .unwrap();
-    cx.lib.finalize().unwrap();
+    // SAFETY: no other thread runs Python; only REFUSED is read afterwards.
+    unsafe { cx.lib.finalize() }.unwrap();
     let got = REFUSED.lock().unwrap().clone();
     assert_eq!(
         got.as_deref(),

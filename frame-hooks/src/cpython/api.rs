@@ -234,7 +234,14 @@ impl Api {
     }
 
     /// Holds this copy's GIL while `f` runs (`PyGILState_Ensure`/`Release`, reentrant).
+    /// Panics (rather than touching freed state) if the interpreter is not initialised.
     pub fn with_gil<R>(&self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: Py_IsInitialized may be called at any time.
+        let initialized = unsafe { (self.is_initialized)() } != 0;
+        assert!(
+            initialized,
+            "the interpreter of this libpython is not initialised (finalised?)"
+        );
         struct Release<'a>(&'a Api, c_int);
         impl Drop for Release<'_> {
             fn drop(&mut self) {

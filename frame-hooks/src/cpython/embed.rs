@@ -133,7 +133,12 @@ impl Libpython {
 
     /// Finalises the interpreter (`Py_FinalizeEx`) from a thread that does not hold the
     /// GIL: takes it first.
-    pub fn finalize(&self) -> Result<(), Error> {
+    ///
+    /// # Safety
+    /// No other thread runs this copy's Python code or holds its GIL, and nothing made
+    /// from this copy (a `Python`'s code references, results) is used afterwards except
+    /// to check `Py_IsInitialized` (which `Python` and `Installed` do).
+    pub unsafe fn finalize(&self) -> Result<(), Error> {
         let ensure: unsafe extern "C" fn() -> c_int =
             // SAFETY: PyGILState_Ensure has this signature.
             unsafe { std::mem::transmute(self.sym(c"PyGILState_Ensure")?) };
