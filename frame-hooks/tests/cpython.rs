@@ -63,6 +63,10 @@ impl FrameHook for Counter {
                 frame.local(10_000).is_none(),
                 "slots past co_nlocals are refused"
             );
+            let locals = frame.locals();
+            assert_eq!(locals[0].0, "x");
+            assert!(locals[0].1.as_deref().unwrap().starts_with("Loud("));
+            assert_eq!(locals[1], ("unbound_yet".to_string(), None));
         }
         if self.uninstall_in == Some(name.as_str()) {
             let mut inst = UNINSTALL.lock().unwrap().take().expect("installed");
@@ -359,6 +363,7 @@ class Loud:
 def helper():
     return "h"
 def target(x):
+    unbound_yet = 2
     return 1
 "#;
 

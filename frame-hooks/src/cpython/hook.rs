@@ -157,14 +157,24 @@ impl<'a> CodeRef<'a> {
 
     /// The names of the parameters, in the order of the frame's first local slots.
     pub fn parameter_names(&self) -> Vec<String> {
+        self.varnames(self.parameter_count())
+    }
+
+    /// The names of the plain local variables (`co_varnames`, parameters first), in the
+    /// order of the frame's first `co_nlocals` slots.
+    pub fn local_names(&self) -> Vec<String> {
+        self.varnames(usize::MAX)
+    }
+
+    /// The first `n` names of `co_varnames`.
+    fn varnames(&self, n: usize) -> Vec<String> {
         let api = self.api;
-        let n = self.parameter_count();
-        // SAFETY: as above; co_varnames is a tuple of str whose first entries are the
-        // parameters (the layout of `localsplus` in 3.11-3.13).
+        // SAFETY: as above; co_varnames is a tuple of str whose entries name the first
+        // local slots, parameters first (the layout of `localsplus` in 3.11-3.13).
         unsafe {
             let saved = api.save_error();
             let names = (api.getattr)(self.ptr, c"co_varnames".as_ptr());
-            let mut out = Vec::with_capacity(n);
+            let mut out = Vec::new();
             if names.is_null() {
                 (api.err_clear)();
             } else {
@@ -344,17 +354,27 @@ impl<'a> Frame<'a> {
     /// The parameters as `(name, repr)` pairs. `repr` runs Python code, which is not
     /// hooked by this hook (the recursion guard).
     pub fn arguments(&self) -> Vec<(String, String)> {
-        let code = self.code();
-        let names = code.parameter_names();
+        self.named_reprs(self.code().parameter_names())
+            .into_iter()
+            .map(|(name, value)| (name, value.unwrap_or_else(|| "<unset>".into())))
+            .collect()
+    }
+
+    /// Every plain local variable as `(name, repr)`, `None` for one not bound yet (at the
+    /// hook's call only the parameters are). `repr` runs unhooked by this hook.
+    pub fn locals(&self) -> Vec<(String, Option<String>)> {
+        self.named_reprs(self.code().local_names())
+    }
+
+    fn named_reprs(&self, names: Vec<String>) -> Vec<(String, Option<String>)> {
         names
             .into_iter()
             .enumerate()
             .map(|(i, name)| {
-                let value = match self.local(i) {
-                    // SAFETY: a live object in the frame's locals; GIL held.
-                    Some(obj) => unsafe { self.common.api.repr_of(obj) },
-                    None => "<unset>".into(),
-                };
+                // SAFETY: a live object in the frame's locals; GIL held.
+                let value = self
+                    .local(i)
+                    .map(|obj| unsafe { self.common.api.repr_of(obj) });
                 (name, value)
             })
             .collect()
