@@ -17,42 +17,9 @@ use std::sync::{Arc, Mutex};
 /// The shared libpython of CPython 3.`minor` (python3.X on PATH, else pyenv's), or why
 /// there is none.
 fn libpython(minor: u32) -> Result<PathBuf, String> {
-    let mut candidates = vec![format!("python3.{minor}")];
-    if minor == 11 {
-        candidates.insert(0, "python3".into());
-    }
-    if let Ok(out) = std::process::Command::new("pyenv").arg("root").output() {
-        let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if let Ok(dir) = std::fs::read_dir(format!("{root}/versions")) {
-            let mut found: Vec<String> = dir
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&format!("3.{minor}.")))
-                .collect();
-            found.sort();
-            for v in found.into_iter().rev() {
-                candidates.push(format!("{root}/versions/{v}/bin/python3.{minor}"));
-            }
-        }
-    }
-    let mut why = Vec::new();
-    for c in candidates {
-        let probe = std::process::Command::new(&c)
-            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
-            .output();
-        match probe {
-            Ok(o) if String::from_utf8_lossy(&o.stdout).trim() == format!("3.{minor}") => {}
-            _ => {
-                why.push(format!("{c} is not CPython 3.{minor}"));
-                continue;
-            }
-        }
-        match frame_hooks::cpython::Libpython::find(&c) {
-            Ok(p) => return Ok(p),
-            Err(e) => why.push(e.to_string()),
-        }
-    }
-    Err(format!("no shared CPython 3.{minor}: {}", why.join("; ")))
+    frame_hooks::cpython::Libpython::find_minor(minor)
+        .map(|(_, lib)| lib)
+        .map_err(|e| e.to_string())
 }
 
 /// One copy: loaded into its own namespace, initialised, its GIL released.

@@ -53,6 +53,42 @@ impl Libpython {
         Ok(path)
     }
 
+    /// A CPython 3.`minor` with a shared libpython on this machine: `python3.X` on the
+    /// PATH, else the newest `3.X.*` under pyenv's root (`pyenv root`). Returns the
+    /// interpreter to run and its libpython, or an error listing what was tried.
+    pub fn find_minor(minor: u32) -> Result<(String, PathBuf), Error> {
+        let mut candidates = vec![format!("python3.{minor}")];
+        if let Ok(out) = std::process::Command::new("pyenv").arg("root").output() {
+            let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if let Ok(dir) = std::fs::read_dir(format!("{root}/versions")) {
+                let mut found: Vec<String> = dir
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("3.{minor}.")))
+                    .collect();
+                found.sort_by_key(|v| {
+                    v.split('.')
+                        .map(|p| p.parse::<u32>().unwrap_or(0))
+                        .collect::<Vec<_>>()
+                });
+                for v in found.into_iter().rev() {
+                    candidates.push(format!("{root}/versions/{v}/bin/python3.{minor}"));
+                }
+            }
+        }
+        let mut why = Vec::new();
+        for c in candidates {
+            match Libpython::find(&c) {
+                Ok(p) => return Ok((c, p)),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+        Err(Error::Load {
+            path: format!("CPython 3.{minor}"),
+            message: format!("no shared CPython 3.{minor} found: {}", why.join("; ")),
+        })
+    }
+
     /// Opens `path` with `RTLD_NOW | RTLD_GLOBAL`.
     ///
     /// # Safety
