@@ -8,12 +8,13 @@
 //! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
 //! outside any namespace are forwarded to the system loader unchanged.
 
-use crate::image::{Dep, Image};
+use crate::image::{Dep, Image, ScopeItem};
 use crate::namespace::{image_containing, NsInner};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// What one of our handles stands for.
@@ -124,6 +125,7 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
                 if global {
                     ns.make_global(&i);
                 }
+                opened(&i, flags);
                 make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
             }
             // SAFETY: forwarding the caller's arguments: the system answers for its own.
@@ -152,6 +154,7 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
                 set_error(format!("{name}: library vanished while loading"));
                 return std::ptr::null_mut();
             };
+            opened(&i, flags);
             make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
         }
         Ok(Dep::System(s)) => {
@@ -166,6 +169,14 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
     }
 }
 
+/// Counts one more open of `img` (closed by `dlclose`); `RTLD_NODELETE` pins it.
+fn opened(img: &Image, flags: c_int) {
+    img.opens.fetch_add(1, Ordering::AcqRel);
+    if flags & libc::RTLD_NODELETE != 0 {
+        img.nodelete.store(true, Ordering::Release);
+    }
+}
+
 impl NsInner {
     fn policy_is_system(&self, name: &str) -> bool {
         let base = name.rsplit('/').next().unwrap_or(name);
@@ -175,10 +186,7 @@ impl NsInner {
             .any(|p| base.starts_with(p.as_str()))
     }
     fn make_global(&self, img: &Arc<Image>) {
-        let mut st = self.state.lock();
-        if !st.global.iter().any(|g| Arc::ptr_eq(g, img)) {
-            st.global.push(img.clone());
-        }
+        self.state.lock().add_global(img);
     }
 }
 
@@ -192,63 +200,85 @@ fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
     Some(img.sym_address(s))
 }
 
-/// Looks `name` up in an image and its dependency closure (dlsym on a handle).
-fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+/// What `dlsym` finds for `name` in `items`, in order: a custom image's definition, or a
+/// system library's (a thread-local symbol gives its address in the calling thread, as
+/// glibc's `dlsym` does). System libraries are searched in their own tables; those that
+/// do not have the name are then asked through `dlvsym`, once per handle.
+///
+/// Also returns the custom image that defines it, if it is one.
+fn lookup_items(
+    items: &[ScopeItem],
+    name: &CStr,
+    version: Option<&CStr>,
+) -> Option<(usize, Option<Arc<Image>>)> {
     let n = name.to_bytes();
     let v = version.map(|v| v.to_string_lossy().into_owned());
     let hash = crate::elf::gnu_hash(n);
-    let mut queue = std::collections::VecDeque::from([img.clone()]);
-    let mut seen: Vec<*const Image> = vec![Arc::as_ptr(img)];
-    let mut systems = Vec::new();
-    while let Some(i) = queue.pop_front() {
-        if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
-            return symbol_value(&i, &s);
-        }
-        for d in i.deps.get().map(|d| d.as_slice()).unwrap_or(&[]) {
-            match d {
-                Dep::Custom(w) => {
-                    if let Some(c) = w.upgrade() {
-                        if !seen.contains(&Arc::as_ptr(&c)) {
-                            seen.push(Arc::as_ptr(&c));
-                            queue.push_back(c);
-                        }
-                    }
+    let mut fallback = false;
+    for item in items {
+        match item {
+            ScopeItem::Custom(i) => {
+                if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
+                    return symbol_value(i, &s).map(|a| (a, Some(i.clone())));
                 }
-                Dep::System(s) => systems.push(s.clone()),
+            }
+            ScopeItem::System(lib) => match lib.lookup_in_table(n, hash, v.as_deref()) {
+                Some(found) => return Some((found, None)),
+                None => fallback = true,
+            },
+            ScopeItem::Provider(p) => {
+                if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
+                    return Some((a, None));
+                }
+            }
+            ScopeItem::Overrides => {}
+        }
+    }
+    if fallback {
+        let mut asked = Vec::new();
+        for item in items {
+            if let ScopeItem::System(lib) = item {
+                let h = lib.dl_handle();
+                if asked.contains(&h) {
+                    continue;
+                }
+                if let Some(a) = lib.lookup_c(name, version) {
+                    return Some((a, None));
+                }
+                asked.push(h);
             }
         }
     }
-    systems.iter().find_map(|s| s.lookup_c(name, version))
+    None
 }
 
+/// Looks `name` up in an image's local search list: the image and its dependency
+/// closure, breadth-first (dlsym on a handle).
+fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+    let mut items = Vec::new();
+    crate::namespace::append_closure(&mut items, img);
+    lookup_items(&items, name, version).map(|(a, _)| a)
+}
+
+/// Looks `name` up in the namespace's global scope (after `after`'s place in it, for
+/// `RTLD_NEXT`), then in the namespace's search providers.
 fn lookup_in_scope(
     ns: &Arc<NsInner>,
     after: Option<&Arc<Image>>,
     name: &CStr,
     version: Option<&CStr>,
-) -> Option<usize> {
-    let globals = ns.state.lock().global.clone();
-    let start = match after {
-        Some(a) => globals
+) -> Option<(usize, Option<Arc<Image>>)> {
+    let mut items = ns.state.lock().scope.clone();
+    if let Some(a) = after {
+        let me = ScopeItem::Custom(a.clone());
+        let start = items
             .iter()
-            .position(|g| Arc::ptr_eq(g, a))
-            .map_or(globals.len(), |p| p + 1),
-        None => 0,
-    };
-    let v = version.map(|v| v.to_string_lossy().into_owned());
-    let n = name.to_bytes();
-    let hash = crate::elf::gnu_hash(n);
-    for g in &globals[start..] {
-        if let Some(s) = g.lookup_own(n, hash, v.as_deref()) {
-            return symbol_value(g, &s);
-        }
+            .position(|x| x.same(&me))
+            .map_or(items.len(), |p| p + 1);
+        items.drain(..start);
     }
-    for p in ns.search.read().iter() {
-        if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
-            return Some(a);
-        }
-    }
-    None
+    items.extend(ns.search.read().iter().cloned().map(ScopeItem::Provider));
+    lookup_items(&items, name, version)
 }
 
 unsafe fn dlsym_common(
@@ -280,10 +310,20 @@ unsafe fn dlsym_common(
             return system(handle);
         };
         let after = (handle == libc::RTLD_NEXT).then_some(&img);
-        found = lookup_in_scope(&ns, after, cname, cver).or_else(|| {
-            let p = system(libc::RTLD_DEFAULT);
-            (!p.is_null()).then_some(p as usize)
-        });
+        found = match lookup_in_scope(&ns, after, cname, cver) {
+            Some((a, def)) => {
+                // The caller now uses the defining library: it stays loaded as long as
+                // the caller does (glibc adds the same dependency for these lookups).
+                if let Some(d) = def {
+                    img.add_reldeps(&[d]);
+                }
+                Some(a)
+            }
+            None => {
+                let p = system(libc::RTLD_DEFAULT);
+                (!p.is_null()).then_some(p as usize)
+            }
+        };
     } else {
         let target = with_handles(|h| {
             h.by_addr
@@ -309,10 +349,12 @@ unsafe fn dlsym_common(
                     set_error("dlsym: handle refers to an unloaded namespace".into());
                     return std::ptr::null_mut();
                 };
-                found = lookup_in_scope(&ns, None, cname, cver).or_else(|| {
-                    let p = system(libc::RTLD_DEFAULT);
-                    (!p.is_null()).then_some(p as usize)
-                });
+                found = lookup_in_scope(&ns, None, cname, cver)
+                    .map(|(a, _)| a)
+                    .or_else(|| {
+                        let p = system(libc::RTLD_DEFAULT);
+                        (!p.is_null()).then_some(p as usize)
+                    });
             }
         }
     }
@@ -373,14 +415,46 @@ extern "C" fn dlerror_impl() -> *mut c_char {
 }
 
 unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
-    let ours = with_handles(|h| h.by_addr.contains_key(&(handle as usize)));
-    if ours {
-        // Libraries opened inside a namespace live as long as the namespace (like
-        // RTLD_NODELETE); the handle stays valid.
-        0
-    } else {
+    let target = with_handles(|h| {
+        h.by_addr
+            .get(&(handle as usize))
+            .map(|hd| match &hd.target {
+                Target::Image(w) => Some((w.clone(), hd.ns.clone())),
+                Target::System(_) | Target::Scope => None,
+            })
+    });
+    let (w, ns) = match target {
         // SAFETY: not ours: forward to the system.
-        unsafe { libc::dlclose(handle) }
+        None => return unsafe { libc::dlclose(handle) },
+        // System libraries stay open for the namespace's lifetime (its dependency
+        // cache holds them); the namespace's scope is not a library.
+        Some(None) => return 0,
+        Some(Some(t)) => t,
+    };
+    let Some(img) = w.upgrade() else {
+        set_error("dlclose: shared object not open (the library was unloaded)".into());
+        return -1;
+    };
+    let before = img
+        .opens
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    match before {
+        Err(_) => {
+            set_error(format!(
+                "{}: dlclose: shared object not open",
+                img.path.display()
+            ));
+            -1
+        }
+        Ok(1) => {
+            tracing::debug!(library = %img.path.display(), "dlclose: last open closed");
+            drop(img);
+            if let Some(ns) = ns.upgrade() {
+                ns.collect_unused();
+            }
+            0
+        }
+        Ok(_) => 0,
     }
 }
 
@@ -451,6 +525,10 @@ pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
         b"dlclose" => dlclose_impl as *const () as usize,
         b"dladdr" => dladdr_impl as *const () as usize,
         b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
+        b"dl_iterate_phdr" => crate::phdr::iterate_entry(),
+        b"__cxa_thread_atexit" | b"__cxa_thread_atexit_impl" => {
+            crate::thread_atexit::thread_atexit as *const () as usize
+        }
         _ => return None,
     })
 }

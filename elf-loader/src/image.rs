@@ -24,6 +24,8 @@ pub(crate) struct Image {
     pub info: ElfInfo,
     /// The mapping (unmapped on drop).
     pub map: Mapping,
+    /// The program headers as `dl_iterate_phdr` reports them.
+    pub raw_phdrs: Box<[libc::Elf64_Phdr]>,
     /// The dynamic symbol table in the mapping.
     pub tab: SymTab,
     /// Writable segments' runtime ranges (relocation targets must lie inside).
@@ -38,6 +40,18 @@ pub(crate) struct Image {
     pub initialized: AtomicBool,
     /// Fini functions have run.
     pub finalized: AtomicBool,
+    /// C++ `thread_local` destructors registered by this image's code, not run yet.
+    pub tls_dtors: std::sync::atomic::AtomicUsize,
+    /// Opens not closed yet: `dlopen` calls from loaded code, plus one for a load through
+    /// the API (never closed: such a library leaves with its namespace). glibc's
+    /// `l_direct_opencount`.
+    pub opens: std::sync::atomic::AtomicUsize,
+    /// Never unloaded by `dlclose` (`RTLD_NODELETE`, `DF_1_NODELETE`).
+    pub nodelete: AtomicBool,
+    /// Set when the image is selected for unloading (once).
+    pub unloading: AtomicBool,
+    /// Other custom images this one bound symbols of (relocations, `dlsym`).
+    pub reldeps: parking_lot::Mutex<Vec<Weak<Image>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -61,13 +75,28 @@ pub(crate) enum ScopeItem {
     Provider(Arc<dyn SymbolProvider>),
 }
 
+impl ScopeItem {
+    /// Whether both items are the same library (custom images by identity, system
+    /// libraries by identity or by `dlopen` handle).
+    pub(crate) fn same(&self, other: &ScopeItem) -> bool {
+        match (self, other) {
+            (ScopeItem::Overrides, ScopeItem::Overrides) => true,
+            (ScopeItem::Custom(a), ScopeItem::Custom(b)) => Arc::ptr_eq(a, b),
+            (ScopeItem::System(a), ScopeItem::System(b)) => a.same_library(b),
+            (ScopeItem::Provider(a), ScopeItem::Provider(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// What a symbol reference resolved to.
 pub(crate) enum Def {
     /// A definition in the image being relocated.
     Own(Sym),
     Custom(Arc<Image>, Sym),
     Addr(usize),
-    SystemTls(TlsIndex, usize),
+    /// A thread-local symbol of the system loader's (or a provider's) TLS.
+    SystemTls(TlsIndex),
 }
 
 /// A symbol value not resolved yet (in the relocation cache).
@@ -86,6 +115,8 @@ struct RelocCx<'a> {
     deferred: &'a mut Vec<Rela>,
     /// Counts.
     stats: &'a mut RelocStats,
+    /// Other custom images that relocations bound to (glibc's `l_reldeps`).
+    bound: &'a mut Vec<Arc<Image>>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -228,6 +259,7 @@ impl Image {
         // per symbol, so that relocating libpython touches few fresh heap pages.
         let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
+        let mut bound: Vec<Arc<Image>> = Vec::new();
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
@@ -275,9 +307,11 @@ impl Image {
             cache: &mut cache,
             deferred: &mut deferred,
             stats: &mut stats,
+            bound: &mut bound,
         };
         self.relocate_table(rest, &mut cx)?;
         self.relocate_table(self.info.jmprel, &mut cx)?;
+        self.add_reldeps(&bound);
         // IRELATIVE and references to our own ifuncs run resolvers last, when every
         // other relocation of this image is in place.
         for r in deferred {
@@ -484,6 +518,7 @@ impl Image {
         let cache = &mut *cx.cache;
         let deferred = &mut *cx.deferred;
         let stats = &mut *cx.stats;
+        let bound = &mut *cx.bound;
         if r.sym >= self.info.nsyms && r.sym != 0 {
             return Err(self.reloc_err(
                 r,
@@ -545,7 +580,11 @@ impl Image {
                                 Def::Own(sym) => (self, *sym),
                                 _ => unreachable!("matched above"),
                             };
-                            if std::ptr::eq(img, &**self) {
+                            if !std::ptr::eq(img, &**self) {
+                                if let Def::Custom(other, _) = &d {
+                                    record_binding(bound, other);
+                                }
+                            } else {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
@@ -633,6 +672,12 @@ impl Image {
                     }
                     match self.resolve(r, scope, self_first)? {
                         Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+                        Some(Def::Custom(other, s)) => {
+                            if !Arc::ptr_eq(&other, self) {
+                                record_binding(bound, &other);
+                            }
+                            Some(Def::Custom(other, s))
+                        }
                         d => d,
                     }
                 };
@@ -643,18 +688,18 @@ impl Image {
                         .tls_module
                         .ok_or_else(|| self.reloc_err(r, &name, "defining library has no PT_TLS"))?,
                     (R_X86_64_DTPOFF64, Some(Def::Custom(_, s))) => s.value.wrapping_add(r.addend as u64),
-                    (R_X86_64_DTPMOD64, Some(Def::SystemTls(ti, _))) => ti.module,
-                    (R_X86_64_DTPOFF64, Some(Def::SystemTls(ti, _))) => ti.offset.wrapping_add(r.addend as u64),
-                    (R_X86_64_TPOFF64, Some(Def::SystemTls(_, addr))) => {
+                    (R_X86_64_DTPMOD64, Some(Def::SystemTls(ti))) => ti.module,
+                    (R_X86_64_DTPOFF64, Some(Def::SystemTls(ti))) => ti.offset.wrapping_add(r.addend as u64),
+                    (R_X86_64_TPOFF64, Some(Def::SystemTls(ti))) if ti.module & tls::OUR_MODULE == 0 => {
                         // Initial-exec access to a variable in the system's static TLS:
                         // its offset from the thread pointer is the same in every thread.
-                        let tp = tls::thread_pointer();
-                        if addr >= tp || tp - addr > (16 << 20) {
-                            return Err(self.reloc_err(r, &name, "symbol is not in the system's static TLS block"));
-                        }
-                        (addr as u64).wrapping_sub(tp as u64).wrapping_add(r.addend as u64)
+                        let addr = tls::address_in_thread(&ti);
+                        let off = tls::static_tls_offset(addr).ok_or_else(|| {
+                            self.reloc_err(r, &name, "symbol is not in the system's static TLS block (its library was loaded with dlopen and uses dynamic TLS)")
+                        })?;
+                        off.wrapping_add(r.addend as u64)
                     }
-                    (R_X86_64_TPOFF64, Some(Def::Custom(..))) => {
+                    (R_X86_64_TPOFF64, Some(Def::Custom(..) | Def::SystemTls(_))) => {
                         return Err(self.reloc_err(
                             r,
                             &name,
@@ -678,6 +723,17 @@ impl Image {
                 "copy relocations belong to executables",
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
+        }
+    }
+
+    /// Records that this image uses symbols of `others` (which then stay loaded as long
+    /// as it does, even when they are not among its dependencies: glibc's `l_reldeps`).
+    pub fn add_reldeps(&self, others: &[Arc<Image>]) {
+        let mut r = self.reldeps.lock();
+        for o in others {
+            if !std::ptr::eq(&**o, self) && !r.iter().any(|w| std::ptr::eq(w.as_ptr(), &**o)) {
+                r.push(Arc::downgrade(o));
+            }
         }
     }
 
@@ -810,6 +866,13 @@ impl Image {
     }
 }
 
+/// Notes that relocations bound to `other` (once per image).
+fn record_binding(bound: &mut Vec<Arc<Image>>, other: &Arc<Image>) {
+    if !bound.iter().any(|b| Arc::ptr_eq(b, other)) {
+        bound.push(other.clone());
+    }
+}
+
 /// Looks a symbol up through a scope, in order. System libraries are searched in
 /// their own symbol tables first (fast); only if no item has the symbol are they asked
 /// through `dlvsym`, which also searches their dependencies.
@@ -842,22 +905,30 @@ pub(crate) fn lookup_scope(
                 }
             }
             ScopeItem::System(lib) => {
-                if !is_tls {
-                    if let Some(tab) = lib.symtab() {
-                        slow = true;
-                        if let Some(s) = tab.lookup(name, hash, version) {
-                            if s.kind() != STT_TLS {
+                if let Some(tab) = lib.symtab() {
+                    // The library's own table (thread-local symbols included, versioned
+                    // or not); what it lacks may come from its dependencies: asked
+                    // through dlvsym below if nothing else in the scope has it.
+                    slow = true;
+                    if let Some(s) = tab.lookup(name, hash, version) {
+                        if s.kind() != STT_TLS {
+                            if !is_tls {
                                 return Some(Def::Addr(tab.address(&s)));
                             }
+                        } else if let (true, Some(module)) = (is_tls, lib.tls_module()) {
+                            return Some(Def::SystemTls(TlsIndex {
+                                module,
+                                offset: s.value,
+                            }));
                         }
-                        continue;
                     }
+                    continue;
                 }
                 let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
                 let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
                 if is_tls {
-                    if let Some((ti, addr)) = lib.tls_lookup_c(n, v.as_deref()) {
-                        return Some(Def::SystemTls(ti, addr));
+                    if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
+                        return Some(Def::SystemTls(ti));
                     }
                 } else {
                     if let Some(a) = lib.lookup_c(n, v.as_deref()) {
@@ -870,7 +941,7 @@ pub(crate) fn lookup_scope(
                 let n = std::str::from_utf8(name).ok()?;
                 if is_tls {
                     if let Some(ti) = p.tls_sym(n) {
-                        return Some(Def::SystemTls(ti, 0));
+                        return Some(Def::SystemTls(ti));
                     }
                 } else if let Some(a) = p.sym_versioned(n, version) {
                     return Some(Def::Addr(a));
@@ -890,7 +961,11 @@ pub(crate) fn lookup_scope(
                 if asked.contains(&h) {
                     continue;
                 }
-                if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                if is_tls {
+                    if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
+                        return Some(Def::SystemTls(ti));
+                    }
+                } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
                     return Some(Def::Addr(a));
                 }
                 asked.push(h);

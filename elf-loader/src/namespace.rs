@@ -11,7 +11,7 @@ use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, CString};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// Serialises every load and unload (like glibc's `dl_load_lock`); re-entrant because
@@ -134,8 +134,13 @@ impl FileId {
 pub(crate) struct NsState {
     /// Every image, in load (= init) order.
     pub images: Vec<Arc<Image>>,
-    /// Images whose symbols later loads (and `dlsym(RTLD_DEFAULT)`) see, in order.
+    /// The namespace's global libraries (loaded by `Namespace::load`/`CustomLibrary::load`
+    /// or `dlopen(RTLD_GLOBAL)`), in the order they became global.
     pub global: Vec<Arc<Image>>,
+    /// The namespace's global scope, which later loads and `dlsym(RTLD_DEFAULT)` see: each
+    /// global library followed by the members of its `DT_NEEDED` closure (breadth-first)
+    /// not in the scope yet, custom and system libraries alike (see [`NsState::add_global`]).
+    pub scope: Vec<ScopeItem>,
     /// Images by file identity and by soname.
     pub by_file: HashMap<FileId, Arc<Image>>,
     pub by_soname: HashMap<String, Arc<Image>>,
@@ -151,6 +156,9 @@ pub(crate) struct NsInner {
     pub state: Mutex<NsState>,
     /// Providers searched by every library of the namespace after its dependencies.
     pub search: RwLock<Vec<Arc<dyn SymbolProvider>>>,
+    /// C++ `thread_local` destructors registered by the namespace's code and not run
+    /// yet: the namespace's unload waits for them.
+    pub pins: Arc<crate::thread_atexit::Pins>,
 }
 
 /// An isolated world of custom-loaded libraries: each library it loads (and each
@@ -183,11 +191,13 @@ impl Namespace {
                 state: Mutex::new(NsState {
                     images: Vec::new(),
                     global: Vec::new(),
+                    scope: Vec::new(),
                     by_file: HashMap::new(),
                     by_soname: HashMap::new(),
                     system: HashMap::new(),
                 }),
                 search: RwLock::new(Vec::new()),
+                pins: Default::default(),
             }),
         }
     }
@@ -227,49 +237,88 @@ impl Namespace {
             .collect()
     }
 
-    /// Looks `name` up in the namespace's global libraries, in load order.
+    /// Looks `name` up in the namespace's global scope (its global libraries and their
+    /// dependencies: each global library, in the order it became global, followed by
+    /// the libraries of its `DT_NEEDED` closure, breadth-first, not seen yet).
     pub fn sym(&self, name: &str) -> Option<usize> {
-        let libs = self.inner.state.lock().global.clone();
-        libs.iter().find_map(|l| l.export(name, None))
+        let scope = self.inner.state.lock().scope.clone();
+        scope.iter().find_map(|item| match item {
+            ScopeItem::Custom(l) => l.export(name, None),
+            ScopeItem::System(s) => s.sym(name),
+            _ => None,
+        })
+    }
+}
+
+impl NsState {
+    /// Makes `img` a global library of the namespace (once), and appends to the global
+    /// scope the members of its local search list (itself, then its `DT_NEEDED` closure
+    /// breadth-first) that are not in it yet. This is how glibc builds the main map's
+    /// search list at start-up (the program's closure) and extends it for each
+    /// `dlopen(RTLD_GLOBAL)` (`add_to_global`): every later load, and `dlsym(RTLD_DEFAULT)`,
+    /// can bind to a global library's dependencies (CPython 3.12's `_decimal` takes
+    /// `ceil` from the `libm` that libpython brought in).
+    pub(crate) fn add_global(&mut self, img: &Arc<Image>) {
+        if self.global.iter().any(|g| Arc::ptr_eq(g, img)) {
+            return;
+        }
+        self.global.push(img.clone());
+        append_closure(&mut self.scope, img);
+    }
+
+    /// Removes `img` from the global libraries and rebuilds the global scope without it.
+    pub(crate) fn remove_global(&mut self, img: &Arc<Image>) {
+        self.global.retain(|g| !Arc::ptr_eq(g, img));
+        self.scope.clear();
+        for g in &self.global {
+            append_closure(&mut self.scope, g);
+        }
+    }
+}
+
+/// Appends `root` and its `DT_NEEDED` closure, breadth-first, to `out`, skipping the
+/// libraries already in it: glibc's local search list (`l_searchlist`) of `root`.
+pub(crate) fn append_closure(out: &mut Vec<ScopeItem>, root: &Arc<Image>) {
+    let root_item = ScopeItem::Custom(root.clone());
+    if out.iter().any(|x| x.same(&root_item)) {
+        return;
+    }
+    let first = out.len();
+    out.push(root_item);
+    let mut next = first;
+    while next < out.len() {
+        let ScopeItem::Custom(i) = &out[next] else {
+            next += 1;
+            continue;
+        };
+        let i = i.clone();
+        next += 1;
+        for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
+            let item = match d {
+                Dep::Custom(w) => match w.upgrade() {
+                    Some(c) => ScopeItem::Custom(c),
+                    None => continue,
+                },
+                Dep::System(s) => ScopeItem::System(s.clone()),
+            };
+            if !out.iter().any(|x| x.same(&item)) {
+                out.push(item);
+            }
+        }
     }
 }
 
 impl NsInner {
-    /// The scope used to relocate `img`: the loader's overrides, the image itself, its
-    /// dependencies breadth-first, the namespace's global libraries, the image's and the
+    /// The scope used to relocate `img`: the loader's overrides, the image itself and
+    /// its dependencies breadth-first (its local search list), then the namespace's
+    /// global scope (global libraries and their dependencies), the image's and the
     /// namespace's search providers, and finally the process's global scope.
     fn scope_for(&self, img: &Arc<Image>) -> Vec<ScopeItem> {
-        let mut scope = vec![ScopeItem::Overrides, ScopeItem::Custom(img.clone())];
-        let mut seen_custom: Vec<*const Image> = vec![Arc::as_ptr(img)];
-        let mut queue: std::collections::VecDeque<Arc<Image>> =
-            std::collections::VecDeque::from([img.clone()]);
-        while let Some(i) = queue.pop_front() {
-            for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
-                match d {
-                    Dep::Custom(w) => {
-                        if let Some(c) = w.upgrade() {
-                            if !seen_custom.contains(&Arc::as_ptr(&c)) {
-                                seen_custom.push(Arc::as_ptr(&c));
-                                scope.push(ScopeItem::Custom(c.clone()));
-                                queue.push_back(c);
-                            }
-                        }
-                    }
-                    Dep::System(s) => {
-                        if !scope
-                            .iter()
-                            .any(|x| matches!(x, ScopeItem::System(y) if Arc::ptr_eq(y, s)))
-                        {
-                            scope.push(ScopeItem::System(s.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        for g in self.state.lock().global.iter() {
-            if !seen_custom.contains(&Arc::as_ptr(g)) {
-                seen_custom.push(Arc::as_ptr(g));
-                scope.push(ScopeItem::Custom(g.clone()));
+        let mut scope = vec![ScopeItem::Overrides];
+        append_closure(&mut scope, img);
+        for item in self.state.lock().scope.iter() {
+            if !scope.iter().any(|x| x.same(item)) {
+                scope.push(item.clone());
             }
         }
         for p in &img.search {
@@ -280,6 +329,89 @@ impl NsInner {
         }
         scope.push(ScopeItem::System(global_scope()));
         scope
+    }
+
+    /// Unloads the images that nothing uses any more, as glibc's `dlclose` does: an image
+    /// is used if it has opens left (`dlopen` calls not closed, or a load through the
+    /// API), is `RTLD_NODELETE`/`DF_1_NODELETE`, has C++ `thread_local` destructors
+    /// pending, is still initialising, or is a dependency (`DT_NEEDED`) or a binding
+    /// target (relocations, `dlsym(RTLD_DEFAULT)`: glibc's `l_reldeps`) of a used image.
+    /// The others are finalised (dependents first), removed from the namespace (and its
+    /// global scope) and unmapped.
+    pub(crate) fn collect_unused(self: &Arc<Self>) {
+        let _guard = LOAD_LOCK.lock();
+        crate::thread_atexit::reap();
+        let unused: Vec<Arc<Image>> = {
+            let st = self.state.lock();
+            let imgs: Vec<&Arc<Image>> = st
+                .images
+                .iter()
+                .filter(|i| !i.unloading.load(Ordering::Acquire))
+                .collect();
+            let index = |p: *const Image| imgs.iter().position(|i| Arc::as_ptr(i) == p);
+            let mut used = vec![false; imgs.len()];
+            let mut stack = Vec::new();
+            for (k, i) in imgs.iter().enumerate() {
+                if i.opens.load(Ordering::Acquire) > 0
+                    || i.nodelete.load(Ordering::Acquire)
+                    || i.tls_dtors.load(Ordering::Acquire) > 0
+                    || !i.initialized.load(Ordering::Acquire)
+                {
+                    used[k] = true;
+                    stack.push(k);
+                }
+            }
+            while let Some(k) = stack.pop() {
+                let i = imgs[k];
+                let deps = i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]);
+                let mut refs: Vec<*const Image> = deps
+                    .iter()
+                    .filter_map(|d| match d {
+                        Dep::Custom(w) => Some(w.as_ptr()),
+                        Dep::System(_) => None,
+                    })
+                    .collect();
+                refs.extend(i.reldeps.lock().iter().map(|w| w.as_ptr()));
+                for p in refs {
+                    if let Some(j) = index(p) {
+                        if !used[j] {
+                            used[j] = true;
+                            stack.push(j);
+                        }
+                    }
+                }
+            }
+            imgs.iter()
+                .enumerate()
+                .filter(|(k, i)| !used[*k] && !i.unloading.swap(true, Ordering::AcqRel))
+                .map(|(_, i)| (*i).clone())
+                .collect()
+        };
+        if unused.is_empty() {
+            return;
+        }
+        // Load order puts dependencies before dependents: fini in reverse.
+        for img in unused.iter().rev() {
+            img.run_fini();
+        }
+        {
+            let mut st = self.state.lock();
+            let gone = |i: &Arc<Image>| unused.iter().any(|u| Arc::ptr_eq(u, i));
+            st.images.retain(|i| !gone(i));
+            st.by_file.retain(|_, i| !gone(i));
+            st.by_soname.retain(|_, i| !gone(i));
+            if st.global.iter().any(gone) {
+                let globals: Vec<Arc<Image>> =
+                    st.global.iter().filter(|i| gone(i)).cloned().collect();
+                for g in &globals {
+                    st.remove_global(g);
+                }
+            }
+        }
+        for img in unused.iter().rev() {
+            tracing::debug!(library = %img.path.display(), namespace = %self.name, "unloaded (no references left)");
+            forget_image(img);
+        }
     }
 
     /// Finds a loaded image by path or soname.
@@ -361,6 +493,7 @@ impl NsInner {
         global: bool,
     ) -> Result<Arc<Image>> {
         let _guard = LOAD_LOCK.lock();
+        crate::thread_atexit::reap();
         // The file's identity is its device and inode (as glibc compares): a path, a
         // symlink to it and a hard link are one library.
         let file = std::fs::File::open(path).map_err(|e| Error::Io {
@@ -376,10 +509,7 @@ impl NsInner {
         let id = FileId::of(&meta);
         if let Some(img) = self.find_loaded("", Some(id)) {
             if global {
-                let mut st = self.state.lock();
-                if !st.global.iter().any(|g| Arc::ptr_eq(g, &img)) {
-                    st.global.push(img.clone());
-                }
+                self.state.lock().add_global(&img);
             }
             return Ok(img);
         }
@@ -403,7 +533,23 @@ impl NsInner {
             .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
             .map(|l| (l.vaddr, l.vaddr + l.memsz))
             .collect();
+        let raw_phdrs = info
+            .phdrs
+            .iter()
+            .map(|p| libc::Elf64_Phdr {
+                p_type: p.kind,
+                p_flags: p.flags,
+                p_offset: p.offset,
+                p_vaddr: p.vaddr,
+                p_paddr: p.vaddr,
+                p_filesz: p.filesz,
+                p_memsz: p.memsz,
+                p_align: p.align,
+            })
+            .collect();
+        let nodelete = info.nodelete;
         let img = Arc::new(Image {
+            raw_phdrs,
             id: next_id(),
             tab,
             writable,
@@ -416,6 +562,11 @@ impl NsInner {
             search,
             initialized: Default::default(),
             finalized: Default::default(),
+            tls_dtors: Default::default(),
+            opens: Default::default(),
+            nodelete: AtomicBool::new(nodelete),
+            unloading: Default::default(),
+            reldeps: Default::default(),
             eh_frame: Default::default(),
             ns: Arc::downgrade(self),
         });
@@ -423,6 +574,7 @@ impl NsInner {
             img.map.start,
             (img.map.start + img.map.len, Arc::downgrade(&img)),
         );
+        crate::phdr::ADDS.fetch_add(1, Ordering::AcqRel);
         {
             let mut st = self.state.lock();
             st.by_file.insert(id, img.clone());
@@ -454,7 +606,7 @@ impl NsInner {
                     st.by_soname.remove(s);
                 }
                 st.images.retain(|i| !Arc::ptr_eq(i, &img));
-                st.global.retain(|i| !Arc::ptr_eq(i, &img));
+                st.remove_global(&img);
                 drop(st);
                 forget_image(&img);
                 Err(e)
@@ -481,7 +633,7 @@ impl NsInner {
             let mut st = self.state.lock();
             st.images.push(img.clone());
             if global {
-                st.global.push(img.clone());
+                st.add_global(img);
             }
         }
         img.run_init();
@@ -492,6 +644,7 @@ impl NsInner {
 /// Unregisters an image from the global tables (address index, TLS, unwinder, debugger).
 fn forget_image(img: &Arc<Image>) {
     IMAGES.write().remove(&img.map.start);
+    crate::phdr::SUBS.fetch_add(1, Ordering::AcqRel);
     crate::debug::unregister(img);
     if let Some(m) = img.tls_module {
         tls::unregister(m);
@@ -500,23 +653,35 @@ fn forget_image(img: &Arc<Image>) {
 
 impl Drop for NsInner {
     fn drop(&mut self) {
-        let _guard = LOAD_LOCK.lock();
+        {
+            let _guard = LOAD_LOCK.lock();
+            crate::thread_atexit::reap();
+        }
         let st = self.state.get_mut();
         let images = std::mem::take(&mut st.images);
+        let system = std::mem::take(&mut st.system);
         st.global.clear();
+        st.scope.clear();
         st.by_file.clear();
         st.by_soname.clear();
-        // Dependents were loaded after their dependencies: fini in reverse load order.
-        for img in images.iter().rev() {
-            img.run_fini();
-        }
-        for img in images.iter().rev() {
-            forget_image(img);
-        }
         crate::dlfcn::forget_namespace(self.id);
-        drop(images);
-        st.system.clear();
-        tracing::debug!(namespace = %self.name, "namespace unloaded");
+        let name = std::mem::take(&mut self.name);
+        // C++ thread_local destructors still registered by the namespace's code (in
+        // threads that have not exited yet) need its code and TLS blocks: the namespace
+        // stays loaded until they have run, as glibc keeps such a library loaded.
+        self.pins.unload_when_unpinned(Box::new(move || {
+            let _guard = LOAD_LOCK.lock();
+            // Dependents were loaded after their dependencies: fini in reverse load order.
+            for img in images.iter().rev() {
+                img.run_fini();
+            }
+            for img in images.iter().rev() {
+                forget_image(img);
+            }
+            drop(images);
+            drop(system);
+            tracing::debug!(namespace = %name, "namespace unloaded");
+        }));
     }
 }
 
@@ -723,6 +888,9 @@ impl CustomLibrary {
             .ns
             .inner
             .load_image(&self.path, pending.clone(), true)?;
+        // A load through the API is an open that is never closed: the library leaves
+        // with its namespace.
+        img.opens.fetch_add(1, Ordering::AcqRel);
         let _ = self.loaded.set(img);
         Ok(())
     }

@@ -9,8 +9,10 @@
 mod bench;
 mod demo;
 mod demo_gap;
+mod loader_libs;
 mod steps;
 mod test;
+mod venv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
