@@ -10,6 +10,10 @@ fn main() {
     let dir = Path::new("minigap");
     println!("cargo::rustc-check-cfg=cfg(minigap_boehm)");
     println!("cargo::rerun-if-changed=minigap");
+    // The kernel is compiled against these headers (struct layouts, constants).
+    println!("cargo::rerun-if-changed=../gc-core/include");
+    println!("cargo::rerun-if-changed=../gc-conservative/include");
+    println!("cargo::rerun-if-changed=../gil/include");
     println!("cargo::rerun-if-changed=/usr/include/gc.h");
     let common = |b: &mut cc::Build| {
         b.std("gnu11")
