@@ -17,6 +17,21 @@ buffers = {}
 FORWARD = False
 
 
+class _BytesWriter(io.RawIOBase):
+    """`sys.stdout.buffer`: bytes written are decoded (UTF-8) and captured as text."""
+
+    def __init__(self, text):
+        self._text = text
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        b = bytes(b)
+        self._text.write(b.decode("utf-8", "surrogateescape"))
+        return len(b)
+
+
 class _Writer(io.TextIOBase):
     """sys.stdout / sys.stderr of this interpreter: text goes to the current call's
     capture on this thread, or to the host's sink (stream 1 or 2) outside any call."""
@@ -24,6 +39,18 @@ class _Writer(io.TextIOBase):
     def __init__(self, stream, name):
         self._stream = stream
         self._name = name
+        self._errors = "surrogateescape"
+        self.buffer = _BytesWriter(self)
+
+    mode = "w"
+    line_buffering = False
+    write_through = True
+
+    def reconfigure(self, *, encoding=None, errors=None, newline=None,
+                    line_buffering=None, write_through=None):
+        """Accepted for compatibility (the text is always captured as str)."""
+        if errors is not None:
+            self._errors = errors
 
     @property
     def name(self):
@@ -35,7 +62,7 @@ class _Writer(io.TextIOBase):
 
     @property
     def errors(self):
-        return "surrogateescape"
+        return self._errors
 
     def writable(self):
         return True
