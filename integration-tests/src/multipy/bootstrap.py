@@ -15,6 +15,8 @@ _tls = threading.local()
 buffers = {}
 # Set by the host when all output goes straight to its sink (no per-call capture).
 FORWARD = False
+# Globals the host set (set_global): in __main__, and given to files and modules run.
+init_globals = {}
 
 
 class _BytesWriter(io.RawIOBase):
@@ -76,16 +78,28 @@ class _Writer(io.TextIOBase):
         parts = getattr(_tls, "parts", None)
         if parts is not None:
             parts[self._stream].append(s)
-        else:
-            write(self._stream, s)
+            return len(s)
+        # To the host: whole lines per thread, so that lines written by threads of one
+        # interpreter at once never interleave inside a line.
+        pending = getattr(_tls, "pending", None)
+        if pending is None:
+            pending = _tls.pending = {1: "", 2: ""}
+        text = pending[self._stream] + s
+        head, nl, tail = text.rpartition("\n")
+        if nl:
+            write(self._stream, head + nl)
+        pending[self._stream] = tail
         return len(s)
 
     def flush(self):
-        pass
+        pending = getattr(_tls, "pending", None)
+        if pending and pending[self._stream]:
+            text, pending[self._stream] = pending[self._stream], ""
+            write(self._stream, text)
 
 
-sys.stdout = _Writer(1, "<multipy stdout>")
-sys.stderr = _Writer(2, "<multipy stderr>")
+sys.stdout = _STDOUT = _Writer(1, "<multipy stdout>")
+sys.stderr = _STDERR = _Writer(2, "<multipy stderr>")
 
 
 def register_buffer(name, obj):
@@ -114,6 +128,11 @@ def _run(op, args):
     if op == "eval":
         (expr,) = args
         return eval(compile(expr, "<multipy>", "eval"), __main__.__dict__)
+    if op == "set_global":
+        name, value = args[0], json.loads(args[1])
+        init_globals[name] = value
+        setattr(__main__, name, value)
+        return None
     if op == "forward":
         global FORWARD
         FORWARD = True
@@ -125,7 +144,7 @@ def _run(op, args):
         d = os.path.dirname(os.path.abspath(path))
         if not sys.path or sys.path[0] != d:
             sys.path.insert(0, d)
-        runpy.run_path(path, run_name="__main__")
+        runpy.run_path(path, init_globals=dict(init_globals), run_name="__main__")
         return None
     if op == "module":
         import runpy
@@ -134,7 +153,7 @@ def _run(op, args):
         sys.argv[:] = [name] + list(argv)
         if not sys.path or sys.path[0] != "":
             sys.path.insert(0, "")
-        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        runpy.run_module(name, init_globals=dict(init_globals), run_name="__main__", alter_sys=True)
         return None
     if op == "call":
         import importlib
@@ -188,6 +207,9 @@ def dispatch(op, *args):
             etb = "".join(traceback.format_exception(type(e), e, _user_frames(e.__traceback__)))
     finally:
         _tls.parts = outer
+        if FORWARD:
+            _STDOUT.flush()
+            _STDERR.flush()
     return (status, "".join(parts[1]), "".join(parts[2]), etype, emsg, etb, code, value)
 
 

@@ -459,6 +459,13 @@ impl Interpreter {
         self.dispatch(&["eval", expr]).map(|r| r.value)
     }
 
+    /// Sets the global `name` to `value` in `__main__`, and in the globals of every file
+    /// and module run later with [`Interpreter::run_file`] / [`Interpreter::run_module`].
+    pub fn set_global(&self, name: &str, value: &serde_json::Value) -> Result<()> {
+        let v = serde_json::to_string(value).expect("JSON values serialise");
+        self.dispatch(&["set_global", name, &v]).map(|_| ())
+    }
+
     /// Runs `code` like [`Interpreter::run`], but on the interpreter's own main thread
     /// (where `signal.signal` works), waiting for it.
     pub fn run_on_main(&self, code: &str) -> Result<Output> {

@@ -5,6 +5,7 @@
 mod gc;
 mod gil;
 mod loader;
+mod multipy;
 mod report;
 
 use anyhow::{bail, Result};
@@ -36,6 +37,11 @@ Suite {
     name: "loader",
     what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
     run: loader::run_suite,
+},
+Suite {
+    name: "multipy",
+    what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
+    run: multipy::run,
 }];
 
 /// Runs the named suite, or all of them.
