@@ -8,6 +8,7 @@
 
 mod bench;
 mod demo;
+mod demo_multipy;
 mod steps;
 mod test;
 mod venv;
