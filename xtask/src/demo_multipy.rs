@@ -38,10 +38,8 @@ fn run_secs(out: &str) -> Option<f64> {
         .ok()
 }
 
-/// The scenario.
-pub fn run() -> Result<String> {
-    let venv = crate::venv::ensure()?;
-    let venv_s = venv.to_string_lossy().into_owned();
+/// Builds integration-tests' example `name` in release mode; returns its path.
+pub fn build_example(name: &str) -> Result<std::path::PathBuf> {
     let mut build = cargo();
     build.args([
         "build",
@@ -50,15 +48,23 @@ pub fn run() -> Result<String> {
         "-p",
         "integration-tests",
         "--example",
-        "multipy",
+        name,
     ]);
     if !build
         .status()
-        .context("build the multipy example")?
+        .with_context(|| format!("build the {name} example"))?
         .success()
     {
-        bail!("building integration-tests' multipy example failed");
+        bail!("building integration-tests' {name} example failed");
     }
+    Ok(root().join("target/release/examples").join(name))
+}
+
+/// The scenario.
+pub fn run() -> Result<String> {
+    let venv = crate::venv::ensure()?;
+    let venv_s = venv.to_string_lossy().into_owned();
+    build_example("multipy")?;
     println!("\n  1. the seed's example: numpy in two interpreters, each with its own None");
     multipy(&[
         "--interpreters",

@@ -15,7 +15,7 @@
 //! scripts run here. Rounds interleave ours and the peers.
 
 use super::report::Report;
-use crate::steps::{cargo, root};
+use crate::steps::root;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -211,20 +211,7 @@ fn find_python312() -> Option<PathBuf> {
 pub fn run() -> Result<()> {
     let venv = crate::venv::ensure()?;
     let python = venv.join("bin/python");
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "integration-tests",
-        "--example",
-        "multipy_bench",
-    ]);
-    if !build.status().context("build multipy_bench")?.success() {
-        bail!("building integration-tests' multipy_bench example failed");
-    }
-    let driver = root().join("target/release/examples/multipy_bench");
+    let driver = crate::demo_multipy::build_example("multipy_bench")?;
     let py312 = find_python312();
     let site312 = match &py312 {
         Some(p) => match venv312(p) {
