@@ -7,6 +7,7 @@
 //!   and on two interpreters (median of ROUNDS), and `fib_speedup_two_interpreters`;
 //! - `startup_ms_interpreter_numpy`: one more interpreter, load + initialise +
 //!   `import numpy`, with one already running (median of ROUNDS);
+//!   (`startup_ms_interpreter`: the same without numpy);
 //! - `rss_mb_interpreter_numpy`: private memory (Private_Clean + Private_Dirty of
 //!   `/proc/self/smaps_rollup`) added per extra interpreter with numpy imported;
 //! - `numpy_s_interpreters`: wall time of WORKERS interpreters each running ITERS
@@ -75,15 +76,17 @@ fn main() {
 
     // Start-up of one more interpreter with numpy, one already running (a).
     a.run("import numpy").unwrap();
-    let mut startup = Vec::new();
+    let (mut startup, mut bare) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         let t = Instant::now();
         let i = new();
+        bare.push(t.elapsed().as_secs_f64() * 1000.0);
         i.run("import numpy").unwrap();
         startup.push(t.elapsed().as_secs_f64() * 1000.0);
         drop(i);
     }
     println!("startup_ms_interpreter_numpy={}", median(startup));
+    println!("startup_ms_interpreter={}", median(bare));
 
     // Private memory per extra interpreter with numpy imported.
     const EXTRA: usize = 4;

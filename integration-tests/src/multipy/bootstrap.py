@@ -5,11 +5,9 @@
 # send anything written outside a call to the host, and defines dispatch(), the one entry
 # point the Rust side calls.
 import io
-import json
 import os
 import sys
 import threading
-import traceback
 
 _tls = threading.local()
 buffers = {}
@@ -129,6 +127,8 @@ def _run(op, args):
         (expr,) = args
         return eval(compile(expr, "<multipy>", "eval"), __main__.__dict__)
     if op == "set_global":
+        import json
+
         name, value = args[0], json.loads(args[1])
         init_globals[name] = value
         setattr(__main__, name, value)
@@ -147,6 +147,7 @@ def _run(op, args):
         runpy.run_path(path, init_globals=dict(init_globals), run_name="__main__")
         return None
     if op == "module":
+        import json
         import runpy
 
         name, argv = args[0], json.loads(args[1])
@@ -157,6 +158,7 @@ def _run(op, args):
         return None
     if op == "call":
         import importlib
+        import json
 
         module, function, argv = args[0], args[1], json.loads(args[2])
         m = importlib.import_module(module)
@@ -166,6 +168,10 @@ def _run(op, args):
 
 
 def _json_value(v):
+    if v is None:
+        return "null"
+    import json
+
     try:
         return json.dumps(v)
     except (TypeError, ValueError):
@@ -204,6 +210,8 @@ def dispatch(op, *args):
             if etype.startswith("builtins."):
                 etype = etype[len("builtins."):]
             emsg = str(e)
+            import traceback
+
             etb = "".join(traceback.format_exception(type(e), e, _user_frames(e.__traceback__)))
     finally:
         _tls.parts = outer

@@ -98,7 +98,7 @@ created.sort()
 print("create_ms=%r" % (created[2] * 1000))
 k = si.create(isolated=True)
 try:
-    si.run_string(k, "import sys; sys.path.append({site:?}); import numpy")
+    si.run_string(k, "import sys; sys.path.append(%r); import numpy" % {site:?})
     print("numpy_ok=1")
 except Exception as e:
     print("numpy_ok=0")
@@ -229,7 +229,7 @@ pub fn run() -> Result<()> {
     let mut ours: Vec<HashMap<String, f64>> = Vec::new();
     let (mut mp, mut sub_fib, mut sub_create, mut proc_start, mut proc_np) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut proc_private, mut proc_rss) = (Vec::new(), Vec::new());
+    let (mut proc_private, mut proc_rss, mut proc_bare) = (Vec::new(), Vec::new(), Vec::new());
     let mut numpy_error = String::new();
     let mut sub_numpy_ok = None;
     for pass in 0..2 {
@@ -257,6 +257,15 @@ pub fn run() -> Result<()> {
                 bail!("{} -c 'import numpy' failed", python.display());
             }
             proc_start.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            if !Command::new(&python)
+                .args(["-c", "pass"])
+                .status()?
+                .success()
+            {
+                bail!("{} -c pass failed", python.display());
+            }
+            proc_bare.push(t.elapsed().as_secs_f64() * 1000.0);
             let m = py(
                 &python,
                 private_and_rss_code(),
@@ -283,6 +292,7 @@ pub fn run() -> Result<()> {
         "fib_two_s",
         "fib_speedup_two_interpreters",
         "startup_ms_interpreter_numpy",
+        "startup_ms_interpreter",
         "rss_mb_interpreter_numpy",
         "numpy_s_interpreters",
     ] {
@@ -296,6 +306,7 @@ pub fn run() -> Result<()> {
     }
     r.value("fib_s_multiprocessing", median(mp));
     r.value("startup_ms_process_numpy", median(proc_start));
+    r.value("startup_ms_process", median(proc_bare));
     r.value("rss_mb_process_numpy", median(proc_private));
     r.value("rss_total_mb_process_numpy", median(proc_rss));
     r.value("numpy_s_processes", median(proc_np));
@@ -344,6 +355,12 @@ pub fn run() -> Result<()> {
             None,
         );
     }
+    r.compare(
+        "start-up without numpy: interpreter vs process (ms)",
+        "startup_ms_interpreter",
+        "startup_ms_process",
+        None,
+    );
     r.compare(
         "private MB per interpreter vs process (numpy)",
         "rss_mb_interpreter_numpy",
