@@ -256,7 +256,22 @@ impl Interpreter {
     /// Loads a fresh copy of the configured CPython and initialises it on a new thread
     /// of its own.
     pub fn new(config: Config) -> Result<Interpreter> {
-        let install = PythonInstall::find(&config.python)?;
+        // With a venv, its own base Python (pyvenv.cfg's `home`) when it is the version
+        // asked for: no pyenv shim to run.
+        let from_venv = match (&config.venv, &config.python) {
+            (Some(v), PythonSpec::Default | PythonSpec::Version(..)) => {
+                let want = match config.python {
+                    PythonSpec::Version(a, b) => (a, b),
+                    _ => (3, 11),
+                };
+                PythonInstall::from_venv(v).filter(|i| i.version == want)
+            }
+            _ => None,
+        };
+        let install = match from_venv {
+            Some(i) => i,
+            None => PythonInstall::find(&config.python)?,
+        };
         let executable = match &config.venv {
             Some(v) => venv_python(v, &install)?,
             None => install.executable.clone(),
