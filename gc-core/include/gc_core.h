@@ -43,6 +43,13 @@
 #define GC_CB_NOTIFY_EXTERNAL_FREE 5
 
 /**
+ * The weak-processing hook, `void (*)(int full)`: called between mark and sweep, before
+ * weak references are cleared; it asks `gc_is_marked` and may keep objects alive with
+ * `gc_mark_queue_obj`, through the collecting thread's mutator (`gc_current_mutator`).
+ */
+#define GC_CB_WEAK_PROCESSING 6
+
+/**
  * `gc_collect` kinds (same values as the seed's `jl_gc_collection_t`).
  */
 #define GC_COLLECT_AUTO 0
@@ -63,9 +70,19 @@
 typedef struct gc_heap_t gc_heap_t;
 
 /**
+ * A reference queue (`gc_refqueue_new`).
+ */
+typedef struct gc_refqueue_t gc_refqueue_t;
+
+/**
  * A persistent root (`gc_root_t`).
  */
 typedef struct gc_root_t gc_root_t;
+
+/**
+ * A weak handle for the embedder (`gc_weak_handle_new`), outside the heap.
+ */
+typedef struct gc_weak_handle_t gc_weak_handle_t;
 
 /**
  * Heap configuration for `gc_heap_new`.
@@ -178,7 +195,45 @@ typedef struct gc_stats_t {
    * 99th-percentile pause, in nanoseconds.
    */
   uint64_t p99_pause_ns;
+  /**
+   * Weak references (objects and handles) cleared.
+   */
+  uint64_t weak_refs_cleared;
+  /**
+   * Finalizers queued to run.
+   */
+  uint64_t finalizers_queued;
+  /**
+   * Finalizers run.
+   */
+  uint64_t finalizers_run;
+  /**
+   * Reference-queue tokens queued.
+   */
+  uint64_t tokens_queued;
 } gc_stats_t;
+
+/**
+ * A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
+ * referent, and reads NULL once a collection found the referent unreachable. Never a
+ * root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+ */
+typedef struct gc_weakref_t {
+  /**
+   * The referent, NULL once cleared.
+   */
+  void *value;
+} gc_weakref_t;
+
+/**
+ * A finalizer: `f(obj)`, called once after a collection found `obj` unreachable.
+ */
+typedef void (*gc_finalizer_t)(void *obj);
+
+/**
+ * A reference queue's notification: `f(data)`, called after a collection queued tokens.
+ */
+typedef void (*gc_notify_t)(void *data);
 
 /**
  * The message of the last failed call on this thread, or NULL if none failed since
@@ -472,4 +527,188 @@ int gc_set_verify(struct gc_heap_t *heap, int on);
  * `obj` null or a live object.
  */
 void *gc_typeof(void *obj);
+
+/**
+ * 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
+ * `gc_mark_queue_obj` gives during marking, available at any time (for tests and
+ * runtimes that want to know which generation an object is in).
+ *
+ * # Safety
+ * `obj` null or a live object.
+ */
+int gc_is_young(void *obj);
+
+/**
+ * Allocates a weak-reference object pointing at `obj` (NULL allowed: a cleared one).
+ * NULL on error. A safepoint: `obj` must be reachable across the call.
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+struct gc_weakref_t *gc_weakref_new(struct gc_mutator_t *m, void *obj);
+
+/**
+ * The referent of a weak-reference object, NULL once cleared (or for NULL `wr`).
+ *
+ * # Safety
+ * `wr` null or a live weak-reference object.
+ */
+void *gc_weakref_get(struct gc_weakref_t *wr);
+
+/**
+ * Points a weak-reference object at `obj` (NULL: at nothing). -1 if `wr` is not a
+ * weak-reference object or on a bad thread.
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `wr` null or a live object; `obj` null or live.
+ */
+int gc_weakref_set(struct gc_mutator_t *m, struct gc_weakref_t *wr, void *obj);
+
+/**
+ * The type of weak-reference objects of `heap` (what `gc_typeof` returns for them).
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+void *gc_weakref_type(struct gc_heap_t *heap);
+
+/**
+ * A weak handle to `obj` for the embedder (lives outside the heap, never a root). NULL
+ * on error (NULL heap or object).
+ *
+ * # Safety
+ * `heap` null or live; `obj` null or a live object of it.
+ */
+struct gc_weak_handle_t *gc_weak_handle_new(struct gc_heap_t *heap, void *obj);
+
+/**
+ * The object of a weak handle, NULL once a collection found it unreachable.
+ *
+ * # Safety
+ * `h` null or from `gc_weak_handle_new`, not deleted.
+ */
+void *gc_weak_handle_get(struct gc_weak_handle_t *h);
+
+/**
+ * Releases a weak handle.
+ *
+ * # Safety
+ * `h` null or from `gc_weak_handle_new`, not deleted.
+ */
+void gc_weak_handle_delete(struct gc_weak_handle_t *h);
+
+/**
+ * Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). -1 on error
+ * (NULL object or function, bad thread, during a collection).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_add_finalizer(struct gc_mutator_t *m, void *obj, gc_finalizer_t f);
+
+/**
+ * Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
+ * finalizer: they are queued to run after it), -1 on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_finalize(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
+ * finalizer), -1 on error (bad thread, during a collection, in a GC-safe region).
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_run_finalizers(struct gc_mutator_t *m);
+
+/**
+ * Runs every registered finalizer (reachable objects included) and the pending ones:
+ * for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
+ * Returns how many ran, -1 on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_run_all_finalizers(struct gc_mutator_t *m);
+
+/**
+ * Opts the calling thread in (non-zero) or out of running pending finalizers at its
+ * safepoints (after collections it runs or stops for, when leaving a GC-safe region).
+ * Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. -1 on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_set_finalizers_at_safepoints(struct gc_mutator_t *m, int on);
+
+/**
+ * Number of finalizers waiting to run on `heap` (0 and an error for NULL).
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+size_t gc_pending_finalizers(struct gc_heap_t *heap);
+
+/**
+ * A new reference queue of `heap` (phantom semantics: a registered object's token is
+ * queued by the collection that finds the object gone, which frees it). NULL on error.
+ *
+ * # Safety
+ * `heap` null or live.
+ */
+struct gc_refqueue_t *gc_refqueue_new(struct gc_heap_t *heap);
+
+/**
+ * Registers `obj` with `token`. -1 on error (NULL queue or object).
+ *
+ * # Safety
+ * `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.
+ */
+int gc_refqueue_register(struct gc_refqueue_t *q, void *obj, size_t token);
+
+/**
+ * Takes up to `cap` available tokens, oldest first, into `out`; returns how many. Any
+ * thread, outside collections.
+ *
+ * # Safety
+ * `q` null or from `gc_refqueue_new`; `out` writable for `cap` words (or NULL with 0).
+ */
+size_t gc_refqueue_drain(struct gc_refqueue_t *q, size_t *out, size_t cap);
+
+/**
+ * Number of tokens available (no lock: a flag to poll).
+ *
+ * # Safety
+ * `q` null or from `gc_refqueue_new`.
+ */
+size_t gc_refqueue_len(struct gc_refqueue_t *q);
+
+/**
+ * Sets (NULL `f`: removes) the function a collecting thread calls with `data`, after
+ * the world resumes, when a collection queued tokens on `q`.
+ *
+ * # Safety
+ * `q` null or from `gc_refqueue_new`; `f` null or a function of the documented type.
+ */
+int gc_refqueue_set_notify(struct gc_refqueue_t *q, gc_notify_t f, void *data);
+
+/**
+ * Deletes a queue: its registrations end, tokens not drained are lost.
+ *
+ * # Safety
+ * `q` null or from `gc_refqueue_new`, not deleted.
+ */
+void gc_refqueue_delete(struct gc_refqueue_t *q);
+
+/**
+ * In a weak-processing hook (or a mark function): 1 if `obj` is marked so far (it
+ * survives this collection), 0 if not or on error (outside marking, wrong thread).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_is_marked(struct gc_mutator_t *m, void *obj);
 #endif /* GC_CORE_H */

@@ -151,6 +151,51 @@ jl_task_t *jl_gc_current_task(void);
 /* The task's stack start and size; *tid is set to -1. */
 void *jl_task_stack_buffer(jl_task_t *task, size_t *size, int *tid);
 
+/* ---- Weak references and finalizers (Julia's names) ------------------------------- */
+
+/* A weak-reference object: a heap object (it can be stored in other objects and is kept
+ * alive like any object) whose field `value` reads the referent, and reads NULL (Julia:
+ * `nothing`) once a collection found the referent unreachable: cleared atomically, before
+ * any finalizer of the referent runs and before the threads resume. Never a root, not
+ * even for conservative scanning. Read-only for C: re-point it with gc_weakref_set
+ * (gc_core.h). jl_typeof() of one is gc_weakref_type(gc_default_heap()). */
+typedef struct _jl_weakref_t {
+    jl_value_t *value;
+} jl_weakref_t;
+
+/* A new weak-reference object to value (NULL allowed), on the calling thread. A
+ * safepoint: value must stay reachable across the call. NULL on error. */
+jl_weakref_t *jl_gc_new_weakref(jl_value_t *value);
+
+/* Registers f, a void (*)(void *), to be called once with v after the collection that
+ * finds v unreachable. v and everything it reaches stay alive until f has run (one more
+ * collection cycle). f runs outside the stop-the-world, on the thread that drains the
+ * pending finalizers: jl_gc_run_pending_finalizers, or, for threads attached by jl_init
+ * or jl_adopt_thread, right after a collection they ran or stopped for and when leaving
+ * a GC-safe region. Never while a collection runs, never nested on one thread. f may
+ * resurrect v (store it where a root reaches it); f then does not run again. Several
+ * finalizers of one object run in reverse registration order; finalizers of objects
+ * found in the same collection too (no order by reachability: f may see objects whose
+ * own finalizers already ran; their memory is still valid). Errors (NULL v or f, bad
+ * ptls, during a collection) are reported by jl_gc_last_error. */
+void jl_gc_add_ptr_finalizer(jl_ptls_t ptls, jl_value_t *v, void *f);
+
+/* Runs the finalizers of o now, on the calling thread, once: they never run again.
+ * Inside a finalizer they are queued instead and run right after it. */
+void jl_finalize(jl_value_t *o);
+
+/* Runs the pending finalizers on the calling thread (ct: NULL or the calling thread's
+ * task). Does nothing inside a finalizer or while finalizers are disabled. */
+void jl_gc_run_pending_finalizers(jl_task_t *ct);
+
+/* on == 0 disables running finalizers on the calling thread (nesting); on != 0
+ * re-enables them and runs the pending ones. ct: NULL or the calling thread's task. */
+void jl_gc_enable_finalizers(jl_task_t *ct, int on);
+
+/* The reference queue (phantom semantics), weak handles and the weak-processing hook
+ * have no Julia names: they are in gc_core.h (gc_refqueue_*, gc_weak_handle_*,
+ * GC_CB_WEAK_PROCESSING with gc_is_marked), used with gc_default_heap(). */
+
 /* ---- Errors ------------------------------------------------------------------------ */
 
 /* The message of the last call that failed on this thread, or NULL. */

@@ -1,5 +1,5 @@
 //! The six callback kinds of the seed (pre_gc, post_gc, root_scanner, task_scanner,
-//! notify_external_alloc, notify_external_free).
+//! notify_external_alloc, notify_external_free), and gc-core's weak-processing hook.
 //!
 //! Each kind is a list published as an immutable snapshot (`Arc<[...]>`): invoking
 //! takes the snapshot and calls without any lock held, so a callback may register or
@@ -28,8 +28,10 @@ pub struct CallbackId(u64);
 pub type RootScannerFn = dyn Fn(&mut Marker<'_>, CollectionKind) + Send + Sync;
 /// A Rust task scanner: queue the roots of one task.
 pub type TaskScannerFn = dyn Fn(&mut Marker<'_>, &Task, CollectionKind) + Send + Sync;
+/// A Rust weak-processing hook.
+pub type WeakHookFn = dyn Fn(&mut Marker<'_>, CollectionKind) + Send + Sync;
 
-/// A callback of one of the six kinds, Rust closure or C function.
+/// A callback of one of the seven kinds, Rust closure or C function.
 pub enum Callback {
     /// Called once per collection with the world stopped, before marking.
     PreGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
@@ -43,6 +45,11 @@ pub enum Callback {
     ExternalAlloc(Arc<dyn Fn(ObjRef, usize) + Send + Sync>),
     /// Called before an external (big) object is freed, with its payload address.
     ExternalFree(Arc<dyn Fn(ObjRef) + Send + Sync>),
+    /// The weak-processing hook: called between mark and sweep, before weak references
+    /// are cleared, with the marker: [`Marker::is_marked`] tells whether an object is
+    /// alive so far and [`Marker::queue`] keeps more objects alive. Called again (with
+    /// every other hook) while a round marks new objects. See `weak.rs`.
+    WeakProcessing(Arc<WeakHookFn>),
     /// C `jl_gc_cb_pre_gc_t`.
     CPreGc(unsafe extern "C" fn(c_int)),
     /// C `jl_gc_cb_post_gc_t`.
@@ -55,9 +62,12 @@ pub enum Callback {
     CExternalAlloc(unsafe extern "C" fn(*mut c_void, usize)),
     /// C `jl_gc_cb_notify_external_free_t`.
     CExternalFree(unsafe extern "C" fn(*mut c_void)),
+    /// C weak-processing hook, `void (*)(int full)`; it reaches the marker through the
+    /// collecting thread's ptls (`gc_is_marked`, `gc_mark_queue_obj`).
+    CWeakProcessing(unsafe extern "C" fn(c_int)),
 }
 
-/// Which of the six lists a callback belongs to.
+/// Which of the seven lists a callback belongs to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CallbackKind {
     /// pre_gc
@@ -72,6 +82,8 @@ pub enum CallbackKind {
     ExternalAlloc,
     /// notify_external_free
     ExternalFree,
+    /// The weak-processing hook (gc-core's own, not the seed's).
+    WeakProcessing,
 }
 
 impl CallbackKind {
@@ -84,6 +96,7 @@ impl CallbackKind {
             CallbackKind::TaskScanner => "task_scanner",
             CallbackKind::ExternalAlloc => "notify_external_alloc",
             CallbackKind::ExternalFree => "notify_external_free",
+            CallbackKind::WeakProcessing => "weak_processing",
         }
     }
 
@@ -102,15 +115,19 @@ impl Callback {
             Callback::TaskScanner(_) | Callback::CTaskScanner(_) => CallbackKind::TaskScanner,
             Callback::ExternalAlloc(_) | Callback::CExternalAlloc(_) => CallbackKind::ExternalAlloc,
             Callback::ExternalFree(_) | Callback::CExternalFree(_) => CallbackKind::ExternalFree,
+            Callback::WeakProcessing(_) | Callback::CWeakProcessing(_) => {
+                CallbackKind::WeakProcessing
+            }
         }
     }
 
     /// The address of a C callback (its identity), `None` for closures.
     fn c_address(&self) -> Option<usize> {
         match self {
-            Callback::CPreGc(f) | Callback::CPostGc(f) | Callback::CRootScanner(f) => {
-                Some(*f as usize)
-            }
+            Callback::CPreGc(f)
+            | Callback::CPostGc(f)
+            | Callback::CRootScanner(f)
+            | Callback::CWeakProcessing(f) => Some(*f as usize),
             Callback::CTaskScanner(f) => Some(*f as usize),
             Callback::CExternalAlloc(f) => Some(*f as usize),
             Callback::CExternalFree(f) => Some(*f as usize),
@@ -126,9 +143,9 @@ struct List {
     entries: Mutex<Snapshot>,
 }
 
-/// The heap's six callback lists.
+/// The heap's callback lists (the seed's six and the weak-processing hook).
 pub(crate) struct Callbacks {
-    lists: [List; 6],
+    lists: [List; 7],
     next_id: AtomicU64,
 }
 

@@ -15,6 +15,7 @@ use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
 use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
 use crate::task::Task;
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
+use crate::weak::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -141,6 +142,14 @@ pub struct gc_stats_t {
     pub p50_pause_ns: u64,
     /// 99th-percentile pause, in nanoseconds.
     pub p99_pause_ns: u64,
+    /// Weak references (objects and handles) cleared.
+    pub weak_refs_cleared: u64,
+    /// Finalizers queued to run.
+    pub finalizers_queued: u64,
+    /// Finalizers run.
+    pub finalizers_run: u64,
+    /// Reference-queue tokens queued.
+    pub tokens_queued: u64,
 }
 
 /// Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
@@ -162,6 +171,10 @@ pub const GC_CB_TASK_SCANNER: c_int = 3;
 pub const GC_CB_NOTIFY_EXTERNAL_ALLOC: c_int = 4;
 /// notify_external_free.
 pub const GC_CB_NOTIFY_EXTERNAL_FREE: c_int = 5;
+/// The weak-processing hook, `void (*)(int full)`: called between mark and sweep, before
+/// weak references are cleared; it asks `gc_is_marked` and may keep objects alive with
+/// `gc_mark_queue_obj`, through the collecting thread's mutator (`gc_current_mutator`).
+pub const GC_CB_WEAK_PROCESSING: c_int = 6;
 
 /// `gc_collect` kinds (same values as the seed's `jl_gc_collection_t`).
 pub const GC_COLLECT_AUTO: c_int = 0;
@@ -824,6 +837,10 @@ fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void),
             >(f)),
+            GC_CB_WEAK_PROCESSING => Callback::CWeakProcessing(std::mem::transmute::<
+                *mut c_void,
+                unsafe extern "C" fn(c_int),
+            >(f)),
             _ => return None,
         })
     }
@@ -879,6 +896,7 @@ pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) ->
         GC_CB_TASK_SCANNER => CallbackKind::TaskScanner,
         GC_CB_NOTIFY_EXTERNAL_ALLOC => CallbackKind::ExternalAlloc,
         GC_CB_NOTIFY_EXTERNAL_FREE => CallbackKind::ExternalFree,
+        GC_CB_WEAK_PROCESSING => CallbackKind::WeakProcessing,
         _ => {
             set_error(format!("gc_callback_count: unknown callback kind {kind}"));
             return -1;
@@ -1055,6 +1073,10 @@ pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) ->
             max_pause_ns: ns(s.max_pause),
             p50_pause_ns: ns(s.p50_pause),
             p99_pause_ns: ns(s.p99_pause),
+            weak_refs_cleared: s.weak_refs_cleared,
+            finalizers_queued: s.finalizers_queued,
+            finalizers_run: s.finalizers_run,
+            tokens_queued: s.tokens_queued,
         })
     };
     0
@@ -1098,6 +1120,415 @@ pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
         // SAFETY: a live object per the caller.
         Some(o) => (unsafe { o.header_bits() } & !TAG_BITS) as *mut c_void,
         None => std::ptr::null_mut(),
+    }
+}
+
+/// 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
+/// `gc_mark_queue_obj` gives during marking, available at any time (for tests and
+/// runtimes that want to know which generation an object is in).
+///
+/// # Safety
+/// `obj` null or a live object.
+#[no_mangle]
+pub unsafe extern "C" fn gc_is_young(obj: *mut c_void) -> c_int {
+    match ObjRef::from_ptr(obj.cast()) {
+        // SAFETY: a live object per the caller.
+        Some(o) => (unsafe { o.is_young() }) as c_int,
+        None => 0,
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Weak references, finalizers, the reference queue and the weak-processing hook.
+// ---------------------------------------------------------------------------------
+
+/// A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
+/// referent, and reads NULL once a collection found the referent unreachable. Never a
+/// root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+#[repr(C)]
+pub struct gc_weakref_t {
+    /// The referent, NULL once cleared.
+    pub value: *mut c_void,
+}
+
+/// A weak handle for the embedder (`gc_weak_handle_new`), outside the heap.
+pub struct gc_weak_handle_t {
+    weak: WeakRef,
+}
+
+/// A reference queue (`gc_refqueue_new`).
+pub struct gc_refqueue_t {
+    queue: ReferenceQueue,
+}
+
+/// A finalizer: `f(obj)`, called once after a collection found `obj` unreachable.
+pub type gc_finalizer_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
+/// A reference queue's notification: `f(data)`, called after a collection queued tokens.
+pub type gc_notify_t = Option<unsafe extern "C" fn(data: *mut c_void)>;
+
+/// The calling thread's mutator, checked, running managed code and outside a collection.
+fn running_mutator<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
+    let ms = mutator_ref(m, what)?;
+    if ms.in_collection.load(Ordering::Relaxed) {
+        set_error(format!("{what}: {}", GcError::DuringCollection { what }));
+        return None;
+    }
+    if ms.state.load(Ordering::Relaxed) != RUNNING {
+        set_error(format!("{what}: {}", GcError::InGcSafeRegion));
+        return None;
+    }
+    Some(ms)
+}
+
+/// Allocates a weak-reference object pointing at `obj` (NULL allowed: a cleared one).
+/// NULL on error. A safepoint: `obj` must be reachable across the call.
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weakref_new(
+    m: *mut gc_mutator_t,
+    obj: *mut c_void,
+) -> *mut gc_weakref_t {
+    let Some(ms) = mutator_ref(m, "gc_weakref_new") else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: the calling thread's attached mutator.
+    let mut mu = unsafe { Mutator::borrowed(ms) };
+    match mu.new_weak_object(ObjRef::from_ptr(obj.cast())) {
+        Ok(wr) => wr.as_ptr().cast(),
+        Err(e) => fail(e, std::ptr::null_mut()),
+    }
+}
+
+/// The referent of a weak-reference object, NULL once cleared (or for NULL `wr`).
+///
+/// # Safety
+/// `wr` null or a live weak-reference object.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weakref_get(wr: *mut gc_weakref_t) -> *mut c_void {
+    if wr.is_null() {
+        set_error("gc_weakref_get: weak reference is NULL");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: a live weak-reference object: its first word is the referent, which the
+    // collector writes atomically.
+    unsafe { (*(wr as *const std::sync::atomic::AtomicPtr<c_void>)).load(Ordering::Acquire) }
+}
+
+/// Points a weak-reference object at `obj` (NULL: at nothing). -1 if `wr` is not a
+/// weak-reference object or on a bad thread.
+///
+/// # Safety
+/// `m` null or a mutator pointer; `wr` null or a live object; `obj` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weakref_set(
+    m: *mut gc_mutator_t,
+    wr: *mut gc_weakref_t,
+    obj: *mut c_void,
+) -> c_int {
+    let Some(ms) = mutator_ref(m, "gc_weakref_set") else {
+        return -1;
+    };
+    let Some(w) = ObjRef::from_ptr(wr.cast()) else {
+        set_error("gc_weakref_set: weak reference is NULL");
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    let mut mu = unsafe { Mutator::borrowed(ms) };
+    // SAFETY: live objects per the caller.
+    match unsafe { mu.weak_object_set(w, ObjRef::from_ptr(obj.cast())) } {
+        Ok(()) => 0,
+        Err(e) => fail(e, -1),
+    }
+}
+
+/// The type of weak-reference objects of `heap` (what `gc_typeof` returns for them).
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weakref_type(heap: *mut gc_heap_t) -> *mut c_void {
+    match heap_ref(heap, "gc_weakref_type") {
+        Some(h) => h.weak_ref_type().as_obj().as_ptr().cast(),
+        None => std::ptr::null_mut(),
+    }
+}
+
+/// A weak handle to `obj` for the embedder (lives outside the heap, never a root). NULL
+/// on error (NULL heap or object).
+///
+/// # Safety
+/// `heap` null or live; `obj` null or a live object of it.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weak_handle_new(
+    heap: *mut gc_heap_t,
+    obj: *mut c_void,
+) -> *mut gc_weak_handle_t {
+    let Some(heap) = heap_ref(heap, "gc_weak_handle_new") else {
+        return std::ptr::null_mut();
+    };
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_weak_handle_new: object is NULL");
+        return std::ptr::null_mut();
+    };
+    Box::into_raw(Box::new(gc_weak_handle_t {
+        weak: heap.new_weak_ref(o),
+    }))
+}
+
+/// The object of a weak handle, NULL once a collection found it unreachable.
+///
+/// # Safety
+/// `h` null or from `gc_weak_handle_new`, not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weak_handle_get(h: *mut gc_weak_handle_t) -> *mut c_void {
+    if h.is_null() {
+        set_error("gc_weak_handle_get: handle is NULL");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: valid per the caller.
+    unsafe { &*h }
+        .weak
+        .get()
+        .map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
+}
+
+/// Releases a weak handle.
+///
+/// # Safety
+/// `h` null or from `gc_weak_handle_new`, not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_weak_handle_delete(h: *mut gc_weak_handle_t) {
+    if !h.is_null() {
+        // SAFETY: created by Box::into_raw in gc_weak_handle_new.
+        drop(unsafe { Box::from_raw(h) });
+    }
+}
+
+/// Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). -1 on error
+/// (NULL object or function, bad thread, during a collection).
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_add_finalizer(
+    m: *mut gc_mutator_t,
+    obj: *mut c_void,
+    f: gc_finalizer_t,
+) -> c_int {
+    let Some(ms) = running_mutator(m, "gc_add_finalizer") else {
+        return -1;
+    };
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_add_finalizer: object is NULL");
+        return -1;
+    };
+    let Some(f) = f else {
+        set_error("gc_add_finalizer: finalizer function is NULL");
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    unsafe { Mutator::borrowed(ms) }.add_c_finalizer(o, f);
+    0
+}
+
+/// Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
+/// finalizer: they are queued to run after it), -1 on error.
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
+    let Some(ms) = running_mutator(m, "gc_finalize") else {
+        return -1;
+    };
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_finalize: object is NULL");
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    let n = unsafe { Mutator::borrowed(ms) }.finalize(o);
+    n.min(c_int::MAX as usize) as c_int
+}
+
+/// Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
+/// finalizer), -1 on error (bad thread, during a collection, in a GC-safe region).
+///
+/// # Safety
+/// `m` null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
+    let Some(ms) = running_mutator(m, "gc_run_finalizers") else {
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    let n = unsafe { Mutator::borrowed(ms) }.run_finalizers();
+    n.min(c_int::MAX as usize) as c_int
+}
+
+/// Runs every registered finalizer (reachable objects included) and the pending ones:
+/// for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
+/// Returns how many ran, -1 on error.
+///
+/// # Safety
+/// `m` null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
+    let Some(ms) = running_mutator(m, "gc_run_all_finalizers") else {
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    let n = unsafe { Mutator::borrowed(ms) }.run_all_finalizers();
+    n.min(c_int::MAX as usize) as c_int
+}
+
+/// Opts the calling thread in (non-zero) or out of running pending finalizers at its
+/// safepoints (after collections it runs or stops for, when leaving a GC-safe region).
+/// Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. -1 on error.
+///
+/// # Safety
+/// `m` null or a mutator pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, on: c_int) -> c_int {
+    let Some(ms) = mutator_ref(m, "gc_set_finalizers_at_safepoints") else {
+        return -1;
+    };
+    // SAFETY: the calling thread's attached mutator.
+    unsafe { Mutator::borrowed(ms) }.set_finalizers_at_safepoints(on != 0);
+    0
+}
+
+/// Number of finalizers waiting to run on `heap` (0 and an error for NULL).
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
+    heap_ref(heap, "gc_pending_finalizers").map_or(0, |h| h.pending_finalizers())
+}
+
+/// A new reference queue of `heap` (phantom semantics: a registered object's token is
+/// queued by the collection that finds the object gone, which frees it). NULL on error.
+///
+/// # Safety
+/// `heap` null or live.
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_new(heap: *mut gc_heap_t) -> *mut gc_refqueue_t {
+    let Some(heap) = heap_ref(heap, "gc_refqueue_new") else {
+        return std::ptr::null_mut();
+    };
+    Box::into_raw(Box::new(gc_refqueue_t {
+        queue: heap.new_reference_queue(),
+    }))
+}
+
+/// Registers `obj` with `token`. -1 on error (NULL queue or object).
+///
+/// # Safety
+/// `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_register(
+    q: *mut gc_refqueue_t,
+    obj: *mut c_void,
+    token: usize,
+) -> c_int {
+    if q.is_null() {
+        set_error("gc_refqueue_register: queue is NULL");
+        return -1;
+    }
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        set_error("gc_refqueue_register: object is NULL");
+        return -1;
+    };
+    // SAFETY: valid per the caller.
+    unsafe { &*q }.queue.register(o, token);
+    0
+}
+
+/// Takes up to `cap` available tokens, oldest first, into `out`; returns how many. Any
+/// thread, outside collections.
+///
+/// # Safety
+/// `q` null or from `gc_refqueue_new`; `out` writable for `cap` words (or NULL with 0).
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_drain(
+    q: *mut gc_refqueue_t,
+    out: *mut usize,
+    cap: usize,
+) -> usize {
+    if q.is_null() || (out.is_null() && cap > 0) {
+        set_error("gc_refqueue_drain: queue or out is NULL");
+        return 0;
+    }
+    // SAFETY: valid per the caller.
+    let tokens = unsafe { &*q }.queue.drain_up_to(cap);
+    for (i, t) in tokens.iter().enumerate() {
+        // SAFETY: i < tokens.len() <= cap; writable per the caller.
+        unsafe { out.add(i).write(*t) };
+    }
+    tokens.len()
+}
+
+/// Number of tokens available (no lock: a flag to poll).
+///
+/// # Safety
+/// `q` null or from `gc_refqueue_new`.
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_len(q: *mut gc_refqueue_t) -> usize {
+    if q.is_null() {
+        set_error("gc_refqueue_len: queue is NULL");
+        return 0;
+    }
+    // SAFETY: valid per the caller.
+    unsafe { &*q }.queue.len()
+}
+
+/// Sets (NULL `f`: removes) the function a collecting thread calls with `data`, after
+/// the world resumes, when a collection queued tokens on `q`.
+///
+/// # Safety
+/// `q` null or from `gc_refqueue_new`; `f` null or a function of the documented type.
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_set_notify(
+    q: *mut gc_refqueue_t,
+    f: gc_notify_t,
+    data: *mut c_void,
+) -> c_int {
+    if q.is_null() {
+        set_error("gc_refqueue_set_notify: queue is NULL");
+        return -1;
+    }
+    // SAFETY: valid per the caller.
+    unsafe { &*q }.queue.set_c_notify(f, data);
+    0
+}
+
+/// Deletes a queue: its registrations end, tokens not drained are lost.
+///
+/// # Safety
+/// `q` null or from `gc_refqueue_new`, not deleted.
+#[no_mangle]
+pub unsafe extern "C" fn gc_refqueue_delete(q: *mut gc_refqueue_t) {
+    if !q.is_null() {
+        // SAFETY: created by Box::into_raw in gc_refqueue_new.
+        drop(unsafe { Box::from_raw(q) });
+    }
+}
+
+/// In a weak-processing hook (or a mark function): 1 if `obj` is marked so far (it
+/// survives this collection), 0 if not or on error (outside marking, wrong thread).
+///
+/// # Safety
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+#[no_mangle]
+pub unsafe extern "C" fn gc_is_marked(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
+    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+        return 0;
+    };
+    match active_marker(m, "gc_is_marked") {
+        Some(mk) => mk.is_marked(o) as c_int,
+        None => 0,
     }
 }
 
@@ -1206,7 +1637,11 @@ pub extern "C" fn jl_init() {
     let heap = gc_default_heap();
     if mutator::current().is_null() {
         // SAFETY: the default heap is live for the process.
-        unsafe { gc_thread_attach(heap) };
+        let m = unsafe { gc_thread_attach(heap) };
+        if !m.is_null() {
+            // SAFETY: the mutator just attached.
+            unsafe { gc_set_finalizers_at_safepoints(m, 1) };
+        }
     }
 }
 
@@ -1218,7 +1653,12 @@ pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
         return current as jl_ptls_t;
     }
     // SAFETY: the default heap is live for the process.
-    unsafe { gc_thread_attach(gc_default_heap()) as jl_ptls_t }
+    let m = unsafe { gc_thread_attach(gc_default_heap()) };
+    if !m.is_null() {
+        // SAFETY: the mutator just attached.
+        unsafe { gc_set_finalizers_at_safepoints(m, 1) };
+    }
+    m as jl_ptls_t
 }
 
 /// Detaches the calling thread.
@@ -1538,4 +1978,110 @@ pub unsafe extern "C" fn jl_gc_safe_leave(ptls: jl_ptls_t, state: i8) {
 #[no_mangle]
 pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
     gc_current_task().cast()
+}
+
+/// `jl_weakref_t`: a weak-reference object; `value` reads the referent, NULL once
+/// cleared (Julia reads `nothing`).
+#[repr(C)]
+pub struct jl_weakref_t {
+    /// The referent, NULL once cleared.
+    pub value: *mut jl_value_t,
+}
+
+thread_local! {
+    /// `jl_gc_enable_finalizers` nesting: finalizers are inhibited on this thread while
+    /// positive.
+    static FIN_INHIBITED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// `jl_gc_new_weakref`: a weak-reference object on the calling thread. NULL on error.
+///
+/// # Safety
+/// `value` null or a live object of the default heap.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_new_weakref(value: *mut jl_value_t) -> *mut jl_weakref_t {
+    // SAFETY: forwarded; the mutator is validated.
+    unsafe { gc_weakref_new(cur(), value.cast()).cast() }
+}
+
+/// `jl_gc_add_ptr_finalizer`: `f` is a `void (*)(void *)` called once with `v` after a
+/// collection found `v` unreachable (`v` and what it reaches stay alive until then).
+///
+/// # Safety
+/// `v` null or a live object; `f` null or a function of that type.
+#[no_mangle]
+pub unsafe extern "C" fn jl_gc_add_ptr_finalizer(
+    ptls: jl_ptls_t,
+    v: *mut jl_value_t,
+    f: *mut c_void,
+) {
+    // SAFETY: a function pointer and a data pointer have the same size and
+    // representation here; the caller passes a `void (*)(void *)` (or NULL).
+    let f = unsafe { std::mem::transmute::<*mut c_void, gc_finalizer_t>(f) };
+    // SAFETY: forwarded.
+    unsafe { gc_add_finalizer(self::ptls(ptls), v.cast(), f) };
+}
+
+/// `jl_finalize`: runs the finalizers of `o` now, once, on the calling thread.
+///
+/// # Safety
+/// `o` null or a live object of the default heap.
+#[no_mangle]
+pub unsafe extern "C" fn jl_finalize(o: *mut jl_value_t) {
+    // SAFETY: forwarded.
+    unsafe { gc_finalize(cur(), o.cast()) };
+}
+
+/// Checks that `ct` is NULL or the calling thread's own task.
+fn own_task(ct: *mut jl_task_t, what: &str) -> bool {
+    if ct.is_null() || ct.cast() == gc_current_task() {
+        return true;
+    }
+    set_error(format!("{what}: task {ct:p} is not the calling thread's"));
+    false
+}
+
+/// `jl_gc_run_pending_finalizers`: runs the pending finalizers on the calling thread
+/// (`ct` NULL or its own task), unless inside a finalizer or while finalizers are
+/// disabled on it with `jl_gc_enable_finalizers`.
+#[no_mangle]
+pub extern "C" fn jl_gc_run_pending_finalizers(ct: *mut jl_task_t) {
+    if !own_task(ct, "jl_gc_run_pending_finalizers") || FIN_INHIBITED.with(|c| c.get()) > 0 {
+        return;
+    }
+    // SAFETY: gc_run_finalizers validates the mutator.
+    unsafe { gc_run_finalizers(cur()) };
+}
+
+/// `jl_gc_enable_finalizers`: `on == 0` disables running finalizers on the calling thread
+/// (nesting: each disable needs an enable), `on != 0` re-enables them and runs those
+/// pending. Enabling more often than disabling is refused with an error.
+#[no_mangle]
+pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
+    if !own_task(ct, "jl_gc_enable_finalizers") {
+        return;
+    }
+    let m = cur();
+    let Some(n) = FIN_INHIBITED.with(|c| {
+        let n = c.get();
+        let new = if on != 0 {
+            n.checked_sub(1)
+        } else {
+            Some(n + 1)
+        };
+        if let Some(v) = new {
+            c.set(v);
+        }
+        new
+    }) else {
+        set_error("jl_gc_enable_finalizers: finalizers are already enabled on this thread");
+        return;
+    };
+    // SAFETY: the functions validate the mutator.
+    unsafe {
+        gc_set_finalizers_at_safepoints(m, (n == 0) as c_int);
+        if n == 0 {
+            gc_run_finalizers(m);
+        }
+    }
 }

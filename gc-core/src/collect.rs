@@ -9,13 +9,15 @@
 //!    remembered set may reference a young one.
 //! 4. **mark**: persistent roots, types (full), root scanners, task scanners (once per
 //!    task), the remembered set (partial), then the mark stack until empty.
-//! 5. **weak** (reserved for weak references and finalizers: they go here, between mark
-//!    and sweep).
+//! 5. **weak** (`weak.rs`): weak-processing hooks, weak references cleared, finalizable
+//!    objects found and marked, reference-queue tokens queued.
 //! 6. **sweep**: sweep functions of dead scheduled objects, big objects, then pool
 //!    pages (all of them in a full collection, pages with young objects otherwise),
 //!    promotion of twice-surviving young objects, page lists rebuilt, spare pages
 //!    returned to the OS; post_gc.
-//! 7. **resume**: clear the flag, wake the threads.
+//! 7. **resume**: clear the flag, wake the threads; then, outside the stop-the-world, the
+//!    collecting thread notifies the reference queues that received tokens and runs
+//!    pending finalizers if it opted in.
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
@@ -28,6 +30,7 @@ use crate::page::PageMeta;
 use crate::pagetable;
 use crate::sizeclass::{cells_per_page, FIRST_CELL};
 use crate::stats::CollectionInfo;
+use crate::weak::{is_dead, QueueInner};
 use crate::CollectionKind;
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
@@ -56,6 +59,8 @@ pub(crate) fn collect(
     while w.collecting {
         me.park(&mut w);
         if req != CollectionKind::Full || w.last_full {
+            drop(w);
+            crate::weak::after_resume(me);
             return Ok(None);
         }
     }
@@ -84,7 +89,7 @@ pub(crate) fn collect(
     save_registers(me.regs.get());
     me.task.record_stop(&me.saved_registers());
     me.in_collection.store(true, Ordering::Relaxed);
-    let info = run(heap, me, &mutators, req, t0, time_to_safepoint);
+    let (info, notify) = run(heap, me, &mutators, req, t0, time_to_safepoint);
     me.in_collection.store(false, Ordering::Relaxed);
     me.task.set_saved_sp(0);
 
@@ -94,6 +99,8 @@ pub(crate) fn collect(
     w.epoch += 1;
     heap.gc_flag.store(0, Ordering::SeqCst);
     heap.cv_resume.notify_all();
+    drop(w);
+    crate::weak::after_collection(me, notify);
     Ok(Some(info))
 }
 
@@ -103,6 +110,7 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
     let _pages = heap.pages.lock();
     let mut objects = 0;
     let mut bytes = 0;
+    let mut weak = heap.weak.lock();
     for m in mutators {
         // SAFETY: every thread is stopped (or is us), so we have exclusive access to its
         // allocation state; the world handshake ordered its writes before our reads.
@@ -118,6 +126,8 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         }
         gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
+        weak.objs_young.append(&mut local.weak_objs);
+        weak.objs_dirty |= std::mem::take(&mut local.weak_dirty);
         objects += std::mem::take(&mut local.objects);
         bytes += std::mem::take(&mut local.bytes);
     }
@@ -139,7 +149,7 @@ fn run(
     req: CollectionKind,
     t0: Instant,
     tts: Duration,
-) -> CollectionInfo {
+) -> (CollectionInfo, Vec<Arc<QueueInner>>) {
     let mut gc = heap.gc.lock();
     take_back_threads(heap, &mut gc, mutators);
     let allocd = heap.allocd.swap(0, Ordering::Relaxed);
@@ -205,7 +215,22 @@ fn run(
     // reference to it is held (mark functions reach it through ptls), and every thread
     // is stopped.
     unsafe { mark_roots(heap, &gc, marker_ptr, full) };
+    let mark_time = t_mark.elapsed();
+
+    // ---- weak references, finalizers, reference queue, hooks ----
+    let t_weak = Instant::now();
+    let weak_span = tracing::debug_span!("gc_weak").entered();
+    // SAFETY: as for mark_roots; the mark stack is empty.
+    let weak = unsafe { crate::weak::process(heap, marker_ptr, full, gc.parity) };
     me.marker.store(std::ptr::null_mut(), Ordering::Release);
+    tracing::trace!(
+        cleared = weak.cleared,
+        finalizable = weak.finalizable,
+        tokens = weak.tokens,
+        "weak references and finalizers"
+    );
+    drop(weak_span);
+    let weak_time = t_weak.elapsed();
     let objects_marked = marker.objects_marked;
     let next_remset = std::mem::take(&mut marker.next_remset);
     if !marker.errors.is_empty() {
@@ -220,8 +245,6 @@ fn run(
     }
     drop(marker);
     drop(mark_span);
-    let mark_time = t_mark.elapsed();
-    // ---- weak references and finalizers (reserved phase) ----
 
     // ---- sweep ----
     let t_sweep = Instant::now();
@@ -281,6 +304,10 @@ fn run(
     st.pages_in_use = pages_in_use as u64;
     st.mapped_bytes = mapped as u64;
     st.sweep_functions_run += totals.sweepfns;
+    st.weak_refs_cleared += weak.cleared;
+    st.finalizers_queued += weak.finalizable;
+    st.tokens_queued += weak.tokens;
+    st.total_weak_time += weak_time;
     st.record_pause(pause);
     tracing::debug!(
         allocd,
@@ -290,20 +317,26 @@ fn run(
         live,
         pause_us = pause.as_micros() as u64,
         mark_us = mark_time.as_micros() as u64,
+        weak_us = weak_time.as_micros() as u64,
         sweep_us = sweep_time.as_micros() as u64,
         "collection done"
     );
     drop(span);
-    CollectionInfo {
+    let info = CollectionInfo {
         kind,
         pause,
         time_to_safepoint: tts,
         mark_time,
         sweep_time,
+        weak_time,
+        weak_refs_cleared: weak.cleared,
+        finalizers_queued: weak.finalizable,
+        tokens_queued: weak.tokens,
         objects_marked,
         bytes_freed: totals.freed as u64,
         live_bytes: live as u64,
-    }
+    };
+    (info, weak.notify)
 }
 
 /// Marks from every root until the mark stack is empty.
@@ -316,7 +349,14 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
     } else {
         CollectionKind::Partial
     };
-    let roots: Vec<ObjRef> = heap.roots.lock().slots.iter().flatten().copied().collect();
+    let mut roots: Vec<ObjRef> = heap.roots.lock().slots.iter().flatten().copied().collect();
+    // Finalizers found by earlier collections and not run yet keep their objects.
+    {
+        let fin = heap.fin.lock();
+        if !fin.is_empty() {
+            roots.extend(fin.roots());
+        }
+    }
     let types: Vec<ObjRef> = if full {
         heap.types.lock().iter().map(|t| t.as_obj()).collect()
     } else {
@@ -406,15 +446,6 @@ struct SweepTotals {
     young_kept: usize,
     old_kept: usize,
     sweepfns: u64,
-}
-
-/// Whether `obj` was found dead by this collection's marking.
-fn is_dead(h: usize, full: bool, parity: usize) -> bool {
-    if h & OLD != 0 {
-        full && h & MARK != parity
-    } else {
-        h & MARK == 0
-    }
 }
 
 /// Runs the sweep function of every scheduled object found dead, exactly once.

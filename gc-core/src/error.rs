@@ -115,6 +115,15 @@ pub enum GcError {
         /// High end.
         hi: usize,
     },
+    /// An object passed as a weak-reference object is not one.
+    #[error("{addr:#x} is not a weak-reference object (make them with new_weak_object / jl_gc_new_weakref)")]
+    NotAWeakRef {
+        /// The object.
+        addr: usize,
+    },
+    /// The calling thread is attached to another heap than the one asked to act.
+    #[error("this thread is attached to another heap")]
+    AttachedElsewhere,
     /// A configuration value is out of range.
     #[error("invalid heap configuration: {0}")]
     BadConfig(String),

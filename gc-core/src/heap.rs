@@ -10,6 +10,7 @@ use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
 use crate::types::{ForeignTypeSpec, MarkProc, SweepProc, TypeDesc, TypeKind, TypeRef};
+use crate::weak::{FinQueue, WeakState};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -136,7 +137,17 @@ pub(crate) struct HeapInner {
     /// Allocation statistics of threads that have detached.
     pub detached_objects: AtomicU64,
     pub detached_bytes: AtomicU64,
+    /// Weak references, finalizer and reference-queue registrations (`weak.rs`).
+    pub weak: Mutex<WeakState>,
+    /// Finalizers waiting to run and running (their objects are roots).
+    pub fin: Mutex<FinQueue>,
+    /// `fin.pending.len()`, readable without the lock.
+    pub fin_pending: AtomicUsize,
+    /// Finalizers run, and Rust finalizers that panicked.
+    pub fin_run: AtomicU64,
+    pub fin_panics: AtomicU64,
     datatype: AtomicUsize,
+    weakref_type: AtomicUsize,
     /// Unique for the process's lifetime (ids are addresses and can be reused).
     serial: u64,
 }
@@ -169,6 +180,13 @@ impl HeapInner {
     pub(crate) fn datatype(&self) -> TypeRef {
         TypeRef(
             ObjRef::from_addr(self.datatype.load(Ordering::Acquire)).expect("heap has a meta type"),
+        )
+    }
+
+    pub(crate) fn weakref_type(&self) -> TypeRef {
+        TypeRef(
+            ObjRef::from_addr(self.weakref_type.load(Ordering::Acquire))
+                .expect("heap has a weak-reference type"),
         )
     }
 
@@ -304,7 +322,13 @@ impl Heap {
             config: Mutex::new(config),
             detached_objects: AtomicU64::new(0),
             detached_bytes: AtomicU64::new(0),
+            weak: Mutex::new(WeakState::default()),
+            fin: Mutex::new(FinQueue::default()),
+            fin_pending: AtomicUsize::new(0),
+            fin_run: AtomicU64::new(0),
+            fin_panics: AtomicU64::new(0),
             datatype: AtomicUsize::new(0),
+            weakref_type: AtomicUsize::new(0),
             serial: {
                 static NEXT: AtomicU64 = AtomicU64::new(1);
                 NEXT.fetch_add(1, Ordering::Relaxed)
@@ -325,6 +349,13 @@ impl Heap {
             inner.datatype.store(obj.addr(), Ordering::Release);
             inner.types.lock().push(TypeRef(obj));
         }
+        // The type of weak-reference objects: one word the marker does not trace.
+        let mut desc = TypeDesc::new(inner.id(), TypeKind::WeakRef, "WeakRef");
+        desc.min_size = crate::weak::WEAK_OBJECT_SIZE;
+        let weakref = inner.new_type(desc)?;
+        inner
+            .weakref_type
+            .store(weakref.as_obj().addr(), Ordering::Release);
         tracing::debug!(heap = format_args!("{:#x}", inner.id()), "heap created");
         Ok(Heap(inner))
     }
@@ -515,6 +546,8 @@ impl Heap {
     pub fn stats(&self) -> GcStats {
         let gc = self.0.gc.lock();
         let mut s = gc.stats.snapshot();
+        s.finalizers_run = self.0.fin_run.load(Ordering::Relaxed);
+        s.finalizer_panics = self.0.fin_panics.load(Ordering::Relaxed);
         s.objects_allocated += self.0.detached_objects.load(Ordering::Relaxed);
         s.bytes_allocated += self.0.detached_bytes.load(Ordering::Relaxed);
         s

@@ -52,6 +52,7 @@ pub mod sizeclass;
 pub mod stats;
 pub mod task;
 pub mod types;
+pub mod weak;
 
 pub use callbacks::{Callback, CallbackId, CallbackKind};
 pub use error::GcError;
@@ -65,6 +66,7 @@ pub use task::Task;
 pub use types::{
     CMarkFn, CSweepFn, ForeignTypeSpec, MarkFn, MarkProc, SweepFn, SweepProc, TypeKind, TypeRef,
 };
+pub use weak::{CFinalizerFn, CNotifyFn, FinalizerFn, ReferenceQueue, WeakRef};
 
 /// Which collection to run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -116,6 +116,20 @@ impl<'h> Marker<'h> {
         self.full
     }
 
+    /// Whether `obj` (a live object of the heap being collected) is marked so far: it
+    /// survives this collection if so. In a partial collection every old object counts
+    /// as marked (only the young generation is collected).
+    #[inline]
+    pub fn is_marked(&self, obj: ObjRef) -> bool {
+        // SAFETY: the caller hands us an allocated object of this heap.
+        let h = unsafe { obj.header_bits() };
+        if h & OLD != 0 {
+            !self.full || h & MARK == self.parity
+        } else {
+            h & MARK != 0
+        }
+    }
+
     /// Queues `obj` for marking (the seed's `jl_gc_mark_queue_obj`) and returns whether
     /// it is young. A mark function counts the `true` results and returns the count.
     #[inline]

@@ -90,6 +90,13 @@ pub(crate) struct Local {
     pub countdown: u64,
     /// Types recently validated by the C ABI (types live as long as the heap).
     pub type_cache: [usize; 4],
+    /// Weak-reference objects made (or re-pointed to a young referent) since the last
+    /// collection.
+    pub weak_objs: Vec<ObjRef>,
+    /// `weak_objs` may repeat objects already listed by the heap.
+    pub weak_dirty: bool,
+    /// Run pending finalizers at safepoints (see `Mutator::set_finalizers_at_safepoints`).
+    pub fin_at_safepoints: bool,
 }
 
 /// Registers saved when the thread stops (rbx, rbp, r12-r15, rsp on x86_64), so that a
@@ -208,6 +215,8 @@ impl MutatorShared {
         if w.collecting {
             self.park(&mut w);
         }
+        drop(w);
+        crate::weak::after_resume(self);
     }
 
     /// Marks the thread GC-safe; the caller has saved the registers of the frame that
@@ -240,6 +249,9 @@ impl MutatorShared {
                 }
                 self.state.store(RUNNING, Ordering::SeqCst);
             }
+        }
+        if heap.fin_pending.load(Ordering::Relaxed) != 0 {
+            crate::weak::after_resume(self);
         }
     }
 
@@ -284,7 +296,7 @@ impl MutatorShared {
                 c + HEADER_SIZE
             } else {
                 // SAFETY: forwarded.
-                return unsafe { self.alloc_slow(size, ty) };
+                return unsafe { self.alloc_slow(size, ty, false) };
             };
             // SAFETY: the header word of the cell we just took.
             unsafe {
@@ -299,17 +311,37 @@ impl MutatorShared {
             return Ok(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
         }
         // SAFETY: forwarded.
-        unsafe { self.alloc_slow(size, ty) }
+        unsafe { self.alloc_slow(size, ty, false) }
+    }
+
+    /// Allocates an object of a type only the heap itself makes objects of (weak
+    /// references).
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    pub(crate) unsafe fn alloc_internal(
+        &self,
+        size: usize,
+        ty: TypeRef,
+    ) -> Result<ObjRef, GcError> {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_slow(size, ty, true) }
     }
 
     /// Everything the fast path does not handle: validation, safepoints, stress mode,
-    /// big objects and page refills.
+    /// big objects and page refills. `internal`: the heap allocates an object of one of
+    /// its own types (refused otherwise).
     ///
     /// # Safety
     /// Called on the thread that owns this mutator.
     #[cold]
     #[inline(never)]
-    unsafe fn alloc_slow(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+    unsafe fn alloc_slow(
+        &self,
+        size: usize,
+        ty: TypeRef,
+        internal: bool,
+    ) -> Result<ObjRef, GcError> {
         let heap = self.heap();
         let desc = ty.desc();
         if desc.heap_id != heap.id() {
@@ -319,10 +351,14 @@ impl MutatorShared {
         if size == 0 {
             return Err(GcError::ZeroSize { type_name: name() });
         }
-        if desc.kind == TypeKind::DataType {
+        if desc.kind.is_internal() && !internal {
             return Err(GcError::InvalidType {
                 name: name(),
-                reason: "types are created with new_foreign_type, not allocated".into(),
+                reason: if desc.kind == TypeKind::DataType {
+                    "types are created with new_foreign_type, not allocated".into()
+                } else {
+                    "weak-reference objects are made by new_weak_object (jl_gc_new_weakref)".into()
+                },
             });
         }
         if size < desc.min_size {
@@ -558,6 +594,9 @@ unsafe fn zero_words(addr: usize, bytes: usize) {
 pub struct Mutator {
     shared: Arc<MutatorShared>,
     heap: Heap,
+    /// Dropping it detaches the thread (false for the handles the heap lends to
+    /// finalizers run at safepoints).
+    owned: bool,
     _not_send: PhantomData<*mut ()>,
 }
 
@@ -588,6 +627,9 @@ impl Mutator {
                 bytes: 0,
                 countdown: if stress == 0 { u64::MAX } else { stress + 1 },
                 type_cache: [0; 4],
+                weak_objs: Vec::new(),
+                weak_dirty: false,
+                fin_at_safepoints: false,
             }),
             task: task.clone(),
             marker: AtomicPtr::new(std::ptr::null_mut()),
@@ -615,8 +657,32 @@ impl Mutator {
         Ok(Mutator {
             shared,
             heap: heap.clone(),
+            owned: true,
             _not_send: PhantomData,
         })
+    }
+
+    /// A handle for the calling thread's existing attachment `shared`, which dropping
+    /// does not detach (for running finalizers where only the shared state is at hand).
+    ///
+    /// # Safety
+    /// `shared` is the calling thread's attached mutator (it lives in an `Arc`, as does
+    /// its heap).
+    pub(crate) unsafe fn borrowed(shared: &MutatorShared) -> Mutator {
+        let p: *const MutatorShared = shared;
+        let h: *const HeapInner = shared.heap;
+        // SAFETY: both pointers come from `Arc::as_ptr` of live Arcs (attach); adding a
+        // strong count first makes `from_raw` produce an extra owner.
+        unsafe {
+            Arc::increment_strong_count(p);
+            Arc::increment_strong_count(h);
+            Mutator {
+                shared: Arc::from_raw(p),
+                heap: Heap(Arc::from_raw(h)),
+                owned: false,
+                _not_send: PhantomData,
+            }
+        }
     }
 
     /// The heap this thread is attached to.
@@ -732,7 +798,9 @@ impl Mutator {
 
 impl Drop for Mutator {
     fn drop(&mut self) {
-        detach(&self.shared);
+        if self.owned {
+            detach(&self.shared);
+        }
     }
 }
 
@@ -764,6 +832,12 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
         let mut gc = heap.gc.lock();
         gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
+        drop(gc);
+        if !local.weak_objs.is_empty() {
+            let mut ws = heap.weak.lock();
+            ws.objs_young.append(&mut local.weak_objs);
+            ws.objs_dirty |= std::mem::take(&mut local.weak_dirty);
+        }
         heap.detached_objects
             .fetch_add(local.objects, Ordering::Relaxed);
         heap.detached_bytes

@@ -36,6 +36,18 @@ pub struct GcStats {
     pub sweep_functions_run: u64,
     /// Write-barrier violations found by the verify mode.
     pub verify_errors: u64,
+    /// Weak references (objects and handles) cleared.
+    pub weak_refs_cleared: u64,
+    /// Finalizers queued to run (their objects found unreachable).
+    pub finalizers_queued: u64,
+    /// Finalizers run.
+    pub finalizers_run: u64,
+    /// Rust finalizers that panicked (caught; they count as run).
+    pub finalizer_panics: u64,
+    /// Reference-queue tokens queued.
+    pub tokens_queued: u64,
+    /// Total time in the weak phase (hooks, weak references, finalizers, queue).
+    pub total_weak_time: Duration,
 }
 
 /// What one collection did ([`crate::Mutator::collect`]).
@@ -51,6 +63,14 @@ pub struct CollectionInfo {
     pub mark_time: Duration,
     /// Time spent sweeping.
     pub sweep_time: Duration,
+    /// Time spent between mark and sweep (hooks, weak references, finalizers, queue).
+    pub weak_time: Duration,
+    /// Weak references cleared.
+    pub weak_refs_cleared: u64,
+    /// Finalizers queued to run.
+    pub finalizers_queued: u64,
+    /// Reference-queue tokens queued.
+    pub tokens_queued: u64,
     /// Objects marked.
     pub objects_marked: u64,
     /// Bytes freed.
@@ -77,6 +97,10 @@ pub(crate) struct StatsAcc {
     pub pauses: Vec<u64>,
     pub sweep_functions_run: u64,
     pub verify_errors: u64,
+    pub weak_refs_cleared: u64,
+    pub finalizers_queued: u64,
+    pub tokens_queued: u64,
+    pub total_weak_time: Duration,
 }
 
 const MAX_PAUSE_SAMPLES: usize = 1 << 16;
@@ -119,6 +143,12 @@ impl StatsAcc {
             p99_pause: pct(0.99),
             sweep_functions_run: self.sweep_functions_run,
             verify_errors: self.verify_errors,
+            weak_refs_cleared: self.weak_refs_cleared,
+            finalizers_queued: self.finalizers_queued,
+            finalizers_run: 0,
+            finalizer_panics: 0,
+            tokens_queued: self.tokens_queued,
+            total_weak_time: self.total_weak_time,
         }
     }
 }

@@ -59,6 +59,8 @@ pub enum TypeKind {
     Foreign,
     /// A type described by the offsets of its reference slots.
     Layout,
+    /// The built-in type of weak-reference objects ([`crate::Heap::weak_ref_type`]).
+    WeakRef,
 }
 
 /// Describes a foreign type for [`crate::Heap::new_foreign_type`].

@@ -214,6 +214,7 @@ fn compat_header_matches_the_rust_jl_functions() {
         [
             "GC_CB_NOTIFY_EXTERNAL_ALLOC",
             "GC_CB_NOTIFY_EXTERNAL_FREE",
+            "GC_CB_WEAK_PROCESSING",
             "GC_COLLECT_AUTO",
             "GC_COLLECT_FULL",
             "GC_COLLECT_PARTIAL",

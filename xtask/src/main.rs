@@ -9,6 +9,7 @@
 mod bench;
 mod demo;
 mod demo_multipy;
+mod loader_libs;
 mod steps;
 mod test;
 mod venv;

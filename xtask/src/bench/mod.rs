@@ -2,6 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
+mod frame_hooks;
 mod gc;
 mod gil;
 mod loader;
@@ -42,6 +43,11 @@ Suite {
     name: "multipy",
     what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
     run: multipy::run,
+},
+Suite {
+    name: "frame-hooks",
+    what: "PEP 523 hooks on CPython: default vs Rust and C pass-through vs the Rust profiler vs cProfile vs sys.setprofile; code-extra lookups",
+    run: frame_hooks::run,
 }];
 
 /// Runs the named suite, or all of them.
