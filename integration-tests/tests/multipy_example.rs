@@ -7,23 +7,33 @@ mod multipy_common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The example, built by cargo in a target directory of its own
+/// (`CARGO_TARGET_TMPDIR/own-build`): a `cargo build` of it in the workspace's target
+/// directory resolves features for integration-tests alone and would rebuild the
+/// unhashed `libelf_loader.rlib` (elf-loader is also a cdylib) that the crates already
+/// compiled by `cargo test --workspace` link against (E0460). A no-op when current.
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--quiet",
-            "-p",
-            "integration-tests",
-            "--example",
-            "multipy",
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success(), "building the example failed");
-    dir.join("multipy")
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build");
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "integration-tests",
+                "--example",
+                "multipy",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the example failed");
+    });
+    target.join("debug/examples/multipy")
 }
 
 fn run(args: &[&str]) -> Output {

@@ -26,7 +26,7 @@ pub enum Stream {
 }
 
 /// Receives text written outside any call (by threads the Python code started, by
-/// `atexit` functions at finalisation), or everything when [`Config::forward`] is set:
+/// `atexit` functions at finalisation), or everything when `Config.forward` is set:
 /// `(interpreter id, stream, text)`.
 pub type Sink = Arc<dyn Fn(usize, Stream, &str) + Send + Sync>;
 

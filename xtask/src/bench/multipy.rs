@@ -129,9 +129,15 @@ fn private_and_rss_code() -> &'static str {
 }
 
 /// WORKERS processes at once, each running the workload; the slowest one's loop time.
+/// The loops start at one agreed wall-clock instant, after every process has imported
+/// numpy and warmed up, so no process's start-up overlaps another's loop.
 fn numpy_processes(python: &Path) -> Result<f64> {
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        + 2.0;
     let code = format!(
-        "{WORKLOAD}work(1)\nimport time\nt = time.perf_counter()\nwork({ITERS})\nprint('s=%r' % (time.perf_counter() - t))\n"
+        "{WORKLOAD}work(1)\nimport time\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\nwork({ITERS})\nprint('s=%r' % (time.perf_counter() - t))\n"
     );
     let children: Vec<_> = (0..WORKERS)
         .map(|_| {
