@@ -256,7 +256,9 @@ fn main() -> ExitCode {
     // Finalise (atexit output is forwarded too), then the summary.
     drop(interps);
     prefixer.flush();
-    println!(
+    // A closed stdout (`| head`) is not an error of the run.
+    let _ = writeln!(
+        std::io::stdout(),
         "multipy: {}/{n} interpreters ok, start-up {startup:.2} s, run {run:.2} s",
         n - failed
     );
