@@ -1,6 +1,7 @@
 //! multipy on every supported CPython found on the machine (3.10 to 3.13, pyenv's): two
 //! interpreters of each version side by side in one process (and all versions at
-//! once), each with its own `None`, the version asked for, stdlib C extension modules,
+//! once), each with its own `None`, the version asked for, stdlib C extension modules
+//! (`_decimal`, `ctypes` included),
 //! `PyConfig` isolation from `PYTHON*` variables, and a clean drop. A version missing
 //! from the machine is reported and skipped; 3.11 (the default) must be there.
 
@@ -22,7 +23,9 @@ fn every_supported_version_side_by_side() {
             Err(e) => panic!("{major}.{minor}: {e}"),
         };
         let b = make().unwrap();
-        let code = "import sys, math, json, _struct, array, threading\nprint('%d.%d' % sys.version_info[:2], sys.flags.optimize, id(None), json.dumps([math.factorial(5)]))";
+        // _decimal and _ctypes: 3.12+ lib-dynload modules rely on libpython's libm
+        // being in the global scope (ceil).
+        let code = "import sys, math, json, _struct, array, threading, _decimal, ctypes\nassert str(_decimal.Decimal(1) / 8) == '0.125'\nassert ctypes.c_int(7).value == 7\nprint('%d.%d' % sys.version_info[:2], sys.flags.optimize, id(None), json.dumps([math.factorial(5)]))";
         let (oa, ob) = (a.run(code).unwrap().stdout, b.run(code).unwrap().stdout);
         let fa: Vec<&str> = oa.split_whitespace().collect();
         let fb: Vec<&str> = ob.split_whitespace().collect();

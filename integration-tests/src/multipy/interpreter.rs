@@ -441,7 +441,8 @@ impl Interpreter {
     /// frame-hooks' view of this interpreter's copy (PEP 523 hooks, code extras, the
     /// call profiler): bound to this copy's symbols only, so a hook installed through it
     /// sees this interpreter's calls and no other's. Drop hooks installed through it
-    /// before the interpreter. CPython 3.11 only (frame-hooks checks the frame layout).
+    /// before the interpreter. frame-hooks checks the copy's frame layout and refuses a
+    /// version it does not know.
     pub fn frame_hooks(
         &self,
     ) -> std::result::Result<frame_hooks::cpython::Python, frame_hooks::cpython::Error> {
@@ -450,7 +451,10 @@ impl Interpreter {
             use elf_loader::SymbolProvider;
             lib.sym(name.to_str().ok()?)
         };
-        frame_hooks::cpython::Python::new(&resolver)
+        // SAFETY: the resolver answers with this interpreter's libpython copy's own
+        // exports (or its search libraries'), by name, and nothing else; the copy is
+        // initialised while `self` lives.
+        unsafe { frame_hooks::cpython::Python::new(&resolver) }
     }
 
     fn loaded(&self) -> &Loaded {
