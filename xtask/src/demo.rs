@@ -21,7 +21,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "numpy",
         what: "several CPython 3.11 interpreters in one process, each a libpython copy loaded by elf-loader, running numpy",
-        run: None,
+        run: Some(crate::demo_multipy::run),
     },
     Scenario {
         name: "c-extension",

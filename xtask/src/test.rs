@@ -4,8 +4,9 @@ use crate::steps::{cargo, succeeds, Steps};
 use anyhow::{bail, Result};
 use std::process::Command;
 
-/// Runs the checks in CI order, stopping at the first failure.
-pub fn run() -> Result<()> {
+/// Runs the checks in CI order, stopping at the first failure; `full` adds the slow
+/// exhaustive comparisons (`MULTIPY_FULL=1`).
+pub fn run(full: bool) -> Result<()> {
     install_toolchain_components()?;
     install_system_tools()?;
     // The minigap scenario builds its kernel on Boehm GC too (integration-tests' build.rs).
@@ -13,7 +14,12 @@ pub fn run() -> Result<()> {
     // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
     crate::venv::ensure()?;
 
-    let plan = plan();
+    let mut plan = plan();
+    if full {
+        for (_, cmd) in plan.iter_mut() {
+            cmd.env("MULTIPY_FULL", "1");
+        }
+    }
     let mut steps = Steps::new("test", plan.len());
     for (name, cmd) in plan {
         steps.run(name, cmd)?;

@@ -7,6 +7,7 @@ mod gap;
 mod gc;
 mod gil;
 mod loader;
+mod multipy;
 mod report;
 
 use anyhow::{bail, Result};
@@ -45,6 +46,11 @@ Suite {
     name: "loader",
     what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
     run: loader::run_suite,
+},
+Suite {
+    name: "multipy",
+    what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
+    run: multipy::run,
 },
 Suite {
     name: "frame-hooks",
