@@ -329,7 +329,7 @@ fn finalizers_and_queue_draining_on_other_threads_while_mutators_allocate() {
     }
     m.collect(CollectionKind::Full).unwrap();
     let t0 = Instant::now();
-    while queue.len() > 0 && t0.elapsed() < Duration::from_secs(30) {
+    while !queue.is_empty() && t0.elapsed() < Duration::from_secs(30) {
         m.gc_safe(|| std::thread::sleep(Duration::from_millis(1)));
     }
     done.store(true, Ordering::SeqCst);
