@@ -502,6 +502,9 @@ pub(crate) fn after_resume(me: &MutatorShared) {
 thread_local! {
     /// The calling thread is running a finalizer: finalizers never run re-entrantly.
     static IN_FINALIZER: Cell<bool> = const { Cell::new(false) };
+    /// Registration numbers of finalizers that `finalize` deferred while this thread ran
+    /// a finalizer (they wait at the front of the pending queue, rooted there).
+    static DEFERRED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether the calling thread is inside a finalizer.
@@ -603,8 +606,40 @@ pub(crate) fn run_pending(m: &mut Mutator) -> usize {
         };
         ran += run_batch(m, batch);
         drop(in_flight);
+        // Deferred finalizers went to the pending queue: the next round takes them.
+        DEFERRED.with(|d| d.borrow_mut().clear());
     }
     ran
+}
+
+/// Runs the finalizers that `finalize` deferred during the finalizers this thread just
+/// ran (unless another thread's drain took them first).
+fn run_deferred(m: &mut Mutator) -> usize {
+    let heap = m.heap().0.clone();
+    let mut ran = 0;
+    loop {
+        let seqs = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        if seqs.is_empty() {
+            return ran;
+        }
+        let (batch, in_flight) = {
+            let mut q = heap.fin.lock();
+            let mut batch = Vec::new();
+            let all = std::mem::take(&mut q.pending);
+            for e in all {
+                if seqs.contains(&e.seq) {
+                    batch.push(e);
+                } else {
+                    q.pending.push_back(e);
+                }
+            }
+            heap.fin_pending.store(q.pending.len(), Ordering::Release);
+            let guard = start_batch(&heap, &mut q, &batch);
+            (batch, guard)
+        };
+        ran += run_batch(m, batch);
+        drop(in_flight);
+    }
 }
 
 /// Takes the entries of `obj` out of `list`.
@@ -654,8 +689,10 @@ impl Mutator {
 
     /// Runs the finalizers of `obj` now, on this thread (Julia's `jl_finalize`), in
     /// reverse registration order, and forgets them: they never run again. Returns how
-    /// many ran. Inside a finalizer, they are queued instead and run after the current
-    /// finalizer returns (finalizers never run re-entrantly); the result is then 0.
+    /// many ran (counting those they asked for in turn). Inside a finalizer, they are
+    /// queued instead and run on this thread right after the outermost finalizer call
+    /// (`finalize` or `run_finalizers`) returns from the finalizer that asked
+    /// (finalizers never run re-entrantly); the result is then 0.
     pub fn finalize(&mut self, obj: ObjRef) -> usize {
         let heap = self.heap().0.clone();
         let mut found = Vec::new();
@@ -676,6 +713,7 @@ impl Mutator {
             }
             found.sort_unstable_by_key(|e| Reverse(e.seq));
             if in_finalizer() {
+                DEFERRED.with(|d| d.borrow_mut().extend(found.iter().map(|e| e.seq)));
                 for e in found.into_iter().rev() {
                     q.pending.push_front(e);
                 }
@@ -690,7 +728,7 @@ impl Mutator {
         let in_flight = start_batch(&heap, &mut heap.fin.lock(), &found);
         let ran = run_batch(self, found);
         drop(in_flight);
-        ran
+        ran + run_deferred(self)
     }
 
     /// Runs the pending finalizers (those of objects found unreachable by past

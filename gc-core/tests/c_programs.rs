@@ -70,6 +70,9 @@ fn build(source: &str, name: &str) -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> String {
+    // cargo's LD_LIBRARY_PATH holds target/debug, where `cargo build` may have left an
+    // older libgc_core.so; it would win over the program's RUNPATH.
+    cmd.env_remove("LD_LIBRARY_PATH");
     let out = cmd.output().expect("program runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -101,6 +104,30 @@ fn seed_style_gcext_program_is_valgrind_clean() {
         .args(["--error-exitcode=99", "--quiet", "--track-origins=no"])
         .arg(&exe)
         .arg("20000"));
+    let _ = std::fs::remove_file(&exe);
+    assert!(out.contains(", ok"), "{out}");
+}
+
+#[test]
+fn weak_references_and_finalizers_program_passes() {
+    let exe = build("tests/c/weakfin.c", "weakfin");
+    let out = run(Command::new(&exe).arg("20"));
+    let _ = std::fs::remove_file(&exe);
+    assert!(out.contains(", ok"), "{out}");
+    assert!(!out.contains("FAIL"), "{out}");
+}
+
+#[test]
+fn weak_references_and_finalizers_program_is_valgrind_clean() {
+    if std::env::var_os("GC_CORE_VALGRIND").is_none() {
+        eprintln!("skipped: set GC_CORE_VALGRIND=1 (cargo xtask test does) to run under valgrind");
+        return;
+    }
+    let exe = build("tests/c/weakfin.c", "weakfin-vg");
+    let out = run(Command::new("valgrind")
+        .args(["--error-exitcode=99", "--quiet", "--track-origins=no"])
+        .arg(&exe)
+        .arg("5"));
     let _ = std::fs::remove_file(&exe);
     assert!(out.contains(", ok"), "{out}");
 }

@@ -655,3 +655,27 @@ impl TypeOfChecked for Heap {
         unsafe { self.type_of(obj) }
     }
 }
+
+#[test]
+fn finalize_inside_a_finalizer_runs_right_after_it() {
+    let (heap, mut m, ty) = setup();
+    let x = node(&mut m, ty, 1);
+    let rx = heap.root(x);
+    let y = node(&mut m, ty, 2);
+    // SAFETY: live objects.
+    unsafe { m.store_ref(x, 0, Some(y)) };
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let l = log.clone();
+    m.add_finalizer(y, move |_, obj| l.lock().push(id(obj)));
+    let l = log.clone();
+    m.add_finalizer(x, move |m, obj| {
+        // SAFETY: alive while its finalizer runs.
+        let y = unsafe { m.load_ref(obj, 0) }.unwrap();
+        assert_eq!(m.run_finalizers(), 0);
+        assert_eq!(m.finalize(y), 0);
+        l.lock().push(id(obj));
+    });
+    assert_eq!(m.finalize(rx.get()), 2);
+    assert_eq!(*log.lock(), vec![1, 2]);
+    assert_eq!(heap.pending_finalizers(), 0);
+}
