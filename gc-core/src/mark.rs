@@ -58,6 +58,9 @@ enum Mode {
     Mark,
     /// Count young children only; mark nothing.
     Verify,
+    /// Mark, but young objects marked now are not promoted by this collection: what only
+    /// finalizable objects reach dies young once the finalizers ran (see `weak.rs`).
+    MarkKeepYoung,
 }
 
 /// The marking state of one collection, handed to mark functions, root scanners and
@@ -141,12 +144,8 @@ impl<'h> Marker<'h> {
         // verify mode checked it above when enabled).
         let hdr = unsafe { obj.header() };
         let h = hdr.load(Ordering::Relaxed);
-        if self.mode == Mode::Verify {
-            let young = h & OLD == 0;
-            if young && self.verify_first_young.is_none() {
-                self.verify_first_young = Some(obj);
-            }
-            return young;
+        if self.mode != Mode::Mark {
+            return self.queue_other_mode(obj, h);
         }
         if h & OLD != 0 {
             if self.full && h & MARK != self.parity {
@@ -161,6 +160,49 @@ impl<'h> Marker<'h> {
             }
             true
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn queue_other_mode(&mut self, obj: ObjRef, h: usize) -> bool {
+        let young = h & OLD == 0;
+        match self.mode {
+            Mode::Verify => {
+                if young && self.verify_first_young.is_none() {
+                    self.verify_first_young = Some(obj);
+                }
+            }
+            Mode::MarkKeepYoung => {
+                if young && h & MARK == 0 {
+                    match pagetable::lookup(obj.addr()) {
+                        Some(page)
+                            if page.owner() == self.heap.id() && page.cell_layout().is_some() =>
+                        {
+                            // SAFETY: we are the collector and the world is stopped.
+                            unsafe { page.clear_age(obj.addr()) }
+                        }
+                        _ => {
+                            let bh = (obj.addr() - crate::big::BIG_HEADER) as *mut BigHeader;
+                            // SAFETY: not in a pool page of ours: a live big object, whose
+                            // bookkeeping only the collector touches while it runs.
+                            unsafe { (*bh).age = false }
+                        }
+                    }
+                }
+                self.mode = Mode::Mark;
+                let r = self.queue(obj);
+                self.mode = Mode::MarkKeepYoung;
+                return r;
+            }
+            Mode::Mark => unreachable!("handled by queue"),
+        }
+        young
+    }
+
+    /// Turns keep-young marking on or off: young objects marked while it is on are not
+    /// promoted by this collection.
+    pub(crate) fn keep_young(&mut self, on: bool) {
+        self.mode = if on { Mode::MarkKeepYoung } else { Mode::Mark };
     }
 
     /// Queues an optional reference; `None` (a null slot) is ignored.

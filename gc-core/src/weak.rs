@@ -397,31 +397,32 @@ pub(crate) unsafe fn process(
         }
         out.cleared += ws.handles.process(full, &dead);
         // Finalizable objects leave the registrations.
-        let young = std::mem::take(&mut ws.fin_young);
-        let old = if full {
-            std::mem::take(&mut ws.fin_old)
-        } else {
-            Vec::new()
-        };
-        for e in young.into_iter().chain(old) {
-            if dead(e.obj) {
-                batch.push(e);
-            } else if is_old(e.obj) {
-                ws.fin_old.push(e);
-            } else {
-                ws.fin_young.push(e);
-            }
-        }
+        sift(
+            &mut ws.fin_young,
+            &mut ws.fin_old,
+            full,
+            |e| e.obj,
+            |e| dead(e.obj),
+            |e| batch.push(e),
+        );
     }
     if !batch.is_empty() {
         // Reverse registration order, as Julia runs them.
         batch.sort_unstable_by_key(|e| Reverse(e.seq));
+        // What only finalizable objects reach is kept for this one collection: it is not
+        // promoted, so that it dies young once the finalizers ran (otherwise a partial
+        // collection could not free it and the old generation would fill with it).
+        // SAFETY: m is valid and unaliased.
+        unsafe { (*m).keep_young(true) };
         for e in &batch {
             // SAFETY: m is valid and unaliased; the object is allocated (unmarked).
             unsafe { (*m).queue(e.obj) };
         }
         // SAFETY: as above.
-        unsafe { Marker::drain(m) };
+        unsafe {
+            Marker::drain(m);
+            (*m).keep_young(false);
+        }
         out.finalizable = batch.len() as u64;
         let mut q = heap.fin.lock();
         q.pending.extend(batch);
@@ -430,47 +431,78 @@ pub(crate) unsafe fn process(
     let mut ws = heap.weak.lock();
     let ws = &mut *ws;
     // Weak-reference objects: drop the dead, move the all-old ones to the old list.
-    let mut objs = std::mem::take(&mut ws.objs_young);
-    if full {
-        objs.append(&mut ws.objs_old);
-        if std::mem::take(&mut ws.objs_dirty) {
-            objs.sort_unstable();
-            objs.dedup();
-        }
+    if full && std::mem::take(&mut ws.objs_dirty) {
+        // Re-pointing may have listed an object twice (in either list).
+        ws.objs_young.append(&mut ws.objs_old);
+        ws.objs_young.sort_unstable();
+        ws.objs_young.dedup();
     }
-    for wr in objs {
-        if dead(wr) {
-            continue;
-        }
-        // SAFETY: alive, so allocated.
-        let v = ObjRef::from_addr(unsafe { value_word(wr) }.load(Ordering::Relaxed));
-        if is_old(wr) && v.is_none_or(is_old) {
-            ws.objs_old.push(wr);
-        } else {
-            ws.objs_young.push(wr);
-        }
-    }
+    sift(
+        &mut ws.objs_young,
+        &mut ws.objs_old,
+        full,
+        |&wr| {
+            // SAFETY: listed weak-reference objects are allocated; an all-old entry is
+            // one whose referent is old or null.
+            let v = unsafe { value_word(wr) }.load(Ordering::Relaxed);
+            match ObjRef::from_addr(v) {
+                Some(v) if !is_old(v) => v,
+                _ => wr,
+            }
+        },
+        |&wr| dead(wr),
+        |_| {},
+    );
     // Reference queue: objects still unmarked are gone.
-    let young = std::mem::take(&mut ws.phantom_young);
-    let old = if full {
-        std::mem::take(&mut ws.phantom_old)
-    } else {
-        Vec::new()
-    };
-    for e in young.into_iter().chain(old) {
-        if dead(e.obj) {
+    sift(
+        &mut ws.phantom_young,
+        &mut ws.phantom_old,
+        full,
+        |e| e.obj,
+        |e| dead(e.obj),
+        |e| {
             e.queue.push(e.token);
             out.tokens += 1;
             if !out.notify.iter().any(|q| Arc::ptr_eq(q, &e.queue)) {
                 out.notify.push(e.queue.clone());
             }
-        } else if is_old(e.obj) {
-            ws.phantom_old.push(e);
-        } else {
-            ws.phantom_young.push(e);
+        },
+    );
+    out
+}
+
+/// Processes a young/old pair of lists in place: entries found dead go to `gone`;
+/// young-list entries whose `key` object is old move to the old list. Old entries are
+/// only looked at in full collections. Order within the lists is not kept (nothing
+/// depends on it: finalizer batches are sorted by registration number).
+fn sift<T>(
+    young: &mut Vec<T>,
+    old: &mut Vec<T>,
+    full: bool,
+    key: impl Fn(&T) -> ObjRef,
+    dead: impl Fn(&T) -> bool,
+    mut gone: impl FnMut(T),
+) {
+    if full {
+        let mut i = 0;
+        while i < old.len() {
+            if dead(&old[i]) {
+                gone(old.swap_remove(i));
+            } else {
+                i += 1;
+            }
         }
     }
-    out
+    let mut i = 0;
+    while i < young.len() {
+        if dead(&young[i]) {
+            gone(young.swap_remove(i));
+        } else if is_old(key(&young[i])) {
+            old.push(young.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// Work after the world resumed, on the collecting thread: queue notifications, then the

@@ -14,8 +14,8 @@
 //! partial collection, every old object and what it reaches); weak references whose
 //! referent is not kept are cleared; registered finalizers whose object is not kept join
 //! the run queue (in reverse registration order) and their objects and what those reach
-//! are kept too; a queue registration whose object is still not kept yields its token;
-//! everything else is freed. After every collection: every kept object is intact (type,
+//! are kept too, without being promoted; a queue registration whose object is still not
+//! kept yields its token; everything else is freed. After every collection: every kept object is intact (type,
 //! identity, reference slots, check words), every weak reference reads what the model
 //! says, every other object is freed. Finalizers run in the order the model predicts,
 //! each exactly once; every token is drained exactly once. The verify mode is on, so a
@@ -609,8 +609,13 @@ impl World {
         for &id in &kept {
             self.check_object(id, &freed_big);
         }
-        for o in self.objs.values_mut() {
-            o.age = (o.age + 1).min(2);
+        // Survivors age; young objects kept only for finalizers are not promoted.
+        for (id, o) in self.objs.iter_mut() {
+            o.age = if marked.contains(id) || o.age >= 2 {
+                (o.age + 1).min(2)
+            } else {
+                1
+            };
         }
         for (t, h) in &self.handles {
             assert_eq!(
