@@ -264,7 +264,7 @@ pub fn run_gc() -> Result<()> {
         "GCBench with weak refs + finalizers vs Boehm with the same",
         "gcbench_ms_weak",
         "gcbench_ms_boehm_weak",
-        Some(1.0),
+        None,
     );
     r.compare(
         "GCBench with weak refs + finalizers vs without (ours)",
