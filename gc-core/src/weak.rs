@@ -874,7 +874,8 @@ impl Heap {
     /// A weak handle to `obj` for the embedder: [`WeakRef::get`] returns `obj` until a
     /// collection finds it unreachable, `None` after. The handle lives outside the heap
     /// and is never a root (not even for conservative scanning). `obj` must be a live
-    /// object of this heap.
+    /// object of this heap (on a thread not attached to it: a rooted one, since a
+    /// collection may run meanwhile).
     pub fn new_weak_ref(&self, obj: ObjRef) -> WeakRef {
         let (idx, slot) = self.0.weak.lock().handles.alloc(obj);
         WeakRef {
@@ -1002,8 +1003,9 @@ pub struct ReferenceQueue {
 }
 
 impl ReferenceQueue {
-    /// Registers `obj` (a live object of the queue's heap) with `token`. An object may be
-    /// registered several times; each registration yields its token once.
+    /// Registers `obj` (a live object of the queue's heap; on a thread not attached to it,
+    /// a rooted one) with `token`. An object may be registered several times; each
+    /// registration yields its token once.
     pub fn register(&self, obj: ObjRef, token: usize) {
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,
