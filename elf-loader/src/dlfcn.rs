@@ -8,7 +8,7 @@
 //! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
 //! outside any namespace are forwarded to the system loader unchanged.
 
-use crate::image::{Dep, Image};
+use crate::image::{Dep, Image, ScopeItem};
 use crate::namespace::{image_containing, NsInner};
 use parking_lot::Mutex;
 use std::cell::RefCell;
@@ -175,10 +175,7 @@ impl NsInner {
             .any(|p| base.starts_with(p.as_str()))
     }
     fn make_global(&self, img: &Arc<Image>) {
-        let mut st = self.state.lock();
-        if !st.global.iter().any(|g| Arc::ptr_eq(g, img)) {
-            st.global.push(img.clone());
-        }
+        self.state.lock().add_global(img);
     }
 }
 
@@ -192,63 +189,79 @@ fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
     Some(img.sym_address(s))
 }
 
-/// Looks `name` up in an image and its dependency closure (dlsym on a handle).
-fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+/// What `dlsym` finds for `name` in `items`, in order: a custom image's definition, or a
+/// system library's (a thread-local symbol gives its address in the calling thread, as
+/// glibc's `dlsym` does). System libraries are searched in their own tables; those that
+/// do not have the name are then asked through `dlvsym`, once per handle.
+fn lookup_items(items: &[ScopeItem], name: &CStr, version: Option<&CStr>) -> Option<usize> {
     let n = name.to_bytes();
     let v = version.map(|v| v.to_string_lossy().into_owned());
     let hash = crate::elf::gnu_hash(n);
-    let mut queue = std::collections::VecDeque::from([img.clone()]);
-    let mut seen: Vec<*const Image> = vec![Arc::as_ptr(img)];
-    let mut systems = Vec::new();
-    while let Some(i) = queue.pop_front() {
-        if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
-            return symbol_value(&i, &s);
-        }
-        for d in i.deps.get().map(|d| d.as_slice()).unwrap_or(&[]) {
-            match d {
-                Dep::Custom(w) => {
-                    if let Some(c) = w.upgrade() {
-                        if !seen.contains(&Arc::as_ptr(&c)) {
-                            seen.push(Arc::as_ptr(&c));
-                            queue.push_back(c);
-                        }
-                    }
+    let mut fallback = false;
+    for item in items {
+        match item {
+            ScopeItem::Custom(i) => {
+                if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
+                    return symbol_value(i, &s);
                 }
-                Dep::System(s) => systems.push(s.clone()),
+            }
+            ScopeItem::System(lib) => match lib.lookup_in_table(n, hash, v.as_deref()) {
+                Some(found) => return Some(found),
+                None => fallback = true,
+            },
+            ScopeItem::Provider(p) => {
+                if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
+                    return Some(a);
+                }
+            }
+            ScopeItem::Overrides => {}
+        }
+    }
+    if fallback {
+        let mut asked = Vec::new();
+        for item in items {
+            if let ScopeItem::System(lib) = item {
+                let h = lib.dl_handle();
+                if asked.contains(&h) {
+                    continue;
+                }
+                if let Some(a) = lib.lookup_c(name, version) {
+                    return Some(a);
+                }
+                asked.push(h);
             }
         }
     }
-    systems.iter().find_map(|s| s.lookup_c(name, version))
+    None
 }
 
+/// Looks `name` up in an image's local search list: the image and its dependency
+/// closure, breadth-first (dlsym on a handle).
+fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
+    let mut items = Vec::new();
+    crate::namespace::append_closure(&mut items, img);
+    lookup_items(&items, name, version)
+}
+
+/// Looks `name` up in the namespace's global scope (after `after`'s place in it, for
+/// `RTLD_NEXT`), then in the namespace's search providers.
 fn lookup_in_scope(
     ns: &Arc<NsInner>,
     after: Option<&Arc<Image>>,
     name: &CStr,
     version: Option<&CStr>,
 ) -> Option<usize> {
-    let globals = ns.state.lock().global.clone();
-    let start = match after {
-        Some(a) => globals
+    let mut items = ns.state.lock().scope.clone();
+    if let Some(a) = after {
+        let me = ScopeItem::Custom(a.clone());
+        let start = items
             .iter()
-            .position(|g| Arc::ptr_eq(g, a))
-            .map_or(globals.len(), |p| p + 1),
-        None => 0,
-    };
-    let v = version.map(|v| v.to_string_lossy().into_owned());
-    let n = name.to_bytes();
-    let hash = crate::elf::gnu_hash(n);
-    for g in &globals[start..] {
-        if let Some(s) = g.lookup_own(n, hash, v.as_deref()) {
-            return symbol_value(g, &s);
-        }
+            .position(|x| x.same(&me))
+            .map_or(items.len(), |p| p + 1);
+        items.drain(..start);
     }
-    for p in ns.search.read().iter() {
-        if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
-            return Some(a);
-        }
-    }
-    None
+    items.extend(ns.search.read().iter().cloned().map(ScopeItem::Provider));
+    lookup_items(&items, name, version)
 }
 
 unsafe fn dlsym_common(
@@ -451,6 +464,10 @@ pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
         b"dlclose" => dlclose_impl as *const () as usize,
         b"dladdr" => dladdr_impl as *const () as usize,
         b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
+        b"dl_iterate_phdr" => crate::phdr::iterate_entry(),
+        b"__cxa_thread_atexit" | b"__cxa_thread_atexit_impl" => {
+            crate::thread_atexit::thread_atexit as *const () as usize
+        }
         _ => return None,
     })
 }

@@ -24,6 +24,8 @@ pub(crate) struct Image {
     pub info: ElfInfo,
     /// The mapping (unmapped on drop).
     pub map: Mapping,
+    /// The program headers as `dl_iterate_phdr` reports them.
+    pub raw_phdrs: Box<[libc::Elf64_Phdr]>,
     /// The dynamic symbol table in the mapping.
     pub tab: SymTab,
     /// Writable segments' runtime ranges (relocation targets must lie inside).
@@ -38,6 +40,8 @@ pub(crate) struct Image {
     pub initialized: AtomicBool,
     /// Fini functions have run.
     pub finalized: AtomicBool,
+    /// C++ `thread_local` destructors registered by this image's code, not run yet.
+    pub tls_dtors: std::sync::atomic::AtomicUsize,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -61,13 +65,28 @@ pub(crate) enum ScopeItem {
     Provider(Arc<dyn SymbolProvider>),
 }
 
+impl ScopeItem {
+    /// Whether both items are the same library (custom images by identity, system
+    /// libraries by identity or by `dlopen` handle).
+    pub(crate) fn same(&self, other: &ScopeItem) -> bool {
+        match (self, other) {
+            (ScopeItem::Overrides, ScopeItem::Overrides) => true,
+            (ScopeItem::Custom(a), ScopeItem::Custom(b)) => Arc::ptr_eq(a, b),
+            (ScopeItem::System(a), ScopeItem::System(b)) => a.same_library(b),
+            (ScopeItem::Provider(a), ScopeItem::Provider(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
 /// What a symbol reference resolved to.
 pub(crate) enum Def {
     /// A definition in the image being relocated.
     Own(Sym),
     Custom(Arc<Image>, Sym),
     Addr(usize),
-    SystemTls(TlsIndex, usize),
+    /// A thread-local symbol of the system loader's (or a provider's) TLS.
+    SystemTls(TlsIndex),
 }
 
 /// A symbol value not resolved yet (in the relocation cache).
@@ -643,18 +662,18 @@ impl Image {
                         .tls_module
                         .ok_or_else(|| self.reloc_err(r, &name, "defining library has no PT_TLS"))?,
                     (R_X86_64_DTPOFF64, Some(Def::Custom(_, s))) => s.value.wrapping_add(r.addend as u64),
-                    (R_X86_64_DTPMOD64, Some(Def::SystemTls(ti, _))) => ti.module,
-                    (R_X86_64_DTPOFF64, Some(Def::SystemTls(ti, _))) => ti.offset.wrapping_add(r.addend as u64),
-                    (R_X86_64_TPOFF64, Some(Def::SystemTls(_, addr))) => {
+                    (R_X86_64_DTPMOD64, Some(Def::SystemTls(ti))) => ti.module,
+                    (R_X86_64_DTPOFF64, Some(Def::SystemTls(ti))) => ti.offset.wrapping_add(r.addend as u64),
+                    (R_X86_64_TPOFF64, Some(Def::SystemTls(ti))) if ti.module & tls::OUR_MODULE == 0 => {
                         // Initial-exec access to a variable in the system's static TLS:
                         // its offset from the thread pointer is the same in every thread.
-                        let tp = tls::thread_pointer();
-                        if addr >= tp || tp - addr > (16 << 20) {
-                            return Err(self.reloc_err(r, &name, "symbol is not in the system's static TLS block"));
-                        }
-                        (addr as u64).wrapping_sub(tp as u64).wrapping_add(r.addend as u64)
+                        let addr = tls::address_in_thread(&ti);
+                        let off = tls::static_tls_offset(addr).ok_or_else(|| {
+                            self.reloc_err(r, &name, "symbol is not in the system's static TLS block (its library was loaded with dlopen and uses dynamic TLS)")
+                        })?;
+                        off.wrapping_add(r.addend as u64)
                     }
-                    (R_X86_64_TPOFF64, Some(Def::Custom(..))) => {
+                    (R_X86_64_TPOFF64, Some(Def::Custom(..) | Def::SystemTls(_))) => {
                         return Err(self.reloc_err(
                             r,
                             &name,
@@ -842,22 +861,23 @@ pub(crate) fn lookup_scope(
                 }
             }
             ScopeItem::System(lib) => {
-                if !is_tls {
-                    if let Some(tab) = lib.symtab() {
-                        slow = true;
-                        if let Some(s) = tab.lookup(name, hash, version) {
-                            if s.kind() != STT_TLS {
-                                return Some(Def::Addr(tab.address(&s)));
-                            }
-                        }
-                        continue;
+                if lib.symtab().is_some() {
+                    // The library's own table (thread-local symbols included, versioned
+                    // or not); what it lacks may come from its dependencies: asked
+                    // through dlvsym below if nothing else in the scope has it.
+                    slow = true;
+                    match lib.lookup_own(name, hash, version) {
+                        Some(Ok(a)) if !is_tls => return Some(Def::Addr(a)),
+                        Some(Err(ti)) if is_tls => return Some(Def::SystemTls(ti)),
+                        _ => {}
                     }
+                    continue;
                 }
                 let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
                 let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
                 if is_tls {
-                    if let Some((ti, addr)) = lib.tls_lookup_c(n, v.as_deref()) {
-                        return Some(Def::SystemTls(ti, addr));
+                    if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
+                        return Some(Def::SystemTls(ti));
                     }
                 } else {
                     if let Some(a) = lib.lookup_c(n, v.as_deref()) {
@@ -870,7 +890,7 @@ pub(crate) fn lookup_scope(
                 let n = std::str::from_utf8(name).ok()?;
                 if is_tls {
                     if let Some(ti) = p.tls_sym(n) {
-                        return Some(Def::SystemTls(ti, 0));
+                        return Some(Def::SystemTls(ti));
                     }
                 } else if let Some(a) = p.sym_versioned(n, version) {
                     return Some(Def::Addr(a));
@@ -890,7 +910,11 @@ pub(crate) fn lookup_scope(
                 if asked.contains(&h) {
                     continue;
                 }
-                if let Some(a) = lib.lookup_c(n, v.as_deref()) {
+                if is_tls {
+                    if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
+                        return Some(Def::SystemTls(ti));
+                    }
+                } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
                     return Some(Def::Addr(a));
                 }
                 asked.push(h);

@@ -33,8 +33,10 @@ mod error;
 mod image;
 mod map;
 mod namespace;
+mod phdr;
 mod symtab;
 mod system;
+mod thread_atexit;
 mod tls;
 
 pub mod capi;

@@ -134,8 +134,13 @@ impl FileId {
 pub(crate) struct NsState {
     /// Every image, in load (= init) order.
     pub images: Vec<Arc<Image>>,
-    /// Images whose symbols later loads (and `dlsym(RTLD_DEFAULT)`) see, in order.
+    /// The namespace's global libraries (loaded by `Namespace::load`/`CustomLibrary::load`
+    /// or `dlopen(RTLD_GLOBAL)`), in the order they became global.
     pub global: Vec<Arc<Image>>,
+    /// The namespace's global scope, which later loads and `dlsym(RTLD_DEFAULT)` see: each
+    /// global library followed by the members of its `DT_NEEDED` closure (breadth-first)
+    /// not in the scope yet, custom and system libraries alike (see [`NsState::add_global`]).
+    pub scope: Vec<ScopeItem>,
     /// Images by file identity and by soname.
     pub by_file: HashMap<FileId, Arc<Image>>,
     pub by_soname: HashMap<String, Arc<Image>>,
@@ -151,6 +156,9 @@ pub(crate) struct NsInner {
     pub state: Mutex<NsState>,
     /// Providers searched by every library of the namespace after its dependencies.
     pub search: RwLock<Vec<Arc<dyn SymbolProvider>>>,
+    /// C++ `thread_local` destructors registered by the namespace's code and not run
+    /// yet: the namespace's unload waits for them.
+    pub pins: Arc<crate::thread_atexit::Pins>,
 }
 
 /// An isolated world of custom-loaded libraries: each library it loads (and each
@@ -183,11 +191,13 @@ impl Namespace {
                 state: Mutex::new(NsState {
                     images: Vec::new(),
                     global: Vec::new(),
+                    scope: Vec::new(),
                     by_file: HashMap::new(),
                     by_soname: HashMap::new(),
                     system: HashMap::new(),
                 }),
                 search: RwLock::new(Vec::new()),
+                pins: Default::default(),
             }),
         }
     }
@@ -227,49 +237,87 @@ impl Namespace {
             .collect()
     }
 
-    /// Looks `name` up in the namespace's global libraries, in load order.
+    /// Looks `name` up in the namespace's global scope (its global libraries and their
+    /// dependencies, in the order the crate README's "API" section lists, item 3).
     pub fn sym(&self, name: &str) -> Option<usize> {
-        let libs = self.inner.state.lock().global.clone();
-        libs.iter().find_map(|l| l.export(name, None))
+        let scope = self.inner.state.lock().scope.clone();
+        scope.iter().find_map(|item| match item {
+            ScopeItem::Custom(l) => l.export(name, None),
+            ScopeItem::System(s) => s.sym(name),
+            _ => None,
+        })
+    }
+}
+
+impl NsState {
+    /// Makes `img` a global library of the namespace (once), and appends to the global
+    /// scope the members of its local search list (itself, then its `DT_NEEDED` closure
+    /// breadth-first) that are not in it yet. This is how glibc builds the main map's
+    /// search list at start-up (the program's closure) and extends it for each
+    /// `dlopen(RTLD_GLOBAL)` (`add_to_global`): every later load, and `dlsym(RTLD_DEFAULT)`,
+    /// can bind to a global library's dependencies (CPython 3.12's `_decimal` takes
+    /// `ceil` from the `libm` that libpython brought in).
+    pub(crate) fn add_global(&mut self, img: &Arc<Image>) {
+        if self.global.iter().any(|g| Arc::ptr_eq(g, img)) {
+            return;
+        }
+        self.global.push(img.clone());
+        append_closure(&mut self.scope, img);
+    }
+
+    /// Removes `img` from the global libraries and rebuilds the global scope without it.
+    pub(crate) fn remove_global(&mut self, img: &Arc<Image>) {
+        self.global.retain(|g| !Arc::ptr_eq(g, img));
+        self.scope.clear();
+        for g in &self.global {
+            append_closure(&mut self.scope, g);
+        }
+    }
+}
+
+/// Appends `root` and its `DT_NEEDED` closure, breadth-first, to `out`, skipping the
+/// libraries already in it: glibc's local search list (`l_searchlist`) of `root`.
+pub(crate) fn append_closure(out: &mut Vec<ScopeItem>, root: &Arc<Image>) {
+    let root_item = ScopeItem::Custom(root.clone());
+    if out.iter().any(|x| x.same(&root_item)) {
+        return;
+    }
+    let first = out.len();
+    out.push(root_item);
+    let mut next = first;
+    while next < out.len() {
+        let ScopeItem::Custom(i) = &out[next] else {
+            next += 1;
+            continue;
+        };
+        let i = i.clone();
+        next += 1;
+        for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
+            let item = match d {
+                Dep::Custom(w) => match w.upgrade() {
+                    Some(c) => ScopeItem::Custom(c),
+                    None => continue,
+                },
+                Dep::System(s) => ScopeItem::System(s.clone()),
+            };
+            if !out.iter().any(|x| x.same(&item)) {
+                out.push(item);
+            }
+        }
     }
 }
 
 impl NsInner {
-    /// The scope used to relocate `img`: the loader's overrides, the image itself, its
-    /// dependencies breadth-first, the namespace's global libraries, the image's and the
+    /// The scope used to relocate `img`: the loader's overrides, the image itself and
+    /// its dependencies breadth-first (its local search list), then the namespace's
+    /// global scope (global libraries and their dependencies), the image's and the
     /// namespace's search providers, and finally the process's global scope.
     fn scope_for(&self, img: &Arc<Image>) -> Vec<ScopeItem> {
-        let mut scope = vec![ScopeItem::Overrides, ScopeItem::Custom(img.clone())];
-        let mut seen_custom: Vec<*const Image> = vec![Arc::as_ptr(img)];
-        let mut queue: std::collections::VecDeque<Arc<Image>> =
-            std::collections::VecDeque::from([img.clone()]);
-        while let Some(i) = queue.pop_front() {
-            for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
-                match d {
-                    Dep::Custom(w) => {
-                        if let Some(c) = w.upgrade() {
-                            if !seen_custom.contains(&Arc::as_ptr(&c)) {
-                                seen_custom.push(Arc::as_ptr(&c));
-                                scope.push(ScopeItem::Custom(c.clone()));
-                                queue.push_back(c);
-                            }
-                        }
-                    }
-                    Dep::System(s) => {
-                        if !scope
-                            .iter()
-                            .any(|x| matches!(x, ScopeItem::System(y) if Arc::ptr_eq(y, s)))
-                        {
-                            scope.push(ScopeItem::System(s.clone()));
-                        }
-                    }
-                }
-            }
-        }
-        for g in self.state.lock().global.iter() {
-            if !seen_custom.contains(&Arc::as_ptr(g)) {
-                seen_custom.push(Arc::as_ptr(g));
-                scope.push(ScopeItem::Custom(g.clone()));
+        let mut scope = vec![ScopeItem::Overrides];
+        append_closure(&mut scope, img);
+        for item in self.state.lock().scope.iter() {
+            if !scope.iter().any(|x| x.same(item)) {
+                scope.push(item.clone());
             }
         }
         for p in &img.search {
@@ -361,6 +409,7 @@ impl NsInner {
         global: bool,
     ) -> Result<Arc<Image>> {
         let _guard = LOAD_LOCK.lock();
+        crate::thread_atexit::reap();
         // The file's identity is its device and inode (as glibc compares): a path, a
         // symlink to it and a hard link are one library.
         let file = std::fs::File::open(path).map_err(|e| Error::Io {
@@ -376,10 +425,7 @@ impl NsInner {
         let id = FileId::of(&meta);
         if let Some(img) = self.find_loaded("", Some(id)) {
             if global {
-                let mut st = self.state.lock();
-                if !st.global.iter().any(|g| Arc::ptr_eq(g, &img)) {
-                    st.global.push(img.clone());
-                }
+                self.state.lock().add_global(&img);
             }
             return Ok(img);
         }
@@ -403,7 +449,22 @@ impl NsInner {
             .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
             .map(|l| (l.vaddr, l.vaddr + l.memsz))
             .collect();
+        let raw_phdrs = info
+            .phdrs
+            .iter()
+            .map(|p| libc::Elf64_Phdr {
+                p_type: p.kind,
+                p_flags: p.flags,
+                p_offset: p.offset,
+                p_vaddr: p.vaddr,
+                p_paddr: p.vaddr,
+                p_filesz: p.filesz,
+                p_memsz: p.memsz,
+                p_align: p.align,
+            })
+            .collect();
         let img = Arc::new(Image {
+            raw_phdrs,
             id: next_id(),
             tab,
             writable,
@@ -416,6 +477,7 @@ impl NsInner {
             search,
             initialized: Default::default(),
             finalized: Default::default(),
+            tls_dtors: Default::default(),
             eh_frame: Default::default(),
             ns: Arc::downgrade(self),
         });
@@ -423,6 +485,7 @@ impl NsInner {
             img.map.start,
             (img.map.start + img.map.len, Arc::downgrade(&img)),
         );
+        crate::phdr::ADDS.fetch_add(1, Ordering::AcqRel);
         {
             let mut st = self.state.lock();
             st.by_file.insert(id, img.clone());
@@ -454,7 +517,7 @@ impl NsInner {
                     st.by_soname.remove(s);
                 }
                 st.images.retain(|i| !Arc::ptr_eq(i, &img));
-                st.global.retain(|i| !Arc::ptr_eq(i, &img));
+                st.remove_global(&img);
                 drop(st);
                 forget_image(&img);
                 Err(e)
@@ -481,7 +544,7 @@ impl NsInner {
             let mut st = self.state.lock();
             st.images.push(img.clone());
             if global {
-                st.global.push(img.clone());
+                st.add_global(img);
             }
         }
         img.run_init();
@@ -492,6 +555,7 @@ impl NsInner {
 /// Unregisters an image from the global tables (address index, TLS, unwinder, debugger).
 fn forget_image(img: &Arc<Image>) {
     IMAGES.write().remove(&img.map.start);
+    crate::phdr::SUBS.fetch_add(1, Ordering::AcqRel);
     crate::debug::unregister(img);
     if let Some(m) = img.tls_module {
         tls::unregister(m);
@@ -500,23 +564,35 @@ fn forget_image(img: &Arc<Image>) {
 
 impl Drop for NsInner {
     fn drop(&mut self) {
-        let _guard = LOAD_LOCK.lock();
+        {
+            let _guard = LOAD_LOCK.lock();
+            crate::thread_atexit::reap();
+        }
         let st = self.state.get_mut();
         let images = std::mem::take(&mut st.images);
+        let system = std::mem::take(&mut st.system);
         st.global.clear();
+        st.scope.clear();
         st.by_file.clear();
         st.by_soname.clear();
-        // Dependents were loaded after their dependencies: fini in reverse load order.
-        for img in images.iter().rev() {
-            img.run_fini();
-        }
-        for img in images.iter().rev() {
-            forget_image(img);
-        }
         crate::dlfcn::forget_namespace(self.id);
-        drop(images);
-        st.system.clear();
-        tracing::debug!(namespace = %self.name, "namespace unloaded");
+        let name = std::mem::take(&mut self.name);
+        // C++ thread_local destructors still registered by the namespace's code (in
+        // threads that have not exited yet) need its code and TLS blocks: the namespace
+        // stays loaded until they have run, as glibc keeps such a library loaded.
+        self.pins.unload_when_unpinned(Box::new(move || {
+            let _guard = LOAD_LOCK.lock();
+            // Dependents were loaded after their dependencies: fini in reverse load order.
+            for img in images.iter().rev() {
+                img.run_fini();
+            }
+            for img in images.iter().rev() {
+                forget_image(img);
+            }
+            drop(images);
+            drop(system);
+            tracing::debug!(namespace = %name, "namespace unloaded");
+        }));
     }
 }
 

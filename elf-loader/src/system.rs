@@ -4,7 +4,7 @@
 use crate::error::{Error, Result};
 use crate::symtab::SymTab;
 use crate::tls::TlsIndex;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::{Arc, OnceLock};
 
 extern "C" {
@@ -55,6 +55,9 @@ pub struct SystemLibrary {
     /// `handle` is a link map found in the main namespace (loaded at start-up, so in
     /// the global scope), not a `dlopen` handle: `dlsym` goes through RTLD_DEFAULT.
     startup_map: bool,
+    /// The system loader's TLS module id of the library (`None`: no `PT_TLS`, or not
+    /// found), read on first use.
+    tls_modid: OnceLock<Option<u64>>,
 }
 
 // SAFETY: a dlopen handle may be used from any thread (glibc's dl* functions are
@@ -84,6 +87,7 @@ impl SystemLibrary {
             name: "the process's global scope".into(),
             tab: OnceLock::new(),
             startup_map: false,
+            tls_modid: OnceLock::new(),
         })
     }
 
@@ -106,6 +110,7 @@ impl SystemLibrary {
             name: name.into(),
             tab: OnceLock::new(),
             startup_map: false,
+            tls_modid: OnceLock::new(),
         }))
     }
 
@@ -119,51 +124,21 @@ impl SystemLibrary {
         if !is_runtime_library(name) {
             return None;
         }
-        struct Search<'a> {
-            name: &'a [u8],
-            found: Option<(usize, usize)>,
-        }
-        unsafe extern "C" fn callback(
-            info: *mut libc::dl_phdr_info,
-            _size: usize,
-            data: *mut c_void,
-        ) -> c_int {
-            // SAFETY: dl_iterate_phdr passes a valid info and our Search.
-            let (info, search) = unsafe { (&*info, &mut *(data as *mut Search<'_>)) };
-            if info.dlpi_name.is_null() {
-                return 0;
-            }
-            // SAFETY: a NUL-terminated path.
-            let path = unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes();
+        let mut found = None;
+        crate::phdr::for_each_system_object(|o| {
+            let path = o.name.to_bytes();
             let base = path.rsplit(|&b| b == b'/').next().unwrap_or(path);
-            if base != search.name {
-                return 0;
+            if base != name.as_bytes() {
+                return false;
             }
-            for i in 0..info.dlpi_phnum as usize {
-                // SAFETY: dlpi_phdr has dlpi_phnum entries.
-                let ph = unsafe { &*info.dlpi_phdr.add(i) };
-                if ph.p_type == crate::elf::consts::PT_DYNAMIC {
-                    search.found = Some((
-                        info.dlpi_addr as usize,
-                        info.dlpi_addr as usize + ph.p_vaddr as usize,
-                    ));
-                    return 1;
-                }
-            }
-            0
-        }
-        let mut search = Search {
-            name: name.as_bytes(),
-            found: None,
-        };
-        // SAFETY: the callback only reads the info it is given.
-        unsafe {
-            libc::dl_iterate_phdr(
-                Some(callback),
-                &mut search as *mut Search<'_> as *mut c_void,
-            )
-        };
-        let (addr, dynamic) = search.found?;
+            found = o
+                .phdrs
+                .iter()
+                .find(|ph| ph.p_type == crate::elf::consts::PT_DYNAMIC)
+                .map(|ph| (o.addr, o.addr + ph.p_vaddr as usize));
+            found.is_some()
+        });
+        let (addr, dynamic) = found?;
         // SAFETY: runtime libraries are never unloaded (see above).
         let tab = unsafe { SymTab::from_dynamic(addr, dynamic as *const u64) }?;
         Some(Arc::new(SystemLibrary {
@@ -172,6 +147,7 @@ impl SystemLibrary {
             name: name.to_string(),
             tab: OnceLock::from(Some(tab)),
             startup_map: true,
+            tls_modid: OnceLock::new(),
         }))
     }
 
@@ -193,6 +169,7 @@ impl SystemLibrary {
             name: format!("system handle {handle:p}"),
             tab: OnceLock::new(),
             startup_map: false,
+            tls_modid: OnceLock::new(),
         })
     }
 
@@ -246,14 +223,74 @@ impl SystemLibrary {
     }
 
     /// The TLS index of `name` (module id and offset in the system loader's terms),
-    /// found through the address it has in the calling thread.
-    pub(crate) fn tls_lookup_c(
-        &self,
-        name: &CStr,
-        version: Option<&CStr>,
-    ) -> Option<(TlsIndex, usize)> {
+    /// found through the address it has in the calling thread (`dlvsym`).
+    pub(crate) fn tls_lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<TlsIndex> {
         let addr = self.lookup_c(name, version)?;
-        system_tls_index(addr).map(|ti| (ti, addr))
+        system_tls_index(addr)
+    }
+
+    /// Whether `other` is the same library of the system loader.
+    pub(crate) fn same_library(&self, other: &SystemLibrary) -> bool {
+        if std::ptr::eq(self, other) {
+            return true;
+        }
+        if self.startup_map || other.startup_map {
+            return self.startup_map && other.startup_map && self.name == other.name;
+        }
+        self.handle == other.handle
+    }
+
+    /// The system loader's TLS module id for this library, if it has thread-local
+    /// storage: the `dl_iterate_phdr` entry whose load address is the library's.
+    pub(crate) fn tls_module(&self) -> Option<u64> {
+        *self.tls_modid.get_or_init(|| {
+            let bias = self.symtab()?.bias;
+            let mut found = None;
+            crate::phdr::for_each_system_object(|o| {
+                if o.addr == bias {
+                    found = (o.tls_modid != 0).then_some(o.tls_modid as u64);
+                    return true;
+                }
+                false
+            });
+            found
+        })
+    }
+
+    /// A symbol of this library's own table: `Some(Ok(address))` for a non-TLS
+    /// definition, `Some(Err(index))` for a thread-local one (module id and offset in
+    /// the system loader's terms; versioned names included), `None` if the table does
+    /// not define it (or cannot be read).
+    pub(crate) fn lookup_own(
+        &self,
+        name: &[u8],
+        hash: u32,
+        version: Option<&str>,
+    ) -> Option<std::result::Result<usize, TlsIndex>> {
+        let tab = self.symtab()?;
+        let s = tab.lookup(name, hash, version)?;
+        if s.kind() == crate::elf::consts::STT_TLS {
+            return Some(Err(TlsIndex {
+                module: self.tls_module()?,
+                offset: s.value,
+            }));
+        }
+        Some(Ok(tab.address(&s)))
+    }
+
+    /// What `dlsym` gives for `name` from this library's own table: the address, or for a
+    /// thread-local symbol its address in the calling thread. `None` if the table does
+    /// not define it.
+    pub(crate) fn lookup_in_table(
+        &self,
+        name: &[u8],
+        hash: u32,
+        version: Option<&str>,
+    ) -> Option<usize> {
+        match self.lookup_own(name, hash, version)? {
+            Ok(a) => Some(a),
+            Err(ti) => Some(crate::tls::address_in_thread(&ti)),
+        }
     }
 }
 
@@ -262,41 +299,28 @@ impl SystemLibrary {
 pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
     // The address lies in some module's TLS block for this thread (not in its image, so
     // dladdr cannot tell): find the module whose block contains it.
-    struct Search {
-        addr: usize,
-        found: Option<TlsIndex>,
-    }
-    unsafe extern "C" fn callback(
-        info: *mut libc::dl_phdr_info,
-        _size: usize,
-        data: *mut c_void,
-    ) -> c_int {
-        // SAFETY: dl_iterate_phdr passes a valid info and our Search.
-        let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
-        if info.dlpi_tls_modid == 0 || info.dlpi_tls_data.is_null() {
-            return 0;
+    let mut found = None;
+    crate::phdr::for_each_system_object(|o| {
+        if o.tls_modid == 0 || o.tls_data == 0 {
+            return false;
         }
-        let base = info.dlpi_tls_data as usize;
-        for i in 0..info.dlpi_phnum as usize {
-            // SAFETY: dlpi_phdr has dlpi_phnum entries.
-            let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            if ph.p_type == crate::elf::consts::PT_TLS {
-                if search.addr >= base && search.addr < base + ph.p_memsz as usize {
-                    search.found = Some(TlsIndex {
-                        module: info.dlpi_tls_modid as u64,
-                        offset: (search.addr - base) as u64,
-                    });
-                    return 1;
-                }
-                return 0;
-            }
+        let Some(tls) = o
+            .phdrs
+            .iter()
+            .find(|ph| ph.p_type == crate::elf::consts::PT_TLS)
+        else {
+            return false;
+        };
+        if addr >= o.tls_data && addr < o.tls_data + tls.p_memsz as usize {
+            found = Some(TlsIndex {
+                module: o.tls_modid as u64,
+                offset: (addr - o.tls_data) as u64,
+            });
+            return true;
         }
-        0
-    }
-    let mut search = Search { addr, found: None };
-    // SAFETY: the callback only reads the info it is given.
-    unsafe { libc::dl_iterate_phdr(Some(callback), &mut search as *mut Search as *mut c_void) };
-    search.found
+        false
+    });
+    found
 }
 
 impl Drop for SystemLibrary {
@@ -313,8 +337,12 @@ impl SymbolProvider for SystemLibrary {
         self.sym_versioned(name, None)
     }
     fn tls_sym(&self, name: &str) -> Option<TlsIndex> {
+        let n = name.as_bytes();
+        if let Some(Err(ti)) = self.lookup_own(n, crate::elf::gnu_hash(n), None) {
+            return Some(ti);
+        }
         let c = CString::new(name).ok()?;
-        self.tls_lookup_c(&c, None).map(|(ti, _)| ti)
+        self.tls_lookup_c(&c, None)
     }
     fn sym_versioned(&self, name: &str, version: Option<&str>) -> Option<usize> {
         let c = CString::new(name).ok()?;

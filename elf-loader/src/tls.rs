@@ -204,6 +204,27 @@ pub(crate) fn block_for(id: u64) -> Option<usize> {
     slow_block_for(id, slot)
 }
 
+/// The calling thread's block for module `id` if it has one already (no allocation).
+pub(crate) fn allocated_block(id: u64) -> Option<usize> {
+    let slot = (id & 0xffff_ffff) as usize;
+    let (ptr, len) = FAST.with(Cell::get);
+    if slot < len {
+        // SAFETY: as in `block_for`.
+        let (mid, block) = unsafe { *ptr.add(slot) };
+        if mid == id {
+            return Some(block);
+        }
+    }
+    let key = THREAD_KEY.with(Cell::get);
+    if key == 0 {
+        return None;
+    }
+    let reg = REGISTRY.read();
+    let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
+    let b = m.blocks.lock().get(&key).copied();
+    b
+}
+
 #[cold]
 fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
     let key = thread_key();
@@ -292,6 +313,41 @@ extern "C" {
 /// Address of the loader's `__tls_get_addr` entry.
 pub(crate) fn tls_get_addr_entry() -> usize {
     elf_loader_tls_get_addr as *const () as usize
+}
+
+/// The address of `ti` in the calling thread: our modules' blocks, or the system's
+/// `__tls_get_addr` for the system loader's modules (which allocates a dynamic module's
+/// block on first use, as any access would). 0 for one of our ids that is not loaded.
+pub(crate) fn address_in_thread(ti: &TlsIndex) -> usize {
+    if ti.module & OUR_MODULE != 0 {
+        return block_for(ti.module).map_or(0, |b| b + ti.offset as usize);
+    }
+    // SAFETY: a system module id and offset, as __tls_get_addr takes them.
+    unsafe { system_tls_get_addr()(ti) as usize }
+}
+
+/// For an address in the calling thread's TLS: its offset from the thread pointer if
+/// it lies in the static TLS block (the same offset in every thread, what `TPOFF64`
+/// stores), `None` for a dynamically allocated block. The static block's size comes
+/// from the system loader (`_dl_get_tls_static_info`, as sanitizers read it).
+pub(crate) fn static_tls_offset(addr: usize) -> Option<u64> {
+    static SIZE: OnceLock<usize> = OnceLock::new();
+    let size = *SIZE.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; the result is checked for null.
+        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr()) };
+        if p.is_null() {
+            // Not glibc's loader: a bound that no heap block is likely to fall under.
+            return 1 << 20;
+        }
+        // SAFETY: glibc's `void _dl_get_tls_static_info(size_t *size, size_t *align)`.
+        let f: unsafe extern "C" fn(*mut usize, *mut usize) = unsafe { std::mem::transmute(p) };
+        let (mut size, mut align) = (0usize, 0usize);
+        // SAFETY: two valid out-pointers.
+        unsafe { f(&mut size, &mut align) };
+        size
+    });
+    let tp = thread_pointer();
+    (addr < tp && tp - addr <= size).then(|| addr.wrapping_sub(tp) as u64)
 }
 
 /// The thread pointer (`%fs:0`).

@@ -180,41 +180,8 @@ fn header_matches_rust_signatures() {
     }
 }
 
-/// The directory holding the crate's cdylib (target/<profile>).
-fn cdylib_dir() -> PathBuf {
-    // `cargo test` builds the library as an rlib for the tests, not necessarily its
-    // cdylib: build it (a no-op when current).
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "elf-loader", "--lib"])
-            .status()
-            .unwrap();
-        assert!(status.success(), "building the cdylib failed");
-    });
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(
-        dir.join("libelf_loader.so").is_file(),
-        "libelf_loader.so not built in {}",
-        dir.display()
-    );
-    dir
-}
-
 fn build_c_program() -> PathBuf {
-    let libdir = cdylib_dir();
-    common::build_exe(
-        "capi_test",
-        &[manifest().join("tests/c/capi_test.c")],
-        &[
-            format!("-I{}", manifest().join("include").display()),
-            format!("-L{}", libdir.display()),
-            "-lelf_loader".into(),
-            format!("-Wl,-rpath,{}", libdir.display()),
-        ],
-    )
+    common::build_c_host("capi_test", "capi_test.c", &[])
 }
 
 #[test]

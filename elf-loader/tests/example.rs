@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
-    // `cargo test` builds examples with the other targets, but not when only this test
-    // is selected: make sure the binary is current (a no-op when it is).
+    // Built by cargo in a target directory of the tests' own (a no-op when current): a
+    // `cargo build -p elf-loader` in the workspace's target directory would rebuild the
+    // unhashed `libelf_loader.rlib` that other crates were compiled against.
+    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let status = Command::new(cargo)
         .args([
@@ -18,11 +18,14 @@ fn example_binary() -> PathBuf {
             "elf-loader",
             "--example",
             "two_pythons",
+            "--target-dir",
         ])
+        .arg(&target)
+        .env_remove("RUSTFLAGS")
         .status()
         .unwrap();
     assert!(status.success(), "building the example failed");
-    dir.join("two_pythons")
+    target.join("debug").join("examples").join("two_pythons")
 }
 
 #[test]

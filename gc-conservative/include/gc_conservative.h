@@ -14,6 +14,12 @@
 #include "gc_core.h"
 
 /**
+ * A filter for `gc_scan_task`: called with the object a stack word points into (its
+ * base) and `data`; non-zero keeps (queues) it, zero ignores the word.
+ */
+typedef int (*gc_scan_filter_t)(void *data, void *obj);
+
+/**
  * Turns on conservative scanning of every attached thread's stack for `heap`
  * (idempotent, thread-safe). 0 on success, -1 on error.
  *
@@ -57,6 +63,20 @@ int gc_is_internal_obj_alloc(gc_heap_t *heap, void *p);
  * `m` is null or a mutator pointer; the range is mapped and readable.
  */
 ptrdiff_t gc_scan_range(gc_mutator_t *m, void *lo, void *hi);
+
+/**
+ * Scans the stack of `task` (and the registers its thread saved when it stopped)
+ * conservatively, from a task scanner on the collecting thread, queueing only the
+ * objects `filter` accepts (all of them if `filter` is NULL). For runtimes that install
+ * their own task scanner instead of `gc_enable_conservative_scanning`'s, e.g. to accept
+ * only words pointing at one type of object. Returns the words accepted, -1 outside
+ * marking or for a NULL task.
+ *
+ * # Safety
+ * `m` is null or a mutator pointer; `task` is null or the task handed to the task
+ * scanner; `filter`, if given, is safe to call with `data` and any object.
+ */
+ptrdiff_t gc_scan_task(gc_mutator_t *m, gc_task_t *task, gc_scan_filter_t filter, void *data);
 
 /**
  * A foreign type whose objects' payloads are scanned conservatively (no mark function

@@ -6,7 +6,7 @@
 
 use crate::{base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc};
 use gc_core::capi::{
-    gc_default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, jl_value_t, set_error,
+    gc_default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t, set_error,
     with_active_marker,
 };
 use gc_core::SweepProc;
@@ -98,6 +98,46 @@ pub unsafe extern "C" fn gc_scan_range(
     with_active_marker(m, "gc_scan_range", |mk| unsafe {
         crate::scan_range(mk, lo as usize, hi as usize)
     } as isize)
+    .unwrap_or(-1)
+}
+
+/// A filter for `gc_scan_task`: called with the object a stack word points into (its
+/// base) and `data`; non-zero keeps (queues) it, zero ignores the word.
+pub type gc_scan_filter_t =
+    Option<unsafe extern "C" fn(data: *mut c_void, obj: *mut c_void) -> c_int>;
+
+/// Scans the stack of `task` (and the registers its thread saved when it stopped)
+/// conservatively, from a task scanner on the collecting thread, queueing only the
+/// objects `filter` accepts (all of them if `filter` is NULL). For runtimes that install
+/// their own task scanner instead of `gc_enable_conservative_scanning`'s, e.g. to accept
+/// only words pointing at one type of object. Returns the words accepted, -1 outside
+/// marking or for a NULL task.
+///
+/// # Safety
+/// `m` is null or a mutator pointer; `task` is null or the task handed to the task
+/// scanner; `filter`, if given, is safe to call with `data` and any object.
+#[no_mangle]
+pub unsafe extern "C" fn gc_scan_task(
+    m: *mut gc_mutator_t,
+    task: *mut gc_task_t,
+    filter: gc_scan_filter_t,
+    data: *mut c_void,
+) -> isize {
+    if task.is_null() {
+        set_error("gc_scan_task: task is NULL");
+        return -1;
+    }
+    // SAFETY: a task handed to a task scanner is a registered, live task (caller).
+    let task = unsafe { &*(task as *const gc_core::Task) };
+    with_active_marker(m, "gc_scan_task", |mk| match filter {
+        None => crate::scan_task(mk, task) as isize,
+        Some(f) => {
+            // SAFETY: the caller guarantees the filter may be called with data and any
+            // object.
+            let mut keep = |obj: gc_core::ObjRef| unsafe { f(data, obj.as_ptr().cast()) } != 0;
+            crate::scan_task_filtered(mk, task, &mut keep) as isize
+        }
+    })
     .unwrap_or(-1)
 }
 

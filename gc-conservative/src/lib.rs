@@ -9,7 +9,8 @@
 //!   through gc-core's page table; free cells are never reported.
 //! - [`base_ptr`]: the same for external (big) objects too, through an address-ordered
 //!   index fed by gc-core's notify_external_alloc/free callbacks.
-//! - [`scan_range`], [`scan_task`]: conservative scanning.
+//! - [`scan_range`], [`scan_task`]: conservative scanning; [`scan_task_filtered`] keeps
+//!   only the objects a filter accepts (GAP accepts only words pointing at master pointers).
 //! - [`enable_conservative_scanning`]: one call that makes every attached thread's stack
 //!   (and saved registers) a root of every collection.
 //! - [`new_conservative_type`]: a foreign type whose objects' bodies are scanned
@@ -27,7 +28,7 @@ mod scan;
 mod valgrind;
 
 pub use lookup::{base_ptr, internal_obj_base_ptr, is_internal_obj_alloc};
-pub use scan::{scan_range, scan_range_counting, scan_task};
+pub use scan::{scan_range, scan_range_counting, scan_task, scan_task_filtered, ScanFilter};
 
 use gc_core::{
     Callback, ForeignTypeSpec, GcError, Heap, MarkProc, Marker, ObjRef, SweepProc, TypeRef,

@@ -529,6 +529,16 @@ int gc_set_verify(struct gc_heap_t *heap, int on);
 void *gc_typeof(void *obj);
 
 /**
+ * 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
+ * `gc_mark_queue_obj` gives during marking, available at any time (for tests and
+ * runtimes that want to know which generation an object is in).
+ *
+ * # Safety
+ * `obj` null or a live object.
+ */
+int gc_is_young(void *obj);
+
+/**
  * Allocates a weak-reference object pointing at `obj` (NULL allowed: a cleared one).
  * NULL on error. A safepoint: `obj` must be reachable across the call.
  *

@@ -1123,6 +1123,21 @@ pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
     }
 }
 
+/// 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
+/// `gc_mark_queue_obj` gives during marking, available at any time (for tests and
+/// runtimes that want to know which generation an object is in).
+///
+/// # Safety
+/// `obj` null or a live object.
+#[no_mangle]
+pub unsafe extern "C" fn gc_is_young(obj: *mut c_void) -> c_int {
+    match ObjRef::from_ptr(obj.cast()) {
+        // SAFETY: a live object per the caller.
+        Some(o) => (unsafe { o.is_young() }) as c_int,
+        None => 0,
+    }
+}
+
 // ---------------------------------------------------------------------------------
 // Weak references, finalizers, the reference queue and the weak-processing hook.
 // ---------------------------------------------------------------------------------

@@ -93,6 +93,16 @@ impl ObjRef {
         unsafe { self.header() }.load(Ordering::Relaxed)
     }
 
+    /// Whether the object is young (not yet promoted to the old generation): what
+    /// [`crate::Marker::queue`] returns for it, and what a foreign mark function counts.
+    ///
+    /// # Safety
+    /// The object must be allocated (alive) in a heap.
+    pub unsafe fn is_young(self) -> bool {
+        // SAFETY: forwarded from the caller.
+        (unsafe { self.header_bits() }) & OLD == 0
+    }
+
     /// Reads the pointer-sized slot at byte `offset` of the payload.
     ///
     /// # Safety

@@ -251,3 +251,27 @@ fn verify_mode_reports_a_missing_write_barrier() {
     m.collect(CollectionKind::Partial).unwrap();
     assert_eq!(heap.verify_errors().len(), 1);
 }
+
+#[test]
+fn is_young_tells_the_generation_until_promotion() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let obj = m.alloc_typed(16, node).unwrap();
+    let root = heap.root(obj);
+    let young = |o: ObjRef| {
+        // SAFETY: o is rooted, so alive, whenever this is called.
+        let (rust, c) = unsafe { (o.is_young(), gc_core::capi::gc_is_young(o.as_ptr().cast())) };
+        assert_eq!(rust, c == 1);
+        rust
+    };
+    assert!(young(obj));
+    m.collect(CollectionKind::Partial).unwrap();
+    assert!(young(obj), "promoted after one collection");
+    m.collect(CollectionKind::Partial).unwrap();
+    assert!(!young(obj), "not promoted after two collections");
+    // SAFETY: NULL is accepted.
+    let null = unsafe { gc_core::capi::gc_is_young(std::ptr::null_mut()) };
+    assert_eq!(null, 0);
+    drop(root);
+}

@@ -8,3 +8,5 @@
 //! - C extension: a module written against `refbridge`'s C API, loaded by `elf-loader`.
 //!
 //! None of the scenarios exists yet; `cargo xtask demo` says which ones run.
+
+pub mod multipy;

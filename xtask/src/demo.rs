@@ -36,6 +36,7 @@ const EXAMPLES: &[(&str, &str, &str)] = &[
     ("gc-conservative", "scan", "an object kept only by a local variable, interior pointers, the big-object index"),
     ("gil", "handoff", "GIL handoff, switch requests, a blocking region, a safepoint action"),
     ("elf-loader", "two_pythons", "two copies of the machine's libpython3.11 in one process, each initialised"),
+    ("frame-hooks", "profile", "a profiler written as a PEP 523 eval-frame hook, run on a script in the machine's CPython"),
 ];
 
 /// Runs every scenario that exists and every crate example, and prints a summary.

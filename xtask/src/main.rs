@@ -8,8 +8,10 @@
 
 mod bench;
 mod demo;
+mod loader_libs;
 mod steps;
 mod test;
+mod venv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

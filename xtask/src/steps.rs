@@ -113,9 +113,20 @@ pub fn have(program: &str) -> bool {
 /// Installs, with one apt-get run, the Debian packages of the `(program, package)` pairs
 /// whose program is not on the PATH; says what it installs and why.
 pub fn ensure_apt_tools(tools: &[(&str, &str)], why: &str) -> Result<()> {
-    let missing: Vec<&str> = tools
+    ensure_apt_packages(tools, have, why)
+}
+
+/// Installs, with one apt-get run, the Debian packages of the `(thing, package)` pairs
+/// whose thing is not `present` (a program on the PATH, a library file, ...); says what
+/// it installs and why, and fails naming what is still missing afterwards.
+pub fn ensure_apt_packages(
+    items: &[(&str, &str)],
+    present: impl Fn(&str) -> bool,
+    why: &str,
+) -> Result<()> {
+    let missing: Vec<&str> = items
         .iter()
-        .filter(|(program, _)| !have(program))
+        .filter(|(thing, _)| !present(thing))
         .map(|(_, package)| *package)
         .collect();
     if missing.is_empty() {
@@ -135,10 +146,10 @@ pub fn ensure_apt_tools(tools: &[(&str, &str)], why: &str) -> Result<()> {
         .env("DEBIAN_FRONTEND", "noninteractive")
         .status()
         .with_context(|| format!("running apt-get to install {}", missing.join(", ")))?;
-    let still: Vec<&str> = tools
+    let still: Vec<&str> = items
         .iter()
-        .filter(|(program, _)| !have(program))
-        .map(|(p, _)| *p)
+        .filter(|(thing, _)| !present(thing))
+        .map(|(thing, _)| *thing)
         .collect();
     if !status.success() || !still.is_empty() {
         bail!(

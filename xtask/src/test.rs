@@ -8,6 +8,8 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     install_toolchain_components()?;
     install_system_tools()?;
+    // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
+    crate::venv::ensure()?;
 
     let plan = plan();
     let mut steps = Steps::new("test", plan.len());
@@ -26,11 +28,17 @@ fn plan() -> Vec<(&'static str, Command)> {
     fmt.args(["fmt", "--all", "--", "--check"]);
     plan.push(("formatting (cargo fmt --check)", fmt));
 
+    // Clippy checks in a target directory of its own: its metadata-only builds of the
+    // cdylib crates (elf-loader, gc-core, ...) would otherwise sit next to the test
+    // build's unhashed rlibs, and rustdoc refuses a doctest that sees both copies
+    // (E0460). Check builds share nothing with test builds, so this costs no time.
     let mut clippy = cargo();
     clippy.args([
         "clippy",
         "--workspace",
         "--all-targets",
+        "--target-dir",
+        "target/clippy",
         "--",
         "-D",
         "warnings",
@@ -92,6 +100,7 @@ fn plan() -> Vec<(&'static str, Command)> {
 /// g++), run its C ABI program under valgrind and a custom-loaded library under gdb.
 /// Missing ones are installed with apt-get (CI runs as root).
 fn install_system_tools() -> Result<()> {
+    crate::loader_libs::ensure()?;
     crate::steps::ensure_apt_tools(
         &[
             ("gdb", "gdb"),

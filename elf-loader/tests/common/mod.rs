@@ -73,11 +73,14 @@ pub fn build_so(name: &str, sources: &[&str], args: &[&str]) -> PathBuf {
     out
 }
 
-/// Builds an executable from C `sources` with `args`.
+/// Builds an executable from C (or C++) `sources` with `args`.
 pub fn build_exe(name: &str, sources: &[PathBuf], args: &[String]) -> PathBuf {
     let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let out = out_dir().join(name);
-    let mut cmd = compiler(false);
+    let cpp = sources
+        .iter()
+        .any(|s| s.extension().is_some_and(|e| e == "cpp"));
+    let mut cmd = compiler(cpp);
     cmd.args(["-g", "-Wall", "-o"])
         .arg(&out)
         .args(sources)
@@ -102,4 +105,173 @@ pub fn maps_snapshot() -> Vec<String> {
         .filter(|l| !l.contains('[') && l.split_whitespace().count() >= 6)
         .map(|l| l.to_string())
         .collect()
+}
+
+/// The directory holding the crate's cdylib, built first by cargo in a target directory
+/// of its own (`CARGO_TARGET_TMPDIR/own-build`): `cargo test` builds the library as an
+/// rlib for the tests, not necessarily its cdylib, and a `cargo build -p elf-loader` in
+/// the workspace's target directory would rebuild the unhashed `libelf_loader.rlib` with
+/// other features and break the crates already compiled against it (E0460). The build
+/// is a no-op when current.
+pub fn cdylib_dir() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let target = own_target_dir();
+    BUILT.call_once(|| {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args([
+                "build",
+                "--quiet",
+                "-p",
+                "elf-loader",
+                "--lib",
+                "--target-dir",
+            ])
+            .arg(&target)
+            .env_remove("RUSTFLAGS")
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the cdylib failed");
+    });
+    let dir = target.join("debug");
+    assert!(
+        dir.join("libelf_loader.so").is_file(),
+        "libelf_loader.so not built in {}",
+        dir.display()
+    );
+    dir
+}
+
+/// The target directory for the tests' own cargo builds (cdylib, examples).
+pub fn own_target_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build")
+}
+
+/// Builds a C (or C++) program against `include/elf_loader.h`, linked with the crate's
+/// cdylib and nothing else but the language's runtime (plus `extra` arguments).
+pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
+    let libdir = cdylib_dir();
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args = vec![
+        format!("-I{}", manifest.join("include").display()),
+        format!("-L{}", libdir.display()),
+        "-lelf_loader".into(),
+        format!("-Wl,-rpath,{}", libdir.display()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    build_exe(name, &[manifest.join("tests/c").join(source)], &args)
+}
+
+/// The `DT_NEEDED` entries of an ELF file, read with `readelf -d`.
+pub fn needed(path: &Path) -> Vec<String> {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(path)
+        .output()
+        .expect("run readelf");
+    assert!(out.status.success(), "readelf -d {} failed", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split_once('[')?.1.split_once(']')?.0.to_string()))
+        .collect()
+}
+
+/// pyenv's root: `$PYENV_ROOT`, else `pyenv root`, else `~/.pyenv`.
+pub fn pyenv_root() -> PathBuf {
+    if let Some(r) = std::env::var_os("PYENV_ROOT") {
+        return PathBuf::from(r);
+    }
+    if let Ok(o) = Command::new("pyenv").arg("root").output() {
+        if o.status.success() {
+            return PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+        }
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".pyenv")
+}
+
+/// For each of CPython 3.10, 3.11, 3.12 and 3.13: the shared libpython of the newest
+/// pyenv installation of that minor version, or why there is none.
+pub fn pyenv_libpythons() -> Vec<(String, Result<PathBuf, String>)> {
+    let root = pyenv_root();
+    let versions: Vec<String> = std::fs::read_dir(root.join("versions"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    ["3.10", "3.11", "3.12", "3.13"]
+        .iter()
+        .map(|minor| {
+            let mut candidates: Vec<(u32, &String)> = versions
+                .iter()
+                .filter_map(|v| {
+                    let patch = v.strip_prefix(&format!("{minor}."))?;
+                    Some((patch.parse().ok()?, v))
+                })
+                .collect();
+            candidates.sort();
+            let found = match candidates.last() {
+                None => Err(format!(
+                    "no CPython {minor} under {}/versions",
+                    root.display()
+                )),
+                Some((_, v)) => {
+                    let so = root
+                        .join("versions")
+                        .join(v)
+                        .join("lib")
+                        .join(format!("libpython{minor}.so.1.0"));
+                    if so.is_file() {
+                        Ok(so)
+                    } else {
+                        Err(format!(
+                            "{} is missing (CPython {v} built without --enable-shared)",
+                            so.display()
+                        ))
+                    }
+                }
+            };
+            (minor.to_string(), found)
+        })
+        .collect()
+}
+
+/// Builds `lib<name>.so` from a Rust source file in the fixtures directory as a
+/// `cdylib` with debug info, with the `rustc` of the toolchain running the tests.
+pub fn build_rust_cdylib(name: &str, source: &str) -> PathBuf {
+    let _g = BUILD_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let out = out_dir().join(format!("lib{name}.so"));
+    let src = fixtures_dir().join(source);
+    let fresh = match (out.metadata(), src.metadata()) {
+        (Ok(o), Ok(s)) => matches!((o.modified(), s.modified()), (Ok(o), Ok(s)) if s <= o),
+        _ => false,
+    };
+    if fresh {
+        return out;
+    }
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let o = Command::new(&rustc)
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            "cdylib",
+            "-C",
+            "debuginfo=2",
+        ])
+        .arg("--crate-name")
+        .arg(name)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("run rustc");
+    assert!(
+        o.status.success(),
+        "building {name} with {rustc:?} failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
 }

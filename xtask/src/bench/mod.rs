@@ -2,6 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
+mod frame_hooks;
 mod gc;
 mod gil;
 mod loader;
@@ -36,6 +37,11 @@ Suite {
     name: "loader",
     what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
     run: loader::run_suite,
+},
+Suite {
+    name: "frame-hooks",
+    what: "PEP 523 hooks on CPython: default vs Rust and C pass-through vs the Rust profiler vs cProfile vs sys.setprofile; code-extra lookups",
+    run: frame_hooks::run,
 }];
 
 /// Runs the named suite, or all of them.

@@ -1,0 +1,191 @@
+//! C++ `thread_local` destructors registered by custom-loaded code.
+//!
+//! A C++ `thread_local` object with a destructor is registered, when first constructed
+//! in a thread, through `__cxa_thread_atexit(dtor, obj, &__dso_handle)` (libstdc++),
+//! which glibc's `__cxa_thread_atexit_impl` implements: the destructor runs when the
+//! thread exits, and glibc pins the object's library meanwhile (`l_tls_dtor_count`): a
+//! `dlclose` leaves it loaded, and only a later `dlclose` unloads it, once the count
+//! is zero.
+//!
+//! Custom libraries are not glibc's, so custom code's references to both names bind to
+//! [`thread_atexit`], which registers a trampoline with glibc instead (the same
+//! per-thread list, so the order of destructors is unchanged) and pins the custom image
+//! and its namespace's [`Pins`]. A namespace dropped while destructors are pending
+//! becomes a *zombie*: still mapped, its fini not run. It is unloaded by the next load
+//! or unload of the loader (any namespace, under the load lock, never from a dying
+//! thread) once every pending destructor has run and the threads that ran them have
+//! exited (they may still run the library's code after the destructor: pthread key
+//! destructors come later in a thread's exit).
+
+use crate::image::Image;
+use parking_lot::Mutex;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Unload work of a dropped namespace, waiting for pending destructors.
+type Deferred = Box<dyn FnOnce() + Send>;
+
+/// A namespace's pending `thread_local` destructors and, once the namespace is
+/// dropped with some pending, its unload.
+#[derive(Default)]
+pub(crate) struct Pins {
+    state: Mutex<PinState>,
+}
+
+#[derive(Default)]
+struct PinState {
+    pending: usize,
+    /// The unload of a dropped namespace (a zombie) waiting for `pending` to reach 0.
+    zombie: Option<Deferred>,
+    /// Threads that ran a destructor of the zombie (kernel thread ids).
+    threads: Vec<libc::pid_t>,
+}
+
+/// Dropped namespaces kept loaded for pending destructors.
+static ZOMBIES: Mutex<Vec<Arc<Pins>>> = Mutex::new(Vec::new());
+static ANY_ZOMBIE: AtomicBool = AtomicBool::new(false);
+
+impl Pins {
+    /// Runs `unload` now if no destructor is pending; otherwise keeps the namespace
+    /// loaded as a zombie that [`reap`] unloads once that is safe.
+    pub(crate) fn unload_when_unpinned(self: &Arc<Self>, unload: Deferred) {
+        let mut st = self.state.lock();
+        if st.pending == 0 {
+            drop(st);
+            unload();
+            return;
+        }
+        tracing::debug!(
+            pending = st.pending,
+            "namespace kept loaded until its thread_local destructors have run"
+        );
+        st.zombie = Some(unload);
+        drop(st);
+        ZOMBIES.lock().push(self.clone());
+        ANY_ZOMBIE.store(true, Ordering::Release);
+    }
+}
+
+/// Unloads the zombies whose destructors have all run, in threads that have exited.
+/// Called by the loader's load and unload paths (under the load lock).
+pub(crate) fn reap() {
+    if !ANY_ZOMBIE.load(Ordering::Acquire) {
+        return;
+    }
+    let ready: Vec<Deferred> = {
+        let mut zombies = ZOMBIES.lock();
+        let mut ready = Vec::new();
+        zombies.retain(|p| {
+            let mut st = p.state.lock();
+            let done = st.pending == 0 && st.threads.iter().all(|&t| !thread_alive(t));
+            if done {
+                ready.extend(st.zombie.take());
+            }
+            !done
+        });
+        ANY_ZOMBIE.store(!zombies.is_empty(), Ordering::Release);
+        ready
+    };
+    for unload in ready {
+        unload();
+    }
+}
+
+/// Whether the kernel thread `tid` of this process still exists.
+fn thread_alive(tid: libc::pid_t) -> bool {
+    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
+}
+
+/// One registered destructor.
+struct Pending {
+    dtor: unsafe extern "C" fn(*mut c_void),
+    obj: *mut c_void,
+    /// Keeps the image mapped until the destructor has run.
+    image: Arc<Image>,
+    pins: Arc<Pins>,
+}
+
+type CxaThreadAtexitImpl =
+    unsafe extern "C" fn(unsafe extern "C" fn(*mut c_void), *mut c_void, *mut c_void) -> c_int;
+
+fn system_impl() -> Option<CxaThreadAtexitImpl> {
+    static IMPL: OnceLock<usize> = OnceLock::new();
+    let a = *IMPL.get_or_init(|| {
+        // SAFETY: dlsym with a NUL-terminated name; null is checked by the caller.
+        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__cxa_thread_atexit_impl".as_ptr()) as usize }
+    });
+    // SAFETY: glibc's __cxa_thread_atexit_impl has this signature (GLIBC_2.18).
+    (a != 0).then(|| unsafe { std::mem::transmute::<usize, CxaThreadAtexitImpl>(a) })
+}
+
+/// Something of ours for glibc to pin: this loader's own code stays loaded while custom
+/// code's destructors are pending.
+static ANCHOR: u8 = 0;
+
+/// `__cxa_thread_atexit` / `__cxa_thread_atexit_impl` for custom-loaded code.
+///
+/// # Safety
+/// The contract of `__cxa_thread_atexit`: `dtor(obj)` must be callable at thread exit.
+pub(crate) unsafe extern "C" fn thread_atexit(
+    dtor: unsafe extern "C" fn(*mut c_void),
+    obj: *mut c_void,
+    dso: *mut c_void,
+) -> c_int {
+    let Some(sys) = system_impl() else {
+        return -1;
+    };
+    let owner = crate::namespace::image_containing(dso as usize)
+        .and_then(|img| img.ns.upgrade().map(|ns| (img, ns.pins.clone())));
+    let Some((image, pins)) = owner else {
+        // Not custom-loaded code's handle: the system's registration as it is.
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { sys(dtor, obj, dso) };
+    };
+    image.tls_dtors.fetch_add(1, Ordering::AcqRel);
+    pins.state.lock().pending += 1;
+    let rec = Box::into_raw(Box::new(Pending {
+        dtor,
+        obj,
+        image,
+        pins,
+    }));
+    // SAFETY: `trampoline` takes back the box; ANCHOR lies in this loader's image.
+    let rc = unsafe {
+        sys(
+            trampoline,
+            rec as *mut c_void,
+            &ANCHOR as *const u8 as *mut c_void,
+        )
+    };
+    if rc != 0 {
+        // SAFETY: not registered: we still own the box.
+        let rec = unsafe { Box::from_raw(rec) };
+        unpin(*rec);
+    }
+    rc
+}
+
+unsafe extern "C" fn trampoline(p: *mut c_void) {
+    // SAFETY: `p` is the box registered by `thread_atexit`, passed back exactly once.
+    let rec = unsafe { Box::from_raw(p as *mut Pending) };
+    // SAFETY: the destructor registered by the custom code, whose image is pinned.
+    unsafe { (rec.dtor)(rec.obj) };
+    unpin(*rec);
+}
+
+fn unpin(rec: Pending) {
+    rec.image.tls_dtors.fetch_sub(1, Ordering::AcqRel);
+    {
+        let mut st = rec.pins.state.lock();
+        st.pending -= 1;
+        if st.zombie.is_some() {
+            // SAFETY: plain system call.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+            if !st.threads.contains(&tid) {
+                st.threads.push(tid);
+            }
+        }
+    }
+    drop(rec);
+}

@@ -1,0 +1,139 @@
+//! A namespace's global scope is built as glibc builds the main map's search list: the
+//! global libraries, each followed by its `DT_NEEDED` closure breadth-first, each library
+//! once. A plugin with no dependencies of its own binds to symbols of the global
+//! libraries' dependencies, in the same order the system loader picks (checked against
+//! the system loader running the same scenario in a child process).
+
+mod common;
+
+use elf_loader::{Namespace, SymbolProvider};
+use std::ffi::{c_char, c_void, CString};
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Fixtures {
+    root: PathBuf,
+    root2: PathBuf,
+    plugin: PathBuf,
+    b: PathBuf,
+}
+
+fn fixtures() -> Fixtures {
+    let rpath = "-Wl,-rpath,$ORIGIN";
+    common::build_so("scope_c", &["scope_c.c"], &[]);
+    let b = common::build_so("scope_b", &["scope_b.c"], &[]);
+    common::build_so(
+        "scope_a",
+        &["scope_a.c"],
+        &["-Wl,--no-as-needed", "-lscope_c", rpath],
+    );
+    common::build_so("scope_d", &["scope_d.c"], &[]);
+    let root = common::build_so(
+        "scope_root",
+        &["scope_root.c"],
+        &["-Wl,--no-as-needed", "-lscope_a", "-lscope_b", rpath],
+    );
+    let root2 = common::build_so(
+        "scope_root2",
+        &["scope_root2.c"],
+        &["-Wl,--no-as-needed", "-lscope_d", rpath],
+    );
+    let plugin = common::build_so("scope_plugin", &["scope_plugin.c"], &[]);
+    let needed = common::needed(&plugin);
+    assert!(
+        needed.iter().all(|n| n == "libc.so.6"),
+        "the plugin lists no dependency but libc: {needed:?}"
+    );
+    Fixtures {
+        root,
+        root2,
+        plugin,
+        b,
+    }
+}
+
+/// What the system loader does with the same libraries.
+fn oracle(f: &Fixtures) -> String {
+    let exe = common::build_exe(
+        "scope_oracle",
+        &[PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/scope_oracle.c")],
+        &[],
+    );
+    let out = Command::new(exe)
+        .arg(&f.root)
+        .arg(&f.root2)
+        .arg(&f.plugin)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+#[test]
+fn global_scope_is_the_global_libraries_and_their_closures_breadth_first() {
+    let f = fixtures();
+    // pick: libscope_b (level 1 of the first global library's closure) before libscope_c
+    // (level 2) and libscope_d (the second global library's closure).
+    let expected_main = 2 * 1000 + 10 + 500;
+    assert_eq!(
+        oracle(&f),
+        format!("plugin_main={expected_main} pick=2"),
+        "the system loader's answer"
+    );
+    for round in 0..2 {
+        let ns = Namespace::new(&format!("scope{round}"));
+        let root = ns.load(&f.root).unwrap();
+        let _root2 = ns.load(&f.root2).unwrap();
+        // SAFETY: signatures as in scope_root.c.
+        let (root_open, root_default) = unsafe {
+            (
+                std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
+                    root.sym("root_open").unwrap(),
+                ),
+                std::mem::transmute::<usize, extern "C" fn(*const c_char) -> *mut c_void>(
+                    root.sym("root_default").unwrap(),
+                ),
+            )
+        };
+        let plugin = CString::new(f.plugin.to_str().unwrap()).unwrap();
+        assert_eq!(root_open(plugin.as_ptr()), expected_main);
+        // The namespace's scope and dlsym(RTLD_DEFAULT) from inside see the same order.
+        let b_pick = {
+            let paths = ns.library_paths();
+            assert!(paths.contains(&f.b), "{paths:?}");
+            let pick = ns.sym("pick").unwrap();
+            // SAFETY: pick() as in the fixtures.
+            let v = unsafe { std::mem::transmute::<usize, extern "C" fn() -> i32>(pick) }();
+            assert_eq!(v, 2, "Namespace::sym finds libscope_b's pick");
+            pick
+        };
+        assert_eq!(root_default(c"pick".as_ptr()) as usize, b_pick);
+        // A library loaded later by the API binds the same way.
+        let direct = ns.load(&f.plugin).unwrap();
+        // SAFETY: as in scope_plugin.c.
+        let main = unsafe {
+            std::mem::transmute::<usize, extern "C" fn() -> i32>(direct.sym("plugin_main").unwrap())
+        };
+        assert_eq!(main(), expected_main);
+    }
+}
+
+#[test]
+fn a_plugin_outside_any_global_closure_fails_naming_library_and_symbol() {
+    let f = fixtures();
+    // Only libscope_root2 is global: `pick` comes from libscope_d, `a_value` is nowhere.
+    let ns = Namespace::new("scope-missing");
+    let _root2 = ns.load(&f.root2).unwrap();
+    let err = match ns.load(&f.plugin) {
+        Ok(_) => panic!("the plugin loaded without a_value"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("a_value") && err.contains("libscope_plugin.so"),
+        "{err}"
+    );
+}

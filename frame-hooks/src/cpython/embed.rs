@@ -1,0 +1,148 @@
+//! Loading and initialising a libpython in this process (`dlopen` with `RTLD_GLOBAL`, so
+//! the interpreter's extension modules bind to it), for programs that embed CPython to
+//! hook it: the examples, the tests and the benchmark.
+
+use super::api::Dlsym;
+use super::Error;
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+
+/// A libpython opened in this process.
+pub struct Libpython {
+    handle: *mut c_void,
+    path: PathBuf,
+}
+
+// SAFETY: a dlopen handle may be used from any thread.
+unsafe impl Send for Libpython {}
+// SAFETY: as above.
+unsafe impl Sync for Libpython {}
+
+impl Libpython {
+    /// The shared libpython of the interpreter `python` (a program name or path), from
+    /// its `sysconfig` (`LIBDIR`/`INSTSONAME`).
+    pub fn find(python: &str) -> Result<PathBuf, Error> {
+        let out = std::process::Command::new(python)
+            .args([
+                "-c",
+                "import os, sysconfig; print(os.path.join(sysconfig.get_config_var('LIBDIR') or '', sysconfig.get_config_var('INSTSONAME') or ''))",
+            ])
+            .output()
+            .map_err(|e| Error::Load {
+                path: python.into(),
+                message: format!("could not run it: {e}"),
+            })?;
+        if !out.status.success() {
+            return Err(Error::Load {
+                path: python.into(),
+                message: format!(
+                    "sysconfig query failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ),
+            });
+        }
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if !path.is_file() {
+            return Err(Error::Load {
+                path: path.display().to_string(),
+                message: format!(
+                    "{python} has no shared libpython (built without --enable-shared?)"
+                ),
+            });
+        }
+        Ok(path)
+    }
+
+    /// Opens `path` with `RTLD_NOW | RTLD_GLOBAL`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
+        let path = path.as_ref();
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::Load {
+            path: path.display().to_string(),
+            message: "path contains a NUL byte".into(),
+        })?;
+        // SAFETY: dlopen with a valid path; the library's initialisers are libpython's.
+        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns a thread-local message after a failed dlopen.
+            let msg = unsafe { CStr::from_ptr(libc::dlerror()) };
+            return Err(Error::Load {
+                path: path.display().to_string(),
+                message: msg.to_string_lossy().into_owned(),
+            });
+        }
+        Ok(Libpython {
+            handle,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The library's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A resolver over this library (`dlsym` on its handle).
+    pub fn resolver(&self) -> Dlsym {
+        Dlsym(self.handle)
+    }
+
+    fn sym(&self, name: &CStr) -> Result<*mut c_void, Error> {
+        // SAFETY: a valid handle and name.
+        let p = unsafe { libc::dlsym(self.handle, name.as_ptr()) };
+        if p.is_null() {
+            return Err(Error::MissingSymbol {
+                name: name.to_string_lossy().into_owned(),
+            });
+        }
+        Ok(p)
+    }
+
+    /// Initialises the interpreter (`Py_InitializeEx(0)`: no signal handlers) unless it
+    /// already is, and releases the GIL so any thread can take it.
+    pub fn initialize(&self) -> Result<(), Error> {
+        let is_init: unsafe extern "C" fn() -> c_int =
+            // SAFETY: Py_IsInitialized has this signature.
+            unsafe { std::mem::transmute(self.sym(c"Py_IsInitialized")?) };
+        let init: unsafe extern "C" fn(c_int) =
+            // SAFETY: Py_InitializeEx has this signature.
+            unsafe { std::mem::transmute(self.sym(c"Py_InitializeEx")?) };
+        let save: unsafe extern "C" fn() -> *mut c_void =
+            // SAFETY: PyEval_SaveThread has this signature.
+            unsafe { std::mem::transmute(self.sym(c"PyEval_SaveThread")?) };
+        // SAFETY: initialising once from this thread, then releasing the GIL it holds.
+        unsafe {
+            if is_init() != 0 {
+                return Ok(());
+            }
+            init(0);
+            if is_init() == 0 {
+                return Err(Error::Load {
+                    path: self.path.display().to_string(),
+                    message: "Py_InitializeEx did not initialise the interpreter".into(),
+                });
+            }
+            save();
+        }
+        Ok(())
+    }
+
+    /// Finalises the interpreter (`Py_FinalizeEx`) from a thread that does not hold the
+    /// GIL: takes it first.
+    pub fn finalize(&self) -> Result<(), Error> {
+        let ensure: unsafe extern "C" fn() -> c_int =
+            // SAFETY: PyGILState_Ensure has this signature.
+            unsafe { std::mem::transmute(self.sym(c"PyGILState_Ensure")?) };
+        let fin: unsafe extern "C" fn() -> c_int =
+            // SAFETY: Py_FinalizeEx has this signature.
+            unsafe { std::mem::transmute(self.sym(c"Py_FinalizeEx")?) };
+        // SAFETY: the interpreter is initialised; finalising with the GIL held.
+        let rc = unsafe {
+            ensure();
+            fin()
+        };
+        if rc != 0 {
+            return Err(Error::Python("Py_FinalizeEx reported an error".into()));
+        }
+        Ok(())
+    }
+}

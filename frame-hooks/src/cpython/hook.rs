@@ -1,0 +1,649 @@
+//! Rust hooks in CPython's eval-frame slot: monomorphised trampolines (one per hook type
+//! and slot, so the hook is called directly, not through a vtable), the per-thread
+//! recursion guard, skip marks, the throw flag, and panics turned into exceptions.
+
+use super::api::{Api, EvalFrameFn, InterpreterFrame, PyObject, PyThreadState};
+use super::layout::{word, Layout};
+use super::{Error, Python};
+use std::cell::Cell;
+use std::ffi::{c_int, c_void, CStr, CString};
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// How many hooks may be installed at once in the whole process (over all copies).
+pub const MAX_HOOKS: usize = 8;
+
+/// A frame-evaluation hook for CPython.
+pub trait FrameHook: Send + Sync + 'static {
+    /// Evaluates `frame`, usually by calling [`Frame::eval`] around its own work. Must
+    /// return the result of evaluating the frame (or of [`Frame::raise`]).
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult;
+
+    /// Whether frames resumed with the throw flag (`generator.throw()`, an exception
+    /// thrown into a coroutine, closing a generator) reach the hook. By default they go
+    /// straight to the previous evaluator, as torchdynamo does.
+    const WANTS_THROWS: bool = false;
+}
+
+/// The part of an installed hook's state that is not generic.
+pub(crate) struct HookCommon {
+    api: &'static Api,
+    layout: Layout,
+    prev: EvalFrameFn,
+    skip_index: isize,
+    /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
+    /// code object) and once a skip mark was set.
+    slow_checks: AtomicBool,
+    bit: u32,
+    python: Python,
+}
+
+struct SlotState<H> {
+    common: HookCommon,
+    hook: Arc<H>,
+}
+
+static SLOTS: [AtomicPtr<c_void>; MAX_HOOKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKS];
+static TAKEN: Mutex<[bool; MAX_HOOKS]> = Mutex::new([false; MAX_HOOKS]);
+
+thread_local! {
+    /// Bit `s` set: the hook of slot `s` runs its own code on this thread.
+    static GUARD: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A new reference returned by an evaluation (NULL with an exception set on error).
+/// Dropping it releases the reference.
+#[must_use = "an evaluation's result is what the hook returns"]
+pub struct EvalResult {
+    obj: *mut PyObject,
+    api: &'static Api,
+}
+
+impl EvalResult {
+    /// Whether the evaluation returned a value (not an exception).
+    #[inline]
+    pub fn is_ok(&self) -> bool {
+        !self.obj.is_null()
+    }
+
+    /// The returned object (borrowed; NULL on error).
+    pub fn as_ptr(&self) -> *mut PyObject {
+        self.obj
+    }
+
+    #[inline]
+    fn into_raw(self) -> *mut PyObject {
+        let p = self.obj;
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Drop for EvalResult {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.obj.is_null() {
+            // SAFETY: we own one reference; results are dropped on the thread that holds
+            // the GIL (inside the hook that made them).
+            unsafe { (self.api.decref)(self.obj) }
+        }
+    }
+}
+
+/// A code object of the copy, borrowed for `'a`.
+#[derive(Clone, Copy)]
+pub struct CodeRef<'a> {
+    ptr: *mut PyObject,
+    api: &'static Api,
+    _life: PhantomData<&'a PyObject>,
+}
+
+impl<'a> CodeRef<'a> {
+    /// A reference to the code object at `ptr`.
+    ///
+    /// # Safety
+    /// `ptr` is a live code object of the copy behind `python`, alive for `'a`, and the
+    /// GIL is held while the reference is used.
+    pub unsafe fn from_ptr(python: &Python, ptr: *mut PyObject) -> CodeRef<'a> {
+        CodeRef {
+            ptr,
+            api: python.api(),
+            _life: PhantomData,
+        }
+    }
+
+    /// The code object's address (its identity).
+    pub fn as_ptr(&self) -> *mut PyObject {
+        self.ptr
+    }
+
+    /// `co_qualname`.
+    pub fn qualname(&self) -> String {
+        // SAFETY: a live code object under the GIL (CodeRef's invariant).
+        unsafe { self.api.attr_string(self.ptr, c"co_qualname") }.unwrap_or_default()
+    }
+
+    /// `co_name`.
+    pub fn name(&self) -> String {
+        // SAFETY: as above.
+        unsafe { self.api.attr_string(self.ptr, c"co_name") }.unwrap_or_default()
+    }
+
+    /// `co_filename`.
+    pub fn filename(&self) -> String {
+        // SAFETY: as above.
+        unsafe { self.api.attr_string(self.ptr, c"co_filename") }.unwrap_or_default()
+    }
+
+    /// `co_firstlineno`.
+    pub fn first_line(&self) -> i64 {
+        // SAFETY: as above.
+        unsafe { self.api.attr_long(self.ptr, c"co_firstlineno") }.unwrap_or(0)
+    }
+
+    /// An integer attribute of the code object (`co_argcount`, `co_flags`, ...).
+    pub fn attr_long(&self, name: &CStr) -> Option<i64> {
+        // SAFETY: as above.
+        unsafe { self.api.attr_long(self.ptr, name) }
+    }
+
+    /// The names of the parameters, in the order of the frame's first local slots.
+    pub fn parameter_names(&self) -> Vec<String> {
+        let api = self.api;
+        let n = self.parameter_count();
+        // SAFETY: as above; co_varnames is a tuple of str whose first entries are the
+        // parameters (the layout of `localsplus` in 3.11-3.13).
+        unsafe {
+            let saved = api.save_error();
+            let names = (api.getattr)(self.ptr, c"co_varnames".as_ptr());
+            let mut out = Vec::with_capacity(n);
+            if names.is_null() {
+                (api.err_clear)();
+            } else {
+                let n = n.min((api.tuple_size)(names).max(0) as usize);
+                for i in 0..n {
+                    let item = (api.tuple_get_item)(names, i as isize);
+                    if item.is_null() {
+                        (api.err_clear)();
+                        break;
+                    }
+                    out.push(api.str_of(item).unwrap_or_default());
+                }
+                (api.decref)(names);
+            }
+            api.restore_error(saved);
+            out
+        }
+    }
+
+    /// How many local slots hold parameters (positional, keyword-only, `*args`,
+    /// `**kwargs`).
+    pub fn parameter_count(&self) -> usize {
+        let flags = self.attr_long(c"co_flags").unwrap_or(0);
+        let n = self.attr_long(c"co_argcount").unwrap_or(0)
+            + self.attr_long(c"co_kwonlyargcount").unwrap_or(0)
+            + i64::from(flags & 0x4 != 0)
+            + i64::from(flags & 0x8 != 0);
+        n.max(0) as usize
+    }
+}
+
+/// `_PyInterpreterFrame.owner`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FrameOwner {
+    /// On the thread's frame stack (`FRAME_OWNED_BY_THREAD`).
+    Thread,
+    /// Inside a generator, coroutine or async generator (`FRAME_OWNED_BY_GENERATOR`).
+    Generator,
+    /// Inside a frame object (`FRAME_OWNED_BY_FRAME_OBJECT`).
+    FrameObject,
+    /// A C-stack shim frame (`FRAME_OWNED_BY_CSTACK`, 3.12+).
+    CStack,
+    /// A value this crate does not know.
+    Unknown(u8),
+}
+
+/// `co_flags` bits of generator, coroutine and async-generator code.
+pub const CO_GENERATOR_LIKE: i64 = 0x20 | 0x80 | 0x100 | 0x200;
+
+/// The frame a hook is asked to evaluate.
+pub struct Frame<'a> {
+    common: &'a HookCommon,
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+    consumed: &'a Cell<bool>,
+    /// This hook's guard bit (a constant of the trampoline, so the compiler can see that
+    /// lifting the guard around `eval` restores the value it found).
+    bit: u32,
+}
+
+impl<'a> Frame<'a> {
+    /// The frame's code object (kept alive by the frame while the hook runs).
+    #[inline]
+    pub fn code(&self) -> CodeRef<'a> {
+        CodeRef {
+            ptr: self.code_ptr(),
+            api: self.common.api,
+            _life: PhantomData,
+        }
+    }
+
+    #[inline(always)]
+    fn code_ptr(&self) -> *mut PyObject {
+        // SAFETY: a live frame; f_code/f_executable is at the checked offset (and the
+        // trampoline checked it is a code object on 3.13).
+        unsafe { word(self.frame as *const c_void, self.common.layout.f_code) as *mut PyObject }
+    }
+
+    /// Who owns the frame: the thread's frame stack for a plain call (and for the call
+    /// that creates a generator or coroutine), the generator for its resumptions.
+    pub fn owner(&self) -> FrameOwner {
+        // SAFETY: `owner` is a char at the checked offset of a live frame.
+        let raw = unsafe { *(self.frame as *const u8).add(self.common.layout.owner) };
+        match raw {
+            0 => FrameOwner::Thread,
+            1 => FrameOwner::Generator,
+            2 => FrameOwner::FrameObject,
+            3 => FrameOwner::CStack,
+            other => FrameOwner::Unknown(other),
+        }
+    }
+
+    /// Whether the frame is resumed to raise (generator/coroutine `throw`).
+    #[inline]
+    pub fn throw_flag(&self) -> bool {
+        self.throw != 0
+    }
+
+    /// The copy this frame belongs to.
+    pub fn python(&self) -> &Python {
+        &self.common.python
+    }
+
+    /// The raw `_PyInterpreterFrame` (valid during this call only).
+    pub fn as_ptr(&self) -> *mut InterpreterFrame {
+        self.frame
+    }
+
+    /// The thread state the frame runs on.
+    pub fn tstate(&self) -> *mut PyThreadState {
+        self.tstate
+    }
+
+    /// Whether this frame was already evaluated (or raised) by this hook.
+    pub fn is_consumed(&self) -> bool {
+        self.consumed.get()
+    }
+
+    #[inline]
+    fn run(&mut self, f: EvalFrameFn, throw: c_int) -> EvalResult {
+        assert!(
+            !self.consumed.replace(true),
+            "a frame was evaluated twice by one hook"
+        );
+        let bit = self.bit;
+        let g = GUARD.with(|g| g.get());
+        GUARD.with(|c| c.set(g & !bit));
+        // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
+        let obj = unsafe { f(self.tstate, self.frame, throw) };
+        GUARD.with(|c| c.set(g));
+        EvalResult {
+            obj,
+            api: self.common.api,
+        }
+    }
+
+    /// Evaluates the frame with the evaluator this hook was installed over (the copy's
+    /// default or an earlier hook), throw flag passed through. Frames it calls are hooked.
+    #[inline]
+    pub fn eval(&mut self) -> EvalResult {
+        self.run(self.common.prev, self.throw)
+    }
+
+    /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
+    #[inline]
+    pub fn eval_default(&mut self) -> EvalResult {
+        self.run(self.common.api.eval_default, self.throw)
+    }
+
+    /// Raises `RuntimeError(message)` in this frame instead of running it: the exception
+    /// is thrown into the frame, so the copy's own evaluator unwinds and clears it.
+    pub fn raise(&mut self, message: &str) -> EvalResult {
+        set_runtime_error(self.common.api, message);
+        self.run(self.common.prev, 1)
+    }
+
+    /// The object in local slot `i` (borrowed; `None` if unset). Parameters occupy the
+    /// first slots; before `RESUME`, cell parameters are still plain values.
+    pub fn local(&self, i: usize) -> Option<*mut PyObject> {
+        // SAFETY: slot i < the frame's local count is a live word of localsplus (checked
+        // against the code's parameter count by callers such as `arguments`).
+        let p = unsafe {
+            word(
+                self.frame as *const c_void,
+                self.common.layout.localsplus + 8 * i,
+            )
+        };
+        (p != 0).then_some(p as *mut PyObject)
+    }
+
+    /// The parameters as `(name, repr)` pairs. `repr` runs Python code, which is not
+    /// hooked by this hook (the recursion guard).
+    pub fn arguments(&self) -> Vec<(String, String)> {
+        let code = self.code();
+        let names = code.parameter_names();
+        names
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let value = match self.local(i) {
+                    // SAFETY: a live object in the frame's locals; GIL held.
+                    Some(obj) => unsafe { self.common.api.repr_of(obj) },
+                    None => "<unset>".into(),
+                };
+                (name, value)
+            })
+            .collect()
+    }
+
+    /// Marks the frame's code object: its later frames bypass this hook.
+    pub fn skip_code(&self) {
+        let api = self.common.api;
+        self.common.slow_checks.store(true, Ordering::Relaxed);
+        // SAFETY: GIL held; our own index holds an integer bitmask (NULL free function).
+        unsafe {
+            let code = self.code_ptr();
+            let old = skip_bits(&self.common.layout, code, self.common.skip_index);
+            (api.code_set_extra)(
+                code,
+                self.common.skip_index,
+                (old | self.common.bit as usize) as *mut c_void,
+            );
+        }
+    }
+
+    /// Runs `f` with the recursion guard lifted: frames `f` evaluates reach this hook.
+    pub fn reentrant<R>(&self, f: impl FnOnce() -> R) -> R {
+        let bit = self.bit;
+        let g = GUARD.with(|g| g.get());
+        GUARD.with(|c| c.set(g & !bit));
+        struct Restore(u32);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                GUARD.with(|c| c.set(self.0));
+            }
+        }
+        let _r = Restore(g);
+        f()
+    }
+}
+
+/// The skip bitmask stored in our extra index of `code` (0 if none).
+///
+/// # Safety
+/// `code` is a live code object of the copy whose checked layout is `layout`.
+#[inline(always)]
+unsafe fn skip_bits(layout: &Layout, code: *mut PyObject, index: isize) -> usize {
+    // SAFETY: co_extra is at the checked offset; it is NULL or a {size, extras[size]}.
+    unsafe {
+        let ce = word(code as *const c_void, layout.co_extra) as *const isize;
+        if ce.is_null() || *ce <= index {
+            0
+        } else {
+            *ce.add(1 + index as usize) as usize
+        }
+    }
+}
+
+fn set_runtime_error(api: &Api, message: &str) {
+    let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+    // SAFETY: GIL held (we are inside a hook); a valid exception type and message.
+    unsafe { (api.err_set_string)(api.exc_runtime_error, c.as_ptr()) }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".into()
+    }
+}
+
+unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+) -> *mut PyObject {
+    // SAFETY: slot S holds the SlotState<H> this trampoline was installed with (states are
+    // never freed, so one read at entry stays valid however long the frame runs).
+    let st = unsafe { &*(SLOTS[S].load(Ordering::Acquire) as *const SlotState<H>) };
+    let c = &st.common;
+    let bit = 1u32 << S;
+    let g = GUARD.with(|g| g.get());
+    if g & bit != 0 || (throw != 0 && !H::WANTS_THROWS) {
+        // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
+        return unsafe { (c.prev)(tstate, frame, throw) };
+    }
+    if c.slow_checks.load(Ordering::Relaxed) {
+        // SAFETY: a live frame; f_code/f_executable is at the checked offset.
+        let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
+        if c.layout.executable_may_not_be_code {
+            // SAFETY: `code` is a live object (a strong reference held by the frame): its
+            // type is the word after the reference count.
+            let ty = unsafe { word(code as *const c_void, 8) };
+            if ty != c.api.code_type as usize {
+                // SAFETY: passing CPython's own arguments to the evaluator we were
+                // installed over.
+                return unsafe { (c.prev)(tstate, frame, throw) };
+            }
+        }
+        {
+            // SAFETY: `code` is a live code object of this copy.
+            let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
+            if marks & bit as usize != 0 {
+                // SAFETY: as above.
+                return unsafe { (c.prev)(tstate, frame, throw) };
+            }
+        }
+    }
+    GUARD.with(|cell| cell.set(g | bit));
+    let consumed = Cell::new(false);
+    let mut f = Frame {
+        common: c,
+        tstate,
+        frame,
+        throw,
+        consumed: &consumed,
+        bit,
+    };
+    let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
+    GUARD.with(|cell| cell.set(g));
+    match r {
+        Ok(res) => {
+            if !consumed.get() {
+                // The hook returned without evaluating: the frame would leak (3.12+) or
+                // run nowhere. Raise in it instead.
+                drop(res);
+                set_runtime_error(c.api, "frame hook returned without evaluating the frame");
+                // SAFETY: the frame was not evaluated yet; throwing into it unwinds it.
+                return unsafe { (c.prev)(tstate, frame, 1) };
+            }
+            res.into_raw()
+        }
+        Err(payload) => {
+            let msg = format!("panic in frame hook: {}", panic_message(&*payload));
+            tracing::warn!(%msg, "frame hook panicked; raising RuntimeError in the frame");
+            set_runtime_error(c.api, &msg);
+            if consumed.get() {
+                // The frame ran (and CPython cleared it as usual); its result, if any,
+                // was released while unwinding.
+                std::ptr::null_mut()
+            } else {
+                // SAFETY: the frame was not evaluated yet; throwing into it makes the
+                // evaluator unwind and clear it (3.12+) and record the traceback.
+                unsafe { (c.prev)(tstate, frame, 1) }
+            }
+        }
+    }
+}
+
+fn trampoline_for<H: FrameHook>(slot: usize) -> EvalFrameFn {
+    match slot {
+        0 => trampoline::<H, 0>,
+        1 => trampoline::<H, 1>,
+        2 => trampoline::<H, 2>,
+        3 => trampoline::<H, 3>,
+        4 => trampoline::<H, 4>,
+        5 => trampoline::<H, 5>,
+        6 => trampoline::<H, 6>,
+        7 => trampoline::<H, 7>,
+        _ => unreachable!("slot {slot} >= MAX_HOOKS"),
+    }
+}
+
+/// An installed hook; uninstalled by [`Installed::uninstall`] or on drop.
+pub struct Installed<H: FrameHook> {
+    python: Python,
+    slot: usize,
+    hook: Arc<H>,
+    tramp: EvalFrameFn,
+    prev: EvalFrameFn,
+    active: bool,
+}
+
+impl Python {
+    /// Installs `hook` in front of the copy's current evaluator (which it chains to).
+    /// Refused while the interpreter is finalising or when all [`MAX_HOOKS`] trampolines
+    /// are in use. Takes the GIL.
+    pub fn install<H: FrameHook>(&self, hook: Arc<H>) -> Result<Installed<H>, Error> {
+        let api = self.api();
+        // SAFETY: callable at any time.
+        if unsafe { (api.is_finalizing)() } != 0 {
+            return Err(Error::Finalizing);
+        }
+        // SAFETY: callable at any time.
+        if unsafe { (api.is_initialized)() } == 0 {
+            return Err(Error::NotInitialized);
+        }
+        let slot = {
+            let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
+            let slot = taken
+                .iter()
+                .position(|t| !t)
+                .ok_or(Error::NoFreeSlot(MAX_HOOKS))?;
+            taken[slot] = true;
+            slot
+        };
+        self.with_gil(|| {
+            // SAFETY: GIL held.
+            let interp = unsafe { (api.interp_get)() };
+            // SAFETY: GIL held; reading this interpreter's eval function.
+            let prev = unsafe { (api.get_eval)(interp) };
+            let state = Box::new(SlotState {
+                common: HookCommon {
+                    api,
+                    layout: self.inner.layout,
+                    prev,
+                    skip_index: self.inner.skip_index,
+                    slow_checks: AtomicBool::new(self.inner.layout.executable_may_not_be_code),
+                    bit: 1 << slot,
+                    python: self.clone(),
+                },
+                hook: hook.clone(),
+            });
+            // States are never freed: a frame entered through this trampoline may still
+            // be running on some thread when the hook is uninstalled.
+            SLOTS[slot].store(Box::into_raw(state).cast(), Ordering::Release);
+            let tramp = trampoline_for::<H>(slot);
+            // SAFETY: GIL held; the trampoline is a valid _PyFrameEvalFunction.
+            unsafe { (api.set_eval)(interp, tramp) };
+            tracing::debug!(slot, "frame hook installed");
+            Ok(Installed {
+                python: self.clone(),
+                slot,
+                hook,
+                tramp,
+                prev,
+                active: true,
+            })
+        })
+    }
+}
+
+impl<H: FrameHook> Installed<H> {
+    /// The hook.
+    pub fn hook(&self) -> &Arc<H> {
+        &self.hook
+    }
+
+    /// The copy the hook is installed in.
+    pub fn python(&self) -> &Python {
+        &self.python
+    }
+
+    /// The evaluator this hook chains to (what `_PyInterpreterState_GetEvalFrameFunc`
+    /// returned when it was installed).
+    pub fn previous(&self) -> EvalFrameFn {
+        self.prev
+    }
+
+    /// Whether the hook is still installed.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    /// Restores the evaluator this hook was installed over. Refused with
+    /// [`Error::NotCurrent`] if another hook was installed after this one. May be called
+    /// from inside a hooked call (the frames already running finish normally).
+    pub fn uninstall(&mut self) -> Result<(), Error> {
+        if !self.active {
+            return Ok(());
+        }
+        let api = self.python.api();
+        self.python.with_gil(|| {
+            // SAFETY: GIL held.
+            let interp = unsafe { (api.interp_get)() };
+            // SAFETY: GIL held.
+            let cur = unsafe { (api.get_eval)(interp) };
+            if cur as usize != self.tramp as usize {
+                return Err(Error::NotCurrent);
+            }
+            // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault` when
+            // nothing else was installed), which the setter recognises as "default".
+            // SAFETY: GIL held; prev is a valid eval function of this copy.
+            unsafe { (api.set_eval)(interp, self.prev) };
+            Ok(())
+        })?;
+        self.active = false;
+        TAKEN.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = false;
+        tracing::debug!(slot = self.slot, "frame hook uninstalled");
+        Ok(())
+    }
+}
+
+impl<H: FrameHook> Drop for Installed<H> {
+    fn drop(&mut self) {
+        if self.active {
+            // SAFETY: callable at any time.
+            let finalizing = unsafe { (self.python.api().is_finalizing)() } != 0;
+            if finalizing {
+                return;
+            }
+            if let Err(e) = self.uninstall() {
+                tracing::warn!(error = %e, "frame hook left installed on drop");
+            }
+        }
+    }
+}
+
+// SAFETY: Installed holds an Arc<H> (H: Send + Sync), a Python handle and function
+// pointers; uninstalling takes the GIL on whatever thread calls it.
+unsafe impl<H: FrameHook> Send for Installed<H> {}
+// SAFETY: &Installed only reads plain fields.
+unsafe impl<H: FrameHook> Sync for Installed<H> {}

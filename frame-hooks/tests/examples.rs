@@ -1,0 +1,150 @@
+//! The `profile` and `breakpoint` examples: insta snapshots of their output (timings and
+//! addresses filtered), and the profiler's call counts checked against `cProfile`'s total
+//! calls on CPython 3.11, 3.12 and 3.13 for a script with recursion, generators, a
+//! coroutine, comprehensions, lambdas, exceptions and threads.
+
+mod pythons;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    // `cargo test` builds examples with the other targets, but not when only this test
+    // is selected: make sure the binary is current (a no-op when it is).
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "frame-hooks", "--example", name])
+        .status()
+        .unwrap();
+    assert!(status.success(), "building the example {name} failed");
+    dir.join(name)
+}
+
+fn script(name: &str) -> String {
+    format!("{}/tests/scripts/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.env_remove("RUST_LOG").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `(line, name) -> calls` for the functions of `file` in a JSON list printed as the
+/// last line of `stdout`; `name` is the last component of the qualified name.
+fn calls_in(stdout: &str, file: &str) -> BTreeMap<(i64, String), u64> {
+    let last = stdout.lines().last().expect("some output");
+    let list: serde_json::Value = serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("last line is not JSON ({e}): {last}"));
+    let mut out = BTreeMap::new();
+    for f in list.as_array().unwrap() {
+        if f["file"].as_str().unwrap() != file {
+            continue;
+        }
+        let name = f["function"].as_str().unwrap();
+        let short = name.rsplit('.').next().unwrap().to_string();
+        let key = (f["line"].as_i64().unwrap(), short);
+        *out.entry(key).or_default() += f["calls"].as_u64().unwrap();
+    }
+    out
+}
+
+fn profile_matches_cprofile(minor: u32) {
+    let python = match pythons::python(minor) {
+        Ok(p) => p,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let workload = script("workload.py");
+    let ours =
+        run(Command::new(example("profile")).args(["--json", "--python", &python, &workload, "1"]));
+    assert!(
+        ours.starts_with("fib: 820 squares: 10"),
+        "the script's own output comes first:\n{ours}"
+    );
+    let theirs = run(Command::new(&python).args([&script("cprofile_calls.py"), &workload, "1"]));
+    let (ours, theirs) = (calls_in(&ours, &workload), calls_in(&theirs, &workload));
+    // 3.12 inlines comprehensions (PEP 709): 14 functions there, 19 on 3.11.
+    assert!(ours.len() >= 14, "functions seen: {ours:?}");
+    assert_eq!(
+        ours, theirs,
+        "calls per function: eval-frame profiler vs cProfile"
+    );
+}
+
+#[test]
+fn profile_calls_equal_cprofile_311() {
+    profile_matches_cprofile(11);
+}
+
+#[test]
+fn profile_calls_equal_cprofile_312() {
+    profile_matches_cprofile(12);
+}
+
+#[test]
+fn profile_calls_equal_cprofile_313() {
+    profile_matches_cprofile(13);
+}
+
+#[test]
+fn profile_table_snapshot() {
+    let out = run(Command::new(example("profile"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["tests/scripts/workload.py", "1"]));
+    insta::with_settings!({filters => vec![
+        (r"CPython 3\.\d+\.\d+", "CPython [version]"),
+        (r" +\d+\.\d{3} +\d+\.\d{3}\n", " [total ms] [own ms]\n"),
+    ]}, {
+        insta::assert_snapshot!(out);
+    });
+}
+
+#[test]
+fn breakpoint_snapshot() {
+    let out = run(Command::new(example("breakpoint"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["Shape.__init__", "tests/scripts/shapes.py"]));
+    insta::with_settings!({filters => vec![(r"0x[0-9a-f]+", "[address]")]}, {
+        insta::assert_snapshot!(out);
+    });
+}
+
+#[test]
+fn examples_refuse_bad_input_by_name() {
+    let out = Command::new(example("profile"))
+        .args(["no/such/script.py"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "profile: no/such/script.py: no such script"
+    );
+    let out = Command::new(example("breakpoint"))
+        .args([
+            "--python",
+            "/nonexistent/python3",
+            "f",
+            &script("shapes.py"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("breakpoint: error: could not load /nonexistent/python3: could not run it"),
+        "{err}"
+    );
+}

@@ -1,0 +1,742 @@
+//! [`Interpreter`]: one CPython interpreter in a libpython copy of its own, with a main
+//! thread of its own, callable from any thread.
+
+use super::buffer::{Block, SharedBuffer};
+use super::error::{Error, Output, PythonException, Result};
+use super::python::{PythonInstall, PythonSpec};
+use super::runner::{self, Loaded, MpConfig, MpResult, FIELDS};
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Once};
+use std::thread::JoinHandle;
+
+/// The bootstrap run in every interpreter after initialisation.
+const BOOTSTRAP: &str = include_str!("bootstrap.py");
+
+/// Which of an interpreter's output streams text was written to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stream {
+    /// `sys.stdout`.
+    Stdout,
+    /// `sys.stderr`.
+    Stderr,
+}
+
+/// Receives text written outside any call (by threads the Python code started, by
+/// `atexit` functions at finalisation), or everything when [`Config::forward`] is set:
+/// `(interpreter id, stream, text)`.
+pub type Sink = Arc<dyn Fn(usize, Stream, &str) + Send + Sync>;
+
+/// How an interpreter is created. `Config::default()` is CPython 3.11, no virtual
+/// environment, `sys.argv == [""]`, isolated from the host's `PYTHON*` variables, no
+/// signal handlers, one OpenBLAS thread.
+#[derive(Clone, Default)]
+pub struct Config {
+    /// Which CPython.
+    pub python: PythonSpec,
+    /// A virtual environment (its `site-packages`, and its `bin/python` as `sys.executable`).
+    pub venv: Option<PathBuf>,
+    /// `sys.argv` (empty means `[""]`, as for an interactive `python`).
+    pub argv: Vec<String>,
+    /// Honour the host's `PYTHON*` environment variables (`PyConfig.use_environment`).
+    pub use_environment: bool,
+    /// Install CPython's signal handlers (SIGINT -> KeyboardInterrupt, ...). At most one
+    /// live interpreter may: dispositions are process-wide.
+    pub install_signal_handlers: bool,
+    /// Skip `import site` (no `site-packages` at all).
+    pub no_site: bool,
+    /// Send all output to this sink as it is written instead of capturing it per call.
+    pub forward: Option<Sink>,
+    /// Sink for output written outside calls (default: kept, see
+    /// [`Interpreter::take_background_output`]).
+    pub background: Option<Sink>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("python", &self.python)
+            .field("venv", &self.venv)
+            .field("argv", &self.argv)
+            .field("use_environment", &self.use_environment)
+            .field("install_signal_handlers", &self.install_signal_handlers)
+            .field("no_site", &self.no_site)
+            .field("forward", &self.forward.is_some())
+            .finish()
+    }
+}
+
+impl Config {
+    /// The default configuration.
+    pub fn new() -> Config {
+        Config::default()
+    }
+    /// Sets the Python (version or path).
+    pub fn python(mut self, python: PythonSpec) -> Config {
+        self.python = python;
+        self
+    }
+    /// Sets the virtual environment.
+    pub fn venv(mut self, venv: impl Into<PathBuf>) -> Config {
+        self.venv = Some(venv.into());
+        self
+    }
+    /// Sets `sys.argv`.
+    pub fn argv<S: Into<String>>(mut self, argv: impl IntoIterator<Item = S>) -> Config {
+        self.argv = argv.into_iter().map(Into::into).collect();
+        self
+    }
+    /// Honours the host's `PYTHON*` variables.
+    pub fn use_environment(mut self, yes: bool) -> Config {
+        self.use_environment = yes;
+        self
+    }
+    /// Installs CPython's signal handlers in this interpreter.
+    pub fn install_signal_handlers(mut self, yes: bool) -> Config {
+        self.install_signal_handlers = yes;
+        self
+    }
+    /// Forwards output as it is written.
+    pub fn forward(mut self, sink: Sink) -> Config {
+        self.forward = Some(sink);
+        self
+    }
+}
+
+/// What the host side of one interpreter keeps: the output sinks and the shared buffers
+/// its Python objects hold. Boxed; its address is the runner's `host` pointer.
+struct Host {
+    id: usize,
+    forward: Option<Sink>,
+    background: Option<Sink>,
+    orphan: Mutex<Output>,
+    buffers: Mutex<HashMap<u64, Arc<Block>>>,
+}
+
+/// The runner's `write` callback.
+unsafe extern "C" fn host_write(host: *mut c_void, stream: c_int, data: *const c_char, len: usize) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: `host` is the Box<Host> this interpreter passed to mp_initialize, alive
+        // until after the copy is unloaded; data..data+len is UTF-8 from Python.
+        let (host, bytes) = unsafe {
+            (
+                &*(host as *const Host),
+                std::slice::from_raw_parts(data.cast::<u8>(), len),
+            )
+        };
+        let text = String::from_utf8_lossy(bytes);
+        let stream = if stream == 2 {
+            Stream::Stderr
+        } else {
+            Stream::Stdout
+        };
+        if let Some(sink) = host.forward.as_ref().or(host.background.as_ref()) {
+            sink(host.id, stream, &text);
+        } else {
+            let mut o = host.orphan.lock().unwrap_or_else(|e| e.into_inner());
+            match stream {
+                Stream::Stdout => o.stdout.push_str(&text),
+                Stream::Stderr => o.stderr.push_str(&text),
+            }
+        }
+    }));
+}
+
+/// The runner's `release` callback: a shared-buffer object died.
+unsafe extern "C" fn host_release(host: *mut c_void, id: u64) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: as in host_write.
+        let host = unsafe { &*(host as *const Host) };
+        host.buffers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+    }));
+}
+
+enum Job {
+    Run(Box<dyn FnOnce() + Send>),
+    Finalize(mpsc::Sender<(c_int, c_int)>),
+}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+static NEXT_BUFFER: AtomicU64 = AtomicU64::new(1);
+/// The interpreter that installed signal handlers, if any (id + 1, 0 = none).
+static SIGNAL_OWNER: AtomicUsize = AtomicUsize::new(0);
+
+/// One CPython interpreter: a fresh copy of libpython in an elf-loader namespace of its
+/// own, initialised with `PyConfig` by a thread it owns (its `threading.main_thread()`).
+/// `run`, `run_file`, `run_module` and `call` may be called from any thread; each runs
+/// on the calling thread under this copy's GIL, so calls into different interpreters
+/// run in parallel. Dropping it finalises the interpreter and unloads the copy.
+pub struct Interpreter {
+    id: usize,
+    install: PythonInstall,
+    executable: PathBuf,
+    loaded: Option<Loaded>,
+    host: Box<Host>,
+    jobs: Mutex<Option<mpsc::Sender<Job>>>,
+    main: Option<JoinHandle<()>>,
+    signals_before: Vec<(c_int, libc::sigaction)>,
+}
+
+/// The interpreter's result of one call: its output and, for [`Interpreter::call`], the
+/// returned value (as JSON; values JSON cannot express are given as their `repr`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reply {
+    /// What the call wrote.
+    pub output: Output,
+    /// The return value of `call` (`null` for the others).
+    pub value: serde_json::Value,
+}
+
+/// Sets `OPENBLAS_NUM_THREADS` to 1 in the process environment, once, before the first
+/// interpreter starts, unless the host set it (the documented OpenBLAS policy: each
+/// interpreter's numpy has its own OpenBLAS copy, and one BLAS thread per interpreter
+/// keeps N interpreters from starting N x cores threads).
+fn apply_blas_policy() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for var in ["OPENBLAS_NUM_THREADS"] {
+            if std::env::var_os(var).is_none() {
+                std::env::set_var(var, "1");
+            }
+        }
+    });
+}
+
+fn venv_python(venv: &Path, install: &PythonInstall) -> Result<PathBuf> {
+    let bad = |why: String| Error::BadVenv {
+        venv: venv.to_path_buf(),
+        why,
+    };
+    let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg"))
+        .map_err(|e| bad(format!("pyvenv.cfg: {e}")))?;
+    let exe = venv.join("bin").join("python");
+    if !exe.exists() {
+        return Err(bad(format!("{} missing", exe.display())));
+    }
+    let version = cfg
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| matches!(k.trim(), "version" | "version_info"))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_default();
+    let want = format!("{}.{}.", install.version.0, install.version.1);
+    if !version.starts_with(&want) {
+        return Err(bad(format!(
+            "it was made by Python {version}, not {}",
+            install.version_string
+        )));
+    }
+    Ok(exe)
+}
+
+fn cstring(what: &str, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::InvalidArgument(format!("{what} contains a NUL byte")))
+}
+
+fn signal_dispositions() -> Vec<(c_int, libc::sigaction)> {
+    (1..=64)
+        .filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+        .filter_map(|s| {
+            // SAFETY: querying (not changing) a disposition into a zeroed struct.
+            unsafe {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                (libc::sigaction(s, std::ptr::null(), &mut old) == 0).then_some((s, old))
+            }
+        })
+        .collect()
+}
+
+impl Interpreter {
+    /// Loads a fresh copy of the configured CPython and initialises it on a new thread
+    /// of its own.
+    pub fn new(config: Config) -> Result<Interpreter> {
+        let install = PythonInstall::find(&config.python)?;
+        let executable = match &config.venv {
+            Some(v) => venv_python(v, &install)?,
+            None => install.executable.clone(),
+        };
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        if config.install_signal_handlers
+            && SIGNAL_OWNER
+                .compare_exchange(0, id + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return Err(Error::InvalidArgument(format!(
+                "interpreter {} already installed signal handlers; only one live interpreter may",
+                SIGNAL_OWNER.load(Ordering::Acquire) - 1
+            )));
+        }
+        apply_blas_policy();
+        let signals_before = signal_dispositions();
+        let host = Box::new(Host {
+            id,
+            forward: config.forward.clone(),
+            background: config.background.clone(),
+            orphan: Mutex::new(Output::default()),
+            buffers: Mutex::new(HashMap::new()),
+        });
+        let host_ptr = &*host as *const Host as usize;
+        let exe_c = cstring("executable path", &executable.to_string_lossy())?;
+        let mut argv = config.argv.clone();
+        if argv.is_empty() {
+            argv.push(String::new());
+        }
+        let argv_c = argv
+            .iter()
+            .map(|a| cstring("argv", a))
+            .collect::<Result<Vec<_>>>()?;
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<Loaded>>();
+        let (job_tx, job_rx) = mpsc::channel::<Job>();
+        let name = format!("multipy-{id}");
+        let install2 = install.clone();
+        let cfg = (
+            config.use_environment,
+            config.install_signal_handlers,
+            !config.no_site,
+        );
+        let main = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                let loaded = match runner::load(&install2, &name) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let bootstrap = CString::new(BOOTSTRAP).expect("bootstrap has no NUL");
+                let mut argv_ptrs: Vec<*mut c_char> =
+                    argv_c.iter().map(|a| a.as_ptr() as *mut c_char).collect();
+                let conf = MpConfig {
+                    abi: runner::ABI,
+                    executable: exe_c.as_ptr(),
+                    argc: argv_ptrs.len() as c_int,
+                    argv: argv_ptrs.as_mut_ptr(),
+                    use_environment: cfg.0 as c_int,
+                    install_signal_handlers: cfg.1 as c_int,
+                    site_import: cfg.2 as c_int,
+                    bootstrap: bootstrap.as_ptr(),
+                    host: host_ptr as *mut c_void,
+                    write: host_write,
+                    release: host_release,
+                };
+                let mut err: *mut c_char = std::ptr::null_mut();
+                // SAFETY: first initialisation of this fresh copy, on this thread, with
+                // a config whose strings outlive the call.
+                let rc = unsafe { (loaded.fns.initialize)(&conf, &mut err) };
+                if rc != 0 {
+                    let message = take_c_string(&loaded, err);
+                    // An interpreter that failed half-way cannot be finalised safely:
+                    // keep the copy mapped (leaked) rather than unmap live code.
+                    std::mem::forget(loaded);
+                    let _ = ready_tx.send(Err(Error::Init {
+                        interpreter: id,
+                        message,
+                    }));
+                    return;
+                }
+                let finalize = loaded.fns.finalize;
+                let _ = ready_tx.send(Ok(loaded));
+                for job in job_rx {
+                    match job {
+                        Job::Run(f) => f(),
+                        Job::Finalize(reply) => {
+                            let mut live: c_int = 0;
+                            // SAFETY: this is the thread that initialised the copy; no
+                            // call is running (Drop has exclusive access).
+                            let rc = unsafe { finalize(&mut live) };
+                            let _ = reply.send((rc, live));
+                            break;
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::Init {
+                interpreter: id,
+                message: format!("cannot start its main thread: {e}"),
+            })?;
+        let loaded = match ready_rx.recv() {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => {
+                let _ = main.join();
+                if config.install_signal_handlers {
+                    SIGNAL_OWNER.store(0, Ordering::Release);
+                }
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = main.join();
+                return Err(Error::MainThreadGone(id));
+            }
+        };
+        let me = Interpreter {
+            id,
+            install,
+            executable,
+            loaded: Some(loaded),
+            host,
+            jobs: Mutex::new(Some(job_tx)),
+            main: Some(main),
+            signals_before,
+        };
+        if config.forward.is_some() {
+            me.dispatch(&["forward"])?;
+        }
+        tracing::info!(interpreter = id, python = %me.install.version_string, libraries = me.namespace().library_count(), "multipy interpreter ready");
+        Ok(me)
+    }
+
+    /// This interpreter's number (unique in the process, from 0).
+    pub fn id(&self) -> usize {
+        self.id
+    }
+
+    /// The CPython installation it runs.
+    pub fn python(&self) -> &PythonInstall {
+        &self.install
+    }
+
+    /// Its `sys.executable`.
+    pub fn executable(&self) -> &Path {
+        &self.executable
+    }
+
+    /// The elf-loader namespace holding its libpython copy and extension modules.
+    pub fn namespace(&self) -> &elf_loader::Namespace {
+        &self.loaded().ns
+    }
+
+    /// The address of `name` in this interpreter's libpython copy.
+    pub fn libpython_sym(&self, name: &str) -> Option<usize> {
+        self.loaded().libpython.own_sym(name)
+    }
+
+    /// The libpython copy (a symbol provider for code that binds to this interpreter,
+    /// e.g. frame-hooks).
+    pub fn libpython(&self) -> &elf_loader::CustomLibrary {
+        &self.loaded().libpython
+    }
+
+    fn loaded(&self) -> &Loaded {
+        self.loaded.as_ref().expect("interpreter is alive")
+    }
+
+    /// Executes `code` in `__main__` (as `exec`), on the calling thread.
+    pub fn run(&self, code: &str) -> Result<Output> {
+        self.dispatch(&["exec", code, "<multipy>"])
+            .map(|r| r.output)
+    }
+
+    /// Executes the file at `path` as `__main__` (as `python path` does; its directory
+    /// goes first on `sys.path`).
+    pub fn run_file(&self, path: impl AsRef<Path>) -> Result<Output> {
+        let p = path.as_ref().to_string_lossy().into_owned();
+        self.dispatch(&["file", &p]).map(|r| r.output)
+    }
+
+    /// Runs module `name` as `__main__` with `sys.argv = [name, *args]` (as `python -m`).
+    pub fn run_module(&self, name: &str, args: &[&str]) -> Result<Output> {
+        let argv = serde_json::to_string(args).expect("strings serialise");
+        self.dispatch(&["module", name, &argv]).map(|r| r.output)
+    }
+
+    /// Calls `module.function(*args)`; the arguments are given as JSON values (numbers,
+    /// strings, lists, dicts, booleans, null) and the result comes back as JSON.
+    pub fn call(&self, module: &str, function: &str, args: &[serde_json::Value]) -> Result<Reply> {
+        let argv = serde_json::to_string(args).expect("JSON values serialise");
+        self.dispatch(&["call", module, function, &argv])
+    }
+
+    /// Evaluates the expression `expr` in `__main__`; the value comes back as JSON (its
+    /// `repr` if JSON cannot express it).
+    pub fn eval(&self, expr: &str) -> Result<serde_json::Value> {
+        self.dispatch(&["eval", expr]).map(|r| r.value)
+    }
+
+    /// Runs `code` like [`Interpreter::run`], but on the interpreter's own main thread
+    /// (where `signal.signal` works), waiting for it.
+    pub fn run_on_main(&self, code: &str) -> Result<Output> {
+        let code = code.to_string();
+        self.on_main(move |me| me.dispatch(&["exec", &code, "<multipy>"]).map(|r| r.output))
+    }
+
+    /// Runs module `name` on the interpreter's main thread (see [`Interpreter::run_module`]).
+    pub fn run_module_on_main(&self, name: &str, args: &[&str]) -> Result<Output> {
+        let argv = serde_json::to_string(args).expect("strings serialise");
+        let name = name.to_string();
+        self.on_main(move |me| me.dispatch(&["module", &name, &argv]).map(|r| r.output))
+    }
+
+    /// Runs the file at `path` on the interpreter's main thread.
+    pub fn run_file_on_main(&self, path: impl AsRef<Path>) -> Result<Output> {
+        let p = path.as_ref().to_string_lossy().into_owned();
+        self.on_main(move |me| me.dispatch(&["file", &p]).map(|r| r.output))
+    }
+
+    fn on_main<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Dispatcher) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let d = Dispatcher {
+            id: self.id,
+            fns: self.loaded().fns,
+        };
+        let (tx, rx) = mpsc::channel();
+        let job = Job::Run(Box::new(move || {
+            let _ = tx.send(f(&d));
+        }));
+        let sent = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|j| j.send(job).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            return Err(Error::MainThreadGone(self.id));
+        }
+        rx.recv().map_err(|_| Error::MainThreadGone(self.id))?
+    }
+
+    fn dispatch(&self, args: &[&str]) -> Result<Reply> {
+        Dispatcher {
+            id: self.id,
+            fns: self.loaded().fns,
+        }
+        .dispatch(args)
+    }
+
+    /// Exposes `buffer` to this interpreter as `__main__.<name>` (and
+    /// `_multipy_host.buffers[name]`): an object supporting the buffer protocol over the
+    /// same memory, writable unless `readonly`.
+    pub fn share_buffer(&self, name: &str, buffer: &SharedBuffer, readonly: bool) -> Result<()> {
+        if !name.chars().all(|c| c.is_alphanumeric() || c == '_')
+            || name.is_empty()
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(Error::InvalidArgument(format!(
+                "buffer name {name:?} is not a Python identifier"
+            )));
+        }
+        let name_c = cstring("buffer name", name)?;
+        let id = NEXT_BUFFER.fetch_add(1, Ordering::Relaxed);
+        self.host
+            .buffers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, buffer.block.clone());
+        let mut err: *mut c_char = std::ptr::null_mut();
+        // SAFETY: the block stays allocated while the host holds it (until release(id)
+        // or this interpreter is unloaded); the name outlives the call.
+        let rc = unsafe {
+            (self.loaded().fns.share_buffer)(
+                name_c.as_ptr(),
+                buffer.as_ptr() as *mut c_void,
+                buffer.len(),
+                readonly as c_int,
+                id,
+                &mut err,
+            )
+        };
+        if rc != 0 {
+            return Err(Error::Host {
+                interpreter: self.id,
+                message: take_c_string(self.loaded(), err),
+            });
+        }
+        Ok(())
+    }
+
+    /// Number of shared buffers (views) this interpreter's Python objects hold.
+    pub fn shared_buffer_views(&self) -> usize {
+        self.host
+            .buffers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
+    /// Output written outside any call since the last time (when no sink is configured).
+    pub fn take_background_output(&self) -> Output {
+        std::mem::take(&mut *self.host.orphan.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// What a call needs: the interpreter's number and its runner's entry points (copyable
+/// into jobs for the main thread).
+#[derive(Clone, Copy)]
+struct Dispatcher {
+    id: usize,
+    fns: runner::RunnerFns,
+}
+
+fn take_c_string(loaded: &Loaded, p: *mut c_char) -> String {
+    take_raw(loaded.fns.free, p, None)
+}
+
+fn take_raw(free: unsafe extern "C" fn(*mut c_void), p: *mut c_char, len: Option<usize>) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: p is a NUL-terminated malloc'd string from runner.c (len bytes if given).
+    let s = unsafe {
+        match len {
+            Some(n) => {
+                String::from_utf8_lossy(std::slice::from_raw_parts(p.cast::<u8>(), n)).into_owned()
+            }
+            None => std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned(),
+        }
+    };
+    // SAFETY: runner.c allocated it with malloc; freed once.
+    unsafe { free(p.cast()) };
+    s
+}
+
+impl Dispatcher {
+    fn dispatch(&self, args: &[&str]) -> Result<Reply> {
+        let ptrs: Vec<*const c_char> = args.iter().map(|a| a.as_ptr().cast()).collect();
+        let lens: Vec<usize> = args.iter().map(|a| a.len()).collect();
+        let mut r = MpResult {
+            fields: [std::ptr::null_mut(); FIELDS],
+            lens: [0; FIELDS],
+        };
+        // SAFETY: the copy is initialised and alive (the Interpreter is borrowed, or Drop
+        // waits for the main thread's jobs); the strings outlive the call.
+        let rc = unsafe {
+            (self.fns.dispatch)(ptrs.as_ptr(), lens.as_ptr(), args.len() as c_int, &mut r)
+        };
+        let mut f: Vec<String> = (0..FIELDS)
+            .map(|i| take_raw(self.fns.free, r.fields[i], Some(r.lens[i])))
+            .collect();
+        if rc != 0 {
+            return Err(Error::Host {
+                interpreter: self.id,
+                message: std::mem::take(&mut f[4]),
+            });
+        }
+        let output = Output {
+            stdout: std::mem::take(&mut f[1]),
+            stderr: std::mem::take(&mut f[2]),
+        };
+        match f[0].as_str() {
+            "ok" => Ok(Reply {
+                output,
+                value: serde_json::from_str(&f[7]).unwrap_or(serde_json::Value::Null),
+            }),
+            "exit" => Err(Error::SystemExit {
+                interpreter: self.id,
+                code: f[6].parse().unwrap_or(1),
+                output: Box::new(output),
+            }),
+            _ => Err(Error::Exception(Box::new(PythonException {
+                interpreter: self.id,
+                type_name: std::mem::take(&mut f[3]),
+                message: std::mem::take(&mut f[4]),
+                traceback: std::mem::take(&mut f[5]),
+                output,
+            }))),
+        }
+    }
+}
+
+impl Drop for Interpreter {
+    fn drop(&mut self) {
+        let jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let mut live = 0;
+        if let Some(jobs) = jobs {
+            let (tx, rx) = mpsc::channel();
+            if jobs.send(Job::Finalize(tx)).is_ok() {
+                if let Ok((rc, l)) = rx.recv() {
+                    live = l;
+                    if rc != 0 {
+                        tracing::warn!(
+                            interpreter = self.id,
+                            rc,
+                            "Py_FinalizeEx reported an error"
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(main) = self.main.take() {
+            let _ = main.join();
+        }
+        if SIGNAL_OWNER.load(Ordering::Acquire) == self.id + 1 {
+            SIGNAL_OWNER.store(0, Ordering::Release);
+        }
+        let Some(loaded) = self.loaded.take() else {
+            return;
+        };
+        self.restore_signals(&loaded);
+        if live > 0 {
+            // Daemon threads may still be inside this copy's code: unmapping it would
+            // crash them. Keep it mapped (a leak, reported).
+            tracing::warn!(
+                interpreter = self.id,
+                threads = live,
+                "daemon threads still running at finalisation: the libpython copy stays mapped"
+            );
+            std::mem::forget(loaded);
+            // The host must outlive the copy's code too.
+            let host = std::mem::replace(
+                &mut self.host,
+                Box::new(Host {
+                    id: self.id,
+                    forward: None,
+                    background: None,
+                    orphan: Mutex::new(Output::default()),
+                    buffers: Mutex::new(HashMap::new()),
+                }),
+            );
+            std::mem::forget(host);
+            return;
+        }
+        drop(loaded);
+        // Now no Python object of this interpreter exists: give back the buffers its
+        // leaked objects (if any) still held.
+        self.host
+            .buffers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+}
+
+impl Interpreter {
+    /// Signal dispositions whose handler lies in this copy's code are put back to what
+    /// they were before the interpreter was created (or the default), so that a signal
+    /// after the unload never jumps into unmapped memory.
+    fn restore_signals(&self, loaded: &Loaded) {
+        let ranges: Vec<(usize, usize)> = [&loaded.libpython, &loaded.runner]
+            .iter()
+            .filter_map(|l| l.address_range())
+            .collect();
+        let inside = |a: usize| ranges.iter().any(|&(s, e)| a >= s && a < e);
+        for (sig, now) in signal_dispositions() {
+            if inside(now.sa_sigaction) {
+                let before = self
+                    .signals_before
+                    .iter()
+                    .find(|(s, _)| *s == sig)
+                    .map(|(_, a)| *a)
+                    .filter(|a| !inside(a.sa_sigaction));
+                // SAFETY: installing a disposition saved earlier from sigaction, or
+                // SIG_DFL in a zeroed struct.
+                unsafe {
+                    let mut act: libc::sigaction = std::mem::zeroed();
+                    match before {
+                        Some(b) => act = b,
+                        None => act.sa_sigaction = libc::SIG_DFL,
+                    }
+                    libc::sigaction(sig, &act, std::ptr::null_mut());
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,310 @@
+/* multipy runner: the seed's `libpython_runner.so`. One copy of this file is compiled
+ * per CPython version (against that version's own headers, so PyConfig's layout is
+ * right) and loaded by elf-loader into each interpreter's namespace after libpython, so
+ * its Py* references bind to that namespace's copy. Its static variables are therefore
+ * per interpreter.
+ *
+ * The Rust side (integration-tests/src/multipy/runner.rs) calls these entry points
+ * through function pointers looked up in the loaded copy:
+ *   mp_initialize  on the interpreter's own main thread: PyConfig, Py_InitializeFromConfig,
+ *                  the host module, then the GIL is released;
+ *   mp_dispatch    from any thread: under this copy's GIL, calls the host module's
+ *                  dispatch(op, *args) and copies the result strings out;
+ *   mp_share_buffer exposes host memory as a buffer-protocol object;
+ *   mp_finalize    on the main thread: Py_FinalizeEx;
+ *   mp_free        frees strings this file allocated.
+ * No entry point lets a Python exception or a C++ exception escape: errors are strings. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MP_ABI 3
+#define MP_FIELDS 8
+
+typedef void (*mp_write_fn)(void *host, int stream, const char *data, size_t len);
+typedef void (*mp_release_fn)(void *host, uint64_t id);
+
+struct mp_config {
+    uint32_t abi;
+    const char *executable;
+    int argc;
+    char **argv;
+    int use_environment;
+    int install_signal_handlers;
+    int site_import;
+    const char *bootstrap;
+    void *host;
+    mp_write_fn write;
+    mp_release_fn release;
+};
+
+struct mp_result {
+    /* status, stdout, stderr, exception type, message, traceback, exit code, value */
+    char *fields[MP_FIELDS];
+    size_t lens[MP_FIELDS];
+};
+
+static void *g_host;
+static mp_write_fn g_write;
+static mp_release_fn g_release;
+static PyThreadState *g_main;
+static PyObject *g_dispatch;
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+/* The pending Python exception as "Type: message" (clears it). GIL held. */
+static char *take_error(const char *what) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    const char *name = type ? ((PyTypeObject *)type)->tp_name : "unknown error";
+    PyObject *s = value ? PyObject_Str(value) : NULL;
+    const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
+    if (!msg) { PyErr_Clear(); msg = ""; }
+    size_t n = strlen(what) + strlen(name) + strlen(msg) + 8;
+    char *out = malloc(n);
+    if (out) snprintf(out, n, "%s: %s: %s", what, name, msg);
+    Py_XDECREF(s);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return out;
+}
+
+/* _multipy_host.write(stream, text): hands text to the host's sink. */
+static PyObject *host_write(PyObject *self, PyObject *args) {
+    int stream;
+    const char *data;
+    Py_ssize_t len;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "is#", &stream, &data, &len)) return NULL;
+    if (g_write) g_write(g_host, stream, data, (size_t)len);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef host_methods[] = {
+    {"write", host_write, METH_VARARGS, "write(stream, text): send text to the host's output sink"},
+    {NULL, NULL, 0, NULL},
+};
+
+/* A buffer-protocol object over host memory; the host keeps the memory alive until
+ * release(id) is called from the object's deallocator (or the interpreter is gone). */
+typedef struct {
+    PyObject_HEAD
+    void *ptr;
+    Py_ssize_t len;
+    int readonly;
+    uint64_t id;
+} SharedBuffer;
+
+static int sb_getbuffer(PyObject *obj, Py_buffer *view, int flags) {
+    SharedBuffer *self = (SharedBuffer *)obj;
+    return PyBuffer_FillInfo(view, obj, self->ptr, self->len, self->readonly, flags);
+}
+
+static void sb_dealloc(PyObject *obj) {
+    SharedBuffer *self = (SharedBuffer *)obj;
+    if (g_release) g_release(g_host, self->id);
+    Py_TYPE(obj)->tp_free(obj);
+}
+
+static PyObject *sb_repr(PyObject *obj) {
+    SharedBuffer *self = (SharedBuffer *)obj;
+    return PyUnicode_FromFormat("<multipy.SharedBuffer %zd bytes%s>", self->len,
+                                self->readonly ? ", read-only" : "");
+}
+
+static Py_ssize_t sb_length(PyObject *obj) { return ((SharedBuffer *)obj)->len; }
+
+static PyBufferProcs sb_as_buffer = {sb_getbuffer, NULL};
+static PySequenceMethods sb_as_sequence = {sb_length};
+
+static PyTypeObject SharedBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "multipy.SharedBuffer",
+    .tp_basicsize = sizeof(SharedBuffer),
+    .tp_dealloc = sb_dealloc,
+    .tp_repr = sb_repr,
+    .tp_as_sequence = &sb_as_sequence,
+    .tp_as_buffer = &sb_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory owned by the embedding program, shared without copies between interpreters.",
+};
+
+static int set_string(PyConfig *config, wchar_t **field, const char *value, char **error) {
+    PyStatus st = PyConfig_SetBytesString(config, field, value);
+    if (PyStatus_Exception(st)) {
+        *error = dup_str(st.err_msg ? st.err_msg : "PyConfig_SetBytesString failed");
+        return -1;
+    }
+    return 0;
+}
+
+int mp_abi(void) { return MP_ABI; }
+
+int mp_initialize(const struct mp_config *c, char **error) {
+    *error = NULL;
+    if (c->abi != MP_ABI) {
+        *error = dup_str("multipy runner: ABI mismatch between the Rust side and runner.c");
+        return -1;
+    }
+    if (Py_IsInitialized()) {
+        *error = dup_str("this libpython copy is already initialised");
+        return -1;
+    }
+    g_host = c->host;
+    g_write = c->write;
+    g_release = c->release;
+
+    PyConfig config;
+    PyConfig_InitPythonConfig(&config);
+    config.use_environment = c->use_environment;
+    config.user_site_directory = 0;
+    config.parse_argv = 0;
+    config.install_signal_handlers = c->install_signal_handlers;
+    config.configure_c_stdio = 0;
+    config.site_import = c->site_import;
+    config.pathconfig_warnings = 0;
+#if PY_VERSION_HEX >= 0x030B0000
+    config.safe_path = 1;
+#endif
+    if (set_string(&config, &config.executable, c->executable, error) ||
+        set_string(&config, &config.program_name, c->executable, error)) {
+        PyConfig_Clear(&config);
+        return -1;
+    }
+    PyStatus st = PyConfig_SetBytesArgv(&config, c->argc, c->argv);
+    if (!PyStatus_Exception(st)) st = Py_InitializeFromConfig(&config);
+    PyConfig_Clear(&config);
+    if (PyStatus_Exception(st)) {
+        const char *m = st.err_msg ? st.err_msg : "Py_InitializeFromConfig failed";
+        const char *f = st.func ? st.func : "";
+        size_t n = strlen(m) + strlen(f) + 8;
+        *error = malloc(n);
+        if (*error) snprintf(*error, n, "%s%s%s", f, *f ? ": " : "", m);
+        return -1;
+    }
+
+    /* The host module: write() in C, the rest in Python (the bootstrap source). */
+    PyObject *mod = PyImport_AddModule("_multipy_host"); /* borrowed */
+    if (!mod || PyModule_AddFunctions(mod, host_methods) < 0 || PyType_Ready(&SharedBufferType) < 0 ||
+        PyModule_AddObjectRef(mod, "SharedBuffer", (PyObject *)&SharedBufferType) < 0) {
+        *error = take_error("creating the _multipy_host module");
+        g_main = PyEval_SaveThread();
+        return -1;
+    }
+    PyObject *dict = PyModule_GetDict(mod);
+    if (PyDict_GetItemString(dict, "__builtins__") == NULL)
+        PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins());
+    PyObject *r = PyRun_String(c->bootstrap, Py_file_input, dict, dict);
+    if (!r) {
+        *error = take_error("running the multipy bootstrap");
+        g_main = PyEval_SaveThread();
+        return -1;
+    }
+    Py_DECREF(r);
+    g_dispatch = PyDict_GetItemString(dict, "dispatch");
+    if (!g_dispatch) {
+        *error = dup_str("the multipy bootstrap defines no dispatch()");
+        g_main = PyEval_SaveThread();
+        return -1;
+    }
+    Py_INCREF(g_dispatch);
+    g_main = PyEval_SaveThread();
+    return 0;
+}
+
+static void put(struct mp_result *r, int i, PyObject *s) {
+    Py_ssize_t n = 0;
+    const char *u = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, &n) : NULL;
+    if (!u) { PyErr_Clear(); u = ""; n = 0; }
+    r->fields[i] = malloc((size_t)n + 1);
+    if (r->fields[i]) {
+        memcpy(r->fields[i], u, (size_t)n);
+        r->fields[i][n] = 0;
+        r->lens[i] = (size_t)n;
+    }
+}
+
+/* Runs dispatch(op, *args) under this copy's GIL, from any thread. Returns 0 when
+ * dispatch returned its tuple (whatever the Python code did), -1 if dispatch itself
+ * failed (the message is in fields[4]). */
+int mp_dispatch(const char *const *args, const size_t *lens, int nargs, struct mp_result *r) {
+    memset(r, 0, sizeof *r);
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = -1;
+    PyObject *tuple = PyTuple_New(nargs);
+    for (int i = 0; tuple && i < nargs; i++) {
+        PyObject *s = PyUnicode_DecodeUTF8(args[i], (Py_ssize_t)lens[i], "surrogateescape");
+        if (!s) { Py_CLEAR(tuple); break; }
+        PyTuple_SET_ITEM(tuple, i, s);
+    }
+    PyObject *res = tuple ? PyObject_Call(g_dispatch, tuple, NULL) : NULL;
+    Py_XDECREF(tuple);
+    if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == MP_FIELDS) {
+        for (int i = 0; i < MP_FIELDS; i++) put(r, i, PyTuple_GET_ITEM(res, i));
+        rc = 0;
+    } else {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "dispatch() returned no 8-tuple");
+        char *e = take_error("multipy dispatch");
+        r->fields[4] = e;
+        r->lens[4] = e ? strlen(e) : 0;
+    }
+    Py_XDECREF(res);
+    PyGILState_Release(g);
+    return rc;
+}
+
+/* Sets _multipy_host.buffers[name] (and __main__.name) to a SharedBuffer over
+ * [ptr, ptr+len). */
+int mp_share_buffer(const char *name, void *ptr, size_t len, int readonly, uint64_t id, char **error) {
+    *error = NULL;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int rc = -1;
+    SharedBuffer *obj = PyObject_New(SharedBuffer, &SharedBufferType);
+    if (obj) {
+        obj->ptr = ptr;
+        obj->len = (Py_ssize_t)len;
+        obj->readonly = readonly;
+        obj->id = id;
+        PyObject *mod = PyImport_AddModule("_multipy_host");
+        PyObject *reg = mod ? PyObject_GetAttrString(mod, "register_buffer") : NULL;
+        PyObject *res = reg ? PyObject_CallFunction(reg, "sO", name, (PyObject *)obj) : NULL;
+        if (res) rc = 0;
+        Py_XDECREF(res);
+        Py_XDECREF(reg);
+        Py_DECREF(obj);
+    }
+    if (rc != 0) *error = take_error("sharing a buffer");
+    PyGILState_Release(g);
+    return rc;
+}
+
+/* On the main thread: takes the GIL back and finalises. Returns Py_FinalizeEx's result;
+ * *live_threads is the number of Python threads other than the main one still running
+ * just before finalisation (daemon threads: they may still be inside this copy). */
+int mp_finalize(int *live_threads) {
+    PyEval_RestoreThread(g_main);
+    *live_threads = 0;
+    PyObject *mod = PyImport_AddModule("_multipy_host");
+    PyObject *f = mod ? PyObject_GetAttrString(mod, "before_finalize") : NULL;
+    PyObject *n = f ? PyObject_CallNoArgs(f) : NULL;
+    if (n) *live_threads = (int)PyLong_AsLong(n);
+    PyErr_Clear();
+    Py_XDECREF(n);
+    Py_XDECREF(f);
+    Py_CLEAR(g_dispatch);
+    int rc = Py_FinalizeEx();
+    g_main = NULL;
+    return rc;
+}
+
+void mp_free(void *p) { free(p); }
