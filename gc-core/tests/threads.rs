@@ -66,6 +66,20 @@ fn check_list(m: &Mutator, h: ObjRef) -> usize {
     }
 }
 
+/// Aborts the process if `done` is not set within 120 s (a deadlock would hang the test).
+fn watchdog(done: Arc<AtomicBool>, what: &'static str) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while !done.load(Ordering::SeqCst) {
+            if start.elapsed() > Duration::from_secs(120) {
+                eprintln!("watchdog: {what} did not finish within 120 s (deadlock?)");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
 #[test]
 fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     let heap = Heap::new(HeapConfig {
@@ -95,19 +109,7 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     let done = Arc::new(AtomicBool::new(false));
     let checked = Arc::new(AtomicU64::new(0));
 
-    let watchdog = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !done.load(Ordering::SeqCst) {
-                if start.elapsed() > Duration::from_secs(120) {
-                    eprintln!("watchdog: threads did not finish within 120 s (deadlock?)");
-                    std::process::abort();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let watchdog = watchdog(done.clone(), "threads");
 
     let threads: Vec<_> = (0..4u64)
         .map(|tid| {
@@ -202,19 +204,7 @@ fn finalizers_and_queue_draining_on_other_threads_while_mutators_allocate() {
     let done = Arc::new(AtomicBool::new(false));
     let fin_threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
 
-    let watchdog = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !done.load(Ordering::SeqCst) {
-                if start.elapsed() > Duration::from_secs(120) {
-                    eprintln!("watchdog: finalizer/queue threads did not finish within 120 s");
-                    std::process::abort();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let watchdog = watchdog(done.clone(), "finalizer/queue threads");
     let drainer = {
         let (q, drained, done) = (queue.clone(), drained.clone(), done.clone());
         std::thread::spawn(move || {
