@@ -325,9 +325,11 @@ fn weak_costs(n: usize) {
             m.store_ref(wholder.get(), 8 * (i + 1), Some(w));
         }
     }
+    // Objects never move: the rooted arrays keep their addresses.
+    let (holder_obj, wholder_obj) = (holder.get(), wholder.get());
     let target = |m: &Mutator, i: usize| {
         // SAFETY: the holder is rooted and full.
-        unsafe { m.load_ref(holder.get(), 8 * (i + 1)) }.unwrap()
+        unsafe { m.load_ref(holder_obj, 8 * (i + 1)) }.unwrap()
     };
     m.collect(CollectionKind::Full).unwrap();
     m.collect(CollectionKind::Full).unwrap();
@@ -357,7 +359,7 @@ fn weak_costs(n: usize) {
     for i in 0..n {
         let w = m.new_weak_object(Some(target(&m, i))).unwrap();
         // SAFETY: a live array of n slots.
-        unsafe { m.store_ref(wholder.get(), 8 * (i + 1), Some(w)) };
+        unsafe { m.store_ref(wholder_obj, 8 * (i + 1), Some(w)) };
     }
     println!(
         "weak_obj_new_ns={:.2}",
@@ -373,7 +375,7 @@ fn weak_costs(n: usize) {
     for i in 0..n {
         let w = m.alloc_typed(8, word).unwrap();
         // SAFETY: as above.
-        unsafe { m.store_ref(wholder.get(), 8 * (i + 1), Some(w)) };
+        unsafe { m.store_ref(wholder_obj, 8 * (i + 1), Some(w)) };
     }
     m.collect(CollectionKind::Full).unwrap();
     m.collect(CollectionKind::Full).unwrap();
