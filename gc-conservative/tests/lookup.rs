@@ -13,9 +13,11 @@ use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
 static STATIC_DATA: [u64; 64] = [7; 64];
 
 fn heap() -> Heap {
+    // Eager sweeping: the tests look at free cells right after each collection.
     Heap::new(HeapConfig {
         min_interval: 1 << 30,
         max_interval: 1 << 30,
+        lazy_sweep: false,
         ..HeapConfig::default()
     })
     .unwrap()

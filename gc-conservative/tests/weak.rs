@@ -17,7 +17,12 @@ fn allocated(o: usize) -> bool {
 
 #[test]
 fn weak_references_are_never_conservative_roots() {
-    let heap = Heap::new(HeapConfig::default()).unwrap();
+    // Eager sweeping: the test looks at cells right after each collection.
+    let heap = Heap::new(HeapConfig {
+        lazy_sweep: false,
+        ..HeapConfig::default()
+    })
+    .unwrap();
     enable_conservative_scanning(&heap).unwrap();
     let mut m = heap.attach().unwrap();
     // A holder scanned conservatively (every word of its body), rooted precisely.

@@ -116,6 +116,15 @@ typedef struct gc_config_t {
    * Free pages kept mapped after a collection.
    */
   size_t keep_free_pages;
+  /**
+   * Collector threads marking in parallel (0: one per core; 1: the collecting thread
+   * alone). Mark functions may then run on any of them, concurrently.
+   */
+  size_t mark_threads;
+  /**
+   * Non-zero: pool pages are swept after the world resumes, not inside the pause.
+   */
+  int lazy_sweep;
 } gc_config_t;
 
 /**

@@ -11,11 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 pub(crate) struct BigHeader {
     /// Payload size as requested, rounded up to 16.
     pub size: usize,
-    /// Survived one collection as a young object.
-    pub age: bool,
     /// Sweep function scheduled.
     pub sched: AtomicBool,
-    _pad: [u8; 6],
+    _pad: [u8; 7],
     pub magic: usize,
     _pad2: [usize; 2],
     /// The object's header word (type pointer + GC bits).

@@ -10,7 +10,7 @@
 
 use crate::callbacks::{Callback, CallbackKind};
 use crate::heap::{Heap, HeapConfig, Root};
-use crate::mark::Marker;
+use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
 use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
 use crate::task::Task;
@@ -112,6 +112,11 @@ pub struct gc_config_t {
     pub verify: c_int,
     /// Free pages kept mapped after a collection.
     pub keep_free_pages: usize,
+    /// Collector threads marking in parallel (0: one per core; 1: the collecting thread
+    /// alone). Mark functions may then run on any of them, concurrently.
+    pub mark_threads: usize,
+    /// Non-zero: pool pages are swept after the world resumes, not inside the pause.
+    pub lazy_sweep: c_int,
 }
 
 /// Collection statistics for `gc_stats`.
@@ -189,9 +194,14 @@ thread_local! {
     static C_MUTATOR: RefCell<Option<Mutator>> = const { RefCell::new(None) };
 }
 
-/// The calling thread's mutator as a C pointer (null if not attached).
+/// The calling thread's mutator as a C pointer (null if not attached); on a collector
+/// helper thread, its `ptls` record (for marking calls only).
 fn cur() -> *mut gc_mutator_t {
-    mutator::current() as *mut gc_mutator_t
+    let m = mutator::current();
+    if m.is_null() {
+        return crate::mark::helper_ptls() as *mut gc_mutator_t;
+    }
+    m as *mut gc_mutator_t
 }
 
 /// Records `msg` as this thread's last C-API error (shared by every crate whose C ABI
@@ -242,6 +252,8 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             stress_every: 0,
             verify: 0,
             keep_free_pages: d.keep_free_pages,
+            mark_threads: d.mark_threads,
+            lazy_sweep: d.lazy_sweep as c_int,
         })
     };
     0
@@ -266,6 +278,8 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             stress_every: (c.stress_every != 0).then_some(c.stress_every),
             verify: c.verify != 0,
             keep_free_pages: c.keep_free_pages,
+            mark_threads: c.mark_threads,
+            lazy_sweep: c.lazy_sweep != 0,
         }
     };
     match Heap::new(config) {
@@ -371,8 +385,8 @@ fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a Mutat
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         let ok = unsafe {
-            (*ms).magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
-                && (*ms).thread.load(Ordering::Relaxed) == mutator::thread_id()
+            (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
+                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
         };
         if ok {
             // SAFETY: the calling thread's attached mutator.
@@ -662,7 +676,7 @@ extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
         return -1;
     };
     #[cfg(not(target_arch = "x86_64"))]
-    mutator::save_registers(ms.regs.get());
+    mutator::save_registers(ms.head.regs.get());
     ms.enter_safe_saved() as i8
 }
 
@@ -692,9 +706,9 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
         ));
         return -1;
     }
-    mutator::save_registers(ms.regs.get());
+    mutator::save_registers(ms.head.regs.get());
     // SAFETY: the register buffer belongs to the calling thread's own mutator.
-    unsafe { (*ms.regs.get())[mutator::SAVED_REGS - 1] = sp };
+    unsafe { (*ms.head.regs.get())[mutator::SAVED_REGS - 1] = sp };
     ms.enter_safe_saved() as i8
 }
 
@@ -786,15 +800,42 @@ pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_voi
 }
 
 fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
-    let ms = mutator_ref(m, what)?;
-    let p = ms.marker.load(Ordering::Acquire) as *mut Marker<'a>;
+    let head = marking_head(m, what)?;
+    let p = head.marker.load(Ordering::Acquire) as *mut Marker<'a>;
     if p.is_null() {
         set_error(GcError::NotMarking { what });
         return None;
     }
-    // SAFETY: set by the collector (this thread) for the mark phase; mark functions and
+    // SAFETY: set by the collector on this thread for the mark phase; mark functions and
     // scanners run with no other reference to it alive.
     Some(unsafe { &mut *p })
+}
+
+/// The `ptls` of a thread that may be marking: the calling thread's attached mutator, or
+/// the calling collector helper thread's record.
+#[inline]
+fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsHead> {
+    let head = m as *const TlsHead;
+    if !head.is_null() {
+        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
+        // handed out (mutator or helper record), which stays readable.
+        let h = unsafe { &*head };
+        let magic = h.magic.load(Ordering::Relaxed);
+        if (magic == mutator::MUTATOR_MAGIC || magic == HELPER_MAGIC)
+            && h.thread.load(Ordering::Relaxed) == mutator::thread_id()
+        {
+            return Some(h);
+        }
+    }
+    if crate::mark::helper_ptls().is_null() {
+        mutator_ref(m, what).map(|ms| &ms.head)
+    } else {
+        set_error(format!(
+            "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
+            crate::mark::helper_ptls()
+        ));
+        None
+    }
 }
 
 /// Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
@@ -1702,7 +1743,7 @@ pub extern "C" fn jl_gc_thread_detach() -> c_int {
 /// The calling thread's `ptls`; NULL if not attached.
 #[no_mangle]
 pub extern "C" fn jl_get_ptls_states() -> jl_ptls_t {
-    let m = mutator::current();
+    let m = cur();
     if m.is_null() {
         set_error(GcError::NotAttached);
     }

@@ -23,12 +23,15 @@ use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
 use crate::heap::{GcState, HeapInner};
-use crate::mark::Marker;
+use crate::mark::{Marker, Team};
 use crate::mutator::{save_registers, MutatorShared, RUNNING};
-use crate::object::{header_is_allocated, ObjRef, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED};
-use crate::page::PageMeta;
+use crate::object::{
+    header_is_allocated, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
+};
+use crate::page::{SweepParams, TriggerPlan};
 use crate::pagetable;
-use crate::sizeclass::{cells_per_page, FIRST_CELL};
+use crate::par::MarkPool;
+use crate::sizeclass::cells_per_page;
 use crate::stats::CollectionInfo;
 use crate::weak::{is_dead, QueueInner};
 use crate::CollectionKind;
@@ -86,7 +89,7 @@ pub(crate) fn collect(
     drop(w);
     let time_to_safepoint = t0.elapsed();
 
-    save_registers(me.regs.get());
+    save_registers(me.head.regs.get());
     me.task.record_stop(&me.saved_registers());
     me.in_collection.store(true, Ordering::Relaxed);
     let (info, notify) = run(heap, me, &mutators, req, t0, time_to_safepoint);
@@ -100,8 +103,43 @@ pub(crate) fn collect(
     heap.gc_flag.store(0, Ordering::SeqCst);
     heap.cv_resume.notify_all();
     drop(w);
+    start_background_sweep(heap);
     crate::weak::after_collection(me, notify);
     Ok(Some(info))
+}
+
+/// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap has
+/// helpers (without them, allocating threads sweep what they need, and the next
+/// collection the rest).
+fn start_background_sweep(heap: &HeapInner) {
+    if heap.pages.lock().unswept_pages() == 0 {
+        return;
+    }
+    let pool = heap.pool.lock();
+    let Some(pool) = pool.as_ref() else {
+        return;
+    };
+    struct HeapPtr(*const HeapInner);
+    // SAFETY: the heap outlives its pool's threads (`HeapInner`'s drop shuts the pool
+    // down, waiting for background work, before anything else goes).
+    unsafe impl Send for HeapPtr {}
+    let hp = HeapPtr(heap);
+    pool.start_background(Box::new(move |stop| {
+        let hp = hp;
+        // SAFETY: see HeapPtr.
+        let heap = unsafe { &*hp.0 };
+        let _span = tracing::trace_span!("gc_background_sweep").entered();
+        while !stop.load(Ordering::Relaxed) {
+            let mut pages = heap.pages.lock();
+            // SAFETY: waiting pages are never held by a thread, and no collection marks
+            // while any page waits (each one sweeps the rest first, under this lock).
+            let n = unsafe { pages.sweep_some(16, &heap.trigger) };
+            drop(pages);
+            if n == 0 {
+                break;
+            }
+        }
+    }));
 }
 
 /// Merges the threads' allocation state into the heap: pages become unheld (the sweep
@@ -152,14 +190,30 @@ fn run(
 ) -> (CollectionInfo, Vec<Arc<QueueInner>>) {
     let mut gc = heap.gc.lock();
     take_back_threads(heap, &mut gc, mutators);
-    let allocd = heap.allocd.swap(0, Ordering::Relaxed);
     let config = heap.config.lock().clone();
+    // Pages the previous collection left to the lazy sweep are swept now, before any
+    // mark bit changes (usually the helper threads or the allocating threads have done
+    // it long before).
+    {
+        let mut pages = heap.pages.lock();
+        // SAFETY: no thread holds a page (take_back_threads) and marking has not begun.
+        let leftover = unsafe { pages.finish_sweep(&heap.trigger) };
+        if leftover > 0 {
+            tracing::trace!(leftover, "pages swept before marking");
+        }
+    }
+    let big_old_now = heap.big.lock().old_bytes;
+    if std::mem::take(&mut gc.full_pending) {
+        gc.old_after_full = heap.pages.lock().totals.old + big_old_now;
+    }
+    let allocd = heap.allocd.swap(0, Ordering::Relaxed);
+    let old_bytes_now = heap.pages.lock().totals.old + big_old_now;
     let full = match req {
         CollectionKind::Full => true,
         CollectionKind::Partial => false,
         CollectionKind::Auto => {
             let base = gc.old_after_full.max(config.min_interval);
-            gc.old_bytes as f64 > base as f64 * (1.0 + config.full_growth)
+            old_bytes_now as f64 > base as f64 * (1.0 + config.full_growth)
         }
     };
     let kind = if full {
@@ -175,6 +229,7 @@ fn run(
     // ---- mark ----
     let t_mark = Instant::now();
     let mark_span = tracing::debug_span!("gc_mark").entered();
+    gc.young_parity ^= MARK;
     if full {
         gc.parity ^= MARK;
         for obj in gc.remset.drain(..) {
@@ -187,10 +242,16 @@ fn run(
         gc.remset.dedup();
     }
     let verify = heap.verify.load(Ordering::Relaxed);
+    let threads = if verify {
+        1
+    } else {
+        mark_threads(config.mark_threads)
+    };
     let mut marker = Marker::new(
         heap,
         full,
         gc.parity,
+        gc.young_parity,
         me as *const MutatorShared as *mut c_void,
     );
     if verify {
@@ -202,12 +263,51 @@ fn run(
             .map(|o| o.addr())
             .collect();
         drop(lists);
-        marker.big_set = Some(set);
+        marker.set_big_set(set);
+    }
+    // The helper threads and their markers (parallel marking).
+    let mut pool = heap.pool.lock();
+    if threads > 1 && pool.as_ref().map(|p| p.helpers()) != Some(threads - 1) {
+        *pool = None;
+        match MarkPool::new(threads - 1) {
+            Ok(p) => *pool = Some(p),
+            Err(e) => tracing::warn!("cannot start mark threads ({e}); marking on one thread"),
+        }
+    }
+    let mut helpers: Vec<Box<Marker<'_>>> = match pool.as_ref() {
+        Some(p) if threads > 1 => (0..p.helpers())
+            .map(|_| {
+                Box::new(Marker::new(
+                    heap,
+                    full,
+                    gc.parity,
+                    gc.young_parity,
+                    std::ptr::null_mut(),
+                ))
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let team = pool.as_ref().filter(|_| !helpers.is_empty()).map(|p| {
+        let mut stealers = vec![marker.stealer()];
+        stealers.extend(helpers.iter().map(|h| h.stealer()));
+        Team {
+            pool: p,
+            helpers: helpers
+                .iter_mut()
+                .map(|h| &mut **h as *mut Marker<'_>)
+                .collect(),
+            stealers,
+        }
+    });
+    if let Some(t) = &team {
+        marker.set_team(t);
     }
     let marker_ptr: *mut Marker<'_> = &mut marker;
     // Published before verifying too: C mark functions reach the marker through their
     // ptls (gc_mark_queue_obj), in verify mode as in marking.
-    me.marker
+    me.head
+        .marker
         .store(marker_ptr as *mut c_void, Ordering::Release);
     if verify && !full {
         let _v = tracing::debug_span!("gc_verify").entered();
@@ -226,7 +326,9 @@ fn run(
     let weak_span = tracing::debug_span!("gc_weak").entered();
     // SAFETY: as for mark_roots; the mark stack is empty.
     let weak = unsafe { crate::weak::process(heap, marker_ptr, full, gc.parity) };
-    me.marker.store(std::ptr::null_mut(), Ordering::Release);
+    me.head
+        .marker
+        .store(std::ptr::null_mut(), Ordering::Release);
     tracing::trace!(
         cleared = weak.cleared,
         finalizable = weak.finalizable,
@@ -235,7 +337,11 @@ fn run(
     );
     drop(weak_span);
     let weak_time = t_weak.elapsed();
-    let objects_marked = marker.objects_marked;
+    marker.clear_team();
+    drop(team);
+    drop(helpers);
+    drop(pool);
+    let objects_marked = marker.objects_marked();
     let kept_for_finalizers = marker.kept_for_finalizers;
     let next_remset = std::mem::take(&mut marker.next_remset);
     if !marker.errors.is_empty() {
@@ -248,6 +354,7 @@ fn run(
         let excess = gc.verify_errors.len().saturating_sub(1000);
         gc.verify_errors.drain(..excess);
     }
+    let young_marked = AGE | gc.young_parity;
     drop(marker);
     drop(mark_span);
 
@@ -256,59 +363,77 @@ fn run(
     let sweep_span = tracing::debug_span!("gc_sweep").entered();
     let parity = gc.parity;
     let mut totals = SweepTotals::default();
-    sweep_scheduled(heap.id(), &mut gc, full, parity, &mut totals);
-    sweep_big(heap, full, parity, &mut totals);
-    let (pages_in_use, mapped) = {
+    sweep_scheduled(heap.id(), &mut gc, full, parity, young_marked, &mut totals);
+    sweep_big(heap, full, parity, young_marked, &mut totals);
+    let (big_live, big_old) = {
+        let b = heap.big.lock();
+        (b.live, b.old_bytes)
+    };
+    let plan = TriggerPlan {
+        other_live: big_live,
+        discount: kept_for_finalizers,
+        growth: config.growth,
+        min: config.min_interval,
+        max: config.max_interval,
+    };
+    let (pages_in_use, mapped, pool_live, pool_old, unswept) = {
         let mut pages = heap.pages.lock();
-        for &page in pages.in_use.iter() {
-            // SAFETY: world stopped, page lock held, no page is held by a thread.
-            let st = unsafe { page.state() };
-            if full || st.has_young {
-                // SAFETY: as above.
-                unsafe { sweep_page(page, full, parity, &mut totals) };
-            }
+        let freed_before = pages.totals.freed;
+        // SAFETY: world stopped, page lock held, no page is held by a thread.
+        unsafe {
+            pages.begin_sweep(
+                SweepParams {
+                    full,
+                    parity,
+                    young_marked,
+                },
+                plan,
+            )
+        };
+        // Until the sweep is complete, the trigger is estimated from what is known.
+        heap.trigger
+            .store(plan.interval(pages.totals.live), Ordering::Relaxed);
+        if !config.lazy_sweep {
+            // SAFETY: as above.
+            unsafe { pages.finish_sweep(&heap.trigger) };
+            totals.pool_freed = (pages.totals.freed - freed_before) as usize;
+            totals.freed += totals.pool_freed;
         }
-        // SAFETY: every page's nfree/free_head were just refreshed or left untouched.
-        let freed_pages = unsafe { pages.rebuild_lists() };
-        tracing::trace!(freed_pages, free = pages.free_pages(), "pages");
-        (pages.pages_in_use(), pages.mapped_bytes())
+        (
+            pages.pages_in_use(),
+            pages.mapped_bytes(),
+            pages.totals.live,
+            pages.totals.old,
+            pages.unswept_pages(),
+        )
     };
     gc.remset = next_remset;
-    if full {
-        gc.old_bytes = totals.old_kept + totals.promoted;
-        gc.old_after_full = gc.old_bytes;
-    } else {
-        gc.old_bytes += totals.promoted;
+    if full && unswept == 0 {
+        gc.old_after_full = pool_old + big_old;
+    } else if full {
+        gc.full_pending = true;
     }
     drop(sweep_span);
     let sweep_time = t_sweep.elapsed();
 
-    let live = gc.old_bytes + totals.young_kept;
-    // Objects kept only for their finalizers die at the next collection: they do not make
-    // the heap grow (counted, they would double the interval after every collection that
-    // finds many finalizable objects).
-    let interval = (((live.saturating_sub(kept_for_finalizers)) as f64 * config.growth) as usize)
-        .clamp(config.min_interval, config.max_interval);
-    heap.trigger.store(interval, Ordering::Relaxed);
+    let live = pool_live + big_live;
     // Keep as many free pages as the next interval will use; return the rest to the OS.
     let returned = heap
         .pages
         .lock()
         .trim(config.keep_free_pages, IDLE_COLLECTIONS);
-    tracing::trace!(returned, "pages returned to the OS");
+    tracing::trace!(returned, unswept, "pages returned to the OS, left to sweep");
     invoke_simple(heap, CallbackKind::PostGc, full);
 
     let pause = t0.elapsed();
-    let old_bytes = gc.old_bytes as u64;
     let st = &mut gc.stats;
     if full {
         st.full += 1;
     } else {
         st.partial += 1;
     }
-    st.bytes_freed += totals.freed as u64;
-    st.live_bytes = live as u64;
-    st.old_bytes = old_bytes;
+    // Pool pages count their freed bytes as they are swept (`PageAlloc::totals`).
+    st.bytes_freed += (totals.freed - totals.pool_freed) as u64;
     st.pages_in_use = pages_in_use as u64;
     st.mapped_bytes = mapped as u64;
     st.sweep_functions_run += totals.sweepfns;
@@ -321,8 +446,8 @@ fn run(
         allocd,
         objects_marked,
         freed = totals.freed,
-        promoted = totals.promoted,
         live,
+        unswept,
         pause_us = pause.as_micros() as u64,
         mark_us = mark_time.as_micros() as u64,
         weak_us = weak_time.as_micros() as u64,
@@ -345,6 +470,15 @@ fn run(
         live_bytes: live as u64,
     };
     (info, weak.notify)
+}
+
+/// The number of collector threads for a `mark_threads` setting (0: one per core).
+pub(crate) fn mark_threads(setting: usize) -> usize {
+    if setting != 0 {
+        return setting;
+    }
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Marks from every root until the mark stack is empty.
@@ -370,11 +504,12 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
     } else {
         Vec::new()
     };
+    // Every root is queued first; the mark stack is drained once, by every collector
+    // thread, at the end.
     // SAFETY: m is valid (caller); each borrow ends before anything else touches it.
     unsafe {
         for obj in types.into_iter().chain(roots) {
             (*m).queue(obj);
-            Marker::drain(m);
         }
     }
     if heap.callbacks.any(CallbackKind::RootScanner) {
@@ -386,8 +521,6 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
                 Callback::CRootScanner(f) => unsafe { f(full as c_int) },
                 _ => {}
             }
-            // SAFETY: as above.
-            unsafe { Marker::drain(m) };
         }
     }
     if heap.callbacks.any(CallbackKind::TaskScanner) {
@@ -404,18 +537,14 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
                     },
                     _ => {}
                 }
-                // SAFETY: as above.
-                unsafe { Marker::drain(m) };
             }
         }
     }
     if !full {
         for &obj in &gc.remset {
-            // SAFETY: remembered objects are live old objects; m as above.
-            unsafe {
-                Marker::scan_object(m, obj);
-                Marker::drain(m);
-            }
+            // SAFETY: m as above; remembered objects are live old objects, scanned as
+            // roots of their own.
+            unsafe { (*m).push_to_scan(obj) };
         }
     }
     // SAFETY: as above.
@@ -427,7 +556,10 @@ fn verify_remembered_set(heap: &HeapInner, marker: &mut Marker<'_>) {
     let m: *mut Marker<'_> = marker;
     let pages = heap.pages.lock();
     for &page in &pages.in_use {
-        let (cell, class) = page.cell_layout().expect("in use");
+        // Entries of pages released since the last collection are stale.
+        let Some((cell, class)) = page.cell_layout() else {
+            continue;
+        };
         for i in 0..cells_per_page(class) {
             let obj = page.object_at(i, cell);
             // SAFETY: a cell header of a page of ours (always mapped).
@@ -450,9 +582,7 @@ fn verify_remembered_set(heap: &HeapInner, marker: &mut Marker<'_>) {
 #[derive(Default)]
 struct SweepTotals {
     freed: usize,
-    promoted: usize,
-    young_kept: usize,
-    old_kept: usize,
+    pool_freed: usize,
     sweepfns: u64,
 }
 
@@ -462,6 +592,7 @@ fn sweep_scheduled(
     gc: &mut GcState,
     full: bool,
     parity: usize,
+    young_marked: usize,
     totals: &mut SweepTotals,
 ) {
     let list = std::mem::take(&mut gc.sweep_list);
@@ -469,7 +600,7 @@ fn sweep_scheduled(
     for obj in list {
         // SAFETY: scheduled objects are live until this sweep frees them.
         let h = unsafe { obj.header_bits() };
-        if !is_dead(h, full, parity) {
+        if !is_dead(h, full, parity, young_marked) {
             keep.push(obj);
             continue;
         }
@@ -502,7 +633,13 @@ pub(crate) fn notify_free(list: &[(CallbackId, Arc<Callback>)], obj: ObjRef) {
     }
 }
 
-fn sweep_big(heap: &HeapInner, full: bool, parity: usize, totals: &mut SweepTotals) {
+fn sweep_big(
+    heap: &HeapInner,
+    full: bool,
+    parity: usize,
+    young_marked: usize,
+    totals: &mut SweepTotals,
+) {
     let mut guard = heap.big.lock();
     let lists = &mut *guard;
     let notify = heap
@@ -518,7 +655,6 @@ fn sweep_big(heap: &HeapInner, full: bool, parity: usize, totals: &mut SweepTota
         unsafe { big::free(obj) };
     };
     if full {
-        // Old objects first, so that objects promoted below are not counted twice.
         let old = std::mem::take(&mut lists.old);
         let mut keep = Vec::with_capacity(old.len());
         for obj in old {
@@ -528,131 +664,33 @@ fn sweep_big(heap: &HeapInner, full: bool, parity: usize, totals: &mut SweepTota
             let size = unsafe { big::size(obj) } + big::BIG_HEADER;
             if h & MARK == parity {
                 keep.push(obj);
-                totals.old_kept += size;
             } else {
+                lists.old_bytes -= size;
+                lists.live -= size;
                 free(obj, size, totals);
             }
         }
         lists.old = keep;
     }
+    // Young objects: dead, still young, or promoted by this collection's marking.
     let young = std::mem::take(&mut lists.young);
     let mut keep_young = Vec::with_capacity(young.len());
     for obj in young {
         // SAFETY: objects on the big lists are allocated until freed here.
-        let bh = unsafe { &mut *((obj.addr() - big::BIG_HEADER) as *mut BigHeader) };
-        let h = bh.tag.load(Ordering::Relaxed);
+        let h = unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed);
         // SAFETY: as above.
         let size = unsafe { big::size(obj) } + big::BIG_HEADER;
-        if h & MARK == 0 {
-            free(obj, size, totals);
-        } else if bh.age {
-            bh.age = false;
-            bh.tag.store((h & !MARK) | OLD | parity, Ordering::Relaxed);
-            totals.promoted += size;
+        if h & OLD != 0 {
+            lists.old_bytes += size;
             lists.old.push(obj);
-        } else {
-            bh.age = true;
-            bh.tag.store(h & !MARK, Ordering::Relaxed);
-            totals.young_kept += size;
+        } else if h & (AGE | MARK) == young_marked {
             keep_young.push(obj);
+        } else {
+            lists.live -= size;
+            free(obj, size, totals);
         }
     }
     lists.young = keep_young;
-}
-
-/// Sweeps one pool page: frees dead cells into the page's free list (in address order),
-/// ages or promotes surviving young objects.
-///
-/// # Safety
-/// The world is stopped, the page lock held and the page held by no thread.
-unsafe fn sweep_page(page: &'static PageMeta, full: bool, parity: usize, totals: &mut SweepTotals) {
-    let (cell, class) = page.cell_layout().expect("in-use page");
-    let n = cells_per_page(class);
-    let first = page.base() + FIRST_CELL;
-    // Free cells found, by index (a page has at most 1023 cells).
-    let mut free_bits = [0u64; 16];
-    // The new age bits: set for young survivors that stay young. Promoted and dead
-    // objects have none, so the old bitmap is replaced wholesale.
-    let mut new_ages = [0u64; 16];
-    // The new allocation bitmap: set for every cell that stays allocated.
-    let mut new_alloc = [0u64; 16];
-    // SAFETY: collector with the world stopped (caller).
-    let ages = unsafe { page.ages() };
-    let mut nfree = 0u32;
-    let mut has_young = false;
-    for i in 0..n {
-        let hp = first + i * cell;
-        // SAFETY: a cell header inside the page (always mapped).
-        let hdr = unsafe { &*(hp as *const AtomicUsize) };
-        let h = hdr.load(Ordering::Relaxed);
-        let free = if !header_is_allocated(h) {
-            true
-        } else if h & OLD != 0 {
-            if full && h & MARK != parity {
-                totals.freed += cell;
-                true
-            } else {
-                totals.old_kept += cell;
-                false
-            }
-        } else if h & MARK != 0 {
-            let g = (hp + HEADER_SIZE - page.base()) >> 4;
-            if ages[g >> 6] & (1 << (g & 63)) != 0 {
-                hdr.store((h & !MARK) | OLD | parity, Ordering::Relaxed);
-                totals.promoted += cell;
-            } else {
-                new_ages[g >> 6] |= 1 << (g & 63);
-                hdr.store(h & !MARK, Ordering::Relaxed);
-                totals.young_kept += cell;
-                has_young = true;
-            }
-            false
-        } else {
-            totals.freed += cell;
-            true
-        };
-        if free {
-            nfree += 1;
-            free_bits[i >> 6] |= 1 << (i & 63);
-        } else {
-            let g = (hp + HEADER_SIZE - page.base()) >> 4;
-            new_alloc[g >> 6] |= 1 << (g & 63);
-        }
-    }
-    *ages = new_ages;
-    // SAFETY: collector with the world stopped (caller).
-    unsafe { page.store_allocated(&new_alloc) };
-    // Scheduled sweep bits of dead objects were cleared by `sweep_scheduled`.
-    let mut head = FREE_END;
-    if (nfree as usize) < n {
-        // Thread the free cells in address order (a page left empty is released as a
-        // whole by `rebuild_lists`, so its cells need no links).
-        let mut last: *const AtomicUsize = std::ptr::null();
-        for (w, &bits) in free_bits.iter().enumerate() {
-            let mut bits = bits;
-            while bits != 0 {
-                let i = w * 64 + bits.trailing_zeros() as usize;
-                bits &= bits - 1;
-                let hp = first + i * cell;
-                if last.is_null() {
-                    head = hp;
-                } else {
-                    // SAFETY: `last` is the header of the previous free cell of this page.
-                    unsafe { (*last).store(hp, Ordering::Relaxed) };
-                }
-                last = hp as *const AtomicUsize;
-            }
-        }
-        if !last.is_null() {
-            // SAFETY: as above.
-            unsafe { (*last).store(FREE_END, Ordering::Relaxed) };
-        }
-    }
-    // SAFETY: caller's contract.
-    let st = unsafe { page.state() };
-    st.nfree = nfree;
-    st.free_head = head;
-    st.has_young = has_young;
 }
 
 /// Calls the pre_gc or post_gc callbacks.

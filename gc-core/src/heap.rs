@@ -37,6 +37,16 @@ pub struct HeapConfig {
     pub verify: bool,
     /// Free pages kept mapped after a collection; the rest is returned to the OS.
     pub keep_free_pages: usize,
+    /// Collector threads that mark in parallel: the collecting thread and
+    /// `mark_threads - 1` helper threads of the heap, started at its first collection.
+    /// 0 (the default) means one per core; 1 marks on the collecting thread alone. Mark
+    /// functions then run on any of these threads, possibly at the same time. The verify
+    /// mode always marks on one thread.
+    pub mark_threads: usize,
+    /// Sweep pool pages lazily, after the world resumes (by the helper threads, or by
+    /// allocating threads when they need a page), instead of inside the pause. Sweep
+    /// functions and external objects are still swept in the pause.
+    pub lazy_sweep: bool,
 }
 
 impl Default for HeapConfig {
@@ -49,6 +59,8 @@ impl Default for HeapConfig {
             stress_every: None,
             verify: false,
             keep_free_pages: 64,
+            mark_threads: 0,
+            lazy_sweep: true,
         }
     }
 }
@@ -66,6 +78,12 @@ impl HeapConfig {
             return Err(GcError::BadConfig(
                 "growth and full_growth must be positive and finite".into(),
             ));
+        }
+        if self.mark_threads > 1024 {
+            return Err(GcError::BadConfig(format!(
+                "mark_threads ({}) must be at most 1024",
+                self.mark_threads
+            )));
         }
         if self.stress_every == Some(0) {
             return Err(GcError::BadConfig("stress_every must be at least 1".into()));
@@ -97,14 +115,17 @@ pub(crate) struct GcState {
     /// For old objects, the MARK value that means "marked" (flips at every full
     /// collection, which unmarks the whole old generation at once).
     pub parity: usize,
+    /// For young objects, the MARK value that (with AGE) means "marked" (flips at every
+    /// collection, which unmarks every young survivor at once).
+    pub young_parity: usize,
     /// Old objects with young children (remembered set), from the last collection.
     pub remset: Vec<ObjRef>,
     /// Objects whose sweep function is scheduled (merged from threads).
     pub sweep_list: Vec<ObjRef>,
-    /// Old generation bytes (pool cells and big objects).
-    pub old_bytes: usize,
     /// Old generation bytes after the last full collection.
     pub old_after_full: usize,
+    /// The last full collection's sweep was lazy: set `old_after_full` once it is done.
+    pub full_pending: bool,
     pub stats: StatsAcc,
     /// Permanent (type) objects' pool.
     pub perm: PermPool,
@@ -150,6 +171,8 @@ pub(crate) struct HeapInner {
     weakref_type: AtomicUsize,
     /// Unique for the process's lifetime (ids are addresses and can be reused).
     serial: u64,
+    /// Helper threads for parallel marking and lazy sweeping, started on first use.
+    pub pool: Mutex<Option<crate::par::MarkPool>>,
 }
 
 /// The heap's external objects.
@@ -157,6 +180,9 @@ pub(crate) struct HeapInner {
 pub(crate) struct BigLists {
     pub young: Vec<ObjRef>,
     pub old: Vec<ObjRef>,
+    /// Bytes (headers included) of the objects on the lists, and of the old ones.
+    pub live: usize,
+    pub old_bytes: usize,
 }
 
 /// Persistent roots: a slab of object references.
@@ -246,7 +272,6 @@ impl HeapInner {
                 perm.page
                     .expect("the permanent pool holds its page")
                     .set_allocated(c + HEADER_SIZE);
-                gc.old_bytes += cell_size;
                 return Ok(obj);
             }
             let mut pages = self.pages.lock();
@@ -254,10 +279,12 @@ impl HeapInner {
                 let class_of_page = page.cell_layout().expect("held page").1;
                 pages.give_back(page, class_of_page, perm.free, perm.bump, perm.bump_end);
             }
-            let g = pages.grant(class).map_err(|e| GcError::OutOfMemory {
-                size,
-                reason: e.to_string(),
-            })?;
+            let g = pages
+                .grant(class, &self.trigger)
+                .map_err(|e| GcError::OutOfMemory {
+                    size,
+                    reason: e.to_string(),
+                })?;
             // Permanent objects are old: the page needs no young sweep for them.
             perm.page = Some(g.page);
             perm.free = g.free;
@@ -297,10 +324,11 @@ impl Heap {
             cv_resume: Condvar::new(),
             gc: Mutex::new(GcState {
                 parity: MARK,
+                young_parity: 0,
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
-                old_bytes: 0,
                 old_after_full: 0,
+                full_pending: false,
                 stats: StatsAcc::default(),
                 perm: PermPool {
                     page: None,
@@ -333,6 +361,7 @@ impl Heap {
                 static NEXT: AtomicU64 = AtomicU64::new(1);
                 NEXT.fetch_add(1, Ordering::Relaxed)
             },
+            pool: Mutex::new(None),
         });
         *inner.pages.lock() = PageAlloc::new(inner.id());
         // The meta type: a type object whose type is itself.
@@ -543,14 +572,40 @@ impl Heap {
     }
 
     /// Statistics so far.
+    ///
+    /// With lazy sweeping, pages still waiting for the last collection's sweep are swept
+    /// first, so that bytes freed and live are exact.
     pub fn stats(&self) -> GcStats {
         let gc = self.0.gc.lock();
         let mut s = gc.stats.snapshot();
+        {
+            let mut pages = self.0.pages.lock();
+            // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
+            // never held by a thread.
+            unsafe { pages.finish_sweep(&self.0.trigger) };
+            let big = self.0.big.lock();
+            s.live_bytes = (pages.totals.live + big.live) as u64;
+            s.old_bytes = (pages.totals.old + big.old_bytes) as u64;
+            s.bytes_freed += pages.totals.freed;
+            s.pages_in_use = pages.pages_in_use() as u64;
+            s.mapped_bytes = pages.mapped_bytes() as u64;
+        }
         s.finalizers_run = self.0.fin_run.load(Ordering::Relaxed);
         s.finalizer_panics = self.0.fin_panics.load(Ordering::Relaxed);
         s.objects_allocated += self.0.detached_objects.load(Ordering::Relaxed);
         s.bytes_allocated += self.0.detached_bytes.load(Ordering::Relaxed);
         s
+    }
+
+    /// Sweeps now every pool page that the last collection left to the lazy sweep
+    /// (`HeapConfig::lazy_sweep`), which the helper threads, allocating threads or the
+    /// next collection would sweep otherwise; returns how many pages that was. Afterwards
+    /// the memory of every object the last collection found dead is free.
+    pub fn complete_sweep(&self) -> usize {
+        let _gc = self.0.gc.lock();
+        // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
+        // never held by a thread.
+        unsafe { self.0.pages.lock().finish_sweep(&self.0.trigger) }
     }
 
     /// Turns the stress mode on (collect every `n` allocations per thread) or off.
@@ -571,6 +626,9 @@ impl Heap {
     pub fn set_verify(&self, on: bool) {
         self.0.verify.store(on, Ordering::Relaxed);
         self.0.config.lock().verify = on;
+        for m in self.0.world.lock().mutators.iter() {
+            m.head.checked.store(on, Ordering::Relaxed);
+        }
     }
 
     /// Errors found by the verify mode (missing write barriers, invalid references).
@@ -664,6 +722,8 @@ impl std::fmt::Debug for Root {
 
 impl Drop for HeapInner {
     fn drop(&mut self) {
+        // The helper threads first: background sweeping uses the rest of the heap.
+        drop(self.pool.get_mut().take());
         // Every mutator handle holds an Arc, so none is attached any more. Run the
         // pending sweep functions of objects that die with the heap? No: the seed's sweep
         // functions run during a sweep only; a dropped heap frees its memory wholesale,

@@ -57,6 +57,7 @@ pub mod mutator;
 pub mod object;
 pub mod page;
 pub mod pagetable;
+mod par;
 pub mod sizeclass;
 pub mod stats;
 pub mod task;

@@ -1,16 +1,34 @@
-//! Marking: an explicit mark stack, `queue` (the seed's `jl_gc_mark_queue_obj`) and
-//! `queue_array` (`jl_gc_mark_queue_objarray`).
+//! Marking: mark stacks, `queue` (the seed's `jl_gc_mark_queue_obj`), `queue_array`
+//! (`jl_gc_mark_queue_objarray`), and the drain loop of each collector thread.
 //!
 //! Nothing recurses on the native stack: scanning an object only pushes its unmarked
 //! children, so a linked list of any length needs one stack slot at a time. An array of
-//! references takes one stack entry, processed [`ARRAY_CHUNK`] elements at a time.
+//! references takes one entry of a separate array stack, processed [`ARRAY_CHUNK`]
+//! elements at a time.
 //!
-//! Generations. `queue` returns whether the child is young (not yet promoted), which is
-//! what a foreign mark function counts and returns. After an object is scanned, if it
-//! will be old after this collection (it is old, or young and about to be promoted) and
-//! it has young children, it goes into the remembered set for the next collection
-//! (header bit `REMEMBERED`): partial collections then rescan it instead of the whole
-//! old generation.
+//! # One marker per collector thread
+//! Every thread that marks (the collecting thread, and the heap's helper threads when
+//! `mark_threads > 1`) has its own [`Marker`]: its own mark stack (plain words, pushed
+//! without atomics, also by the inline C fast path of `jl_gc_mark_queue_obj` through
+//! [`MarkFast`], the marker's first field), its own remembered-set buffer and counters.
+//! For sharing, each marker owns a work-stealing deque (`crossbeam-deque`): while some
+//! collector thread is idle, a busy one moves the older half of its stack (and halves of
+//! long arrays) to its deque, where idle threads steal them. `par.rs` has the
+//! termination protocol. Mark functions therefore run on any collector thread, possibly
+//! at the same time on several; each gets the `ptls` of the thread it runs on, and
+//! `queue` pushes to that thread's own stack.
+//!
+//! Marking a header is a plain load and store: two threads racing on one object may
+//! both push it, which only scans it twice (its children are queued twice, which is
+//! idempotent, and the remembered set is deduplicated).
+//!
+//! # Generations
+//! `queue` returns whether the child is young after this collection, which is what a
+//! foreign mark function counts and returns. A young object marked a second time (it
+//! survived the previous collection: `AGE` set) is promoted right there. After an
+//! object is scanned, if it is old and has young children, it goes into the remembered
+//! set for the next collection (header bit `REMEMBERED`): partial collections rescan it
+//! instead of the whole old generation.
 //!
 //! Verify mode reuses the same machinery with marking turned off: scanning an old object
 //! then only counts its young children, which must be zero unless the object is in the
@@ -18,9 +36,13 @@
 
 use crate::big::BigHeader;
 use crate::heap::HeapInner;
-use crate::object::{header_is_allocated, ObjRef, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS};
+use crate::object::{
+    header_is_allocated, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS,
+};
 use crate::pagetable;
+use crate::par::{MarkPool, Termination};
 use crate::types::{MarkProc, TypeDesc, TypeKind};
+use crossbeam_deque::{Steal, Stealer, Worker};
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -43,18 +65,35 @@ const PREFETCH_AHEAD: usize = 8;
 /// Elements of an object array processed per step.
 pub const ARRAY_CHUNK: usize = 2048;
 
-enum Work {
-    Obj(ObjRef),
-    Array {
-        parent: ObjRef,
-        cur: *const usize,
-        end: *const usize,
-        young: usize,
-    },
+/// Objects scanned between two looks at whether another collector thread is idle.
+const SHARE_EVERY: u32 = 32;
+
+/// Most entries moved from a mark stack to its deque at once.
+const SHARE_MAX: usize = 1024;
+
+/// A part of a reference array still to scan.
+#[derive(Clone, Copy)]
+pub(crate) struct ArrayWork {
+    parent: ObjRef,
+    cur: *const usize,
+    end: *const usize,
+    young: usize,
 }
 
-#[derive(PartialEq, Eq, Clone, Copy)]
-enum Mode {
+/// Work shared between collector threads.
+pub(crate) enum Work {
+    /// A marked object to scan.
+    Obj(ObjRef),
+    /// A part of an array.
+    Array(ArrayWork),
+}
+
+// SAFETY: the pointers of an ArrayWork point into a live heap object, which any collector
+// thread may read while the world is stopped.
+unsafe impl Send for Work {}
+
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub(crate) enum Mode {
     Mark,
     /// Count young children only; mark nothing.
     Verify,
@@ -63,43 +102,193 @@ enum Mode {
     MarkKeepYoung,
 }
 
-/// The marking state of one collection, handed to mark functions, root scanners and
-/// task scanners. Only exists during the mark phase, on the collecting thread.
+/// The part of a [`Marker`] that C code reads and writes (`gc_mark_fast_t` in
+/// `gc_core.h` / `julia_gcext_compat.h`): the inline `jl_gc_mark_queue_obj` marks and
+/// pushes with it, and calls the out-of-line function when `slow` is set or the stack
+/// is full. Layout checked by `tests/headers.rs`.
+#[repr(C)]
+pub struct MarkFast {
+    /// Non-zero: every queue goes through the out-of-line path (verify and keep-young
+    /// modes).
+    pub slow: usize,
+    /// Next free slot of the mark stack.
+    pub top: *mut usize,
+    /// End of the mark stack.
+    pub limit: *mut usize,
+    /// Old objects are marked iff `header & old_mask == old_want` (0/0 in partial
+    /// collections: every old object counts as marked).
+    pub old_mask: usize,
+    /// See `old_mask`.
+    pub old_want: usize,
+    /// A young object is marked iff `header & (AGE | MARK) == young_marked`.
+    pub young_marked: usize,
+    /// Objects marked by this marker.
+    pub marked: u64,
+}
+
+/// The part of a collector thread's `ptls` that C code reads (`gc_tls_head_t`): the
+/// mutator of the collecting thread ([`crate::MutatorShared`]) and the helper threads'
+/// records start with it. Layout checked by `tests/headers.rs`.
+#[repr(C)]
+pub struct TlsHead {
+    /// Callee-saved registers and stack pointer saved when a mutator stops.
+    pub regs: std::cell::UnsafeCell<[usize; crate::mutator::SAVED_REGS]>,
+    /// `MUTATOR_MAGIC` (attached mutator), `HELPER_MAGIC` (collector helper thread) or
+    /// `MUTATOR_DEAD`.
+    pub magic: std::sync::atomic::AtomicU64,
+    /// `pthread_self()` of the owning thread.
+    pub thread: std::sync::atomic::AtomicUsize,
+    /// The marker this thread marks with (null outside marking).
+    pub marker: std::sync::atomic::AtomicPtr<c_void>,
+    /// Verify mode: C entry points check every argument.
+    pub checked: std::sync::atomic::AtomicBool,
+}
+
+/// `TlsHead::magic` of a collector helper thread.
+pub(crate) const HELPER_MAGIC: u64 = 0x4743_4845_4C50_4552;
+
+thread_local! {
+    /// On a collector helper thread: its `ptls` record (lives as long as the thread).
+    static HELPER: std::cell::Cell<*const TlsHead> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
+/// Called by each helper thread when it starts: makes its `ptls` record, which
+/// [`exit_helper_thread`] frees.
+pub(crate) fn enter_helper_thread() {
+    let head: *const TlsHead = Box::into_raw(Box::new(TlsHead {
+        regs: std::cell::UnsafeCell::new([0; crate::mutator::SAVED_REGS]),
+        magic: std::sync::atomic::AtomicU64::new(HELPER_MAGIC),
+        thread: std::sync::atomic::AtomicUsize::new(crate::mutator::thread_id()),
+        marker: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+        checked: std::sync::atomic::AtomicBool::new(false),
+    }));
+    HELPER.with(|h| h.set(head));
+}
+
+/// Called by each helper thread when it ends.
+pub(crate) fn exit_helper_thread() {
+    let head = HELPER.with(|h| h.replace(std::ptr::null()));
+    if !head.is_null() {
+        // SAFETY: made by Box::into_raw in enter_helper_thread on this thread; no job
+        // runs any more, so nothing refers to it.
+        drop(unsafe { Box::from_raw(head as *mut TlsHead) });
+    }
+}
+
+/// The `ptls` of the calling thread if it is a collector helper thread, else null.
+pub(crate) fn helper_ptls() -> *const TlsHead {
+    HELPER.with(|h| h.get())
+}
+
+/// The collector threads of one collection: the helpers' markers (the collecting
+/// thread's is the one that holds the team) and every participant's stealer.
+pub(crate) struct Team<'p, 'h> {
+    pub(crate) pool: &'p MarkPool,
+    pub(crate) helpers: Vec<*mut Marker<'h>>,
+    pub(crate) stealers: Vec<Stealer<Work>>,
+}
+
+/// What the participants of one parallel drain share.
+pub(crate) struct ParJob {
+    pub(crate) term: Termination,
+    pub(crate) stealers: Vec<Stealer<Work>>,
+}
+
+/// The marking state of one collector thread in one collection, handed to mark
+/// functions, root scanners and task scanners.
+#[repr(C)]
 pub struct Marker<'h> {
+    /// First field: C code reaches it through `ptls->marker`.
+    fast: MarkFast,
+    /// Bottom of the mark stack (its storage is `buf`'s allocation).
+    base: *mut usize,
+    buf: Vec<usize>,
+    arrays: Vec<ArrayWork>,
     pub(crate) heap: &'h HeapInner,
     pub(crate) full: bool,
     /// For old objects, the value of the MARK bit that means "marked" in this collection.
     pub(crate) parity: usize,
-    stack: Vec<Work>,
     pub(crate) next_remset: Vec<ObjRef>,
-    /// The collecting thread's `ptls`, passed to C mark functions.
+    /// The `ptls` of the thread this marker runs on, passed to C mark functions.
     pub(crate) ptls: *mut c_void,
     mode: Mode,
-    pub(crate) objects_marked: u64,
     /// Verify mode: addresses of the heap's big objects, to validate queued pointers.
     pub(crate) big_set: Option<HashSet<usize>>,
     pub(crate) errors: Vec<String>,
     verify_first_young: Option<ObjRef>,
     /// Bytes of young objects marked in keep-young mode (kept only for finalizers).
     pub(crate) kept_for_finalizers: usize,
+    /// This marker's deque (parallel marking) and its index among the participants.
+    deque: Worker<Work>,
+    pub(crate) index: usize,
+    /// The parallel drain running (null when marking alone).
+    job: *const ParJob,
+    since_share: u32,
+    /// The collecting thread's marker: the team its drains run with (null: alone).
+    team: *const Team<'static, 'static>,
 }
 
 impl<'h> Marker<'h> {
-    pub(crate) fn new(heap: &'h HeapInner, full: bool, parity: usize, ptls: *mut c_void) -> Self {
+    pub(crate) fn new(
+        heap: &'h HeapInner,
+        full: bool,
+        parity: usize,
+        young_parity: usize,
+        ptls: *mut c_void,
+    ) -> Self {
+        let mut buf: Vec<usize> = Vec::with_capacity(4096);
+        let base = buf.as_mut_ptr();
+        let (old_mask, old_want) = if full { (MARK, parity) } else { (0, 0) };
         Marker {
+            fast: MarkFast {
+                slow: 0,
+                top: base,
+                // SAFETY: one past the end of buf's allocation.
+                limit: unsafe { base.add(buf.capacity()) },
+                old_mask,
+                old_want,
+                young_marked: AGE | young_parity,
+                marked: 0,
+            },
+            base,
+            buf,
+            arrays: Vec::new(),
             heap,
             full,
             parity,
-            stack: Vec::with_capacity(4096),
             next_remset: Vec::new(),
             ptls,
             mode: Mode::Mark,
-            objects_marked: 0,
             big_set: None,
             errors: Vec::new(),
             verify_first_young: None,
             kept_for_finalizers: 0,
+            deque: Worker::new_lifo(),
+            index: 0,
+            job: std::ptr::null(),
+            since_share: 0,
+            team: std::ptr::null(),
         }
+    }
+
+    /// From now on, this (the collecting thread's) marker drains with `team`.
+    pub(crate) fn set_team(&mut self, team: &Team<'_, '_>) {
+        self.team = (team as *const Team<'_, '_>).cast::<Team<'static, 'static>>();
+    }
+
+    /// Back to draining alone (before the team goes away).
+    pub(crate) fn clear_team(&mut self) {
+        self.team = std::ptr::null();
+    }
+
+    /// A stealer of this marker's deque, for the other participants.
+    pub(crate) fn stealer(&self) -> Stealer<Work> {
+        self.deque.stealer()
+    }
+
+    /// Objects marked by this marker so far.
+    pub(crate) fn objects_marked(&self) -> u64 {
+        self.fast.marked
     }
 
     /// The id of the heap being collected ([`crate::Heap::id`]).
@@ -130,93 +319,168 @@ impl<'h> Marker<'h> {
         // SAFETY: the caller hands us an allocated object of this heap.
         let h = unsafe { obj.header_bits() };
         if h & OLD != 0 {
-            !self.full || h & MARK == self.parity
+            h & self.fast.old_mask == self.fast.old_want
         } else {
-            h & MARK != 0
+            h & (AGE | MARK) == self.fast.young_marked
         }
     }
 
-    /// Queues `obj` for marking (the seed's `jl_gc_mark_queue_obj`) and returns whether
-    /// it is young. A mark function counts the `true` results and returns the count.
-    #[inline]
-    pub fn queue(&mut self, obj: ObjRef) -> bool {
-        if self.big_set.is_some() && !self.valid_object(obj) {
-            return false;
+    /// Pushes a marked object to scan.
+    #[inline(always)]
+    fn push(&mut self, obj: usize) {
+        if self.fast.top == self.fast.limit {
+            self.grow();
         }
-        // SAFETY: the caller hands us a reference to a live object of this heap (the
-        // verify mode checked it above when enabled).
-        let hdr = unsafe { obj.header() };
-        let h = hdr.load(Ordering::Relaxed);
-        if self.mode != Mode::Mark {
-            return self.queue_other_mode(obj, h);
+        // SAFETY: top is below limit, inside buf's allocation.
+        unsafe {
+            self.fast.top.write(obj);
+            self.fast.top = self.fast.top.add(1);
         }
-        if h & OLD != 0 {
-            if self.full && h & MARK != self.parity {
-                hdr.store(h ^ MARK, Ordering::Relaxed);
-                self.push_if_scannable(obj, h);
-            }
-            false
-        } else {
-            if h & MARK == 0 {
-                hdr.store(h | MARK, Ordering::Relaxed);
-                self.push_if_scannable(obj, h);
-            }
-            true
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) -> Option<usize> {
+        if self.fast.top == self.base {
+            return None;
         }
+        // SAFETY: top is above base: the slot below it holds a pushed object.
+        unsafe {
+            self.fast.top = self.fast.top.sub(1);
+            Some(self.fast.top.read())
+        }
+    }
+
+    fn len(&self) -> usize {
+        (self.fast.top as usize - self.base as usize) / 8
     }
 
     #[cold]
     #[inline(never)]
-    fn queue_other_mode(&mut self, obj: ObjRef, h: usize) -> bool {
+    fn grow(&mut self) {
+        let len = self.len();
+        let mut bigger: Vec<usize> = Vec::with_capacity(self.buf.capacity() * 2);
+        // SAFETY: the first len words of the old storage are initialised; the new one has
+        // room for them.
+        unsafe { std::ptr::copy_nonoverlapping(self.base, bigger.as_mut_ptr(), len) };
+        self.buf = bigger;
+        self.base = self.buf.as_mut_ptr();
+        // SAFETY: len <= capacity of the new storage.
+        unsafe {
+            self.fast.top = self.base.add(len);
+            self.fast.limit = self.base.add(self.buf.capacity());
+        }
+    }
+
+    /// Queues `obj` for marking (the seed's `jl_gc_mark_queue_obj`) and returns whether
+    /// it is young (after this collection). A mark function counts the `true` results
+    /// and returns the count.
+    #[inline]
+    pub fn queue(&mut self, obj: ObjRef) -> bool {
+        if self.fast.slow != 0 {
+            return self.queue_slow(obj);
+        }
+        // SAFETY: the caller hands us a reference to a live object of this heap.
+        let hdr = unsafe { obj.header() };
+        let h = hdr.load(Ordering::Relaxed);
+        if h & OLD != 0 {
+            if h & self.fast.old_mask != self.fast.old_want {
+                hdr.store(h ^ MARK, Ordering::Relaxed);
+                self.fast.marked += 1;
+                self.push_if_scannable(obj, h);
+            }
+            false
+        } else if h & (AGE | MARK) == self.fast.young_marked {
+            true
+        } else if h & AGE != 0 {
+            self.promote(obj, h)
+        } else {
+            hdr.store(h | self.fast.young_marked, Ordering::Relaxed);
+            self.fast.marked += 1;
+            self.push_if_scannable(obj, h);
+            true
+        }
+    }
+
+    /// Marks a young object that survived the previous collection: it is promoted now.
+    #[cold]
+    #[inline(never)]
+    fn promote(&mut self, obj: ObjRef, h: usize) -> bool {
+        // SAFETY: a live object (queue's contract).
+        let hdr = unsafe { obj.header() };
+        hdr.store((h & !(AGE | MARK)) | OLD | self.parity, Ordering::Relaxed);
+        self.fast.marked += 1;
+        self.push_if_scannable(obj, h);
+        false
+    }
+
+    /// The out-of-line queue: verify and keep-young modes.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn queue_slow(&mut self, obj: ObjRef) -> bool {
+        if self.big_set.is_some() && !self.valid_object(obj) {
+            return false;
+        }
+        // SAFETY: a live object (queue's contract; checked above in verify mode).
+        let hdr = unsafe { obj.header() };
+        let h = hdr.load(Ordering::Relaxed);
         let young = h & OLD == 0;
         match self.mode {
+            Mode::Mark => {
+                self.fast.slow = 0;
+                let r = self.queue(obj);
+                self.fast.slow = 1;
+                r
+            }
             Mode::Verify => {
                 if young && self.verify_first_young.is_none() {
                     self.verify_first_young = Some(obj);
                 }
+                young
             }
             Mode::MarkKeepYoung => {
                 if !young {
                     // Old objects are marked as usual (only in full collections can one
                     // be unmarked here).
-                    self.mode = Mode::Mark;
+                    self.fast.slow = 0;
                     let r = self.queue(obj);
-                    self.mode = Mode::MarkKeepYoung;
+                    self.fast.slow = 1;
                     return r;
                 }
-                if h & MARK == 0 {
-                    // SAFETY: a live object of this heap (queue's contract).
-                    unsafe { obj.header() }.store(h | MARK, Ordering::Relaxed);
-                    match pagetable::lookup(obj.addr()) {
+                if h & (AGE | MARK) != self.fast.young_marked {
+                    hdr.store(
+                        (h & !(AGE | MARK)) | self.fast.young_marked,
+                        Ordering::Relaxed,
+                    );
+                    self.fast.marked += 1;
+                    self.kept_for_finalizers += match pagetable::lookup(obj.addr()) {
                         Some(page) if page.owner() == self.heap.id() => {
-                            if let Some((cell, _)) = page.cell_layout() {
-                                self.kept_for_finalizers += cell;
-                                // SAFETY: we are the collector and the world is stopped.
-                                unsafe { page.clear_age(obj.addr()) }
-                            }
+                            page.cell_layout().map_or(0, |(cell, _)| cell)
                         }
-                        _ => {
-                            let bh = (obj.addr() - crate::big::BIG_HEADER) as *mut BigHeader;
-                            // SAFETY: not in a pool page of ours: a live big object, whose
-                            // bookkeeping only the collector touches while it runs.
-                            unsafe {
-                                (*bh).age = false;
-                                self.kept_for_finalizers += (*bh).size + crate::big::BIG_HEADER;
-                            }
-                        }
-                    }
+                        // SAFETY: not in a pool page of ours: a live big object.
+                        _ => (unsafe { crate::big::size(obj) }) + crate::big::BIG_HEADER,
+                    };
                     self.push_if_scannable(obj, h);
                 }
+                true
             }
-            Mode::Mark => unreachable!("handled by queue"),
         }
-        young
     }
 
     /// Turns keep-young marking on or off: young objects marked while it is on are not
     /// promoted by this collection.
     pub(crate) fn keep_young(&mut self, on: bool) {
-        self.mode = if on { Mode::MarkKeepYoung } else { Mode::Mark };
+        self.set_mode(if on { Mode::MarkKeepYoung } else { Mode::Mark });
+    }
+
+    pub(crate) fn set_mode(&mut self, mode: Mode) {
+        self.mode = mode;
+        self.fast.slow = (mode != Mode::Mark || self.big_set.is_some()) as usize;
+    }
+
+    /// Verify mode: validate every queued reference from now on.
+    pub(crate) fn set_big_set(&mut self, set: HashSet<usize>) {
+        self.big_set = Some(set);
+        self.fast.slow = 1;
     }
 
     /// Queues an optional reference; `None` (a null slot) is ignored.
@@ -246,7 +510,7 @@ impl<'h> Marker<'h> {
             self.after_scan(parent, young);
             return;
         }
-        self.stack.push(Work::Array {
+        self.arrays.push(ArrayWork {
             parent,
             cur,
             end,
@@ -254,13 +518,19 @@ impl<'h> Marker<'h> {
         });
     }
 
+    #[inline(always)]
     fn push_if_scannable(&mut self, obj: ObjRef, h: usize) {
-        self.objects_marked += 1;
         // SAFETY: h is the header of a live object: its type pointer is a live type.
         let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
         if desc.has_pointers {
-            self.stack.push(Work::Obj(obj));
+            self.push(obj.addr());
         }
+    }
+
+    /// Pushes an object to scan without marking it (remembered objects, work taken from
+    /// a deque).
+    pub(crate) fn push_to_scan(&mut self, obj: ObjRef) {
+        self.push(obj.addr());
     }
 
     /// Queues every non-null word of `[cur, end)`; returns the young count.
@@ -290,33 +560,21 @@ impl<'h> Marker<'h> {
         young
     }
 
-    /// Whether `obj` will be old after this collection: it is old, or young with its age
-    /// bit set (it survived one collection already and is promoted by this one).
-    fn will_be_old(&self, obj: ObjRef, h: usize) -> bool {
-        if h & OLD != 0 {
-            return true;
-        }
-        match pagetable::lookup(obj.addr()) {
-            Some(page) if page.owner() == self.heap.id() && page.cell_layout().is_some() => {
-                // SAFETY: we are the collector and the world is stopped.
-                unsafe { page.age(obj.addr()) }
-            }
-            // SAFETY: not in a pool page of ours: a live big object.
-            _ => unsafe { BigHeader::of(obj) }.age,
-        }
-    }
-
-    /// Records the outcome of scanning `obj`: with young children and old after this
-    /// collection, it joins the next remembered set.
+    /// Records the outcome of scanning `obj`: with young children and old, it joins the
+    /// next remembered set.
+    #[inline]
     fn after_scan(&mut self, obj: ObjRef, young: usize) {
+        if young == 0 && self.mode != Mode::Verify {
+            return;
+        }
         // SAFETY: obj is a live object being scanned.
         let hdr = unsafe { obj.header() };
         let h = hdr.load(Ordering::Relaxed);
-        if self.mode != Mode::Mark {
-            self.after_scan_other_mode(obj, young, h);
+        if self.mode == Mode::Verify {
+            self.after_scan_verify(obj, young, h);
             return;
         }
-        if young > 0 && h & REMEMBERED == 0 && self.will_be_old(obj, h) {
+        if h & (OLD | REMEMBERED) == OLD {
             hdr.store(h | REMEMBERED, Ordering::Relaxed);
             self.next_remset.push(obj);
         }
@@ -324,18 +582,7 @@ impl<'h> Marker<'h> {
 
     #[cold]
     #[inline(never)]
-    fn after_scan_other_mode(&mut self, obj: ObjRef, young: usize, h: usize) {
-        if self.mode == Mode::MarkKeepYoung {
-            // Objects scanned now were just marked: young ones stay young (their age was
-            // cleared), so only old ones can join the remembered set.
-            if young > 0 && h & (OLD | REMEMBERED) == OLD {
-                // SAFETY: obj is a live object being scanned.
-                unsafe { obj.header() }.store(h | REMEMBERED, Ordering::Relaxed);
-                self.next_remset.push(obj);
-            }
-            return;
-        }
-        // Verify mode.
+    fn after_scan_verify(&mut self, obj: ObjRef, young: usize, h: usize) {
         if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
             let child = self.verify_first_young.map_or(0, |c| c.addr());
             // SAFETY: h is a live object's header.
@@ -354,29 +601,36 @@ impl<'h> Marker<'h> {
     /// # Safety
     /// `m` points to the live marker of the running collection and no reference to it
     /// is alive (a C mark function reaches it again through `ptls`).
+    #[inline(always)]
     unsafe fn scan(m: *mut Marker<'_>, obj: ObjRef) {
         // SAFETY: obj is a marked, live object; its header holds its type.
         let hdr = unsafe { obj.header() };
         let h = hdr.load(Ordering::Relaxed);
-        if h & REMEMBERED != 0 {
+        if h & (OLD | REMEMBERED) == OLD | REMEMBERED {
             hdr.store(h & !REMEMBERED, Ordering::Relaxed);
         }
         // SAFETY: the type pointer of a live object is a live type object.
         let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        if !desc.has_pointers {
+            return;
+        }
         let young = match desc.kind {
             TypeKind::Layout => {
                 let mut young = 0;
-                // Start loading every child's header first, so that the misses overlap.
-                for &off in desc.offsets() {
-                    // SAFETY: as below.
-                    let v = unsafe { obj.read_slot(off as usize) };
-                    if v != 0 {
-                        prefetch(v.wrapping_sub(HEADER_SIZE));
+                let offsets = desc.offsets();
+                if offsets.len() > 1 {
+                    // Start loading every child's header first, so that the misses overlap.
+                    for &off in offsets {
+                        // SAFETY: as below.
+                        let v = unsafe { obj.read_slot(off as usize) };
+                        if v != 0 {
+                            prefetch(v.wrapping_sub(HEADER_SIZE));
+                        }
                     }
                 }
-                for &off in desc.offsets() {
-                    // SAFETY: layout offsets were validated against the type's size... the
-                    // object has at least that size (allocation checks it).
+                for &off in offsets {
+                    // SAFETY: layout offsets were validated against the type's size, and
+                    // the object has at least that size (allocation checks it).
                     let v = unsafe { obj.read_slot(off as usize) };
                     if let Some(child) = ObjRef::from_addr(v) {
                         // SAFETY: m is valid (caller) and no other borrow is alive.
@@ -392,68 +646,309 @@ impl<'h> Marker<'h> {
                 MarkProc::C(f) => {
                     // SAFETY: reading the ptls field; no borrow is kept across the call.
                     let ptls = unsafe { (*m).ptls };
-                    // SAFETY: a C mark function of the seed's signature, called with the
-                    // collecting thread's ptls and a live object of its type.
+                    // SAFETY: a C mark function of the seed's signature, called with this
+                    // collector thread's ptls and a live object of its type.
                     unsafe { f(ptls, obj.as_ptr().cast()) }
                 }
             },
         };
-        // SAFETY: as above; the C call has returned.
+        // SAFETY: as above; the call has returned.
         unsafe { (*m).after_scan(obj, young) };
     }
 
-    /// Scans an object that is a root of its own (a remembered old object).
+    /// Processes one step of the array work on top of the array stack.
     ///
     /// # Safety
-    /// As for `scan`; `obj` is live.
-    pub(crate) unsafe fn scan_object(m: *mut Marker<'_>, obj: ObjRef) {
-        // SAFETY: forwarded.
-        unsafe { Self::scan(m, obj) }
+    /// As for `scan`.
+    unsafe fn step_array(m: *mut Marker<'_>, a: ArrayWork) {
+        let ArrayWork {
+            parent,
+            cur,
+            end,
+            young,
+        } = a;
+        let chunk_end = if (end as usize - cur as usize) / 8 > ARRAY_CHUNK {
+            // SAFETY: cur..end lies in the parent's payload (queue_array's contract) and
+            // holds more than ARRAY_CHUNK words.
+            unsafe { cur.add(ARRAY_CHUNK) }
+        } else {
+            end
+        };
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        if chunk_end < end && !marker.job.is_null() {
+            // SAFETY: job is the running parallel drain.
+            let job = unsafe { &*marker.job };
+            let rest = (end as usize - chunk_end as usize) / 8;
+            if rest > 2 * ARRAY_CHUNK && job.term.someone_idle() {
+                // Give half of the rest away.
+                // SAFETY: inside the range.
+                let mid = unsafe { chunk_end.add(rest / 2) };
+                marker.deque.push(Work::Array(ArrayWork {
+                    parent,
+                    cur: mid,
+                    end,
+                    young: 0,
+                }));
+                // SAFETY: m is valid; the range is inside the live parent.
+                let found = unsafe { (*m).scan_range(cur, chunk_end) };
+                // SAFETY: as above.
+                unsafe { &mut *m }.arrays.push(ArrayWork {
+                    parent,
+                    cur: chunk_end,
+                    end: mid,
+                    young: young + found,
+                });
+                return;
+            }
+        }
+        // SAFETY: m is valid; the range is inside the live parent.
+        let found = unsafe { (*m).scan_range(cur, chunk_end) };
+        let young = young + found;
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        if chunk_end < end {
+            marker.arrays.push(ArrayWork {
+                parent,
+                cur: chunk_end,
+                end,
+                young,
+            });
+        } else {
+            marker.after_scan(parent, young);
+        }
     }
 
-    /// Processes the mark stack until empty.
+    /// Processes this marker's own stacks until empty.
+    ///
+    /// # Safety
+    /// As for `scan`.
+    unsafe fn drain_local(m: *mut Marker<'_>) {
+        loop {
+            // SAFETY: m is valid; the borrow ends with the statement.
+            let next = unsafe { (*m).pop() };
+            if let Some(obj) = next {
+                // SAFETY: forwarded; pushed objects are live.
+                unsafe { Self::scan(m, ObjRef::from_addr(obj).unwrap_unchecked()) };
+                // SAFETY: m is valid.
+                let marker = unsafe { &mut *m };
+                if !marker.job.is_null() {
+                    marker.since_share += 1;
+                    if marker.since_share >= SHARE_EVERY {
+                        marker.since_share = 0;
+                        marker.share();
+                    }
+                }
+                continue;
+            }
+            // SAFETY: m is valid.
+            let array = unsafe { (*m).arrays.pop() };
+            match array {
+                // SAFETY: forwarded.
+                Some(a) => unsafe { Self::step_array(m, a) },
+                None => return,
+            }
+        }
+    }
+
+    /// While another collector thread is idle, moves the older half of the mark stack
+    /// (and the other pending arrays) to this marker's deque.
+    fn share(&mut self) {
+        // SAFETY: called only while a parallel drain runs (job non-null).
+        let job = unsafe { &*self.job };
+        if !job.term.someone_idle() {
+            return;
+        }
+        let len = self.len();
+        if len >= 2 {
+            let n = (len / 2).min(SHARE_MAX);
+            for i in 0..n {
+                // SAFETY: i < len: an initialised stack slot.
+                let obj = unsafe { self.base.add(i).read() };
+                // SAFETY: stack entries are live objects.
+                self.deque.push(Work::Obj(unsafe {
+                    ObjRef::from_addr(obj).unwrap_unchecked()
+                }));
+            }
+            // SAFETY: both ranges lie inside the stack's initialised part.
+            unsafe {
+                std::ptr::copy(self.base.add(n), self.base, len - n);
+                self.fast.top = self.fast.top.sub(n);
+            }
+        }
+        while self.arrays.len() > 1 {
+            let a = self.arrays.remove(0);
+            self.deque.push(Work::Array(a));
+        }
+    }
+
+    fn take(&mut self, w: Work) {
+        match w {
+            Work::Obj(o) => self.push(o.addr()),
+            Work::Array(a) => self.arrays.push(a),
+        }
+    }
+
+    /// Tries to steal work from the other participants into this marker.
+    fn steal(&mut self, job: &ParJob) -> bool {
+        let n = job.stealers.len();
+        loop {
+            let mut retry = false;
+            for k in 1..n {
+                let i = (self.index + k) % n;
+                match job.stealers[i].steal_batch_and_pop(&self.deque) {
+                    Steal::Success(w) => {
+                        self.take(w);
+                        return true;
+                    }
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return false;
+            }
+        }
+    }
+
+    /// Processes the mark stack until empty: alone, or, inside a parallel drain
+    /// ([`Marker::drain_parallel`]), until no participant has work left.
     ///
     /// # Safety
     /// As for `scan`.
     pub(crate) unsafe fn drain(m: *mut Marker<'_>) {
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        if marker.job.is_null() && !marker.team.is_null() {
+            // SAFETY: forwarded; the team outlives every drain (cleared before it goes).
+            unsafe { Self::drain_team(m) };
+            return;
+        }
         loop {
-            // SAFETY: m is valid; the borrow ends with this statement.
-            let work = unsafe { (*m).stack.pop() };
-            match work {
-                None => break,
-                // SAFETY: forwarded.
-                Some(Work::Obj(obj)) => unsafe { Self::scan(m, obj) },
-                Some(Work::Array {
-                    parent,
-                    cur,
-                    end,
-                    young,
-                }) => {
-                    let chunk_end = if (end as usize - cur as usize) / 8 > ARRAY_CHUNK {
-                        // SAFETY: cur..end lies in the parent's payload (queue_array's
-                        // contract) and holds more than ARRAY_CHUNK words.
-                        unsafe { cur.add(ARRAY_CHUNK) }
-                    } else {
-                        end
-                    };
-                    // SAFETY: m is valid; the range is inside the live parent.
-                    let found = unsafe { (*m).scan_range(cur, chunk_end) };
-                    let young = young + found;
-                    // SAFETY: m is valid.
-                    let marker = unsafe { &mut *m };
-                    if chunk_end < end {
-                        marker.stack.push(Work::Array {
-                            parent,
-                            cur: chunk_end,
-                            end,
-                            young,
-                        });
-                    } else {
-                        marker.after_scan(parent, young);
-                    }
-                }
+            // SAFETY: forwarded.
+            unsafe { Self::drain_local(m) };
+            // SAFETY: m is valid.
+            let marker = unsafe { &mut *m };
+            if marker.job.is_null() {
+                return;
+            }
+            if let Some(w) = marker.deque.pop() {
+                marker.take(w);
+                continue;
+            }
+            // SAFETY: the job outlives the drain.
+            let job = unsafe { &*marker.job };
+            if marker.steal(job) {
+                continue;
+            }
+            let me = marker.index;
+            let others = || {
+                job.stealers
+                    .iter()
+                    .enumerate()
+                    .any(|(i, s)| i != me && !s.is_empty())
+            };
+            if !crate::par::idle_loop(&job.term, others) {
+                return;
             }
         }
+    }
+
+    /// The collecting thread's drain with its team: a parallel job over the pool.
+    ///
+    /// # Safety
+    /// As for `scan`; `m`'s team is alive and its helper markers are not in use.
+    unsafe fn drain_team(m: *mut Marker<'_>) {
+        // SAFETY: m is valid.
+        let m0 = unsafe { &mut *m };
+        if m0.len() == 0 && m0.arrays.is_empty() {
+            return;
+        }
+        // SAFETY: the team outlives the drain (caller).
+        let team = unsafe { &*m0.team };
+        for &h in &team.helpers {
+            // SAFETY: helper markers are only used inside jobs, none of which runs.
+            unsafe { (*h).set_mode(m0.mode) };
+        }
+        let job = ParJob {
+            term: Termination::new(1),
+            stealers: team.stealers.clone(),
+        };
+        struct Ctx<'a, 'h> {
+            m0: *mut Marker<'h>,
+            helpers: &'a [*mut Marker<'h>],
+            job: &'a ParJob,
+            ptls0: *mut c_void,
+        }
+        // SAFETY: each participant only touches its own marker (m0 by participant 0,
+        // helpers[i - 1] by participant i); the job is shared through atomics and
+        // crossbeam's Sync stealers.
+        unsafe impl Sync for Ctx<'_, '_> {}
+        let ctx = Ctx {
+            m0: m.cast::<Marker<'static>>(),
+            helpers: &team.helpers,
+            job: &job,
+            ptls0: m0.ptls,
+        };
+        let ctx = &ctx;
+        let work = move |i: usize| {
+            if i == 0 {
+                // SAFETY: participant 0 is the collecting thread with its own marker.
+                unsafe { Self::drain_parallel(ctx.m0, ctx.job, 0, ctx.ptls0) };
+            } else if let Some(&h) = ctx.helpers.get(i - 1) {
+                if ctx.job.term.join() {
+                    let head = helper_ptls();
+                    // SAFETY: a helper thread's record lives as long as the thread; its
+                    // marker pointer is read only by C code on this thread.
+                    unsafe { (*head).marker.store(h as *mut c_void, Ordering::Release) };
+                    // SAFETY: helper i alone uses marker h during this job.
+                    unsafe { Self::drain_parallel(h, ctx.job, i, head as *mut c_void) };
+                    // SAFETY: as above.
+                    unsafe {
+                        (*head)
+                            .marker
+                            .store(std::ptr::null_mut(), Ordering::Release)
+                    };
+                }
+            }
+        };
+        team.pool.run(&work);
+        for &h in &team.helpers {
+            // SAFETY: the job is over: no helper uses its marker any more.
+            m0.absorb(unsafe { &mut *h });
+        }
+    }
+
+    /// One participant's part of a parallel drain `job`, as participant `index`, on
+    /// the thread whose `ptls` is `ptls`. Returns when the job is over.
+    ///
+    /// # Safety
+    /// As for `scan`; `job` outlives the call and every participant's stealer is in it.
+    pub(crate) unsafe fn drain_parallel(
+        m: *mut Marker<'_>,
+        job: &ParJob,
+        index: usize,
+        ptls: *mut c_void,
+    ) {
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        marker.job = job;
+        marker.index = index;
+        marker.ptls = ptls;
+        // SAFETY: forwarded.
+        unsafe { Self::drain(m) };
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        marker.job = std::ptr::null();
+        debug_assert!(marker.len() == 0 && marker.arrays.is_empty());
+    }
+
+    /// Merges what a helper's marker found into this one (after a parallel drain).
+    pub(crate) fn absorb(&mut self, other: &mut Marker<'_>) {
+        self.next_remset.append(&mut other.next_remset);
+        self.fast.marked += std::mem::take(&mut other.fast.marked);
+        self.kept_for_finalizers += std::mem::take(&mut other.kept_for_finalizers);
+        self.errors.append(&mut other.errors);
     }
 
     /// Verify mode: counts the young children of old object `obj` not in the remembered
@@ -464,7 +959,7 @@ impl<'h> Marker<'h> {
     pub(crate) unsafe fn verify_object(m: *mut Marker<'_>, obj: ObjRef) {
         // SAFETY: m is valid.
         unsafe {
-            (*m).mode = Mode::Verify;
+            (*m).set_mode(Mode::Verify);
             (*m).verify_first_young = None;
         }
         // SAFETY: obj is live.
@@ -477,7 +972,7 @@ impl<'h> Marker<'h> {
             unsafe { Self::scan(m, obj) };
         }
         // SAFETY: m is valid.
-        unsafe { (*m).mode = Mode::Mark };
+        unsafe { (*m).set_mode(Mode::Mark) };
     }
 
     /// Verify mode: whether `obj` is an allocated object of this heap; records an error

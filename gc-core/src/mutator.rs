@@ -16,6 +16,7 @@ use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;
 use crate::error::GcError;
 use crate::heap::{Heap, HeapInner, World};
+use crate::mark::TlsHead;
 use crate::object::{ObjRef, FREE_END, HEADER_SIZE, OLD, REMEMBERED};
 use crate::page::PageMeta;
 use crate::pagetable;
@@ -106,20 +107,17 @@ pub const SAVED_REGS: usize = 7;
 /// A thread attached to a heap: the object behind the C API's `jl_ptls_t`.
 #[repr(C)]
 pub struct MutatorShared {
-    /// Saved registers; first field so that assembly can find it at offset 0.
-    pub(crate) regs: UnsafeCell<[usize; SAVED_REGS]>,
+    /// First field, the part C code reads (`gc_tls_head_t`): saved registers (at offset
+    /// 0, where assembly finds them), magic (`MUTATOR_MAGIC` while attached,
+    /// `MUTATOR_DEAD` after: lets the C ABI check a `ptls` without a thread-local lookup;
+    /// memory of detached mutators is recycled for later ones, never freed, so a stale
+    /// `ptls` still reads as a mutator), owning thread, and the marker of the collection
+    /// this thread is running (for C mark functions).
+    pub(crate) head: TlsHead,
     heap: *const HeapInner,
-    /// `MUTATOR_MAGIC` while attached, `MUTATOR_DEAD` after: lets the C ABI check a
-    /// `ptls` without a thread-local lookup (memory of detached mutators is recycled for
-    /// later ones, never freed, so a stale `ptls` still reads as a mutator).
-    pub(crate) magic: AtomicU64,
-    /// `pthread_self()` of the owning thread.
-    pub(crate) thread: AtomicUsize,
     pub(crate) state: AtomicU8,
     pub(crate) local: UnsafeCell<Local>,
     pub(crate) task: Arc<Task>,
-    /// The marker of the collection this thread is running (for C mark functions).
-    pub(crate) marker: AtomicPtr<c_void>,
     pub(crate) in_collection: AtomicBool,
 }
 
@@ -169,7 +167,7 @@ impl MutatorShared {
     /// The registers saved when the thread last stopped.
     pub fn saved_registers(&self) -> [usize; SAVED_REGS] {
         // SAFETY: only read while the thread is stopped (by the collector) or by itself.
-        unsafe { *self.regs.get() }
+        unsafe { *self.head.regs.get() }
     }
 
     /// The thread's own stack.
@@ -184,7 +182,7 @@ impl MutatorShared {
 
     fn record_stop(&self) {
         // SAFETY: the buffer belongs to this thread's mutator; we are that thread.
-        let regs = unsafe { &*self.regs.get() };
+        let regs = unsafe { &*self.head.regs.get() };
         self.task.record_stop(regs);
     }
 
@@ -192,7 +190,7 @@ impl MutatorShared {
     /// lock held and a collection running.
     #[inline(never)]
     pub(crate) fn park(&self, w: &mut MutexGuard<'_, World>) {
-        save_registers(self.regs.get());
+        save_registers(self.head.regs.get());
         self.record_stop();
         let heap = self.heap();
         self.state.store(SAFE, Ordering::SeqCst);
@@ -473,10 +471,12 @@ impl MutatorShared {
             if let Some(page) = pool.page.take() {
                 pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
             }
-            pages.grant(class).map_err(|e| GcError::OutOfMemory {
-                size,
-                reason: e.to_string(),
-            })?
+            pages
+                .grant(class, &heap.trigger)
+                .map_err(|e| GcError::OutOfMemory {
+                    size,
+                    reason: e.to_string(),
+                })?
         };
         heap.allocd.fetch_add(grant.bytes, Ordering::Relaxed);
         pool.page = Some(grant.page);
@@ -502,7 +502,12 @@ impl MutatorShared {
             size,
             reason: "the system allocator returned null".into(),
         })?;
-        heap.big.lock().young.push(obj);
+        {
+            let mut lists = heap.big.lock();
+            lists.young.push(obj);
+            // SAFETY: obj was just allocated.
+            lists.live += unsafe { big::size(obj) } + big::BIG_HEADER;
+        }
         // SAFETY: owning thread.
         let local = unsafe { &mut *self.local.get() };
         local.objects += 1;
@@ -631,10 +636,14 @@ impl Mutator {
         let task = Arc::new(Task::new(lo, hi, true));
         let stress = heap.0.stress_every.load(Ordering::Relaxed);
         let fresh = MutatorShared {
-            regs: UnsafeCell::new([0; SAVED_REGS]),
+            head: TlsHead {
+                regs: UnsafeCell::new([0; SAVED_REGS]),
+                magic: AtomicU64::new(MUTATOR_MAGIC),
+                thread: AtomicUsize::new(thread_id()),
+                marker: AtomicPtr::new(std::ptr::null_mut()),
+                checked: AtomicBool::new(heap.0.verify.load(Ordering::Relaxed)),
+            },
             heap: Arc::as_ptr(&heap.0),
-            magic: AtomicU64::new(MUTATOR_MAGIC),
-            thread: AtomicUsize::new(thread_id()),
             state: AtomicU8::new(RUNNING),
             local: UnsafeCell::new(Local {
                 pools: std::array::from_fn(|_| Pool {
@@ -654,7 +663,6 @@ impl Mutator {
                 fin_at_safepoints: false,
             }),
             task: task.clone(),
-            marker: AtomicPtr::new(std::ptr::null_mut()),
             in_collection: AtomicBool::new(false),
         };
         let shared = {
@@ -747,7 +755,7 @@ impl Mutator {
     /// not hold them up. `f` cannot touch the heap (it cannot reach this mutator).
     #[inline(always)]
     pub fn gc_safe<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        save_registers(self.shared.regs.get());
+        save_registers(self.shared.head.regs.get());
         let old = self.shared.enter_safe_saved();
         let r = f();
         self.shared.leave_safe(old);
@@ -870,7 +878,7 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
     w.mutators.retain(|m| !Arc::ptr_eq(m, shared));
     heap.tasks.lock().retain(|t| !Arc::ptr_eq(t, &shared.task));
     shared.state.store(DETACHED, Ordering::SeqCst);
-    shared.magic.store(MUTATOR_DEAD, Ordering::SeqCst);
+    shared.head.magic.store(MUTATOR_DEAD, Ordering::SeqCst);
     SPARE.lock().push(shared.clone());
     drop(w);
     CURRENT.with(|c| {

@@ -8,10 +8,19 @@
 //!
 //! | bit | name | meaning |
 //! |---|---|---|
-//! | 0 | `MARK` | young: marked in the current collection; old: marked iff it equals the heap's old-mark parity |
+//! | 0 | `MARK` | old: marked iff it equals the heap's old-mark parity (flips at every full collection); young: see `AGE` |
 //! | 1 | `OLD` | the object has been promoted to the old generation |
-//! | 2 | `REMEMBERED` | old object in the remembered set (the write barrier fired for it) |
+//! | 2 | `REMEMBERED` / `AGE` | old object: in the remembered set (the write barrier fired for it); young object: marked by some collection (survived it, or is surviving the current one) |
 //! | 3 | `FREE` | never set in a live header: a free pool cell's header holds a free-list link, which is the address of another cell's header and therefore 8 mod 16, or the end marker [`FREE_END`] |
+//!
+//! A young object is marked in the current collection iff `AGE` is set and `MARK` equals
+//! the heap's young parity, which flips at every collection: a survivor of the previous
+//! collection (`AGE` set, `MARK` the old young parity) therefore reads unmarked without
+//! any write to its header, and a new object (both clear) too. Marking a survivor a second
+//! time promotes it then and there (`OLD`, marked for the old parity). So the only header
+//! writes of a collection happen while marking, with the world stopped: a sweep reads
+//! live headers and writes only dead cells, which is what lets it run lazily, next to
+//! running mutators.
 //!
 //! A pool cell is therefore allocated iff its header is non-zero and has bit 3 clear:
 //! never-used cells are zero, free cells carry bit 3. This is what makes the allocation
@@ -25,8 +34,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub const MARK: usize = 1;
 /// Old-generation bit.
 pub const OLD: usize = 2;
-/// Remembered-set bit.
+/// Remembered-set bit (old objects).
 pub const REMEMBERED: usize = 4;
+/// Survived-a-collection bit (young objects; same bit as `REMEMBERED`).
+pub const AGE: usize = 4;
 /// Free-cell bit: set in every free cell's header, never in an object's.
 pub const FREE: usize = 8;
 /// All bits that are not part of the type pointer.

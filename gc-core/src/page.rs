@@ -42,9 +42,6 @@ pub struct PageMeta {
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
     state: UnsafeCell<PageState>,
-    /// Age bits of young objects (set: survived one collection), by granule. Only the
-    /// collector touches them, with the world stopped.
-    ages: UnsafeCell<[u64; GRANULE_WORDS]>,
     /// "Sweep function scheduled" bits, by granule; set by any mutator thread.
     sched: [AtomicU64; GRANULE_WORDS],
 }
@@ -63,7 +60,8 @@ pub(crate) struct PageState {
     /// A mutator is allocating from this page.
     pub held: bool,
     /// The page may contain young objects (allocated since, or surviving young from, the
-    /// last collection); partial collections sweep only such pages.
+    /// last collection); partial collections sweep only such pages (an old object
+    /// cannot die in a partial collection).
     pub has_young: bool,
     /// The page is on its class's list of pages with free cells.
     pub listed: bool,
@@ -76,6 +74,13 @@ pub(crate) struct PageState {
     pub idle_since: u32,
     /// Head of the page's free list (a cell header address) or `FREE_END`.
     pub free_head: usize,
+    /// Live cells and old live cells, as counted by the last sweep.
+    pub live_cells: u32,
+    pub old_cells: u32,
+    /// The page waits for the sweep of the last collection (lazy sweeping).
+    pub unswept: bool,
+    /// The page is on `PageAlloc::in_use` (possibly a stale entry of a released page).
+    pub on_in_use: bool,
 }
 
 impl PageMeta {
@@ -92,8 +97,11 @@ impl PageMeta {
                 nfree: 0,
                 idle_since: 0,
                 free_head: FREE_END,
+                live_cells: 0,
+                old_cells: 0,
+                unswept: false,
+                on_in_use: false,
             }),
-            ages: UnsafeCell::new([0; GRANULE_WORDS]),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             alloc: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             info: AtomicPtr::new(std::ptr::null_mut()),
@@ -173,7 +181,7 @@ impl PageMeta {
     /// Replaces the allocation bitmap (after a sweep).
     ///
     /// # Safety
-    /// Only the collector calls this, with the world stopped.
+    /// Only the thread sweeping the page calls this (nobody allocates in it meanwhile).
     pub(crate) unsafe fn store_allocated(&self, bits: &[u64; GRANULE_WORDS]) {
         for (w, &b) in self.alloc.iter().zip(bits.iter()) {
             w.store(b, Ordering::Release);
@@ -196,36 +204,6 @@ impl PageMeta {
         // Pages are PAGE_SIZE-aligned: the offset needs no load of `base`.
         let g = (obj & (PAGE_SIZE - 1)) >> 4;
         (g >> 6, 1u64 << (g & 63))
-    }
-
-    /// The whole age bitmap, by granule.
-    ///
-    /// # Safety
-    /// Only the collector calls this, with the world stopped.
-    #[allow(clippy::mut_from_ref)]
-    pub(crate) unsafe fn ages(&self) -> &mut [u64; GRANULE_WORDS] {
-        // SAFETY: exclusive access per the caller's contract.
-        unsafe { &mut *self.ages.get() }
-    }
-
-    /// Age bit of the object at `obj`.
-    ///
-    /// # Safety
-    /// Only the collector calls this, with the world stopped.
-    pub(crate) unsafe fn age(&self, obj: usize) -> bool {
-        let (w, bit) = self.granule(obj);
-        // SAFETY: the caller is the collector with the world stopped (exclusive access).
-        unsafe { (*self.ages.get())[w] & bit != 0 }
-    }
-
-    /// Clears the age bit of the object at `obj` (it stays young after this collection).
-    ///
-    /// # Safety
-    /// Only the collector calls this, with the world stopped.
-    pub(crate) unsafe fn clear_age(&self, obj: usize) {
-        let (w, bit) = self.granule(obj);
-        // SAFETY: the caller is the collector with the world stopped (exclusive access).
-        unsafe { (*self.ages.get())[w] &= !bit };
     }
 
     /// Marks the object at `obj` as having its sweep function scheduled; false if it
@@ -252,8 +230,6 @@ impl PageMeta {
         st.held = false;
         st.has_young = false;
         st.listed = false;
-        // SAFETY: exclusive per the caller's contract.
-        unsafe { *self.ages.get() = [0; GRANULE_WORDS] };
         for w in self.sched.iter().chain(self.alloc.iter()) {
             w.store(0, Ordering::Relaxed);
         }
@@ -287,6 +263,9 @@ impl PageMeta {
         st.has_young = false;
         st.nfree = 0;
         st.free_head = FREE_END;
+        st.live_cells = 0;
+        st.old_cells = 0;
+        st.unswept = false;
     }
 }
 
@@ -351,7 +330,9 @@ impl Chunk {
             meta.owner.store(0, Ordering::Release);
             meta.publish_info();
             // SAFETY: exclusive per the caller's contract.
-            unsafe { meta.state() }.zeroed = true;
+            let st = unsafe { meta.state() };
+            st.zeroed = true;
+            st.on_in_use = false;
         }
         // SAFETY: the chunk's range is a private anonymous mapping we own; after
         // MADV_DONTNEED it reads as zero, which is the state of a fresh chunk.
@@ -411,15 +392,65 @@ pub(crate) struct Grant {
     pub bytes: usize,
 }
 
-/// One heap's pages: chunks, free pages, pages with free cells per class.
+/// What the sweep of the last collection needs to tell live cells from dead ones.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SweepParams {
+    pub full: bool,
+    /// Old objects are marked iff `MARK == parity`.
+    pub parity: usize,
+    /// Young objects are marked iff `header & (AGE | MARK) == young_marked`.
+    pub young_marked: usize,
+}
+
+/// What sweeping pool pages found, cumulative.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PoolTotals {
+    /// Bytes of live cells (as of each page's last sweep).
+    pub live: usize,
+    /// Bytes of live old cells.
+    pub old: usize,
+    /// Bytes freed by sweeps since the heap was created.
+    pub freed: u64,
+}
+
+/// What to do once the lazy sweep of a collection is complete: set the next trigger.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TriggerPlan {
+    /// Live bytes outside the pools (external objects), known at the pause.
+    pub other_live: usize,
+    /// Bytes not to count (kept only for finalizers).
+    pub discount: usize,
+    pub growth: f64,
+    pub min: usize,
+    pub max: usize,
+}
+
+impl TriggerPlan {
+    pub(crate) fn interval(&self, pool_live: usize) -> usize {
+        (((pool_live + self.other_live).saturating_sub(self.discount)) as f64 * self.growth)
+            .clamp(self.min as f64, self.max as f64) as usize
+    }
+}
+
+/// One heap's pages: chunks, free pages, pages with free cells per class, pages waiting
+/// for their sweep.
 pub(crate) struct PageAlloc {
     owner: usize,
     chunks: Vec<&'static Chunk>,
     free: Vec<&'static PageMeta>,
     partial: Vec<Vec<&'static PageMeta>>,
-    /// Every page that holds cells of some class.
+    /// Every page that holds cells of some class (plus stale entries of released pages,
+    /// dropped at the next `begin_sweep`).
     pub(crate) in_use: Vec<&'static PageMeta>,
-    /// Number of sweeps so far (`rebuild_lists` calls).
+    n_in_use: usize,
+    /// Pages waiting for the sweep of the last collection, by class.
+    unswept: Vec<Vec<&'static PageMeta>>,
+    n_unswept: usize,
+    params: SweepParams,
+    pub(crate) totals: PoolTotals,
+    /// Set the heap's trigger with this plan once the sweep is complete.
+    plan: Option<TriggerPlan>,
+    /// Number of collections that swept (`begin_sweep` calls).
     epoch: u32,
 }
 
@@ -431,6 +462,16 @@ impl PageAlloc {
             free: Vec::new(),
             partial: (0..NUM_CLASSES).map(|_| Vec::new()).collect(),
             in_use: Vec::new(),
+            n_in_use: 0,
+            unswept: (0..NUM_CLASSES).map(|_| Vec::new()).collect(),
+            n_unswept: 0,
+            params: SweepParams {
+                full: false,
+                parity: 0,
+                young_marked: 0,
+            },
+            totals: PoolTotals::default(),
+            plan: None,
             epoch: 0,
         }
     }
@@ -442,31 +483,63 @@ impl PageAlloc {
 
     /// Number of pages currently holding cells.
     pub(crate) fn pages_in_use(&self) -> usize {
-        self.in_use.len()
+        self.n_in_use
+    }
+
+    /// Pages still waiting for the last collection's sweep.
+    pub(crate) fn unswept_pages(&self) -> usize {
+        self.n_unswept
     }
 
     /// A page with free cells of class `class` for a mutator to allocate from.
-    pub(crate) fn grant(&mut self, class: usize) -> Result<Grant, std::io::Error> {
+    /// `trigger` is the heap's trigger, set once a lazy sweep completes.
+    pub(crate) fn grant(
+        &mut self,
+        class: usize,
+        trigger: &AtomicUsize,
+    ) -> Result<Grant, std::io::Error> {
         let cell = CELL_SIZES[class] as usize;
-        while let Some(page) = self.partial[class].pop() {
-            // SAFETY: we hold the page lock (we are `&mut self` inside the heap's mutex).
-            let st = unsafe { page.state() };
-            st.listed = false;
-            if st.nfree == 0 || st.free_head == FREE_END {
-                continue;
+        loop {
+            while let Some(page) = self.partial[class].pop() {
+                // SAFETY: we hold the page lock (we are `&mut self` inside the heap's mutex).
+                let st = unsafe { page.state() };
+                st.listed = false;
+                if st.nfree == 0 || st.free_head == FREE_END || st.unswept {
+                    continue;
+                }
+                st.held = true;
+                st.has_young = true;
+                let bytes = st.nfree as usize * cell;
+                st.nfree = 0;
+                let free = std::mem::replace(&mut st.free_head, FREE_END);
+                return Ok(Grant {
+                    page,
+                    free,
+                    bump: 0,
+                    bump_end: 0,
+                    bytes,
+                });
             }
-            st.held = true;
-            st.has_young = true;
-            let bytes = st.nfree as usize * cell;
-            st.nfree = 0;
-            let free = std::mem::replace(&mut st.free_head, FREE_END);
-            return Ok(Grant {
-                page,
-                free,
-                bump: 0,
-                bump_end: 0,
-                bytes,
-            });
+            // Lazy sweeping: sweep this class's waiting pages until one has free cells.
+            match self.unswept[class].pop() {
+                Some(page) => {
+                    self.n_unswept -= 1;
+                    // SAFETY: we hold the page lock; the page waits for its sweep and no
+                    // thread holds it.
+                    unsafe { self.sweep_and_place(page, trigger) };
+                }
+                None => break,
+            }
+        }
+        if self.free.is_empty() && self.n_unswept > 0 {
+            // Pages of other classes may be empty: sweep them before mapping more.
+            while self.free.is_empty() {
+                let Some(page) = self.pop_unswept() else {
+                    break;
+                };
+                // SAFETY: as above.
+                unsafe { self.sweep_and_place(page, trigger) };
+            }
         }
         let page = match self.free.pop() {
             Some(p) => p,
@@ -480,9 +553,13 @@ impl PageAlloc {
         };
         // SAFETY: the page is free and we hold the page lock.
         unsafe { page.assign(self.owner, class) };
-        self.in_use.push(page);
+        self.n_in_use += 1;
         // SAFETY: we hold the page lock.
         let st = unsafe { page.state() };
+        if !st.on_in_use {
+            st.on_in_use = true;
+            self.in_use.push(page);
+        }
         st.held = true;
         st.has_young = true;
         let n = cells_per_page(class);
@@ -502,6 +579,12 @@ impl PageAlloc {
             bump_end: first + n * cell,
             bytes,
         })
+    }
+
+    fn pop_unswept(&mut self) -> Option<&'static PageMeta> {
+        let class = self.unswept.iter().rposition(|l| !l.is_empty())?;
+        self.n_unswept -= 1;
+        self.unswept[class].pop()
     }
 
     /// Takes back a page a mutator was allocating from; `free` is what is left of its
@@ -531,49 +614,125 @@ impl PageAlloc {
         }
         st.free_head = head;
         st.nfree = n as u32;
-        if n > 0 && !st.listed {
+        if n > 0 && !st.listed && !st.unswept {
             st.listed = true;
             self.partial[class].push(page);
         }
     }
 
-    /// After a sweep: rebuilds the per-class lists of pages with free cells and returns
-    /// pages without live cells to the free list. Returns the number of pages freed.
+    /// After marking: every page that may hold garbage (all pages in a full collection,
+    /// pages with young objects in a partial one) waits for its sweep from now on, with
+    /// `params`; allocation no longer uses their free cells until they are swept. Pages
+    /// left from an earlier sweep must have been swept (`finish_sweep`) first.
     ///
     /// # Safety
-    /// The world is stopped, no page is held by a mutator, and every page's `nfree` and
-    /// `free_head` are up to date.
-    pub(crate) unsafe fn rebuild_lists(&mut self) -> usize {
+    /// The world is stopped and no page is held by a mutator.
+    pub(crate) unsafe fn begin_sweep(&mut self, params: SweepParams, plan: TriggerPlan) {
+        debug_assert_eq!(self.n_unswept, 0);
         self.epoch = self.epoch.wrapping_add(1);
-        for l in &mut self.partial {
-            l.clear();
-        }
-        let mut freed = 0;
-        let epoch = self.epoch;
+        self.params = params;
+        self.plan = Some(plan);
         let mut in_use = std::mem::take(&mut self.in_use);
         in_use.retain(|&page| {
-            let (_, class) = page.cell_layout().expect("page in use has a layout");
             // SAFETY: forwarded from the caller.
             let st = unsafe { page.state() };
             debug_assert!(!st.held);
-            if st.nfree as usize == cells_per_page(class) {
-                // SAFETY: no live cell remains and nobody holds the page.
-                unsafe { page.release() };
-                // SAFETY: as above.
-                unsafe { page.state() }.idle_since = epoch;
-                self.free.push(page);
-                freed += 1;
-                false
-            } else {
-                st.listed = st.nfree > 0;
-                if st.listed {
-                    self.partial[class].push(page);
+            match page.cell_layout() {
+                None => {
+                    st.on_in_use = false;
+                    false
                 }
-                true
+                Some((_, class)) => {
+                    if params.full || st.has_young {
+                        st.unswept = true;
+                        self.unswept[class].push(page);
+                        self.n_unswept += 1;
+                    }
+                    true
+                }
             }
         });
         self.in_use = in_use;
-        freed
+        for l in &mut self.partial {
+            l.retain(|&p| {
+                // SAFETY: forwarded from the caller.
+                let st = unsafe { p.state() };
+                if st.unswept {
+                    st.listed = false;
+                }
+                !st.unswept
+            });
+        }
+    }
+
+    /// Sweeps every page still waiting; returns how many there were.
+    ///
+    /// # Safety
+    /// No thread holds a page that waits for its sweep (true by construction: such
+    /// pages are never granted) and no collection is marking.
+    pub(crate) unsafe fn finish_sweep(&mut self, trigger: &AtomicUsize) -> usize {
+        let n = self.n_unswept;
+        while let Some(page) = self.pop_unswept() {
+            // SAFETY: forwarded.
+            unsafe { self.sweep_and_place(page, trigger) };
+        }
+        n
+    }
+
+    /// Sweeps up to `max` waiting pages (background sweeping); returns how many.
+    ///
+    /// # Safety
+    /// As for `finish_sweep`.
+    pub(crate) unsafe fn sweep_some(&mut self, max: usize, trigger: &AtomicUsize) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(page) = self.pop_unswept() else {
+                break;
+            };
+            // SAFETY: forwarded.
+            unsafe { self.sweep_and_place(page, trigger) };
+            n += 1;
+        }
+        n
+    }
+
+    /// Sweeps one waiting page and files it: released if empty, listed if it has free
+    /// cells. Sets the heap's trigger when it was the last one.
+    ///
+    /// # Safety
+    /// As for `finish_sweep`; the page was taken off the waiting lists.
+    unsafe fn sweep_and_place(&mut self, page: &'static PageMeta, trigger: &AtomicUsize) {
+        let (cell, class) = page
+            .cell_layout()
+            .expect("a page waiting for its sweep is in use");
+        // SAFETY: forwarded: nobody else touches the page's state or free cells.
+        let st = unsafe { page.state() };
+        let (prev_live, prev_old) = (st.live_cells as usize, st.old_cells as usize);
+        // SAFETY: as above.
+        let r = unsafe { sweep_page(page, self.params) };
+        // SAFETY: as above.
+        let st = unsafe { page.state() };
+        st.unswept = false;
+        let t = &mut self.totals;
+        t.live = t.live + r.live as usize * cell - prev_live * cell;
+        t.old = t.old + r.old as usize * cell - prev_old * cell;
+        t.freed += r.freed as u64 * cell as u64;
+        if r.live == 0 {
+            // SAFETY: no live cell remains and nobody holds the page.
+            unsafe { page.release() };
+            // SAFETY: as above.
+            unsafe { page.state() }.idle_since = self.epoch;
+            self.free.push(page);
+            self.n_in_use -= 1;
+        } else if st.nfree > 0 && !st.listed {
+            st.listed = true;
+            self.partial[class].push(page);
+        }
+        if self.n_unswept == 0 {
+            if let Some(plan) = self.plan.take() {
+                trigger.store(plan.interval(self.totals.live), Ordering::Relaxed);
+            }
+        }
     }
 
     /// Returns to the OS the memory of free pages that have been idle for at least
@@ -620,11 +779,102 @@ impl PageAlloc {
         }
         n
     }
+}
 
-    /// Number of free (unassigned) pages.
-    pub(crate) fn free_pages(&self) -> usize {
-        self.free.len()
+/// What sweeping one page found, in cells.
+struct PageSweep {
+    live: u32,
+    old: u32,
+    freed: u32,
+}
+
+/// Sweeps one pool page: dead cells join the page's free list (in address order); live
+/// cells are only read. Rebuilds the page's allocation bitmap and counts.
+///
+/// # Safety
+/// The page is in use, held by no thread, and nobody else sweeps or allocates in it.
+/// Mutators may run meanwhile: they never touch dead cells, and the sweep never writes a
+/// live one.
+unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
+    use crate::object::{header_is_allocated, AGE, MARK, OLD};
+    let (cell, class) = page.cell_layout().expect("in-use page");
+    let n = cells_per_page(class);
+    let first = page.base() + FIRST_CELL;
+    // Free cells found, by index (a page has at most 1023 cells).
+    let mut free_bits = [0u64; 16];
+    // The new allocation bitmap: set for every cell that stays allocated.
+    let mut new_alloc = [0u64; GRANULE_WORDS];
+    let mut nfree = 0u32;
+    let mut live = 0u32;
+    let mut old = 0u32;
+    let mut freed = 0u32;
+    let mut has_young = false;
+    for i in 0..n {
+        let hp = first + i * cell;
+        // SAFETY: a cell header inside the page (always mapped).
+        let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Relaxed);
+        let free = if !header_is_allocated(h) {
+            true
+        } else if h & OLD != 0 {
+            if p.full && h & MARK != p.parity {
+                freed += 1;
+                true
+            } else {
+                old += 1;
+                false
+            }
+        } else if h & (AGE | MARK) == p.young_marked {
+            has_young = true;
+            false
+        } else {
+            freed += 1;
+            true
+        };
+        if free {
+            nfree += 1;
+            free_bits[i >> 6] |= 1 << (i & 63);
+        } else {
+            live += 1;
+            let g = (hp + HEADER_SIZE - page.base()) >> 4;
+            new_alloc[g >> 6] |= 1 << (g & 63);
+        }
     }
+    // SAFETY: the page's bitmap; only this sweep writes it now.
+    unsafe { page.store_allocated(&new_alloc) };
+    // Scheduled sweep bits of dead objects were cleared when their sweep functions ran.
+    let mut head = FREE_END;
+    if live > 0 {
+        // Thread the free cells in address order (a page left empty is released as a
+        // whole, so its cells need no links).
+        let mut last: *const AtomicUsize = std::ptr::null();
+        for (w, &bits) in free_bits.iter().enumerate() {
+            let mut bits = bits;
+            while bits != 0 {
+                let i = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let hp = first + i * cell;
+                if last.is_null() {
+                    head = hp;
+                } else {
+                    // SAFETY: `last` is the header of the previous free cell of this page.
+                    unsafe { (*last).store(hp, Ordering::Relaxed) };
+                }
+                last = hp as *const AtomicUsize;
+            }
+        }
+        if !last.is_null() {
+            // SAFETY: as above.
+            unsafe { (*last).store(FREE_END, Ordering::Relaxed) };
+        }
+    }
+    // SAFETY: caller's contract.
+    let st = unsafe { page.state() };
+    st.nfree = nfree;
+    st.free_head = head;
+    st.has_young = has_young;
+    st.live_cells = live;
+    st.old_cells = old;
+    PageSweep { live, old, freed }
 }
 
 impl Drop for PageAlloc {

@@ -50,7 +50,7 @@ use crate::error::GcError;
 use crate::heap::{Heap, HeapInner};
 use crate::mark::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING};
-use crate::object::{ObjRef, MARK, OLD};
+use crate::object::{ObjRef, AGE, MARK, OLD};
 use crate::types::{TypeKind, TypeRef};
 use crate::CollectionKind;
 use parking_lot::Mutex;
@@ -306,13 +306,14 @@ fn is_old(obj: ObjRef) -> bool {
     h & OLD != 0
 }
 
-/// Whether an allocated object was left unmarked by this collection.
+/// Whether an allocated object was left unmarked by this collection (`young_marked`:
+/// the `AGE | MARK` bits of a marked young object).
 #[inline]
-pub(crate) fn is_dead(h: usize, full: bool, parity: usize) -> bool {
+pub(crate) fn is_dead(h: usize, full: bool, parity: usize, young_marked: usize) -> bool {
     if h & OLD != 0 {
         full && h & MARK != parity
     } else {
-        h & MARK == 0
+        h & (AGE | MARK) != young_marked
     }
 }
 
@@ -336,7 +337,7 @@ pub(crate) unsafe fn process(
     heap: &HeapInner,
     m: *mut Marker<'_>,
     full: bool,
-    parity: usize,
+    _parity: usize,
 ) -> WeakOutcome {
     let mut out = WeakOutcome::default();
     if heap.callbacks.any(CallbackKind::WeakProcessing) {
@@ -349,7 +350,7 @@ pub(crate) unsafe fn process(
         let _span = tracing::trace_span!("gc_weak_hooks").entered();
         loop {
             // SAFETY: m is valid (caller); the borrow ends with the statement.
-            let before = unsafe { (*m).objects_marked };
+            let before = unsafe { (*m).objects_marked() };
             for (_, cb) in hooks.iter() {
                 match &**cb {
                     // SAFETY: m is valid and unaliased during the call.
@@ -362,14 +363,14 @@ pub(crate) unsafe fn process(
                 unsafe { Marker::drain(m) };
             }
             // SAFETY: as above.
-            if unsafe { (*m).objects_marked } == before {
+            if unsafe { (*m).objects_marked() } == before {
                 break;
             }
         }
     }
     let dead = |o: ObjRef| {
         // SAFETY: only allocated objects are asked about (see `is_old`).
-        is_dead(unsafe { o.header_bits() }, full, parity)
+        !unsafe { (*m).is_marked(o) }
     };
     let mut batch = Vec::new();
     {

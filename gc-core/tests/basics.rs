@@ -15,8 +15,10 @@ fn heap() -> Heap {
     .unwrap()
 }
 
-/// Whether `obj` is still an allocated pool object.
-fn pool_allocated(obj: ObjRef) -> bool {
+/// Whether `obj` is still an allocated pool object (once the last collection's lazy
+/// sweep is complete).
+fn pool_allocated(heap: &Heap, obj: ObjRef) -> bool {
+    heap.complete_sweep();
     let page = gc_core::pagetable::lookup(obj.addr()).expect("pool object");
     page.cell_layout().is_some() && page.is_allocated(obj.addr())
 }
@@ -34,16 +36,16 @@ fn unreachable_objects_are_freed_and_reachable_kept() {
     let root = heap.root(kept);
     let info = m.collect(CollectionKind::Full).unwrap().unwrap();
     assert_eq!(info.kind, CollectionKind::Full);
-    assert!(pool_allocated(kept) && pool_allocated(child));
+    assert!(pool_allocated(&heap, kept) && pool_allocated(&heap, child));
     assert!(
-        !pool_allocated(garbage),
+        !pool_allocated(&heap, garbage),
         "unreachable object survived a full collection"
     );
     // SAFETY: kept is rooted.
     assert_eq!(unsafe { m.load_ref(root.get(), 0) }, Some(child));
     drop(root);
     m.collect(CollectionKind::Full).unwrap();
-    assert!(!pool_allocated(kept) && !pool_allocated(child));
+    assert!(!pool_allocated(&heap, kept) && !pool_allocated(&heap, child));
 }
 
 #[test]
@@ -62,7 +64,7 @@ fn partial_collection_keeps_young_reachable_from_old_through_barrier() {
     for _ in 0..4 {
         m.collect(CollectionKind::Partial).unwrap();
         assert!(
-            pool_allocated(young),
+            pool_allocated(&heap, young),
             "young child of an old object lost in a partial collection"
         );
     }
@@ -70,8 +72,8 @@ fn partial_collection_keeps_young_reachable_from_old_through_barrier() {
     // SAFETY: live object.
     unsafe { m.store_ref(old, 0, None) };
     m.collect(CollectionKind::Full).unwrap();
-    assert!(!pool_allocated(young));
-    assert!(pool_allocated(root.get()));
+    assert!(!pool_allocated(&heap, young));
+    assert!(pool_allocated(&heap, root.get()));
 }
 
 #[test]
@@ -211,11 +213,11 @@ fn big_objects_live_and_die() {
         m.collect(CollectionKind::Partial).unwrap();
     }
     m.collect(CollectionKind::Full).unwrap();
-    assert!(pool_allocated(child));
+    assert!(pool_allocated(&heap, child));
     let freed_before = heap.stats().bytes_freed;
     drop(root);
     m.collect(CollectionKind::Full).unwrap();
-    assert!(!pool_allocated(child));
+    assert!(!pool_allocated(&heap, child));
     assert!(heap.stats().bytes_freed - freed_before >= 100_000);
 }
 

@@ -210,13 +210,19 @@ struct World {
     freed_big: Arc<Mutex<HashSet<usize>>>,
     /// Collections run so far (full, partial), counted by a post_gc callback.
     counts: Arc<[std::sync::atomic::AtomicU64; 2]>,
+    /// Collections checked so far.
+    checks: u64,
 }
 
 impl World {
-    fn new() -> World {
+    /// `parallel`: two collector threads, lazy sweeping, no verify mode (which marks on
+    /// one thread); otherwise the verify mode checks every barrier and reference.
+    fn new(parallel: bool) -> World {
         let heap = Heap::new(HeapConfig {
             min_interval: 256 << 10,
-            verify: true,
+            verify: !parallel,
+            mark_threads: if parallel { 2 } else { 1 },
+            lazy_sweep: true,
             ..HeapConfig::default()
         })
         .unwrap();
@@ -279,6 +285,7 @@ impl World {
             next_id: 1,
             freed_big,
             counts,
+            checks: 0,
         }
     }
 
@@ -586,6 +593,13 @@ impl World {
         }
         // The heap against the model.
         let freed_big = std::mem::take(&mut *self.freed_big.lock());
+        // Lazy sweeping: every other collection, the dead are looked at once the sweep is
+        // complete; in between, allocation meets pages still waiting for theirs.
+        self.checks += 1;
+        let look_at_dead = self.checks % 2 == 0;
+        if look_at_dead {
+            self.heap.complete_sweep();
+        }
         let dead: Vec<usize> = self
             .objs
             .keys()
@@ -594,6 +608,9 @@ impl World {
             .collect();
         for id in dead {
             let o = self.objs.remove(&id).unwrap();
+            if !look_at_dead && gc_core::pagetable::lookup(o.addr.addr()).is_some() {
+                continue;
+            }
             let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
                 Some(page) => page.cell_layout().is_none() || !page.is_allocated(o.addr.addr()),
                 None => freed_big.contains(&o.addr.addr()),
@@ -725,7 +742,27 @@ proptest! {
 
     #[test]
     fn heap_matches_model(ops in proptest::collection::vec(op(), 1..140)) {
-        let mut w = World::new();
+        let mut w = World::new(false);
+        for op in &ops {
+            w.apply(op);
+        }
+        w.finish();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES_PARALLEL").ok().and_then(|v| v.parse().ok()).unwrap_or(1000),
+        max_shrink_iters: 4000,
+        rng_algorithm: proptest::test_runner::RngAlgorithm::XorShift,
+        ..ProptestConfig::default()
+    })]
+
+    /// The same model with parallel marking (two collector threads: foreign mark
+    /// functions run on either) and lazy sweeping.
+    #[test]
+    fn heap_matches_model_with_parallel_marking(ops in proptest::collection::vec(op(), 1..140)) {
+        let mut w = World::new(true);
         for op in &ops {
             w.apply(op);
         }

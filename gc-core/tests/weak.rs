@@ -12,8 +12,10 @@ use std::sync::{Arc, Barrier};
 const NODE: usize = 24;
 
 fn setup() -> (Heap, Mutator, TypeRef) {
+    // Eager sweeping: the tests look at cells right after each collection.
     let heap = Heap::new(HeapConfig {
         verify: true,
+        lazy_sweep: false,
         ..HeapConfig::default()
     })
     .unwrap();

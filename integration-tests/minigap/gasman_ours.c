@@ -33,9 +33,10 @@ static __thread int HookDepth;
 static __thread unsigned PollCounter;
 static __thread void *GilCallSP;  /* a live frame below which the gil's code runs */
 
-/* Marking state: set by the master pointer's mark function, used by MarkBag. */
-static gc_mutator_t *MarkM;
-static size_t YoungRef;
+/* Marking state: set by the master pointer's mark function, used by MarkBag. Per
+   thread: gc-core marks in parallel, calling mark functions on any collector thread. */
+static __thread gc_mutator_t *MarkM;
+static __thread size_t YoungRef;
 static uint32_t GcEpoch = 1;
 static int Traversing;                 /* check_live's traversal, not a collection */
 static void TraverseVisit(Bag b);

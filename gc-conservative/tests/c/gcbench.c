@@ -10,6 +10,13 @@
  *     scanner marks (what a precise runtime does), and no conservative scanning;
  *   - with -DUSE_BOEHM against Boehm GC (GC_MALLOC), which scans conservatively too.
  *
+ * With -DFOREIGN_TYPES (ours), the program is written against the proposal's API
+ * verbatim, as a C system like GAP uses it: the node type is a foreign type
+ * (jl_new_foreign_type) whose mark function queues each child with
+ * jl_gc_mark_queue_obj and counts the young ones; every allocation passes
+ * jl_get_ptls_states() to jl_gc_alloc_typed; every store of a reference is followed by
+ * jl_gc_wb. Roots are conservative stack scanning only, as for Boehm.
+ *
  * With -DWITH_WEAK (either collector), every short-lived tree gets a finalizer on its
  * root (counting calls) and a weak reference to its root, kept in a ring of the last
  * 4096 (ours: jl_gc_add_ptr_finalizer and jl_gc_new_weakref; Boehm: GC_REGISTER_FINALIZER
@@ -36,6 +43,8 @@
 #include "julia_gcext_compat.h"
 #ifdef PRECISE_ROOTS
 #define NAME "ours-precise"
+#elif defined(FOREIGN_TYPES)
+#define NAME "ours-foreign"
 #else
 #define NAME "ours"
 #endif
@@ -105,6 +114,31 @@ static double *NewArray(size_t n) { return GC_MALLOC_ATOMIC(n * sizeof(double));
 #else
 static jl_ptls_t ptls;
 static jl_datatype_t *node_type, *array_type;
+#ifdef FOREIGN_TYPES
+/* The seed's mark function: queue each child, return how many are young. */
+static uintptr_t mark_node(jl_ptls_t p, jl_value_t *obj)
+{
+    Node *n = (Node *)obj;
+    uintptr_t young = 0;
+    if (n->left) young += jl_gc_mark_queue_obj(p, (jl_value_t *)n->left) != 0;
+    if (n->right) young += jl_gc_mark_queue_obj(p, (jl_value_t *)n->right) != 0;
+    return young;
+}
+static Node *NewNode(Node *l, Node *r)
+{
+    Node *n = jl_gc_alloc_typed(jl_get_ptls_states(), sizeof(Node), node_type);
+    if (!n) {
+        fprintf(stderr, "allocation failed: %s\n", jl_gc_last_error());
+        exit(2);
+    }
+    n->left = l;
+    jl_gc_wb(n, l);
+    n->right = r;
+    jl_gc_wb(n, r);
+    return n;
+}
+static double *NewArray(size_t n) { return jl_gc_alloc_typed(jl_get_ptls_states(), n * sizeof(double), array_type); }
+#else
 static Node *NewNode(Node *l, Node *r)
 {
     Node *n = jl_gc_alloc_typed(ptls, sizeof(Node), node_type);
@@ -117,8 +151,9 @@ static Node *NewNode(Node *l, Node *r)
     n->right = r;
     return n;
 }
-#define WB(parent, child) jl_gc_wb((parent), (child))
 static double *NewArray(size_t n) { return jl_gc_alloc_typed(ptls, n * sizeof(double), array_type); }
+#endif
+#define WB(parent, child) jl_gc_wb((parent), (child))
 #endif
 
 #ifdef WITH_WEAK
@@ -279,8 +314,12 @@ int main(int argc, char **argv)
     jl_init();
 #endif
     ptls = jl_get_ptls_states();
+#ifdef FOREIGN_TYPES
+    node_type = jl_new_foreign_type(jl_symbol("Node"), NULL, NULL, mark_node, NULL, 1, 0);
+#else
     uint32_t offsets[2] = {0, 8};
     node_type = gc_new_layout_type(gc_default_heap(), "Node", sizeof(Node), offsets, 2);
+#endif
     array_type = jl_new_foreign_type(jl_symbol("DoubleArray"), NULL, NULL, NULL, NULL, 0, 1);
     if (!node_type || !array_type) {
         fprintf(stderr, "type creation failed: %s\n", jl_gc_last_error());
