@@ -15,12 +15,26 @@
  *
  * This header is checked against the Rust side by gc-core's tests (tests/headers.rs):
  * a declaration that drifts from the exported function fails to compile there.
+ *
+ * Fast paths. jl_get_ptls_states, jl_gc_mark_queue_obj, jl_gc_wb, jl_gc_wb_back and
+ * jl_typeof are inline functions (macros over gc_compat_*, at the end of this header)
+ * that read the published layouts of the thread state (gc_tls_head_t) and of the
+ * marker (gc_mark_fast_t), as Julia's julia.h does: marking a child from a mark
+ * function is a few loads, a store and a push, with no call and no validation. They
+ * trust their arguments as the seed's API does (a ptls from jl_get_ptls_states or
+ * given to the mark function, live objects); the out-of-line functions they fall back
+ * to check everything. Define GC_CORE_CHECKED before including this header to call the
+ * checked functions everywhere (each call then validates its ptls and, with the heap's
+ * verify mode on, every queued reference).
  */
 #ifndef JULIA_GCEXT_COMPAT_H
 #define JULIA_GCEXT_COMPAT_H
 
 #include <stddef.h>
 #include <stdint.h>
+#if !defined(GC_CORE_CHECKED) && !(defined(__x86_64__) && defined(__GLIBC__))
+#include <pthread.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -213,6 +227,125 @@ jl_value_t *jl_gc_internal_obj_base_ptr(void *p);
 /* Non-zero iff p is an allocated internal object, or memory reserved for allocating
  * internal objects whose type field then never holds a valid type. */
 int jl_gc_is_internal_obj_alloc(jl_value_t *p);
+
+/* ---- Published layouts and inline fast paths ------------------------------------- */
+
+/* The first fields of every ptls (an attached thread's, or a collector helper thread's
+ * while it marks). Checked against the Rust side by tests/headers.rs. */
+typedef struct gc_tls_head_t {
+    uintptr_t regs[7];   /* callee-saved registers and stack pointer at the last stop */
+    uint64_t magic;      /* GC_TLS_MUTATOR_MAGIC, GC_TLS_HELPER_MAGIC, or dead */
+    uintptr_t thread;    /* pthread_self() of the owning thread */
+    void *marker;        /* gc_mark_fast_t * while this thread marks, else NULL */
+    uint8_t checked;     /* verify mode: entry points check their arguments */
+} gc_tls_head_t;
+
+#define GC_TLS_MUTATOR_MAGIC 0x4D555441544F5221ull
+#define GC_TLS_HELPER_MAGIC 0x474348454C504552ull
+
+/* The first fields of a collector thread's marker: its mark stack. A young object is
+ * marked iff (header & 5) == young_marked; an old one (header & 2) iff
+ * (header & old_mask) == old_want; header bit 2 of a young object means "survived a
+ * collection" (marking it again promotes it: left to the out-of-line function). */
+typedef struct gc_mark_fast_t {
+    uintptr_t slow;      /* non-zero: every queue goes out of line */
+    uintptr_t *top;
+    uintptr_t *limit;
+    uintptr_t old_mask;
+    uintptr_t old_want;
+    uintptr_t young_marked;
+    uint64_t marked;
+} gc_mark_fast_t;
+
+#ifndef GC_CORE_CHECKED
+
+#define GC_COMPAT_HDR(v) (((const uintptr_t *)(v))[-1])
+
+static inline uintptr_t gc_compat_self(void)
+{
+#if defined(__x86_64__) && defined(__GLIBC__)
+    /* glibc's pthread_self() on x86_64 is the thread pointer, %fs:0x10. */
+    uintptr_t self;
+    __asm__("mov %%fs:0x10, %0" : "=r"(self));
+    return self;
+#else
+    return (uintptr_t)pthread_self();
+#endif
+}
+
+/* jl_get_ptls_states: a per-thread cache, valid while it names this thread's attached
+ * state (a detached thread's state is recycled and then names another thread). */
+static inline jl_ptls_t gc_compat_get_ptls(void)
+{
+    static __thread jl_ptls_t cached;
+    jl_ptls_t p = cached;
+    if (__builtin_expect(p != NULL, 1)) {
+        const gc_tls_head_t *h = (const gc_tls_head_t *)p;
+        if ((h->magic == GC_TLS_MUTATOR_MAGIC || h->magic == GC_TLS_HELPER_MAGIC) &&
+            h->thread == gc_compat_self())
+            return p;
+    }
+    p = (jl_get_ptls_states)();
+    cached = p;
+    return p;
+}
+
+/* jl_gc_mark_queue_obj: mark and push onto the calling collector thread's own stack. */
+static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
+{
+    if (obj == NULL)
+        return 0;
+    gc_mark_fast_t *mk = ptls ? (gc_mark_fast_t *)((gc_tls_head_t *)ptls)->marker : NULL;
+    if (__builtin_expect(mk == NULL || mk->slow != 0, 0))
+        return (jl_gc_mark_queue_obj)(ptls, obj);
+    uintptr_t *hp = (uintptr_t *)obj - 1;
+    uintptr_t h = *hp;
+    if (h & 2) {
+        if ((h & mk->old_mask) == mk->old_want)
+            return 0;
+        if (__builtin_expect(mk->top == mk->limit, 0))
+            return (jl_gc_mark_queue_obj)(ptls, obj);
+        *hp = h ^ 1;
+        *mk->top++ = (uintptr_t)obj;
+        mk->marked++;
+        return 0;
+    }
+    if ((h & 5) == mk->young_marked)
+        return 1;
+    if (__builtin_expect((h & 4) != 0 || mk->top == mk->limit, 0))
+        return (jl_gc_mark_queue_obj)(ptls, obj);
+    *hp = h | mk->young_marked;
+    *mk->top++ = (uintptr_t)obj;
+    mk->marked++;
+    return 1;
+}
+
+/* jl_gc_wb / jl_gc_wb_back: the out-of-line barrier only when an old object that is not
+ * yet remembered gets a young child. */
+static inline void gc_compat_wb(void *parent, void *ptr)
+{
+    if (parent && ptr && (GC_COMPAT_HDR(parent) & 6) == 2 && !(GC_COMPAT_HDR(ptr) & 2))
+        (jl_gc_wb)(parent, ptr);
+}
+
+static inline void gc_compat_wb_back(void *ptr)
+{
+    if (ptr && (GC_COMPAT_HDR(ptr) & 6) == 2)
+        (jl_gc_wb_back)(ptr);
+}
+
+static inline jl_value_t *gc_compat_typeof(jl_value_t *v)
+{
+    return v ? (jl_value_t *)(GC_COMPAT_HDR(v) & ~(uintptr_t)15) : NULL;
+}
+
+#define jl_get_ptls_states() gc_compat_get_ptls()
+#define jl_gc_mark_queue_obj(ptls, obj) gc_compat_mark_queue_obj((ptls), (obj))
+#define jl_gc_wb(parent, ptr) gc_compat_wb((parent), (ptr))
+#define jl_gc_wb_back(ptr) gc_compat_wb_back((ptr))
+#define jl_typeof(v) gc_compat_typeof((v))
+
+#endif /* GC_CORE_CHECKED */
 
 #ifdef __cplusplus
 }

@@ -384,9 +384,12 @@ fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a Mutat
     if !ms.is_null() {
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
+        // The owning thread is compared only in verify mode (the `checked` flag) and in
+        // debug builds: a release build trusts the seed's contract, as Julia does.
         let ok = unsafe {
             (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
-                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
+                && (!(cfg!(debug_assertions) || (*ms).head.checked.load(Ordering::Relaxed))
+                    || (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id())
         };
         if ok {
             // SAFETY: the calling thread's attached mutator.

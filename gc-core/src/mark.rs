@@ -144,8 +144,9 @@ pub struct TlsHead {
     pub checked: std::sync::atomic::AtomicBool,
 }
 
-/// `TlsHead::magic` of a collector helper thread.
-pub(crate) const HELPER_MAGIC: u64 = 0x4743_4845_4C50_4552;
+/// `TlsHead::magic` of a collector helper thread (`GC_TLS_HELPER_MAGIC` in the C
+/// headers).
+pub const HELPER_MAGIC: u64 = 0x4743_4845_4C50_4552;
 
 thread_local! {
     /// On a collector helper thread: its `ptls` record (lives as long as the thread).

@@ -32,8 +32,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// `MutatorShared::magic` of an attached mutator.
-pub(crate) const MUTATOR_MAGIC: u64 = 0x4D55_5441_544F_5221;
+/// `TlsHead::magic` of an attached mutator (`GC_TLS_MUTATOR_MAGIC` in the C headers).
+pub const MUTATOR_MAGIC: u64 = 0x4D55_5441_544F_5221;
 /// `MutatorShared::magic` of a detached one.
 pub(crate) const MUTATOR_DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
 

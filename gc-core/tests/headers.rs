@@ -165,7 +165,10 @@ fn cc() -> String {
 #[test]
 fn compat_header_matches_the_rust_jl_functions() {
     let header = std::fs::read_to_string(crate_dir().join("include/julia_gcext_compat.h")).unwrap();
-    let declared = header_functions(&header);
+    let declared: BTreeSet<String> = header_functions(&header)
+        .into_iter()
+        .filter(|n| n.starts_with("jl_"))
+        .collect();
     let rust: BTreeSet<String> = rust_functions()
         .into_iter()
         .filter(|n| n.starts_with("jl_"))
@@ -231,8 +234,16 @@ fn compat_header_matches_the_rust_jl_functions() {
         "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
     )
     .unwrap();
+    // The inline fast paths are macros over the same names: the declarations are
+    // compared in the checked build, which has none.
     let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
+        .args([
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-fsyntax-only",
+            "-DGC_CORE_CHECKED",
+        ])
         .arg("-I")
         .arg(crate_dir().join("include"))
         .arg("-I")
@@ -295,4 +306,68 @@ fn weak_reference_structs_have_the_object_layout() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The layouts the compat header's inline fast paths read are the Rust ones, and the
+/// header compiles in both builds (inline and checked), warning-free.
+#[test]
+fn fast_path_layouts_match_the_rust_side() {
+    use gc_core::mark::{MarkFast, TlsHead};
+    use std::mem::offset_of;
+    let checks = [
+        ("gc_tls_head_t", "regs", offset_of!(TlsHead, regs)),
+        ("gc_tls_head_t", "magic", offset_of!(TlsHead, magic)),
+        ("gc_tls_head_t", "thread", offset_of!(TlsHead, thread)),
+        ("gc_tls_head_t", "marker", offset_of!(TlsHead, marker)),
+        ("gc_tls_head_t", "checked", offset_of!(TlsHead, checked)),
+        ("gc_mark_fast_t", "slow", offset_of!(MarkFast, slow)),
+        ("gc_mark_fast_t", "top", offset_of!(MarkFast, top)),
+        ("gc_mark_fast_t", "limit", offset_of!(MarkFast, limit)),
+        ("gc_mark_fast_t", "old_mask", offset_of!(MarkFast, old_mask)),
+        ("gc_mark_fast_t", "old_want", offset_of!(MarkFast, old_want)),
+        (
+            "gc_mark_fast_t",
+            "young_marked",
+            offset_of!(MarkFast, young_marked),
+        ),
+        ("gc_mark_fast_t", "marked", offset_of!(MarkFast, marked)),
+    ];
+    let mut src = String::from(
+        "#include <stddef.h>\n#include \"julia_gcext_compat.h\"\n\
+         static uintptr_t mark(jl_ptls_t p, jl_value_t *o) { return jl_gc_mark_queue_obj(p, o); }\n\
+         int main(void) { jl_ptls_t p = jl_get_ptls_states(); jl_gc_wb(p, p); jl_gc_wb_back(p);\n\
+         (void)jl_typeof((jl_value_t *)p); return (int)mark(p, NULL); }\n",
+    );
+    for (ty, field, off) in checks {
+        src.push_str(&format!(
+            "_Static_assert(offsetof({ty}, {field}) == {off}, \"{ty}.{field}\");\n"
+        ));
+    }
+    src.push_str(&format!(
+        "_Static_assert(GC_TLS_MUTATOR_MAGIC == {}ull, \"mutator magic\");\n\
+         _Static_assert(GC_TLS_HELPER_MAGIC == {}ull, \"helper magic\");\n",
+        gc_core::mutator::MUTATOR_MAGIC,
+        gc_core::mark::HELPER_MAGIC
+    ));
+    let dir = std::env::temp_dir().join(format!("gc-core-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tu = dir.join("layout.c");
+    std::fs::write(&tu, &src).unwrap();
+    for extra in [None, Some("-DGC_CORE_CHECKED")] {
+        let mut cmd = Command::new(cc());
+        cmd.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"]);
+        cmd.args(extra);
+        let out = cmd
+            .arg("-I")
+            .arg(crate_dir().join("include"))
+            .arg(&tu)
+            .output()
+            .expect("a C compiler (cc) is installed");
+        assert!(
+            out.status.success(),
+            "fast-path layouts ({extra:?}):\n{}\n{src}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
