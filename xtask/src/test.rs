@@ -89,6 +89,27 @@ fn plan() -> Vec<(&'static str, Command)> {
     .env("LOOM_MAX_PREEMPTIONS", "4");
     plan.push(("gil: loom models (bounded preemptions)", loom));
 
+    // gc-core: the parallel marker's termination protocol under loom (same target
+    // directory as gil's models).
+    let mut gc_loom = cargo();
+    gc_loom
+        .args([
+            "test",
+            "-p",
+            "gc-core",
+            "--release",
+            "--lib",
+            "--target-dir",
+            "target/loom",
+            "loom",
+        ])
+        .env("RUSTFLAGS", "--cfg loom")
+        .env("LOOM_MAX_PREEMPTIONS", "4");
+    plan.push((
+        "gc-core: loom models of parallel marking (bounded preemptions)",
+        gc_loom,
+    ));
+
     // gil: the C program against include/gil.h again, valgrind required this time.
     let mut valgrind = cargo();
     valgrind
