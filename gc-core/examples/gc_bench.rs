@@ -1,6 +1,7 @@
 //! Measurement driver for `cargo xtask bench gc` (Rust side): the allocation fast path
 //! and the seed's two micro-benchmarks, translated to this heap. Prints `key=value`
-//! lines. Run in release: `cargo run --release -p gc-core --example gc_bench`.
+//! lines. Run in release: `cargo run --release -p gc-core --example gc_bench`
+//! (`-- --bencharr`: only the bencharr figures).
 //!
 //! - `alloc_ns`: allocating 16-byte objects in a loop, nothing kept, collections
 //!   disabled: the fast path plus its page refills.
@@ -8,6 +9,9 @@
 //! - `bencharr_ms`: the seed's "array allocations benchmark" (`bencharr(200, 1000, 100,
 //!   "x", "y")`): a global array of n*n*m2 pairs, then an n x n array of arrays of pairs
 //!   mapped m times into new arrays of swapped pairs.
+//!   `bencharr_full_mark_ms`: the best mark time of three full collections of its final
+//!   heap (about 4 million live objects); the `_1t` figures are the same run marking on
+//!   one thread with eager sweeping.
 //! - `benchfac_ms`: the seed's "BigInt allocations benchmark" (`benchfac(2000)`): the sum
 //!   of i! for i in 1..=2000 with heap-allocated big integers, a new one per operation.
 //! - `weak_*`, `finalizer_*`, `queue_*`: what weak references, finalizers and reference
@@ -79,8 +83,16 @@ fn mark_array(m: &mut gc_core::Marker<'_>, obj: ObjRef) -> usize {
     0
 }
 
-fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
-    let heap = Heap::new(HeapConfig::default()).unwrap();
+/// What one `bencharr` run measured.
+struct ArrRun {
+    ms: f64,
+    stats: gc_core::GcStats,
+    /// Best mark time of three full collections of the final heap (everything live).
+    full_mark_ms: f64,
+}
+
+fn bencharr(n: usize, mm: usize, m2: usize, config: HeapConfig) -> ArrRun {
+    let heap = Heap::new(config).unwrap();
     let mut m = heap.attach().unwrap();
     let pair = heap.new_layout_type("Tuple", 16, &[0, 8]).unwrap();
     let string = heap.new_layout_type("String", 8, &[]).unwrap();
@@ -165,8 +177,19 @@ fn bencharr(n: usize, mm: usize, m2: usize) -> (f64, gc_core::GcStats) {
         a = b;
     }
     let ms = start.elapsed().as_secs_f64() * 1e3;
+    let stats = heap.stats();
+    let full_mark_ms = (0..3)
+        .map(|_| {
+            let info = m.collect(CollectionKind::Full).unwrap().unwrap();
+            info.mark_time.as_secs_f64() * 1e3
+        })
+        .fold(f64::INFINITY, f64::min);
     drop((a, t));
-    (ms, heap.stats())
+    ArrRun {
+        ms,
+        stats,
+        full_mark_ms,
+    }
 }
 
 /// Big integers as heap objects of 64-bit limbs (word 0: limb count).
@@ -235,31 +258,52 @@ fn benchfac(n: u64) -> (f64, u64, gc_core::GcStats) {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    // `--bencharr`: only the bencharr figures (for repeated runs).
+    let arr_only = std::env::args().any(|a| a == "--bencharr");
     let n = if quick { 2_000_000 } else { 20_000_000 };
     let no_gc = HeapConfig {
         min_interval: 1 << 40,
         max_interval: 1 << 40,
         ..HeapConfig::default()
     };
-    println!("alloc_ns={:.3}", alloc_loop(no_gc, n, true));
-    println!(
-        "alloc_ns_with_gc={:.3}",
-        alloc_loop(HeapConfig::default(), n, false)
-    );
-    let (arr_ms, s) = if quick {
-        bencharr(50, 20, 10)
-    } else {
-        bencharr(200, 1000, 100)
+    if !arr_only {
+        println!("alloc_ns={:.3}", alloc_loop(no_gc, n, true));
+        println!(
+            "alloc_ns_with_gc={:.3}",
+            alloc_loop(HeapConfig::default(), n, false)
+        );
+    }
+    // bencharr with the default configuration (one collector thread per core), then
+    // marking on one thread with eager sweeping (the behaviour before parallel marking
+    // and lazy sweeping), for the pause and mark-speedup figures.
+    let arr = |config: HeapConfig| {
+        if quick {
+            bencharr(50, 20, 10, config)
+        } else {
+            bencharr(200, 1000, 100, config)
+        }
     };
-    println!("bencharr_ms={arr_ms:.1}");
-    println!(
-        "bencharr_collections={}",
-        s.full_collections + s.partial_collections
-    );
-    println!(
-        "bencharr_max_pause_ms={:.3}",
-        s.max_pause.as_secs_f64() * 1e3
-    );
+    let one = HeapConfig {
+        mark_threads: 1,
+        lazy_sweep: false,
+        ..HeapConfig::default()
+    };
+    for (suffix, run) in [("", arr(HeapConfig::default())), ("_1t", arr(one))] {
+        let s = &run.stats;
+        println!("bencharr{suffix}_ms={:.1}", run.ms);
+        println!(
+            "bencharr{suffix}_collections={}",
+            s.full_collections + s.partial_collections
+        );
+        println!(
+            "bencharr{suffix}_max_pause_ms={:.3}",
+            s.max_pause.as_secs_f64() * 1e3
+        );
+        println!("bencharr{suffix}_full_mark_ms={:.3}", run.full_mark_ms);
+    }
+    if arr_only {
+        return;
+    }
     let (fac_ms, sum, s) = benchfac(if quick { 300 } else { 2000 });
     println!("benchfac_ms={fac_ms:.1}");
     println!("benchfac_checksum={sum}");

@@ -315,11 +315,44 @@ pub unsafe extern "C" fn gc_heap_delete(heap: *mut gc_heap_t) -> c_int {
 
 static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 
-/// The process's default heap (the one the `jl_*` names use), created on first use.
+/// The process's default heap (the one the `jl_*` names use), created on first use
+/// with the default configuration, adjusted by two environment variables (as Julia's
+/// `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
+/// core; `HeapConfig::mark_threads`) and `GC_CORE_LAZY_SWEEP` (0 or 1;
+/// `HeapConfig::lazy_sweep`). A value that does not parse is reported on stderr and
+/// ignored.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
-    DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(Heap::default())) as *const gc_heap_t
+    DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(default_heap_from_env())) as *const gc_heap_t
         as *mut gc_heap_t
+}
+
+fn default_heap_from_env() -> Heap {
+    let mut config = HeapConfig::default();
+    if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
+        v.parse::<usize>().ok().filter(|&n| n <= 1024)
+    }) {
+        config.mark_threads = n;
+    }
+    if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }) {
+        config.lazy_sweep = on;
+    }
+    Heap::new(config).expect("the default configuration with valid knobs is valid")
+}
+
+/// The value of environment variable `name` parsed by `parse`; reported and ignored
+/// when set but not `expected`.
+fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    let parsed = parse(v.trim());
+    if parsed.is_none() {
+        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
+    }
+    parsed
 }
 
 #[inline(always)]
