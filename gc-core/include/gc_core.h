@@ -93,7 +93,8 @@ typedef struct gc_config_t {
    */
   size_t min_interval;
   /**
-   * The next collection comes after `live * growth` bytes.
+   * The next collection comes after `(old live + young_weight * young live) * growth`
+   * bytes.
    */
   double growth;
   /**
@@ -125,6 +126,10 @@ typedef struct gc_config_t {
    * Non-zero: pool pages are swept after the world resumes, not inside the pause.
    */
   int lazy_sweep;
+  /**
+   * How much young survivors count towards the next interval (0.0 to 1.0).
+   */
+  double young_weight;
 } gc_config_t;
 
 /**
@@ -280,7 +285,12 @@ struct gc_heap_t *gc_heap_new(const struct gc_config_t *cfg);
 int gc_heap_delete(struct gc_heap_t *heap);
 
 /**
- * The process's default heap (the one the `jl_*` names use), created on first use.
+ * The process's default heap (the one the `jl_*` names use), created on first use
+ * with the default configuration, adjusted by two environment variables (as Julia's
+ * `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
+ * core; `HeapConfig::mark_threads`) and `GC_CORE_LAZY_SWEEP` (0 or 1;
+ * `HeapConfig::lazy_sweep`). A value that does not parse is reported on stderr and
+ * ignored.
  */
 struct gc_heap_t *gc_default_heap(void);
 

@@ -100,7 +100,8 @@ pub struct gc_root_t {
 pub struct gc_config_t {
     /// Bytes allocated before the first collection, and the least between two.
     pub min_interval: usize,
-    /// The next collection comes after `live * growth` bytes.
+    /// The next collection comes after `(old live + young_weight * young live) * growth`
+    /// bytes.
     pub growth: f64,
     /// Most bytes between two collections.
     pub max_interval: usize,
@@ -117,6 +118,8 @@ pub struct gc_config_t {
     pub mark_threads: usize,
     /// Non-zero: pool pages are swept after the world resumes, not inside the pause.
     pub lazy_sweep: c_int,
+    /// How much young survivors count towards the next interval (0.0 to 1.0).
+    pub young_weight: f64,
 }
 
 /// Collection statistics for `gc_stats`.
@@ -254,6 +257,7 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             keep_free_pages: d.keep_free_pages,
             mark_threads: d.mark_threads,
             lazy_sweep: d.lazy_sweep as c_int,
+            young_weight: d.young_weight,
         })
     };
     0
@@ -280,6 +284,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             keep_free_pages: c.keep_free_pages,
             mark_threads: c.mark_threads,
             lazy_sweep: c.lazy_sweep != 0,
+            young_weight: c.young_weight,
         }
     };
     match Heap::new(config) {

@@ -371,6 +371,8 @@ fn run(
     };
     let plan = TriggerPlan {
         other_live: big_live,
+        other_old: big_old,
+        young_weight: config.young_weight,
         discount: kept_for_finalizers,
         growth: config.growth,
         min: config.min_interval,
@@ -391,8 +393,10 @@ fn run(
             )
         };
         // Until the sweep is complete, the trigger is estimated from what is known.
-        heap.trigger
-            .store(plan.interval(pages.totals.live), Ordering::Relaxed);
+        heap.trigger.store(
+            plan.interval(pages.totals.live, pages.totals.old),
+            Ordering::Relaxed,
+        );
         if !config.lazy_sweep {
             // SAFETY: as above.
             unsafe { pages.finish_sweep(&heap.trigger) };

@@ -418,6 +418,10 @@ pub(crate) struct PoolTotals {
 pub(crate) struct TriggerPlan {
     /// Live bytes outside the pools (external objects), known at the pause.
     pub other_live: usize,
+    /// Old bytes outside the pools.
+    pub other_old: usize,
+    /// How much a young survivor's byte counts (`HeapConfig::young_weight`).
+    pub young_weight: f64,
     /// Bytes not to count (kept only for finalizers).
     pub discount: usize,
     pub growth: f64,
@@ -426,9 +430,13 @@ pub(crate) struct TriggerPlan {
 }
 
 impl TriggerPlan {
-    pub(crate) fn interval(&self, pool_live: usize) -> usize {
-        (((pool_live + self.other_live).saturating_sub(self.discount)) as f64 * self.growth)
-            .clamp(self.min as f64, self.max as f64) as usize
+    /// The bytes to allocate before the next collection, from the pools' live and old
+    /// bytes once swept.
+    pub(crate) fn interval(&self, pool_live: usize, pool_old: usize) -> usize {
+        let live = (pool_live + self.other_live).saturating_sub(self.discount);
+        let old = (pool_old + self.other_old).min(live);
+        let counted = old as f64 + (live - old) as f64 * self.young_weight;
+        (counted * self.growth).clamp(self.min as f64, self.max as f64) as usize
     }
 }
 
@@ -730,7 +738,10 @@ impl PageAlloc {
         }
         if self.n_unswept == 0 {
             if let Some(plan) = self.plan.take() {
-                trigger.store(plan.interval(self.totals.live), Ordering::Relaxed);
+                trigger.store(
+                    plan.interval(self.totals.live, self.totals.old),
+                    Ordering::Relaxed,
+                );
             }
         }
     }

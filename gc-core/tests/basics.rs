@@ -277,3 +277,32 @@ fn is_young_tells_the_generation_until_promotion() {
     assert_eq!(null, 0);
     drop(root);
 }
+
+#[test]
+fn bad_configurations_are_refused_with_the_offending_knob_named() {
+    let bad = |config: HeapConfig| match Heap::new(config) {
+        Err(GcError::BadConfig(msg)) => msg,
+        other => panic!("accepted: {other:?}"),
+    };
+    let msg = bad(HeapConfig {
+        young_weight: 1.5,
+        ..HeapConfig::default()
+    });
+    assert!(msg.contains("young_weight (1.5)"), "{msg}");
+    let msg = bad(HeapConfig {
+        mark_threads: 5000,
+        ..HeapConfig::default()
+    });
+    assert!(msg.contains("mark_threads (5000)"), "{msg}");
+    // The bounds themselves are accepted.
+    for w in [0.0, 1.0] {
+        let heap = Heap::new(HeapConfig {
+            young_weight: w,
+            mark_threads: 2,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+        let mut m = heap.attach().unwrap();
+        m.collect(CollectionKind::Full).unwrap();
+    }
+}
