@@ -235,7 +235,7 @@ int jl_gc_is_internal_obj_alloc(jl_value_t *p);
 typedef struct gc_tls_head_t {
     uintptr_t regs[7];   /* callee-saved registers and stack pointer at the last stop */
     uint64_t magic;      /* GC_TLS_MUTATOR_MAGIC, GC_TLS_HELPER_MAGIC, or dead */
-    uintptr_t thread;    /* pthread_self() of the owning thread */
+    uintptr_t thread;    /* pthread_self() of the owning thread; 0 once it detached */
     void *marker;        /* gc_mark_fast_t * while this thread marks, else NULL */
     uint8_t checked;     /* verify mode: entry points check their arguments */
 } gc_tls_head_t;
@@ -274,17 +274,15 @@ static inline uintptr_t gc_compat_self(void)
 }
 
 /* jl_get_ptls_states: a per-thread cache, valid while it names this thread's attached
- * state (a detached thread's state is recycled and then names another thread). */
+ * state: detaching clears the state's thread field (and a recycled state names its new
+ * thread), so one comparison checks it. */
 static inline jl_ptls_t gc_compat_get_ptls(void)
 {
     static __thread jl_ptls_t cached;
     jl_ptls_t p = cached;
-    if (__builtin_expect(p != NULL, 1)) {
-        const gc_tls_head_t *h = (const gc_tls_head_t *)p;
-        if ((h->magic == GC_TLS_MUTATOR_MAGIC || h->magic == GC_TLS_HELPER_MAGIC) &&
-            h->thread == gc_compat_self())
-            return p;
-    }
+    if (__builtin_expect(p != NULL, 1) &&
+        __builtin_expect(((const gc_tls_head_t *)p)->thread == gc_compat_self(), 1))
+        return p;
     p = (jl_get_ptls_states)();
     cached = p;
     return p;

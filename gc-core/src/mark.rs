@@ -136,7 +136,8 @@ pub struct TlsHead {
     /// `MUTATOR_MAGIC` (attached mutator), `HELPER_MAGIC` (collector helper thread) or
     /// `MUTATOR_DEAD`.
     pub magic: std::sync::atomic::AtomicU64,
-    /// `pthread_self()` of the owning thread.
+    /// `pthread_self()` of the owning thread; 0 once a mutator detached (the compat
+    /// header's cached `jl_get_ptls_states` relies on it).
     pub thread: std::sync::atomic::AtomicUsize,
     /// The marker this thread marks with (null outside marking).
     pub marker: std::sync::atomic::AtomicPtr<c_void>,

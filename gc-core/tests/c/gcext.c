@@ -261,6 +261,9 @@ static void *unattached_thread(void *arg)
     /* Attached threads allocate and detach; their reachable objects stay alive. */
     jl_ptls_t mine = jl_adopt_thread();
     CHECK(mine != NULL, "adopt_thread failed: %s", jl_gc_last_error());
+    /* The inline jl_get_ptls_states caches per thread: NULL before, the state now. */
+    CHECK(jl_get_ptls_states() == mine, "jl_get_ptls_states after adopting");
+    CHECK(jl_get_ptls_states() == mine, "jl_get_ptls_states cached");
     jl_value_t *d = new_data(mine, 0);
     aux_roots[NAUX - 1] = d;
     /* The main thread waits in pthread_join inside a GC-safe region: this collection
@@ -268,6 +271,12 @@ static void *unattached_thread(void *arg)
     jl_gc_collect(JL_GC_FULL);
     CHECK(((data_t *)aux_roots[NAUX - 1])->magic == MAGIC, "object lost in another thread's GC");
     CHECK(jl_gc_thread_detach() == 0, "detach failed");
+    /* The cached state is stale now: the cache must notice. */
+    CHECK(jl_get_ptls_states() == NULL, "a detached thread still has a ptls");
+    CHECK(jl_adopt_thread() != NULL, "re-adopt failed: %s", jl_gc_last_error());
+    CHECK(jl_get_ptls_states() != NULL, "no ptls after re-adopting");
+    CHECK(jl_gc_thread_detach() == 0, "second detach failed");
+    CHECK(jl_get_ptls_states() == NULL, "a detached thread still has a ptls (2)");
     return NULL;
 }
 
@@ -278,6 +287,9 @@ static void *exits_attached(void *arg)
     (void)arg;
     jl_ptls_t mine = jl_adopt_thread();
     CHECK(mine != NULL, "adopt_thread failed: %s", jl_gc_last_error());
+    /* The inline jl_get_ptls_states caches per thread: NULL before, the state now. */
+    CHECK(jl_get_ptls_states() == mine, "jl_get_ptls_states after adopting");
+    CHECK(jl_get_ptls_states() == mine, "jl_get_ptls_states cached");
     aux_roots[NAUX - 2] = new_data(mine, 0);
     return NULL;
 }
