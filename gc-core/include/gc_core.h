@@ -141,7 +141,10 @@ typedef struct gc_mutator_t {
 
 /**
  * Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
- * return how many of those calls returned non-zero (young children).
+ * return how many of those calls returned non-zero (young children). It may run on any
+ * collector thread (`mark_threads`) and concurrently with other mark functions: `m` is
+ * the thread it runs on (queue through that one only); it must keep no unsynchronised
+ * state of its own.
  */
 typedef size_t (*gc_markfunc_t)(struct gc_mutator_t *m, void *obj);
 

@@ -98,6 +98,11 @@ void jl_gc_mark_queue_objarray(jl_ptls_t ptls, jl_value_t *parent,
 
 /* ---- Foreign types -------------------------------------------------------------- */
 
+/* A mark function queues obj's children with jl_gc_mark_queue_obj(ptls, child) and
+ * returns how many of them are young (non-zero results). It may run on any collector
+ * thread (HeapConfig::mark_threads, GC_CORE_MARK_THREADS; default one per core) and
+ * concurrently with other mark functions: it gets the ptls of the thread it runs on
+ * (queue through that one only) and must keep no unsynchronised state of its own. */
 typedef uintptr_t (*jl_markfunc_t)(jl_ptls_t ptls, jl_value_t *obj);
 typedef void (*jl_sweepfunc_t)(jl_value_t *obj);
 

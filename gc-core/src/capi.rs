@@ -161,7 +161,10 @@ pub struct gc_stats_t {
 }
 
 /// Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
-/// return how many of those calls returned non-zero (young children).
+/// return how many of those calls returned non-zero (young children). It may run on any
+/// collector thread (`mark_threads`) and concurrently with other mark functions: `m` is
+/// the thread it runs on (queue through that one only); it must keep no unsynchronised
+/// state of its own.
 pub type gc_markfunc_t =
     Option<unsafe extern "C" fn(m: *mut gc_mutator_t, obj: *mut c_void) -> usize>;
 /// Sweep function: called once when a sweep finds a scheduled object dead.
