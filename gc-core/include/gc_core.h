@@ -264,7 +264,9 @@ const char *gc_last_error(void);
 void gc_clear_error(void);
 
 /**
- * Fills `cfg` with the default configuration.
+ * Fills `cfg` with the default configuration, with `mark_threads` and `lazy_sweep`
+ * taken from `GC_CORE_MARK_THREADS` and `GC_CORE_LAZY_SWEEP` when set (as for the
+ * default heap, see `gc_default_heap`).
  *
  * # Safety
  * `cfg` is null or points to writable memory for a `gc_config_t`.

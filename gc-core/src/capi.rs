@@ -235,7 +235,9 @@ pub extern "C" fn gc_clear_error() {
     LAST_ERROR.with(|e| *e.borrow_mut() = None);
 }
 
-/// Fills `cfg` with the default configuration.
+/// Fills `cfg` with the default configuration, with `mark_threads` and `lazy_sweep`
+/// taken from `GC_CORE_MARK_THREADS` and `GC_CORE_LAZY_SWEEP` when set (as for the
+/// default heap, see `gc_default_heap`).
 ///
 /// # Safety
 /// `cfg` is null or points to writable memory for a `gc_config_t`.
@@ -247,7 +249,7 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             -1,
         );
     }
-    let d = HeapConfig::default();
+    let d = config_from_env();
     // SAFETY: non-null and writable per the caller.
     unsafe {
         cfg.write(gc_config_t {
@@ -336,6 +338,11 @@ pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
 }
 
 fn default_heap_from_env() -> Heap {
+    Heap::new(config_from_env()).expect("the default configuration with valid knobs is valid")
+}
+
+/// The default configuration with the environment's knobs applied.
+fn config_from_env() -> HeapConfig {
     let mut config = HeapConfig::default();
     if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
         v.parse::<usize>().ok().filter(|&n| n <= 1024)
@@ -349,7 +356,7 @@ fn default_heap_from_env() -> Heap {
     }) {
         config.lazy_sweep = on;
     }
-    Heap::new(config).expect("the default configuration with valid knobs is valid")
+    config
 }
 
 /// The value of environment variable `name` parsed by `parse`; reported and ignored

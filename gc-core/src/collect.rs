@@ -103,9 +103,32 @@ pub(crate) fn collect(
     heap.gc_flag.store(0, Ordering::SeqCst);
     heap.cv_resume.notify_all();
     drop(w);
+    ensure_pool(heap);
     start_background_sweep(heap);
     crate::weak::after_collection(me, notify);
     Ok(Some(info))
+}
+
+/// Starts (or restarts with the configured size) the heap's helper threads, outside any
+/// pause; the next collection marks with them.
+fn ensure_pool(heap: &HeapInner) {
+    let threads = if heap.verify.load(Ordering::Relaxed) {
+        1
+    } else {
+        mark_threads(heap.config.lock().mark_threads)
+    };
+    if threads <= 1 {
+        return;
+    }
+    let mut pool = heap.pool.lock();
+    if pool.as_ref().map(|p| p.helpers()) == Some(threads - 1) {
+        return;
+    }
+    *pool = None;
+    match MarkPool::new(threads - 1) {
+        Ok(p) => *pool = Some(p),
+        Err(e) => tracing::warn!("cannot start mark threads ({e}); marking on one thread"),
+    }
 }
 
 /// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap has
@@ -265,17 +288,13 @@ fn run(
         drop(lists);
         marker.set_big_set(set);
     }
-    // The helper threads and their markers (parallel marking).
-    let mut pool = heap.pool.lock();
-    if threads > 1 && pool.as_ref().map(|p| p.helpers()) != Some(threads - 1) {
-        *pool = None;
-        match MarkPool::new(threads - 1) {
-            Ok(p) => *pool = Some(p),
-            Err(e) => tracing::warn!("cannot start mark threads ({e}); marking on one thread"),
-        }
-    }
+    // The helper threads and their markers (parallel marking). A pool of the wrong size
+    // (first collection, or `mark_threads` changed) is started after the world resumes
+    // (`ensure_pool`): this collection marks alone rather than start threads in its pause.
+    let pool = heap.pool.lock();
+    let pool_ok = threads > 1 && pool.as_ref().map(|p| p.helpers()) == Some(threads - 1);
     let mut helpers: Vec<Box<Marker<'_>>> = match pool.as_ref() {
-        Some(p) if threads > 1 => (0..p.helpers())
+        Some(p) if pool_ok => (0..p.helpers())
             .map(|_| {
                 Box::new(Marker::new(
                     heap,

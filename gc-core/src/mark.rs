@@ -68,6 +68,10 @@ pub const ARRAY_CHUNK: usize = 2048;
 /// Objects scanned between two looks at whether another collector thread is idle.
 const SHARE_EVERY: u32 = 32;
 
+/// Objects (or array steps) the collecting thread processes alone before a drain wakes
+/// the helper threads.
+const SOLO_FIRST: usize = 4096;
+
 /// Most entries moved from a mark stack to its deque at once.
 const SHARE_MAX: usize = 1024;
 
@@ -726,7 +730,23 @@ impl<'h> Marker<'h> {
     /// # Safety
     /// As for `scan`.
     unsafe fn drain_local(m: *mut Marker<'_>) {
+        // SAFETY: forwarded.
+        unsafe { Self::drain_local_for(m, usize::MAX) };
+    }
+
+    /// Processes this marker's own stacks until empty or `budget` objects and array
+    /// steps were processed; returns whether they are empty.
+    ///
+    /// # Safety
+    /// As for `scan`.
+    unsafe fn drain_local_for(m: *mut Marker<'_>, mut budget: usize) -> bool {
         loop {
+            if budget == 0 {
+                // SAFETY: m is valid.
+                let marker = unsafe { &*m };
+                return marker.len() == 0 && marker.arrays.is_empty();
+            }
+            budget -= 1;
             // SAFETY: m is valid; the borrow ends with the statement.
             let next = unsafe { (*m).pop() };
             if let Some(obj) = next {
@@ -748,7 +768,7 @@ impl<'h> Marker<'h> {
             match array {
                 // SAFETY: forwarded.
                 Some(a) => unsafe { Self::step_array(m, a) },
-                None => return,
+                None => return true,
             }
         }
     }
@@ -822,6 +842,12 @@ impl<'h> Marker<'h> {
         // SAFETY: m is valid.
         let marker = unsafe { &mut *m };
         if marker.job.is_null() && !marker.team.is_null() {
+            // Small drains (most of a partial collection's) end before waking a helper
+            // would pay off: start alone, call the team only if work remains.
+            // SAFETY: forwarded.
+            if unsafe { Self::drain_local_for(m, SOLO_FIRST) } {
+                return;
+            }
             // SAFETY: forwarded; the team outlives every drain (cleared before it goes).
             unsafe { Self::drain_team(m) };
             return;
