@@ -430,10 +430,10 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
 fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let ms = m as *const MutatorShared;
     if !ms.is_null() {
-        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
-        // handed out; mutator memory is recycled, never freed, so it stays readable.
         // The owning thread is compared only in verify mode (the `checked` flag) and in
         // debug builds: a release build trusts the seed's contract, as Julia does.
+        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
+        // handed out; mutator memory is recycled, never freed, so it stays readable.
         let ok = unsafe {
             (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
                 && (!(cfg!(debug_assertions) || (*ms).head.checked.load(Ordering::Relaxed))
