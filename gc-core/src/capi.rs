@@ -288,6 +288,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             verify: c.verify != 0,
             keep_free_pages: c.keep_free_pages,
             mark_threads: c.mark_threads,
+            parallel_threshold: HeapConfig::default().parallel_threshold,
             lazy_sweep: c.lazy_sweep != 0,
             young_weight: c.young_weight,
         }

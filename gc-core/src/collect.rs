@@ -320,7 +320,7 @@ fn run(
         }
     });
     if let Some(t) = &team {
-        marker.set_team(t);
+        marker.set_team(t, config.parallel_threshold);
     }
     let marker_ptr: *mut Marker<'_> = &mut marker;
     // Published before verifying too: C mark functions reach the marker through their

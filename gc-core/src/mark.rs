@@ -68,10 +68,6 @@ pub const ARRAY_CHUNK: usize = 2048;
 /// Objects scanned between two looks at whether another collector thread is idle.
 const SHARE_EVERY: u32 = 32;
 
-/// Objects (or array steps) the collecting thread processes alone before a drain wakes
-/// the helper threads.
-const SOLO_FIRST: usize = 4096;
-
 /// Most entries moved from a mark stack to its deque at once.
 const SHARE_MAX: usize = 1024;
 
@@ -232,6 +228,9 @@ pub struct Marker<'h> {
     since_share: u32,
     /// The collecting thread's marker: the team its drains run with (null: alone).
     team: *const Team<'static, 'static>,
+    /// Objects a drain processes alone before it wakes the team
+    /// (`HeapConfig::parallel_threshold`).
+    solo_first: usize,
 }
 
 impl<'h> Marker<'h> {
@@ -274,12 +273,15 @@ impl<'h> Marker<'h> {
             job: std::ptr::null(),
             since_share: 0,
             team: std::ptr::null(),
+            solo_first: 0,
         }
     }
 
-    /// From now on, this (the collecting thread's) marker drains with `team`.
-    pub(crate) fn set_team(&mut self, team: &Team<'_, '_>) {
+    /// From now on, this (the collecting thread's) marker drains with `team`, alone for
+    /// the first `solo_first` objects of each drain.
+    pub(crate) fn set_team(&mut self, team: &Team<'_, '_>, solo_first: usize) {
         self.team = (team as *const Team<'_, '_>).cast::<Team<'static, 'static>>();
+        self.solo_first = solo_first;
     }
 
     /// Back to draining alone (before the team goes away).
@@ -845,7 +847,7 @@ impl<'h> Marker<'h> {
             // Small drains (most of a partial collection's) end before waking a helper
             // would pay off: start alone, call the team only if work remains.
             // SAFETY: forwarded.
-            if unsafe { Self::drain_local_for(m, SOLO_FIRST) } {
+            if unsafe { Self::drain_local_for(m, marker.solo_first) } {
                 return;
             }
             // SAFETY: forwarded; the team outlives every drain (cleared before it goes).

@@ -222,6 +222,8 @@ impl World {
             min_interval: 256 << 10,
             verify: !parallel,
             mark_threads: if parallel { 2 } else { 1 },
+            // Small heaps: wake the helper at once, or it would never mark.
+            parallel_threshold: 0,
             lazy_sweep: true,
             ..HeapConfig::default()
         })

@@ -20,6 +20,7 @@ fn setup() -> (Heap, Mutator, TypeRef) {
         verify: !super::PARALLEL,
         lazy_sweep: super::PARALLEL,
         mark_threads: if super::PARALLEL { 2 } else { 1 },
+        parallel_threshold: 0,
         ..HeapConfig::default()
     })
     .unwrap();
