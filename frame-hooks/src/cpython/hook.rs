@@ -579,8 +579,10 @@ impl Python {
         self.with_gil(|| {
             // SAFETY: GIL held.
             let interp = unsafe { (api.interp_get)() };
-            // SAFETY: GIL held; reading this interpreter's eval function.
-            let prev = unsafe { (api.get_eval)(interp) };
+            // SAFETY: GIL held; reading this interpreter's eval function (the one a
+            // layout check in progress on another thread stands in for, if it is that
+            // check's probe).
+            let prev = super::layout::unprobed(interp as usize, unsafe { (api.get_eval)(interp) });
             let state = Box::new(SlotState {
                 common: HookCommon {
                     api,
@@ -647,14 +649,20 @@ impl<H: FrameHook> Installed<H> {
             let interp = unsafe { (api.interp_get)() };
             // SAFETY: GIL held.
             let cur = unsafe { (api.get_eval)(interp) };
-            if cur as usize != self.tramp as usize {
-                return Err(Error::NotCurrent);
+            if cur as usize == self.tramp as usize {
+                // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault`
+                // when nothing else was installed), which the setter recognises as
+                // "default".
+                // SAFETY: GIL held; prev is a valid eval function of this copy.
+                unsafe { (api.set_eval)(interp, self.prev) };
+                Ok(())
+            } else if super::layout::unprobe_hook(interp as usize, cur, self.tramp, self.prev) {
+                // A layout check on another thread (`Python::new`) has its probe in
+                // front of this hook: the check restores `prev` instead of the hook.
+                Ok(())
+            } else {
+                Err(Error::NotCurrent)
             }
-            // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault` when
-            // nothing else was installed), which the setter recognises as "default".
-            // SAFETY: GIL held; prev is a valid eval function of this copy.
-            unsafe { (api.set_eval)(interp, self.prev) };
-            Ok(())
         })?;
         self.active = false;
         TAKEN.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = false;

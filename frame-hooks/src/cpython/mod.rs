@@ -174,8 +174,7 @@ impl Python {
                     version: version_string(api.version),
                 });
             }
-            // SAFETY: GIL held; hooks of ours are installed only through `install`, which
-            // needs the Python this call is making.
+            // SAFETY: GIL held; an index this copy just gave out.
             unsafe { layout::check(api, layout, index) }?;
             Ok(index)
         })?;
