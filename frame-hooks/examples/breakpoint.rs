@@ -127,7 +127,8 @@ fn main() -> ExitCode {
     match run() {
         Ok((hits, code)) => {
             println!("{target}: {hits} breakpoint hit(s)");
-            ExitCode::from(code.clamp(0, 255) as u8)
+            // The status the `python` command would give (`sys.exit(-1)` is 255).
+            ExitCode::from((code & 0xff) as u8)
         }
         Err(e) => {
             eprintln!("breakpoint: error: {e}");

@@ -228,8 +228,10 @@ impl Python {
 
     /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]`
     /// (`runpy.run_path`), then flushes `sys.stdout`/`sys.stderr`. Returns the script's
-    /// `SystemExit` code if it raised one (`None` if it ended normally); an uncaught
-    /// exception is printed by Python and returned as [`Error::Python`].
+    /// exit status if it raised `SystemExit` (`None` if it ended normally), as the
+    /// `python` command computes it: 0 for `None`, the integer itself, or 1 after
+    /// printing any other value to `sys.stderr` (`sys.exit("message")`). An uncaught
+    /// exception is printed by Python and returned as [`Error::Python`] naming the script.
     pub fn run_script(&self, path: &str, args: &[String]) -> Result<Option<i64>, Error> {
         let mut argv = String::from("[");
         for a in std::iter::once(path).chain(args.iter().map(String::as_str)) {
@@ -242,10 +244,16 @@ impl Python {
              _fh_sys.argv = {argv}\n\
              _fh_exit = None\n\
              try:\n    _fh_runpy.run_path(_fh_sys.argv[0], run_name='__main__')\n\
-             except SystemExit as _fh_e:\n    _fh_exit = _fh_e.code if isinstance(_fh_e.code, int) else (0 if _fh_e.code is None else 1)\n\
+             except SystemExit as _fh_e:\n\
+             \x20   _fh_exit = _fh_e.code\n\
+             \x20   if _fh_exit is None:\n        _fh_exit = 0\n\
+             \x20   elif not isinstance(_fh_exit, int):\n\
+             \x20       print(_fh_exit, file=_fh_sys.stderr)\n\
+             \x20       _fh_exit = 1\n\
              finally:\n    _fh_sys.stdout.flush()\n    _fh_sys.stderr.flush()\n"
         );
-        self.run(&source)?;
+        self.run(&source)
+            .map_err(|_| Error::Python(format!("the script {path} (traceback printed above)")))?;
         let api = self.inner.api;
         Ok(self.with_gil(|| {
             // SAFETY: GIL held; __main__ exists and holds _fh_exit (set above).
