@@ -67,7 +67,7 @@ fn parse() -> Result<Args, String> {
 
 fn run(a: Args) -> Result<i64, Box<dyn std::error::Error>> {
     // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
-    let lib = unsafe { Libpython::open(Libpython::find(&a.python)?)? };
+    let lib = unsafe { Libpython::open(Libpython::find_program(&a.python)?)? };
     lib.initialize()?;
     // SAFETY: dlsym on that library's handle finds that library's symbols.
     let py = unsafe { Python::new(&lib.resolver())? };

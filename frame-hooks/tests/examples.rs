@@ -217,3 +217,24 @@ fn profile_ends_as_python_would() {
     let calls = calls_in(&stdout, &exits);
     assert_eq!(calls.get(&(7, "fail".to_string())), Some(&1), "{stdout}");
 }
+
+#[test]
+fn python_option_takes_any_installed_version() {
+    // `--python python3.13` as the usage text says, even where `python3.13` is a pyenv
+    // shim of a version that is not selected (it does not run).
+    let Ok((_, lib)) = frame_hooks::cpython::Libpython::find_minor(13) else {
+        println!("skipped: no shared CPython 3.13 on this machine");
+        return;
+    };
+    let out = run(Command::new(example("profile")).args([
+        "--python",
+        "python3.13",
+        &script("exits.py"),
+        "normally",
+    ]));
+    assert!(
+        out.contains("under CPython 3.13."),
+        "{} not used:\n{out}",
+        lib.display()
+    );
+}
