@@ -150,6 +150,10 @@ impl Python {
     /// Resolves the C API of the copy behind `resolver` and checks its layout. The copy's
     /// interpreter must be initialised; this takes its GIL (any thread may call it).
     ///
+    /// Each call takes one of the interpreter's 255 code-extra indices (the skip marks)
+    /// and keeps its resolved API table for the life of the process: make one `Python`
+    /// per copy and clone it.
+    ///
     /// # Safety
     /// Every address `resolver` returns is that of the named symbol in one loaded
     /// libpython (the backend calls and reads them as CPython declares them); a symbol
