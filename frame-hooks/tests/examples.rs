@@ -216,6 +216,13 @@ fn profile_ends_as_python_would() {
     );
     let calls = calls_in(&stdout, &exits);
     assert_eq!(calls.get(&(7, "fail".to_string())), Some(&1), "{stdout}");
+    // A script importing a module next to it, run from another directory.
+    let (code, stdout, stderr) = run(&[&script("pkg_demo/main.py")]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("hello from the sibling module\n"),
+        "{stdout}"
+    );
 }
 
 #[test]

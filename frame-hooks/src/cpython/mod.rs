@@ -230,7 +230,8 @@ impl Python {
         Ok(())
     }
 
-    /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]`
+    /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]` and the
+    /// script's directory first on `sys.path`, as `python path args...` does
     /// (`runpy.run_path`), then flushes `sys.stdout`/`sys.stderr`. Returns the script's
     /// exit status if it raised `SystemExit` (`None` if it ended normally), as the
     /// `python` command computes it: 0 for `None`, the integer itself, or 1 after
@@ -244,8 +245,9 @@ impl Python {
         }
         argv.push(']');
         let source = format!(
-            "import sys as _fh_sys, runpy as _fh_runpy\n\
+            "import sys as _fh_sys, runpy as _fh_runpy, os as _fh_os\n\
              _fh_sys.argv = {argv}\n\
+             _fh_sys.path.insert(0, _fh_os.path.dirname(_fh_os.path.realpath(_fh_sys.argv[0])))\n\
              _fh_exit = None\n\
              try:\n    _fh_runpy.run_path(_fh_sys.argv[0], run_name='__main__')\n\
              except SystemExit as _fh_e:\n\
