@@ -354,6 +354,20 @@ fn case_skip_marker(cx: &Ctx) {
     assert_eq!(inst.hook().count("skipme"), 1);
     assert_eq!(inst.hook().count("other"), 10);
     inst.uninstall().unwrap();
+    // A skip mark belongs to the hook that set it: a later hook in the same trampoline
+    // slot (which also marks code, so that it reads the marks) sees every call.
+    let mut next = cx.install(Counter {
+        skip: Some("other"),
+        ..Default::default()
+    });
+    assert_eq!(cx.eval("result = sum(other() for _ in range(10))"), "10");
+    assert_eq!(next.hook().count("other"), 1);
+    assert_eq!(
+        next.hook().count("skipme"),
+        10,
+        "the previous hook's skip mark does not apply to this one"
+    );
+    next.uninstall().unwrap();
 }
 
 const REPRS: &str = r#"
