@@ -512,10 +512,10 @@ fn case_index_budget(cx: &Ctx) {
         }
         assert!(got < 1000, "no limit");
     };
-    // 255 per interpreter (MAX_CO_EXTRA_USERS), one taken by Python::new's layout check.
+    // 254 per interpreter (MAX_CO_EXTRA_USERS - 1), one taken by Python::new's layout check.
     assert_eq!(got, 254 - 1, "indices handed out before the refusal");
     assert!(matches!(err, Error::ExtraIndexExhausted { .. }));
-    assert!(err.to_string().contains("255 indices are used up"), "{err}");
+    assert!(err.to_string().contains("254 indices are used up"), "{err}");
     // The interpreter still works and hooks still install.
     cx.py.run(FIB).unwrap();
     let mut inst = cx.install(Counter::default());

@@ -70,7 +70,7 @@ pub enum Error {
     #[error("the interpreter's eval-frame function is no longer our hook (another one was installed after it); uninstall that one first")]
     NotCurrent,
     /// The copy gave out all of its code-extra indices.
-    #[error("CPython {version} refused a code-extra index: its 255 indices are used up")]
+    #[error("CPython {version} refused a code-extra index: its 254 indices are used up")]
     ExtraIndexExhausted {
         /// The copy's version.
         version: String,
@@ -150,7 +150,7 @@ impl Python {
     /// Resolves the C API of the copy behind `resolver` and checks its layout. The copy's
     /// interpreter must be initialised; this takes its GIL (any thread may call it).
     ///
-    /// Each call takes one of the interpreter's 255 code-extra indices (the skip marks)
+    /// Each call takes one of the interpreter's 254 code-extra indices (the skip marks)
     /// and keeps its resolved API table for the life of the process: make one `Python`
     /// per copy and clone it.
     ///
