@@ -7,6 +7,8 @@
 //!   libpython loaded by `elf-loader`.
 //! - C extension: a module written against `refbridge`'s C API, loaded by `elf-loader`.
 //!
-//! None of the scenarios exists yet; `cargo xtask demo` says which ones run.
+//! The GAP scenario is [`minigap`], the numpy scenario [`multipy`]; `cargo xtask demo`
+//! says which scenarios run.
 
+pub mod minigap;
 pub mod multipy;
