@@ -162,6 +162,21 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
             let h = s.handle();
             make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
         }
+        // The name itself was not found: glibc's wording, then where it was looked for
+        // (a missing dependency of the library found is reported as such below).
+        Err(crate::Error::MissingDependency {
+            name: missing,
+            searched,
+            ..
+        }) if missing == name => {
+            let from = requester.map_or_else(String::new, |r| {
+                format!("dlopen from {}; ", r.path.display())
+            });
+            set_error(format!(
+                "{name}: cannot open shared object file: not found ({from}searched: {searched})"
+            ));
+            std::ptr::null_mut()
+        }
         Err(e) => {
             set_error(e.to_string());
             std::ptr::null_mut()

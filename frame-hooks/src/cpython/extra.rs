@@ -44,7 +44,7 @@ unsafe extern "C" fn free_extra<T>(p: *mut c_void) {
 }
 
 impl<T: Send + Sync + 'static> CodeExtra<T> {
-    /// Asks the copy for a new index (takes the GIL). CPython gives at most 255 per
+    /// Asks the copy for a new index (takes the GIL). CPython gives at most 254 per
     /// interpreter, this crate's layout check uses one: the rest is
     /// [`Error::ExtraIndexExhausted`].
     pub fn request(python: &Python) -> Result<CodeExtra<T>, Error> {

@@ -36,7 +36,11 @@ pub(crate) struct HookCommon {
     /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
     /// code object) and once a skip mark was set.
     slow_checks: AtomicBool,
-    bit: u32,
+    /// This hook's skip mark in the bitmask stored in code objects: the slot's byte
+    /// (`mark_mask`) holding the install's generation (`mark`), so that a mark left by an
+    /// earlier hook of the same slot does not apply to this one.
+    mark: usize,
+    mark_mask: usize,
     python: Python,
 }
 
@@ -48,6 +52,12 @@ struct SlotState<H> {
 static SLOTS: [AtomicPtr<c_void>; MAX_HOOKS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKS];
 static TAKEN: Mutex<[bool; MAX_HOOKS]> = Mutex::new([false; MAX_HOOKS]);
+/// Per slot, the generation of its latest install (1..=255, 0 never used), under `TAKEN`.
+static GENERATION: Mutex<[u8; MAX_HOOKS]> = Mutex::new([0; MAX_HOOKS]);
+const _: () = assert!(
+    MAX_HOOKS * 8 <= usize::BITS as usize,
+    "a byte of skip marks per slot"
+);
 
 thread_local! {
     /// Bit `s` set: the hook of slot `s` runs its own code on this thread.
@@ -388,11 +398,8 @@ impl<'a> Frame<'a> {
         unsafe {
             let code = self.code_ptr();
             let old = skip_bits(&self.common.layout, code, self.common.skip_index);
-            (api.code_set_extra)(
-                code,
-                self.common.skip_index,
-                (old | self.common.bit as usize) as *mut c_void,
-            );
+            let new = (old & !self.common.mark_mask) | self.common.mark;
+            (api.code_set_extra)(code, self.common.skip_index, new as *mut c_void);
         }
     }
 
@@ -481,7 +488,7 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
         {
             // SAFETY: `code` is a live code object of this copy.
             let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
-            if marks & bit as usize != 0 {
+            if marks & c.mark_mask == c.mark {
                 // SAFETY: as above.
                 return unsafe { (c.prev)(tstate, frame, throw) };
             }
@@ -567,20 +574,25 @@ impl Python {
         if unsafe { (api.is_initialized)() } == 0 {
             return Err(Error::NotInitialized);
         }
-        let slot = {
+        let (slot, generation) = {
             let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
             let slot = taken
                 .iter()
                 .position(|t| !t)
                 .ok_or(Error::NoFreeSlot(MAX_HOOKS))?;
             taken[slot] = true;
-            slot
+            let mut generations = GENERATION.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut generations[slot];
+            *g = g.checked_add(1).unwrap_or(1);
+            (slot, *g)
         };
         self.with_gil(|| {
             // SAFETY: GIL held.
             let interp = unsafe { (api.interp_get)() };
-            // SAFETY: GIL held; reading this interpreter's eval function.
-            let prev = unsafe { (api.get_eval)(interp) };
+            // SAFETY: GIL held; reading this interpreter's eval function (the one a
+            // layout check in progress on another thread stands in for, if it is that
+            // check's probe).
+            let prev = super::layout::unprobed(interp as usize, unsafe { (api.get_eval)(interp) });
             let state = Box::new(SlotState {
                 common: HookCommon {
                     api,
@@ -588,7 +600,8 @@ impl Python {
                     prev,
                     skip_index: self.inner.skip_index,
                     slow_checks: AtomicBool::new(self.inner.layout.executable_may_not_be_code),
-                    bit: 1 << slot,
+                    mark: usize::from(generation) << (8 * slot),
+                    mark_mask: 0xff << (8 * slot),
                     python: self.clone(),
                 },
                 hook: hook.clone(),
@@ -647,14 +660,20 @@ impl<H: FrameHook> Installed<H> {
             let interp = unsafe { (api.interp_get)() };
             // SAFETY: GIL held.
             let cur = unsafe { (api.get_eval)(interp) };
-            if cur as usize != self.tramp as usize {
-                return Err(Error::NotCurrent);
+            if cur as usize == self.tramp as usize {
+                // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault`
+                // when nothing else was installed), which the setter recognises as
+                // "default".
+                // SAFETY: GIL held; prev is a valid eval function of this copy.
+                unsafe { (api.set_eval)(interp, self.prev) };
+                Ok(())
+            } else if super::layout::unprobe_hook(interp as usize, cur, self.tramp, self.prev) {
+                // A layout check on another thread (`Python::new`) has its probe in
+                // front of this hook: the check restores `prev` instead of the hook.
+                Ok(())
+            } else {
+                Err(Error::NotCurrent)
             }
-            // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault` when
-            // nothing else was installed), which the setter recognises as "default".
-            // SAFETY: GIL held; prev is a valid eval function of this copy.
-            unsafe { (api.set_eval)(interp, self.prev) };
-            Ok(())
         })?;
         self.active = false;
         TAKEN.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = false;
