@@ -580,6 +580,75 @@ fn case_install_mid_run_and_uninstall_inside(cx: &Ctx) {
     assert!(cx.py.eval_is_default());
 }
 
+/// Runs a closure (once) before evaluating frames of `pivot`, then chains as usual.
+#[derive(Default)]
+struct Pivot {
+    counter: Counter,
+    action: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl FrameHook for Pivot {
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        if frame.code().qualname() == "pivot" {
+            if let Some(f) = self.action.lock().unwrap().take() {
+                f();
+            }
+        }
+        self.counter.eval_frame(frame)
+    }
+}
+
+/// A hook chained over another keeps calling *that* hook, even after it is uninstalled
+/// and its trampoline slot is taken by a hook of another type (`C`) or of the same one.
+fn chain_after_slot_reuse<C: FrameHook>(cx: &Ctx, make: fn() -> C, count: fn(&C, &str) -> u64) {
+    let a = cx.install(Counter::default());
+    let a_hook = a.hook().clone();
+    let b = cx.py.install(Arc::new(Pivot::default())).unwrap();
+    let b_hook = b.hook().clone();
+    let c_slot: Arc<Mutex<Option<Installed<C>>>> = Arc::default();
+    let py = cx.py.clone();
+    let out = c_slot.clone();
+    *b_hook.action.lock().unwrap() = Some(Box::new(move || {
+        // Inside B's call of pivot, before B evaluates the frame through A.
+        let (mut a, mut b) = (a, b);
+        b.uninstall().unwrap();
+        a.uninstall().unwrap();
+        // A's slot (the first free one) goes to C.
+        *out.lock().unwrap() = Some(py.install(Arc::new(make())).unwrap());
+    }));
+    assert_eq!(
+        cx.eval("def pivot():\n    return fib(5)\nresult = pivot()"),
+        "5"
+    );
+    let mut c = c_slot.lock().unwrap().take().expect("C installed");
+    assert_eq!(b_hook.counter.count("pivot"), 1);
+    assert_eq!(
+        a_hook.count("pivot"),
+        1,
+        "B's frame of pivot went to the hook B was installed over"
+    );
+    assert_eq!(
+        count(c.hook(), "pivot"),
+        0,
+        "the hook that took A's slot was not called for B's frame"
+    );
+    // The calls pivot makes go to the evaluator current then: C alone.
+    assert_eq!(count(c.hook(), "fib"), 15);
+    assert_eq!(a_hook.count("fib"), 0);
+    assert_eq!(b_hook.counter.count("fib"), 0);
+    c.uninstall().unwrap();
+    assert!(cx.py.eval_is_default());
+}
+
+fn case_chain_after_slot_reuse(cx: &Ctx) {
+    cx.py.run(FIB).unwrap();
+    // A hook of another type in the reused slot (before the fix, A's trampoline read
+    // that hook's state as its own).
+    chain_after_slot_reuse(cx, || WantsThrows(Counter::default()), |h, n| h.0.count(n));
+    // A hook of the same type in the reused slot.
+    chain_after_slot_reuse(cx, Counter::default, Counter::count);
+}
+
 static REFUSED: Mutex<Option<String>> = Mutex::new(None);
 
 extern "C" fn install_while_finalizing() {
@@ -851,6 +920,7 @@ const CASES: &[Case] = &[
     ("refusals", case_refusals),
     ("check_while_threads_run", case_check_while_threads_run),
     ("hooks_change_during_check", case_hooks_change_during_check),
+    ("chain_after_slot_reuse", case_chain_after_slot_reuse),
 ];
 
 /// The child side: runs the case named by FRAME_HOOKS_CASE (does nothing otherwise).
@@ -903,6 +973,7 @@ versions!(
     refusals,
     check_while_threads_run,
     hooks_change_during_check,
+    chain_after_slot_reuse,
 );
 
 #[test]

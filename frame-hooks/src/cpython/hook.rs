@@ -42,6 +42,45 @@ pub(crate) struct HookCommon {
     mark: usize,
     mark_mask: usize,
     python: Python,
+    /// Set when `prev` is the trampoline of another hook of this crate: that hook's state
+    /// as it was when this one was installed, called directly. A trampoline reads its
+    /// slot's *current* state, and a slot is reused once its hook is uninstalled, while
+    /// frames of this hook may still be running and calling `prev`.
+    chain: Option<Chain>,
+}
+
+/// The entry of a hook's state captured by the hook installed over it.
+type ChainFn =
+    unsafe fn(*const c_void, *mut PyThreadState, *mut InterpreterFrame, c_int) -> *mut PyObject;
+
+/// A hook of this crate as the next hook chains to it: its (never freed) state and the
+/// monomorphised entry that runs it.
+#[derive(Clone, Copy)]
+struct Chain {
+    state: usize,
+    entry: ChainFn,
+}
+
+impl HookCommon {
+    /// Calls the evaluator this hook was installed over.
+    ///
+    /// # Safety
+    /// CPython's own arguments of the current call, the GIL held.
+    #[inline(always)]
+    unsafe fn call_prev(
+        &self,
+        tstate: *mut PyThreadState,
+        frame: *mut InterpreterFrame,
+        throw: c_int,
+    ) -> *mut PyObject {
+        match self.chain {
+            // SAFETY: `state` is the leaked SlotState that `entry` was made for.
+            Some(c) => unsafe { (c.entry)(c.state as *const c_void, tstate, frame, throw) },
+            // SAFETY: the caller passes CPython's arguments; prev is an evaluator of this
+            // copy that is not one of our trampolines.
+            None => unsafe { (self.prev)(tstate, frame, throw) },
+        }
+    }
 }
 
 struct SlotState<H> {
@@ -52,6 +91,9 @@ struct SlotState<H> {
 static SLOTS: [AtomicPtr<c_void>; MAX_HOOKS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKS];
 static TAKEN: Mutex<[bool; MAX_HOOKS]> = Mutex::new([false; MAX_HOOKS]);
+/// Per slot, while its hook is installed: its trampoline's address and how a hook
+/// installed over it calls it. Changed under the GIL of the copy the hook is in.
+static ACTIVE: Mutex<[Option<(usize, Chain)>; MAX_HOOKS]> = Mutex::new([None; MAX_HOOKS]);
 /// Per slot, the generation of its latest install (1..=255, 0 never used), under `TAKEN`.
 static GENERATION: Mutex<[u8; MAX_HOOKS]> = Mutex::new([0; MAX_HOOKS]);
 const _: () = assert!(
@@ -305,7 +347,7 @@ impl<'a> Frame<'a> {
     }
 
     #[inline]
-    fn run(&mut self, f: EvalFrameFn, throw: c_int) -> EvalResult {
+    fn run(&mut self, default: bool, throw: c_int) -> EvalResult {
         assert!(
             !self.consumed.replace(true),
             "a frame was evaluated twice by one hook"
@@ -315,7 +357,13 @@ impl<'a> Frame<'a> {
         // found it, so clearing and setting our bit restores it).
         GUARD.with(|c| c.set(c.get() & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
-        let obj = unsafe { f(self.tstate, self.frame, throw) };
+        let obj = unsafe {
+            if default {
+                (self.common.api.eval_default)(self.tstate, self.frame, throw)
+            } else {
+                self.common.call_prev(self.tstate, self.frame, throw)
+            }
+        };
         GUARD.with(|c| c.set(c.get() | bit));
         EvalResult {
             obj,
@@ -327,20 +375,20 @@ impl<'a> Frame<'a> {
     /// default or an earlier hook), throw flag passed through. Frames it calls are hooked.
     #[inline]
     pub fn eval(&mut self) -> EvalResult {
-        self.run(self.common.prev, self.throw)
+        self.run(false, self.throw)
     }
 
     /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
     #[inline]
     pub fn eval_default(&mut self) -> EvalResult {
-        self.run(self.common.api.eval_default, self.throw)
+        self.run(true, self.throw)
     }
 
     /// Raises `RuntimeError(message)` in this frame instead of running it: the exception
     /// is thrown into the frame, so the copy's own evaluator unwinds and clears it.
     pub fn raise(&mut self, message: &str) -> EvalResult {
         set_runtime_error(self.common.api, message);
-        self.run(self.common.prev, 1)
+        self.run(false, 1)
     }
 
     /// The object in local slot `i` (borrowed; `None` if unset or if `i` is not below
@@ -452,25 +500,60 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// CPython's entry for the hook of slot `S`.
 unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
     throw: c_int,
 ) -> *mut PyObject {
-    // SAFETY: slot S holds the SlotState<H> this trampoline was installed with (states are
-    // never freed, so one read at entry stays valid however long the frame runs).
+    // SAFETY: CPython calls this trampoline only while it is the interpreter's evaluator,
+    // that is while the install that put it there is active, so slot S holds that
+    // install's SlotState<H> (states are never freed, so one read at entry stays valid
+    // however long the frame runs). Hooks of ours chained over it do not come through
+    // here but through `chained` with the state they captured.
     let st = unsafe { &*(SLOTS[S].load(Ordering::Acquire) as *const SlotState<H>) };
+    // SAFETY: CPython's own arguments.
+    unsafe { enter::<H, S>(st, tstate, frame, throw) }
+}
+
+/// The entry of the hook of slot `S` for the hook installed over it: `state` is the
+/// state captured at that install, whatever slot S holds now. (If the hook was since
+/// uninstalled and slot S reused, the two share the slot's recursion-guard bit.)
+///
+/// # Safety
+/// `state` is a leaked `SlotState<H>` of slot `S`; CPython's own arguments, GIL held.
+unsafe fn chained<H: FrameHook, const S: usize>(
+    state: *const c_void,
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+) -> *mut PyObject {
+    // SAFETY: the caller's contract.
+    unsafe { enter::<H, S>(&*(state as *const SlotState<H>), tstate, frame, throw) }
+}
+
+/// Runs the hook of `st` (slot `S`) on a frame.
+///
+/// # Safety
+/// CPython's own arguments of the current call, the GIL held.
+#[inline(always)]
+unsafe fn enter<H: FrameHook, const S: usize>(
+    st: &SlotState<H>,
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+) -> *mut PyObject {
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
     if g & bit != 0 {
         // Our hook's own code is running on this thread: not re-entered.
         // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
-        return unsafe { (c.prev)(tstate, frame, throw) };
+        return unsafe { c.call_prev(tstate, frame, throw) };
     }
     if throw != 0 && !H::WANTS_THROWS {
         // SAFETY: as above.
-        return unsafe { (c.prev)(tstate, frame, throw) };
+        return unsafe { c.call_prev(tstate, frame, throw) };
     }
     if c.slow_checks.load(Ordering::Relaxed) {
         // SAFETY: a live frame; f_code/f_executable is at the checked offset.
@@ -482,7 +565,7 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
             if ty != c.api.code_type as usize {
                 // SAFETY: passing CPython's own arguments to the evaluator we were
                 // installed over.
-                return unsafe { (c.prev)(tstate, frame, throw) };
+                return unsafe { c.call_prev(tstate, frame, throw) };
             }
         }
         {
@@ -490,7 +573,7 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
             let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
             if marks & c.mark_mask == c.mark {
                 // SAFETY: as above.
-                return unsafe { (c.prev)(tstate, frame, throw) };
+                return unsafe { c.call_prev(tstate, frame, throw) };
             }
         }
     }
@@ -515,7 +598,7 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
                 drop(res);
                 set_runtime_error(c.api, "frame hook returned without evaluating the frame");
                 // SAFETY: the frame was not evaluated yet; throwing into it unwinds it.
-                return unsafe { (c.prev)(tstate, frame, 1) };
+                return unsafe { c.call_prev(tstate, frame, 1) };
             }
             res.into_raw()
         }
@@ -530,22 +613,23 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
             } else {
                 // SAFETY: the frame was not evaluated yet; throwing into it makes the
                 // evaluator unwind and clear it (3.12+) and record the traceback.
-                unsafe { (c.prev)(tstate, frame, 1) }
+                unsafe { c.call_prev(tstate, frame, 1) }
             }
         }
     }
 }
 
-fn trampoline_for<H: FrameHook>(slot: usize) -> EvalFrameFn {
+/// The trampoline of `H` in `slot`, and the entry for a hook chained over it.
+fn entries_for<H: FrameHook>(slot: usize) -> (EvalFrameFn, ChainFn) {
     match slot {
-        0 => trampoline::<H, 0>,
-        1 => trampoline::<H, 1>,
-        2 => trampoline::<H, 2>,
-        3 => trampoline::<H, 3>,
-        4 => trampoline::<H, 4>,
-        5 => trampoline::<H, 5>,
-        6 => trampoline::<H, 6>,
-        7 => trampoline::<H, 7>,
+        0 => (trampoline::<H, 0>, chained::<H, 0>),
+        1 => (trampoline::<H, 1>, chained::<H, 1>),
+        2 => (trampoline::<H, 2>, chained::<H, 2>),
+        3 => (trampoline::<H, 3>, chained::<H, 3>),
+        4 => (trampoline::<H, 4>, chained::<H, 4>),
+        5 => (trampoline::<H, 5>, chained::<H, 5>),
+        6 => (trampoline::<H, 6>, chained::<H, 6>),
+        7 => (trampoline::<H, 7>, chained::<H, 7>),
         _ => unreachable!("slot {slot} >= MAX_HOOKS"),
     }
 }
@@ -593,6 +677,14 @@ impl Python {
             // layout check in progress on another thread stands in for, if it is that
             // check's probe).
             let prev = super::layout::unprobed(interp as usize, unsafe { (api.get_eval)(interp) });
+            let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+            // Over a hook of ours: capture its state now (its slot may be reused by
+            // another hook while frames of this one still call it).
+            let chain = active
+                .iter()
+                .flatten()
+                .find(|(tramp, _)| *tramp == prev as usize)
+                .map(|(_, chain)| *chain);
             let state = Box::new(SlotState {
                 common: HookCommon {
                     api,
@@ -603,13 +695,23 @@ impl Python {
                     mark: usize::from(generation) << (8 * slot),
                     mark_mask: 0xff << (8 * slot),
                     python: self.clone(),
+                    chain,
                 },
                 hook: hook.clone(),
             });
             // States are never freed: a frame entered through this trampoline may still
             // be running on some thread when the hook is uninstalled.
-            SLOTS[slot].store(Box::into_raw(state).cast(), Ordering::Release);
-            let tramp = trampoline_for::<H>(slot);
+            let state = Box::into_raw(state);
+            SLOTS[slot].store(state.cast(), Ordering::Release);
+            let (tramp, entry) = entries_for::<H>(slot);
+            active[slot] = Some((
+                tramp as usize,
+                Chain {
+                    state: state as usize,
+                    entry,
+                },
+            ));
+            drop(active);
             // SAFETY: GIL held; the trampoline is a valid _PyFrameEvalFunction.
             unsafe { (api.set_eval)(interp, tramp) };
             tracing::debug!(slot, "frame hook installed");
@@ -666,14 +768,14 @@ impl<H: FrameHook> Installed<H> {
                 // "default".
                 // SAFETY: GIL held; prev is a valid eval function of this copy.
                 unsafe { (api.set_eval)(interp, self.prev) };
-                Ok(())
-            } else if super::layout::unprobe_hook(interp as usize, cur, self.tramp, self.prev) {
-                // A layout check on another thread (`Python::new`) has its probe in
-                // front of this hook: the check restores `prev` instead of the hook.
-                Ok(())
-            } else {
-                Err(Error::NotCurrent)
+            } else if !super::layout::unprobe_hook(interp as usize, cur, self.tramp, self.prev) {
+                return Err(Error::NotCurrent);
             }
+            // (Else a layout check on another thread (`Python::new`) has its probe in
+            // front of this hook: the check restores `prev` instead of the hook.)
+            // No hook can be installed over this one from now on.
+            ACTIVE.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = None;
+            Ok(())
         })?;
         self.active = false;
         TAKEN.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = false;
