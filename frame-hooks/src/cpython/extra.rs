@@ -38,8 +38,12 @@ unsafe extern "C" fn free_extra<T>(p: *mut c_void) {
     }
     // SAFETY: non-null values of this index are Box<T>s made by `CodeExtra::<T>::set`.
     let r = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(p.cast::<T>()) }));
-    if r.is_err() {
-        tracing::error!("a code extra's Drop panicked inside CPython's free function");
+    if let Err(payload) = r {
+        let panic = super::panic_message(&*payload);
+        tracing::error!(
+            panic,
+            "a code extra's Drop panicked inside CPython's free function"
+        );
     }
 }
 

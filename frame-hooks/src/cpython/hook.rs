@@ -490,16 +490,6 @@ fn set_runtime_error(api: &Api, message: &str) {
     unsafe { (api.err_set_string)(api.exc_runtime_error, c.as_ptr()) }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".into()
-    }
-}
-
 /// CPython's entry for the hook of slot `S`.
 unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     tstate: *mut PyThreadState,
@@ -603,7 +593,7 @@ unsafe fn enter<H: FrameHook, const S: usize>(
             res.into_raw()
         }
         Err(payload) => {
-            let msg = format!("panic in frame hook: {}", panic_message(&*payload));
+            let msg = format!("panic in frame hook: {}", super::panic_message(&*payload));
             tracing::warn!(%msg, "frame hook panicked; raising RuntimeError in the frame");
             set_runtime_error(c.api, &msg);
             if consumed.get() {

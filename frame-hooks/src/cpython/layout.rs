@@ -191,9 +191,34 @@ unsafe extern "C" fn probe_eval(
         return unsafe { prev(tstate, frame, throw) };
     }
     // SAFETY: `check` set PROBE to a Probe that outlives the call that runs this hook on
-    // this thread; frames are live `_PyInterpreterFrame`s given by CPython.
+    // this thread.
+    let probe = unsafe { &*p };
+    // A panic while checking never unwinds into CPython: it is a mismatch of the check
+    // (the probe's cells are only appended to, so a half-done check leaves them usable).
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: frames are live `_PyInterpreterFrame`s given by CPython.
+        unsafe { check_frame(probe, tstate, frame) }
+    }));
+    if let Err(payload) = checked {
+        let panic = super::panic_message(&*payload);
+        let what = format!("panic in the layout probe: {panic}");
+        probe.mismatches.borrow_mut().push(what);
+    }
+    // What the probe stands for now: another thread may have uninstalled that hook
+    // while this one waited for the GIL (see `unprobe_hook`).
+    let prev = probed_prev(probe.interp).unwrap_or(probe.prev);
+    // SAFETY: CPython's own arguments, to the evaluator the probe stands for.
+    unsafe { prev(tstate, frame, throw) }
+}
+
+/// Compares the words of `frame` with what the probe expects, if it is the probe
+/// function's frame.
+///
+/// # Safety
+/// `frame` and `tstate` are CPython's live arguments of the current call.
+unsafe fn check_frame(probe: &Probe, tstate: *mut PyThreadState, frame: *mut InterpreterFrame) {
+    // SAFETY: the caller's contract; offsets of the layout under check.
     unsafe {
-        let probe = &*p;
         let f = frame as *const c_void;
         let l = probe.layout;
         if word(f, l.f_code) == probe.code {
@@ -222,10 +247,6 @@ unsafe extern "C" fn probe_eval(
                 }
             }
         }
-        // What the probe stands for now: another thread may have uninstalled that hook
-        // while this one waited for the GIL (see `unprobe_hook`).
-        let prev = probed_prev(probe.interp).unwrap_or(probe.prev);
-        prev(tstate, frame, throw)
     }
 }
 

@@ -88,6 +88,13 @@ pub enum Error {
     },
 }
 
+/// The message a panic carried.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    let text = payload.downcast_ref::<&str>().copied();
+    text.or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
+}
+
 /// `Py_Version` as `3.11.7` (with a release-level suffix when not final).
 pub fn version_string(v: u32) -> String {
     let level = match (v >> 4) & 0xf {
