@@ -496,11 +496,11 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     frame: *mut InterpreterFrame,
     throw: c_int,
 ) -> *mut PyObject {
-    // SAFETY: CPython calls this trampoline only while it is the interpreter's evaluator,
-    // that is while the install that put it there is active, so slot S holds that
-    // install's SlotState<H> (states are never freed, so one read at entry stays valid
-    // however long the frame runs). Hooks of ours chained over it do not come through
-    // here but through `chained` with the state they captured.
+    // CPython calls this trampoline only while it is the interpreter's evaluator, that is
+    // while the install that put it there is active (hooks of ours chained over it do not
+    // come through here but through `chained`, with the state they captured).
+    // SAFETY: so slot S holds that install's SlotState<H> (states are never freed, so one
+    // read at entry stays valid however long the frame runs).
     let st = unsafe { &*(SLOTS[S].load(Ordering::Acquire) as *const SlotState<H>) };
     // SAFETY: CPython's own arguments.
     unsafe { enter::<H, S>(st, tstate, frame, throw) }
