@@ -14,8 +14,7 @@
 //! managed allocation, so those reads never wait.
 
 use crate::abi::{
-    gc_head, is_stub, untag, PyObject, PyTypeObject, GC_MIRRORED,
-    IMMORTAL_REFCNT, MANAGED_REFCNT,
+    gc_head, is_stub, untag, PyObject, PyTypeObject, GC_MIRRORED, IMMORTAL_REFCNT, MANAGED_REFCNT,
 };
 use crate::debug::{DebugReport, DebugState, ReportKind, QUARANTINE};
 use crate::error::BridgeError;
@@ -23,8 +22,8 @@ use crate::handles::{HandleTable, IMMORTAL, STRONG, USED, WEAK_LIMIT};
 use crate::mem::MemAccount;
 use crate::{cycle, mem};
 use gc_core::{
-    Callback, CallbackId, CollectionKind, ForeignTypeSpec, Heap, MarkProc, Marker, Mutator,
-    ObjRef, ReferenceQueue, SweepProc, TypeRef, WeakRef,
+    Callback, CallbackId, CollectionKind, ForeignTypeSpec, Heap, MarkProc, Marker, Mutator, ObjRef,
+    ReferenceQueue, SweepProc, TypeRef, WeakRef,
 };
 use parking_lot::Mutex;
 use std::cell::{Cell, RefCell};
@@ -1334,7 +1333,11 @@ impl Inner {
                         message: format!(
                             "stub {:#x} (handle {i}) still has {native_refs} native reference(s){}",
                             op as usize,
-                            if e.obj == 0 { " after its managed object died" } else { "" }
+                            if e.obj == 0 {
+                                " after its managed object died"
+                            } else {
+                                ""
+                            }
                         ),
                         made_at: made,
                         freed_at: None,

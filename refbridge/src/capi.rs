@@ -12,8 +12,8 @@
 #![allow(non_snake_case)]
 
 use crate::abi::{
-    from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, PySsizeT, PyTypeObject,
-    PyVarObject, GC_FLAGS, MANAGED_REFCNT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
+    from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, PySsizeT, PyTypeObject, PyVarObject,
+    GC_FLAGS, MANAGED_REFCNT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
 };
 use crate::bridge::{current, Bridge, BridgeConfig, EnterGuard, Inner};
 use crate::debug::{DebugReport, ReportKind};
@@ -131,8 +131,9 @@ pub unsafe extern "C" fn _rb_decref_slow(op: *mut PyObject) {
         // SAFETY: forwarded.
         Some(inner) => unsafe { inner.decref_slow(op) },
         None => {
-            // SAFETY: forwarded: a native object at 0 is deallocated directly.
+            // SAFETY: a live object (caller).
             if !is_stub(op) && unsafe { (*op).ob_refcnt } == 0 {
+                // SAFETY: a native object at 0 is deallocated directly.
                 unsafe { crate::bridge::call_dealloc(op) };
             }
         }
@@ -178,7 +179,9 @@ fn alloc(size: usize, zero: bool) -> *mut u8 {
             // SAFETY: the global account is static.
             let p = unsafe { mem::alloc(&mem::GLOBAL, size, zero) };
             if p.is_null() {
-                set_error(&format!("MemoryError: out of memory allocating {size} bytes"));
+                set_error(&format!(
+                    "MemoryError: out of memory allocating {size} bytes"
+                ));
             }
             p
         }
@@ -217,7 +220,9 @@ pub unsafe extern "C" fn PyMem_Realloc(p: *mut c_void, size: usize) -> *mut c_vo
     // SAFETY: forwarded; the account outlives its blocks.
     let n = unsafe { mem::realloc(account, p as *mut u8, size) };
     if n.is_null() {
-        set_error(&format!("MemoryError: out of memory reallocating to {size} bytes"));
+        set_error(&format!(
+            "MemoryError: out of memory reallocating to {size} bytes"
+        ));
     }
     n as *mut c_void
 }
@@ -347,7 +352,9 @@ unsafe fn gc_alloc(tp: *mut PyTypeObject, size: usize) -> *mut PyObject {
 }
 
 fn var_size(tp: &PyTypeObject, n: PySsizeT) -> Option<usize> {
-    let items = usize::try_from(n).ok()?.checked_mul(tp.tp_itemsize.max(0) as usize)?;
+    let items = usize::try_from(n)
+        .ok()?
+        .checked_mul(tp.tp_itemsize.max(0) as usize)?;
     let size = (tp.tp_basicsize as usize).checked_add(items)?;
     Some((size + 7) & !7)
 }
@@ -372,14 +379,19 @@ pub unsafe extern "C" fn _PyObject_GC_New(tp: *mut PyTypeObject) -> *mut PyObjec
 /// # Safety
 /// `tp` is NULL or a type object.
 #[no_mangle]
-pub unsafe extern "C" fn _PyObject_GC_NewVar(tp: *mut PyTypeObject, n: PySsizeT) -> *mut PyVarObject {
+pub unsafe extern "C" fn _PyObject_GC_NewVar(
+    tp: *mut PyTypeObject,
+    n: PySsizeT,
+) -> *mut PyVarObject {
     // SAFETY: forwarded.
     if unsafe { check_type(tp, true, "PyObject_GC_NewVar") }.is_err() {
         return std::ptr::null_mut();
     }
     // SAFETY: a ready type.
     let Some(size) = var_size(unsafe { &*tp }, n) else {
-        set_error(&format!("SystemError: PyObject_GC_NewVar: bad item count {n}"));
+        set_error(&format!(
+            "SystemError: PyObject_GC_NewVar: bad item count {n}"
+        ));
         return std::ptr::null_mut();
     };
     // SAFETY: a ready GC type.
@@ -668,11 +680,7 @@ pub extern "C" fn rb_last_error() -> *const c_char {
             .borrow()
             .as_ref()
             .map_or(std::ptr::null(), |c| c.as_ptr()),
-        None => LAST_ERROR.with(|e| {
-            e.borrow()
-                .as_ref()
-                .map_or(std::ptr::null(), |c| c.as_ptr())
-        }),
+        None => LAST_ERROR.with(|e| e.borrow().as_ref().map_or(std::ptr::null(), |c| c.as_ptr())),
     }
 }
 
@@ -686,7 +694,9 @@ pub unsafe extern "C" fn rb_err_set(msg: *const c_char) {
         "error".to_string()
     } else {
         // SAFETY: a C string (caller).
-        unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(msg) }
+            .to_string_lossy()
+            .into_owned()
     };
     set_error(&m);
 }
@@ -735,7 +745,12 @@ pub extern "C" fn rb_debug_report_count() -> usize {
 #[no_mangle]
 pub extern "C" fn rb_debug_report(i: usize) -> *const c_char {
     let Some(text) = current()
-        .and_then(|inner| inner.debug.as_ref().and_then(|d| d.lock().reports.get(i).cloned()))
+        .and_then(|inner| {
+            inner
+                .debug
+                .as_ref()
+                .and_then(|d| d.lock().reports.get(i).cloned())
+        })
         .map(|r| r.to_string())
     else {
         return std::ptr::null();

@@ -110,7 +110,8 @@ impl HandleTable {
         // The address is looked up among the chunks; no memory is read before.
         let (&lo, &inside) = self.chunk_at.range(..=stub as usize).next_back()?;
         let off = stub as usize - lo;
-        if off >= STUB_CHUNK * std::mem::size_of::<Stub>() || off % std::mem::size_of::<Stub>() != 0 {
+        if off >= STUB_CHUNK * std::mem::size_of::<Stub>() || off % std::mem::size_of::<Stub>() != 0
+        {
             return None;
         }
         let idx = (inside * STUB_CHUNK + off / std::mem::size_of::<Stub>()) as u32;
@@ -268,7 +269,10 @@ mod tests {
         // SAFETY: a live stub of this table.
         assert_eq!(unsafe { HandleTable::index_fast(t.tagged(7)) }, 7);
         assert_eq!(t.count(7), MANAGED_REFCNT);
-        assert_eq!(t.index_of((t.tagged(7) as usize + 8) as *const PyObject), None);
+        assert_eq!(
+            t.index_of((t.tagged(7) as usize + 8) as *const PyObject),
+            None
+        );
         assert_eq!(t.index_of(16 as *const PyObject), None);
     }
 

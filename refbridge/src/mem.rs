@@ -87,7 +87,10 @@ const _: () = assert!(std::mem::size_of::<BlockHeader>() == HEADER);
 /// # Safety
 /// `account` outlives the block (bridges keep theirs alive while blocks remain).
 pub unsafe fn alloc(account: *const MemAccount, size: usize, zero: bool) -> *mut u8 {
-    let Some(total) = size.checked_add(HEADER).filter(|t| *t <= isize::MAX as usize) else {
+    let Some(total) = size
+        .checked_add(HEADER)
+        .filter(|t| *t <= isize::MAX as usize)
+    else {
         return std::ptr::null_mut();
     };
     // SAFETY: plain libc allocation of a non-zero size.
@@ -134,7 +137,10 @@ pub unsafe fn realloc(account: *const MemAccount, p: *mut u8, size: usize) -> *m
         // SAFETY: forwarded.
         return unsafe { alloc(account, size, false) };
     }
-    let Some(total) = size.checked_add(HEADER).filter(|t| *t <= isize::MAX as usize) else {
+    let Some(total) = size
+        .checked_add(HEADER)
+        .filter(|t| *t <= isize::MAX as usize)
+    else {
         return std::ptr::null_mut();
     };
     let h = (p as usize - HEADER) as *mut BlockHeader;
@@ -179,7 +185,11 @@ mod tests {
             assert_eq!((a.bytes(), b.bytes(), a.blocks()), (100, 7, 1));
             let p = realloc(&*b, p, 1000);
             assert_eq!(block_size(p), 1000);
-            assert_eq!((a.bytes(), b.bytes()), (1000, 7), "realloc keeps the account");
+            assert_eq!(
+                (a.bytes(), b.bytes()),
+                (1000, 7),
+                "realloc keeps the account"
+            );
             free(p);
             free(q);
             free(std::ptr::null_mut());

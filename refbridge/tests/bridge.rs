@@ -33,7 +33,11 @@ fn a_stub_starts_at_managed_refcnt_is_tagged_and_keeps_pointer_identity() {
     assert_eq!(unsafe { e.bridge.to_native(r.get()).unwrap() }, op);
     // SAFETY: a live stub.
     assert_eq!(unsafe { e.bridge.to_managed(&mut e.m, op).unwrap() }, o);
-    assert_eq!(e.bridge.is_strong(op), Some(false), "no native reference yet");
+    assert_eq!(
+        e.bridge.is_strong(op),
+        Some(false),
+        "no native reference yet"
+    );
     assert_eq!(e.bridge.stats().stubs_made, 1);
 }
 
@@ -61,7 +65,11 @@ fn the_entry_is_strong_exactly_while_native_references_exist() {
     assert!(w.is_cleared(), "no reference left: the managed object died");
     e.bridge.drain().unwrap();
     let s = e.bridge.stats();
-    assert_eq!((s.stubs_live, s.stubs_freed), (0, 1), "stub freed at count 0");
+    assert_eq!(
+        (s.stubs_live, s.stubs_freed),
+        (0, 1),
+        "stub freed at count 0"
+    );
     // A new object at the same address gets a new stub, not the old one.
     let o2 = e.managed(2);
     let r2 = e.root(o2);
@@ -93,7 +101,11 @@ fn a_stub_outlives_its_managed_object_while_native_code_holds_it_after_a_weak_li
     assert_eq!(take_freed(), vec![1], "the cross-boundary cycle was freed");
     assert!(rep.replicated >= 2, "{rep:?}");
     let st = e.bridge.stats();
-    assert_eq!((st.stubs_live, st.mirrors_live, st.tracked), (0, 0, 0), "{st:?}");
+    assert_eq!(
+        (st.stubs_live, st.mirrors_live, st.tracked),
+        (0, 0, 0),
+        "{st:?}"
+    );
 }
 
 #[test]
@@ -108,7 +120,11 @@ fn a_mirror_adds_managed_refcnt_and_its_death_gives_it_back() {
     unsafe {
         assert!(e.bridge.is_mirror(mirror));
         assert_eq!(e.bridge.native_of(mirror), Some(n));
-        assert_eq!(e.bridge.to_managed(&mut e.m, n).unwrap(), mirror, "one mirror");
+        assert_eq!(
+            e.bridge.to_managed(&mut e.m, n).unwrap(),
+            mirror,
+            "one mirror"
+        );
     }
     let r = e.root(mirror);
     decref(n); // native code drops its reference: only the mirror holds it
@@ -182,7 +198,10 @@ fn to_managed_refuses_an_object_being_deallocated_and_dead_stubs_and_nulls() {
     unsafe { (*n).ob_refcnt = 0 };
     // SAFETY: the object is allocated.
     let err = unsafe { e.bridge.to_managed(&mut e.m, n) }.unwrap_err();
-    assert!(matches!(err, BridgeError::BeingDeallocated { count: 0, .. }), "{err}");
+    assert!(
+        matches!(err, BridgeError::BeingDeallocated { count: 0, .. }),
+        "{err}"
+    );
     assert!(err.to_string().contains("test.Node"), "{err}");
     // SAFETY: restore and release.
     unsafe { (*n).ob_refcnt = 1 };

@@ -9,8 +9,8 @@ use refbridge::abi::{
     untag, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
 };
 use refbridge::capi::{
-    PyMem_Free, PyMem_Malloc, PyObject_GC_Del, PyObject_GC_Track, PyObject_GC_UnTrack,
-    PyType_Ready, Py_DecRef, Py_IncRef, _PyObject_GC_New, _PyObject_New,
+    _PyObject_GC_New, _PyObject_New, PyMem_Free, PyMem_Malloc, PyObject_GC_Del, PyObject_GC_Track,
+    PyObject_GC_UnTrack, PyType_Ready, Py_DecRef, Py_IncRef,
 };
 use refbridge::{Bridge, BridgeConfig, EnterGuard};
 use std::cell::RefCell;
