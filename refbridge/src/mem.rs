@@ -61,6 +61,15 @@ impl MemAccount {
         self.allocs.fetch_add(1, Ordering::Relaxed);
     }
 
+    fn resize(&self, old: usize, new: usize) {
+        if new >= old {
+            let now = self.bytes.fetch_add(new - old, Ordering::Relaxed) + (new - old);
+            self.peak.fetch_max(now, Ordering::Relaxed);
+        } else {
+            self.bytes.fetch_sub(old - new, Ordering::Relaxed);
+        }
+    }
+
     fn credit(&self, size: usize) {
         self.bytes.fetch_sub(size, Ordering::Relaxed);
         self.blocks.fetch_sub(1, Ordering::Relaxed);
@@ -151,8 +160,7 @@ pub unsafe fn realloc(account: *const MemAccount, p: *mut u8, size: usize) -> *m
         if n.is_null() {
             return std::ptr::null_mut();
         }
-        (*acct).credit(old);
-        (*acct).charge(size);
+        (*acct).resize(old, size);
         (*n).size = size;
         (n as usize + HEADER) as *mut u8
     }
