@@ -561,11 +561,11 @@ impl Bridge {
         Ok(self.inner()?.drain())
     }
 
-    /// A full collection, what `PyGC_Collect()` does: a full managed collection, the
-    /// native cycle collection (unreachable native cycles cleared with `tp_clear`;
-    /// cycles that reach managed objects replicated into the managed heap), another full
-    /// managed collection and queue drain when something was replicated, and a second
-    /// cycle collection for the native remains of replicated cycles. Every garbage
+    /// A full collection, what `PyGC_Collect()` does: the native cycle collection
+    /// (unreachable native cycles cleared with `tp_clear`; cycles that reach managed
+    /// objects replicated into the managed heap), a full managed collection, the queue
+    /// drained; and once more if replicated cycles left native remains (objects whose
+    /// mirror died, still referenced by other dead native objects). Every garbage
     /// object, whichever side holds it, is freed when this returns.
     pub fn collect(&self, m: &mut Mutator) -> Result<CollectReport, BridgeError> {
         self.inner()?.collect(m)
@@ -1257,30 +1257,19 @@ impl Inner {
         );
         let mut report = CollectReport::default();
         self.drain();
-        let has_links = {
-            let st = self.state.lock();
-            st.table.used > 0 || !st.by_native.is_empty()
-        };
         l.collecting.set(true);
         let result = (|| {
-            if has_links {
-                m.collect(CollectionKind::Full)?;
-                report.managed_collections += 1;
-                l.collecting.set(false);
-                self.drain();
-                l.collecting.set(true);
-            }
-            l.cycle_pending.set(false);
-            for _round in 0..3 {
+            // Each round: the cycle collection (replicating what crosses into the
+            // managed heap), a full managed collection, the queue. Another round only
+            // for native remains of replicated cycles (objects whose mirror died but
+            // that other dead native objects still reference).
+            for _round in 0..4 {
+                l.cycle_pending.set(false);
                 let r = cycle::collect_cycles(self, Some(m));
                 report.native_garbage += r.garbage;
                 report.replicated += r.replicated;
                 l.collecting.set(false);
                 self.drain();
-                if r.replicated == 0 && !l.cycle_pending.get() {
-                    l.collecting.set(true);
-                    break;
-                }
                 m.collect(CollectionKind::Full)?;
                 report.managed_collections += 1;
                 self.drain();
@@ -1288,7 +1277,6 @@ impl Inner {
                 if !l.cycle_pending.get() {
                     break;
                 }
-                l.cycle_pending.set(false);
             }
             Ok::<(), BridgeError>(())
         })();

@@ -224,8 +224,12 @@ impl DebugState {
             // SAFETY: a live object (caller).
             None => unsafe { type_name_of(op) },
         };
-        // SAFETY: the block stays allocated while quarantined.
-        unsafe { poison(op) };
+        // SAFETY: the block stays allocated while quarantined; it no longer counts as
+        // the program's memory.
+        unsafe {
+            poison(op);
+            crate::mem::quarantine(block);
+        }
         self.freed.push_back(Freed {
             addr: op as usize,
             type_name,

@@ -137,6 +137,25 @@ pub unsafe fn free(p: *mut u8) {
     }
 }
 
+/// Blocks the debug mode keeps in quarantine: credited to their own account when
+/// quarantined (the program freed them), charged here until really freed.
+pub static QUARANTINED: MemAccount = MemAccount::new();
+
+/// Moves a live block to the [`QUARANTINED`] account (the debug mode's deferred free).
+///
+/// # Safety
+/// `p` is a live counted block.
+pub unsafe fn quarantine(p: *mut u8) {
+    let h = (p as usize - HEADER) as *mut BlockHeader;
+    // SAFETY: a header precedes every counted block; its account is alive.
+    unsafe {
+        let size = (*h).size;
+        (*(*h).account).credit(size);
+        QUARANTINED.charge(size);
+        (*h).account = &QUARANTINED;
+    }
+}
+
 /// Resizes a counted block (null `p` allocates); null on failure, leaving `p` intact.
 ///
 /// # Safety
