@@ -340,12 +340,11 @@ impl World {
                                 let v = v.expect("edge present");
                                 match self.objs[*d].kind {
                                     Kind::Managed => assert_eq!(Some(v), self.objs[*d].managed),
-                                    // SAFETY: a live mirror.
-                                    Kind::Native => assert_eq!(
-                                        unsafe { self.e.bridge.native_of(v) },
-                                        Some(self.objs[*d].native),
-                                        "step {step}"
-                                    ),
+                                    Kind::Native => {
+                                        // SAFETY: a live mirror.
+                                        let n = unsafe { self.e.bridge.native_of(v) };
+                                        assert_eq!(n, Some(self.objs[*d].native), "step {step}");
+                                    }
                                 }
                             }
                         }
