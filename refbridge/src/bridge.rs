@@ -836,17 +836,13 @@ impl Inner {
     /// The managed object of a stub (checked).
     pub(crate) fn stub_target(&self, op: *mut PyObject) -> Result<ObjRef, BridgeError> {
         let st = self.state.lock();
-        let Some(idx) = st.table.index_of(op) else {
-            return Err(BridgeError::NotAStub {
-                addr: op as usize,
-                // SAFETY: read only for the message when the pointer is not ours... no:
-                // never read unknown memory; report handle 0.
-                handle: 0,
-            });
+        let Some(idx) = st.table.slot_of(op) else {
+            return Err(BridgeError::NotAStub { addr: op as usize });
         };
-        match ObjRef::from_addr(st.table.entries[idx as usize].obj) {
-            Some(o) => Ok(o),
-            None => {
+        let e = st.table.entries[idx as usize];
+        match ObjRef::from_addr(e.obj) {
+            Some(o) if e.flags & USED != 0 => Ok(o),
+            _ => {
                 drop(st);
                 self.dead_stub_report(op, idx, "to_managed");
                 Err(BridgeError::DeadStub {
@@ -875,6 +871,31 @@ impl Inner {
                 freed_at: died,
             });
         }
+    }
+
+    /// A stub that was already freed is used (debug mode keeps freed slots poisoned,
+    /// with count `MANAGED_REFCNT`, so increfs and decrefs of stale pointers get here).
+    fn freed_stub_use(&self, op: *mut PyObject, idx: u32, what: &str) {
+        let Some(d) = &self.debug else {
+            return;
+        };
+        let (made, died) = d.lock().stub_history(idx);
+        // SAFETY: freed stub slots stay allocated; restore the poison.
+        let type_name = unsafe {
+            (*untag(op)).ob_refcnt = MANAGED_REFCNT;
+            crate::debug::type_name_of(untag(op))
+        };
+        d.lock().report(DebugReport {
+            kind: ReportKind::DeadStubUse,
+            object: op as usize,
+            type_name: type_name.clone(),
+            message: format!(
+                "{what} of stub {:#x} (type {type_name}, handle {idx}) after its managed object died and the stub was freed",
+                op as usize
+            ),
+            made_at: made,
+            freed_at: died,
+        });
     }
 
     /// The live mirror of native object `op`, if any.
@@ -1144,6 +1165,8 @@ impl Inner {
             return;
         };
         if e.flags & USED == 0 {
+            drop(st);
+            self.freed_stub_use(op, idx, "Py_INCREF");
             return;
         }
         if e.obj == 0 {
@@ -1191,6 +1214,8 @@ impl Inner {
             return;
         };
         if e.flags & USED == 0 {
+            drop(st);
+            self.freed_stub_use(op, idx, "Py_DECREF");
             return;
         }
         let c = st.table.count(idx);

@@ -303,9 +303,10 @@ impl DebugState {
         }
     }
 
-    /// Stub `idx` was freed.
+    /// Stub `idx` was freed (its history is kept while the slot is quarantined; a new
+    /// stub in the slot replaces it).
     pub fn stub_freed(&mut self, idx: u32) {
-        self.stubs.remove(&idx);
+        let _ = idx;
     }
 
     /// Where stub `idx` was made and where its managed object died.
@@ -361,7 +362,7 @@ unsafe fn poison(op: *mut PyObject) {
 ///
 /// # Safety
 /// `op` is a live object with a valid type.
-pub(crate) unsafe fn type_name_of(op: *const PyObject) -> String {
+pub unsafe fn type_name_of(op: *const PyObject) -> String {
     // SAFETY: forwarded.
     let ty = unsafe { (*op).ob_type };
     if ty.is_null() {

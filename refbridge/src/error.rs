@@ -49,13 +49,11 @@ pub enum BridgeError {
         /// Its handle index.
         handle: u32,
     },
-    /// A pointer that is not a stub of this bridge was given as one.
-    #[error("{addr:#x} is not a stub of this bridge (handle {handle})")]
+    /// A tagged pointer that is not a stub of this bridge.
+    #[error("{addr:#x} is tagged as a stub but is not a stub of this bridge")]
     NotAStub {
         /// The pointer.
         addr: usize,
-        /// The handle index read from it.
-        handle: u32,
     },
     /// A null pointer was passed.
     #[error("null object pointer passed to {what}")]

@@ -100,22 +100,28 @@ impl HandleTable {
         (self.stub(idx) as usize | STUB_TAG) as *mut PyObject
     }
 
-    /// The entry index of a tagged stub pointer, checked: the pointer must be exactly
-    /// the stub of a used entry of this table.
-    pub fn index_of(&self, op: *const PyObject) -> Option<u32> {
+    /// The slot index of a tagged stub pointer, checked without reading memory: the
+    /// pointer must be exactly a stub slot of this table (used or freed).
+    pub fn slot_of(&self, op: *const PyObject) -> Option<u32> {
         let stub = (op as usize & !STUB_TAG) as *mut Stub;
         if stub.is_null() || stub as usize % 8 != 0 {
             return None;
         }
-        // The address is looked up among the chunks; no memory is read before.
         let (&lo, &inside) = self.chunk_at.range(..=stub as usize).next_back()?;
         let off = stub as usize - lo;
-        if off >= STUB_CHUNK * std::mem::size_of::<Stub>() || off % std::mem::size_of::<Stub>() != 0
-        {
+        let size = std::mem::size_of::<Stub>();
+        if off >= STUB_CHUNK * size || off % size != 0 {
             return None;
         }
-        let idx = (inside * STUB_CHUNK + off / std::mem::size_of::<Stub>()) as u32;
-        (self.entries.get(idx as usize)?.flags & USED != 0).then_some(idx)
+        let idx = (inside * STUB_CHUNK + off / size) as u32;
+        ((idx as usize) < self.entries.len()).then_some(idx)
+    }
+
+    /// The entry index of a tagged stub pointer, checked: the pointer must be exactly
+    /// the stub of a used entry of this table.
+    pub fn index_of(&self, op: *const PyObject) -> Option<u32> {
+        let idx = self.slot_of(op)?;
+        (self.entries[idx as usize].flags & USED != 0).then_some(idx)
     }
 
     /// The entry index stored in a stub, trusted (fast path for pointers known to be
@@ -198,8 +204,14 @@ impl HandleTable {
         // SAFETY: the stub's count is 0: no native reference remains.
         unsafe {
             let s = self.stub(idx);
-            (*s).handle = 0;
-            (*s).ob_base.ob_type = std::ptr::null_mut();
+            if self.quarantine > 0 {
+                // Debug mode: a stale pointer's incref or decref reaches the slow path
+                // (count MANAGED_REFCNT, handle kept), which reports it.
+                (*s).ob_base.ob_refcnt = MANAGED_REFCNT;
+            } else {
+                (*s).handle = 0;
+                (*s).ob_base.ob_type = std::ptr::null_mut();
+            }
         }
         self.free.push(idx);
         self.used -= 1;
