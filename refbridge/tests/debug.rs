@@ -49,10 +49,8 @@ fn a_decref_of_a_freed_object_is_reported_with_where_it_was_made_and_freed() {
     assert!(text.contains("tests/debug.rs"), "{text}");
     // The memory was kept (poisoned): the freed object's type is the marker type.
     // SAFETY: quarantined memory stays allocated.
-    assert_eq!(
-        unsafe { refbridge::debug::type_name_of(n) },
-        "<refbridge: freed object>"
-    );
+    let name = unsafe { refbridge::debug::type_name_of(n) };
+    assert_eq!(name, "<refbridge: freed object>");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! included for up to 3 nodes and excluded for 4 (about 50,000 graphs);
 //! `REFBRIDGE_FULL=1` runs 4 nodes with self-loops too (about 700,000 graphs).
 
+#![allow(clippy::needless_range_loop)] // nodes are indices into several arrays
+
 mod common;
 use common::*;
 use gc_core::{ObjRef, Root, WeakRef};
