@@ -94,8 +94,10 @@ impl fmt::Display for DebugReport {
 }
 
 /// The frames of a backtrace worth showing: symbol lines followed by a file location,
-/// without the bridge's own and the standard library's frames.
+/// without the bridge's own frames (its modules and C entry points) and the standard
+/// library's.
 pub fn short_backtrace(bt: &Backtrace) -> Vec<String> {
+    let own: Vec<&'static str> = crate::capi::symbols().into_iter().map(|(n, _)| n).collect();
     let text = bt.to_string();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
@@ -103,15 +105,27 @@ pub fn short_backtrace(bt: &Backtrace) -> Vec<String> {
     while i < lines.len() {
         let sym = lines[i].trim();
         let at = lines.get(i + 1).map(|l| l.trim()).unwrap_or("");
-        if let Some(loc) = at.strip_prefix("at ") {
-            let own = loc.contains("/refbridge/src/") || loc.contains("/rustc/");
-            if !own {
-                let name = sym.split_once(": ").map_or(sym, |(_, n)| n);
-                out.push(format!("{name} at {loc}"));
-            }
-            i += 2;
-        } else {
+        let Some(loc) = at.strip_prefix("at ") else {
             i += 1;
+            continue;
+        };
+        i += 2;
+        let name = sym.split_once(": ").map_or(sym, |(_, n)| n);
+        let bare = name.trim_start_matches('<');
+        let skip = [
+            "refbridge::",
+            "std::",
+            "core::",
+            "alloc::",
+            "__rust",
+            "rust_",
+        ]
+        .iter()
+        .any(|p| bare.starts_with(p))
+            || own.contains(&name)
+            || loc.contains("/rustc/");
+        if !skip {
+            out.push(format!("{name} at {loc}"));
         }
     }
     out.truncate(12);
