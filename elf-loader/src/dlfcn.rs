@@ -14,6 +14,7 @@ use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// What one of our handles stands for.
@@ -124,6 +125,7 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
                 if global {
                     ns.make_global(&i);
                 }
+                opened(&i, flags);
                 make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
             }
             // SAFETY: forwarding the caller's arguments: the system answers for its own.
@@ -152,6 +154,7 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
                 set_error(format!("{name}: library vanished while loading"));
                 return std::ptr::null_mut();
             };
+            opened(&i, flags);
             make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
         }
         Ok(Dep::System(s)) => {
@@ -163,6 +166,14 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
             set_error(e.to_string());
             std::ptr::null_mut()
         }
+    }
+}
+
+/// Counts one more open of `img` (closed by `dlclose`); `RTLD_NODELETE` pins it.
+fn opened(img: &Image, flags: c_int) {
+    img.opens.fetch_add(1, Ordering::AcqRel);
+    if flags & libc::RTLD_NODELETE != 0 {
+        img.nodelete.store(true, Ordering::Release);
     }
 }
 
@@ -193,7 +204,13 @@ fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
 /// system library's (a thread-local symbol gives its address in the calling thread, as
 /// glibc's `dlsym` does). System libraries are searched in their own tables; those that
 /// do not have the name are then asked through `dlvsym`, once per handle.
-fn lookup_items(items: &[ScopeItem], name: &CStr, version: Option<&CStr>) -> Option<usize> {
+///
+/// Also returns the custom image that defines it, if it is one.
+fn lookup_items(
+    items: &[ScopeItem],
+    name: &CStr,
+    version: Option<&CStr>,
+) -> Option<(usize, Option<Arc<Image>>)> {
     let n = name.to_bytes();
     let v = version.map(|v| v.to_string_lossy().into_owned());
     let hash = crate::elf::gnu_hash(n);
@@ -202,16 +219,16 @@ fn lookup_items(items: &[ScopeItem], name: &CStr, version: Option<&CStr>) -> Opt
         match item {
             ScopeItem::Custom(i) => {
                 if let Some(s) = i.lookup_own(n, hash, v.as_deref()) {
-                    return symbol_value(i, &s);
+                    return symbol_value(i, &s).map(|a| (a, Some(i.clone())));
                 }
             }
             ScopeItem::System(lib) => match lib.lookup_in_table(n, hash, v.as_deref()) {
-                Some(found) => return Some(found),
+                Some(found) => return Some((found, None)),
                 None => fallback = true,
             },
             ScopeItem::Provider(p) => {
                 if let Some(a) = p.sym_versioned(&name.to_string_lossy(), v.as_deref()) {
-                    return Some(a);
+                    return Some((a, None));
                 }
             }
             ScopeItem::Overrides => {}
@@ -226,7 +243,7 @@ fn lookup_items(items: &[ScopeItem], name: &CStr, version: Option<&CStr>) -> Opt
                     continue;
                 }
                 if let Some(a) = lib.lookup_c(name, version) {
-                    return Some(a);
+                    return Some((a, None));
                 }
                 asked.push(h);
             }
@@ -240,7 +257,7 @@ fn lookup_items(items: &[ScopeItem], name: &CStr, version: Option<&CStr>) -> Opt
 fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
     let mut items = Vec::new();
     crate::namespace::append_closure(&mut items, img);
-    lookup_items(&items, name, version)
+    lookup_items(&items, name, version).map(|(a, _)| a)
 }
 
 /// Looks `name` up in the namespace's global scope (after `after`'s place in it, for
@@ -250,7 +267,7 @@ fn lookup_in_scope(
     after: Option<&Arc<Image>>,
     name: &CStr,
     version: Option<&CStr>,
-) -> Option<usize> {
+) -> Option<(usize, Option<Arc<Image>>)> {
     let mut items = ns.state.lock().scope.clone();
     if let Some(a) = after {
         let me = ScopeItem::Custom(a.clone());
@@ -293,10 +310,20 @@ unsafe fn dlsym_common(
             return system(handle);
         };
         let after = (handle == libc::RTLD_NEXT).then_some(&img);
-        found = lookup_in_scope(&ns, after, cname, cver).or_else(|| {
-            let p = system(libc::RTLD_DEFAULT);
-            (!p.is_null()).then_some(p as usize)
-        });
+        found = match lookup_in_scope(&ns, after, cname, cver) {
+            Some((a, def)) => {
+                // The caller now uses the defining library: it stays loaded as long as
+                // the caller does (glibc adds the same dependency for these lookups).
+                if let Some(d) = def {
+                    img.add_reldeps(&[d]);
+                }
+                Some(a)
+            }
+            None => {
+                let p = system(libc::RTLD_DEFAULT);
+                (!p.is_null()).then_some(p as usize)
+            }
+        };
     } else {
         let target = with_handles(|h| {
             h.by_addr
@@ -322,10 +349,12 @@ unsafe fn dlsym_common(
                     set_error("dlsym: handle refers to an unloaded namespace".into());
                     return std::ptr::null_mut();
                 };
-                found = lookup_in_scope(&ns, None, cname, cver).or_else(|| {
-                    let p = system(libc::RTLD_DEFAULT);
-                    (!p.is_null()).then_some(p as usize)
-                });
+                found = lookup_in_scope(&ns, None, cname, cver)
+                    .map(|(a, _)| a)
+                    .or_else(|| {
+                        let p = system(libc::RTLD_DEFAULT);
+                        (!p.is_null()).then_some(p as usize)
+                    });
             }
         }
     }
@@ -386,14 +415,46 @@ extern "C" fn dlerror_impl() -> *mut c_char {
 }
 
 unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
-    let ours = with_handles(|h| h.by_addr.contains_key(&(handle as usize)));
-    if ours {
-        // Libraries opened inside a namespace live as long as the namespace (like
-        // RTLD_NODELETE); the handle stays valid.
-        0
-    } else {
+    let target = with_handles(|h| {
+        h.by_addr
+            .get(&(handle as usize))
+            .map(|hd| match &hd.target {
+                Target::Image(w) => Some((w.clone(), hd.ns.clone())),
+                Target::System(_) | Target::Scope => None,
+            })
+    });
+    let (w, ns) = match target {
         // SAFETY: not ours: forward to the system.
-        unsafe { libc::dlclose(handle) }
+        None => return unsafe { libc::dlclose(handle) },
+        // System libraries stay open for the namespace's lifetime (its dependency
+        // cache holds them); the namespace's scope is not a library.
+        Some(None) => return 0,
+        Some(Some(t)) => t,
+    };
+    let Some(img) = w.upgrade() else {
+        set_error("dlclose: shared object not open (the library was unloaded)".into());
+        return -1;
+    };
+    let before = img
+        .opens
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    match before {
+        Err(_) => {
+            set_error(format!(
+                "{}: dlclose: shared object not open",
+                img.path.display()
+            ));
+            -1
+        }
+        Ok(1) => {
+            tracing::debug!(library = %img.path.display(), "dlclose: last open closed");
+            drop(img);
+            if let Some(ns) = ns.upgrade() {
+                ns.collect_unused();
+            }
+            0
+        }
+        Ok(_) => 0,
     }
 }
 

@@ -65,6 +65,7 @@ pub mod consts {
     pub const DT_VERNEEDNUM: u64 = 0x6fff_ffff;
     pub const DF_TEXTREL: u64 = 4;
     pub const DF_STATIC_TLS: u64 = 0x10;
+    pub const DF_1_NODELETE: u64 = 0x8;
 
     pub const STB_LOCAL: u8 = 0;
     pub const STB_GLOBAL: u8 = 1;
@@ -295,6 +296,8 @@ pub struct ElfInfo {
     pub fini_array: Table,
     /// `DF_STATIC_TLS`: the object uses the initial-exec TLS model.
     pub static_tls: bool,
+    /// `DF_1_NODELETE` (linked with `-z nodelete`): never unloaded by `dlclose`.
+    pub nodelete: bool,
 }
 
 /// Where a validated table must live.
@@ -583,6 +586,7 @@ impl ElfInfo {
             init_array: Table::default(),
             fini_array: Table::default(),
             static_tls: false,
+            nodelete: false,
         };
         if let Some(t) = info.tls {
             if t.filesz > t.memsz
@@ -730,6 +734,7 @@ impl ElfInfo {
                     ))
                 }
                 DT_FLAGS if val & DF_STATIC_TLS != 0 => self.static_tls = true,
+                DT_FLAGS_1 if val & DF_1_NODELETE != 0 => self.nodelete = true,
                 DT_PLTREL if *val != DT_RELA => {
                     return Err(Error::unsupported(
                         &path,

@@ -42,6 +42,16 @@ pub(crate) struct Image {
     pub finalized: AtomicBool,
     /// C++ `thread_local` destructors registered by this image's code, not run yet.
     pub tls_dtors: std::sync::atomic::AtomicUsize,
+    /// Opens not closed yet: `dlopen` calls from loaded code, plus one for a load through
+    /// the API (never closed: such a library leaves with its namespace). glibc's
+    /// `l_direct_opencount`.
+    pub opens: std::sync::atomic::AtomicUsize,
+    /// Never unloaded by `dlclose` (`RTLD_NODELETE`, `DF_1_NODELETE`).
+    pub nodelete: AtomicBool,
+    /// Set when the image is selected for unloading (once).
+    pub unloading: AtomicBool,
+    /// Other custom images this one bound symbols of (relocations, `dlsym`).
+    pub reldeps: parking_lot::Mutex<Vec<Weak<Image>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -105,6 +115,8 @@ struct RelocCx<'a> {
     deferred: &'a mut Vec<Rela>,
     /// Counts.
     stats: &'a mut RelocStats,
+    /// Other custom images that relocations bound to (glibc's `l_reldeps`).
+    bound: &'a mut Vec<Arc<Image>>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -247,6 +259,7 @@ impl Image {
         // per symbol, so that relocating libpython touches few fresh heap pages.
         let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
+        let mut bound: Vec<Arc<Image>> = Vec::new();
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
@@ -294,9 +307,11 @@ impl Image {
             cache: &mut cache,
             deferred: &mut deferred,
             stats: &mut stats,
+            bound: &mut bound,
         };
         self.relocate_table(rest, &mut cx)?;
         self.relocate_table(self.info.jmprel, &mut cx)?;
+        self.add_reldeps(&bound);
         // IRELATIVE and references to our own ifuncs run resolvers last, when every
         // other relocation of this image is in place.
         for r in deferred {
@@ -503,6 +518,7 @@ impl Image {
         let cache = &mut *cx.cache;
         let deferred = &mut *cx.deferred;
         let stats = &mut *cx.stats;
+        let bound = &mut *cx.bound;
         if r.sym >= self.info.nsyms && r.sym != 0 {
             return Err(self.reloc_err(
                 r,
@@ -564,7 +580,11 @@ impl Image {
                                 Def::Own(sym) => (self, *sym),
                                 _ => unreachable!("matched above"),
                             };
-                            if std::ptr::eq(img, &**self) {
+                            if !std::ptr::eq(img, &**self) {
+                                if let Def::Custom(other, _) = &d {
+                                    record_binding(bound, other);
+                                }
+                            } else {
                                 stats.self_bound += 1;
                                 if sym.kind() == STT_GNU_IFUNC {
                                     if size != 8 || matches!(r.kind, R_X86_64_PC64) {
@@ -652,6 +672,12 @@ impl Image {
                     }
                     match self.resolve(r, scope, self_first)? {
                         Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+                        Some(Def::Custom(other, s)) => {
+                            if !Arc::ptr_eq(&other, self) {
+                                record_binding(bound, &other);
+                            }
+                            Some(Def::Custom(other, s))
+                        }
                         d => d,
                     }
                 };
@@ -697,6 +723,17 @@ impl Image {
                 "copy relocations belong to executables",
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
+        }
+    }
+
+    /// Records that this image uses symbols of `others` (which then stay loaded as long
+    /// as it does, even when they are not among its dependencies: glibc's `l_reldeps`).
+    pub fn add_reldeps(&self, others: &[Arc<Image>]) {
+        let mut r = self.reldeps.lock();
+        for o in others {
+            if !std::ptr::eq(&**o, self) && !r.iter().any(|w| std::ptr::eq(w.as_ptr(), &**o)) {
+                r.push(Arc::downgrade(o));
+            }
         }
     }
 
@@ -829,6 +866,13 @@ impl Image {
     }
 }
 
+/// Notes that relocations bound to `other` (once per image).
+fn record_binding(bound: &mut Vec<Arc<Image>>, other: &Arc<Image>) {
+    if !bound.iter().any(|b| Arc::ptr_eq(b, other)) {
+        bound.push(other.clone());
+    }
+}
+
 /// Looks a symbol up through a scope, in order. System libraries are searched in
 /// their own symbol tables first (fast); only if no item has the symbol are they asked
 /// through `dlvsym`, which also searches their dependencies.
@@ -861,15 +905,22 @@ pub(crate) fn lookup_scope(
                 }
             }
             ScopeItem::System(lib) => {
-                if lib.symtab().is_some() {
+                if let Some(tab) = lib.symtab() {
                     // The library's own table (thread-local symbols included, versioned
                     // or not); what it lacks may come from its dependencies: asked
                     // through dlvsym below if nothing else in the scope has it.
                     slow = true;
-                    match lib.lookup_own(name, hash, version) {
-                        Some(Ok(a)) if !is_tls => return Some(Def::Addr(a)),
-                        Some(Err(ti)) if is_tls => return Some(Def::SystemTls(ti)),
-                        _ => {}
+                    if let Some(s) = tab.lookup(name, hash, version) {
+                        if s.kind() != STT_TLS {
+                            if !is_tls {
+                                return Some(Def::Addr(tab.address(&s)));
+                            }
+                        } else if let (true, Some(module)) = (is_tls, lib.tls_module()) {
+                            return Some(Def::SystemTls(TlsIndex {
+                                module,
+                                offset: s.value,
+                            }));
+                        }
                     }
                     continue;
                 }

@@ -11,7 +11,7 @@ use parking_lot::{Mutex, ReentrantMutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, CString};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 /// Serialises every load and unload (like glibc's `dl_load_lock`); re-entrant because
@@ -238,7 +238,8 @@ impl Namespace {
     }
 
     /// Looks `name` up in the namespace's global scope (its global libraries and their
-    /// dependencies, in the order the crate README's "API" section lists, item 3).
+    /// dependencies: each global library, in the order it became global, followed by
+    /// the libraries of its `DT_NEEDED` closure, breadth-first, not seen yet).
     pub fn sym(&self, name: &str) -> Option<usize> {
         let scope = self.inner.state.lock().scope.clone();
         scope.iter().find_map(|item| match item {
@@ -328,6 +329,89 @@ impl NsInner {
         }
         scope.push(ScopeItem::System(global_scope()));
         scope
+    }
+
+    /// Unloads the images that nothing uses any more, as glibc's `dlclose` does: an image
+    /// is used if it has opens left (`dlopen` calls not closed, or a load through the
+    /// API), is `RTLD_NODELETE`/`DF_1_NODELETE`, has C++ `thread_local` destructors
+    /// pending, is still initialising, or is a dependency (`DT_NEEDED`) or a binding
+    /// target (relocations, `dlsym(RTLD_DEFAULT)`: glibc's `l_reldeps`) of a used image.
+    /// The others are finalised (dependents first), removed from the namespace (and its
+    /// global scope) and unmapped.
+    pub(crate) fn collect_unused(self: &Arc<Self>) {
+        let _guard = LOAD_LOCK.lock();
+        crate::thread_atexit::reap();
+        let unused: Vec<Arc<Image>> = {
+            let st = self.state.lock();
+            let imgs: Vec<&Arc<Image>> = st
+                .images
+                .iter()
+                .filter(|i| !i.unloading.load(Ordering::Acquire))
+                .collect();
+            let index = |p: *const Image| imgs.iter().position(|i| Arc::as_ptr(i) == p);
+            let mut used = vec![false; imgs.len()];
+            let mut stack = Vec::new();
+            for (k, i) in imgs.iter().enumerate() {
+                if i.opens.load(Ordering::Acquire) > 0
+                    || i.nodelete.load(Ordering::Acquire)
+                    || i.tls_dtors.load(Ordering::Acquire) > 0
+                    || !i.initialized.load(Ordering::Acquire)
+                {
+                    used[k] = true;
+                    stack.push(k);
+                }
+            }
+            while let Some(k) = stack.pop() {
+                let i = imgs[k];
+                let deps = i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]);
+                let mut refs: Vec<*const Image> = deps
+                    .iter()
+                    .filter_map(|d| match d {
+                        Dep::Custom(w) => Some(w.as_ptr()),
+                        Dep::System(_) => None,
+                    })
+                    .collect();
+                refs.extend(i.reldeps.lock().iter().map(|w| w.as_ptr()));
+                for p in refs {
+                    if let Some(j) = index(p) {
+                        if !used[j] {
+                            used[j] = true;
+                            stack.push(j);
+                        }
+                    }
+                }
+            }
+            imgs.iter()
+                .enumerate()
+                .filter(|(k, i)| !used[*k] && !i.unloading.swap(true, Ordering::AcqRel))
+                .map(|(_, i)| (*i).clone())
+                .collect()
+        };
+        if unused.is_empty() {
+            return;
+        }
+        // Load order puts dependencies before dependents: fini in reverse.
+        for img in unused.iter().rev() {
+            img.run_fini();
+        }
+        {
+            let mut st = self.state.lock();
+            let gone = |i: &Arc<Image>| unused.iter().any(|u| Arc::ptr_eq(u, i));
+            st.images.retain(|i| !gone(i));
+            st.by_file.retain(|_, i| !gone(i));
+            st.by_soname.retain(|_, i| !gone(i));
+            if st.global.iter().any(gone) {
+                let globals: Vec<Arc<Image>> =
+                    st.global.iter().filter(|i| gone(i)).cloned().collect();
+                for g in &globals {
+                    st.remove_global(g);
+                }
+            }
+        }
+        for img in unused.iter().rev() {
+            tracing::debug!(library = %img.path.display(), namespace = %self.name, "unloaded (no references left)");
+            forget_image(img);
+        }
     }
 
     /// Finds a loaded image by path or soname.
@@ -463,6 +547,7 @@ impl NsInner {
                 p_align: p.align,
             })
             .collect();
+        let nodelete = info.nodelete;
         let img = Arc::new(Image {
             raw_phdrs,
             id: next_id(),
@@ -478,6 +563,10 @@ impl NsInner {
             initialized: Default::default(),
             finalized: Default::default(),
             tls_dtors: Default::default(),
+            opens: Default::default(),
+            nodelete: AtomicBool::new(nodelete),
+            unloading: Default::default(),
+            reldeps: Default::default(),
             eh_frame: Default::default(),
             ns: Arc::downgrade(self),
         });
@@ -799,6 +888,9 @@ impl CustomLibrary {
             .ns
             .inner
             .load_image(&self.path, pending.clone(), true)?;
+        // A load through the API is an open that is never closed: the library leaves
+        // with its namespace.
+        img.opens.fetch_add(1, Ordering::AcqRel);
         let _ = self.loaded.set(img);
         Ok(())
     }

@@ -109,9 +109,11 @@ fn main() -> ExitCode {
     }
     let rest: Vec<String> = args.collect();
     let run = || -> Result<(u64, i64), Box<dyn std::error::Error>> {
-        let lib = Libpython::open(Libpython::find(&python)?)?;
+        // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
+        let lib = unsafe { Libpython::open(Libpython::find(&python)?)? };
         lib.initialize()?;
-        let py = Python::new(&lib.resolver())?;
+        // SAFETY: dlsym on that library's handle finds that library's symbols.
+        let py = unsafe { Python::new(&lib.resolver())? };
         let bp = Arc::new(Breakpoint {
             target: target.clone(),
             interactive,

@@ -147,9 +147,11 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn load(python: &str, c_hook: &str) -> Bench {
-    let lib = Libpython::open(Libpython::find(python).unwrap()).unwrap();
+    // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
+    let lib = unsafe { Libpython::open(Libpython::find(python).unwrap()) }.unwrap();
     lib.initialize().unwrap();
-    let py = Python::new(&lib.resolver()).unwrap();
+    // SAFETY: dlsym on that library's handle finds that library's symbols.
+    let py = unsafe { Python::new(&lib.resolver()) }.unwrap();
     std::mem::forget(lib);
     let path = CString::new(c_hook).unwrap();
     // SAFETY: loading the fixture library; its symbols have the declared signatures.

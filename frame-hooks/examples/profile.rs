@@ -66,9 +66,11 @@ fn parse() -> Result<Args, String> {
 }
 
 fn run(a: Args) -> Result<i64, Box<dyn std::error::Error>> {
-    let lib = Libpython::open(Libpython::find(&a.python)?)?;
+    // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
+    let lib = unsafe { Libpython::open(Libpython::find(&a.python)?)? };
     lib.initialize()?;
-    let py = Python::new(&lib.resolver())?;
+    // SAFETY: dlsym on that library's handle finds that library's symbols.
+    let py = unsafe { Python::new(&lib.resolver())? };
     let profiler = Arc::new(Profiler::new(&py, true)?);
     let mut hook = py.install(profiler.clone())?;
     let exit = py.run_script(&a.script, &a.rest);

@@ -58,6 +58,15 @@ impl FrameHook for Counter {
                 frame.arguments()
             };
             assert_eq!(args[0].0, "x");
+            assert!(frame.local(0).is_some());
+            assert!(
+                frame.local(10_000).is_none(),
+                "slots past co_nlocals are refused"
+            );
+            let locals = frame.locals();
+            assert_eq!(locals[0].0, "x");
+            assert!(locals[0].1.as_deref().unwrap().starts_with("Loud("));
+            assert_eq!(locals[1], ("unbound_yet".to_string(), None));
         }
         if self.uninstall_in == Some(name.as_str()) {
             let mut inst = UNINSTALL.lock().unwrap().take().expect("installed");
@@ -90,9 +99,11 @@ struct Ctx {
 impl Ctx {
     fn new() -> Ctx {
         let path = std::env::var("FRAME_HOOKS_LIBPYTHON").unwrap();
-        let lib = Libpython::open(&path).unwrap();
+        // SAFETY: the parent found this path with Libpython::find.
+        let lib = unsafe { Libpython::open(&path) }.unwrap();
         lib.initialize().unwrap();
-        let py = Python::new(&lib.resolver()).unwrap();
+        // SAFETY: dlsym on that library's handle finds that library's symbols.
+        let py = unsafe { Python::new(&lib.resolver()) }.unwrap();
         Ctx { lib, py }
     }
 
@@ -352,6 +363,7 @@ class Loud:
 def helper():
     return "h"
 def target(x):
+    unbound_yet = 2
     return 1
 "#;
 
@@ -576,7 +588,8 @@ fn case_finalizing_refused(cx: &Ctx) {
             install_while_finalizing as *const () as usize
         ))
         .unwrap();
-    cx.lib.finalize().unwrap();
+    // SAFETY: no other thread runs Python; only REFUSED is read afterwards.
+    unsafe { cx.lib.finalize() }.unwrap();
     let got = REFUSED.lock().unwrap().clone();
     assert_eq!(
         got.as_deref(),
@@ -636,7 +649,8 @@ fn case_refusals(cx: &Ctx) {
             frame_hooks::cpython::Resolver::resolve(&lib, name)
         }
     };
-    let e = Python::new(&missing).unwrap_err();
+    // SAFETY: the real copy's addresses, one reported missing.
+    let e = unsafe { Python::new(&missing) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "symbol _PyInterpreterState_SetEvalFrameFunc not found in this libpython"
@@ -650,7 +664,8 @@ fn case_refusals(cx: &Ctx) {
             frame_hooks::cpython::Resolver::resolve(&lib, name)
         }
     };
-    let e = Python::new(&fake).unwrap_err();
+    // SAFETY: the real copy's addresses, and a real `unsigned long` for Py_Version.
+    let e = unsafe { Python::new(&fake) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "CPython 3.10.13 is not supported (3.11, 3.12 and 3.13 are)"
@@ -750,8 +765,10 @@ fn cpython_3_10_is_refused_by_name() {
         return;
     };
     // Not initialised: the version gate comes first (3.10 exports no Py_Version).
-    let lib = Libpython::open(lib).unwrap();
-    let e = Python::new(&lib.resolver()).unwrap_err();
+    // SAFETY: a real shared libpython3.10 found through its sysconfig.
+    let lib = unsafe { Libpython::open(lib) }.unwrap();
+    // SAFETY: dlsym on that library's handle.
+    let e = unsafe { Python::new(&lib.resolver()) }.unwrap_err();
     assert_eq!(
         e.to_string(),
         "symbol Py_Version (exported from CPython 3.11 on) not found in this libpython"

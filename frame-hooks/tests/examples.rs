@@ -148,3 +148,33 @@ fn examples_refuse_bad_input_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn breakpoint_interactive_continue_then_quit() {
+    use std::io::Write;
+    let mut child = Command::new(example("breakpoint"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["--interactive", "Shape.__init__", "tests/scripts/shapes.py"])
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"c\nq\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("square perimeter 8"), "{stdout}");
+    assert!(stdout.contains("breakpoint 2: Shape.__init__"), "{stdout}");
+    assert!(
+        !stdout.contains("triangle perimeter"),
+        "quit before the second shape: {stdout}"
+    );
+    assert_eq!(stdout.matches("(break) ").count(), 2, "{stdout}");
+    assert!(
+        stderr.contains("RuntimeError: quit at breakpoint"),
+        "{stderr}"
+    );
+}

@@ -577,3 +577,130 @@ fn lazy_frames_are_built_only_when_asked_and_filled_in_on_return() {
     // Two snapshots at the walk, two when the escaped calls returned; none for leaf.
     assert_eq!(vm.snapshots.load(Ordering::Relaxed), 4);
 }
+
+mod model {
+    //! Random sequences of hook installs, uninstalls, calls and extra operations checked
+    //! against a simple model.
+
+    use super::vm::{code, Op, Vm};
+    use frame_hooks::{ExtraRegistry, HookCx, HookError, HookId};
+    use proptest::prelude::*;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Debug)]
+    enum HookOp {
+        Install,
+        /// Uninstall the k-th installed hook (mod the number installed).
+        Uninstall(usize),
+        Call,
+    }
+
+    fn hook_op() -> impl Strategy<Value = HookOp> {
+        prop_oneof![
+            Just(HookOp::Install),
+            (0usize..8).prop_map(HookOp::Uninstall),
+            Just(HookOp::Call),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn hook_chain_matches_a_stack(ops in proptest::collection::vec(hook_op(), 1..40)) {
+            let vm = Vm::new(|reg| vec![code(reg, "f", 0, 0, vec![Op::Const(1), Op::Ret])]);
+            let log: Arc<Mutex<Vec<usize>>> = Arc::default();
+            // The model: the installed hooks, outermost last.
+            let mut stack: Vec<(usize, HookId)> = Vec::new();
+            let mut next = 0usize;
+            for op in ops {
+                match op {
+                    HookOp::Install => {
+                        let (l, me) = (log.clone(), next);
+                        let id = vm.hooks.install(move |cx: &mut HookCx<'_, '_, '_, Vm>| {
+                            l.lock().unwrap().push(me);
+                            cx.eval_next()
+                        });
+                        match id {
+                            Ok(id) => {
+                                stack.push((me, id));
+                                next += 1;
+                            }
+                            Err(e) => {
+                                prop_assert_eq!(e, HookError::TooManyHooks);
+                                prop_assert!(next >= 64);
+                            }
+                        }
+                    }
+                    HookOp::Uninstall(k) => {
+                        if stack.is_empty() {
+                            continue;
+                        }
+                        let k = k % stack.len();
+                        let (_, id) = stack[k];
+                        let r = vm.hooks.uninstall(id);
+                        if k == stack.len() - 1 {
+                            prop_assert_eq!(r, Ok(()));
+                            stack.pop();
+                        } else {
+                            prop_assert_eq!(r, Err(HookError::NotCurrent(id)));
+                        }
+                    }
+                    HookOp::Call => {
+                        log.lock().unwrap().clear();
+                        prop_assert_eq!(vm.call("f", &[]).unwrap(), 1);
+                        let want: Vec<usize> = stack.iter().rev().map(|(n, _)| *n).collect();
+                        prop_assert_eq!(&*log.lock().unwrap(), &want);
+                    }
+                }
+                prop_assert_eq!(vm.hooks.is_default(), stack.is_empty());
+                prop_assert_eq!(vm.hooks.current(), stack.last().map(|(_, id)| *id));
+            }
+        }
+
+        #[test]
+        fn extras_free_every_value_exactly_once(
+            ops in proptest::collection::vec((0u8..4, 0usize..3, any::<u16>()), 1..60)
+        ) {
+            let reg: ExtraRegistry<4> = ExtraRegistry::new();
+            let freed: Arc<Mutex<Vec<u16>>> = Arc::default();
+            let f = freed.clone();
+            let idx = reg
+                .request_code_extra_index::<u16>(move |v| f.lock().unwrap().push(v))
+                .unwrap();
+            let mut codes: Vec<_> = (0..3).map(|_| reg.new_extras()).collect();
+            let mut model: Vec<Option<u16>> = vec![None; 3];
+            let mut made = Vec::new();
+            let mut taken = Vec::new();
+            for (op, c, v) in ops {
+                match op {
+                    0 => {
+                        let got = *idx.get_or_init(&codes[c], || {
+                            made.push(v);
+                            v
+                        });
+                        prop_assert_eq!(got, *model[c].get_or_insert(v));
+                    }
+                    1 => {
+                        idx.replace(&mut codes[c], v);
+                        made.push(v);
+                        model[c] = Some(v);
+                    }
+                    2 => {
+                        let t = idx.take(&mut codes[c]);
+                        prop_assert_eq!(t, model[c].take());
+                        taken.extend(t);
+                    }
+                    _ => prop_assert_eq!(idx.get(&codes[c]).copied(), model[c]),
+                }
+            }
+            codes.clear();
+            // Every value made was freed once, except those taken out.
+            let mut freed = freed.lock().unwrap().clone();
+            freed.extend(taken);
+            freed.sort();
+            made.sort();
+            prop_assert_eq!(freed, made);
+        }
+    }
+}

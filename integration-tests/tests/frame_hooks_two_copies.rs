@@ -1,8 +1,10 @@
-//! Two copies of the machine's libpython3.11 in one process, loaded by elf-loader, one
-//! hooked by frame-hooks and the other not: the hooked copy's calls reach the hook, the
-//! other copy runs unhooked at the same time; code extras of each copy are freed by that
-//! copy (also while the other copy's hook is current); uninstalling restores the hooked
-//! copy's own default evaluator. Its own test binary: each copy is initialised once.
+//! Two copies of the machine's libpython (3.11, 3.12 and 3.13, each version in a child
+//! process of this test binary) in one process, loaded by elf-loader, one hooked by
+//! frame-hooks and the other not: the hooked copy's calls reach the hook, the other copy
+//! runs unhooked at the same time; code extras of each copy are freed by that copy (also
+//! while the other copy's hook is current) and an index of one copy is refused on the
+//! other's code; uninstalling restores the hooked copy's own default evaluator. An absent
+//! version is skipped with the reason printed.
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
 use frame_hooks::cpython::{CodeExtra, CodeRef, EvalResult, Frame, FrameHook, Python};
@@ -12,16 +14,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-fn libpython311() -> Option<PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sys, sysconfig, os; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')) if sys.version_info[:2] == (3, 11) else '')",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    p.is_file().then_some(p)
+/// The shared libpython of CPython 3.`minor` (python3.X on PATH, else pyenv's), or why
+/// there is none.
+fn libpython(minor: u32) -> Result<PathBuf, String> {
+    frame_hooks::cpython::Libpython::find_minor(minor)
+        .map(|(_, lib)| lib)
+        .map_err(|e| e.to_string())
 }
 
 /// One copy: loaded into its own namespace, initialised, its GIL released.
@@ -40,7 +38,8 @@ fn load(name: &str, path: &PathBuf) -> CustomLibrary {
 
 fn python(lib: &CustomLibrary) -> Python {
     let resolver = |name: &CStr| lib.sym(name.to_str().ok()?);
-    Python::new(&resolver).expect("layout check passes on a custom-loaded copy")
+    // SAFETY: the copy's own symbol table, through elf-loader.
+    unsafe { Python::new(&resolver) }.expect("layout check passes on a custom-loaded copy")
 }
 
 #[derive(Default)]
@@ -83,13 +82,58 @@ fn code_of(py: &Python, func: &CStr) -> *mut frame_hooks::cpython::PyObject {
     })
 }
 
+/// Runs the scenario for CPython 3.`minor` in a child process of this test binary.
+fn in_child(minor: u32) {
+    let path = match libpython(minor) {
+        Ok(p) => p,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env("FRAME_HOOKS_TWO_COPIES_LIB", &path)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{} ({}):\n{text}",
+        path.display(),
+        out.status
+    );
+    assert!(text.contains("two copies: ok"), "{text}");
+}
+
 #[test]
-fn one_copy_hooked_the_other_not() {
-    let Some(path) = libpython311() else {
-        println!("skipped: python3 is not a shared CPython 3.11");
+fn one_copy_hooked_the_other_not_311() {
+    in_child(11);
+}
+
+#[test]
+fn one_copy_hooked_the_other_not_312() {
+    in_child(12);
+}
+
+#[test]
+fn one_copy_hooked_the_other_not_313() {
+    in_child(13);
+}
+
+/// The child side (does nothing unless started by `in_child`).
+#[test]
+fn child() {
+    let Some(path) = std::env::var_os("FRAME_HOOKS_TWO_COPIES_LIB") else {
         return;
     };
-    let (lib_a, lib_b) = (load("hooked", &path), load("plain", &path));
+    two_copies(&PathBuf::from(path));
+    println!("two copies: ok");
+}
+
+fn two_copies(path: &PathBuf) {
+    let (lib_a, lib_b) = (load("hooked", path), load("plain", path));
     let (a, b) = (python(&lib_a), python(&lib_b));
     assert_ne!(
         a.api().eval_default as usize,
@@ -134,6 +178,23 @@ fn one_copy_hooked_the_other_not() {
             unsafe { extra.set(CodeRef::from_ptr(py, code), Tracked) };
         });
     }
+    // An index of one copy is refused on the other copy's code object.
+    let doomed_b = code_of(&b, c"doomed");
+    let refused = b.with_gil(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: a live code object of copy b, GIL of b held.
+            extra_a
+                .get(unsafe { CodeRef::from_ptr(&b, doomed_b) })
+                .is_some()
+        }))
+    });
+    let msg = refused.expect_err("refused");
+    assert!(
+        msg.downcast_ref::<String>()
+            .is_some_and(|m| m.contains("used with a code object of another libpython copy")),
+        "{:?}",
+        msg.downcast_ref::<String>()
+    );
     let before = DROPPED.load(Ordering::SeqCst);
     b.run("del doomed\nimport gc\ngc.collect()").unwrap();
     assert_eq!(

@@ -148,7 +148,8 @@ pub fn own_target_dir() -> PathBuf {
 }
 
 /// Builds a C (or C++) program against `include/elf_loader.h`, linked with the crate's
-/// cdylib and nothing else but the language's runtime (plus `extra` arguments).
+/// cdylib (found through DT_RPATH) and nothing else but the language's runtime (plus
+/// `extra` arguments).
 pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
     let libdir = cdylib_dir();
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -157,6 +158,9 @@ pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
         format!("-L{}", libdir.display()),
         "-lelf_loader".into(),
         format!("-Wl,-rpath,{}", libdir.display()),
+        // DT_RPATH, not DT_RUNPATH: it is searched before LD_LIBRARY_PATH, which cargo
+        // points at target/debug, where an older `libelf_loader.so` may lie.
+        "-Wl,--disable-new-dtags".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     build_exe(name, &[manifest.join("tests/c").join(source)], &args)

@@ -234,7 +234,14 @@ impl Api {
     }
 
     /// Holds this copy's GIL while `f` runs (`PyGILState_Ensure`/`Release`, reentrant).
+    /// Panics (rather than touching freed state) if the interpreter is not initialised.
     pub fn with_gil<R>(&self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: Py_IsInitialized may be called at any time.
+        let initialized = unsafe { (self.is_initialized)() } != 0;
+        assert!(
+            initialized,
+            "the interpreter of this libpython is not initialised (finalised?)"
+        );
         struct Release<'a>(&'a Api, c_int);
         impl Drop for Release<'_> {
             fn drop(&mut self) {
@@ -265,26 +272,41 @@ impl Api {
         Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     }
 
-    /// Attribute `name` of `obj` as text, with any pending exception kept intact.
+    /// Attribute `name` of `obj` converted by `convert` (which gets a new reference it
+    /// must not release), with any pending exception kept intact and errors cleared.
     ///
     /// # Safety
     /// The GIL is held and `obj` is a live object of this copy.
-    pub unsafe fn attr_string(&self, obj: *mut PyObject, name: &CStr) -> Option<String> {
+    unsafe fn attr_with<R>(
+        &self,
+        obj: *mut PyObject,
+        name: &CStr,
+        convert: impl FnOnce(*mut PyObject) -> Option<R>,
+    ) -> Option<R> {
         // SAFETY: per the caller's guarantee; the pending exception is saved and restored.
         unsafe {
             let saved = self.save_error();
             let a = (self.getattr)(obj, name.as_ptr());
             let out = if a.is_null() {
-                (self.err_clear)();
                 None
             } else {
-                let s = self.str_of(a);
+                let v = convert(a);
                 (self.decref)(a);
-                s
+                v
             };
+            (self.err_clear)();
             self.restore_error(saved);
             out
         }
+    }
+
+    /// Attribute `name` of `obj` as text, with any pending exception kept intact.
+    ///
+    /// # Safety
+    /// The GIL is held and `obj` is a live object of this copy.
+    pub unsafe fn attr_string(&self, obj: *mut PyObject, name: &CStr) -> Option<String> {
+        // SAFETY: per the caller's guarantee; `a` is a live attribute value.
+        unsafe { self.attr_with(obj, name, |a| self.str_of(a)) }
     }
 
     /// Attribute `name` of `obj` as an integer, with any pending exception kept intact.
@@ -292,26 +314,17 @@ impl Api {
     /// # Safety
     /// The GIL is held and `obj` is a live object of this copy.
     pub unsafe fn attr_long(&self, obj: *mut PyObject, name: &CStr) -> Option<i64> {
-        // SAFETY: per the caller's guarantee; the pending exception is saved and restored.
+        // SAFETY: per the caller's guarantee; `a` is a live attribute value.
         unsafe {
-            let saved = self.save_error();
-            let a = (self.getattr)(obj, name.as_ptr());
-            let out = if a.is_null() {
-                (self.err_clear)();
-                None
-            } else {
+            self.attr_with(obj, name, |a| {
                 let v = (self.long_as_long)(a);
-                (self.decref)(a);
                 if v == -1 && !(self.err_occurred)().is_null() {
-                    (self.err_clear)();
                     None
                 } else {
                     #[allow(clippy::useless_conversion)] // c_long is i32 on some targets
                     Some(i64::from(v))
                 }
-            };
-            self.restore_error(saved);
-            out
+            })
         }
     }
 

@@ -53,8 +53,49 @@ impl Libpython {
         Ok(path)
     }
 
+    /// A CPython 3.`minor` with a shared libpython on this machine: `python3.X` on the
+    /// PATH, else the newest `3.X.*` under pyenv's root (`pyenv root`). Returns the
+    /// interpreter to run and its libpython, or an error listing what was tried.
+    pub fn find_minor(minor: u32) -> Result<(String, PathBuf), Error> {
+        let mut candidates = vec![format!("python3.{minor}")];
+        if let Ok(out) = std::process::Command::new("pyenv").arg("root").output() {
+            let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if let Ok(dir) = std::fs::read_dir(format!("{root}/versions")) {
+                let mut found: Vec<String> = dir
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&format!("3.{minor}.")))
+                    .collect();
+                found.sort_by_key(|v| {
+                    v.split('.')
+                        .map(|p| p.parse::<u32>().unwrap_or(0))
+                        .collect::<Vec<_>>()
+                });
+                for v in found.into_iter().rev() {
+                    candidates.push(format!("{root}/versions/{v}/bin/python3.{minor}"));
+                }
+            }
+        }
+        let mut why = Vec::new();
+        for c in candidates {
+            match Libpython::find(&c) {
+                Ok(p) => return Ok((c, p)),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+        Err(Error::Load {
+            path: format!("CPython 3.{minor}"),
+            message: format!("no shared CPython 3.{minor} found: {}", why.join("; ")),
+        })
+    }
+
     /// Opens `path` with `RTLD_NOW | RTLD_GLOBAL`.
-    pub fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
+    ///
+    /// # Safety
+    /// Loading a library runs its initialisers and puts its symbols in the process's
+    /// global scope: `path` must be a CPython shared library (as [`Libpython::find`]
+    /// returns), not an arbitrary file.
+    pub unsafe fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
         let path = path.as_ref();
         let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::Load {
             path: path.display().to_string(),
@@ -128,7 +169,12 @@ impl Libpython {
 
     /// Finalises the interpreter (`Py_FinalizeEx`) from a thread that does not hold the
     /// GIL: takes it first.
-    pub fn finalize(&self) -> Result<(), Error> {
+    ///
+    /// # Safety
+    /// No other thread runs this copy's Python code or holds its GIL, and nothing made
+    /// from this copy (a `Python`'s code references, results) is used afterwards except
+    /// to check `Py_IsInitialized` (which `Python` and `Installed` do).
+    pub unsafe fn finalize(&self) -> Result<(), Error> {
         let ensure: unsafe extern "C" fn() -> c_int =
             // SAFETY: PyGILState_Ensure has this signature.
             unsafe { std::mem::transmute(self.sym(c"PyGILState_Ensure")?) };

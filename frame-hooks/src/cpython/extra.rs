@@ -76,14 +76,28 @@ impl<T: Send + Sync + 'static> CodeExtra<T> {
         self.index
     }
 
+    /// Refuses a code object of another libpython copy (its extra array belongs to that
+    /// copy's indices).
+    #[inline(always)]
+    fn check_copy(&self, code: &CodeRef<'_>) {
+        // The same handle's table (one compare), else the same copy's evaluator.
+        assert!(
+            std::ptr::eq(self.api, code.api())
+                || self.api.eval_default as usize == code.api().eval_default as usize,
+            "code extra index {} used with a code object of another libpython copy",
+            self.index
+        );
+    }
+
     /// The value stored for `code`, read straight from `co_extra`.
     #[inline]
     pub fn get<'c>(&self, code: CodeRef<'c>) -> Option<&'c T> {
-        // CodeRef is a live code object of this copy whose co_extra offset was checked;
-        // co_extra is NULL or {size, extras[size]}; a non-null value of our index is a
-        // Box<T> freed only by a replace (`set`, unsafe: no `get` reference may be
-        // alive) or with the code object (which `'c` outlives).
-        // SAFETY: as above.
+        self.check_copy(&code);
+        // A non-null value of our index is a Box<T> freed only by a replace (`set`,
+        // unsafe: no `get` reference may be alive) or with the code object (which `'c`
+        // outlives).
+        // SAFETY: CodeRef is a live code object of this copy whose co_extra offset was
+        // checked; co_extra is NULL or {size, extras[size]}; see above for the value.
         unsafe {
             let ce = word(code.as_ptr() as *const c_void, self.co_extra) as *const isize;
             if ce.is_null() || *ce <= self.index {
@@ -95,6 +109,7 @@ impl<T: Send + Sync + 'static> CodeExtra<T> {
 
     /// The value through the copy's own `_PyCode_GetExtra` (what `get` reads directly).
     pub fn get_via_api<'c>(&self, code: CodeRef<'c>) -> Option<&'c T> {
+        self.check_copy(&code);
         let mut out: *mut c_void = std::ptr::null_mut();
         // SAFETY: GIL held (CodeRef's invariant); a valid out-pointer.
         let rc = unsafe { (self.api.code_get_extra)(code.as_ptr(), self.index, &mut out) };
@@ -128,6 +143,7 @@ impl<T: Send + Sync + 'static> CodeExtra<T> {
     /// No reference returned by [`get`](Self::get) for this code object is alive (the
     /// replaced value is dropped now). The GIL is held.
     pub unsafe fn set(&self, code: CodeRef<'_>, value: T) {
+        self.check_copy(&code);
         let p = Box::into_raw(Box::new(value)).cast::<c_void>();
         // SAFETY: per the caller's guarantee; `code` is a code object of this copy.
         let rc = unsafe { (self.api.code_set_extra)(code.as_ptr(), self.index, p) };
@@ -145,6 +161,7 @@ impl<T: Send + Sync + 'static> CodeExtra<T> {
     /// # Safety
     /// As for [`set`](Self::set).
     pub unsafe fn clear(&self, code: CodeRef<'_>) {
+        self.check_copy(&code);
         // SAFETY: per the caller's guarantee.
         let rc =
             unsafe { (self.api.code_set_extra)(code.as_ptr(), self.index, std::ptr::null_mut()) };

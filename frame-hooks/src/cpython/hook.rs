@@ -120,6 +120,11 @@ impl<'a> CodeRef<'a> {
         self.ptr
     }
 
+    /// The C API table of the copy the code object belongs to.
+    pub fn api(&self) -> &'static Api {
+        self.api
+    }
+
     /// `co_qualname`.
     pub fn qualname(&self) -> String {
         // SAFETY: a live code object under the GIL (CodeRef's invariant).
@@ -152,14 +157,24 @@ impl<'a> CodeRef<'a> {
 
     /// The names of the parameters, in the order of the frame's first local slots.
     pub fn parameter_names(&self) -> Vec<String> {
+        self.varnames(self.parameter_count())
+    }
+
+    /// The names of the plain local variables (`co_varnames`, parameters first), in the
+    /// order of the frame's first `co_nlocals` slots.
+    pub fn local_names(&self) -> Vec<String> {
+        self.varnames(usize::MAX)
+    }
+
+    /// The first `n` names of `co_varnames`.
+    fn varnames(&self, n: usize) -> Vec<String> {
         let api = self.api;
-        let n = self.parameter_count();
-        // SAFETY: as above; co_varnames is a tuple of str whose first entries are the
-        // parameters (the layout of `localsplus` in 3.11-3.13).
+        // SAFETY: as above; co_varnames is a tuple of str whose entries name the first
+        // local slots, parameters first (the layout of `localsplus` in 3.11-3.13).
         unsafe {
             let saved = api.save_error();
             let names = (api.getattr)(self.ptr, c"co_varnames".as_ptr());
-            let mut out = Vec::with_capacity(n);
+            let mut out = Vec::new();
             if names.is_null() {
                 (api.err_clear)();
             } else {
@@ -286,11 +301,12 @@ impl<'a> Frame<'a> {
             "a frame was evaluated twice by one hook"
         );
         let bit = self.bit;
-        let g = GUARD.with(|g| g.get());
-        GUARD.with(|c| c.set(g & !bit));
+        // Lift the guard around the evaluation (nested trampolines leave the word as they
+        // found it, so clearing and setting our bit restores it).
+        GUARD.with(|c| c.set(c.get() & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
         let obj = unsafe { f(self.tstate, self.frame, throw) };
-        GUARD.with(|c| c.set(g));
+        GUARD.with(|c| c.set(c.get() | bit));
         EvalResult {
             obj,
             api: self.common.api,
@@ -317,11 +333,15 @@ impl<'a> Frame<'a> {
         self.run(self.common.prev, 1)
     }
 
-    /// The object in local slot `i` (borrowed; `None` if unset). Parameters occupy the
-    /// first slots; before `RESUME`, cell parameters are still plain values.
+    /// The object in local slot `i` (borrowed; `None` if unset or if `i` is not below
+    /// `co_nlocals`). Parameters occupy the first slots; before `RESUME`, cell parameters
+    /// are still plain values.
     pub fn local(&self, i: usize) -> Option<*mut PyObject> {
-        // SAFETY: slot i < the frame's local count is a live word of localsplus (checked
-        // against the code's parameter count by callers such as `arguments`).
+        let nlocals = self.code().attr_long(c"co_nlocals").unwrap_or(0).max(0) as usize;
+        if i >= nlocals {
+            return None;
+        }
+        // SAFETY: slot i < co_nlocals is a live word of the frame's localsplus.
         let p = unsafe {
             word(
                 self.frame as *const c_void,
@@ -334,17 +354,27 @@ impl<'a> Frame<'a> {
     /// The parameters as `(name, repr)` pairs. `repr` runs Python code, which is not
     /// hooked by this hook (the recursion guard).
     pub fn arguments(&self) -> Vec<(String, String)> {
-        let code = self.code();
-        let names = code.parameter_names();
+        self.named_reprs(self.code().parameter_names())
+            .into_iter()
+            .map(|(name, value)| (name, value.unwrap_or_else(|| "<unset>".into())))
+            .collect()
+    }
+
+    /// Every plain local variable as `(name, repr)`, `None` for one not bound yet (at the
+    /// hook's call only the parameters are). `repr` runs unhooked by this hook.
+    pub fn locals(&self) -> Vec<(String, Option<String>)> {
+        self.named_reprs(self.code().local_names())
+    }
+
+    fn named_reprs(&self, names: Vec<String>) -> Vec<(String, Option<String>)> {
         names
             .into_iter()
             .enumerate()
             .map(|(i, name)| {
-                let value = match self.local(i) {
-                    // SAFETY: a live object in the frame's locals; GIL held.
-                    Some(obj) => unsafe { self.common.api.repr_of(obj) },
-                    None => "<unset>".into(),
-                };
+                // SAFETY: a live object in the frame's locals; GIL held.
+                let value = self
+                    .local(i)
+                    .map(|obj| unsafe { self.common.api.repr_of(obj) });
                 (name, value)
             })
             .collect()
@@ -426,8 +456,13 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
-    if g & bit != 0 || (throw != 0 && !H::WANTS_THROWS) {
+    if g & bit != 0 {
+        // Our hook's own code is running on this thread: not re-entered.
         // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
+        return unsafe { (c.prev)(tstate, frame, throw) };
+    }
+    if throw != 0 && !H::WANTS_THROWS {
+        // SAFETY: as above.
         return unsafe { (c.prev)(tstate, frame, throw) };
     }
     if c.slow_checks.load(Ordering::Relaxed) {
@@ -463,7 +498,8 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
         bit,
     };
     let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
-    GUARD.with(|cell| cell.set(g));
+    // Our bit was clear on entry; everything else was restored by whoever changed it.
+    GUARD.with(|cell| cell.set(cell.get() & !bit));
     match r {
         Ok(res) => {
             if !consumed.get() {
@@ -630,9 +666,12 @@ impl<H: FrameHook> Installed<H> {
 impl<H: FrameHook> Drop for Installed<H> {
     fn drop(&mut self) {
         if self.active {
-            // SAFETY: callable at any time.
-            let finalizing = unsafe { (self.python.api().is_finalizing)() } != 0;
-            if finalizing {
+            let api = self.python.api();
+            // SAFETY: both are callable at any time.
+            let gone = unsafe { (api.is_finalizing)() != 0 || (api.is_initialized)() == 0 };
+            if gone {
+                // The interpreter is finalising or finalised: its eval function no longer
+                // matters and its GIL can no longer be taken.
                 return;
             }
             if let Err(e) = self.uninstall() {

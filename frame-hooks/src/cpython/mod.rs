@@ -149,7 +149,12 @@ impl std::fmt::Debug for Python {
 impl Python {
     /// Resolves the C API of the copy behind `resolver` and checks its layout. The copy's
     /// interpreter must be initialised; this takes its GIL (any thread may call it).
-    pub fn new(resolver: &dyn Resolver) -> Result<Python, Error> {
+    ///
+    /// # Safety
+    /// Every address `resolver` returns is that of the named symbol in one loaded
+    /// libpython (the backend calls and reads them as CPython declares them); a symbol
+    /// the copy lacks may be reported as missing, never as another address.
+    pub unsafe fn new(resolver: &dyn Resolver) -> Result<Python, Error> {
         let api = Api::resolve(resolver)?;
         // SAFETY: Py_IsInitialized may be called at any time.
         if unsafe { (api.is_initialized)() } == 0 {

@@ -10,38 +10,16 @@ use std::process::Command;
 /// A CPython 3.`minor` interpreter with a shared libpython: the program to run, or why
 /// there is none.
 pub fn python(minor: u32) -> Result<String, String> {
-    let mut why = Vec::new();
-    for c in candidates(minor) {
-        match frame_hooks::cpython::Libpython::find(&c) {
-            Ok(_) => return Ok(c),
-            Err(e) => why.push(e.to_string()),
-        }
-    }
-    Err(format!("no shared CPython 3.{minor}: {}", why.join("; ")))
+    frame_hooks::cpython::Libpython::find_minor(minor)
+        .map(|(python, _)| python)
+        .map_err(|e| e.to_string())
 }
 
 /// The shared libpython of CPython 3.`minor`, or why there is none.
 pub fn libpython(minor: u32) -> Result<PathBuf, String> {
-    python(minor).map(|p| frame_hooks::cpython::Libpython::find(&p).unwrap())
-}
-
-fn candidates(minor: u32) -> Vec<String> {
-    let mut candidates = vec![format!("python3.{minor}")];
-    if let Ok(out) = Command::new("pyenv").arg("root").output() {
-        let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if let Ok(dir) = std::fs::read_dir(format!("{root}/versions")) {
-            let mut found: Vec<_> = dir
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&format!("3.{minor}.")))
-                .collect();
-            found.sort();
-            for v in found.into_iter().rev() {
-                candidates.push(format!("{root}/versions/{v}/bin/python3.{minor}"));
-            }
-        }
-    }
-    candidates
+    frame_hooks::cpython::Libpython::find_minor(minor)
+        .map(|(_, lib)| lib)
+        .map_err(|e| e.to_string())
 }
 
 /// Runs `case` in a child process (the test binary's `child` test) against CPython

@@ -31,31 +31,6 @@ fn c_fixture() -> Result<String> {
     Ok(lib.display().to_string())
 }
 
-fn figures(cmd: &mut Command, what: &str) -> Result<Vec<(String, f64)>> {
-    println!("    running {what}");
-    let out = cmd
-        .output()
-        .with_context(|| format!("could not start {what}"))?;
-    if !out.status.success() {
-        bail!(
-            "{what} failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .with_context(|| format!("{what} printed no JSON object"))?;
-    v.as_object()
-        .with_context(|| format!("{what}: not a JSON object"))?
-        .iter()
-        .map(|(k, v)| {
-            v.as_f64()
-                .map(|f| (k.clone(), f))
-                .with_context(|| format!("{what}: {k} is not a number"))
-        })
-        .collect()
-}
-
 /// Instructions callgrind counts in `fh_bench_region` for one `fib(20)` under `mode`.
 fn callgrind(bin: &str, c_hook: &str, mode: &str) -> Result<f64> {
     let out = Command::new("valgrind")
@@ -114,7 +89,7 @@ pub fn run() -> Result<()> {
     let mut cmd = Command::new(&bin);
     cmd.args(["--c-hook", &c_hook, "--rounds", &rounds])
         .current_dir(root());
-    for (k, v) in figures(&mut cmd, "hook_bench (release, python3)")? {
+    for (k, v) in super::gil::json_figures(cmd, "hook_bench (release, python3)")? {
         report.value(&k, v);
     }
 

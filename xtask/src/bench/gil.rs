@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use std::process::Command;
 
 /// Runs a command and parses its stdout as a flat JSON object of numbers.
-fn json_figures(mut cmd: Command, what: &str) -> Result<Vec<(String, f64)>> {
+pub(super) fn json_figures(mut cmd: Command, what: &str) -> Result<Vec<(String, f64)>> {
     println!("    running {what}");
     let out = cmd
         .output()

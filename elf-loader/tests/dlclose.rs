@@ -1,0 +1,208 @@
+//! `dlclose` from loaded code with glibc's reference counting: each `dlopen` is an open,
+//! `dlclose` drops one, and a library nothing uses any more (no opens left, not a
+//! dependency or binding target of a used library, not `RTLD_NODELETE`) is finalised
+//! and unmapped, with the dependencies only it used; libraries loaded through the API
+//! stay until their namespace goes.
+
+mod common;
+
+use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Mutex;
+
+/// The tests share the unload hook's counters: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+static UNLOADS: AtomicI32 = AtomicI32::new(0);
+static LAST_STATE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn unload_hook(state: i32) {
+    LAST_STATE.store(state, Ordering::SeqCst);
+    UNLOADS.fetch_add(1, Ordering::SeqCst);
+}
+
+struct Fixtures {
+    host: PathBuf,
+    plugin: PathBuf,
+    helper: PathBuf,
+    user: PathBuf,
+}
+
+fn fixtures() -> Fixtures {
+    let helper = common::build_so("unload_helper", &["unload_helper.c"], &[]);
+    Fixtures {
+        plugin: common::build_so(
+            "unload_plugin",
+            &["unload_plugin.c"],
+            &["-lunload_helper", "-Wl,-rpath,$ORIGIN"],
+        ),
+        host: common::build_so("unload_host", &["unload_host.c"], &[]),
+        user: common::build_so("unload_user", &["unload_user.c"], &[]),
+        helper,
+    }
+}
+
+fn mapped(path: &Path) -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| l.ends_with(path.to_str().unwrap()))
+}
+
+/// The host library's entries, bound to one namespace.
+struct Host {
+    ns: Namespace,
+    _lib: CustomLibrary,
+    open: extern "C" fn(*const c_char, c_int) -> *mut c_void,
+    close: extern "C" fn(*mut c_void) -> c_int,
+    sym: extern "C" fn(*mut c_void, *const c_char) -> *mut c_void,
+    error: extern "C" fn() -> *const c_char,
+}
+
+impl Host {
+    fn load(path: &Path, name: &str) -> Host {
+        let ns = Namespace::new(name);
+        let lib = ns.load(path).unwrap();
+        let f = |n: &str| lib.sym(n).unwrap();
+        // SAFETY: signatures as in unload_host.c.
+        unsafe {
+            Host {
+                open: std::mem::transmute::<
+                    usize,
+                    extern "C" fn(*const c_char, c_int) -> *mut c_void,
+                >(f("host_open")),
+                close: std::mem::transmute::<usize, extern "C" fn(*mut c_void) -> c_int>(f(
+                    "host_close",
+                )),
+                sym: std::mem::transmute::<
+                    usize,
+                    extern "C" fn(*mut c_void, *const c_char) -> *mut c_void,
+                >(f("host_sym")),
+                error: std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(f(
+                    "host_error",
+                )),
+                ns,
+                _lib: lib,
+            }
+        }
+    }
+    fn open(&self, path: &Path, flags: c_int) -> *mut c_void {
+        let c = CString::new(path.to_str().unwrap()).unwrap();
+        let h = (self.open)(c.as_ptr(), flags);
+        assert!(!h.is_null(), "dlopen failed: {}", self.error());
+        h
+    }
+    fn error(&self) -> String {
+        // SAFETY: the fixture's NUL-terminated buffer.
+        unsafe { CStr::from_ptr((self.error)()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+    fn call(&self, h: *mut c_void, name: &CStr) -> i32 {
+        let f = (self.sym)(h, name.as_ptr());
+        assert!(!f.is_null(), "{name:?} not found");
+        // SAFETY: the fixtures' int(void) functions.
+        let f = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn() -> i32>(f) };
+        f()
+    }
+    fn set_hook(&self, h: *mut c_void) {
+        let f = (self.sym)(h, c"set_unload_hook".as_ptr());
+        // SAFETY: as in unload_plugin.c.
+        let f = unsafe { std::mem::transmute::<*mut c_void, extern "C" fn(extern "C" fn(i32))>(f) };
+        f(unload_hook);
+    }
+    fn paths(&self) -> Vec<PathBuf> {
+        self.ns.library_paths()
+    }
+}
+
+#[test]
+fn each_open_is_closed_once_and_the_last_close_unloads() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = fixtures();
+    let host = Host::load(&f.host, "dlclose-count");
+    let before = UNLOADS.load(Ordering::SeqCst);
+    let h1 = host.open(&f.plugin, libc::RTLD_NOW);
+    let h2 = host.open(&f.plugin, libc::RTLD_NOW);
+    assert_eq!(h1, h2, "the same library gives the same handle");
+    host.set_hook(h1);
+    assert_eq!(host.call(h1, c"bump"), 1);
+    assert_eq!(host.call(h1, c"bump"), 2);
+    assert_eq!(host.call(h1, c"plugin_helper"), 42);
+    assert!(mapped(&f.plugin) && mapped(&f.helper));
+
+    assert_eq!((host.close)(h1), 0);
+    assert!(mapped(&f.plugin), "one open left");
+    assert_eq!(host.call(h2, c"bump"), 3);
+    assert_eq!(UNLOADS.load(Ordering::SeqCst), before);
+
+    assert_eq!((host.close)(h2), 0);
+    assert_eq!(UNLOADS.load(Ordering::SeqCst), before + 1, "fini ran once");
+    assert_eq!(LAST_STATE.load(Ordering::SeqCst), 3);
+    assert!(!mapped(&f.plugin), "the plugin is unmapped");
+    assert!(
+        !mapped(&f.helper),
+        "its dependency, used by nothing else, too"
+    );
+    assert!(!host.paths().contains(&f.plugin), "{:?}", host.paths());
+
+    // Closing again is an error that names the problem, not a crash.
+    assert_eq!((host.close)(h2), -1);
+    assert!(host.error().contains("not open"), "{}", host.error());
+
+    // Opening again loads a fresh copy.
+    let h3 = host.open(&f.plugin, libc::RTLD_NOW);
+    assert_eq!(host.call(h3, c"bump"), 1, "state starts afresh");
+    assert_eq!((host.close)(h3), 0);
+    assert!(!mapped(&f.plugin));
+}
+
+#[test]
+fn rtld_nodelete_and_api_loads_stay() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = fixtures();
+    let host = Host::load(&f.host, "dlclose-nodelete");
+    let h = host.open(&f.plugin, libc::RTLD_NOW | libc::RTLD_NODELETE);
+    assert_eq!(host.call(h, c"bump"), 1);
+    assert_eq!((host.close)(h), 0);
+    assert!(mapped(&f.plugin), "RTLD_NODELETE keeps the library");
+    let h = host.open(&f.plugin, libc::RTLD_NOW);
+    assert_eq!(host.call(h, c"bump"), 2, "the same copy, its state kept");
+    assert_eq!((host.close)(h), 0);
+    assert!(mapped(&f.plugin));
+
+    // The host was loaded through the API: opening and closing it from inside leaves it.
+    let me = host.open(&f.host, libc::RTLD_NOW);
+    assert_eq!((host.close)(me), 0);
+    assert!(host.paths().contains(&f.host));
+    drop(host);
+    assert!(!mapped(&f.plugin), "the namespace's end unloads everything");
+}
+
+#[test]
+fn a_library_stays_while_another_uses_its_symbols() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = fixtures();
+    let host = Host::load(&f.host, "dlclose-reldeps");
+    // The helper joins the global scope; the user binds helper_value from it.
+    let helper = host.open(&f.helper, libc::RTLD_NOW | libc::RTLD_GLOBAL);
+    let user = host.open(&f.user, libc::RTLD_NOW);
+    assert_eq!(host.call(user, c"user_value"), 41);
+    assert_eq!((host.close)(helper), 0);
+    assert!(
+        mapped(&f.helper),
+        "bound to by a library still open: kept (glibc's l_reldeps)"
+    );
+    assert_eq!(host.call(user, c"user_value"), 41);
+    assert_eq!((host.close)(user), 0);
+    assert!(!mapped(&f.user) && !mapped(&f.helper), "both gone");
+    // No longer in the global scope: a new user cannot bind helper_value.
+    let c = CString::new(f.user.to_str().unwrap()).unwrap();
+    assert!((host.open)(c.as_ptr(), libc::RTLD_NOW).is_null());
+    let e = host.error();
+    assert!(
+        e.contains("helper_value") && e.contains("libunload_user.so"),
+        "{e}"
+    );
+}
