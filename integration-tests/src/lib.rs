@@ -9,4 +9,5 @@
 //!
 //! None of the scenarios exists yet; `cargo xtask demo` says which ones run.
 
+pub mod cext;
 pub mod multipy;
