@@ -18,8 +18,9 @@
  * (RB_STUB_TAG). The macros untag before dereferencing; code that reads ob_refcnt or
  * ob_type directly instead of through Py_REFCNT/Py_TYPE does not work on stubs.
  *
- * Py_INCREF and Py_DECREF are inline: one add or subtract and one compare, calling out
- * only when a stub's count crosses RB_MANAGED_REFCNT or a count reaches 0.
+ * Py_INCREF and Py_DECREF are inline and are CPython 3.11's (one add; one subtract and
+ * _Py_Dealloc at 0) on the untagged address: nothing runs when a stub's count crosses
+ * RB_MANAGED_REFCNT (the collector reads the counts).
  *
  * A thread uses these functions while a bridge is entered on it (Bridge::enter in Rust,
  * rb_init for a C program). Failures return NULL or -1 and set the pending error,
@@ -105,12 +106,6 @@ typedef struct {
 #define _PyObject_CAST(op) ((PyObject *)(op))
 #define _PyVarObject_CAST(op) ((PyVarObject *)(op))
 
-#if defined(__GNUC__)
-#define RB_UNLIKELY(x) __builtin_expect(!!(x), 0)
-#else
-#define RB_UNLIKELY(x) (x)
-#endif
-
 /* Whether a pointer is a stub of a managed object: one test, bit 63. */
 static inline int rb_is_stub(const void *op) { return ((uintptr_t)op & RB_STUB_TAG) != 0; }
 
@@ -119,16 +114,8 @@ static inline PyObject *_rb_untag(const void *op) {
     return (PyObject *)((uintptr_t)op & ~RB_STUB_TAG);
 }
 
-/* -1 for stubs, 0 for native objects, without a branch. */
-static inline Py_ssize_t _rb_stub_mask(const void *op) {
-    return -(Py_ssize_t)((uintptr_t)op >> 63);
-}
-
-/* Slow paths (called only when a stub's count crosses RB_MANAGED_REFCNT or a count
-   reaches 0 or comes back from -1). */
-void _rb_incref_slow(PyObject *op);
-void _rb_decref_slow(PyObject *op);
-void _rb_stub_count_set(PyObject *op, Py_ssize_t old);
+/* The one slow path of Py_DECREF: a count reached 0 (deallocate a native object, free a
+   stub whose managed object died). */
 void _Py_Dealloc(PyObject *op);
 
 static inline Py_ssize_t Py_REFCNT(const PyObject *ob) { return _rb_untag(ob)->ob_refcnt; }
@@ -148,25 +135,18 @@ static inline void Py_SET_SIZE(PyVarObject *ob, Py_ssize_t size) {
 #define Py_SET_SIZE(ob, size) Py_SET_SIZE(_PyVarObject_CAST(ob), (size))
 
 static inline void Py_SET_REFCNT(PyObject *ob, Py_ssize_t refcnt) {
-    PyObject *o = _rb_untag(ob);
-    Py_ssize_t old = o->ob_refcnt;
-    o->ob_refcnt = refcnt;
-    if (RB_UNLIKELY(rb_is_stub(ob))) _rb_stub_count_set(ob, old);
+    _rb_untag(ob)->ob_refcnt = refcnt;
 }
 #define Py_SET_REFCNT(ob, refcnt) Py_SET_REFCNT(_PyObject_CAST(ob), (refcnt))
 
-static inline void Py_INCREF(PyObject *op) {
-    Py_ssize_t c = ++_rb_untag(op)->ob_refcnt;
-    /* a stub reaching MANAGED_REFCNT + 1, or a native object coming back from -1 */
-    if (RB_UNLIKELY(c == (_rb_stub_mask(op) & (RB_MANAGED_REFCNT + 1)))) _rb_incref_slow(op);
-}
+/* CPython's Py_INCREF and Py_DECREF on the untagged address. A stub's handle-table
+   entry is strong while its count is above RB_MANAGED_REFCNT: the collector reads the
+   count, so nothing has to run when it crosses RB_MANAGED_REFCNT. */
+static inline void Py_INCREF(PyObject *op) { _rb_untag(op)->ob_refcnt++; }
 #define Py_INCREF(op) Py_INCREF(_PyObject_CAST(op))
 
 static inline void Py_DECREF(PyObject *op) {
-    Py_ssize_t c = --_rb_untag(op)->ob_refcnt;
-    /* a native object reaching 0, or a stub reaching MANAGED_REFCNT or below */
-    if (RB_UNLIKELY((size_t)c <= (size_t)(_rb_stub_mask(op) & RB_MANAGED_REFCNT)))
-        _rb_decref_slow(op);
+    if (--_rb_untag(op)->ob_refcnt == 0) _Py_Dealloc(op);
 }
 #define Py_DECREF(op) Py_DECREF(_PyObject_CAST(op))
 

@@ -18,7 +18,7 @@ use crate::abi::{
 };
 use crate::debug::{DebugReport, DebugState, ReportKind, QUARANTINE};
 use crate::error::BridgeError;
-use crate::handles::{HandleTable, IMMORTAL, STRONG, USED, WEAK_LIMIT};
+use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
 use crate::mem::MemAccount;
 use crate::{cycle, mem};
 use gc_core::{
@@ -498,7 +498,6 @@ impl Bridge {
         let idx = unsafe { HandleTable::index_fast(op) };
         st.table.entries[idx as usize].flags |= IMMORTAL;
         st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-        st.table.set_strong(idx, true);
         // SAFETY: the stub is live.
         unsafe { (*untag(op)).ob_refcnt = IMMORTAL_REFCNT };
         Ok(op)
@@ -594,7 +593,7 @@ impl Bridge {
             stubs_made: c.stubs_made.load(Ordering::Relaxed),
             stubs_freed: c.stubs_freed.load(Ordering::Relaxed),
             stubs_live: st.table.used,
-            strong_entries: st.table.strong,
+            strong_entries: st.table.strong_count(),
             mirrors_made: c.mirrors_made.load(Ordering::Relaxed),
             mirrors_live: st.by_native.len(),
             queue_deallocs: c.queue_deallocs.load(Ordering::Relaxed),
@@ -630,7 +629,7 @@ impl Bridge {
     pub fn is_strong(&self, op: *const PyObject) -> Option<bool> {
         let st = self.0.state.lock();
         let idx = st.table.index_of(op)?;
-        Some(st.table.entries[idx as usize].flags & STRONG != 0)
+        Some(st.table.is_strong(idx))
     }
 
     /// Whether native object `op` has a live mirror.
@@ -669,11 +668,7 @@ impl Bridge {
     /// Debug mode: checks the quarantine (uses of freed objects since the last check);
     /// returns the number of new reports.
     pub fn debug_check(&self) -> usize {
-        self.0
-            .debug
-            .as_ref()
-            .map(|d| d.lock().check_quarantine())
-            .unwrap_or(0)
+        self.0.debug_check()
     }
 
     /// Teardown: a full collection, then (debug mode) the leak check: every native
@@ -719,17 +714,28 @@ impl Inner {
 
     fn scan_roots(&self, m: &mut Marker<'_>) {
         let st = self.state.lock();
-        if st.table.strong > 0 {
-            for e in &st.table.entries {
-                if e.flags & STRONG != 0 {
-                    if let Some(o) = ObjRef::from_addr(e.obj) {
-                        m.queue(o);
-                    }
+        let mut over_released = Vec::new();
+        for i in 1..st.table.entries.len() as u32 {
+            if st.table.is_strong(i) {
+                if let Some(o) = ObjRef::from_addr(st.table.entries[i as usize].obj) {
+                    m.queue(o);
                 }
+            } else if self.debug.is_some()
+                && st.table.entries[i as usize].obj != 0
+                && st.table.entries[i as usize].flags & IMMORTAL == 0
+                && st.table.count(i) < MANAGED_REFCNT
+            {
+                over_released.push((i, st.table.count(i)));
             }
         }
         for &o in &st.pinned {
             m.queue(o);
+        }
+        for (i, c) in over_released {
+            let op = st.table.tagged(i);
+            // SAFETY: a live stub; the owner thread is stopped (or collecting).
+            unsafe { (*untag(op)).ob_refcnt = MANAGED_REFCNT };
+            self.stub_below_managed(op, i, c);
         }
     }
 
@@ -761,8 +767,6 @@ impl Inner {
             if e.flags & WEAK_LIMIT != 0 {
                 // Handed to native code again: strong again if native references exist.
                 st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-                let strong = st.table.count(idx) > MANAGED_REFCNT;
-                st.table.set_strong(idx, strong);
                 drop(st);
                 self.repl.lock().items.remove(&((idx as usize) << 1));
                 return Ok(self.state.lock().table.tagged(idx));
@@ -873,16 +877,17 @@ impl Inner {
         }
     }
 
-    /// A stub that was already freed is used (debug mode keeps freed slots poisoned,
-    /// with count `MANAGED_REFCNT`, so increfs and decrefs of stale pointers get here).
-    fn freed_stub_use(&self, op: *mut PyObject, idx: u32, what: &str) {
+    /// A stub that was already freed is used (debug mode keeps freed slots poisoned
+    /// with count 1, so a decref of a stale pointer gets here, and `debug_check` finds
+    /// other uses).
+    pub(crate) fn freed_stub_use(&self, op: *mut PyObject, idx: u32, what: &str) {
         let Some(d) = &self.debug else {
             return;
         };
         let (made, died) = d.lock().stub_history(idx);
         // SAFETY: freed stub slots stay allocated; restore the poison.
         let type_name = unsafe {
-            (*untag(op)).ob_refcnt = MANAGED_REFCNT;
+            (*untag(op)).ob_refcnt = 1;
             crate::debug::type_name_of(untag(op))
         };
         d.lock().report(DebugReport {
@@ -1025,7 +1030,6 @@ impl Inner {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
                     let e = st.table.entries[idx as usize];
-                    debug_assert!(e.flags & STRONG == 0, "a strong entry's object died");
                     st.table.by_obj.remove(&e.obj);
                     if e.flags & WEAK_LIMIT != 0 {
                         repl_gone.push(t);
@@ -1148,44 +1152,9 @@ impl Inner {
         }
     }
 
-    /// The count of a stub crossed `MANAGED_REFCNT` upward (native references exist
-    /// now) or a native object's count came back from -1.
-    ///
-    /// # Safety
-    /// `op` is a stub of this bridge or a native object.
-    pub(crate) unsafe fn incref_slow(&self, op: *mut PyObject) {
-        if !is_stub(op) {
-            self.below_zero(op, -1);
-            return;
-        }
-        let mut st = self.state.lock();
-        // SAFETY: a stub of ours (caller).
-        let idx = unsafe { HandleTable::index_fast(op) };
-        let Some(e) = st.table.entries.get(idx as usize).copied() else {
-            return;
-        };
-        if e.flags & USED == 0 {
-            drop(st);
-            self.freed_stub_use(op, idx, "Py_INCREF");
-            return;
-        }
-        if e.obj == 0 {
-            drop(st);
-            self.dead_stub_report(op, idx, "Py_INCREF");
-            return;
-        }
-        if st.table.count(idx) > MANAGED_REFCNT && e.flags & IMMORTAL == 0 {
-            if e.flags & WEAK_LIMIT != 0 {
-                st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-                drop(st);
-                self.repl.lock().items.remove(&((idx as usize) << 1));
-                st = self.state.lock();
-            }
-            st.table.set_strong(idx, true);
-        }
-    }
-
-    /// A stub's count fell to `MANAGED_REFCNT` or below, or a native object's to 0.
+    /// A count reached 0 (`_Py_Dealloc`): a native object is deallocated; a stub whose
+    /// managed object died is freed; a stub whose managed object lives was released by
+    /// native code that did not own a reference (reported, count repaired).
     ///
     /// # Safety
     /// `op` is a stub of this bridge or a live native object.
@@ -1208,39 +1177,38 @@ impl Inner {
             return;
         }
         let mut st = self.state.lock();
-        // SAFETY: a stub of ours (caller).
-        let idx = unsafe { HandleTable::index_fast(op) };
-        let Some(e) = st.table.entries.get(idx as usize).copied() else {
+        let Some(idx) = st.table.slot_of(op) else {
+            drop(st);
+            tracing::error!(
+                stub = format_args!("{:#x}", op as usize),
+                "_Py_Dealloc of a tagged pointer that is no stub of this bridge"
+            );
             return;
         };
+        let e = st.table.entries[idx as usize];
         if e.flags & USED == 0 {
             drop(st);
             self.freed_stub_use(op, idx, "Py_DECREF");
             return;
         }
         let c = st.table.count(idx);
+        if c != 0 {
+            return;
+        }
         if e.obj != 0 {
-            if c == MANAGED_REFCNT {
-                st.table.set_strong(idx, false);
-            } else if c < MANAGED_REFCNT {
-                // Native code released a reference it did not own: keep the managed
-                // count (the object is still referenced from managed code).
-                // SAFETY: the stub is live.
-                unsafe { (*st.table.stub(idx)).ob_base.ob_refcnt = MANAGED_REFCNT };
-                st.table.set_strong(idx, false);
-                drop(st);
-                self.stub_below_managed(op, idx, c);
-            }
-        } else if c == 0 {
+            // Native code released a reference it did not own: keep the managed count
+            // (the object is still referenced from managed code).
+            // SAFETY: the stub is live.
+            unsafe { (*st.table.stub(idx)).ob_base.ob_refcnt = MANAGED_REFCNT };
+            drop(st);
+            self.stub_below_managed(op, idx, c);
+        } else {
             st.table.release(idx);
             drop(st);
             self.counters.stubs_freed.fetch_add(1, Ordering::Relaxed);
             if let Some(d) = &self.debug {
                 d.lock().stub_freed(idx);
             }
-        } else if c < 0 {
-            drop(st);
-            self.below_zero(op, c);
         }
     }
 
@@ -1307,9 +1275,7 @@ impl Inner {
         })();
         l.collecting.set(false);
         self.drain();
-        if let Some(d) = &self.debug {
-            d.lock().check_quarantine();
-        }
+        self.debug_check();
         result?;
         report.tokens = (self.counters.tokens.load(Ordering::Relaxed) - before.0) as usize;
         report.stubs_freed =
@@ -1317,6 +1283,22 @@ impl Inner {
         report.native_freed = (crate::capi::deallocs() - before.2) as usize;
         tracing::debug!(?report, "refbridge collection");
         Ok(report)
+    }
+
+    /// Debug mode: checks the quarantined objects and freed stub slots; returns the
+    /// number of new reports.
+    pub(crate) fn debug_check(&self) -> usize {
+        let Some(d) = &self.debug else {
+            return 0;
+        };
+        let mut n = d.lock().check_quarantine();
+        let stale = self.state.lock().table.stale_uses();
+        for (idx, _count) in stale {
+            let op = self.state.lock().table.tagged(idx);
+            self.freed_stub_use(op, idx, "use (count changed)");
+            n += 1;
+        }
+        n
     }
 
     /// Debug mode: leak reports (native objects alive, stubs referenced from native code,

@@ -5,15 +5,15 @@
 //! panic on any input they can check; failures return NULL / -1 and set the pending
 //! error, read with `rb_last_error()`).
 //!
-//! The inline fast paths of `Py_INCREF`/`Py_DECREF` live in the header; `Py_IncRef` and
-//! `Py_DecRef` here are the same logic out of line (CPython exports them too) and what
-//! Rust code uses.
+//! The inline fast paths of `Py_INCREF`/`Py_DECREF` live in the header (CPython's add and
+//! subtract on the untagged address, `_Py_Dealloc` at 0); `Py_IncRef` and `Py_DecRef` here
+//! are the same out of line (CPython exports them too) and what Rust code uses.
 
 #![allow(non_snake_case)]
 
 use crate::abi::{
     from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, PySsizeT, PyTypeObject, PyVarObject,
-    GC_FLAGS, MANAGED_REFCNT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
+    GC_FLAGS, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
 };
 use crate::bridge::{current, Bridge, BridgeConfig, EnterGuard, Inner};
 use crate::debug::{DebugReport, ReportKind};
@@ -57,29 +57,21 @@ fn no_bridge(what: &str) {
 // ---------------------------------------------------------------------------------------
 // Reference counts.
 
-/// CPython's `Py_IncRef` (accepts NULL): the header's `Py_INCREF` out of line.
+/// CPython's `Py_IncRef` (accepts NULL): the header's `Py_INCREF` out of line, one add
+/// (on the untagged address).
 ///
 /// # Safety
 /// `op` is NULL or a live object or stub.
 #[no_mangle]
 pub unsafe extern "C" fn Py_IncRef(op: *mut PyObject) {
-    if op.is_null() {
-        return;
-    }
-    // SAFETY: a live object (caller).
-    let c = unsafe {
-        let o = untag(op);
-        (*o).ob_refcnt += 1;
-        (*o).ob_refcnt
-    };
-    let slow = if is_stub(op) { MANAGED_REFCNT + 1 } else { 0 };
-    if c == slow {
-        // SAFETY: forwarded.
-        unsafe { _rb_incref_slow(op) };
+    if !op.is_null() {
+        // SAFETY: a live object (caller).
+        unsafe { (*untag(op)).ob_refcnt += 1 };
     }
 }
 
-/// CPython's `Py_DecRef` (accepts NULL): the header's `Py_DECREF` out of line.
+/// CPython's `Py_DecRef` (accepts NULL): the header's `Py_DECREF` out of line, one
+/// subtract and `_Py_Dealloc` at 0.
 ///
 /// # Safety
 /// `op` is NULL or a live object or stub the caller owns a reference to.
@@ -94,39 +86,21 @@ pub unsafe extern "C" fn Py_DecRef(op: *mut PyObject) {
         (*o).ob_refcnt -= 1;
         (*o).ob_refcnt
     };
-    let limit = if is_stub(op) { MANAGED_REFCNT } else { 0 };
-    if (c as usize) <= limit as usize {
+    if c == 0 {
         // SAFETY: forwarded.
-        unsafe { _rb_decref_slow(op) };
+        unsafe { _Py_Dealloc(op) };
     }
 }
 
-/// Slow path of `Py_INCREF`: a stub's count became `MANAGED_REFCNT + 1` (native
-/// references exist: the handle-table entry becomes strong), or a native object's count
-/// came back from -1 (reported).
+/// CPython's `_Py_Dealloc`, the one slow path of `Py_DECREF`: a count reached 0. A native
+/// object is deallocated (its `tp_dealloc`, nested at most `TRASHCAN_DEPTH` deep); a
+/// stub (tagged pointer) whose managed object died is freed; a stub whose managed object
+/// lives was over-released by native code (reported, count repaired).
 ///
 /// # Safety
-/// `op` is a live stub or object.
+/// `op` is a live native object or stub whose count is 0.
 #[no_mangle]
-pub unsafe extern "C" fn _rb_incref_slow(op: *mut PyObject) {
-    match current() {
-        // SAFETY: forwarded.
-        Some(inner) => unsafe { inner.incref_slow(op) },
-        None => tracing::error!(
-            object = format_args!("{:#x}", op as usize),
-            "Py_INCREF slow path without an entered bridge"
-        ),
-    }
-}
-
-/// Slow path of `Py_DECREF`: a native object's count reached 0 (deallocate), or a
-/// stub's count fell to `MANAGED_REFCNT` or below (the entry becomes weak; at 0 with its
-/// managed object dead, the stub is freed).
-///
-/// # Safety
-/// `op` is a live stub or object.
-#[no_mangle]
-pub unsafe extern "C" fn _rb_decref_slow(op: *mut PyObject) {
+pub unsafe extern "C" fn _Py_Dealloc(op: *mut PyObject) {
     match current() {
         // SAFETY: forwarded.
         Some(inner) => unsafe { inner.decref_slow(op) },
@@ -138,35 +112,6 @@ pub unsafe extern "C" fn _rb_decref_slow(op: *mut PyObject) {
             }
         }
     }
-}
-
-/// `Py_SET_REFCNT` on a stub: the entry follows the new count.
-///
-/// # Safety
-/// `op` is a live stub.
-#[no_mangle]
-pub unsafe extern "C" fn _rb_stub_count_set(op: *mut PyObject, old: PySsizeT) {
-    let _ = old;
-    // SAFETY: a live stub (caller).
-    let c = unsafe { (*untag(op)).ob_refcnt };
-    // SAFETY: forwarded.
-    unsafe {
-        if c > MANAGED_REFCNT {
-            _rb_incref_slow(op)
-        } else {
-            _rb_decref_slow(op)
-        }
-    }
-}
-
-/// CPython's `_Py_Dealloc`: deallocates an object whose count is 0.
-///
-/// # Safety
-/// `op` is a live native object with count 0.
-#[no_mangle]
-pub unsafe extern "C" fn _Py_Dealloc(op: *mut PyObject) {
-    // SAFETY: forwarded.
-    unsafe { _rb_decref_slow(untag(op)) };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -859,9 +804,6 @@ pub fn symbols() -> Vec<(&'static str, usize)> {
     syms![
         Py_IncRef,
         Py_DecRef,
-        _rb_incref_slow,
-        _rb_decref_slow,
-        _rb_stub_count_set,
         _Py_Dealloc,
         PyMem_Malloc,
         PyMem_Realloc,

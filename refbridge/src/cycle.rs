@@ -35,9 +35,9 @@
 //! (count minus `MANAGED_REFCNT` minus references from replicated native objects) and
 //! keeps the managed side of every member referenced from outside, or whose managed side
 //! is marked, and of everything they reach natively. `to_native` of a replicated managed
-//! object, and an incref that crosses `MANAGED_REFCNT`, make its entry strong again at
-//! once; otherwise a resurrected object becomes strong again at the next cycle
-//! collection, which starts by undoing the previous replication.
+//! object makes its entry strong again at once (if native references exist); otherwise
+//! a resurrected object becomes strong again at the next cycle collection, which starts
+//! by undoing the previous replication.
 
 use crate::abi::{
     from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, GC_COLLECTING, GC_FLAGS,
@@ -225,8 +225,6 @@ fn reset_replicated(inner: &Inner) {
             let e = st.table.entries[idx as usize];
             if e.flags & USED != 0 && e.obj != 0 && e.flags & WEAK_LIMIT != 0 {
                 st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-                let strong = st.table.count(idx) > MANAGED_REFCNT;
-                st.table.set_strong(idx, strong);
             }
         } else if let Some(r) = st.mirrors[t >> 1].as_mut() {
             r.replicated = false;
@@ -530,7 +528,6 @@ fn replicate(
                     continue;
                 }
                 st.table.entries[idx as usize].flags |= WEAK_LIMIT;
-                st.table.set_strong(idx, false);
                 let obj = ObjRef::from_addr(st.table.entries[idx as usize].obj).expect("live");
                 items.push(((idx as usize) << 1, op, obj));
             } else if let Some(&rec) = st.by_native.get(&(op as usize)) {

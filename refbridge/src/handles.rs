@@ -8,9 +8,14 @@
 //! - The entry vector grows like GraalPy's `nativeStubLookup`: 16 slots, doubling up to
 //!   262,144, then by 262,144 at a time.
 //! - An entry is **strong** (its managed object is a root, marked by the bridge's root
-//!   scanner) while native references exist: the count is above `MANAGED_REFCNT`. The
-//!   flag changes only when the count crosses `MANAGED_REFCNT` (the header's slow path),
-//!   at `to_native` of a replicated object, and at the start of each cycle collection.
+//!   scanner) exactly while native references exist: while the count is above
+//!   `MANAGED_REFCNT` ([`HandleTable::is_strong`]). Strength is a function of the count,
+//!   so it switches exactly when the count crosses `MANAGED_REFCNT`, without any code
+//!   running at the crossing: the root scanner reads the counts at each collection, the
+//!   only moment strength is observed. (GraalPy flips a field in an out-of-line
+//!   `Py_IncRef`/`Py_DecRef` at the crossing; here `Py_INCREF`/`Py_DECREF` stay
+//!   CPython's inline add and subtract.) Exceptions: replicated entries
+//!   ([`WEAK_LIMIT`]) are weak whatever the count, immortal ones strong.
 //! - `by_obj` maps a managed object's address to its entry: the same managed object gets
 //!   the same stub while it lives (pointer identity). Entries leave it when the reference
 //!   queue reports the object gone.
@@ -28,8 +33,6 @@ pub const INITIAL_SLOTS: usize = 16;
 
 /// Entry flag: the slot is in use.
 pub const USED: u32 = 1;
-/// Entry flag: the managed object is held strongly (a root).
-pub const STRONG: u32 = 2;
 /// Entry flag: weak although the count is above `MANAGED_REFCNT`: the native references
 /// all come from a cycle the last cycle collection replicated ("weak to strong limit").
 pub const WEAK_LIMIT: u32 = 4;
@@ -60,8 +63,6 @@ pub struct HandleTable {
     pub(crate) by_obj: HashMap<usize, u32>,
     /// Entries in use (stubs allocated).
     pub(crate) used: usize,
-    /// Entries flagged [`STRONG`].
-    pub(crate) strong: usize,
     /// Debug mode: freed slots are not reused until this many are waiting.
     pub(crate) quarantine: usize,
 }
@@ -82,7 +83,6 @@ impl HandleTable {
             free: Vec::new(),
             by_obj: HashMap::new(),
             used: 0,
-            strong: 0,
             quarantine,
         }
     }
@@ -198,16 +198,15 @@ impl HandleTable {
 
     /// Releases entry `idx` and its stub (count 0, managed object dead).
     pub fn release(&mut self, idx: u32) {
-        let e = &mut self.entries[idx as usize];
-        debug_assert!(e.flags & STRONG == 0);
-        *e = Entry::default();
+        self.entries[idx as usize] = Entry::default();
         // SAFETY: the stub's count is 0: no native reference remains.
         unsafe {
             let s = self.stub(idx);
             if self.quarantine > 0 {
-                // Debug mode: a stale pointer's incref or decref reaches the slow path
-                // (count MANAGED_REFCNT, handle kept), which reports it.
-                (*s).ob_base.ob_refcnt = MANAGED_REFCNT;
+                // Debug mode: poisoned like a freed native object (count 1, handle
+                // kept): a stale pointer's decref reaches `_Py_Dealloc`, which reports
+                // it; an incref is found by the next check.
+                (*s).ob_base.ob_refcnt = 1;
             } else {
                 (*s).handle = 0;
                 (*s).ob_base.ob_type = std::ptr::null_mut();
@@ -217,17 +216,23 @@ impl HandleTable {
         self.used -= 1;
     }
 
-    /// Sets or clears [`STRONG`] on a used entry, keeping the count of strong entries.
-    pub fn set_strong(&mut self, idx: u32, strong: bool) {
-        let e = &mut self.entries[idx as usize];
-        if (e.flags & STRONG != 0) != strong {
-            e.flags ^= STRONG;
-            if strong {
-                self.strong += 1;
-            } else {
-                self.strong -= 1;
-            }
-        }
+    /// Whether entry `idx` holds its managed object strongly: used, the object alive,
+    /// and immortal, or native references exist (count above `MANAGED_REFCNT`) and the
+    /// entry is not replicated.
+    #[inline]
+    pub fn is_strong(&self, idx: u32) -> bool {
+        let e = self.entries[idx as usize];
+        e.flags & USED != 0
+            && e.obj != 0
+            && (e.flags & IMMORTAL != 0
+                || (e.flags & WEAK_LIMIT == 0 && self.count(idx) > MANAGED_REFCNT))
+    }
+
+    /// The number of strong entries (a scan).
+    pub fn strong_count(&self) -> usize {
+        (1..self.entries.len() as u32)
+            .filter(|&i| self.is_strong(i))
+            .count()
     }
 
     /// The count of entry `idx`'s stub.
@@ -248,6 +253,22 @@ impl HandleTable {
             + self.chunks.len() * STUB_CHUNK * std::mem::size_of::<Stub>()
             + self.by_obj.capacity() * (std::mem::size_of::<(usize, u32)>() + 1)
             + self.free.capacity() * 4
+    }
+
+    /// Freed slots waiting in the quarantine (debug mode) whose poisoned count changed:
+    /// their index and count.
+    pub fn stale_uses(&self) -> Vec<(u32, isize)> {
+        self.free
+            .iter()
+            .filter(|&&i| self.count(i) != 1)
+            .map(|&i| (i, self.count(i)))
+            .collect()
+    }
+
+    /// Restores the poison of a freed slot.
+    pub fn repoison(&mut self, idx: u32) {
+        // SAFETY: a freed slot of this table (its memory stays allocated).
+        unsafe { (*self.stub(idx)).ob_base.ob_refcnt = 1 };
     }
 
     /// Whether any stub is still referenced from native code or immortal.
