@@ -26,8 +26,8 @@ use gc_core::{
     ReferenceQueue, SweepProc, TypeRef, WeakRef,
 };
 use parking_lot::Mutex;
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -332,8 +332,8 @@ impl Bridge {
                 table: HandleTable::new(if config.debug { QUARANTINE } else { 0 }),
                 mirrors: Vec::new(),
                 mirror_free: Vec::new(),
-                by_native: HashMap::new(),
-                types: HashMap::new(),
+                by_native: HashMap::default(),
+                types: HashMap::default(),
                 pinned: Vec::new(),
             }),
             repl: Mutex::new(Replicated::default()),

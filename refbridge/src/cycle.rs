@@ -46,7 +46,7 @@ use crate::abi::{
 use crate::bridge::{Inner, RItem, MIRROR_EDGES, MIRROR_SIZE};
 use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
 use gc_core::{Marker, Mutator, ObjRef};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 

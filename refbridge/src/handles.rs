@@ -21,8 +21,9 @@
 //!   queue reports the object gone.
 
 use crate::abi::{PyObject, PyTypeObject, Stub, MANAGED_REFCNT, STUB_TAG};
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::UnsafeCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// Stubs per chunk.
 pub const STUB_CHUNK: usize = 256;
@@ -81,7 +82,7 @@ impl HandleTable {
             chunks: Vec::new(),
             chunk_at: BTreeMap::new(),
             free: Vec::new(),
-            by_obj: HashMap::new(),
+            by_obj: HashMap::default(),
             used: 0,
             quarantine,
         }

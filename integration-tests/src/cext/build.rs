@@ -109,7 +109,7 @@ pub fn build_refbridge_library() -> Result<ExtensionBuild, String> {
 }
 
 /// The machine's CPython 3.11: `python3` on PATH if it is 3.11, else pyenv's newest 3.11.
-pub fn python3() -> Result<PathBuf, String> {
+pub fn python3_path() -> Result<PathBuf, String> {
     let is_311 = |exe: &Path| {
         Command::new(exe)
             .args(["-c", "import sys; print(sys.version_info[:2] == (3, 11))"])
@@ -146,7 +146,7 @@ pub fn python3() -> Result<PathBuf, String> {
 /// the directory holding it.
 pub fn build_cpython_module() -> Result<PathBuf, String> {
     let _g = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let py = python3()?;
+    let py = python3_path()?;
     let info = Command::new(&py)
         .args([
             "-c",

@@ -17,7 +17,7 @@
 //! are equal: the same objects are freed at the same points, cycles across the
 //! boundary included.
 
-mod build;
+pub mod build;
 mod host;
 
 pub use build::{build_cpython_module, build_refbridge_library, ExtensionBuild};
@@ -220,7 +220,7 @@ pub fn run_cpython(scripts: &[Vec<Op>]) -> Result<Vec<Outcome>, String> {
             .map(|s| serde_json::Value::Array(s.iter().map(Op::to_json).collect()))
             .collect(),
     );
-    let mut child = std::process::Command::new(build::python3()?)
+    let mut child = std::process::Command::new(build::python3_path()?)
         .arg(&driver)
         .arg(&module_dir)
         .stdin(std::process::Stdio::piped())
