@@ -367,6 +367,21 @@ void gc_safepoint(struct gc_mutator_t *m);
 int8_t gc_safe_enter(struct gc_mutator_t *m);
 
 /**
+ * Enters a GC-safe region like `gc_safe_enter`, recording `sp` as the lowest stack
+ * address in use during the region instead of the caller's stack pointer. For a
+ * callback called deeper than the frame that stays live while the thread blocks (a GIL's
+ * block hook): `sp` is the stack pointer of that frame, which must have spilled the
+ * callee-saved registers that may hold references into itself, and must not return
+ * before `gc_safe_leave`. The registers saved are this call's (their values only add
+ * roots). Returns the previous state; -1 on error (`sp` not inside the thread's stack,
+ * or below the caller's own stack pointer).
+ *
+ * # Safety
+ * `m` is null or a mutator pointer; `sp` satisfies the above.
+ */
+int8_t gc_safe_enter_sp(struct gc_mutator_t *m, void *sp);
+
+/**
  * Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
  * waiting for a running collection to finish first.
  *

@@ -666,6 +666,38 @@ extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
     ms.enter_safe_saved() as i8
 }
 
+/// Enters a GC-safe region like `gc_safe_enter`, recording `sp` as the lowest stack
+/// address in use during the region instead of the caller's stack pointer. For a
+/// callback called deeper than the frame that stays live while the thread blocks (a GIL's
+/// block hook): `sp` is the stack pointer of that frame, which must have spilled the
+/// callee-saved registers that may hold references into itself, and must not return
+/// before `gc_safe_leave`. The registers saved are this call's (their values only add
+/// roots). Returns the previous state; -1 on error (`sp` not inside the thread's stack,
+/// or below the caller's own stack pointer).
+///
+/// # Safety
+/// `m` is null or a mutator pointer; `sp` satisfies the above.
+#[no_mangle]
+pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void) -> i8 {
+    let Some(ms) = mutator_ref(m, "gc_safe_enter_sp") else {
+        return -1;
+    };
+    let here = 0usize;
+    let here_addr = &here as *const usize as usize;
+    let (lo, hi) = ms.task.stack_bounds();
+    let sp = sp as usize;
+    if sp < here_addr || sp < lo || sp >= hi {
+        set_error(format!(
+            "gc_safe_enter_sp: {sp:#x} is not a live address of this thread's stack [{here_addr:#x}, {hi:#x})"
+        ));
+        return -1;
+    }
+    mutator::save_registers(ms.regs.get());
+    // SAFETY: the register buffer belongs to the calling thread's own mutator.
+    unsafe { (*ms.regs.get())[mutator::SAVED_REGS - 1] = sp };
+    ms.enter_safe_saved() as i8
+}
+
 /// Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
 /// waiting for a running collection to finish first.
 ///

@@ -203,14 +203,18 @@ fn run(
             .collect();
         drop(lists);
         marker.big_set = Some(set);
-        if !full {
-            let _v = tracing::debug_span!("gc_verify").entered();
-            verify_remembered_set(heap, &mut marker);
-        }
     }
     let marker_ptr: *mut Marker<'_> = &mut marker;
+    // Published before verifying too: C mark functions reach the marker through their
+    // ptls (gc_mark_queue_obj), in verify mode as in marking.
     me.marker
         .store(marker_ptr as *mut c_void, Ordering::Release);
+    if verify && !full {
+        let _v = tracing::debug_span!("gc_verify").entered();
+        // SAFETY: marker_ptr is our live marker; no other reference to it is used while
+        // the verification runs (C mark functions reach it through ptls).
+        verify_remembered_set(heap, unsafe { &mut *marker_ptr });
+    }
     // SAFETY: marker_ptr points to our live marker; while these calls run no other
     // reference to it is held (mark functions reach it through ptls), and every thread
     // is stopped.

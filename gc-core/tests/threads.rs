@@ -177,3 +177,43 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     assert!(s.full_collections > 0 && s.partial_collections > 0, "{s:?}");
     drop(table_root);
 }
+
+#[test]
+fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
+    use gc_core::capi::{
+        gc_collect, gc_heap_new, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
+        gc_thread_detach, GC_COLLECT_FULL,
+    };
+    // SAFETY: NULL config means the defaults.
+    let heap = unsafe { gc_heap_new(std::ptr::null()) } as usize;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let blocked = std::thread::spawn(move || {
+        // SAFETY: a live heap.
+        let m = unsafe { gc_thread_attach(heap as *mut _) };
+        let frame = [0usize; 4];
+        let sp = frame.as_ptr() as *mut std::ffi::c_void;
+        // SAFETY: m is this thread's mutator; `frame` lives until gc_safe_leave.
+        let bad = unsafe { gc_safe_enter_sp(m, 16 as *mut _) };
+        assert_eq!(bad, -1, "an address outside the stack is refused");
+        // SAFETY: as above.
+        let st = unsafe { gc_safe_enter_sp(m, sp) };
+        assert_eq!(st, 0);
+        tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        // SAFETY: leaving the region entered above.
+        unsafe { gc_safe_leave(m, st) };
+        std::hint::black_box(&frame);
+        gc_thread_detach();
+    });
+    rx.recv().unwrap();
+    // SAFETY: a live heap; this thread attaches, collects (the other thread counts as
+    // stopped, so this does not wait for it) and detaches.
+    unsafe {
+        let m = gc_thread_attach(heap as *mut _);
+        assert_eq!(gc_collect(m, GC_COLLECT_FULL), 1);
+    }
+    gc_thread_detach();
+    done_tx.send(()).unwrap();
+    blocked.join().unwrap();
+}

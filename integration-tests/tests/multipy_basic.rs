@@ -98,7 +98,7 @@ fn forwarded_output_reaches_the_sink_with_the_interpreter_id() {
         .lock()
         .unwrap()
         .iter()
-        .any(|(_, st, t)| *st == Stream::Stderr && t == "oops"));
+        .any(|(_, st, t)| *st == Stream::Stderr && t == "oops\n"));
 }
 
 #[test]

@@ -16,12 +16,12 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "gap",
         what: "a GAP-like C kernel whose allocator and collector are gc-core + gc-conservative",
-        run: None,
+        run: Some(crate::demo_gap::run),
     },
     Scenario {
         name: "numpy",
         what: "several CPython 3.11 interpreters in one process, each a libpython copy loaded by elf-loader, running numpy",
-        run: None,
+        run: Some(crate::demo_multipy::run),
     },
     Scenario {
         name: "c-extension",

@@ -8,6 +8,8 @@
 
 mod bench;
 mod demo;
+mod demo_gap;
+mod demo_multipy;
 mod loader_libs;
 mod steps;
 mod test;
@@ -29,7 +31,12 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run every check CI runs, in order; stops at the first failure.
-    Test,
+    Test {
+        /// Also the slow, exhaustive comparisons (MULTIPY_FULL=1: numpy's full test
+        /// subset in two interpreters vs a plain process).
+        #[arg(long)]
+        full: bool,
+    },
     /// Run the end-to-end scenarios that exist and print a summary.
     Demo,
     /// Run benchmark suites (all of them, or the one named) and write target/bench/SUITE.json.
@@ -42,7 +49,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Test => test::run(),
+        Command::Test { full } => test::run(full),
         Command::Demo => demo::run(),
         Command::Bench { suite } => bench::run(suite.as_deref()),
     };

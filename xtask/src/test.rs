@@ -4,14 +4,22 @@ use crate::steps::{cargo, succeeds, Steps};
 use anyhow::{bail, Result};
 use std::process::Command;
 
-/// Runs the checks in CI order, stopping at the first failure.
-pub fn run() -> Result<()> {
+/// Runs the checks in CI order, stopping at the first failure; `full` adds the slow
+/// exhaustive comparisons (`MULTIPY_FULL=1`).
+pub fn run(full: bool) -> Result<()> {
     install_toolchain_components()?;
     install_system_tools()?;
+    // The minigap scenario builds its kernel on Boehm GC too (integration-tests' build.rs).
+    crate::bench::ensure_boehm()?;
     // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
     crate::venv::ensure()?;
 
-    let plan = plan();
+    let mut plan = plan();
+    if full {
+        for (_, cmd) in plan.iter_mut() {
+            cmd.env("MULTIPY_FULL", "1");
+        }
+    }
     let mut steps = Steps::new("test", plan.len());
     for (name, cmd) in plan {
         steps.run(name, cmd)?;
@@ -87,6 +95,23 @@ fn plan() -> Vec<(&'static str, Command)> {
         .args(["test", "-p", "gil", "--test", "c_api"])
         .env("GIL_VALGRIND", "1");
     plan.push(("gil: C ABI program under valgrind", valgrind));
+
+    // minigap: a short run of the kernel in two threads under GC stress, under valgrind.
+    let mut minigap_valgrind = cargo();
+    minigap_valgrind
+        .args([
+            "test",
+            "-p",
+            "integration-tests",
+            "--test",
+            "minigap_gc",
+            "short_stress_run_is_valgrind_clean",
+        ])
+        .env("MINIGAP_VALGRIND", "1");
+    plan.push((
+        "minigap kernel (two threads, GC stress) under valgrind",
+        minigap_valgrind,
+    ));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])

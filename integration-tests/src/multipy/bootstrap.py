@@ -5,16 +5,31 @@
 # send anything written outside a call to the host, and defines dispatch(), the one entry
 # point the Rust side calls.
 import io
-import json
 import os
 import sys
 import threading
-import traceback
 
 _tls = threading.local()
 buffers = {}
 # Set by the host when all output goes straight to its sink (no per-call capture).
 FORWARD = False
+# Globals the host set (set_global): in __main__, and given to files and modules run.
+init_globals = {}
+
+
+class _BytesWriter(io.RawIOBase):
+    """`sys.stdout.buffer`: bytes written are decoded (UTF-8) and captured as text."""
+
+    def __init__(self, text):
+        self._text = text
+
+    def writable(self):
+        return True
+
+    def write(self, b):
+        b = bytes(b)
+        self._text.write(b.decode("utf-8", "surrogateescape"))
+        return len(b)
 
 
 class _Writer(io.TextIOBase):
@@ -24,6 +39,18 @@ class _Writer(io.TextIOBase):
     def __init__(self, stream, name):
         self._stream = stream
         self._name = name
+        self._errors = "surrogateescape"
+        self.buffer = _BytesWriter(self)
+
+    mode = "w"
+    line_buffering = False
+    write_through = True
+
+    def reconfigure(self, *, encoding=None, errors=None, newline=None,
+                    line_buffering=None, write_through=None):
+        """Accepted for compatibility (the text is always captured as str)."""
+        if errors is not None:
+            self._errors = errors
 
     @property
     def name(self):
@@ -35,7 +62,7 @@ class _Writer(io.TextIOBase):
 
     @property
     def errors(self):
-        return "surrogateescape"
+        return self._errors
 
     def writable(self):
         return True
@@ -49,16 +76,28 @@ class _Writer(io.TextIOBase):
         parts = getattr(_tls, "parts", None)
         if parts is not None:
             parts[self._stream].append(s)
-        else:
-            write(self._stream, s)
+            return len(s)
+        # To the host: whole lines per thread, so that lines written by threads of one
+        # interpreter at once never interleave inside a line.
+        pending = getattr(_tls, "pending", None)
+        if pending is None:
+            pending = _tls.pending = {1: "", 2: ""}
+        text = pending[self._stream] + s
+        head, nl, tail = text.rpartition("\n")
+        if nl:
+            write(self._stream, head + nl)
+        pending[self._stream] = tail
         return len(s)
 
     def flush(self):
-        pass
+        pending = getattr(_tls, "pending", None)
+        if pending and pending[self._stream]:
+            text, pending[self._stream] = pending[self._stream], ""
+            write(self._stream, text)
 
 
-sys.stdout = _Writer(1, "<multipy stdout>")
-sys.stderr = _Writer(2, "<multipy stderr>")
+sys.stdout = _STDOUT = _Writer(1, "<multipy stdout>")
+sys.stderr = _STDERR = _Writer(2, "<multipy stderr>")
 
 
 def register_buffer(name, obj):
@@ -87,6 +126,13 @@ def _run(op, args):
     if op == "eval":
         (expr,) = args
         return eval(compile(expr, "<multipy>", "eval"), __main__.__dict__)
+    if op == "set_global":
+        import json
+
+        name, value = args[0], json.loads(args[1])
+        init_globals[name] = value
+        setattr(__main__, name, value)
+        return None
     if op == "forward":
         global FORWARD
         FORWARD = True
@@ -98,19 +144,21 @@ def _run(op, args):
         d = os.path.dirname(os.path.abspath(path))
         if not sys.path or sys.path[0] != d:
             sys.path.insert(0, d)
-        runpy.run_path(path, run_name="__main__")
+        runpy.run_path(path, init_globals=dict(init_globals), run_name="__main__")
         return None
     if op == "module":
+        import json
         import runpy
 
         name, argv = args[0], json.loads(args[1])
         sys.argv[:] = [name] + list(argv)
         if not sys.path or sys.path[0] != "":
             sys.path.insert(0, "")
-        runpy.run_module(name, run_name="__main__", alter_sys=True)
+        runpy.run_module(name, init_globals=dict(init_globals), run_name="__main__", alter_sys=True)
         return None
     if op == "call":
         import importlib
+        import json
 
         module, function, argv = args[0], args[1], json.loads(args[2])
         m = importlib.import_module(module)
@@ -120,6 +168,10 @@ def _run(op, args):
 
 
 def _json_value(v):
+    if v is None:
+        return "null"
+    import json
+
     try:
         return json.dumps(v)
     except (TypeError, ValueError):
@@ -158,9 +210,14 @@ def dispatch(op, *args):
             if etype.startswith("builtins."):
                 etype = etype[len("builtins."):]
             emsg = str(e)
+            import traceback
+
             etb = "".join(traceback.format_exception(type(e), e, _user_frames(e.__traceback__)))
     finally:
         _tls.parts = outer
+        if FORWARD:
+            _STDOUT.flush()
+            _STDERR.flush()
     return (status, "".join(parts[1]), "".join(parts[2]), etype, emsg, etb, code, value)
 
 

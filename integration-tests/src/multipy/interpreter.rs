@@ -26,7 +26,7 @@ pub enum Stream {
 }
 
 /// Receives text written outside any call (by threads the Python code started, by
-/// `atexit` functions at finalisation), or everything when [`Config::forward`] is set:
+/// `atexit` functions at finalisation), or everything when `Config.forward` is set:
 /// `(interpreter id, stream, text)`.
 pub type Sink = Arc<dyn Fn(usize, Stream, &str) + Send + Sync>;
 
@@ -256,7 +256,22 @@ impl Interpreter {
     /// Loads a fresh copy of the configured CPython and initialises it on a new thread
     /// of its own.
     pub fn new(config: Config) -> Result<Interpreter> {
-        let install = PythonInstall::find(&config.python)?;
+        // With a venv, its own base Python (pyvenv.cfg's `home`) when it is the version
+        // asked for: no pyenv shim to run.
+        let from_venv = match (&config.venv, &config.python) {
+            (Some(v), PythonSpec::Default | PythonSpec::Version(..)) => {
+                let want = match config.python {
+                    PythonSpec::Version(a, b) => (a, b),
+                    _ => (3, 11),
+                };
+                PythonInstall::from_venv(v).filter(|i| i.version == want)
+            }
+            _ => None,
+        };
+        let install = match from_venv {
+            Some(i) => i,
+            None => PythonInstall::find(&config.python)?,
+        };
         let executable = match &config.venv {
             Some(v) => venv_python(v, &install)?,
             None => install.executable.clone(),
@@ -423,6 +438,25 @@ impl Interpreter {
         &self.loaded().libpython
     }
 
+    /// frame-hooks' view of this interpreter's copy (PEP 523 hooks, code extras, the
+    /// call profiler): bound to this copy's symbols only, so a hook installed through it
+    /// sees this interpreter's calls and no other's. Drop hooks installed through it
+    /// before the interpreter. frame-hooks checks the copy's frame layout and refuses a
+    /// version it does not know.
+    pub fn frame_hooks(
+        &self,
+    ) -> std::result::Result<frame_hooks::cpython::Python, frame_hooks::cpython::Error> {
+        let lib = &self.loaded().libpython;
+        let resolver = |name: &std::ffi::CStr| {
+            use elf_loader::SymbolProvider;
+            lib.sym(name.to_str().ok()?)
+        };
+        // SAFETY: the resolver answers with this interpreter's libpython copy's own
+        // exports (or its search libraries'), by name, and nothing else; the copy is
+        // initialised while `self` lives.
+        unsafe { frame_hooks::cpython::Python::new(&resolver) }
+    }
+
     fn loaded(&self) -> &Loaded {
         self.loaded.as_ref().expect("interpreter is alive")
     }
@@ -457,6 +491,13 @@ impl Interpreter {
     /// `repr` if JSON cannot express it).
     pub fn eval(&self, expr: &str) -> Result<serde_json::Value> {
         self.dispatch(&["eval", expr]).map(|r| r.value)
+    }
+
+    /// Sets the global `name` to `value` in `__main__`, and in the globals of every file
+    /// and module run later with [`Interpreter::run_file`] / [`Interpreter::run_module`].
+    pub fn set_global(&self, name: &str, value: &serde_json::Value) -> Result<()> {
+        let v = serde_json::to_string(value).expect("JSON values serialise");
+        self.dispatch(&["set_global", name, &v]).map(|_| ())
     }
 
     /// Runs `code` like [`Interpreter::run`], but on the interpreter's own main thread

@@ -86,17 +86,35 @@ impl PythonInstall {
     fn find_version(major: u32, minor: u32) -> Result<PythonInstall> {
         let name = format!("python{major}.{minor}");
         let mut tried = vec![name.clone()];
-        if let Ok(found) = Self::probe(Path::new(&name)) {
-            return Ok(found);
+        // `pythonX.Y` on the PATH, unless it is a pyenv shim (a script that runs pyenv:
+        // slow, and its answer cannot be cached); pyenv's own versions then come first.
+        let on_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(&name))
+                .find(|p| p.is_file())
+        });
+        let shim = on_path
+            .as_ref()
+            .is_some_and(|p| p.to_string_lossy().contains("/shims/"));
+        if let (Some(p), false) = (&on_path, shim) {
+            if let Ok(found) = Self::probe(p) {
+                return Ok(found);
+            }
         }
         // pyenv: the newest X.Y.* under `pyenv root`/versions.
-        let root = Command::new("pyenv")
-            .arg("root")
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")));
+        // pyenv's root: $PYENV_ROOT, ~/.pyenv, or what `pyenv root` says (slowest).
+        let root = std::env::var_os("PYENV_ROOT")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".pyenv")))
+            .filter(|r| r.join("versions").is_dir())
+            .or_else(|| {
+                Command::new("pyenv")
+                    .arg("root")
+                    .output()
+                    .ok()
+                    .filter(|o| o.status.success())
+                    .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()))
+            });
         if let Some(root) = root {
             let mut candidates: Vec<(Vec<u32>, PathBuf)> = std::fs::read_dir(root.join("versions"))
                 .into_iter()
@@ -117,30 +135,88 @@ impl PythonInstall {
                 }
             }
         }
+        if let (Some(p), true) = (&on_path, shim) {
+            tried.push(p.display().to_string());
+            if let Ok(found) = Self::probe(p) {
+                return Ok(found);
+            }
+        }
         Err(Error::PythonNotFound {
             wanted: format!("{major}.{minor}"),
             tried,
         })
     }
 
-    /// Asks `exe` for its sysconfig.
+    /// The installation a virtual environment was made from (its `pyvenv.cfg`'s
+    /// `home`), without a pyenv shim in between; `None` if the file does not say.
+    pub fn from_venv(venv: &Path) -> Option<PythonInstall> {
+        let cfg = std::fs::read_to_string(venv.join("pyvenv.cfg")).ok()?;
+        let get = |key: &str| {
+            cfg.lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim().to_string())
+        };
+        let home = PathBuf::from(get("home")?);
+        let version = get("version").or_else(|| get("version_info"))?;
+        let mut parts = version.split('.');
+        let (a, b) = (parts.next()?, parts.next()?);
+        Self::probe(&home.join(format!("python{a}.{b}"))).ok()
+    }
+
+    /// Asks `exe` for its sysconfig. The answer is cached on disk (next to the compiled
+    /// runners) per executable, size and modification time, so later processes start
+    /// no child process.
     pub fn probe(exe: &Path) -> Result<PythonInstall> {
         let not_found = |why: String| Error::PythonNotFound {
             wanted: exe.display().to_string(),
             tried: vec![why],
         };
-        let out = Command::new(exe)
-            .args(["-I", "-c", PROBE])
-            .output()
-            .map_err(|e| not_found(format!("{}: {e}", exe.display())))?;
-        if !out.status.success() {
-            return Err(not_found(format!(
-                "{}: {}",
-                exe.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        let text = String::from_utf8_lossy(&out.stdout);
+        let cache = std::fs::canonicalize(exe)
+            .ok()
+            .and_then(|real| {
+                let meta = std::fs::metadata(&real).ok()?;
+                let mtime = meta
+                    .modified()
+                    .ok()?
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .ok()?;
+                let key = super::runner::fnv(&[
+                    real.as_os_str().as_encoded_bytes(),
+                    exe.as_os_str().as_encoded_bytes(),
+                    &meta.len().to_le_bytes(),
+                    &mtime.as_nanos().to_le_bytes(),
+                    PROBE.as_bytes(),
+                ]);
+                Some(super::runner::cache_dir().join(format!("probe-{key:016x}.txt")))
+            })
+            // A pyenv shim is a script whose answer depends on pyenv's settings.
+            .filter(|_| !exe.to_string_lossy().contains("/shims/"));
+        let text = match cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
+            Some(t) => t,
+            None => {
+                let out = Command::new(exe)
+                    .args(["-I", "-c", PROBE])
+                    .output()
+                    .map_err(|e| not_found(format!("{}: {e}", exe.display())))?;
+                if !out.status.success() {
+                    return Err(not_found(format!(
+                        "{}: {}",
+                        exe.display(),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )));
+                }
+                let t = String::from_utf8_lossy(&out.stdout).into_owned();
+                if let Some(c) = &cache {
+                    let tmp = c.with_extension(format!("tmp{}", std::process::id()));
+                    let _ = std::fs::create_dir_all(super::runner::cache_dir());
+                    if std::fs::write(&tmp, &t).is_ok() {
+                        let _ = std::fs::rename(&tmp, c);
+                    }
+                }
+                t
+            }
+        };
         let lines: Vec<&str> = text.lines().collect();
         if lines.len() < 7 {
             return Err(not_found(format!(

@@ -155,7 +155,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// FNV-1a over the bytes: names the cached runner after its source and inputs.
-fn fnv(parts: &[&[u8]]) -> u64 {
+pub(crate) fn fnv(parts: &[&[u8]]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for p in parts {
         for b in p.iter().chain(&[0u8]) {

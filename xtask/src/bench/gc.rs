@@ -23,7 +23,8 @@ use std::process::Command;
 
 const GCBENCH_RUNS: usize = 7;
 
-fn ensure_boehm() -> Result<()> {
+/// Installs Debian's `libgc-dev` (Boehm GC) when its header is missing.
+pub(crate) fn ensure_boehm() -> Result<()> {
     if Path::new("/usr/include/gc.h").exists() {
         return Ok(());
     }

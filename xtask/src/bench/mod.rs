@@ -3,13 +3,17 @@
 //! prints a table with ratios to the peer.
 
 mod frame_hooks;
+mod gap;
 mod gc;
 mod gil;
 mod loader;
+mod multipy;
 mod refbridge;
 mod report;
 
 use anyhow::{bail, Result};
+
+pub(crate) use gc::ensure_boehm;
 
 /// A benchmark suite: a name for the command line and the function that runs it.
 struct Suite {
@@ -35,9 +39,19 @@ const SUITES: &[Suite] = &[
     run: gil::run,
 },
 Suite {
+    name: "gap",
+    what: "the minigap kernel on our GC vs on Boehm GC: group orders, factorial sum, array benchmark (total, GC time, max pause, peak RSS)",
+    run: gap::run,
+},
+Suite {
     name: "loader",
     what: "elf-loader vs dlopen/dlmopen: load time, symbol lookup, memory per copy, copies, TLS",
     run: loader::run_suite,
+},
+Suite {
+    name: "multipy",
+    what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
+    run: multipy::run,
 },
 Suite {
     name: "frame-hooks",

@@ -1,0 +1,127 @@
+//! The multipy side of `cargo xtask bench multipy`: prints `key=value` lines that the
+//! xtask suite compares with its peers (multiprocessing, CPython 3.12 sub-interpreters,
+//! plain `python3` processes), measured by xtask in the same run.
+//!
+//! `multipy_bench VENV ROUNDS WORKERS ITERS` measures:
+//! - `fib_one_s` / `fib_two_s`: wall time of fib(30) in two threads on one interpreter
+//!   and on two interpreters (median of ROUNDS), and `fib_speedup_two_interpreters`;
+//! - `startup_ms_interpreter_numpy`: one more interpreter, load + initialise +
+//!   `import numpy`, with one already running (median of ROUNDS);
+//!   (`startup_ms_interpreter`: the same without numpy);
+//! - `rss_mb_interpreter_numpy`: private memory (Private_Clean + Private_Dirty of
+//!   `/proc/self/smaps_rollup`) added per extra interpreter with numpy imported;
+//! - `numpy_s_interpreters`: wall time of WORKERS interpreters each running ITERS
+//!   iterations of the numpy workload (matmul + ufuncs) at once.
+
+use integration_tests::multipy::{Config, Interpreter};
+use std::path::PathBuf;
+use std::time::Instant;
+
+const FIB: &str = "def fib(x):\n    return 1 if x <= 1 else fib(x - 1) + fib(x - 2)\n";
+
+/// The numpy workload, also run by the process peer (xtask's copy must stay equal).
+pub const WORKLOAD: &str = "import numpy as np\nrng = np.random.default_rng(0)\na = rng.random((200, 200))\nx = rng.random(100_000)\ndef work(iters):\n    s = 0.0\n    for _ in range(iters):\n        s += float((a @ a).trace())\n        s += float(np.exp(np.sin(x)).sum())\n    return s\n";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn private_mb() -> f64 {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    let kb: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("Private_Clean:") || l.starts_with("Private_Dirty:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum();
+    kb as f64 / 1024.0
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 5 {
+        eprintln!("usage: multipy_bench VENV ROUNDS WORKERS ITERS");
+        std::process::exit(2);
+    }
+    let venv = PathBuf::from(&args[1]);
+    let rounds: usize = args[2].parse().expect("ROUNDS");
+    let workers: usize = args[3].parse().expect("WORKERS");
+    let iters: usize = args[4].parse().expect("ITERS");
+    let new = || Interpreter::new(Config::new().venv(&venv)).expect("interpreter");
+
+    // fib(30) in two threads: one interpreter vs two.
+    let (a, b) = (new(), new());
+    a.run(FIB).unwrap();
+    b.run(FIB).unwrap();
+    let (mut one, mut two) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| a.run("fib(30)").unwrap());
+            s.spawn(|| a.run("fib(30)").unwrap());
+        });
+        one.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| a.run("fib(30)").unwrap());
+            s.spawn(|| b.run("fib(30)").unwrap());
+        });
+        two.push(t.elapsed().as_secs_f64());
+    }
+    let (one, two) = (median(one), median(two));
+    println!("fib_one_s={one}");
+    println!("fib_two_s={two}");
+    println!("fib_speedup_two_interpreters={}", one / two);
+    drop(b);
+
+    // Start-up of one more interpreter with numpy, one already running (a).
+    a.run("import numpy").unwrap();
+    let (mut startup, mut bare) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let i = new();
+        bare.push(t.elapsed().as_secs_f64() * 1000.0);
+        i.run("import numpy").unwrap();
+        startup.push(t.elapsed().as_secs_f64() * 1000.0);
+        drop(i);
+    }
+    println!("startup_ms_interpreter_numpy={}", median(startup));
+    println!("startup_ms_interpreter={}", median(bare));
+
+    // Private memory per extra interpreter with numpy imported.
+    const EXTRA: usize = 4;
+    let before = private_mb();
+    let extra: Vec<Interpreter> = (0..EXTRA)
+        .map(|_| {
+            let i = new();
+            i.run("import numpy\nnumpy.ones(10).sum()").unwrap();
+            i
+        })
+        .collect();
+    let after = private_mb();
+    println!(
+        "rss_mb_interpreter_numpy={}",
+        (after - before) / EXTRA as f64
+    );
+    drop(extra);
+
+    // numpy workload: WORKERS interpreters at once.
+    let ws: Vec<Interpreter> = (0..workers).map(|_| new()).collect();
+    for w in &ws {
+        w.run(WORKLOAD).unwrap();
+        w.run("work(1)").unwrap();
+    }
+    let mut times = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for w in &ws {
+                s.spawn(move || w.run(&format!("work({iters})")).unwrap());
+            }
+        });
+        times.push(t.elapsed().as_secs_f64());
+    }
+    println!("numpy_s_interpreters={}", median(times));
+    drop(ws);
+    drop(a);
+}

@@ -1,0 +1,405 @@
+//! `cargo xtask bench multipy`: many interpreters in one process (integration-tests'
+//! `multipy`) against its peers, all measured in the same run:
+//! - fib(30) in two threads: one interpreter vs two (`fib_speedup_two_interpreters`,
+//!   the seed's 1.9x; target >= 1.85x); the same work with `multiprocessing` (2
+//!   processes, pool start-up included) and with CPython 3.12 sub-interpreters with a
+//!   per-interpreter GIL (pure Python; `import numpy` is tried there and its failure
+//!   recorded);
+//! - start-up of one more interpreter with `import numpy` vs a `python -c "import
+//!   numpy"` process (target <= 0.5x) and vs creating a 3.12 sub-interpreter (no numpy);
+//! - private memory per extra interpreter with numpy imported vs a separate python
+//!   process with numpy imported (its private memory; its RSS too) (target <= 0.5x);
+//! - a numpy workload (matmul + ufuncs) in N interpreters at once vs N processes.
+//!
+//! Our side runs in `integration-tests/examples/multipy_bench`; the peers are Python
+//! scripts run here. Rounds interleave ours and the peers.
+
+use super::report::Report;
+use crate::steps::root;
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const ROUNDS: usize = 5;
+const WORKERS: usize = 2;
+const ITERS: usize = 40;
+
+/// Must equal `WORKLOAD` in integration-tests/examples/multipy_bench.rs.
+const WORKLOAD: &str = "import numpy as np\nrng = np.random.default_rng(0)\na = rng.random((200, 200))\nx = rng.random(100_000)\ndef work(iters):\n    s = 0.0\n    for _ in range(iters):\n        s += float((a @ a).trace())\n        s += float(np.exp(np.sin(x)).sum())\n    return s\n";
+
+const FIB: &str = "def fib(x):\n    return 1 if x <= 1 else fib(x - 1) + fib(x - 2)\n";
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn kv(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+/// Runs `python -c code` and returns its `key=value` lines.
+fn py(python: &Path, code: &str, env: &[(&str, &str)]) -> Result<HashMap<String, f64>> {
+    let out = Command::new(python)
+        .args(["-c", code])
+        .envs(env.iter().copied())
+        .output()
+        .with_context(|| format!("run {}", python.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{} -c ... failed: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(kv(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn multiprocessing_fib(python: &Path) -> Result<f64> {
+    let code = format!(
+        "{FIB}import multiprocessing, time\nif __name__ == '__main__':\n    t = time.perf_counter()\n    with multiprocessing.Pool(2) as p:\n        p.map(fib, [30, 30])\n    print('s=%r' % (time.perf_counter() - t))\n"
+    );
+    py(python, &code, &[])?
+        .get("s")
+        .copied()
+        .context("multiprocessing peer printed no time")
+}
+
+/// 3.12's sub-interpreters with their own GIL: fib(30) on two of them in two threads,
+/// the creation time of one, and what `import numpy` does there.
+fn subinterpreters(
+    python312: &Path,
+    site: Option<&Path>,
+) -> Result<(HashMap<String, f64>, String)> {
+    let site = site.map(|s| s.display().to_string()).unwrap_or_default();
+    let code = format!(
+        r#"import _xxsubinterpreters as si, threading, time
+fib_src = {FIB:?}
+ids = [si.create(isolated=True) for _ in range(2)]
+for i in ids:
+    si.run_string(i, fib_src)
+t = time.perf_counter()
+ts = [threading.Thread(target=si.run_string, args=(i, "fib(30)")) for i in ids]
+for th in ts: th.start()
+for th in ts: th.join()
+print("fib_two_s=%r" % (time.perf_counter() - t))
+created = []
+for _ in range(5):
+    t = time.perf_counter()
+    j = si.create(isolated=True)
+    created.append(time.perf_counter() - t)
+    si.destroy(j)
+created.sort()
+print("create_ms=%r" % (created[2] * 1000))
+k = si.create(isolated=True)
+try:
+    si.run_string(k, "import sys; sys.path.append(%r); import numpy" % {site:?})
+    print("numpy_ok=1")
+except Exception as e:
+    print("numpy_ok=0")
+    print("numpy_error:", str(e).splitlines()[-1] if str(e) else type(e).__name__)
+"#
+    );
+    let out = Command::new(python312)
+        .args(["-c", &code])
+        .output()
+        .context("run python3.12")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        bail!(
+            "python3.12 sub-interpreter peer failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let err = text
+        .lines()
+        .find_map(|l| l.strip_prefix("numpy_error: "))
+        .unwrap_or("")
+        .to_string();
+    Ok((kv(&text), err))
+}
+
+fn private_and_rss_code() -> &'static str {
+    "import numpy\nnumpy.ones(10).sum()\nkb = {}\nfor line in open('/proc/self/smaps_rollup'):\n    k, _, v = line.partition(':')\n    if v.strip().endswith('kB'): kb[k] = int(v.split()[0])\nprint('private_mb=%r' % ((kb['Private_Clean'] + kb['Private_Dirty']) / 1024))\nprint('rss_mb=%r' % (kb['Rss'] / 1024))\n"
+}
+
+/// WORKERS processes at once, each running the workload; the slowest one's loop time.
+/// The loops start at one agreed wall-clock instant, after every process has imported
+/// numpy and warmed up, so no process's start-up overlaps another's loop.
+fn numpy_processes(python: &Path) -> Result<f64> {
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        + 2.0;
+    let code = format!(
+        "{WORKLOAD}work(1)\nimport time\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\nwork({ITERS})\nprint('s=%r' % (time.perf_counter() - t))\n"
+    );
+    let children: Vec<_> = (0..WORKERS)
+        .map(|_| {
+            Command::new(python)
+                .args(["-c", &code])
+                .env("OPENBLAS_NUM_THREADS", "1")
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()
+        .context("start numpy workload processes")?;
+    let mut worst: f64 = 0.0;
+    for c in children {
+        let out = c.wait_with_output()?;
+        let s = kv(&String::from_utf8_lossy(&out.stdout))
+            .get("s")
+            .copied()
+            .context("workload process printed no time")?;
+        worst = worst.max(s);
+    }
+    Ok(worst)
+}
+
+/// A virtual environment for 3.12 with the same numpy, under target/bench (bench only).
+fn venv312(python312: &Path) -> Result<PathBuf> {
+    let dir = root().join("target/bench/venv-3.12");
+    let py = dir.join("bin/python");
+    if dir.join(".numpy-2.4.6").exists() {
+        return Ok(dir);
+    }
+    let ok = Command::new(python312)
+        .args(["-m", "venv"])
+        .arg(&dir)
+        .status()?
+        .success()
+        && Command::new(&py)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "numpy==2.4.6",
+            ])
+            .status()?
+            .success();
+    if !ok {
+        bail!("making {} with numpy failed", dir.display());
+    }
+    std::fs::write(dir.join(".numpy-2.4.6"), "")?;
+    Ok(dir)
+}
+
+fn find_python312() -> Option<PathBuf> {
+    if Command::new("python3.12")
+        .arg("-V")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+    {
+        return Some("python3.12".into());
+    }
+    let root = Command::new("pyenv").arg("root").output().ok()?;
+    let root = PathBuf::from(String::from_utf8_lossy(&root.stdout).trim());
+    let mut found: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
+        .map(|e| e.path().join("bin/python3.12"))
+        .filter(|p| p.exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+/// The suite.
+pub fn run() -> Result<()> {
+    let venv = crate::venv::ensure()?;
+    let python = venv.join("bin/python");
+    let driver = crate::demo_multipy::build_example("multipy_bench")?;
+    let py312 = find_python312();
+    let site312 = match &py312 {
+        Some(p) => match venv312(p) {
+            Ok(v) => Some(v.join("lib/python3.12/site-packages")),
+            Err(e) => {
+                println!("bench multipy: no 3.12 numpy venv ({e:#}); the numpy import is tried without it");
+                None
+            }
+        },
+        None => None,
+    };
+
+    // Ours (one driver run: its own medians over ROUNDS), then the peers, interleaved
+    // over two passes so machine noise hits both.
+    let mut ours: Vec<HashMap<String, f64>> = Vec::new();
+    let (mut mp, mut sub_fib, mut sub_create, mut proc_start, mut proc_np) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut proc_private, mut proc_rss, mut proc_bare) = (Vec::new(), Vec::new(), Vec::new());
+    let mut numpy_error = String::new();
+    let mut sub_numpy_ok = None;
+    for pass in 0..2 {
+        println!("bench multipy: pass {}/2", pass + 1);
+        let out = Command::new(&driver)
+            .arg(&venv)
+            .args([ROUNDS.to_string(), WORKERS.to_string(), ITERS.to_string()])
+            .output()
+            .context("run multipy_bench")?;
+        if !out.status.success() {
+            bail!(
+                "multipy_bench failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        ours.push(kv(&String::from_utf8_lossy(&out.stdout)));
+        for _ in 0..ROUNDS {
+            mp.push(multiprocessing_fib(&python)?);
+            let t = Instant::now();
+            let ok = Command::new(&python)
+                .args(["-c", "import numpy"])
+                .status()?
+                .success();
+            if !ok {
+                bail!("{} -c 'import numpy' failed", python.display());
+            }
+            proc_start.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            if !Command::new(&python)
+                .args(["-c", "pass"])
+                .status()?
+                .success()
+            {
+                bail!("{} -c pass failed", python.display());
+            }
+            proc_bare.push(t.elapsed().as_secs_f64() * 1000.0);
+            let m = py(
+                &python,
+                private_and_rss_code(),
+                &[("OPENBLAS_NUM_THREADS", "1")],
+            )?;
+            proc_private.push(m["private_mb"]);
+            proc_rss.push(m["rss_mb"]);
+            if let Some(p) = &py312 {
+                let (m, err) = subinterpreters(p, site312.as_deref())?;
+                sub_fib.push(m["fib_two_s"]);
+                sub_create.push(m["create_ms"]);
+                sub_numpy_ok = m.get("numpy_ok").copied();
+                numpy_error = err;
+            }
+        }
+        proc_np.push(numpy_processes(&python)?);
+        proc_np.push(numpy_processes(&python)?);
+    }
+
+    let mut r = Report::new("multipy");
+    let ours_median = |k: &str| median(ours.iter().filter_map(|m| m.get(k).copied()).collect());
+    for k in [
+        "fib_one_s",
+        "fib_two_s",
+        "fib_speedup_two_interpreters",
+        "startup_ms_interpreter_numpy",
+        "startup_ms_interpreter",
+        "rss_mb_interpreter_numpy",
+        "numpy_s_interpreters",
+    ] {
+        r.value(k, ours_median(k));
+    }
+    for (i, m) in ours.iter().enumerate() {
+        r.value(
+            &format!("fib_speedup_two_interpreters_pass{}", i + 1),
+            m["fib_speedup_two_interpreters"],
+        );
+    }
+    r.value("fib_s_multiprocessing", median(mp));
+    r.value("startup_ms_process_numpy", median(proc_start));
+    r.value("startup_ms_process", median(proc_bare));
+    r.value("rss_mb_process_numpy", median(proc_private));
+    r.value("rss_total_mb_process_numpy", median(proc_rss));
+    r.value("numpy_s_processes", median(proc_np));
+    r.value("numpy_workers", WORKERS as f64);
+    r.value("numpy_iters_per_worker", ITERS as f64);
+    if py312.is_some() {
+        r.value("fib_s_subinterpreters_312", median(sub_fib));
+        r.value("startup_ms_subinterpreter_312", median(sub_create));
+        if let Some(ok) = sub_numpy_ok {
+            r.value("subinterpreter_312_numpy_imports", ok);
+        }
+    }
+    // The seed's comparison: one interpreter's time over two interpreters'.
+    r.value("fib_target_speedup", 1.85);
+    r.compare(
+        "fib(30) x2: two interpreters vs one (s)",
+        "fib_two_s",
+        "fib_one_s",
+        None,
+    );
+    r.compare(
+        "fib(30) x2: two interpreters vs multiprocessing (s)",
+        "fib_two_s",
+        "fib_s_multiprocessing",
+        None,
+    );
+    if py312.is_some() {
+        r.compare(
+            "fib(30) x2: two interpreters vs 3.12 subinterp (s)",
+            "fib_two_s",
+            "fib_s_subinterpreters_312",
+            None,
+        );
+    }
+    r.compare(
+        "start-up + import numpy vs a process (ms)",
+        "startup_ms_interpreter_numpy",
+        "startup_ms_process_numpy",
+        Some(0.5),
+    );
+    if py312.is_some() {
+        r.compare(
+            "start-up + numpy vs 3.12 subinterp w/o numpy (ms)",
+            "startup_ms_interpreter_numpy",
+            "startup_ms_subinterpreter_312",
+            None,
+        );
+    }
+    r.compare(
+        "start-up without numpy: interpreter vs process (ms)",
+        "startup_ms_interpreter",
+        "startup_ms_process",
+        None,
+    );
+    r.compare(
+        "private MB per interpreter vs process (numpy)",
+        "rss_mb_interpreter_numpy",
+        "rss_mb_process_numpy",
+        Some(0.5),
+    );
+    r.compare(
+        "numpy workload, N at once: interpreters vs processes (s)",
+        "numpy_s_interpreters",
+        "numpy_s_processes",
+        None,
+    );
+    r.finish()?;
+    let speedup = r.get("fib_speedup_two_interpreters").unwrap_or(0.0);
+    println!(
+        "  fib speedup two interpreters vs one: {speedup:.2}x (target >= 1.85x: {}); per pass: {}",
+        if speedup >= 1.85 { "met" } else { "MISSED" },
+        ours.iter()
+            .map(|m| format!("{:.2}x", m["fib_speedup_two_interpreters"]))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if py312.is_some() {
+        println!(
+            "  3.12 sub-interpreter `import numpy`: {}",
+            if numpy_error.is_empty() {
+                "imported".to_string()
+            } else {
+                format!("fails: {numpy_error}")
+            }
+        );
+    } else {
+        println!("  no CPython 3.12 on this machine: the sub-interpreter peer was not measured");
+    }
+    Ok(())
+}
