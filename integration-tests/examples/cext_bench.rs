@@ -89,6 +89,7 @@ fn main() {
     for _ in 0..runs {
         // Ours.
         let mut h = RefbridgeHost::new(Extension::load().unwrap()).unwrap();
+        h.set_watching(false);
         native_rings(&mut h, rings, nodes);
         let t = Instant::now();
         h.bridge.collect(&mut h.m).unwrap();

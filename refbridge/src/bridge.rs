@@ -987,7 +987,7 @@ impl Inner {
         l.draining.set(false);
     }
 
-    fn unraisable(&self, op: *mut PyObject, msg: &str) {
+    pub(crate) fn unraisable(&self, op: *mut PyObject, msg: &str) {
         self.counters.unraisable.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(
             object = format_args!("{:#x}", op as usize),

@@ -396,21 +396,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         .extend(sides.iter().flatten().copied());
     // 5. Delete the pure garbage (CPython's delete_garbage).
     if !garbage.is_empty() {
-        // SAFETY: unreachable live objects; holding a reference keeps each alive until
-        // every tp_clear has run.
-        unsafe {
-            for &op in &garbage {
-                (*op).ob_refcnt += 1;
-            }
-            for &op in &garbage {
-                if let Some(clear) = (*(*op).ob_type).tp_clear {
-                    clear(op);
-                }
-            }
-            for &op in &garbage {
-                crate::capi::Py_DecRef(op);
-            }
-        }
+        // SAFETY: the garbage objects are tracked live objects of this list.
+        unsafe { delete_garbage(inner, &garbage) };
         inner
             .counters
             .cycle_garbage
@@ -430,12 +417,94 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     report
 }
 
+/// Unlinks `g` from the circular list it is on (its flags stay).
+///
+/// # Safety
+/// `g` is on a well-formed list.
+unsafe fn list_remove(g: *mut PyGCHead) {
+    // SAFETY: list members' links are valid (caller).
+    unsafe {
+        let prev = ((*g).gc_prev & !GC_FLAGS) as *mut PyGCHead;
+        let next = (*g).gc_next as *mut PyGCHead;
+        (*prev).gc_next = next as usize;
+        (*next).gc_prev = prev as usize | ((*next).gc_prev & GC_FLAGS);
+    }
+}
+
+/// Appends `g` to the circular list of sentinel `s` (its flags stay).
+///
+/// # Safety
+/// `s` is a well-formed list's sentinel; `g` is on no list.
+unsafe fn list_append(s: *mut PyGCHead, g: *mut PyGCHead) {
+    // SAFETY: as stated.
+    unsafe {
+        let last = ((*s).gc_prev & !GC_FLAGS) as *mut PyGCHead;
+        (*g).gc_prev = last as usize | ((*g).gc_prev & GC_FLAGS);
+        (*g).gc_next = s as usize;
+        (*last).gc_next = g as usize;
+        (*s).gc_prev = g as usize | ((*s).gc_prev & GC_FLAGS);
+    }
+}
+
+/// CPython's `delete_garbage`: the garbage moves to a list of its own; one at a time, the
+/// first object is held, cleared with `tp_clear` and released. Its deallocation (or that
+/// of others, as the cycle breaks) takes it off the list through `PyObject_GC_UnTrack`; an
+/// object still first afterwards survived (`tp_clear` resurrected it, or it has none) and
+/// goes back to the tracked list. Errors raised by `tp_clear` are dropped as unraisable,
+/// the pending error kept.
+///
+/// # Safety
+/// `garbage` holds tracked live objects of `inner`'s list, found unreachable.
+unsafe fn delete_garbage(inner: &Inner, garbage: &[*mut PyObject]) {
+    let mut head = PyGCHead {
+        gc_next: 0,
+        gc_prev: 0,
+    };
+    let u: *mut PyGCHead = &mut head;
+    let l = &inner.local.0;
+    let saved = l.error.borrow_mut().take();
+    // SAFETY: the objects are tracked (caller); the local list lives until the loop has
+    // emptied it (a deallocation unlinks an object from whichever list holds it).
+    unsafe {
+        (*u).gc_next = u as usize;
+        (*u).gc_prev = u as usize;
+        for &op in garbage {
+            let g = gc_head(op);
+            list_remove(g);
+            list_append(u, g);
+        }
+        while (*u).gc_next != u as usize {
+            let g = (*u).gc_next as *mut PyGCHead;
+            let op = from_gc_head(g);
+            if let Some(clear) = (*(*op).ob_type).tp_clear {
+                (*op).ob_refcnt += 1;
+                clear(op);
+                crate::capi::Py_DecRef(op);
+            }
+            if (*u).gc_next == g as usize {
+                list_remove(g);
+                list_append(l.gc_list, g);
+            }
+            let raised = l.error.borrow_mut().take();
+            if let Some(e) = raised {
+                inner.unraisable(op, &format!("in tp_clear: {}", e.to_string_lossy()));
+            }
+        }
+    }
+    *l.error.borrow_mut() = saved;
+}
+
 /// The managed side of a candidate: the managed object of a stub, the mirror of a
 /// native object (if any).
 fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> {
     if is_stub(op) {
-        let idx = st.table.index_of(op)?;
-        ObjRef::from_addr(st.table.entries[idx as usize].obj)
+        // SAFETY: candidates' stubs are live stubs of this bridge.
+        let idx = unsafe { HandleTable::index_fast(op) };
+        let e = st.table.entries.get(idx as usize)?;
+        if e.flags & USED == 0 {
+            return None;
+        }
+        ObjRef::from_addr(e.obj)
     } else {
         let &rec = st.by_native.get(&(op as usize))?;
         st.mirrors[rec as usize].map(|r| r.mirror)
@@ -449,26 +518,31 @@ fn replicate(
     w: &[usize],
     w_edges: &[(usize, Vec<usize>)],
 ) -> usize {
-    // Mirrors for the native members that have none (each pinned as soon as made).
-    for &i in w {
-        let op = cands[i].op;
-        if is_stub(op) {
-            continue;
-        }
-        // SAFETY: W members are alive: they are referenced from W and the managed side.
-        if unsafe { (*op).ob_refcnt } <= 0 {
-            continue;
-        }
-        if let Some(mirror) = inner.mirror_of(op) {
-            let mut st = inner.state.lock();
-            if let Some(&rec) = st.by_native.get(&(op as usize)) {
-                if let Some(r) = st.mirrors[rec as usize].as_mut() {
-                    r.replicated = true;
-                }
+    // Mirrors for the native members that have none (each pinned as soon as made); the
+    // existing ones are marked replicated under one lock.
+    let mut missing = Vec::new();
+    {
+        let mut st = inner.state.lock();
+        let st = &mut *st;
+        for &i in w {
+            let op = cands[i].op;
+            // SAFETY: W members are alive: they are referenced from W and the managed
+            // side.
+            if is_stub(op) || unsafe { (*op).ob_refcnt } <= 0 {
+                continue;
             }
-            st.pinned.push(mirror);
-            continue;
+            match st.by_native.get(&(op as usize)) {
+                Some(&rec) => {
+                    if let Some(r) = st.mirrors[rec as usize].as_mut() {
+                        r.replicated = true;
+                        st.pinned.push(r.mirror);
+                    }
+                }
+                None => missing.push(op),
+            }
         }
+    }
+    for op in missing {
         let Ok(mirror) = m.alloc_typed(MIRROR_SIZE, inner.mirror_type) else {
             tracing::error!("replication: allocating a mirror failed; the cycle is kept");
             return 0;
@@ -477,23 +551,24 @@ fn replicate(
         // SAFETY: a live native object without a mirror, a fresh mirror.
         unsafe { inner.bind_mirror(op, mirror, true) };
     }
-    // Managed edges mirroring the native ones inside W.
-    let max_small = gc_core::max_internal_obj_size();
-    for (i, targets) in w_edges {
-        let op = cands[*i].op;
-        let (mirror, refs): (Option<ObjRef>, Vec<ObjRef>) = {
-            let st = inner.state.lock();
-            (
-                managed_side(&st, op),
-                targets
+    // Managed edges mirroring the native ones inside W (all looked up under one lock;
+    // everything involved is pinned).
+    let plan: Vec<(ObjRef, Vec<ObjRef>)> = {
+        let st = inner.state.lock();
+        w_edges
+            .iter()
+            .filter_map(|(i, targets)| {
+                let mirror = managed_side(&st, cands[*i].op)?;
+                let refs: Vec<ObjRef> = targets
                     .iter()
                     .filter_map(|&j| managed_side(&st, cands[j].op))
-                    .collect(),
-            )
-        };
-        let (Some(mirror), false) = (mirror, refs.is_empty()) else {
-            continue;
-        };
+                    .collect();
+                (!refs.is_empty()).then_some((mirror, refs))
+            })
+            .collect()
+    };
+    let max_small = gc_core::max_internal_obj_size();
+    for (mirror, refs) in plan {
         let size = 8 + 8 * refs.len();
         let ty = if size > max_small {
             inner.edges_large
@@ -521,10 +596,10 @@ fn replicate(
         for &i in w {
             let op = cands[i].op;
             if is_stub(op) {
-                let Some(idx) = st.table.index_of(op) else {
-                    continue;
-                };
-                if st.table.entries[idx as usize].obj == 0 {
+                // SAFETY: candidates' stubs are live stubs of this bridge.
+                let idx = unsafe { HandleTable::index_fast(op) };
+                let e = st.table.entries[idx as usize];
+                if e.flags & USED == 0 || e.obj == 0 {
                     continue;
                 }
                 st.table.entries[idx as usize].flags |= WEAK_LIMIT;

@@ -147,6 +147,7 @@ pub struct RefbridgeHost {
     guard: Option<EnterGuard>,
     held: HashMap<i64, Held>,
     watch: Vec<(i64, WeakRef)>,
+    watching: bool,
     reported: HashSet<i64>,
     /// The bridge.
     pub bridge: Bridge,
@@ -208,6 +209,7 @@ impl RefbridgeHost {
             guard: Some(guard),
             held: HashMap::new(),
             watch: Vec::new(),
+            watching: true,
             reported: HashSet::new(),
             bridge,
             m,
@@ -249,6 +251,12 @@ impl RefbridgeHost {
         }
     }
 
+    /// Whether host objects are watched with weak handles to report their deaths (on by
+    /// default; benchmarks turn it off, as CPython's side makes no weak references).
+    pub fn set_watching(&mut self, on: bool) {
+        self.watching = on;
+    }
+
     /// Runs one operation.
     pub fn apply(&mut self, op: &Op) -> Result<Option<Vec<i64>>, String> {
         let err = |what: &str| format!("{op}: {what}");
@@ -276,7 +284,9 @@ impl RefbridgeHost {
                     .map_err(|e| err(&e.to_string()))?;
                 // SAFETY: a fresh host object.
                 unsafe { o.write_slot(8 * HOST_SLOTS, id as usize) };
-                self.watch.push((id, self.heap.new_weak_ref(o)));
+                if self.watching {
+                    self.watch.push((id, self.heap.new_weak_ref(o)));
+                }
                 self.held.insert(id, Held::Managed(self.heap.root(o)));
             }
             Op::Append(c, x) => {
