@@ -473,8 +473,12 @@ unsafe fn delete_garbage(inner: &Inner, garbage: &[*mut PyObject]) {
             list_remove(g);
             list_append(u, g);
         }
-        while (*u).gc_next != u as usize {
-            let g = (*u).gc_next as *mut PyGCHead;
+        loop {
+            // (the list changes through the objects' links: deallocations unlink them)
+            let g = std::ptr::read_volatile(&(*u).gc_next) as *mut PyGCHead;
+            if g == u {
+                break;
+            }
             let op = from_gc_head(g);
             if let Some(clear) = (*(*op).ob_type).tp_clear {
                 (*op).ob_refcnt += 1;
