@@ -1,7 +1,7 @@
 """CPython's side of `cargo xtask bench refbridge`: the cycle collector on the shapes the
 Rust side builds with the same extension (cext built for CPython 3.11).
 
-Usage: python3 bench.py MODULE_DIR RINGS NODES
+Usage: python3 bench.py MODULE_DIR RINGS NODES [native|cross|none]
 Prints one JSON object: seconds of gc.collect() for RINGS rings of NODES containers,
 for RINGS rings alternating container and Python object (NODES nodes each), and for a
 collection with nothing to free (the interpreter's own objects).
@@ -54,7 +54,23 @@ def timed_collect():
     return time.perf_counter() - t, n
 
 
+def one(shape, rings, nodes):
+    """Under callgrind: builds one shape ("native", "cross" or "none") and collects it
+    once (toggle-collect on gc_collect_main; "none" measures what the interpreter's own
+    collections cost, to subtract)."""
+    gc.disable()
+    if shape == "native":
+        native_rings(rings, nodes)
+    elif shape == "cross":
+        cross_rings(rings, nodes)
+    gc.collect()
+    assert cext.live() == 0
+
+
 def main():
+    if len(sys.argv) > 4:
+        one(sys.argv[4], int(sys.argv[2]), int(sys.argv[3]))
+        return
     rings, nodes = int(sys.argv[2]), int(sys.argv[3])
     gc.disable()
     gc.collect()

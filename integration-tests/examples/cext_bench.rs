@@ -73,11 +73,34 @@ fn spread(v: &[f64]) -> f64 {
     (hi - lo) / median(&mut v.to_vec())
 }
 
+/// Under callgrind: builds one shape and collects it once (`--one native|cross RINGS
+/// NODES`), so that the instructions of the collection can be counted
+/// (`--toggle-collect=cext_bench::measured_collect`).
+fn one(shape: &str, rings: i64, nodes: i64) {
+    let mut h = RefbridgeHost::new(Extension::load().unwrap()).unwrap();
+    h.set_watching(false);
+    if shape == "native" {
+        native_rings(&mut h, rings, nodes);
+    } else {
+        cross_rings(&mut h, rings, nodes);
+    }
+    measured_collect(&mut h);
+    assert_eq!(h.ext.live(), 0, "not all freed");
+}
+
+/// The collection callgrind counts.
+#[inline(never)]
+fn measured_collect(h: &mut RefbridgeHost) {
+    h.bridge.collect(&mut h.m).unwrap();
+}
+
 fn main() {
-    let args: Vec<i64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().unwrap())
-        .collect();
+    let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("--one") {
+        one(&raw[1], raw[2].parse().unwrap(), raw[3].parse().unwrap());
+        return;
+    }
+    let args: Vec<i64> = raw.iter().map(|a| a.parse().unwrap()).collect();
     let runs = *args.first().unwrap_or(&7) as usize;
     let rings = *args.get(1).unwrap_or(&10_000);
     let nodes = *args.get(2).unwrap_or(&10);

@@ -174,8 +174,9 @@ unsafe impl Send for State {}
 pub(crate) struct RItem {
     /// The native side: a tagged stub pointer or a native object.
     pub op: *mut PyObject,
-    /// The managed side (managed object or mirror).
-    pub weak: WeakRef,
+    /// The managed side (managed object or mirror): a weak handle once the replication
+    /// is settled (`None` while it is fresh, see [`Replicated::fresh`]).
+    pub weak: Option<WeakRef>,
 }
 
 /// The replicated set, read by the weak-processing hook during collections.
@@ -183,6 +184,10 @@ pub(crate) struct RItem {
 pub(crate) struct Replicated {
     /// Keyed by queue token (stub entry or mirror record).
     pub items: HashMap<usize, RItem>,
+    /// The set was just made and no code ran since: its managed edges are exact, so the
+    /// hook has nothing to add, and the next collection (the bridge's own) decides which
+    /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
+    pub fresh: bool,
 }
 
 // SAFETY: the raw pointers are native objects owned by the bridge's thread; the hook
@@ -199,6 +204,8 @@ pub(crate) struct Local {
     pub error: RefCell<Option<CString>>,
     pub draining: Cell<bool>,
     pub collecting: Cell<bool>,
+    /// Inside `collect()` (no nested collections, automatic or forced).
+    pub in_collect: Cell<bool>,
     pub pending: RefCell<Vec<*mut PyObject>>,
     pub dealloc_depth: Cell<u32>,
     pub deferred: RefCell<Vec<*mut PyObject>>,
@@ -243,12 +250,9 @@ pub(crate) const MIRROR_EDGES: usize = 8;
 
 thread_local! {
     static CURRENT: Cell<*const Inner> = const { Cell::new(std::ptr::null()) };
-    static THREAD_TOKEN: u8 = const { 0 };
 }
 
-fn thread_token() -> usize {
-    THREAD_TOKEN.with(|t| t as *const u8 as usize)
-}
+use crate::mem::thread_token;
 
 /// The bridge entered on this thread, if any.
 #[inline]
@@ -276,6 +280,7 @@ impl Drop for EnterGuard {
         let d = l.enter_depth.get() - 1;
         l.enter_depth.set(d);
         if d == 0 {
+            self.inner.account.set_owner(false);
             self.inner.owner.store(0, Ordering::Release);
         }
         CURRENT.with(|c| c.set(self.prev));
@@ -345,6 +350,7 @@ impl Bridge {
                 error: RefCell::new(None),
                 draining: Cell::new(false),
                 collecting: Cell::new(false),
+                in_collect: Cell::new(false),
                 pending: RefCell::new(Vec::new()),
                 dealloc_depth: Cell::new(0),
                 deferred: RefCell::new(Vec::new()),
@@ -416,6 +422,11 @@ impl Bridge {
         }
         let l = &self.0.local.0;
         l.enter_depth.set(l.enter_depth.get() + 1);
+        if l.enter_depth.get() == 1 && !self.0.config.debug {
+            // The small-block pool serves the owner (the debug mode quarantines freed
+            // blocks instead).
+            self.0.account.set_owner(true);
+        }
         let prev = CURRENT.with(|c| c.replace(Arc::as_ptr(&self.0)));
         Ok(EnterGuard {
             inner: self.0.clone(),
@@ -580,6 +591,7 @@ impl Bridge {
         }
         inner.local.0.collecting.set(true);
         let r = cycle::collect_cycles(inner, Some(m));
+        cycle::settle(inner);
         inner.local.0.collecting.set(false);
         inner.drain();
         Ok(r)
@@ -745,7 +757,7 @@ impl Inner {
             let l = &self.local.0;
             let t = l.transitions.get() + 1;
             l.transitions.set(t);
-            if t % n as u64 == 0 && !l.collecting.get() {
+            if t % n as u64 == 0 && !l.collecting.get() && !l.in_collect.get() {
                 if let Ok(mut m) = self.heap.current_mutator() {
                     let _ = self.collect(&mut m);
                 }
@@ -1177,7 +1189,8 @@ impl Inner {
             return;
         }
         let mut st = self.state.lock();
-        let Some(idx) = st.table.slot_of(op) else {
+        // SAFETY: native code decremented the count through this pointer: readable.
+        let Some(idx) = (unsafe { st.table.slot_of_held(op) }) else {
             drop(st);
             tracing::error!(
                 stub = format_args!("{:#x}", op as usize),
@@ -1239,9 +1252,10 @@ impl Inner {
     /// A full collection (see [`Bridge::collect`]).
     pub(crate) fn collect(&self, m: &mut Mutator) -> Result<CollectReport, BridgeError> {
         let l = &self.local.0;
-        if l.collecting.get() {
+        if l.collecting.get() || l.in_collect.get() {
             return Ok(CollectReport::default());
         }
+        l.in_collect.set(true);
         let _span = tracing::debug_span!("refbridge_collect").entered();
         let before = (
             self.counters.tokens.load(Ordering::Relaxed),
@@ -1261,11 +1275,16 @@ impl Inner {
                 let r = cycle::collect_cycles(self, Some(m));
                 report.native_garbage += r.garbage;
                 report.replicated += r.replicated;
-                l.collecting.set(false);
-                self.drain();
-                m.collect(CollectionKind::Full)?;
+                // Nothing runs between the replication and this collection, nor
+                // between it and the settling of the replication (deallocations wait
+                // while `collecting`): the replicated edges are exact for it.
+                let gc = m.collect(CollectionKind::Full);
                 report.managed_collections += 1;
-                self.drain();
+                self.drain(); // bookkeeping only
+                cycle::settle(self);
+                l.collecting.set(false);
+                self.drain(); // the deallocations
+                gc?;
                 l.collecting.set(true);
                 if !l.cycle_pending.get() {
                     break;
@@ -1275,6 +1294,7 @@ impl Inner {
         })();
         l.collecting.set(false);
         self.drain();
+        l.in_collect.set(false);
         self.debug_check();
         result?;
         report.tokens = (self.counters.tokens.load(Ordering::Relaxed) - before.0) as usize;

@@ -45,7 +45,7 @@ use crate::abi::{
 };
 use crate::bridge::{Inner, RItem, MIRROR_EDGES, MIRROR_SIZE};
 use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
-use gc_core::{Marker, Mutator, ObjRef};
+use gc_core::{Marker, Mutator, ObjRef, WeakRef};
 use rustc_hash::FxHashMap as HashMap;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
@@ -345,15 +345,16 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             unsafe { traverse(op, visit_w, arg) };
         }
     }
-    // The edges inside W of its native members, for the replication.
-    let mut w_edges: Vec<(usize, Vec<usize>)> = Vec::new();
+    // The edges inside W of its native members, for the replication: member i's
+    // targets are `edges[start..end]`.
+    let mut w_edges: Vec<(usize, usize, usize)> = Vec::new();
     for i in 0..n_native {
         if c!().cands[i].w {
-            c!().edges.clear();
+            let start = c!().edges.len();
             let op = c!().cands[i].op;
             // SAFETY: as above.
             unsafe { traverse(op, visit_edges, arg) };
-            w_edges.push((i, std::mem::take(&mut c!().edges)));
+            w_edges.push((i, start, c!().edges.len()));
         }
     }
     // Restore the list's back links (and drop the COLLECTING flag).
@@ -405,7 +406,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     // 4'. Replicate W.
     if let (Some(m), false) = (m, w.is_empty()) {
-        report.replicated = replicate(inner, m, &ctx.cands, &w, &w_edges);
+        report.replicated = replicate(inner, m, &ctx.cands, &w, &w_edges, &ctx.edges);
     }
     inner.state.lock().pinned.clear();
     // Threshold for the next automatic collection (CPython: a quarter of the live).
@@ -520,7 +521,8 @@ fn replicate(
     m: &mut Mutator,
     cands: &[Cand],
     w: &[usize],
-    w_edges: &[(usize, Vec<usize>)],
+    w_edges: &[(usize, usize, usize)],
+    edges: &[usize],
 ) -> usize {
     // Mirrors for the native members that have none (each pinned as soon as made); the
     // existing ones are marked replicated under one lock.
@@ -557,22 +559,26 @@ fn replicate(
     }
     // Managed edges mirroring the native ones inside W (all looked up under one lock;
     // everything involved is pinned).
-    let plan: Vec<(ObjRef, Vec<ObjRef>)> = {
+    let mut targets: Vec<ObjRef> = Vec::with_capacity(edges.len());
+    let plan: Vec<(ObjRef, usize, usize)> = {
         let st = inner.state.lock();
         w_edges
             .iter()
-            .filter_map(|(i, targets)| {
-                let mirror = managed_side(&st, cands[*i].op)?;
-                let refs: Vec<ObjRef> = targets
-                    .iter()
-                    .filter_map(|&j| managed_side(&st, cands[j].op))
-                    .collect();
-                (!refs.is_empty()).then_some((mirror, refs))
+            .filter_map(|&(i, start, end)| {
+                let mirror = managed_side(&st, cands[i].op)?;
+                let from = targets.len();
+                targets.extend(
+                    edges[start..end]
+                        .iter()
+                        .filter_map(|&j| managed_side(&st, cands[j].op)),
+                );
+                (targets.len() > from).then_some((mirror, from, targets.len()))
             })
             .collect()
     };
     let max_small = gc_core::max_internal_obj_size();
-    for (mirror, refs) in plan {
+    for (mirror, from, to) in plan {
+        let refs = &targets[from..to];
         let size = 8 + 8 * refs.len();
         let ty = if size > max_small {
             inner.edges_large
@@ -618,15 +624,11 @@ fn replicate(
     }
     let n = items.len();
     let mut repl = inner.repl.lock();
-    for (key, op, obj) in items {
-        repl.items.insert(
-            key,
-            RItem {
-                op,
-                weak: inner.heap.new_weak_ref(obj),
-            },
-        );
+    repl.items.reserve(n);
+    for (key, op, _obj) in items {
+        repl.items.insert(key, RItem { op, weak: None });
     }
+    repl.fresh = true;
     drop(repl);
     inner
         .counters
@@ -640,7 +642,10 @@ fn replicate(
 /// managed side), and of everything they reach natively.
 pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     let repl = inner.repl.lock();
-    if repl.items.is_empty() {
+    if repl.items.is_empty() || repl.fresh {
+        // Fresh: the bridge's own collection right after the replication, whose
+        // managed edges are exact (or a collection another thread ran before the
+        // bridge's thread, inside that collection, could run any native code).
         return;
     }
     let items: Vec<&RItem> = repl.items.values().collect();
@@ -672,7 +677,11 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     let mut seen = vec![false; items.len()];
     let mut stack = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        let alive = it.weak.get().is_some_and(|o| marker.is_marked(o));
+        let alive = it
+            .weak
+            .as_ref()
+            .and_then(|w| w.get())
+            .is_some_and(|o| marker.is_marked(o));
         if refs[i] > 0 || alive {
             seen[i] = true;
             stack.push(i);
@@ -680,7 +689,7 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     }
     while let Some(i) = stack.pop() {
         let it = items[i];
-        if let Some(o) = it.weak.get() {
+        if let Some(o) = it.weak.as_ref().and_then(|w| w.get()) {
             marker.queue(o);
         }
         if !is_stub(it.op) {
@@ -699,12 +708,48 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     }
 }
 
+/// Settles a fresh replication after the collection that followed it (and the queue
+/// drain that removed the items whose managed side died): the survivors' managed sides
+/// get weak handles, so the weak hook can watch them safely at later collections.
+pub(crate) fn settle(inner: &Inner) {
+    let survivors: Vec<(usize, ObjRef)> = {
+        let repl = inner.repl.lock();
+        if !repl.fresh {
+            return;
+        }
+        let st = inner.state.lock();
+        repl.items
+            .keys()
+            .filter_map(|&t| {
+                let obj = if t & 1 == 0 {
+                    ObjRef::from_addr(st.table.entries[t >> 1].obj)
+                } else {
+                    st.mirrors[t >> 1].map(|r| r.mirror)
+                };
+                obj.map(|o| (t, o))
+            })
+            .collect()
+    };
+    let weak: Vec<(usize, WeakRef)> = survivors
+        .into_iter()
+        .map(|(t, o)| (t, inner.heap.new_weak_ref(o)))
+        .collect();
+    let mut repl = inner.repl.lock();
+    for (t, w) in weak {
+        if let Some(it) = repl.items.get_mut(&t) {
+            it.weak = Some(w);
+        }
+    }
+    repl.fresh = false;
+}
+
 /// Runs an automatic cycle collection if enough GC objects were allocated.
 pub(crate) fn maybe_auto_collect(inner: &Inner) {
     let l = &inner.local.0;
     if inner.config.cycle_threshold.is_none()
         || l.gc_allocs.get() <= l.cycle_threshold.get()
         || l.collecting.get()
+        || l.in_collect.get()
     {
         return;
     }
@@ -712,6 +757,7 @@ pub(crate) fn maybe_auto_collect(inner: &Inner) {
     l.collecting.set(true);
     let mut m = inner.heap.current_mutator().ok();
     collect_cycles(inner, m.as_mut());
+    settle(inner);
     l.collecting.set(false);
     inner.drain();
 }

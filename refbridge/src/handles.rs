@@ -118,6 +118,21 @@ impl HandleTable {
         ((idx as usize) < self.entries.len()).then_some(idx)
     }
 
+    /// The slot index of a tagged pointer that native code held a reference through
+    /// (so its memory is readable): the handle stored in the stub, checked against the
+    /// slot's address; [`HandleTable::slot_of`] if that does not match.
+    ///
+    /// # Safety
+    /// `op` points to readable memory of at least a stub's size (untagged).
+    pub unsafe fn slot_of_held(&self, op: *const PyObject) -> Option<u32> {
+        // SAFETY: readable memory (caller).
+        let idx = unsafe { Self::index_fast(op) };
+        if (idx as usize) < self.entries.len() && idx != 0 && std::ptr::eq(self.tagged(idx), op) {
+            return Some(idx);
+        }
+        self.slot_of(op)
+    }
+
     /// The entry index of a tagged stub pointer, checked: the pointer must be exactly
     /// the stub of a used entry of this table.
     pub fn index_of(&self, op: *const PyObject) -> Option<u32> {

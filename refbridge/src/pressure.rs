@@ -17,7 +17,8 @@ impl Inner {
     /// policy; null (with the pending error set) when the cap or the system refuses.
     pub(crate) fn alloc_native(&self, size: usize, zero: bool) -> *mut u8 {
         let l = &self.local.0;
-        let busy = l.in_pressure.get() || l.collecting.get() || l.draining.get();
+        let busy =
+            l.in_pressure.get() || l.collecting.get() || l.draining.get() || l.in_collect.get();
         let used = self.account.bytes();
         if !busy && used.saturating_add(size) > l.trigger.get() {
             self.pressure_collect();
