@@ -10,6 +10,9 @@
 //! collection, queue drain: every object freed when it returns); CPython's: the time of
 //! `gc.collect()` (`cext/bench.py`). Prints one JSON object with the medians and the
 //! spreads over `RUNS` runs (arguments: RUNS RINGS NODES, default 7 10000 10).
+//! `--one native|cross RINGS NODES` builds one shape and collects it once, for
+//! callgrind (`--toggle-collect=cext_bench::measured_collect`); `--module-dir` prints
+//! where the CPython build of the extension is.
 
 use integration_tests::cext::{
     build::python3_path, build_cpython_module, Extension, Op, RefbridgeHost,
@@ -96,6 +99,11 @@ fn measured_collect(h: &mut RefbridgeHost) {
 
 fn main() {
     let raw: Vec<String> = std::env::args().skip(1).collect();
+    if raw.first().map(String::as_str) == Some("--module-dir") {
+        // Where the CPython build of the extension is (for runs under callgrind).
+        println!("{}", build_cpython_module().unwrap().display());
+        return;
+    }
     if raw.first().map(String::as_str) == Some("--one") {
         one(&raw[1], raw[2].parse().unwrap(), raw[3].parse().unwrap());
         return;

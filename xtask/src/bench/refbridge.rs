@@ -153,6 +153,67 @@ fn loop_instructions(exe: &Path, stub: bool) -> Result<f64> {
     Ok(n / pairs)
 }
 
+/// Instructions callgrind counts in one collection, per object, for `shape` (2,000
+/// rings of 10): ours (`cext_bench --one`, the whole `Bridge::collect`) and CPython's
+/// (`gc_collect_main` while `bench.py` collects the shape, minus the same for no shape:
+/// the interpreter's own objects and start-up collections).
+fn cycle_instructions(shape: &str) -> Result<(f64, f64)> {
+    const RINGS: &str = "2000";
+    const NODES: &str = "10";
+    let objects = 20_000.0;
+    let exe = root().join("target/release/examples/cext_bench");
+    let collected = |mut cmd: Command, what: &str| -> Result<f64> {
+        let out = cmd
+            .output()
+            .with_context(|| format!("running valgrind on {what}"))?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            bail!("callgrind run of {what} failed:\n{err}");
+        }
+        let line = err
+            .lines()
+            .find(|l| l.contains("Collected :"))
+            .with_context(|| format!("no 'Collected' line from callgrind for {what}"))?;
+        line.rsplit(':')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .parse::<f64>()
+            .context("callgrind's count")
+    };
+    let mut ours = Command::new("valgrind");
+    ours.args([
+        "--tool=callgrind",
+        "--toggle-collect=cext_bench::measured_collect",
+        "--callgrind-out-file=/dev/null",
+    ])
+    .arg(&exe)
+    .args(["--one", shape, RINGS, NODES]);
+    let ours = collected(ours, "cext_bench --one")? / objects;
+    let module = Command::new(&exe).arg("--module-dir").output()?;
+    let module = String::from_utf8_lossy(&module.stdout).trim().to_string();
+    // The interpreter itself (not pyenv's shim script).
+    let py = Command::new("python3")
+        .args(["-c", "import sys; print(sys.executable)"])
+        .output()?;
+    let py = String::from_utf8_lossy(&py.stdout).trim().to_string();
+    let script = root().join("integration-tests/cext/bench.py");
+    let run_py = |what: &str| -> Result<f64> {
+        let mut cmd = Command::new("valgrind");
+        cmd.args([
+            "--tool=callgrind",
+            "--toggle-collect=gc_collect_main",
+            "--callgrind-out-file=/dev/null",
+        ])
+        .arg(&py)
+        .arg(&script)
+        .args([&module, RINGS, NODES, what]);
+        collected(cmd, &format!("bench.py {what}"))
+    };
+    let theirs = (run_py(shape)? - run_py("none")?) / objects;
+    Ok((ours, theirs))
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
     v[v.len() / 2]
@@ -241,6 +302,18 @@ pub fn run() -> Result<()> {
         report.value(&k, v);
     }
 
+    if have("valgrind") {
+        println!("    counting the collections' instructions under callgrind (20,000 objects)");
+        for shape in ["native", "cross"] {
+            let (ours, theirs) = cycle_instructions(shape)?;
+            report.value(&format!("{shape}_cycles_instructions_per_obj"), ours);
+            report.value(
+                &format!("{shape}_cycles_instructions_per_obj_cpython"),
+                theirs,
+            );
+        }
+    }
+
     report.compare(
         "Py_INCREF+Py_DECREF, native object (ns)",
         "incref_decref_ns",
@@ -273,6 +346,20 @@ pub fn run() -> Result<()> {
         "cross_cycles_ns_per_obj_cpython",
         Some(1.0),
     );
+    if report.get("native_cycles_instructions_per_obj").is_some() {
+        report.compare(
+            "  native cycles, instructions per object",
+            "native_cycles_instructions_per_obj",
+            "native_cycles_instructions_per_obj_cpython",
+            Some(1.0),
+        );
+        report.compare(
+            "  cross-boundary cycles, instructions per object",
+            "cross_cycles_instructions_per_obj",
+            "cross_cycles_instructions_per_obj_cpython",
+            Some(1.0),
+        );
+    }
     report.compare(
         "native bytes per stub vs GraalPy's GC stub",
         "stub_native_bytes",
