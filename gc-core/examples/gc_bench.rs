@@ -10,6 +10,21 @@
 //!   mapped m times into new arrays of swapped pairs.
 //! - `benchfac_ms`: the seed's "BigInt allocations benchmark" (`benchfac(2000)`): the sum
 //!   of i! for i in 1..=2000 with heap-allocated big integers, a new one per operation.
+//! - `weak_*`, `finalizer_*`, `queue_*`: what weak references, finalizers and reference
+//!   queue registrations cost, per item, measured as the difference between collections
+//!   of the same heap with and without them (best of several collections each):
+//!   - `weak_ref_new_ns` / `weak_obj_new_ns`: making a weak handle / weak-reference object;
+//!   - `weak_ref_full_ns` / `weak_obj_full_ns`: per live weak reference (old referent) in
+//!     a full collection; `weak_ref_partial_ns` / `weak_obj_partial_ns`: the same in a
+//!     partial collection (old entries are not looked at: about 0);
+//!   - `weak_ref_clear_ns`: per weak handle cleared when its young referent dies in a
+//!     partial collection;
+//!   - `finalizer_register_ns`, `finalizer_gc_ns` (the two collections: the one that finds
+//!     the object and keeps it, the one that frees it, minus those of plain garbage),
+//!     `finalizer_run_ns` (a C no-op finalizer run by `run_finalizers`) and
+//!     `finalizer_total_ns`; `finalizer_live_full_ns`: per registered finalizer of a live
+//!     object in a full collection;
+//!   - `queue_ns`: register + the collection that queues the token + drain, per object.
 
 use gc_core::{CollectionKind, Heap, HeapConfig, Mutator, ObjRef, TypeRef};
 use std::time::Instant;
@@ -256,4 +271,183 @@ fn main() {
         "benchfac_max_pause_ms={:.3}",
         s.max_pause.as_secs_f64() * 1e3
     );
+    weak_costs(if quick { 100_000 } else { 1_000_000 });
+}
+
+/// Best time of `reps` collections of `kind`, in ns.
+fn best_collect(m: &mut Mutator, kind: CollectionKind, reps: usize) -> f64 {
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            m.collect(kind).unwrap();
+            t.elapsed().as_nanos() as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+unsafe extern "C" fn noop_finalizer(_: *mut std::ffi::c_void) {}
+
+/// Per-item costs of weak references, finalizers and queue registrations (see the
+/// module documentation). Collections run only when asked.
+fn weak_costs(n: usize) {
+    const REPS: usize = 7;
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 40,
+        max_interval: 1 << 40,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let obj = heap.new_layout_type("Obj", 16, &[]).unwrap();
+    let word = heap.new_layout_type("Word", 8, &[]).unwrap();
+    let big = Arr {
+        ty: heap
+            .new_foreign_type(gc_core::ForeignTypeSpec {
+                name: "BigArray",
+                mark: gc_core::MarkProc::Rust(mark_array),
+                sweep: gc_core::SweepProc::None,
+                has_pointers: true,
+                large: true,
+            })
+            .unwrap(),
+    };
+    let per = |with: f64, without: f64| (with - without) / n as f64;
+    // n live objects, and n live 8-byte objects (the size of a weak-reference object),
+    // held by two arrays; all old after two collections.
+    let holder = heap.root(Arr::alloc(&mut m, &big, n));
+    let wholder = heap.root(Arr::alloc(&mut m, &big, n));
+    for i in 0..n {
+        let o = m.alloc_typed(16, obj).unwrap();
+        let w = m.alloc_typed(8, word).unwrap();
+        // SAFETY: live arrays of n slots; fresh objects.
+        unsafe {
+            m.store_ref(holder.get(), 8 * (i + 1), Some(o));
+            m.store_ref(wholder.get(), 8 * (i + 1), Some(w));
+        }
+    }
+    // Objects never move: the rooted arrays keep their addresses.
+    let (holder_obj, wholder_obj) = (holder.get(), wholder.get());
+    let target = |m: &Mutator, i: usize| {
+        // SAFETY: the holder is rooted and full.
+        unsafe { m.load_ref(holder_obj, 8 * (i + 1)) }.unwrap()
+    };
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let base_full = best_collect(&mut m, CollectionKind::Full, REPS);
+    let base_partial = best_collect(&mut m, CollectionKind::Partial, REPS);
+
+    // Weak handles to the live objects.
+    let t = Instant::now();
+    let handles: Vec<gc_core::WeakRef> = (0..n).map(|i| heap.new_weak_ref(target(&m, i))).collect();
+    println!(
+        "weak_ref_new_ns={:.2}",
+        t.elapsed().as_nanos() as f64 / n as f64
+    );
+    m.collect(CollectionKind::Partial).unwrap(); // moves them off the young list
+    let full = best_collect(&mut m, CollectionKind::Full, REPS);
+    let partial = best_collect(&mut m, CollectionKind::Partial, REPS);
+    println!("weak_ref_full_ns={:.2}", per(full, base_full));
+    println!("weak_ref_partial_ns={:.2}", per(partial, base_partial));
+    assert!(handles
+        .iter()
+        .enumerate()
+        .all(|(i, h)| h.get() == Some(target(&m, i))));
+    drop(handles);
+
+    // Weak-reference objects in place of the 8-byte objects.
+    let t = Instant::now();
+    for i in 0..n {
+        let w = m.new_weak_object(Some(target(&m, i))).unwrap();
+        // SAFETY: a live array of n slots.
+        unsafe { m.store_ref(wholder_obj, 8 * (i + 1), Some(w)) };
+    }
+    println!(
+        "weak_obj_new_ns={:.2}",
+        t.elapsed().as_nanos() as f64 / n as f64
+    );
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let full = best_collect(&mut m, CollectionKind::Full, REPS);
+    let partial = best_collect(&mut m, CollectionKind::Partial, REPS);
+    println!("weak_obj_full_ns={:.2}", per(full, base_full));
+    println!("weak_obj_partial_ns={:.2}", per(partial, base_partial));
+    // Back to plain objects, so that what follows compares like with like.
+    for i in 0..n {
+        let w = m.alloc_typed(8, word).unwrap();
+        // SAFETY: as above.
+        unsafe { m.store_ref(wholder_obj, 8 * (i + 1), Some(w)) };
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+
+    // Young garbage: n objects die in a partial collection, with and without a weak
+    // handle each, a finalizer each, a queue registration each.
+    let garbage = |m: &mut Mutator, with: &dyn Fn(&mut Mutator, ObjRef)| -> f64 {
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            for _ in 0..n {
+                let o = m.alloc_typed(16, obj).unwrap();
+                with(m, o);
+            }
+            best = best.min(best_collect(m, CollectionKind::Partial, 1));
+        }
+        best
+    };
+    let plain = garbage(&mut m, &|_, _| {});
+    let keep: std::cell::RefCell<Vec<gc_core::WeakRef>> = Default::default();
+    let cleared = garbage(&mut m, &|m, o| {
+        keep.borrow_mut().push(m.heap().new_weak_ref(o))
+    });
+    assert!(keep.borrow().iter().all(|h| h.get().is_none()));
+    drop(keep);
+    println!("weak_ref_clear_ns={:.2}", per(cleared, plain));
+    let empty = best_collect(&mut m, CollectionKind::Partial, REPS);
+
+    // Finalizers of young garbage: registration, the collection that keeps the objects
+    // for their finalizers, running them, the collection that frees them.
+    let (mut reg, mut gc1, mut run, mut gc2) =
+        (f64::INFINITY, f64::INFINITY, f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        let objs: Vec<ObjRef> = (0..n).map(|_| m.alloc_typed(16, obj).unwrap()).collect();
+        let t = Instant::now();
+        for &o in &objs {
+            m.add_c_finalizer(o, noop_finalizer);
+        }
+        reg = reg.min(t.elapsed().as_nanos() as f64);
+        gc1 = gc1.min(best_collect(&mut m, CollectionKind::Partial, 1));
+        let t = Instant::now();
+        assert_eq!(m.run_finalizers(), n);
+        run = run.min(t.elapsed().as_nanos() as f64);
+        gc2 = gc2.min(best_collect(&mut m, CollectionKind::Partial, 1));
+    }
+    let gc = per(gc1 + gc2, plain + empty);
+    println!("finalizer_register_ns={:.2}", reg / n as f64);
+    println!("finalizer_gc_ns={gc:.2}");
+    println!("finalizer_run_ns={:.2}", run / n as f64);
+    println!("finalizer_total_ns={:.2}", (reg + run) / n as f64 + gc);
+
+    // Queue registrations of young garbage.
+    let q = heap.new_reference_queue();
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let objs: Vec<ObjRef> = (0..n).map(|_| m.alloc_typed(16, obj).unwrap()).collect();
+        let t = Instant::now();
+        for (i, &o) in objs.iter().enumerate() {
+            q.register(o, i);
+        }
+        m.collect(CollectionKind::Partial).unwrap();
+        assert_eq!(q.drain().len(), n);
+        best = best.min(t.elapsed().as_nanos() as f64);
+    }
+    println!("queue_ns={:.2}", (best - plain) / n as f64);
+
+    // Registered finalizers of live (old) objects.
+    for i in 0..n {
+        m.add_c_finalizer(target(&m, i), noop_finalizer);
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let full = best_collect(&mut m, CollectionKind::Full, REPS);
+    println!("finalizer_live_full_ns={:.2}", per(full, base_full));
+    drop((holder, wholder));
 }

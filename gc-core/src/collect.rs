@@ -236,6 +236,7 @@ fn run(
     drop(weak_span);
     let weak_time = t_weak.elapsed();
     let objects_marked = marker.objects_marked;
+    let kept_for_finalizers = marker.kept_for_finalizers;
     let next_remset = std::mem::take(&mut marker.next_remset);
     if !marker.errors.is_empty() {
         let mut errors = std::mem::take(&mut marker.errors);
@@ -283,8 +284,11 @@ fn run(
     let sweep_time = t_sweep.elapsed();
 
     let live = gc.old_bytes + totals.young_kept;
-    let interval =
-        ((live as f64 * config.growth) as usize).clamp(config.min_interval, config.max_interval);
+    // Objects kept only for their finalizers die at the next collection: they do not make
+    // the heap grow (counted, they would double the interval after every collection that
+    // finds many finalizable objects).
+    let interval = (((live.saturating_sub(kept_for_finalizers)) as f64 * config.growth) as usize)
+        .clamp(config.min_interval, config.max_interval);
     heap.trigger.store(interval, Ordering::Relaxed);
     // Keep as many free pages as the next interval will use; return the rest to the OS.
     let returned = heap

@@ -32,6 +32,15 @@
 //! ([`sizeclass`]); larger ones are external objects from the system allocator. Types are
 //! themselves heap objects ([`TypeRef`]).
 //!
+//! # Weak references, finalizers, the reference queue
+//! Between mark and sweep ([`weak`]): weak-reference objects
+//! ([`Mutator::new_weak_object`], Julia's `jl_gc_new_weakref`) and handles
+//! ([`Heap::new_weak_ref`]) are cleared when their referent dies; finalizers
+//! ([`Mutator::add_finalizer`], `jl_gc_add_ptr_finalizer`) run after the collection that
+//! found their object unreachable, outside the stop-the-world; a [`ReferenceQueue`]
+//! yields a token once a registered object is gone; weak-processing hooks
+//! ([`Callback::WeakProcessing`]) see which objects are marked and may keep more.
+//!
 //! # Threads
 //! A thread [`Heap::attach`]es to get a [`Mutator`]; any mutator can collect. The world
 //! stops at safepoints (allocation, [`Mutator::safepoint`]); a thread inside

@@ -58,6 +58,9 @@ enum Mode {
     Mark,
     /// Count young children only; mark nothing.
     Verify,
+    /// Mark, but young objects marked now are not promoted by this collection: what only
+    /// finalizable objects reach dies young once the finalizers ran (see `weak.rs`).
+    MarkKeepYoung,
 }
 
 /// The marking state of one collection, handed to mark functions, root scanners and
@@ -77,6 +80,8 @@ pub struct Marker<'h> {
     pub(crate) big_set: Option<HashSet<usize>>,
     pub(crate) errors: Vec<String>,
     verify_first_young: Option<ObjRef>,
+    /// Bytes of young objects marked in keep-young mode (kept only for finalizers).
+    pub(crate) kept_for_finalizers: usize,
 }
 
 impl<'h> Marker<'h> {
@@ -93,6 +98,7 @@ impl<'h> Marker<'h> {
             big_set: None,
             errors: Vec::new(),
             verify_first_young: None,
+            kept_for_finalizers: 0,
         }
     }
 
@@ -141,12 +147,8 @@ impl<'h> Marker<'h> {
         // verify mode checked it above when enabled).
         let hdr = unsafe { obj.header() };
         let h = hdr.load(Ordering::Relaxed);
-        if self.mode == Mode::Verify {
-            let young = h & OLD == 0;
-            if young && self.verify_first_young.is_none() {
-                self.verify_first_young = Some(obj);
-            }
-            return young;
+        if self.mode != Mode::Mark {
+            return self.queue_other_mode(obj, h);
         }
         if h & OLD != 0 {
             if self.full && h & MARK != self.parity {
@@ -161,6 +163,60 @@ impl<'h> Marker<'h> {
             }
             true
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn queue_other_mode(&mut self, obj: ObjRef, h: usize) -> bool {
+        let young = h & OLD == 0;
+        match self.mode {
+            Mode::Verify => {
+                if young && self.verify_first_young.is_none() {
+                    self.verify_first_young = Some(obj);
+                }
+            }
+            Mode::MarkKeepYoung => {
+                if !young {
+                    // Old objects are marked as usual (only in full collections can one
+                    // be unmarked here).
+                    self.mode = Mode::Mark;
+                    let r = self.queue(obj);
+                    self.mode = Mode::MarkKeepYoung;
+                    return r;
+                }
+                if h & MARK == 0 {
+                    // SAFETY: a live object of this heap (queue's contract).
+                    unsafe { obj.header() }.store(h | MARK, Ordering::Relaxed);
+                    match pagetable::lookup(obj.addr()) {
+                        Some(page) if page.owner() == self.heap.id() => {
+                            if let Some((cell, _)) = page.cell_layout() {
+                                self.kept_for_finalizers += cell;
+                                // SAFETY: we are the collector and the world is stopped.
+                                unsafe { page.clear_age(obj.addr()) }
+                            }
+                        }
+                        _ => {
+                            let bh = (obj.addr() - crate::big::BIG_HEADER) as *mut BigHeader;
+                            // SAFETY: not in a pool page of ours: a live big object, whose
+                            // bookkeeping only the collector touches while it runs.
+                            unsafe {
+                                (*bh).age = false;
+                                self.kept_for_finalizers += (*bh).size + crate::big::BIG_HEADER;
+                            }
+                        }
+                    }
+                    self.push_if_scannable(obj, h);
+                }
+            }
+            Mode::Mark => unreachable!("handled by queue"),
+        }
+        young
+    }
+
+    /// Turns keep-young marking on or off: young objects marked while it is on are not
+    /// promoted by this collection.
+    pub(crate) fn keep_young(&mut self, on: bool) {
+        self.mode = if on { Mode::MarkKeepYoung } else { Mode::Mark };
     }
 
     /// Queues an optional reference; `None` (a null slot) is ignored.
@@ -256,23 +312,40 @@ impl<'h> Marker<'h> {
         // SAFETY: obj is a live object being scanned.
         let hdr = unsafe { obj.header() };
         let h = hdr.load(Ordering::Relaxed);
-        if self.mode == Mode::Verify {
-            if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
-                let child = self.verify_first_young.map_or(0, |c| c.addr());
-                // SAFETY: h is a live object's header.
-                let ty = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) }
-                    .name()
-                    .to_string();
-                self.errors.push(format!(
-                    "old object {:#x} (type {ty}) references young object {child:#x} but is not in the remembered set: a write barrier (gc_wb) is missing",
-                    obj.addr()
-                ));
-            }
+        if self.mode != Mode::Mark {
+            self.after_scan_other_mode(obj, young, h);
             return;
         }
         if young > 0 && h & REMEMBERED == 0 && self.will_be_old(obj, h) {
             hdr.store(h | REMEMBERED, Ordering::Relaxed);
             self.next_remset.push(obj);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn after_scan_other_mode(&mut self, obj: ObjRef, young: usize, h: usize) {
+        if self.mode == Mode::MarkKeepYoung {
+            // Objects scanned now were just marked: young ones stay young (their age was
+            // cleared), so only old ones can join the remembered set.
+            if young > 0 && h & (OLD | REMEMBERED) == OLD {
+                // SAFETY: obj is a live object being scanned.
+                unsafe { obj.header() }.store(h | REMEMBERED, Ordering::Relaxed);
+                self.next_remset.push(obj);
+            }
+            return;
+        }
+        // Verify mode.
+        if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
+            let child = self.verify_first_young.map_or(0, |c| c.addr());
+            // SAFETY: h is a live object's header.
+            let ty = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) }
+                .name()
+                .to_string();
+            self.errors.push(format!(
+                "old object {:#x} (type {ty}) references young object {child:#x} but is not in the remembered set: a write barrier (gc_wb) is missing",
+                obj.addr()
+            ));
         }
     }
 

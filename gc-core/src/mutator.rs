@@ -269,10 +269,31 @@ impl MutatorShared {
     /// Called on the thread that owns this mutator.
     #[inline(always)]
     pub(crate) unsafe fn alloc(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+        // SAFETY: forwarded.
+        unsafe { self.alloc_impl::<false>(size, ty) }
+    }
+
+    /// The allocation fast path; `INTERNAL`: the heap allocates an object of one of its
+    /// own types (weak references), whose `max_small` of 0 keeps everyone else off the
+    /// fast path (and the slow path refuses them).
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[inline(always)]
+    unsafe fn alloc_impl<const INTERNAL: bool>(
+        &self,
+        size: usize,
+        ty: TypeRef,
+    ) -> Result<ObjRef, GcError> {
         let desc = ty.desc();
         // SAFETY: we are the owning thread (caller's contract).
         let local = unsafe { &mut *self.local.get() };
-        if size.wrapping_sub(1) < desc.max_small
+        let small = if INTERNAL {
+            size.wrapping_sub(1) < MAX_INTERNAL_OBJ_SIZE
+        } else {
+            size.wrapping_sub(1) < desc.max_small
+        };
+        if small
             && size >= desc.min_size
             && desc.heap_id == self.heap().id()
             && local.countdown > 1
@@ -296,7 +317,7 @@ impl MutatorShared {
                 c + HEADER_SIZE
             } else {
                 // SAFETY: forwarded.
-                return unsafe { self.alloc_slow(size, ty, false) };
+                return unsafe { self.alloc_slow(size, ty, INTERNAL) };
             };
             // SAFETY: the header word of the cell we just took.
             unsafe {
@@ -311,7 +332,7 @@ impl MutatorShared {
             return Ok(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
         }
         // SAFETY: forwarded.
-        unsafe { self.alloc_slow(size, ty, false) }
+        unsafe { self.alloc_slow(size, ty, INTERNAL) }
     }
 
     /// Allocates an object of a type only the heap itself makes objects of (weak
@@ -319,13 +340,14 @@ impl MutatorShared {
     ///
     /// # Safety
     /// Called on the thread that owns this mutator.
+    #[inline]
     pub(crate) unsafe fn alloc_internal(
         &self,
         size: usize,
         ty: TypeRef,
     ) -> Result<ObjRef, GcError> {
         // SAFETY: forwarded.
-        unsafe { self.alloc_slow(size, ty, true) }
+        unsafe { self.alloc_impl::<true>(size, ty) }
     }
 
     /// Everything the fast path does not handle: validation, safepoints, stress mode,

@@ -78,6 +78,7 @@ impl ObjRef {
     ///
     /// # Safety
     /// The object must be allocated (alive) in a heap.
+    #[inline]
     pub(crate) unsafe fn header<'a>(self) -> &'a AtomicUsize {
         // SAFETY: the caller guarantees a live object, whose header word is the aligned
         // word just before the payload and lives as long as the object.
@@ -88,6 +89,7 @@ impl ObjRef {
     ///
     /// # Safety
     /// The object must be allocated (alive) in a heap.
+    #[inline]
     pub(crate) unsafe fn header_bits(self) -> usize {
         // SAFETY: forwarded from the caller.
         unsafe { self.header() }.load(Ordering::Relaxed)

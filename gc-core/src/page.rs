@@ -218,6 +218,16 @@ impl PageMeta {
         unsafe { (*self.ages.get())[w] & bit != 0 }
     }
 
+    /// Clears the age bit of the object at `obj` (it stays young after this collection).
+    ///
+    /// # Safety
+    /// Only the collector calls this, with the world stopped.
+    pub(crate) unsafe fn clear_age(&self, obj: usize) {
+        let (w, bit) = self.granule(obj);
+        // SAFETY: the caller is the collector with the world stopped (exclusive access).
+        unsafe { (*self.ages.get())[w] &= !bit };
+    }
+
     /// Marks the object at `obj` as having its sweep function scheduled; false if it
     /// already was.
     pub(crate) fn schedule_sweep(&self, obj: usize) -> bool {

@@ -397,31 +397,32 @@ pub(crate) unsafe fn process(
         }
         out.cleared += ws.handles.process(full, &dead);
         // Finalizable objects leave the registrations.
-        let young = std::mem::take(&mut ws.fin_young);
-        let old = if full {
-            std::mem::take(&mut ws.fin_old)
-        } else {
-            Vec::new()
-        };
-        for e in young.into_iter().chain(old) {
-            if dead(e.obj) {
-                batch.push(e);
-            } else if is_old(e.obj) {
-                ws.fin_old.push(e);
-            } else {
-                ws.fin_young.push(e);
-            }
-        }
+        sift(
+            &mut ws.fin_young,
+            &mut ws.fin_old,
+            full,
+            |e| e.obj,
+            |e| dead(e.obj),
+            |e| batch.push(e),
+        );
     }
     if !batch.is_empty() {
         // Reverse registration order, as Julia runs them.
         batch.sort_unstable_by_key(|e| Reverse(e.seq));
+        // What only finalizable objects reach is kept for this one collection: it is not
+        // promoted, so that it dies young once the finalizers ran (otherwise a partial
+        // collection could not free it and the old generation would fill with it).
+        // SAFETY: m is valid and unaliased.
+        unsafe { (*m).keep_young(true) };
         for e in &batch {
             // SAFETY: m is valid and unaliased; the object is allocated (unmarked).
             unsafe { (*m).queue(e.obj) };
         }
         // SAFETY: as above.
-        unsafe { Marker::drain(m) };
+        unsafe {
+            Marker::drain(m);
+            (*m).keep_young(false);
+        }
         out.finalizable = batch.len() as u64;
         let mut q = heap.fin.lock();
         q.pending.extend(batch);
@@ -430,47 +431,78 @@ pub(crate) unsafe fn process(
     let mut ws = heap.weak.lock();
     let ws = &mut *ws;
     // Weak-reference objects: drop the dead, move the all-old ones to the old list.
-    let mut objs = std::mem::take(&mut ws.objs_young);
-    if full {
-        objs.append(&mut ws.objs_old);
-        if std::mem::take(&mut ws.objs_dirty) {
-            objs.sort_unstable();
-            objs.dedup();
-        }
+    if full && std::mem::take(&mut ws.objs_dirty) {
+        // Re-pointing may have listed an object twice (in either list).
+        ws.objs_young.append(&mut ws.objs_old);
+        ws.objs_young.sort_unstable();
+        ws.objs_young.dedup();
     }
-    for wr in objs {
-        if dead(wr) {
-            continue;
-        }
-        // SAFETY: alive, so allocated.
-        let v = ObjRef::from_addr(unsafe { value_word(wr) }.load(Ordering::Relaxed));
-        if is_old(wr) && v.is_none_or(is_old) {
-            ws.objs_old.push(wr);
-        } else {
-            ws.objs_young.push(wr);
-        }
-    }
+    sift(
+        &mut ws.objs_young,
+        &mut ws.objs_old,
+        full,
+        |&wr| {
+            // SAFETY: listed weak-reference objects are allocated; an all-old entry is
+            // one whose referent is old or null.
+            let v = unsafe { value_word(wr) }.load(Ordering::Relaxed);
+            match ObjRef::from_addr(v) {
+                Some(v) if !is_old(v) => v,
+                _ => wr,
+            }
+        },
+        |&wr| dead(wr),
+        |_| {},
+    );
     // Reference queue: objects still unmarked are gone.
-    let young = std::mem::take(&mut ws.phantom_young);
-    let old = if full {
-        std::mem::take(&mut ws.phantom_old)
-    } else {
-        Vec::new()
-    };
-    for e in young.into_iter().chain(old) {
-        if dead(e.obj) {
+    sift(
+        &mut ws.phantom_young,
+        &mut ws.phantom_old,
+        full,
+        |e| e.obj,
+        |e| dead(e.obj),
+        |e| {
             e.queue.push(e.token);
             out.tokens += 1;
             if !out.notify.iter().any(|q| Arc::ptr_eq(q, &e.queue)) {
                 out.notify.push(e.queue.clone());
             }
-        } else if is_old(e.obj) {
-            ws.phantom_old.push(e);
-        } else {
-            ws.phantom_young.push(e);
+        },
+    );
+    out
+}
+
+/// Processes a young/old pair of lists in place: entries found dead go to `gone`;
+/// young-list entries whose `key` object is old move to the old list. Old entries are
+/// only looked at in full collections. Order within the lists is not kept (nothing
+/// depends on it: finalizer batches are sorted by registration number).
+fn sift<T>(
+    young: &mut Vec<T>,
+    old: &mut Vec<T>,
+    full: bool,
+    key: impl Fn(&T) -> ObjRef,
+    dead: impl Fn(&T) -> bool,
+    mut gone: impl FnMut(T),
+) {
+    if full {
+        let mut i = 0;
+        while i < old.len() {
+            if dead(&old[i]) {
+                gone(old.swap_remove(i));
+            } else {
+                i += 1;
+            }
         }
     }
-    out
+    let mut i = 0;
+    while i < young.len() {
+        if dead(&young[i]) {
+            gone(young.swap_remove(i));
+        } else if is_old(key(&young[i])) {
+            old.push(young.swap_remove(i));
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// Work after the world resumed, on the collecting thread: queue notifications, then the
@@ -502,6 +534,9 @@ pub(crate) fn after_resume(me: &MutatorShared) {
 thread_local! {
     /// The calling thread is running a finalizer: finalizers never run re-entrantly.
     static IN_FINALIZER: Cell<bool> = const { Cell::new(false) };
+    /// Registration numbers of finalizers that `finalize` deferred while this thread ran
+    /// a finalizer (they wait at the front of the pending queue, rooted there).
+    static DEFERRED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether the calling thread is inside a finalizer.
@@ -603,8 +638,40 @@ pub(crate) fn run_pending(m: &mut Mutator) -> usize {
         };
         ran += run_batch(m, batch);
         drop(in_flight);
+        // Deferred finalizers went to the pending queue: the next round takes them.
+        DEFERRED.with(|d| d.borrow_mut().clear());
     }
     ran
+}
+
+/// Runs the finalizers that `finalize` deferred during the finalizers this thread just
+/// ran (unless another thread's drain took them first).
+fn run_deferred(m: &mut Mutator) -> usize {
+    let heap = m.heap().0.clone();
+    let mut ran = 0;
+    loop {
+        let seqs = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
+        if seqs.is_empty() {
+            return ran;
+        }
+        let (batch, in_flight) = {
+            let mut q = heap.fin.lock();
+            let mut batch = Vec::new();
+            let all = std::mem::take(&mut q.pending);
+            for e in all {
+                if seqs.contains(&e.seq) {
+                    batch.push(e);
+                } else {
+                    q.pending.push_back(e);
+                }
+            }
+            heap.fin_pending.store(q.pending.len(), Ordering::Release);
+            let guard = start_batch(&heap, &mut q, &batch);
+            (batch, guard)
+        };
+        ran += run_batch(m, batch);
+        drop(in_flight);
+    }
 }
 
 /// Takes the entries of `obj` out of `list`.
@@ -654,8 +721,10 @@ impl Mutator {
 
     /// Runs the finalizers of `obj` now, on this thread (Julia's `jl_finalize`), in
     /// reverse registration order, and forgets them: they never run again. Returns how
-    /// many ran. Inside a finalizer, they are queued instead and run after the current
-    /// finalizer returns (finalizers never run re-entrantly); the result is then 0.
+    /// many ran (counting those they asked for in turn). Inside a finalizer, they are
+    /// queued instead and run on this thread right after the outermost finalizer call
+    /// (`finalize` or `run_finalizers`) returns from the finalizer that asked
+    /// (finalizers never run re-entrantly); the result is then 0.
     pub fn finalize(&mut self, obj: ObjRef) -> usize {
         let heap = self.heap().0.clone();
         let mut found = Vec::new();
@@ -676,6 +745,7 @@ impl Mutator {
             }
             found.sort_unstable_by_key(|e| Reverse(e.seq));
             if in_finalizer() {
+                DEFERRED.with(|d| d.borrow_mut().extend(found.iter().map(|e| e.seq)));
                 for e in found.into_iter().rev() {
                     q.pending.push_front(e);
                 }
@@ -690,7 +760,7 @@ impl Mutator {
         let in_flight = start_batch(&heap, &mut heap.fin.lock(), &found);
         let ran = run_batch(self, found);
         drop(in_flight);
-        ran
+        ran + run_deferred(self)
     }
 
     /// Runs the pending finalizers (those of objects found unreachable by past
@@ -804,7 +874,8 @@ impl Heap {
     /// A weak handle to `obj` for the embedder: [`WeakRef::get`] returns `obj` until a
     /// collection finds it unreachable, `None` after. The handle lives outside the heap
     /// and is never a root (not even for conservative scanning). `obj` must be a live
-    /// object of this heap.
+    /// object of this heap (on a thread not attached to it: a rooted one, since a
+    /// collection may run meanwhile).
     pub fn new_weak_ref(&self, obj: ObjRef) -> WeakRef {
         let (idx, slot) = self.0.weak.lock().handles.alloc(obj);
         WeakRef {
@@ -932,8 +1003,9 @@ pub struct ReferenceQueue {
 }
 
 impl ReferenceQueue {
-    /// Registers `obj` (a live object of the queue's heap) with `token`. An object may be
-    /// registered several times; each registration yields its token once.
+    /// Registers `obj` (a live object of the queue's heap; on a thread not attached to it,
+    /// a rooted one) with `token`. An object may be registered several times; each
+    /// registration yields its token once.
     pub fn register(&self, obj: ObjRef, token: usize) {
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,

@@ -70,6 +70,9 @@ fn build(source: &str, name: &str) -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> String {
+    // cargo's LD_LIBRARY_PATH holds target/debug, where `cargo build` may have left an
+    // older libgc_core.so; it would win over the program's RUNPATH.
+    cmd.env_remove("LD_LIBRARY_PATH");
     let out = cmd.output().expect("program runs");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
@@ -81,26 +84,43 @@ fn run(cmd: &mut Command) -> String {
     stdout + &stderr
 }
 
-#[test]
-fn seed_style_gcext_program_passes() {
-    let exe = build("tests/c/gcext.c", "gcext");
-    let out = run(Command::new(&exe).arg("40000"));
+/// Builds `source` and runs it with `arg`, under valgrind when `valgrind` (which must
+/// then report no error); the program prints ", ok" on success.
+fn check_program(source: &str, name: &str, arg: &str, valgrind: bool) {
+    if valgrind && std::env::var_os("GC_CORE_VALGRIND").is_none() {
+        eprintln!("skipped: set GC_CORE_VALGRIND=1 (cargo xtask test does) to run under valgrind");
+        return;
+    }
+    let exe = build(source, name);
+    let out = if valgrind {
+        run(Command::new("valgrind")
+            .args(["--error-exitcode=99", "--quiet", "--track-origins=no"])
+            .arg(&exe)
+            .arg(arg))
+    } else {
+        run(Command::new(&exe).arg(arg))
+    };
     let _ = std::fs::remove_file(&exe);
     assert!(out.contains(", ok"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
 }
 
 #[test]
+fn seed_style_gcext_program_passes() {
+    check_program("tests/c/gcext.c", "gcext", "40000", false);
+}
+
+#[test]
 fn seed_style_gcext_program_is_valgrind_clean() {
-    if std::env::var_os("GC_CORE_VALGRIND").is_none() {
-        eprintln!("skipped: set GC_CORE_VALGRIND=1 (cargo xtask test does) to run under valgrind");
-        return;
-    }
-    let exe = build("tests/c/gcext.c", "gcext-vg");
-    let out = run(Command::new("valgrind")
-        .args(["--error-exitcode=99", "--quiet", "--track-origins=no"])
-        .arg(&exe)
-        .arg("20000"));
-    let _ = std::fs::remove_file(&exe);
-    assert!(out.contains(", ok"), "{out}");
+    check_program("tests/c/gcext.c", "gcext-vg", "20000", true);
+}
+
+#[test]
+fn weak_references_and_finalizers_program_passes() {
+    check_program("tests/c/weakfin.c", "weakfin", "20", false);
+}
+
+#[test]
+fn weak_references_and_finalizers_program_is_valgrind_clean() {
+    check_program("tests/c/weakfin.c", "weakfin-vg", "5", true);
 }

@@ -1,4 +1,4 @@
-//! The `tour` example's output, as an insta snapshot (pause times filtered out).
+//! The examples' output, as insta snapshots (pause times filtered out).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,4 +24,18 @@ fn tour_output() {
     insta::with_settings!({ filters => vec![(r"pause [0-9.]+[a-zµ]+", "pause [TIME]")] }, {
         insta::assert_snapshot!(text);
     });
+}
+
+#[test]
+fn weak_output() {
+    let out = Command::new(example("weak"))
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the weak example is built by cargo test");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    insta::assert_snapshot!(String::from_utf8(out.stdout).unwrap());
 }

@@ -259,3 +259,40 @@ fn header_function_parser_sees_declarations_only() {
     );
     assert!(Path::new(&crate_dir()).join("src/capi.rs").exists());
 }
+
+/// The weak-reference structs C code reads `value` from have the layout of the Rust
+/// objects (one word, the referent), in both headers, which also compile together.
+#[test]
+fn weak_reference_structs_have_the_object_layout() {
+    let dir = std::env::temp_dir().join(format!("gc-core-weakref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tu = dir.join("weakref.c");
+    std::fs::write(
+        &tu,
+        format!(
+            "#include <stddef.h>\n#include \"gc_core.h\"\n#include \"julia_gcext_compat.h\"\n\
+             _Static_assert(offsetof(jl_weakref_t, value) == 0, \"jl value offset\");\n\
+             _Static_assert(sizeof(jl_weakref_t) == {size}, \"jl size\");\n\
+             _Static_assert(offsetof(gc_weakref_t, value) == 0, \"gc value offset\");\n\
+             _Static_assert(sizeof(gc_weakref_t) == {size}, \"gc size\");\n\
+             _Static_assert(GC_CB_WEAK_PROCESSING == {hook}, \"hook kind\");\n\
+             int main(void) {{ return 0; }}\n",
+            size = gc_core::weak::WEAK_OBJECT_SIZE,
+            hook = gc_core::capi::GC_CB_WEAK_PROCESSING,
+        ),
+    )
+    .unwrap();
+    let out = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(&tu)
+        .output()
+        .expect("a C compiler (cc) is installed");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -3,7 +3,7 @@
 //! others, sleep in GC-safe regions, trigger collections of every kind, and attach and
 //! detach. Nothing may be lost and the run must end (a watchdog aborts after a bound).
 
-use gc_core::{CollectionKind, Heap, HeapConfig, Mutator, ObjRef, TypeRef};
+use gc_core::{CollectionKind, Heap, HeapConfig, Mutator, ObjRef, Root, TypeRef};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,6 +66,20 @@ fn check_list(m: &Mutator, h: ObjRef) -> usize {
     }
 }
 
+/// Aborts the process if `done` is not set within 120 s (a deadlock would hang the test).
+fn watchdog(done: Arc<AtomicBool>, what: &'static str) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let start = Instant::now();
+        while !done.load(Ordering::SeqCst) {
+            if start.elapsed() > Duration::from_secs(120) {
+                eprintln!("watchdog: {what} did not finish within 120 s (deadlock?)");
+                std::process::abort();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+}
+
 #[test]
 fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     let heap = Heap::new(HeapConfig {
@@ -95,19 +109,7 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     let done = Arc::new(AtomicBool::new(false));
     let checked = Arc::new(AtomicU64::new(0));
 
-    let watchdog = {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            let start = Instant::now();
-            while !done.load(Ordering::SeqCst) {
-                if start.elapsed() > Duration::from_secs(120) {
-                    eprintln!("watchdog: threads did not finish within 120 s (deadlock?)");
-                    std::process::abort();
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        })
-    };
+    let watchdog = watchdog(done.clone(), "threads");
 
     let threads: Vec<_> = (0..4u64)
         .map(|tid| {
@@ -216,4 +218,166 @@ fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
     gc_thread_detach();
     done_tx.send(()).unwrap();
     blocked.join().unwrap();
+}
+
+/// Mutators allocate objects with finalizers, queue registrations and weak handles while
+/// other threads run the finalizers (an attached finalizer thread, and a mutator that
+/// opted in to running them at its safepoints) and drain the reference queue (a thread
+/// attached to no heap). Every finalizer runs exactly once, while its object is intact
+/// and before its token is queued; every token is drained exactly once; a weak handle to
+/// a rooted object is never cleared.
+#[test]
+fn finalizers_and_queue_draining_on_other_threads_while_mutators_allocate() {
+    const THREADS: u64 = 3;
+    const PER_THREAD: usize = 10_000;
+    const TOTAL: usize = THREADS as usize * PER_THREAD;
+    let heap = Heap::new(HeapConfig {
+        min_interval: 128 << 10,
+        max_interval: 512 << 10,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let node = heap.new_layout_type("Obj", 24, &[0]).unwrap();
+    let queue = Arc::new(heap.new_reference_queue());
+    let ran: Arc<Vec<AtomicU64>> = Arc::new((0..TOTAL).map(|_| AtomicU64::new(0)).collect());
+    let drained: Arc<Vec<AtomicU64>> = Arc::new((0..TOTAL).map(|_| AtomicU64::new(0)).collect());
+    let done = Arc::new(AtomicBool::new(false));
+    let fin_threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
+
+    let watchdog = watchdog(done.clone(), "finalizer/queue threads");
+    let drainer = {
+        let (q, drained, done) = (queue.clone(), drained.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !done.load(Ordering::SeqCst) {
+                if q.is_empty() {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                for t in q.drain() {
+                    assert_eq!(
+                        drained[t].fetch_add(1, Ordering::SeqCst),
+                        0,
+                        "token {t} twice"
+                    );
+                    n += 1;
+                }
+            }
+            n
+        })
+    };
+    let finalizer_thread = {
+        let (heap, done) = (heap.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut m = heap.attach().unwrap();
+            let mut n = 0;
+            while !done.load(Ordering::SeqCst) {
+                n += m.run_finalizers();
+                m.gc_safe(|| std::thread::sleep(Duration::from_micros(300)));
+            }
+            n
+        })
+    };
+    let mutators: Vec<_> = (0..THREADS)
+        .map(|tid| {
+            let (heap, q, ran, drained, fin_threads) = (
+                heap.clone(),
+                queue.clone(),
+                ran.clone(),
+                drained.clone(),
+                fin_threads.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut m = heap.attach().unwrap();
+                m.set_finalizers_at_safepoints(tid == 0);
+                let mut window: std::collections::VecDeque<(Root, gc_core::WeakRef)> =
+                    Default::default();
+                for i in 0..PER_THREAD {
+                    let id = tid as usize * PER_THREAD + i;
+                    let o = m.alloc_typed(24, node).unwrap();
+                    // SAFETY: a fresh object: [ref, id, id ^ magic].
+                    unsafe {
+                        o.write_slot(8, id);
+                        o.write_slot(16, id ^ 0x5A5A);
+                    }
+                    let (ran, drained, fin_threads) =
+                        (ran.clone(), drained.clone(), fin_threads.clone());
+                    m.add_finalizer(o, move |_, obj| {
+                        // SAFETY: the object is alive while its finalizer runs.
+                        let (a, b) = unsafe { (obj.read_slot(8), obj.read_slot(16)) };
+                        assert_eq!((a, b), (id, id ^ 0x5A5A), "object intact");
+                        assert_eq!(
+                            drained[id].load(Ordering::SeqCst),
+                            0,
+                            "token before finalizer"
+                        );
+                        assert_eq!(ran[id].fetch_add(1, Ordering::SeqCst), 0, "finalizer twice");
+                        fin_threads.lock().insert(std::thread::current().id());
+                    });
+                    q.register(o, id);
+                    let w = heap.new_weak_ref(o);
+                    window.push_back((heap.root(o), w));
+                    if window.len() > 64 {
+                        window.pop_front();
+                    }
+                    if i % 97 == 0 {
+                        for (r, w) in &window {
+                            assert_eq!(
+                                w.get(),
+                                Some(r.get()),
+                                "a rooted object's weak handle was cleared"
+                            );
+                        }
+                    }
+                    match i % 500 {
+                        0 => drop(m.collect(CollectionKind::Full).unwrap()),
+                        250 => drop(m.collect(CollectionKind::Partial).unwrap()),
+                        _ => m.safepoint(),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in mutators {
+        t.join().expect("mutator thread panicked");
+    }
+    // Some finalizers ran and some tokens were drained while the mutators allocated.
+    let ran_meanwhile = heap.stats().finalizers_run;
+    let drained_meanwhile = drained
+        .iter()
+        .filter(|d| d.load(Ordering::SeqCst) > 0)
+        .count();
+    assert!(
+        ran_meanwhile > 0 && drained_meanwhile > 0,
+        "nothing ran concurrently: {ran_meanwhile} finalizers, {drained_meanwhile} tokens"
+    );
+    // Everything is garbage now: collect, run what is left, collect again.
+    let mut m = heap.attach().unwrap();
+    for _ in 0..3 {
+        m.collect(CollectionKind::Full).unwrap();
+        m.run_finalizers();
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    let t0 = Instant::now();
+    while !queue.is_empty() && t0.elapsed() < Duration::from_secs(30) {
+        m.gc_safe(|| std::thread::sleep(Duration::from_millis(1)));
+    }
+    done.store(true, Ordering::SeqCst);
+    let by_thread = m.gc_safe(|| finalizer_thread.join().expect("finalizer thread panicked"));
+    let drained_n = drainer.join().expect("drain thread panicked");
+    watchdog.join().unwrap();
+    for id in 0..TOTAL {
+        assert_eq!(ran[id].load(Ordering::SeqCst), 1, "finalizer of {id}");
+        assert_eq!(drained[id].load(Ordering::SeqCst), 1, "token of {id}");
+    }
+    assert_eq!(drained_n, TOTAL);
+    assert!(by_thread > 0, "the finalizer thread ran none");
+    assert!(
+        fin_threads.lock().len() >= 2,
+        "finalizers ran on one thread only"
+    );
+    let s = heap.stats();
+    assert_eq!(s.finalizers_run, TOTAL as u64);
+    assert_eq!(s.tokens_queued, TOTAL as u64);
+    assert!(s.full_collections > 0 && s.partial_collections > 0, "{s:?}");
 }

@@ -27,6 +27,23 @@ fn wait_until(what: &str, cond: impl Fn() -> bool) {
     }
 }
 
+/// Runs a check whose outcome depends on the scheduler (latencies, shares of the GIL)
+/// once the other such checks of this binary are done (they would compete for the
+/// machine's cores), up to three times: a loaded machine can starve a thread for
+/// milliseconds once, but not three runs in a row. The check returns what it saw.
+fn timing_sensitive(check: impl Fn() -> Result<(), String>) {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match check() {
+            Ok(()) => return,
+            Err(e) => seen.push(e),
+        }
+    }
+    panic!("failed in 3 runs: {}", seen.join("; "));
+}
+
 #[test]
 fn acquire_is_reentrant_and_release_only_if_acquired() {
     let gil = Gil::new();
@@ -307,75 +324,81 @@ fn io_return_median(priority_share: f64) -> (Duration, gil::GilStats) {
 
 #[test]
 fn convoy_fix_returns_the_gil_long_before_the_interval() {
-    let (with_fix, stats) = io_return_median(0.1);
-    assert!(stats.priority_grants >= 4, "{stats:?}");
-    let (without, stats_off) = io_return_median(0.0);
-    assert_eq!(stats_off.priority_grants, 0);
-    // Without the fix the thread waits for a 40 ms interval to elapse each time.
-    assert!(
-        without >= Duration::from_millis(30),
-        "without the fix: {without:?}"
-    );
-    assert!(
-        with_fix * 4 < without,
-        "with the fix {with_fix:?} vs without {without:?}"
-    );
+    timing_sensitive(|| {
+        let (with_fix, stats) = io_return_median(0.1);
+        assert!(stats.priority_grants >= 4, "{stats:?}");
+        let (without, stats_off) = io_return_median(0.0);
+        assert_eq!(stats_off.priority_grants, 0);
+        // Without the fix the thread waits for a 40 ms interval to elapse each time.
+        if without < Duration::from_millis(30) {
+            return Err(format!("without the fix: {without:?}"));
+        }
+        if with_fix * 4 >= without {
+            return Err(format!("with the fix {with_fix:?} vs without {without:?}"));
+        }
+        Ok(())
+    });
 }
 
 #[test]
 fn priority_budget_keeps_the_cpu_bound_share_fair() {
-    // A thread that computes 2 ms with the GIL then makes a tiny blocking call, forever,
-    // next to a CPU-bound thread: without a budget it would preempt at every return.
-    let gil = Gil::with_config(Config {
-        switch_interval: Some(Duration::from_millis(5)),
-        ..Config::default()
-    })
-    .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let cpu_ns = Arc::new(AtomicU64::new(0));
-    let (s, c) = (stop.clone(), cpu_ns.clone());
-    let cpu = gil
-        .spawn("cpu", move |h| {
-            let a = h.acquire().unwrap();
-            let mut last = Instant::now();
-            while !s.load(Ordering::Relaxed) {
-                let before = Instant::now();
-                h.poll().unwrap();
-                let now = Instant::now();
-                // Time between polls that did not switch counts as holding time.
-                if now - before < Duration::from_micros(50) {
-                    c.fetch_add((now - last).as_nanos() as u64, Ordering::Relaxed);
-                }
-                last = now;
-            }
-            h.release(a).unwrap();
+    timing_sensitive(|| {
+        // A thread that computes 2 ms with the GIL then makes a tiny blocking call, forever,
+        // next to a CPU-bound thread: without a budget it would preempt at every return.
+        let gil = Gil::with_config(Config {
+            switch_interval: Some(Duration::from_millis(5)),
+            ..Config::default()
         })
         .unwrap();
-    let s = stop.clone();
-    let abuser = gil
-        .spawn("abuser", move |h| {
-            let a = h.acquire().unwrap();
-            while !s.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                while t.elapsed() < Duration::from_millis(2) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        let (s, c) = (stop.clone(), cpu_ns.clone());
+        let cpu = gil
+            .spawn("cpu", move |h| {
+                let a = h.acquire().unwrap();
+                let mut last = Instant::now();
+                while !s.load(Ordering::Relaxed) {
+                    let before = Instant::now();
                     h.poll().unwrap();
+                    let now = Instant::now();
+                    // Time between polls that did not switch counts as holding time.
+                    if now - before < Duration::from_micros(50) {
+                        c.fetch_add((now - last).as_nanos() as u64, Ordering::Relaxed);
+                    }
+                    last = now;
                 }
-                h.allow_threads(|| ()).unwrap();
-            }
-            h.release(a).unwrap();
-        })
-        .unwrap();
-    let run = Duration::from_millis(600);
-    std::thread::sleep(run);
-    stop.store(true, Ordering::Relaxed);
-    cpu.join_timeout(BOUND).unwrap();
-    abuser.join_timeout(BOUND).unwrap();
-    let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
-    assert!(
-        share > 0.2,
-        "the CPU-bound thread got only {:.0}% of the GIL",
-        share * 100.0
-    );
+                h.release(a).unwrap();
+            })
+            .unwrap();
+        let s = stop.clone();
+        let abuser = gil
+            .spawn("abuser", move |h| {
+                let a = h.acquire().unwrap();
+                while !s.load(Ordering::Relaxed) {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_millis(2) {
+                        h.poll().unwrap();
+                    }
+                    h.allow_threads(|| ()).unwrap();
+                }
+                h.release(a).unwrap();
+            })
+            .unwrap();
+        let run = Duration::from_millis(600);
+        std::thread::sleep(run);
+        stop.store(true, Ordering::Relaxed);
+        cpu.join_timeout(BOUND).unwrap();
+        abuser.join_timeout(BOUND).unwrap();
+        let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
+        if share > 0.2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "the CPU-bound thread got only {:.0}% of the GIL",
+                share * 100.0
+            ))
+        }
+    });
 }
 
 #[test]

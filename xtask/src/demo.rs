@@ -33,6 +33,7 @@ const SCENARIOS: &[Scenario] = &[
 /// Each crate's example: (package, example, what it shows).
 const EXAMPLES: &[(&str, &str, &str)] = &[
     ("gc-core", "tour", "a foreign type with mark and sweep functions, a precise type, roots, callbacks, collections"),
+    ("gc-core", "weak", "weak references, a resurrecting finalizer, the reference queue, a weak-processing hook"),
     ("gc-conservative", "scan", "an object kept only by a local variable, interior pointers, the big-object index"),
     ("gil", "handoff", "GIL handoff, switch requests, a blocking region, a safepoint action"),
     ("elf-loader", "two_pythons", "two copies of the machine's libpython3.11 in one process, each initialised"),

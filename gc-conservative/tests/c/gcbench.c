@@ -10,6 +10,12 @@
  *     scanner marks (what a precise runtime does), and no conservative scanning;
  *   - with -DUSE_BOEHM against Boehm GC (GC_MALLOC), which scans conservatively too.
  *
+ * With -DWITH_WEAK (either collector), every short-lived tree gets a finalizer on its
+ * root (counting calls) and a weak reference to its root, kept in a ring of the last
+ * 4096 (ours: jl_gc_add_ptr_finalizer and jl_gc_new_weakref; Boehm: GC_REGISTER_FINALIZER
+ * and a disappearing link in an atomic cell): what weak references and finalizers cost
+ * in the same program. Finalizers keep their tree one more collection in both.
+ *
  * Usage: gcbench [STRETCH_DEPTH LONG_LIVED_DEPTH MAX_DEPTH [STRESS_EVERY]]
  * (defaults 18 16 16: the classic sizes). Prints one line of key=value figures and
  * checks every tree it builds; exit status 1 on a wrong result.
@@ -115,6 +121,62 @@ static Node *NewNode(Node *l, Node *r)
 static double *NewArray(size_t n) { return jl_gc_alloc_typed(ptls, n * sizeof(double), array_type); }
 #endif
 
+#ifdef WITH_WEAK
+#define WEAK_RING 4096
+/* Weak-reference objects of the latest trees (their referents are not kept alive). */
+static void *weak_ring[WEAK_RING];
+static long weak_next, finalizers_run;
+#ifdef USE_BOEHM
+static void on_finalize(void *obj, void *data)
+{
+    (void)obj;
+    (void)data;
+    finalizers_run++;
+}
+static void WatchTree(Node *tree)
+{
+    void **cell = GC_MALLOC_ATOMIC(sizeof(void *));
+    *cell = tree;
+    GC_GENERAL_REGISTER_DISAPPEARING_LINK(cell, tree);
+    GC_REGISTER_FINALIZER(tree, on_finalize, NULL, NULL, NULL);
+    weak_ring[weak_next++ % WEAK_RING] = cell;
+}
+static void RunFinalizers(void) { GC_invoke_finalizers(); }
+#else
+static void on_finalize(void *obj)
+{
+    (void)obj;
+    finalizers_run++;
+}
+static void scan_weak_ring(int full)
+{
+    (void)full;
+    jl_ptls_t p = jl_get_ptls_states();
+    for (int i = 0; i < WEAK_RING; i++)
+        if (weak_ring[i]) jl_gc_mark_queue_obj(p, (jl_value_t *)weak_ring[i]);
+}
+static void WatchTree(Node *tree)
+{
+    PUSH_ROOT(tree); /* across the allocation of the weak reference */
+    jl_weakref_t *w = jl_gc_new_weakref((jl_value_t *)tree);
+    POP_ROOTS(1);
+    jl_gc_add_ptr_finalizer(ptls, (jl_value_t *)tree, (void *)on_finalize);
+    weak_ring[weak_next++ % WEAK_RING] = w;
+}
+static void RunFinalizers(void) { jl_gc_run_pending_finalizers(NULL); }
+#endif
+/* Weak references of the ring that were cleared. */
+static long WeakCleared(void)
+{
+    long n = 0;
+    for (int i = 0; i < WEAK_RING; i++)
+        if (weak_ring[i] && *(void **)weak_ring[i] == NULL) n++;
+    return n;
+}
+#else
+#define WatchTree(t) ((void)(t))
+#endif
+
 static int TreeSize(int i) { return (1 << (i + 1)) - 1; }
 static int NumIters(int i) { return 2 * TreeSize(kStretchTreeDepth) / TreeSize(i); }
 
@@ -177,6 +239,7 @@ static void TimeConstruction(int depth)
     for (int i = 0; i < iNumIters; ++i) {
         tempTree = NewNode(NULL, NULL);
         SET_ROOT(slot, tempTree);
+        WatchTree(tempTree);
         Populate(depth, tempTree);
         if (i == iNumIters - 1) Check(tempTree, depth, "top-down tree");
         tempTree = NULL;
@@ -185,6 +248,7 @@ static void TimeConstruction(int depth)
     POP_ROOTS(1);
     for (int i = 0; i < iNumIters; ++i) {
         tempTree = MakeTree(depth);
+        WatchTree(tempTree);
         if (i == iNumIters - 1) Check(tempTree, depth, "bottom-up tree");
         tempTree = NULL;
     }
@@ -223,6 +287,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (stress > 0) gc_set_stress(gc_default_heap(), (uint64_t)stress);
+#ifdef WITH_WEAK
+    jl_gc_set_cb_root_scanner(scan_weak_ring, 1);
+#endif
 #endif
 
     double t0 = now_ms();
@@ -247,6 +314,29 @@ int main(int argc, char **argv)
         failures++;
     }
     double total = now_ms() - t0;
+#ifdef WITH_WEAK
+    /* Every tree but the last few is garbage: after two collections (the first finds the
+     * finalizable roots, the second frees them) nearly every finalizer has run and nearly
+     * every weak reference of the ring is cleared. */
+    long watched = weak_next;
+#ifdef USE_BOEHM
+    GC_gcollect();
+    RunFinalizers();
+    GC_gcollect();
+#else
+    jl_gc_collect(JL_GC_FULL);
+    RunFinalizers();
+    jl_gc_collect(JL_GC_FULL);
+#endif
+    RunFinalizers();
+    long cleared = WeakCleared();
+    if (finalizers_run < watched - 64 || cleared < WEAK_RING - 64) { /* stack residue may keep a few */
+        fprintf(stderr, "FAIL: %ld of %ld finalizers ran, %ld of %d weak references cleared\n",
+                finalizers_run, watched, cleared, WEAK_RING);
+        failures++;
+    }
+    printf("weak_trees=%ld finalizers_run=%ld weak_cleared=%ld ", watched, finalizers_run, cleared);
+#endif
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

@@ -7,9 +7,12 @@
 //!   ours with conservative stack scanning as the only roots (the same program Boehm
 //!   runs), ours with precise roots (a shadow stack), and Boehm; run interleaved
 //!   `GCBENCH_RUNS` times each, medians of total time, GC time, max pause and peak RSS;
+//! - the same GCBench with a finalizer and a weak reference on every short-lived tree
+//!   (`-DWITH_WEAK`), ours (conservative roots) and Boehm's, in the same interleaved runs;
 //! - allocation of 16-byte objects from C (`jl_gc_alloc_typed` vs `GC_MALLOC`);
-//! - the Rust side (`gc-core/examples/gc_bench.rs`): the allocation fast path and the
-//!   seed's two micro-benchmarks.
+//! - the Rust side (`gc-core/examples/gc_bench.rs`): the allocation fast path, the
+//!   seed's two micro-benchmarks, and the per-item costs of weak references, finalizers
+//!   and reference-queue registrations.
 //!
 //! `conservative`: `base_ptr` vs Boehm's `GC_base` on interior pointers, misses and free
 //! cells, and conservative scan throughput (`gc-conservative/benches/c/micro.c`).
@@ -146,6 +149,20 @@ pub fn run_gc() -> Result<()> {
             "_boehm",
             compile(src, "gcbench_boehm", &["-DUSE_BOEHM"], false, true)?,
         ),
+        (
+            "_weak",
+            compile(src, "gcbench_weak", &["-DWITH_WEAK"], true, false)?,
+        ),
+        (
+            "_boehm_weak",
+            compile(
+                src,
+                "gcbench_boehm_weak",
+                &["-DUSE_BOEHM", "-DWITH_WEAK"],
+                false,
+                true,
+            )?,
+        ),
     ];
     let mut samples: HashMap<(String, &str), Vec<f64>> = HashMap::new();
     for run in 0..GCBENCH_RUNS {
@@ -209,6 +226,19 @@ pub fn run_gc() -> Result<()> {
         "benchfac_ms",
         "benchfac_collections",
         "benchfac_max_pause_ms",
+        "weak_ref_new_ns",
+        "weak_ref_full_ns",
+        "weak_ref_partial_ns",
+        "weak_ref_clear_ns",
+        "weak_obj_new_ns",
+        "weak_obj_full_ns",
+        "weak_obj_partial_ns",
+        "finalizer_register_ns",
+        "finalizer_gc_ns",
+        "finalizer_run_ns",
+        "finalizer_total_ns",
+        "finalizer_live_full_ns",
+        "queue_ns",
     ] {
         r.value(key, num(&f, key)?);
     }
@@ -230,6 +260,24 @@ pub fn run_gc() -> Result<()> {
         "peak_rss_mb",
         "peak_rss_mb_boehm",
         Some(1.2),
+    );
+    r.compare(
+        "GCBench with weak refs + finalizers vs Boehm with the same",
+        "gcbench_ms_weak",
+        "gcbench_ms_boehm_weak",
+        None,
+    );
+    r.compare(
+        "GCBench with weak refs + finalizers vs without (ours)",
+        "gcbench_ms_weak",
+        "gcbench_ms",
+        None,
+    );
+    r.compare(
+        "GCBench with weak refs + finalizers vs without (Boehm)",
+        "gcbench_ms_boehm_weak",
+        "gcbench_ms_boehm",
+        None,
     );
     r.compare(
         "GCBench conservative vs precise roots (ours)",
