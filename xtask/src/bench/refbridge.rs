@@ -226,9 +226,19 @@ fn spread(v: &[f64]) -> f64 {
     (s[s.len() - 1] - s[0]) / m
 }
 
+/// The one-minute load average (`/proc/loadavg`), recorded with the figures as the
+/// machine's noise; 0 where it cannot be read.
+fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
 /// Runs the suite and writes `target/bench/refbridge.json`.
 pub fn run() -> Result<()> {
     let mut report = Report::new("refbridge");
+    report.value("load_average_start", load_average());
     let dir = root().join("target/bench/refbridge");
     std::fs::create_dir_all(&dir)?;
 
@@ -314,6 +324,7 @@ pub fn run() -> Result<()> {
         }
     }
 
+    report.value("load_average_end", load_average());
     report.compare(
         "Py_INCREF+Py_DECREF, native object (ns)",
         "incref_decref_ns",
