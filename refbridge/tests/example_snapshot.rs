@@ -1,4 +1,4 @@
-//! The `tour` example's output, as an insta snapshot (addresses filtered out).
+//! The `refbridge_tour` example's output, as an insta snapshot (addresses filtered out).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,7 +11,7 @@ fn example(name: &str) -> PathBuf {
 
 #[test]
 fn tour_output() {
-    let out = Command::new(example("tour"))
+    let out = Command::new(example("refbridge_tour"))
         .env_remove("RUST_LOG")
         .output()
         .expect("the tour example is built by cargo test");

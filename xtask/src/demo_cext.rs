@@ -37,9 +37,9 @@ pub fn run() -> Result<String> {
         "-p",
         "refbridge",
         "--example",
-        "tour",
+        "refbridge_tour",
     ]);
-    println!("    $ cargo run -p refbridge --example tour");
+    println!("    $ cargo run -p refbridge --example refbridge_tour");
     if !tour.status().context("run refbridge's tour")?.success() {
         bail!("refbridge's tour example failed");
     }

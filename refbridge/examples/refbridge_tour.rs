@@ -3,7 +3,7 @@
 //! boundary, a cycle through both sides freed by one collection, and the debug mode
 //! catching a use after free. `RUST_LOG=refbridge=debug` shows the collections.
 //!
-//! `cargo run -p refbridge --example tour`
+//! `cargo run -p refbridge --example refbridge_tour`
 
 use gc_core::{Heap, HeapConfig};
 use refbridge::abi::{
