@@ -209,6 +209,8 @@ pub(crate) struct Local {
     pub pending: RefCell<Vec<*mut PyObject>>,
     pub dealloc_depth: Cell<u32>,
     pub deferred: RefCell<Vec<*mut PyObject>>,
+    /// `deferred` may be non-empty (set when a deallocation is deferred).
+    pub any_deferred: Cell<bool>,
     pub in_pressure: Cell<bool>,
     pub trigger: Cell<usize>,
     pub transitions: Cell<u64>,
@@ -247,6 +249,10 @@ pub(crate) struct Inner {
 pub(crate) const MIRROR_SIZE: usize = 16;
 /// Offset of the edge array in a mirror.
 pub(crate) const MIRROR_EDGES: usize = 8;
+
+/// Bridges with the debug mode on, alive in the process: while there are none, the
+/// memory functions skip looking for the entered bridge's debug state.
+pub(crate) static DEBUG_BRIDGES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
     static CURRENT: Cell<*const Inner> = const { Cell::new(std::ptr::null()) };
@@ -354,6 +360,7 @@ impl Bridge {
                 pending: RefCell::new(Vec::new()),
                 dealloc_depth: Cell::new(0),
                 deferred: RefCell::new(Vec::new()),
+                any_deferred: Cell::new(false),
                 in_pressure: Cell::new(false),
                 trigger: Cell::new(config.native_trigger),
                 transitions: Cell::new(0),
@@ -366,7 +373,10 @@ impl Bridge {
             edges_large,
             callbacks: Mutex::new(Vec::new()),
             counters: Counters::default(),
-            debug: config.debug.then(|| Mutex::new(DebugState::default())),
+            debug: config.debug.then(|| {
+                DEBUG_BRIDGES.fetch_add(1, Ordering::Relaxed);
+                Mutex::new(DebugState::default())
+            }),
             shut_down: std::sync::atomic::AtomicBool::new(false),
             config,
         });
@@ -1141,27 +1151,41 @@ impl Inner {
     ///
     /// # Safety
     /// `op` is a live native object whose count is 0.
+    #[inline]
     pub(crate) unsafe fn dealloc(&self, op: *mut PyObject) {
         let l = &self.local.0;
-        if l.dealloc_depth.get() >= TRASHCAN_DEPTH {
+        let depth = l.dealloc_depth.get();
+        if depth >= TRASHCAN_DEPTH {
             l.deferred.borrow_mut().push(op);
+            l.any_deferred.set(true);
             return;
         }
-        l.dealloc_depth.set(l.dealloc_depth.get() + 1);
+        l.dealloc_depth.set(depth + 1);
         // SAFETY: forwarded.
         unsafe { call_dealloc(op) };
-        let d = l.dealloc_depth.get() - 1;
-        l.dealloc_depth.set(d);
-        if d == 0 {
-            loop {
-                let next = l.deferred.borrow_mut().pop();
-                let Some(op) = next else { break };
-                l.dealloc_depth.set(1);
-                // SAFETY: deferred objects have count 0 and are alive.
-                unsafe { call_dealloc(op) };
-                l.dealloc_depth.set(0);
-            }
+        l.dealloc_depth.set(depth);
+        if depth == 0 && l.any_deferred.get() {
+            // SAFETY: forwarded (depth 0).
+            unsafe { self.run_deferred() };
         }
+    }
+
+    /// Runs the deallocations deferred by [`Inner::dealloc`], at depth 0.
+    ///
+    /// # Safety
+    /// Called by the outermost deallocation.
+    #[inline(never)]
+    unsafe fn run_deferred(&self) {
+        let l = &self.local.0;
+        loop {
+            let next = l.deferred.borrow_mut().pop();
+            let Some(op) = next else { break };
+            l.dealloc_depth.set(1);
+            // SAFETY: deferred objects have count 0 and are alive.
+            unsafe { call_dealloc(op) };
+            l.dealloc_depth.set(0);
+        }
+        l.any_deferred.set(false);
     }
 
     /// A count reached 0 (`_Py_Dealloc`): a native object is deallocated; a stub whose
@@ -1170,6 +1194,7 @@ impl Inner {
     ///
     /// # Safety
     /// `op` is a stub of this bridge or a live native object.
+    #[inline]
     pub(crate) unsafe fn decref_slow(&self, op: *mut PyObject) {
         if !is_stub(op) {
             // SAFETY: a live native object (caller).
@@ -1188,6 +1213,16 @@ impl Inner {
             unsafe { self.dealloc(op) };
             return;
         }
+        // SAFETY: forwarded.
+        unsafe { self.decref_stub(op) }
+    }
+
+    /// [`Inner::decref_slow`] for a stub.
+    ///
+    /// # Safety
+    /// `op` is a tagged pointer native code decremented the count through.
+    #[inline(never)]
+    unsafe fn decref_stub(&self, op: *mut PyObject) {
         let mut st = self.state.lock();
         // SAFETY: native code decremented the count through this pointer: readable.
         let Some(idx) = (unsafe { st.table.slot_of_held(op) }) else {
@@ -1390,6 +1425,7 @@ pub const TRASHCAN_DEPTH: u32 = 64;
 ///
 /// # Safety
 /// `op` is a live native object whose count is 0.
+#[inline]
 pub(crate) unsafe fn call_dealloc(op: *mut PyObject) {
     crate::capi::count_dealloc();
     // SAFETY: a live object has a valid type (caller).
@@ -1433,6 +1469,9 @@ impl Drop for Inner {
         if self.account.blocks() > 0 {
             // Blocks still in use point at the account: keep it alive for their frees.
             std::mem::forget(self.account.clone());
+        }
+        if self.debug.is_some() {
+            DEBUG_BRIDGES.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

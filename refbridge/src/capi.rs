@@ -208,7 +208,9 @@ pub unsafe extern "C" fn PyObject_Free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
-    if let Some(inner) = current() {
+    // Only a bridge in debug mode looks at frees: no thread-local lookup without one.
+    let debug = crate::bridge::DEBUG_BRIDGES.load(std::sync::atomic::Ordering::Relaxed) != 0;
+    if let Some(inner) = if debug { current() } else { None } {
         if let Some(d) = &inner.debug {
             let mut d = d.lock();
             let op = p as *mut PyObject;

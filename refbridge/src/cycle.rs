@@ -371,12 +371,16 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         (*sentinel).gc_prev = prev as usize;
     }
     let ctx = c!();
-    let garbage: Vec<*mut PyObject> = ctx.cands[..n_native]
-        .iter()
-        .filter(|c| !c.reach && !c.w)
-        .map(|c| c.op)
-        .collect();
-    let w: Vec<usize> = (0..n).filter(|&i| ctx.cands[i].w).collect();
+    // Pure garbage (native members outside W) and W, in one pass.
+    let mut garbage: Vec<*mut PyObject> = Vec::new();
+    let mut w: Vec<usize> = Vec::new();
+    for (i, c) in ctx.cands.iter().enumerate() {
+        if c.w {
+            w.push(i);
+        } else if i < n_native && !c.reach {
+            garbage.push(c.op);
+        }
+    }
     let mut report = CycleReport {
         candidates: n,
         garbage: garbage.len(),

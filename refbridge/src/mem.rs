@@ -310,6 +310,7 @@ pub unsafe fn alloc(account: *const MemAccount, size: usize, zero: bool) -> *mut
 ///
 /// # Safety
 /// `p` is null or a live block returned by [`alloc`]/[`realloc`].
+#[inline]
 pub unsafe fn free(p: *mut u8) {
     if p.is_null() {
         return;
@@ -320,10 +321,26 @@ pub unsafe fn free(p: *mut u8) {
         let acct = account_of(&*h);
         let size = (*h).size;
         acct.credit(size);
+        if (*h).account & POOLED != 0 && acct.owned_here() {
+            // The common case, inline: a pooled block freed by the owner thread.
+            acct.pool_put(h as usize, class_of(size + HEADER));
+        } else {
+            free_other(h, acct);
+        }
+    }
+}
+
+/// The rest of [`free`]: a system block, or a pooled block freed on another thread
+/// (handed back to the owner).
+///
+/// # Safety
+/// `h` is the header of a live counted block of `acct`, already credited.
+#[inline(never)]
+unsafe fn free_other(h: *mut BlockHeader, acct: &MemAccount) {
+    // SAFETY: as for free.
+    unsafe {
         if (*h).account & POOLED == 0 {
             libc::free(h as *mut libc::c_void);
-        } else if acct.owned_here() {
-            acct.pool_put(h as usize, class_of(size + HEADER));
         } else {
             acct.remote.lock().push(h as usize);
             acct.remote_n.fetch_add(1, Ordering::Relaxed);
