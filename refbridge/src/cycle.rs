@@ -659,11 +659,11 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
         .map(|(i, it)| (it.op as usize, i))
         .collect();
     // gc_refs over the replicated set.
-    // SAFETY: replicated objects are allocated while they are in the set (their count
-    // includes MANAGED_REFCNT until the queue reports their managed side gone, which
-    // removes them from the set).
     let mut refs: Vec<isize> = items
         .iter()
+        // SAFETY: replicated objects are allocated while they are in the set (their
+        // count includes MANAGED_REFCNT until the queue reports their managed side gone,
+        // which removes them from the set).
         .map(|it| unsafe { count(it.op) } - MANAGED_REFCNT)
         .collect();
     for it in &items {
