@@ -45,7 +45,7 @@ pub const IMMORTAL: u32 = 8;
 pub struct Entry {
     /// Address of the managed object; 0 once it died (or the slot is free).
     pub obj: usize,
-    /// Flags ([`USED`], [`STRONG`], [`WEAK_LIMIT`], [`IMMORTAL`]).
+    /// Flags ([`USED`], [`WEAK_LIMIT`], [`IMMORTAL`]; strength comes from the stub's count).
     pub flags: u32,
     /// During a cycle collection: candidate index + 1 (0: not a candidate).
     pub cand: u32,

@@ -78,7 +78,7 @@ impl std::fmt::Debug for MemAccount {
 }
 
 impl MemAccount {
-    /// An empty account (no owner: no pool until [`MemAccount::set_owner`]).
+    /// An empty account (no owner: no pool until the bridge entered on a thread owns it).
     pub const fn new() -> Self {
         MemAccount {
             bytes: AtomicUsize::new(0),
