@@ -8,7 +8,7 @@
 
 use super::error::{Error, Result};
 use super::python::PythonInstall;
-use elf_loader::{CustomLibrary, Namespace};
+use elf_loader::{CustomLibrary, DependencyPolicy, Namespace};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
@@ -111,10 +111,40 @@ pub struct Loaded {
     pub fns: RunnerFns,
 }
 
+/// System libraries whose process-global state is neither thread-safe nor meant for
+/// two clients: GNU readline (`readline` module: `rl_initialize`, the history, the
+/// completer) and ncurses/terminfo under it and `_curses` (`cur_term`, `stdscr`,
+/// `LINES`). In one process CPython calls them under its one GIL; interpreters here run
+/// at once, so each namespace gets its own copy (shared, two interpreters importing
+/// `readline` at the same moment crashed inside libreadline).
+pub const PRIVATE_SYSTEM_LIBRARIES: &[&str] = &[
+    "libreadline.so",
+    "libhistory.so",
+    "libtinfo.so",
+    "libncurses.so",
+    "libncursesw.so",
+    "libpanel.so",
+    "libpanelw.so",
+    "libform.so",
+    "libformw.so",
+    "libmenu.so",
+    "libmenuw.so",
+];
+
+/// The namespace policy of an interpreter: elf-loader's default (the C runtime and
+/// thread-safe system libraries shared) with [`PRIVATE_SYSTEM_LIBRARIES`] per namespace.
+pub fn dependency_policy() -> DependencyPolicy {
+    let mut policy = DependencyPolicy::default();
+    policy
+        .private_prefixes
+        .extend(PRIVATE_SYSTEM_LIBRARIES.iter().map(|s| s.to_string()));
+    policy
+}
+
 /// Loads a fresh libpython copy and the runner into a new namespace called `name`.
 pub fn load(install: &PythonInstall, name: &str) -> Result<Loaded> {
     let so = runner_for(install)?;
-    let ns = Namespace::new(name);
+    let ns = Namespace::with_policy(name, dependency_policy());
     let libpython = ns.load(&install.libpython).map_err(|source| Error::Load {
         path: install.libpython.clone(),
         source: Box::new(source),
