@@ -4,6 +4,8 @@
  * Every function returns a status code (ELF_LOADER_OK or a negative ELF_LOADER_ERR_*)
  * or NULL on failure, and leaves a message for elf_loader_last_error() (per thread).
  * Handles are checked: NULL, unknown or deleted handles give ELF_LOADER_ERR_ARG.
+ * A panic inside the loader never unwinds into C: it gives ELF_LOADER_ERR_PANIC (or NULL)
+ * and a message naming it (the handles involved may be half-changed: delete them).
  * This header is checked against the Rust signatures by tests/capi.rs. */
 #ifndef ELF_LOADER_H
 #define ELF_LOADER_H
@@ -20,6 +22,7 @@ extern "C" {
 #define ELF_LOADER_ERR_LOAD (-2)
 #define ELF_LOADER_ERR_STATE (-3)
 #define ELF_LOADER_ERR_NOT_FOUND (-4)
+#define ELF_LOADER_ERR_PANIC (-5)
 
 /* An isolated world of custom-loaded libraries. */
 typedef struct elf_loader_namespace elf_loader_namespace;

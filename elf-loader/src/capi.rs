@@ -3,7 +3,8 @@
 //! Handles are opaque pointers checked against a registry of live handles, so a NULL,
 //! stale or doubly deleted handle gives `ELF_LOADER_ERR_ARG` with a message instead of
 //! undefined behaviour. Every function returns a status code (or NULL) and leaves a
-//! message for `elf_loader_last_error()` (per thread) on failure.
+//! message for `elf_loader_last_error()` (per thread) on failure; a panic is caught at
+//! the boundary and becomes `ELF_LOADER_ERR_PANIC` (or NULL) with a message naming it.
 
 #![allow(non_camel_case_types)]
 
@@ -26,6 +27,9 @@ pub const ELF_LOADER_ERR_LOAD: c_int = -2;
 pub const ELF_LOADER_ERR_STATE: c_int = -3;
 /// The symbol was not found.
 pub const ELF_LOADER_ERR_NOT_FOUND: c_int = -4;
+/// A panic inside the loader was caught at the boundary (the message names it). The
+/// handles involved may be left half-changed: delete them.
+pub const ELF_LOADER_ERR_PANIC: c_int = -5;
 
 /// A namespace handle (opaque to C).
 pub struct elf_loader_namespace {
@@ -57,6 +61,19 @@ fn set_error(msg: impl Into<String>) {
     let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
+/// Runs the body of the C entry `name`: a panic becomes `on_panic` (`ELF_LOADER_ERR_PANIC`
+/// or NULL) and a message naming it for `elf_loader_last_error()`.
+fn entry<T>(name: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
+    crate::boundary::guarded(name, on_panic, set_error, f)
+}
+
+/// Hands a library made with the Rust API (search libraries of any
+/// [`SymbolProvider`], a [`Namespace`] of the host's) to C code as a handle, to be
+/// released with `elf_loader_library_delete`.
+pub fn library_handle(lib: CustomLibrary) -> *mut elf_loader_library {
+    register(Box::new(elf_loader_library { lib: Arc::new(lib) }))
+}
+
 fn register<T>(b: Box<T>) -> *mut T {
     let p = Box::into_raw(b);
     LIVE.lock()
@@ -79,6 +96,21 @@ fn unregister<T>(p: *mut T) -> bool {
             .lock()
             .as_mut()
             .is_some_and(|s| s.remove(&(p as usize)))
+}
+
+/// Unregisters and drops the handle `p` (a NULL, unknown or deleted one is
+/// `ELF_LOADER_ERR_ARG` with a message).
+///
+/// # Safety
+/// `p` is NULL or a pointer; only a registered one (a live box of `T`) is dropped.
+unsafe fn delete_handle<T>(p: *mut T, entry: &str, what: &str) -> c_int {
+    if !unregister(p) {
+        set_error(format!("{entry}: invalid {what} handle {p:p}"));
+        return ELF_LOADER_ERR_ARG;
+    }
+    // SAFETY: it was a registered live box; we just removed it from the registry.
+    drop(unsafe { Box::from_raw(p) });
+    ELF_LOADER_OK
 }
 
 /// Reads a C string argument, or records an error.
@@ -128,13 +160,15 @@ pub extern "C" fn elf_loader_last_error() -> *const c_char {
 pub unsafe extern "C" fn elf_loader_namespace_new(
     name: *const c_char,
 ) -> *mut elf_loader_namespace {
-    // SAFETY: caller's contract.
-    let Some(name) = (unsafe { arg_str(name, "namespace name") }) else {
-        return std::ptr::null_mut();
-    };
-    register(Box::new(elf_loader_namespace {
-        ns: Namespace::new(name),
-    }))
+    entry("elf_loader_namespace_new", std::ptr::null_mut(), || {
+        // SAFETY: caller's contract.
+        let Some(name) = (unsafe { arg_str(name, "namespace name") }) else {
+            return std::ptr::null_mut();
+        };
+        register(Box::new(elf_loader_namespace {
+            ns: Namespace::new(name),
+        }))
+    })
 }
 
 /// Releases a namespace handle; its libraries are unloaded (fini, unmap) once no
@@ -144,15 +178,10 @@ pub unsafe extern "C" fn elf_loader_namespace_new(
 /// `ns` must be NULL or a handle from `elf_loader_namespace_new` (checked).
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespace) -> c_int {
-    if !unregister(ns) {
-        set_error(format!(
-            "elf_loader_namespace_delete: invalid namespace handle {ns:p}"
-        ));
-        return ELF_LOADER_ERR_ARG;
-    }
-    // SAFETY: it was a registered live box; we just removed it from the registry.
-    drop(unsafe { Box::from_raw(ns) });
-    ELF_LOADER_OK
+    entry("elf_loader_namespace_delete", ELF_LOADER_ERR_PANIC, || {
+        // SAFETY: caller's contract (checked against the registry).
+        unsafe { delete_handle(ns, "elf_loader_namespace_delete", "namespace") }
+    })
 }
 
 /// Loads `path` and its dependencies into `ns`; stores a new library handle in `*out`.
@@ -166,34 +195,36 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
     path: *const c_char,
     out: *mut *mut elf_loader_library,
 ) -> c_int {
-    if !is_live(ns) {
-        set_error(format!(
-            "elf_loader_namespace_load: invalid namespace handle {ns:p}"
-        ));
-        return ELF_LOADER_ERR_ARG;
-    }
-    if out.is_null() {
-        set_error("elf_loader_namespace_load: out is NULL");
-        return ELF_LOADER_ERR_ARG;
-    }
-    // SAFETY: caller's contract.
-    let Some(path) = (unsafe { arg_str(path, "path") }) else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    // SAFETY: checked live.
-    let ns = unsafe { &*ns };
-    match ns.ns.load(path) {
-        Ok(lib) => {
-            let h = register(Box::new(elf_loader_library { lib: Arc::new(lib) }));
-            // SAFETY: checked non-NULL; caller's contract says writable.
-            unsafe { *out = h };
-            ELF_LOADER_OK
+    entry("elf_loader_namespace_load", ELF_LOADER_ERR_PANIC, || {
+        if !is_live(ns) {
+            set_error(format!(
+                "elf_loader_namespace_load: invalid namespace handle {ns:p}"
+            ));
+            return ELF_LOADER_ERR_ARG;
         }
-        Err(e) => {
-            set_error(e.to_string());
-            ELF_LOADER_ERR_LOAD
+        if out.is_null() {
+            set_error("elf_loader_namespace_load: out is NULL");
+            return ELF_LOADER_ERR_ARG;
         }
-    }
+        // SAFETY: caller's contract.
+        let Some(path) = (unsafe { arg_str(path, "path") }) else {
+            return ELF_LOADER_ERR_ARG;
+        };
+        // SAFETY: checked live.
+        let ns = unsafe { &*ns };
+        match ns.ns.load(path) {
+            Ok(lib) => {
+                let h = library_handle(lib);
+                // SAFETY: checked non-NULL; caller's contract says writable.
+                unsafe { *out = h };
+                ELF_LOADER_OK
+            }
+            Err(e) => {
+                set_error(e.to_string());
+                ELF_LOADER_ERR_LOAD
+            }
+        }
+    })
 }
 
 /// A library to be loaded from `path` into a namespace of its own (the seed's
@@ -203,13 +234,13 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
 /// `path` must be NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_create(path: *const c_char) -> *mut elf_loader_library {
-    // SAFETY: caller's contract.
-    let Some(path) = (unsafe { arg_str(path, "path") }) else {
-        return std::ptr::null_mut();
-    };
-    register(Box::new(elf_loader_library {
-        lib: Arc::new(CustomLibrary::create(path)),
-    }))
+    entry("elf_loader_library_create", std::ptr::null_mut(), || {
+        // SAFETY: caller's contract.
+        let Some(path) = (unsafe { arg_str(path, "path") }) else {
+            return std::ptr::null_mut();
+        };
+        library_handle(CustomLibrary::create(path))
+    })
 }
 
 /// Adds another custom library as a search library of `lib` (before `load`).
@@ -221,19 +252,26 @@ pub unsafe extern "C" fn elf_loader_library_add_search_library(
     lib: *mut elf_loader_library,
     provider: *const elf_loader_library,
 ) -> c_int {
-    let (Some(l), Some(p)) = (lib_ref(lib, "library"), lib_ref(provider, "search library")) else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    match l
-        .lib
-        .add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>)
-    {
-        Ok(()) => ELF_LOADER_OK,
-        Err(e) => {
-            set_error(e.to_string());
-            ELF_LOADER_ERR_STATE
-        }
-    }
+    entry(
+        "elf_loader_library_add_search_library",
+        ELF_LOADER_ERR_PANIC,
+        || {
+            let (Some(l), Some(p)) = (lib_ref(lib, "library"), lib_ref(provider, "search library"))
+            else {
+                return ELF_LOADER_ERR_ARG;
+            };
+            match l
+                .lib
+                .add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>)
+            {
+                Ok(()) => ELF_LOADER_OK,
+                Err(e) => {
+                    set_error(e.to_string());
+                    ELF_LOADER_ERR_STATE
+                }
+            }
+        },
+    )
 }
 
 /// Adds a system loader handle (`dlopen` result, or NULL for `RTLD_DEFAULT`) as a search
@@ -247,22 +285,28 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
     lib: *mut elf_loader_library,
     handle: *mut c_void,
 ) -> c_int {
-    let Some(l) = lib_ref(lib, "library") else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    let sys = if handle.is_null() {
-        SystemLibrary::global()
-    } else {
-        // SAFETY: caller's contract: a live dlopen handle, not stolen.
-        unsafe { SystemLibrary::from_handle(handle, false) }
-    };
-    match l.lib.add_search_library(sys) {
-        Ok(()) => ELF_LOADER_OK,
-        Err(e) => {
-            set_error(e.to_string());
-            ELF_LOADER_ERR_STATE
-        }
-    }
+    entry(
+        "elf_loader_library_add_search_system",
+        ELF_LOADER_ERR_PANIC,
+        || {
+            let Some(l) = lib_ref(lib, "library") else {
+                return ELF_LOADER_ERR_ARG;
+            };
+            let sys = if handle.is_null() {
+                SystemLibrary::global()
+            } else {
+                // SAFETY: caller's contract: a live dlopen handle, not stolen.
+                unsafe { SystemLibrary::from_handle(handle, false) }
+            };
+            match l.lib.add_search_library(sys) {
+                Ok(()) => ELF_LOADER_OK,
+                Err(e) => {
+                    set_error(e.to_string());
+                    ELF_LOADER_ERR_STATE
+                }
+            }
+        },
+    )
 }
 
 /// Maps, relocates and initialises `lib`.
@@ -271,20 +315,22 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
 /// `lib` must be a live library handle (checked).
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_load(lib: *mut elf_loader_library) -> c_int {
-    let Some(l) = lib_ref(lib, "library") else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    match l.lib.load() {
-        Ok(()) => ELF_LOADER_OK,
-        Err(e @ crate::Error::Usage(_)) => {
-            set_error(e.to_string());
-            ELF_LOADER_ERR_STATE
+    entry("elf_loader_library_load", ELF_LOADER_ERR_PANIC, || {
+        let Some(l) = lib_ref(lib, "library") else {
+            return ELF_LOADER_ERR_ARG;
+        };
+        match l.lib.load() {
+            Ok(()) => ELF_LOADER_OK,
+            Err(e @ crate::Error::Usage(_)) => {
+                set_error(e.to_string());
+                ELF_LOADER_ERR_STATE
+            }
+            Err(e) => {
+                set_error(e.to_string());
+                ELF_LOADER_ERR_LOAD
+            }
         }
-        Err(e) => {
-            set_error(e.to_string());
-            ELF_LOADER_ERR_LOAD
-        }
-    }
+    })
 }
 
 /// The address of `name` (the library, then its search libraries), or NULL.
@@ -296,23 +342,25 @@ pub unsafe extern "C" fn elf_loader_library_sym(
     lib: *const elf_loader_library,
     name: *const c_char,
 ) -> *mut c_void {
-    let Some(l) = lib_ref(lib, "library") else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: caller's contract.
-    let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
-        return std::ptr::null_mut();
-    };
-    match l.lib.sym(name) {
-        Some(a) => a as *mut c_void,
-        None => {
-            set_error(format!(
-                "{}: symbol {name} not found",
-                l.lib.path().display()
-            ));
-            std::ptr::null_mut()
+    entry("elf_loader_library_sym", std::ptr::null_mut(), || {
+        let Some(l) = lib_ref(lib, "library") else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: caller's contract.
+        let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
+            return std::ptr::null_mut();
+        };
+        match l.lib.sym(name) {
+            Some(a) => a as *mut c_void,
+            None => {
+                set_error(format!(
+                    "{}: symbol {name} not found",
+                    l.lib.path().display()
+                ));
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 /// The TLS index of the thread-local symbol `name`, stored in `*out`.
@@ -326,31 +374,33 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
     name: *const c_char,
     out: *mut elf_loader_tls_index,
 ) -> c_int {
-    let Some(l) = lib_ref(lib, "library") else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    // SAFETY: caller's contract.
-    let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
-        return ELF_LOADER_ERR_ARG;
-    };
-    if out.is_null() {
-        set_error("elf_loader_library_tls_sym: out is NULL");
-        return ELF_LOADER_ERR_ARG;
-    }
-    match l.lib.tls_sym(name) {
-        Some(TlsIndex { module, offset }) => {
-            // SAFETY: checked non-NULL, caller's contract says writable.
-            unsafe { *out = elf_loader_tls_index { module, offset } };
-            ELF_LOADER_OK
+    entry("elf_loader_library_tls_sym", ELF_LOADER_ERR_PANIC, || {
+        let Some(l) = lib_ref(lib, "library") else {
+            return ELF_LOADER_ERR_ARG;
+        };
+        // SAFETY: caller's contract.
+        let Some(name) = (unsafe { arg_str(name, "symbol name") }) else {
+            return ELF_LOADER_ERR_ARG;
+        };
+        if out.is_null() {
+            set_error("elf_loader_library_tls_sym: out is NULL");
+            return ELF_LOADER_ERR_ARG;
         }
-        None => {
-            set_error(format!(
-                "{}: TLS symbol {name} not found",
-                l.lib.path().display()
-            ));
-            ELF_LOADER_ERR_NOT_FOUND
+        match l.lib.tls_sym(name) {
+            Some(TlsIndex { module, offset }) => {
+                // SAFETY: checked non-NULL, caller's contract says writable.
+                unsafe { *out = elf_loader_tls_index { module, offset } };
+                ELF_LOADER_OK
+            }
+            None => {
+                set_error(format!(
+                    "{}: TLS symbol {name} not found",
+                    l.lib.path().display()
+                ));
+                ELF_LOADER_ERR_NOT_FOUND
+            }
         }
-    }
+    })
 }
 
 /// Releases a library handle (its namespace unloads once no handle remains).
@@ -359,19 +409,16 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
 /// `lib` must be NULL or a handle from this API (checked).
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_delete(lib: *mut elf_loader_library) -> c_int {
-    if !unregister(lib) {
-        set_error(format!(
-            "elf_loader_library_delete: invalid library handle {lib:p}"
-        ));
-        return ELF_LOADER_ERR_ARG;
-    }
-    // SAFETY: it was a registered live box; we just removed it from the registry.
-    drop(unsafe { Box::from_raw(lib) });
-    ELF_LOADER_OK
+    entry("elf_loader_library_delete", ELF_LOADER_ERR_PANIC, || {
+        // SAFETY: caller's contract (checked against the registry).
+        unsafe { delete_handle(lib, "elf_loader_library_delete", "library") }
+    })
 }
 
 /// Number of TLS blocks currently allocated for custom-loaded modules.
 #[no_mangle]
 pub extern "C" fn elf_loader_tls_live_blocks() -> usize {
-    crate::tls::live_blocks()
+    entry("elf_loader_tls_live_blocks", 0, || {
+        crate::tls::live_blocks()
+    })
 }

@@ -8,6 +8,7 @@
 //! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
 //! outside any namespace are forwarded to the system loader unchanged.
 
+use crate::boundary::guarded;
 use crate::image::{Dep, Image, ScopeItem};
 use crate::namespace::{image_containing, NsInner};
 use parking_lot::Mutex;
@@ -96,77 +97,94 @@ fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
 }
 
 unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usize) -> *mut c_void {
-    let Some((_img, ns)) = namespace_of(caller) else {
-        // SAFETY: forwarding the caller's arguments unchanged.
-        return unsafe { libc::dlopen(file, flags) };
-    };
-    if file.is_null() {
-        return make_handle(&ns, 0, Target::Scope);
-    }
-    // SAFETY: dlopen's contract: a NUL-terminated file name.
-    let name = unsafe { CStr::from_ptr(file) }
-        .to_string_lossy()
-        .into_owned();
-    let global = flags & libc::RTLD_GLOBAL != 0;
-    let requester = image_containing(caller);
-    tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
-    if flags & libc::RTLD_NOLOAD != 0 {
-        // Only a library already in the namespace (or a system library already loaded).
-        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
-        let found = {
-            let st = ns.state.lock();
-            let by_file = std::fs::metadata(&name)
-                .ok()
-                .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
-            by_file.or_else(|| st.by_soname.get(&base).cloned())
+    guarded("dlopen", std::ptr::null_mut(), set_error, || {
+        let Some((_img, ns)) = namespace_of(caller) else {
+            // SAFETY: forwarding the caller's arguments unchanged.
+            return unsafe { libc::dlopen(file, flags) };
         };
-        return match found {
-            Some(i) => {
-                if global {
-                    ns.make_global(&i);
+        if file.is_null() {
+            return make_handle(&ns, 0, Target::Scope);
+        }
+        // SAFETY: dlopen's contract: a NUL-terminated file name.
+        let name = unsafe { CStr::from_ptr(file) }
+            .to_string_lossy()
+            .into_owned();
+        let global = flags & libc::RTLD_GLOBAL != 0;
+        let requester = image_containing(caller);
+        tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
+        if flags & libc::RTLD_NOLOAD != 0 {
+            // Only a library already in the namespace (or a system library already loaded).
+            let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+            let found = {
+                let st = ns.state.lock();
+                let by_file = std::fs::metadata(&name)
+                    .ok()
+                    .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
+                by_file.or_else(|| st.by_soname.get(&base).cloned())
+            };
+            return match found {
+                Some(i) => {
+                    if global {
+                        ns.make_global(&i);
+                    }
+                    opened(&i, flags);
+                    make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
                 }
+                // SAFETY: forwarding the caller's arguments: the system answers for its own.
+                None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
+                None => std::ptr::null_mut(),
+            };
+        }
+        let result = if name.contains('/') && !ns.policy_is_system(&name) {
+            ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+                .map(|i| Dep::Custom(Arc::downgrade(&i)))
+        } else {
+            ns.load_dependency(&name, requester.as_deref())
+                .map(|d| match d {
+                    Dep::Custom(w) => {
+                        if let (true, Some(i)) = (global, w.upgrade()) {
+                            ns.make_global(&i);
+                        }
+                        Dep::Custom(w)
+                    }
+                    s => s,
+                })
+        };
+        match result {
+            Ok(Dep::Custom(w)) => {
+                let Some(i) = w.upgrade() else {
+                    set_error(format!("{name}: library vanished while loading"));
+                    return std::ptr::null_mut();
+                };
                 opened(&i, flags);
                 make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
             }
-            // SAFETY: forwarding the caller's arguments: the system answers for its own.
-            None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
-            None => std::ptr::null_mut(),
-        };
-    }
-    let result = if name.contains('/') && !ns.policy_is_system(&name) {
-        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
-            .map(|i| Dep::Custom(Arc::downgrade(&i)))
-    } else {
-        ns.load_dependency(&name, requester.as_deref())
-            .map(|d| match d {
-                Dep::Custom(w) => {
-                    if let (true, Some(i)) = (global, w.upgrade()) {
-                        ns.make_global(&i);
-                    }
-                    Dep::Custom(w)
-                }
-                s => s,
-            })
-    };
-    match result {
-        Ok(Dep::Custom(w)) => {
-            let Some(i) = w.upgrade() else {
-                set_error(format!("{name}: library vanished while loading"));
-                return std::ptr::null_mut();
-            };
-            opened(&i, flags);
-            make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+            Ok(Dep::System(s)) => {
+                // Keep the system library open for the namespace's lifetime.
+                let h = s.handle();
+                make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
+            }
+            // The name itself was not found: glibc's wording, then where it was looked for
+            // (a missing dependency of the library found is reported as such below).
+            Err(crate::Error::MissingDependency {
+                name: missing,
+                searched,
+                ..
+            }) if missing == name => {
+                let from = requester.map_or_else(String::new, |r| {
+                    format!("dlopen from {}; ", r.path.display())
+                });
+                set_error(format!(
+                    "{name}: cannot open shared object file: not found ({from}searched: {searched})"
+                ));
+                std::ptr::null_mut()
+            }
+            Err(e) => {
+                set_error(e.to_string());
+                std::ptr::null_mut()
+            }
         }
-        Ok(Dep::System(s)) => {
-            // Keep the system library open for the namespace's lifetime.
-            let h = s.handle();
-            make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
-        }
-        Err(e) => {
-            set_error(e.to_string());
-            std::ptr::null_mut()
-        }
-    }
+    })
 }
 
 /// Counts one more open of `img` (closed by `dlclose`); `RTLD_NODELETE` pins it.
@@ -381,8 +399,10 @@ unsafe extern "C" fn dlsym_impl(
     name: *const c_char,
     caller: usize,
 ) -> *mut c_void {
-    // SAFETY: same contract as dlsym.
-    unsafe { dlsym_common(handle, name, std::ptr::null(), caller) }
+    guarded("dlsym", std::ptr::null_mut(), set_error, || {
+        // SAFETY: same contract as dlsym.
+        unsafe { dlsym_common(handle, name, std::ptr::null(), caller) }
+    })
 }
 
 unsafe extern "C" fn dlvsym_impl(
@@ -391,95 +411,103 @@ unsafe extern "C" fn dlvsym_impl(
     version: *const c_char,
     caller: usize,
 ) -> *mut c_void {
-    // SAFETY: same contract as dlvsym.
-    unsafe { dlsym_common(handle, name, version, caller) }
+    guarded("dlvsym", std::ptr::null_mut(), set_error, || {
+        // SAFETY: same contract as dlvsym.
+        unsafe { dlsym_common(handle, name, version, caller) }
+    })
 }
 
 extern "C" fn dlerror_impl() -> *mut c_char {
-    let ours = LAST_ERROR
-        .try_with(|e| e.borrow_mut().take())
-        .ok()
-        .flatten();
-    match ours {
-        Some(msg) => RETURNED_ERROR
-            .try_with(|r| {
-                let mut r = r.borrow_mut();
-                *r = Some(msg);
-                r.as_ref()
-                    .map_or(std::ptr::null_mut(), |m| m.as_ptr() as *mut c_char)
-            })
-            .unwrap_or(std::ptr::null_mut()),
-        // SAFETY: plain forward.
-        None => unsafe { libc::dlerror() },
-    }
+    guarded("dlerror", std::ptr::null_mut(), set_error, || {
+        let ours = LAST_ERROR
+            .try_with(|e| e.borrow_mut().take())
+            .ok()
+            .flatten();
+        match ours {
+            Some(msg) => RETURNED_ERROR
+                .try_with(|r| {
+                    let mut r = r.borrow_mut();
+                    *r = Some(msg);
+                    r.as_ref()
+                        .map_or(std::ptr::null_mut(), |m| m.as_ptr() as *mut c_char)
+                })
+                .unwrap_or(std::ptr::null_mut()),
+            // SAFETY: plain forward.
+            None => unsafe { libc::dlerror() },
+        }
+    })
 }
 
 unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
-    let target = with_handles(|h| {
-        h.by_addr
-            .get(&(handle as usize))
-            .map(|hd| match &hd.target {
-                Target::Image(w) => Some((w.clone(), hd.ns.clone())),
-                Target::System(_) | Target::Scope => None,
-            })
-    });
-    let (w, ns) = match target {
-        // SAFETY: not ours: forward to the system.
-        None => return unsafe { libc::dlclose(handle) },
-        // System libraries stay open for the namespace's lifetime (its dependency
-        // cache holds them); the namespace's scope is not a library.
-        Some(None) => return 0,
-        Some(Some(t)) => t,
-    };
-    let Some(img) = w.upgrade() else {
-        set_error("dlclose: shared object not open (the library was unloaded)".into());
-        return -1;
-    };
-    let before = img
-        .opens
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-    match before {
-        Err(_) => {
-            set_error(format!(
-                "{}: dlclose: shared object not open",
-                img.path.display()
-            ));
-            -1
-        }
-        Ok(1) => {
-            tracing::debug!(library = %img.path.display(), "dlclose: last open closed");
-            drop(img);
-            if let Some(ns) = ns.upgrade() {
-                ns.collect_unused();
+    guarded("dlclose", -1, set_error, || {
+        let target = with_handles(|h| {
+            h.by_addr
+                .get(&(handle as usize))
+                .map(|hd| match &hd.target {
+                    Target::Image(w) => Some((w.clone(), hd.ns.clone())),
+                    Target::System(_) | Target::Scope => None,
+                })
+        });
+        let (w, ns) = match target {
+            // SAFETY: not ours: forward to the system.
+            None => return unsafe { libc::dlclose(handle) },
+            // System libraries stay open for the namespace's lifetime (its dependency
+            // cache holds them); the namespace's scope is not a library.
+            Some(None) => return 0,
+            Some(Some(t)) => t,
+        };
+        let Some(img) = w.upgrade() else {
+            set_error("dlclose: shared object not open (the library was unloaded)".into());
+            return -1;
+        };
+        let before = img
+            .opens
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        match before {
+            Err(_) => {
+                set_error(format!(
+                    "{}: dlclose: shared object not open",
+                    img.path.display()
+                ));
+                -1
             }
-            0
+            Ok(1) => {
+                tracing::debug!(library = %img.path.display(), "dlclose: last open closed");
+                drop(img);
+                if let Some(ns) = ns.upgrade() {
+                    ns.collect_unused();
+                }
+                0
+            }
+            Ok(_) => 0,
         }
-        Ok(_) => 0,
-    }
+    })
 }
 
 unsafe extern "C" fn dladdr_impl(addr: *const c_void, info: *mut libc::Dl_info) -> c_int {
-    let Some(img) = image_containing(addr as usize) else {
-        // SAFETY: forward with the caller's arguments.
-        return unsafe { libc::dladdr(addr, info) };
-    };
-    if info.is_null() {
-        return 0;
-    }
-    let (sname, saddr) = match img.symbol_at(addr as usize) {
-        Some((name, a)) => (name.as_ptr() as *const c_char, a as *mut c_void),
-        None => (std::ptr::null(), std::ptr::null_mut()),
-    };
-    // SAFETY: the caller passes a valid Dl_info; the strings live in the image (the
-    // symbol name is NUL-terminated in DT_STRTAB, the path in the image) as long as the
-    // library stays loaded, like glibc's.
-    unsafe {
-        (*info).dli_fname = img.c_path.as_ptr();
-        (*info).dli_fbase = img.map.start as *mut c_void;
-        (*info).dli_sname = sname;
-        (*info).dli_saddr = saddr;
-    }
-    1
+    guarded("dladdr", 0, set_error, || {
+        let Some(img) = image_containing(addr as usize) else {
+            // SAFETY: forward with the caller's arguments.
+            return unsafe { libc::dladdr(addr, info) };
+        };
+        if info.is_null() {
+            return 0;
+        }
+        let (sname, saddr) = match img.symbol_at(addr as usize) {
+            Some((name, a)) => (name.as_ptr() as *const c_char, a as *mut c_void),
+            None => (std::ptr::null(), std::ptr::null_mut()),
+        };
+        // SAFETY: the caller passes a valid Dl_info; the strings live in the image (the
+        // symbol name is NUL-terminated in DT_STRTAB, the path in the image) as long as the
+        // library stays loaded, like glibc's.
+        unsafe {
+            (*info).dli_fname = img.c_path.as_ptr();
+            (*info).dli_fbase = img.map.start as *mut c_void;
+            (*info).dli_sname = sname;
+            (*info).dli_saddr = saddr;
+        }
+        1
+    })
 }
 
 // Entries that pass the caller's return address as an extra argument (tail jumps, so

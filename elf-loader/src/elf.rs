@@ -386,6 +386,9 @@ impl<'a> Reader<'a> {
 /// The system page size (4 KiB on x86_64 Linux).
 pub const PAGE: u64 = 4096;
 
+/// The largest `PT_TLS` alignment accepted (1 MiB).
+pub const MAX_TLS_ALIGN: u64 = 1 << 20;
+
 fn page_down(x: u64) -> u64 {
     x & !(PAGE - 1)
 }
@@ -596,6 +599,14 @@ impl ElfInfo {
                 return Err(bad(format!(
                     "PT_TLS: p_filesz {:#x}, p_memsz {:#x}, p_align {:#x} are inconsistent",
                     t.filesz, t.memsz, t.align
+                )));
+            }
+            // Each thread's block is allocated with this alignment: an absurd one could
+            // not be honoured (the largest in Debian's libraries is a cache line or a page).
+            if t.align > MAX_TLS_ALIGN {
+                return Err(bad(format!(
+                    "PT_TLS: p_align {:#x} is larger than {MAX_TLS_ALIGN:#x}",
+                    t.align
                 )));
             }
         }

@@ -26,6 +26,7 @@
 //!   deciding which `DT_NEEDED` libraries are shared through the system loader.
 //! - [`capi`]: the C ABI (`include/elf_loader.h`).
 
+mod boundary;
 mod debug;
 mod dlfcn;
 pub mod elf;

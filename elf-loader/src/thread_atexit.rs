@@ -132,46 +132,55 @@ pub(crate) unsafe extern "C" fn thread_atexit(
     obj: *mut c_void,
     dso: *mut c_void,
 ) -> c_int {
-    let Some(sys) = system_impl() else {
-        return -1;
-    };
-    let owner = crate::namespace::image_containing(dso as usize)
-        .and_then(|img| img.ns.upgrade().map(|ns| (img, ns.pins.clone())));
-    let Some((image, pins)) = owner else {
-        // Not custom-loaded code's handle: the system's registration as it is.
-        // SAFETY: forwarding the caller's arguments.
-        return unsafe { sys(dtor, obj, dso) };
-    };
-    image.tls_dtors.fetch_add(1, Ordering::AcqRel);
-    pins.state.lock().pending += 1;
-    let rec = Box::into_raw(Box::new(Pending {
-        dtor,
-        obj,
-        image,
-        pins,
-    }));
-    // SAFETY: `trampoline` takes back the box; ANCHOR lies in this loader's image.
-    let rc = unsafe {
-        sys(
-            trampoline,
-            rec as *mut c_void,
-            &ANCHOR as *const u8 as *mut c_void,
-        )
-    };
-    if rc != 0 {
-        // SAFETY: not registered: we still own the box.
-        let rec = unsafe { Box::from_raw(rec) };
-        unpin(*rec);
-    }
-    rc
+    crate::boundary::guarded(
+        "__cxa_thread_atexit",
+        -1,
+        |m| eprintln!("elf-loader: {m}"),
+        || {
+            let Some(sys) = system_impl() else {
+                return -1;
+            };
+            let owner = crate::namespace::image_containing(dso as usize)
+                .and_then(|img| img.ns.upgrade().map(|ns| (img, ns.pins.clone())));
+            let Some((image, pins)) = owner else {
+                // Not custom-loaded code's handle: the system's registration as it is.
+                // SAFETY: forwarding the caller's arguments.
+                return unsafe { sys(dtor, obj, dso) };
+            };
+            image.tls_dtors.fetch_add(1, Ordering::AcqRel);
+            pins.state.lock().pending += 1;
+            let rec = Box::into_raw(Box::new(Pending {
+                dtor,
+                obj,
+                image,
+                pins,
+            }));
+            // SAFETY: `trampoline` takes back the box; ANCHOR lies in this loader's image.
+            let rc = unsafe {
+                sys(
+                    trampoline,
+                    rec as *mut c_void,
+                    &ANCHOR as *const u8 as *mut c_void,
+                )
+            };
+            if rc != 0 {
+                // SAFETY: not registered: we still own the box.
+                let rec = unsafe { Box::from_raw(rec) };
+                unpin(*rec);
+            }
+            rc
+        },
+    )
 }
 
 unsafe extern "C" fn trampoline(p: *mut c_void) {
-    // SAFETY: `p` is the box registered by `thread_atexit`, passed back exactly once.
-    let rec = unsafe { Box::from_raw(p as *mut Pending) };
-    // SAFETY: the destructor registered by the custom code, whose image is pinned.
-    unsafe { (rec.dtor)(rec.obj) };
-    unpin(*rec);
+    crate::boundary::or_abort("thread-exit destructor", || {
+        // SAFETY: `p` is the box registered by `thread_atexit`, passed back exactly once.
+        let rec = unsafe { Box::from_raw(p as *mut Pending) };
+        // SAFETY: the destructor registered by the custom code, whose image is pinned.
+        unsafe { (rec.dtor)(rec.obj) };
+        unpin(*rec);
+    })
 }
 
 fn unpin(rec: Pending) {

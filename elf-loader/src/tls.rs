@@ -267,25 +267,27 @@ fn system_tls_get_addr() -> SysTlsGetAddr {
 /// # Safety
 /// `ti` must point to a valid `tls_index`.
 unsafe extern "C" fn elf_loader_tls_get_addr_impl(ti: *const TlsIndex) -> *mut u8 {
-    // SAFETY: the caller passes a valid tls_index (the ABI contract of __tls_get_addr).
-    let ti = unsafe { *ti };
-    if ti.module & OUR_MODULE == 0 {
-        // SAFETY: forwarding the same valid argument to the system implementation.
-        return unsafe { system_tls_get_addr()(&ti) };
-    }
-    match block_for(ti.module) {
-        Some(b) => (b + ti.offset as usize) as *mut u8,
-        None => {
-            // A module id that is not (or no longer) registered: code of an unloaded
-            // library is running. There is no address to give; fail loudly rather than
-            // hand out memory that belongs to something else.
-            eprintln!(
-                "elf-loader: __tls_get_addr for module {:#x}, which is not loaded; aborting",
-                ti.module
-            );
-            std::process::abort();
+    crate::boundary::or_abort("__tls_get_addr", || {
+        // SAFETY: the caller passes a valid tls_index (the ABI contract of __tls_get_addr).
+        let ti = unsafe { *ti };
+        if ti.module & OUR_MODULE == 0 {
+            // SAFETY: forwarding the same valid argument to the system implementation.
+            return unsafe { system_tls_get_addr()(&ti) };
         }
-    }
+        match block_for(ti.module) {
+            Some(b) => (b + ti.offset as usize) as *mut u8,
+            None => {
+                // A module id that is not (or no longer) registered: code of an unloaded
+                // library is running. There is no address to give; fail loudly rather than
+                // hand out memory that belongs to something else.
+                eprintln!(
+                    "elf-loader: __tls_get_addr for module {:#x}, which is not loaded; aborting",
+                    ti.module
+                );
+                std::process::abort();
+            }
+        }
+    })
 }
 
 // The entry custom code calls. Compilers may call __tls_get_addr with a misaligned

@@ -398,6 +398,48 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
     assert_no_leaks(fds_before);
 }
 
+#[test]
+fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
+    let so = common::build_so("tls", &["tls.c"], &[]);
+    let _io = io_lock();
+    let good = std::fs::read(&so).unwrap();
+    let info = ElfInfo::parse(&so, &good).unwrap();
+    let k = info.phdrs.iter().position(|p| p.kind == PT_TLS).unwrap();
+    let at = info.phoff + 56 * k as u64 + 48;
+    // 2^63 made the TLS registration panic (an abort through the C ABI); 2^40 loaded and
+    // would abort on the first thread-local access (an allocation with that alignment).
+    for align in [1u64 << 63, 1 << 40] {
+        let mut b = good.clone();
+        put_u64(&mut b, at, align);
+        let name = format!("bad-input-tls-align-{align:x}.so");
+        let path = scratch(&name);
+        std::fs::write(&path, &b).unwrap();
+        let e = Namespace::new(&name).load(&path).err();
+        std::fs::remove_file(&path).unwrap();
+        let msg = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains(&name) && msg.contains("PT_TLS") && msg.contains("p_align"),
+            "p_align {align:#x}: {msg:?}"
+        );
+    }
+    // A large but plausible alignment loads, and its variables are aligned.
+    let mut b = good;
+    put_u64(&mut b, at, 4096);
+    let path = scratch("bad-input-tls-align-page.so");
+    std::fs::write(&path, &b).unwrap();
+    let lib = Namespace::new("tls-page").load(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: `void *gd_addr(void)` in tls.c.
+    let addr: extern "C" fn() -> usize =
+        unsafe { std::mem::transmute(lib.sym("gd_addr").unwrap()) };
+    let offset = lib.tls_sym("tls_gd").unwrap().offset as usize;
+    assert_eq!(
+        (addr() - offset) % 4096,
+        0,
+        "the block honours the segment's alignment"
+    );
+}
+
 const PT_NOTE_TYPE: u32 = 4;
 
 proptest! {

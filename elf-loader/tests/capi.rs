@@ -170,6 +170,10 @@ fn header_matches_rust_signatures() {
             "ELF_LOADER_ERR_NOT_FOUND",
             elf_loader::capi::ELF_LOADER_ERR_NOT_FOUND,
         ),
+        (
+            "ELF_LOADER_ERR_PANIC",
+            elf_loader::capi::ELF_LOADER_ERR_PANIC,
+        ),
     ] {
         let want = if value < 0 {
             format!("#define {name} ({value})")

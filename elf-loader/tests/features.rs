@@ -200,6 +200,19 @@ fn dlopen_from_inside_lands_in_the_same_namespace() {
         .to_string_lossy()
         .into_owned();
     assert!(msg.contains("/nonexistent/libnothing.so"), "{msg}");
+    // A name found nowhere: glibc's wording, the caller and the directories searched
+    // (it was worded as a missing DT_NEEDED entry of the caller). The fixture keeps 511
+    // bytes of the message: the list of directories may be cut.
+    assert_eq!(load_plugin(c"libnothing.so.7".as_ptr()), -1);
+    // SAFETY: as above.
+    let msg = unsafe { CStr::from_ptr(last_error()) }
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        msg.starts_with("libnothing.so.7: cannot open shared object file: not found (dlopen from ")
+            && msg.contains("host.so; searched: "),
+        "{msg}"
+    );
     // A plugin that needs a symbol nobody has: an error naming it, not a crash.
     let bad = common::build_so(
         "badplugin",

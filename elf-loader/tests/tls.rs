@@ -185,3 +185,45 @@ fn system_tls_through_initial_exec_and_general_dynamic() {
     std::thread::spawn(move || check(1000)).join().unwrap();
     assert_eq!(errno_now(), 42, "the other thread did not touch ours");
 }
+
+#[test]
+fn tls_of_a_dlopened_system_library() {
+    let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
+    let gd = common::build_so("sysvar_gd", &["sysvar_user.c"], &[]);
+    let ie = common::build_so("sysvar_ie", &["sysvar_user.c"], &["-DINITIAL_EXEC"]);
+    let provider = elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW).unwrap();
+    // SAFETY: `void sysvar_set(int)` in sysvar.c.
+    let set: extern "C" fn(i32) =
+        unsafe { std::mem::transmute(provider.sym("sysvar_set").unwrap()) };
+
+    // General dynamic: the system's module and offset, this thread's block.
+    let ns = Namespace::new("sysvar-gd");
+    ns.add_search_library(provider.clone());
+    let lib = ns.load(&gd).unwrap();
+    // SAFETY: `int sysvar_user_get(void)` in sysvar_user.c.
+    let get: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(lib.sym("sysvar_user_get").unwrap()) };
+    assert_eq!(get(), 7);
+    set(9);
+    assert_eq!(get(), 9, "the same variable as the system library's");
+    assert_eq!(
+        std::thread::spawn(move || get()).join().unwrap(),
+        7,
+        "per thread"
+    );
+
+    // Initial exec: an error naming the library, the symbol and why.
+    let ns = Namespace::new("sysvar-ie");
+    ns.add_search_library(provider);
+    let err = ns
+        .load(&ie)
+        .err()
+        .expect("initial-exec against dynamic TLS refused")
+        .to_string();
+    assert!(
+        err.contains("libsysvar_ie.so")
+            && err.contains("sysvar_tls")
+            && err.contains("not in the system's static TLS block"),
+        "{err}"
+    );
+}

@@ -110,7 +110,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     let run = || -> Result<(u64, i64), Box<dyn std::error::Error>> {
         // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
-        let lib = unsafe { Libpython::open(Libpython::find(&python)?)? };
+        let lib = unsafe { Libpython::open(Libpython::find_program(&python)?)? };
         lib.initialize()?;
         // SAFETY: dlsym on that library's handle finds that library's symbols.
         let py = unsafe { Python::new(&lib.resolver())? };
@@ -127,7 +127,8 @@ fn main() -> ExitCode {
     match run() {
         Ok((hits, code)) => {
             println!("{target}: {hits} breakpoint hit(s)");
-            ExitCode::from(code.clamp(0, 255) as u8)
+            // The status the `python` command would give (`sys.exit(-1)` is 255).
+            ExitCode::from((code & 0xff) as u8)
         }
         Err(e) => {
             eprintln!("breakpoint: error: {e}");

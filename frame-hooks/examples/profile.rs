@@ -12,7 +12,7 @@
 //! profiles the bundled `tests/scripts/workload.py`.
 
 use frame_hooks::cpython::profiler::Profiler;
-use frame_hooks::cpython::{Libpython, Python};
+use frame_hooks::cpython::{Error, Libpython, Python};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -67,15 +67,27 @@ fn parse() -> Result<Args, String> {
 
 fn run(a: Args) -> Result<i64, Box<dyn std::error::Error>> {
     // SAFETY: the path is the interpreter's own shared libpython (from its sysconfig).
-    let lib = unsafe { Libpython::open(Libpython::find(&a.python)?)? };
+    let lib = unsafe { Libpython::open(Libpython::find_program(&a.python)?)? };
     lib.initialize()?;
     // SAFETY: dlsym on that library's handle finds that library's symbols.
     let py = unsafe { Python::new(&lib.resolver())? };
     let profiler = Arc::new(Profiler::new(&py, true)?);
     let mut hook = py.install(profiler.clone())?;
-    let exit = py.run_script(&a.script, &a.rest);
+    let outcome = py.run_script(&a.script, &a.rest);
     hook.uninstall()?;
-    let exit = exit?.unwrap_or(0);
+    // As `python -m cProfile`: the profile is printed even when the script raised, then
+    // the run fails.
+    let (exit, failure) = match outcome {
+        Ok(code) => (code.unwrap_or(0), None),
+        Err(e @ Error::Python(_)) => (1, Some(e)),
+        Err(e) => return Err(e.into()),
+    };
+    let report = |exit: i64| -> Result<i64, Box<dyn std::error::Error>> {
+        if let Some(e) = &failure {
+            eprintln!("profile: {e}");
+        }
+        Ok(exit)
+    };
 
     let mut stats = profiler.stats();
     stats.retain(|s| s.calls() > 0);
@@ -92,7 +104,7 @@ fn run(a: Args) -> Result<i64, Box<dyn std::error::Error>> {
             })
             .collect();
         println!("{}", serde_json::Value::Array(list));
-        return Ok(exit);
+        return report(exit);
     }
     let script = std::fs::canonicalize(&a.script)?;
     if !a.all {
@@ -131,7 +143,7 @@ fn run(a: Args) -> Result<i64, Box<dyn std::error::Error>> {
         stats.len(),
         stats.iter().map(|s| s.calls()).sum::<u64>()
     );
-    Ok(exit)
+    report(exit)
 }
 
 fn main() -> ExitCode {
@@ -147,7 +159,8 @@ fn main() -> ExitCode {
         }
     };
     match run(args) {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        // The status the `python` command would give (`sys.exit(-1)` is 255).
+        Ok(code) => ExitCode::from((code & 0xff) as u8),
         Err(e) => {
             eprintln!("profile: error: {e}");
             ExitCode::FAILURE

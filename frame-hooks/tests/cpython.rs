@@ -354,6 +354,20 @@ fn case_skip_marker(cx: &Ctx) {
     assert_eq!(inst.hook().count("skipme"), 1);
     assert_eq!(inst.hook().count("other"), 10);
     inst.uninstall().unwrap();
+    // A skip mark belongs to the hook that set it: a later hook in the same trampoline
+    // slot (which also marks code, so that it reads the marks) sees every call.
+    let mut next = cx.install(Counter {
+        skip: Some("other"),
+        ..Default::default()
+    });
+    assert_eq!(cx.eval("result = sum(other() for _ in range(10))"), "10");
+    assert_eq!(next.hook().count("other"), 1);
+    assert_eq!(
+        next.hook().count("skipme"),
+        10,
+        "the previous hook's skip mark does not apply to this one"
+    );
+    next.uninstall().unwrap();
 }
 
 const REPRS: &str = r#"
@@ -498,10 +512,10 @@ fn case_index_budget(cx: &Ctx) {
         }
         assert!(got < 1000, "no limit");
     };
-    // 255 per interpreter (MAX_CO_EXTRA_USERS), one taken by Python::new's layout check.
+    // 254 per interpreter (MAX_CO_EXTRA_USERS - 1), one taken by Python::new's layout check.
     assert_eq!(got, 254 - 1, "indices handed out before the refusal");
     assert!(matches!(err, Error::ExtraIndexExhausted { .. }));
-    assert!(err.to_string().contains("255 indices are used up"), "{err}");
+    assert!(err.to_string().contains("254 indices are used up"), "{err}");
     // The interpreter still works and hooks still install.
     cx.py.run(FIB).unwrap();
     let mut inst = cx.install(Counter::default());
@@ -564,6 +578,75 @@ fn case_install_mid_run_and_uninstall_inside(cx: &Ctx) {
         "uninstalled before leave() called fib"
     );
     assert!(cx.py.eval_is_default());
+}
+
+/// Runs a closure (once) before evaluating frames of `pivot`, then chains as usual.
+#[derive(Default)]
+struct Pivot {
+    counter: Counter,
+    action: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl FrameHook for Pivot {
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        if frame.code().qualname() == "pivot" {
+            if let Some(f) = self.action.lock().unwrap().take() {
+                f();
+            }
+        }
+        self.counter.eval_frame(frame)
+    }
+}
+
+/// A hook chained over another keeps calling *that* hook, even after it is uninstalled
+/// and its trampoline slot is taken by a hook of another type (`C`) or of the same one.
+fn chain_after_slot_reuse<C: FrameHook>(cx: &Ctx, make: fn() -> C, count: fn(&C, &str) -> u64) {
+    let a = cx.install(Counter::default());
+    let a_hook = a.hook().clone();
+    let b = cx.py.install(Arc::new(Pivot::default())).unwrap();
+    let b_hook = b.hook().clone();
+    let c_slot: Arc<Mutex<Option<Installed<C>>>> = Arc::default();
+    let py = cx.py.clone();
+    let out = c_slot.clone();
+    *b_hook.action.lock().unwrap() = Some(Box::new(move || {
+        // Inside B's call of pivot, before B evaluates the frame through A.
+        let (mut a, mut b) = (a, b);
+        b.uninstall().unwrap();
+        a.uninstall().unwrap();
+        // A's slot (the first free one) goes to C.
+        *out.lock().unwrap() = Some(py.install(Arc::new(make())).unwrap());
+    }));
+    assert_eq!(
+        cx.eval("def pivot():\n    return fib(5)\nresult = pivot()"),
+        "5"
+    );
+    let mut c = c_slot.lock().unwrap().take().expect("C installed");
+    assert_eq!(b_hook.counter.count("pivot"), 1);
+    assert_eq!(
+        a_hook.count("pivot"),
+        1,
+        "B's frame of pivot went to the hook B was installed over"
+    );
+    assert_eq!(
+        count(c.hook(), "pivot"),
+        0,
+        "the hook that took A's slot was not called for B's frame"
+    );
+    // The calls pivot makes go to the evaluator current then: C alone.
+    assert_eq!(count(c.hook(), "fib"), 15);
+    assert_eq!(a_hook.count("fib"), 0);
+    assert_eq!(b_hook.counter.count("fib"), 0);
+    c.uninstall().unwrap();
+    assert!(cx.py.eval_is_default());
+}
+
+fn case_chain_after_slot_reuse(cx: &Ctx) {
+    cx.py.run(FIB).unwrap();
+    // A hook of another type in the reused slot (before the fix, A's trampoline read
+    // that hook's state as its own).
+    chain_after_slot_reuse(cx, || WantsThrows(Counter::default()), |h, n| h.0.count(n));
+    // A hook of the same type in the reused slot.
+    chain_after_slot_reuse(cx, Counter::default, Counter::count);
 }
 
 static REFUSED: Mutex<Option<String>> = Mutex::new(None);
@@ -639,6 +722,135 @@ fn case_layout_mismatch_is_named(cx: &Ctx) {
     );
 }
 
+static CHECK_INDEX: OnceLock<isize> = OnceLock::new();
+static CHECKS_FROM_PYTHON: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs the layout check from a Python thread (ctypes holds the GIL for the call).
+extern "C" fn check_from_python() {
+    let py = CTX_PY.get().unwrap();
+    // SAFETY: the GIL is held by the calling Python thread.
+    unsafe { layout::check(py.api(), py.layout(), *CHECK_INDEX.get().unwrap()) }.unwrap();
+    CHECKS_FROM_PYTHON.fetch_add(1, Ordering::SeqCst);
+}
+
+fn case_check_while_threads_run(cx: &Ctx) {
+    CTX_PY.set(cx.py.clone()).unwrap();
+    let api = cx.api();
+    let index = cx.py.with_gil(|| {
+        // SAFETY: GIL held.
+        unsafe { (api.request_extra_index)(None) }
+    });
+    CHECK_INDEX.set(index).unwrap();
+    // The probe function's RESUME hands the GIL to these threads (a switch interval of
+    // 1 us makes that nearly certain), while the probe is the interpreter's evaluator:
+    // their frames must reach the evaluator it replaced, and their own checks (from
+    // Python, through ctypes) must not chain to it.
+    cx.py
+        .run(&format!(
+            "import sys, threading, ctypes\nsys.setswitchinterval(1e-6)\ncheck = ctypes.PYFUNCTYPE(None)({})\nstop = False\ndef leaf(i):\n    return i + 1\ndef spin(k):\n    n = 0\n    while not stop:\n        n = leaf(n)\n        if k == 0 and n % 50 == 0:\n            check()\nts = [threading.Thread(target=spin, args=(k,)) for k in range(4)]\nfor t in ts: t.start()\n",
+            check_from_python as *const () as usize
+        ))
+        .unwrap();
+    for round in 0..1000 {
+        cx.py.with_gil(|| {
+            // SAFETY: GIL held, as `Python::new` runs it.
+            unsafe { layout::check(api, cx.py.layout(), index) }.unwrap();
+        });
+        if round % 25 == 0 {
+            let mut inst = cx.install(Counter::default());
+            cx.py.run("leaf(1)").unwrap();
+            inst.uninstall().unwrap();
+        }
+    }
+    cx.py
+        .run("stop = True\nfor t in ts: t.join()\nsys.setswitchinterval(0.005)")
+        .unwrap();
+    assert!(CHECKS_FROM_PYTHON.load(Ordering::SeqCst) > 0);
+    assert!(cx.py.eval_is_default(), "every probe was uninstalled");
+}
+
+static RESOLVER: OnceLock<frame_hooks::cpython::Dlsym> = OnceLock::new();
+static PROBE_HELD: AtomicUsize = AtomicUsize::new(0);
+static LET_PROBE_GO: AtomicUsize = AtomicUsize::new(0);
+
+/// `Python::new` from a Python thread (ctypes holds the GIL for the call).
+extern "C" fn python_new_from_python() {
+    // SAFETY: dlsym on the copy's own handle.
+    unsafe { Python::new(RESOLVER.get().unwrap()) }.unwrap();
+}
+
+/// Holds the layout probe's frame (releasing the GIL in `time.sleep`) until told to go.
+struct HoldProbe;
+impl FrameHook for HoldProbe {
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        if frame.code().name() == "__frame_hooks_probe" {
+            PROBE_HELD.store(1, Ordering::SeqCst);
+            frame
+                .python()
+                .run("import time\nwhile not let_go():\n    time.sleep(0.001)")
+                .unwrap();
+        }
+        frame.eval()
+    }
+}
+
+extern "C" fn let_go() -> bool {
+    LET_PROBE_GO.load(Ordering::SeqCst) != 0
+}
+
+fn case_hooks_change_during_check(cx: &Ctx) {
+    RESOLVER.set(cx.lib.resolver()).unwrap();
+    cx.py.run(FIB).unwrap();
+    cx.py
+        .run(&format!(
+            "import ctypes, threading\nnew_python = ctypes.PYFUNCTYPE(None)({})\nlet_go = ctypes.PYFUNCTYPE(ctypes.c_bool)({})\n",
+            python_new_from_python as *const () as usize,
+            let_go as *const () as usize
+        ))
+        .unwrap();
+    // Another thread's `Python::new` puts its probe in front of the hook; the probe
+    // function's frame reaches the hook, which holds it (GIL released).
+    let hold = |cx: &Ctx| {
+        PROBE_HELD.store(0, Ordering::SeqCst);
+        LET_PROBE_GO.store(0, Ordering::SeqCst);
+        let inst = cx.py.install(Arc::new(HoldProbe)).unwrap();
+        cx.py
+            .run("t = threading.Thread(target=new_python)\nt.start()")
+            .unwrap();
+        while PROBE_HELD.load(Ordering::SeqCst) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        inst
+    };
+    let release = |cx: &Ctx| {
+        LET_PROBE_GO.store(1, Ordering::SeqCst);
+        cx.py.run("t.join()").unwrap();
+    };
+
+    // Uninstalling the hook the probe stands in front of.
+    let mut inst = hold(cx);
+    inst.uninstall()
+        .expect("uninstalling while another thread's layout probe is in front of the hook");
+    // This thread's frames go through the probe to what the hook chained to.
+    assert_eq!(cx.eval("result = fib(5)"), "5");
+    release(cx);
+    assert!(
+        cx.py.eval_is_default(),
+        "the check restored what the uninstalled hook chained to"
+    );
+
+    // Installing over the probe: the new hook chains to the hook behind the probe.
+    let mut inst = hold(cx);
+    let mut counter = cx.install(Counter::default());
+    assert_eq!(cx.eval("result = fib(5)"), "5");
+    assert_eq!(counter.hook().count("fib"), 15);
+    release(cx);
+    counter.uninstall().unwrap();
+    inst.uninstall()
+        .expect("the hook the probe stood in front of is current again");
+    assert!(cx.py.eval_is_default());
+}
+
 fn case_refusals(cx: &Ctx) {
     // A resolver missing a symbol.
     let lib = cx.lib.resolver();
@@ -706,6 +918,9 @@ const CASES: &[Case] = &[
     ("finalizing_refused", case_finalizing_refused),
     ("layout_mismatch_is_named", case_layout_mismatch_is_named),
     ("refusals", case_refusals),
+    ("check_while_threads_run", case_check_while_threads_run),
+    ("hooks_change_during_check", case_hooks_change_during_check),
+    ("chain_after_slot_reuse", case_chain_after_slot_reuse),
 ];
 
 /// The child side: runs the case named by FRAME_HOOKS_CASE (does nothing otherwise).
@@ -756,6 +971,9 @@ versions!(
     finalizing_refused,
     layout_mismatch_is_named,
     refusals,
+    check_while_threads_run,
+    hooks_change_during_check,
+    chain_after_slot_reuse,
 );
 
 #[test]
@@ -764,13 +982,18 @@ fn cpython_3_10_is_refused_by_name() {
         println!("skipped: no shared CPython 3.10 on this machine");
         return;
     };
-    // Not initialised: the version gate comes first (3.10 exports no Py_Version).
+    // Not initialised: the version gate comes first (3.10 exports no Py_Version; its
+    // version is what its Py_GetVersion() reports).
     // SAFETY: a real shared libpython3.10 found through its sysconfig.
     let lib = unsafe { Libpython::open(lib) }.unwrap();
     // SAFETY: dlsym on that library's handle.
     let e = unsafe { Python::new(&lib.resolver()) }.unwrap_err();
-    assert_eq!(
-        e.to_string(),
-        "symbol Py_Version (exported from CPython 3.11 on) not found in this libpython"
+    let msg = e.to_string();
+    println!("refused: {msg}");
+    assert!(matches!(e, Error::UnsupportedVersion { .. }), "{msg}");
+    assert!(
+        msg.starts_with("CPython 3.10.")
+            && msg.ends_with(" is not supported (3.11, 3.12 and 3.13 are)"),
+        "{msg}"
     );
 }

@@ -178,3 +178,70 @@ fn breakpoint_interactive_continue_then_quit() {
         "{stderr}"
     );
 }
+
+#[test]
+fn profile_ends_as_python_would() {
+    let profile = example("profile");
+    let exits = script("exits.py");
+    let run = |args: &[&str]| {
+        let out = Command::new(&profile)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // `sys.exit("message")`: the message on stderr, status 1; the profile printed.
+    let (code, stdout, stderr) = run(&[&exits, "message"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert_eq!(stderr.trim(), "fatal: bad thing");
+    assert!(stdout.contains("1 functions, 1 calls"), "{stdout}");
+    // `sys.exit(-1)` is status 255, as with `python`.
+    let (code, _, stderr) = run(&[&exits, "negative"]);
+    assert_eq!(code, Some(255), "{stderr}");
+    // An uncaught exception: Python's traceback, then the profile (as `python -m
+    // cProfile` prints it), the JSON still last on stdout, the script named, status 1.
+    let (code, stdout, stderr) = run(&["--json", &exits, "raise"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("ValueError: boom"), "{stderr}");
+    assert!(
+        stderr.ends_with(&format!(
+            "profile: Python code raised: the script {exits} (traceback printed above)\n"
+        )),
+        "{stderr}"
+    );
+    let calls = calls_in(&stdout, &exits);
+    assert_eq!(calls.get(&(7, "fail".to_string())), Some(&1), "{stdout}");
+    // A script importing a module next to it, run from another directory.
+    let (code, stdout, stderr) = run(&[&script("pkg_demo/main.py")]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.starts_with("hello from the sibling module\n"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn python_option_takes_any_installed_version() {
+    // `--python python3.13` as the usage text says, even where `python3.13` is a pyenv
+    // shim of a version that is not selected (it does not run).
+    let Ok((_, lib)) = frame_hooks::cpython::Libpython::find_minor(13) else {
+        println!("skipped: no shared CPython 3.13 on this machine");
+        return;
+    };
+    let out = run(Command::new(example("profile")).args([
+        "--python",
+        "python3.13",
+        &script("exits.py"),
+        "normally",
+    ]));
+    assert!(
+        out.contains("under CPython 3.13."),
+        "{} not used:\n{out}",
+        lib.display()
+    );
+}

@@ -417,6 +417,38 @@ impl Heap {
         Mutator::attach(self)
     }
 
+    /// A handle for the calling thread's existing attachment to this heap, for code that
+    /// is reached from a place where the thread's [`Mutator`] is not at hand (a C entry
+    /// point, a callback of a library): it may allocate and collect like the thread's own
+    /// mutator. Dropping it does not detach the thread. Only one of the thread's handles
+    /// may be used at a time (the calls nest, as a finalizer's handle does).
+    ///
+    /// Errors: the thread is not attached ([`GcError::NotAttached`]), is attached to
+    /// another heap ([`GcError::AttachedElsewhere`]), is inside a GC-safe region
+    /// ([`GcError::InGcSafeRegion`]) or is running a collection (a callback or sweep
+    /// function: [`GcError::DuringCollection`]).
+    pub fn current_mutator(&self) -> Result<Mutator, GcError> {
+        let cur = crate::mutator::current();
+        if cur.is_null() {
+            return Err(GcError::NotAttached);
+        }
+        // SAFETY: the current thread's mutator is alive while attached.
+        let ms = unsafe { &*cur };
+        if !std::ptr::eq(ms.heap(), Arc::as_ptr(&self.0)) {
+            return Err(GcError::AttachedElsewhere);
+        }
+        if ms.in_collection.load(Ordering::Relaxed) {
+            return Err(GcError::DuringCollection {
+                what: "borrowing the thread's mutator",
+            });
+        }
+        if ms.state.load(Ordering::Relaxed) != crate::mutator::RUNNING {
+            return Err(GcError::InGcSafeRegion);
+        }
+        // SAFETY: the calling thread's attached mutator, running managed code.
+        Ok(unsafe { Mutator::borrowed(ms) })
+    }
+
     /// The heap's identity (also the owner id reported by page queries): its serial
     /// number, unique for the process's lifetime and below 2^40.
     pub fn id(&self) -> usize {

@@ -6,8 +6,11 @@
 //! - `fib_one_s` / `fib_two_s`: wall time of fib(30) in two threads on one interpreter
 //!   and on two interpreters (median of ROUNDS), and `fib_speedup_two_interpreters`;
 //! - `startup_ms_interpreter_numpy`: one more interpreter, load + initialise +
-//!   `import numpy`, with one already running (median of ROUNDS);
-//!   (`startup_ms_interpreter`: the same without numpy);
+//!   `import numpy`, with one already running (median of 3 x ROUNDS);
+//!   (`startup_ms_interpreter`: the same without numpy); each round is followed by a
+//!   `python -c "import numpy"` process started from here with the host's environment
+//!   (`startup_ms_process_numpy_paired`), so that `startup_ratio_paired` (the median of
+//!   the per-round ratios) compares the two under the same machine load;
 //! - `rss_mb_interpreter_numpy`: private memory (Private_Clean + Private_Dirty of
 //!   `/proc/self/smaps_rollup`) added per extra interpreter with numpy imported;
 //! - `numpy_s_interpreters`: wall time of WORKERS interpreters each running ITERS
@@ -47,6 +50,22 @@ fn main() {
     let rounds: usize = args[2].parse().expect("ROUNDS");
     let workers: usize = args[3].parse().expect("WORKERS");
     let iters: usize = args[4].parse().expect("ITERS");
+    // The host's OpenBLAS setting, before the first interpreter applies the layer's
+    // policy to this process's environment: the paired process peer runs with the
+    // host's, as the xtask peers do.
+    let host_blas = std::env::var_os("OPENBLAS_NUM_THREADS");
+    let peer_numpy = || {
+        let mut c = std::process::Command::new(venv.join("bin/python"));
+        c.args(["-c", "import numpy"]);
+        match &host_blas {
+            Some(v) => c.env("OPENBLAS_NUM_THREADS", v),
+            None => c.env_remove("OPENBLAS_NUM_THREADS"),
+        };
+        let t = Instant::now();
+        let ok = c.status().map(|s| s.success()).unwrap_or(false);
+        assert!(ok, "python -c 'import numpy' failed");
+        t.elapsed().as_secs_f64() * 1000.0
+    };
     let new = || Interpreter::new(Config::new().venv(&venv)).expect("interpreter");
 
     // fib(30) in two threads: one interpreter vs two.
@@ -76,17 +95,24 @@ fn main() {
 
     // Start-up of one more interpreter with numpy, one already running (a).
     a.run("import numpy").unwrap();
-    let (mut startup, mut bare) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
+    let (mut startup, mut bare, mut peer, mut ratio) = (vec![], vec![], vec![], vec![]);
+    // Three times the rounds here: a round is short, and the machine's load varies.
+    for _ in 0..3 * rounds {
         let t = Instant::now();
         let i = new();
         bare.push(t.elapsed().as_secs_f64() * 1000.0);
         i.run("import numpy").unwrap();
-        startup.push(t.elapsed().as_secs_f64() * 1000.0);
+        let ours = t.elapsed().as_secs_f64() * 1000.0;
+        startup.push(ours);
         drop(i);
+        let p = peer_numpy();
+        peer.push(p);
+        ratio.push(ours / p);
     }
     println!("startup_ms_interpreter_numpy={}", median(startup));
     println!("startup_ms_interpreter={}", median(bare));
+    println!("startup_ms_process_numpy_paired={}", median(peer));
+    println!("startup_ratio_paired={}", median(ratio));
 
     // Private memory per extra interpreter with numpy imported.
     const EXTRA: usize = 4;

@@ -5,10 +5,13 @@
 //!   are `gc-core` + `gc-conservative`, threads serialised by `gil`.
 //! - numpy: several CPython 3.11 interpreters in one process, each a separate copy of
 //!   libpython loaded by `elf-loader`.
-//! - C extension: a module written against `refbridge`'s C API, loaded by `elf-loader`.
+//! - C extension: a C extension in CPython's C-API style compiled against `refbridge`'s
+//!   `Python.h`, loaded by `elf-loader`, living with managed objects on `gc-core`, and the
+//!   same source as a real CPython 3.11 extension for comparison.
 //!
-//! The GAP scenario is [`minigap`], the numpy scenario [`multipy`]; `cargo xtask demo`
-//! says which scenarios run.
+//! The GAP scenario is [`minigap`], the numpy scenario [`multipy`], the C-extension
+//! scenario [`cext`]; `cargo xtask demo` runs them.
 
+pub mod cext;
 pub mod minigap;
 pub mod multipy;

@@ -341,3 +341,52 @@ fn bad_input_gives_errors_naming_the_problem() {
         other => panic!("{other:?}"),
     }
 }
+
+/// GNU readline and ncurses keep process-global state that is not thread-safe; CPython
+/// calls them under its one GIL. Interpreters importing `readline` (pdb and doctest do)
+/// at the same moment crashed inside a shared libreadline (5 of 30 runs of four
+/// interpreters); each namespace now has its own copy of them.
+#[test]
+fn readline_and_curses_are_per_interpreter() {
+    // Each sets its own completer delimiters, waits until the others have set theirs,
+    // and reads them back: one shared readline would show another's.
+    let code = "import readline, _curses, pdb, time\n\
+                pdb.Pdb()\n\
+                readline.set_completer_delims(' \\t' + str(COPY))\n\
+                time.sleep(0.3)\n\
+                print(repr(readline.get_completer_delims()))";
+    for round in 0..6 {
+        let interps: Vec<Interpreter> = (0..4).map(|_| interp()).collect();
+        let outs: Vec<String> = std::thread::scope(|s| {
+            let hs: Vec<_> = interps
+                .iter()
+                .enumerate()
+                .map(|(k, i)| {
+                    s.spawn(move || {
+                        i.set_global("COPY", &json!(k)).unwrap();
+                        i.run(code).unwrap().stdout
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for (k, out) in outs.iter().enumerate() {
+            assert_eq!(
+                out.trim(),
+                format!("' \\t{k}'"),
+                "round {round}, interpreter {k}"
+            );
+        }
+        for i in &interps {
+            let own = |name: &str| {
+                i.namespace()
+                    .library_paths()
+                    .iter()
+                    .filter(|p| p.to_string_lossy().contains(name))
+                    .count()
+            };
+            assert_eq!(own("libreadline"), 1, "libreadline is loaded per namespace");
+            assert_eq!(own("libtinfo"), 1, "libtinfo is loaded per namespace");
+        }
+    }
+}

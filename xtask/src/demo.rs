@@ -25,8 +25,8 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "c-extension",
-        what: "a C extension module on refbridge's C API, loaded by elf-loader, living on gc-core",
-        run: None,
+        what: "a C extension in CPython's C-API style on refbridge, loaded by elf-loader, living on gc-core, next to the same source on CPython 3.11",
+        run: Some(crate::demo_cext::run),
     },
 ];
 

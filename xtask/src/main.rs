@@ -8,6 +8,7 @@
 
 mod bench;
 mod demo;
+mod demo_cext;
 mod demo_gap;
 mod demo_multipy;
 mod loader_libs;

@@ -134,6 +134,24 @@ fn plan() -> Vec<(&'static str, Command)> {
         minigap_valgrind,
     ));
 
+    // refbridge: the C program in CPython's extension style against refbridge_python.h,
+    // under valgrind.
+    let mut refbridge_valgrind = cargo();
+    refbridge_valgrind
+        .args([
+            "test",
+            "-p",
+            "refbridge",
+            "--test",
+            "c_programs",
+            "valgrind",
+        ])
+        .env("REFBRIDGE_VALGRIND", "1");
+    plan.push((
+        "refbridge C program (CPython C-API style) under valgrind",
+        refbridge_valgrind,
+    ));
+
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");

@@ -143,15 +143,31 @@ fn sym<T: Copy>(r: &dyn Resolver, name: &CStr) -> Result<T, Error> {
     Ok(unsafe { std::mem::transmute_copy::<usize, T>(&addr) })
 }
 
+/// The version a copy without `Py_Version` reports through `Py_GetVersion()` (every
+/// CPython 3 has it, and it only formats constants, so it may be called before the
+/// interpreter is initialised): `3.10.13`.
+fn reported_version(r: &dyn Resolver) -> Option<String> {
+    let get: unsafe extern "C" fn() -> *const c_char = sym(r, c"Py_GetVersion").ok()?;
+    // SAFETY: `const char *Py_GetVersion(void)` returns a NUL-terminated static string.
+    let text = unsafe { CStr::from_ptr(get()) }.to_string_lossy();
+    let version = text.split_whitespace().next()?;
+    let numeric = version.starts_with(|c: char| c.is_ascii_digit()) && version.contains('.');
+    numeric.then(|| version.to_string())
+}
+
 impl Api {
     /// Resolves everything for the copy behind `r`; the version is read from the copy's
     /// exported `Py_Version` first and gates the names used.
     pub fn resolve(r: &dyn Resolver) -> Result<Api, Error> {
-        let version_addr = r
-            .resolve(c"Py_Version")
-            .ok_or_else(|| Error::MissingSymbol {
-                name: "Py_Version (exported from CPython 3.11 on)".into(),
-            })?;
+        let Some(version_addr) = r.resolve(c"Py_Version") else {
+            // CPython 3.10 and older: named by the version they report.
+            return Err(match reported_version(r) {
+                Some(version) => Error::UnsupportedVersion { version },
+                None => Error::MissingSymbol {
+                    name: "Py_Version (exported from CPython 3.11 on)".into(),
+                },
+            });
+        };
         // SAFETY: `Py_Version` is a `const unsigned long` in the library's data.
         let version = unsafe { *(version_addr as *const std::ffi::c_ulong) } as u32;
         let minor = (version >> 16) & 0xff;

@@ -53,6 +53,25 @@ impl Libpython {
         Ok(path)
     }
 
+    /// [`find`](Self::find), and for a bare `python3.N` that does not run (not on the
+    /// PATH, or a pyenv shim of a version that is not selected) the newest shared
+    /// CPython 3.N that [`find_minor`](Self::find_minor) finds.
+    pub fn find_program(python: &str) -> Result<PathBuf, Error> {
+        let err = match Libpython::find(python) {
+            Ok(p) => return Ok(p),
+            Err(e) => e,
+        };
+        match python
+            .strip_prefix("python3.")
+            .and_then(|m| m.parse::<u32>().ok())
+        {
+            Some(minor) => Libpython::find_minor(minor)
+                .map(|(_, lib)| lib)
+                .map_err(|_| err),
+            None => Err(err),
+        }
+    }
+
     /// A CPython 3.`minor` with a shared libpython on this machine: `python3.X` on the
     /// PATH, else the newest `3.X.*` under pyenv's root (`pyenv root`). Returns the
     /// interpreter to run and its libpython, or an error listing what was tried.

@@ -38,13 +38,17 @@ unsafe extern "C" fn free_extra<T>(p: *mut c_void) {
     }
     // SAFETY: non-null values of this index are Box<T>s made by `CodeExtra::<T>::set`.
     let r = std::panic::catch_unwind(|| drop(unsafe { Box::from_raw(p.cast::<T>()) }));
-    if r.is_err() {
-        tracing::error!("a code extra's Drop panicked inside CPython's free function");
+    if let Err(payload) = r {
+        let panic = super::panic_message(&*payload);
+        tracing::error!(
+            panic,
+            "a code extra's Drop panicked inside CPython's free function"
+        );
     }
 }
 
 impl<T: Send + Sync + 'static> CodeExtra<T> {
-    /// Asks the copy for a new index (takes the GIL). CPython gives at most 255 per
+    /// Asks the copy for a new index (takes the GIL). CPython gives at most 254 per
     /// interpreter, this crate's layout check uses one: the rest is
     /// [`Error::ExtraIndexExhausted`].
     pub fn request(python: &Python) -> Result<CodeExtra<T>, Error> {

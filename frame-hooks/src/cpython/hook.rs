@@ -36,8 +36,59 @@ pub(crate) struct HookCommon {
     /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
     /// code object) and once a skip mark was set.
     slow_checks: AtomicBool,
-    bit: u32,
+    /// This hook's skip mark in the bitmask stored in code objects: the slot's byte
+    /// (`mark_mask`) holding the install's generation (`mark`), so that a mark left by an
+    /// earlier hook of the same slot does not apply to this one.
+    mark: usize,
+    mark_mask: usize,
     python: Python,
+    /// Set when `prev` is the trampoline of another hook of this crate: that hook's state
+    /// as it was when this one was installed, called directly. A trampoline reads its
+    /// slot's *current* state, and a slot is reused once its hook is uninstalled, while
+    /// frames of this hook may still be running and calling `prev`.
+    chain: Option<Chain>,
+}
+
+/// The entry of a hook's state captured by the hook installed over it. `extern "C"` (it
+/// never unwinds: the hook's panics are caught inside), so that calling it lets the
+/// compiler drop the unwinding paths of a hook that cannot panic, as it does for CPython's
+/// evaluators.
+/// The state comes last, so CPython's three arguments stay in their registers.
+type ChainFn = unsafe extern "C" fn(
+    *mut PyThreadState,
+    *mut InterpreterFrame,
+    c_int,
+    *const c_void,
+) -> *mut PyObject;
+
+/// A hook of this crate as the next hook chains to it: its (never freed) state and the
+/// monomorphised entry that runs it.
+#[derive(Clone, Copy)]
+struct Chain {
+    state: usize,
+    entry: ChainFn,
+}
+
+impl HookCommon {
+    /// Calls the evaluator this hook was installed over.
+    ///
+    /// # Safety
+    /// CPython's own arguments of the current call, the GIL held.
+    #[inline(always)]
+    unsafe fn call_prev(
+        &self,
+        tstate: *mut PyThreadState,
+        frame: *mut InterpreterFrame,
+        throw: c_int,
+    ) -> *mut PyObject {
+        match self.chain {
+            // SAFETY: `state` is the leaked SlotState that `entry` was made for.
+            Some(c) => unsafe { (c.entry)(tstate, frame, throw, c.state as *const c_void) },
+            // SAFETY: the caller passes CPython's arguments; prev is an evaluator of this
+            // copy that is not one of our trampolines.
+            None => unsafe { (self.prev)(tstate, frame, throw) },
+        }
+    }
 }
 
 struct SlotState<H> {
@@ -48,6 +99,15 @@ struct SlotState<H> {
 static SLOTS: [AtomicPtr<c_void>; MAX_HOOKS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_HOOKS];
 static TAKEN: Mutex<[bool; MAX_HOOKS]> = Mutex::new([false; MAX_HOOKS]);
+/// Per slot, while its hook is installed: its trampoline's address and how a hook
+/// installed over it calls it. Changed under the GIL of the copy the hook is in.
+static ACTIVE: Mutex<[Option<(usize, Chain)>; MAX_HOOKS]> = Mutex::new([None; MAX_HOOKS]);
+/// Per slot, the generation of its latest install (1..=255, 0 never used), under `TAKEN`.
+static GENERATION: Mutex<[u8; MAX_HOOKS]> = Mutex::new([0; MAX_HOOKS]);
+const _: () = assert!(
+    MAX_HOOKS * 8 <= usize::BITS as usize,
+    "a byte of skip marks per slot"
+);
 
 thread_local! {
     /// Bit `s` set: the hook of slot `s` runs its own code on this thread.
@@ -295,7 +355,7 @@ impl<'a> Frame<'a> {
     }
 
     #[inline]
-    fn run(&mut self, f: EvalFrameFn, throw: c_int) -> EvalResult {
+    fn run(&mut self, default: bool, throw: c_int) -> EvalResult {
         assert!(
             !self.consumed.replace(true),
             "a frame was evaluated twice by one hook"
@@ -305,7 +365,13 @@ impl<'a> Frame<'a> {
         // found it, so clearing and setting our bit restores it).
         GUARD.with(|c| c.set(c.get() & !bit));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
-        let obj = unsafe { f(self.tstate, self.frame, throw) };
+        let obj = unsafe {
+            if default {
+                (self.common.api.eval_default)(self.tstate, self.frame, throw)
+            } else {
+                self.common.call_prev(self.tstate, self.frame, throw)
+            }
+        };
         GUARD.with(|c| c.set(c.get() | bit));
         EvalResult {
             obj,
@@ -317,20 +383,20 @@ impl<'a> Frame<'a> {
     /// default or an earlier hook), throw flag passed through. Frames it calls are hooked.
     #[inline]
     pub fn eval(&mut self) -> EvalResult {
-        self.run(self.common.prev, self.throw)
+        self.run(false, self.throw)
     }
 
     /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
     #[inline]
     pub fn eval_default(&mut self) -> EvalResult {
-        self.run(self.common.api.eval_default, self.throw)
+        self.run(true, self.throw)
     }
 
     /// Raises `RuntimeError(message)` in this frame instead of running it: the exception
     /// is thrown into the frame, so the copy's own evaluator unwinds and clears it.
     pub fn raise(&mut self, message: &str) -> EvalResult {
         set_runtime_error(self.common.api, message);
-        self.run(self.common.prev, 1)
+        self.run(false, 1)
     }
 
     /// The object in local slot `i` (borrowed; `None` if unset or if `i` is not below
@@ -388,11 +454,8 @@ impl<'a> Frame<'a> {
         unsafe {
             let code = self.code_ptr();
             let old = skip_bits(&self.common.layout, code, self.common.skip_index);
-            (api.code_set_extra)(
-                code,
-                self.common.skip_index,
-                (old | self.common.bit as usize) as *mut c_void,
-            );
+            let new = (old & !self.common.mark_mask) | self.common.mark;
+            (api.code_set_extra)(code, self.common.skip_index, new as *mut c_void);
         }
     }
 
@@ -435,35 +498,60 @@ fn set_runtime_error(api: &Api, message: &str) {
     unsafe { (api.err_set_string)(api.exc_runtime_error, c.as_ptr()) }
 }
 
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        s.to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "(no message)".into()
-    }
-}
-
+/// CPython's entry for the hook of slot `S`.
 unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
     throw: c_int,
 ) -> *mut PyObject {
-    // SAFETY: slot S holds the SlotState<H> this trampoline was installed with (states are
-    // never freed, so one read at entry stays valid however long the frame runs).
+    // CPython calls this trampoline only while it is the interpreter's evaluator, that is
+    // while the install that put it there is active (hooks of ours chained over it do not
+    // come through here but through `chained`, with the state they captured).
+    // SAFETY: so slot S holds that install's SlotState<H> (states are never freed, so one
+    // read at entry stays valid however long the frame runs).
     let st = unsafe { &*(SLOTS[S].load(Ordering::Acquire) as *const SlotState<H>) };
+    // SAFETY: CPython's own arguments.
+    unsafe { enter::<H, S>(st, tstate, frame, throw) }
+}
+
+/// The entry of the hook of slot `S` for the hook installed over it: `state` is the
+/// state captured at that install, whatever slot S holds now. (If the hook was since
+/// uninstalled and slot S reused, the two share the slot's recursion-guard bit.)
+///
+/// # Safety
+/// `state` is a leaked `SlotState<H>` of slot `S`; CPython's own arguments, GIL held.
+unsafe extern "C" fn chained<H: FrameHook, const S: usize>(
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+    state: *const c_void,
+) -> *mut PyObject {
+    // SAFETY: the caller's contract.
+    unsafe { enter::<H, S>(&*(state as *const SlotState<H>), tstate, frame, throw) }
+}
+
+/// Runs the hook of `st` (slot `S`) on a frame.
+///
+/// # Safety
+/// CPython's own arguments of the current call, the GIL held.
+#[inline(always)]
+unsafe fn enter<H: FrameHook, const S: usize>(
+    st: &SlotState<H>,
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+    throw: c_int,
+) -> *mut PyObject {
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
     if g & bit != 0 {
         // Our hook's own code is running on this thread: not re-entered.
         // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
-        return unsafe { (c.prev)(tstate, frame, throw) };
+        return unsafe { c.call_prev(tstate, frame, throw) };
     }
     if throw != 0 && !H::WANTS_THROWS {
         // SAFETY: as above.
-        return unsafe { (c.prev)(tstate, frame, throw) };
+        return unsafe { c.call_prev(tstate, frame, throw) };
     }
     if c.slow_checks.load(Ordering::Relaxed) {
         // SAFETY: a live frame; f_code/f_executable is at the checked offset.
@@ -475,15 +563,15 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
             if ty != c.api.code_type as usize {
                 // SAFETY: passing CPython's own arguments to the evaluator we were
                 // installed over.
-                return unsafe { (c.prev)(tstate, frame, throw) };
+                return unsafe { c.call_prev(tstate, frame, throw) };
             }
         }
         {
             // SAFETY: `code` is a live code object of this copy.
             let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
-            if marks & bit as usize != 0 {
+            if marks & c.mark_mask == c.mark {
                 // SAFETY: as above.
-                return unsafe { (c.prev)(tstate, frame, throw) };
+                return unsafe { c.call_prev(tstate, frame, throw) };
             }
         }
     }
@@ -508,12 +596,12 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
                 drop(res);
                 set_runtime_error(c.api, "frame hook returned without evaluating the frame");
                 // SAFETY: the frame was not evaluated yet; throwing into it unwinds it.
-                return unsafe { (c.prev)(tstate, frame, 1) };
+                return unsafe { c.call_prev(tstate, frame, 1) };
             }
             res.into_raw()
         }
         Err(payload) => {
-            let msg = format!("panic in frame hook: {}", panic_message(&*payload));
+            let msg = format!("panic in frame hook: {}", super::panic_message(&*payload));
             tracing::warn!(%msg, "frame hook panicked; raising RuntimeError in the frame");
             set_runtime_error(c.api, &msg);
             if consumed.get() {
@@ -523,22 +611,23 @@ unsafe extern "C" fn trampoline<H: FrameHook, const S: usize>(
             } else {
                 // SAFETY: the frame was not evaluated yet; throwing into it makes the
                 // evaluator unwind and clear it (3.12+) and record the traceback.
-                unsafe { (c.prev)(tstate, frame, 1) }
+                unsafe { c.call_prev(tstate, frame, 1) }
             }
         }
     }
 }
 
-fn trampoline_for<H: FrameHook>(slot: usize) -> EvalFrameFn {
+/// The trampoline of `H` in `slot`, and the entry for a hook chained over it.
+fn entries_for<H: FrameHook>(slot: usize) -> (EvalFrameFn, ChainFn) {
     match slot {
-        0 => trampoline::<H, 0>,
-        1 => trampoline::<H, 1>,
-        2 => trampoline::<H, 2>,
-        3 => trampoline::<H, 3>,
-        4 => trampoline::<H, 4>,
-        5 => trampoline::<H, 5>,
-        6 => trampoline::<H, 6>,
-        7 => trampoline::<H, 7>,
+        0 => (trampoline::<H, 0>, chained::<H, 0>),
+        1 => (trampoline::<H, 1>, chained::<H, 1>),
+        2 => (trampoline::<H, 2>, chained::<H, 2>),
+        3 => (trampoline::<H, 3>, chained::<H, 3>),
+        4 => (trampoline::<H, 4>, chained::<H, 4>),
+        5 => (trampoline::<H, 5>, chained::<H, 5>),
+        6 => (trampoline::<H, 6>, chained::<H, 6>),
+        7 => (trampoline::<H, 7>, chained::<H, 7>),
         _ => unreachable!("slot {slot} >= MAX_HOOKS"),
     }
 }
@@ -567,20 +656,33 @@ impl Python {
         if unsafe { (api.is_initialized)() } == 0 {
             return Err(Error::NotInitialized);
         }
-        let slot = {
+        let (slot, generation) = {
             let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
             let slot = taken
                 .iter()
                 .position(|t| !t)
                 .ok_or(Error::NoFreeSlot(MAX_HOOKS))?;
             taken[slot] = true;
-            slot
+            let mut generations = GENERATION.lock().unwrap_or_else(|e| e.into_inner());
+            let g = &mut generations[slot];
+            *g = g.checked_add(1).unwrap_or(1);
+            (slot, *g)
         };
         self.with_gil(|| {
             // SAFETY: GIL held.
             let interp = unsafe { (api.interp_get)() };
-            // SAFETY: GIL held; reading this interpreter's eval function.
-            let prev = unsafe { (api.get_eval)(interp) };
+            // SAFETY: GIL held; reading this interpreter's eval function (the one a
+            // layout check in progress on another thread stands in for, if it is that
+            // check's probe).
+            let prev = super::layout::unprobed(interp as usize, unsafe { (api.get_eval)(interp) });
+            let mut active = ACTIVE.lock().unwrap_or_else(|e| e.into_inner());
+            // Over a hook of ours: capture its state now (its slot may be reused by
+            // another hook while frames of this one still call it).
+            let chain = active
+                .iter()
+                .flatten()
+                .find(|(tramp, _)| *tramp == prev as usize)
+                .map(|(_, chain)| *chain);
             let state = Box::new(SlotState {
                 common: HookCommon {
                     api,
@@ -588,15 +690,26 @@ impl Python {
                     prev,
                     skip_index: self.inner.skip_index,
                     slow_checks: AtomicBool::new(self.inner.layout.executable_may_not_be_code),
-                    bit: 1 << slot,
+                    mark: usize::from(generation) << (8 * slot),
+                    mark_mask: 0xff << (8 * slot),
                     python: self.clone(),
+                    chain,
                 },
                 hook: hook.clone(),
             });
             // States are never freed: a frame entered through this trampoline may still
             // be running on some thread when the hook is uninstalled.
-            SLOTS[slot].store(Box::into_raw(state).cast(), Ordering::Release);
-            let tramp = trampoline_for::<H>(slot);
+            let state = Box::into_raw(state);
+            SLOTS[slot].store(state.cast(), Ordering::Release);
+            let (tramp, entry) = entries_for::<H>(slot);
+            active[slot] = Some((
+                tramp as usize,
+                Chain {
+                    state: state as usize,
+                    entry,
+                },
+            ));
+            drop(active);
             // SAFETY: GIL held; the trampoline is a valid _PyFrameEvalFunction.
             unsafe { (api.set_eval)(interp, tramp) };
             tracing::debug!(slot, "frame hook installed");
@@ -647,13 +760,19 @@ impl<H: FrameHook> Installed<H> {
             let interp = unsafe { (api.interp_get)() };
             // SAFETY: GIL held.
             let cur = unsafe { (api.get_eval)(interp) };
-            if cur as usize != self.tramp as usize {
+            if cur as usize == self.tramp as usize {
+                // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault`
+                // when nothing else was installed), which the setter recognises as
+                // "default".
+                // SAFETY: GIL held; prev is a valid eval function of this copy.
+                unsafe { (api.set_eval)(interp, self.prev) };
+            } else if !super::layout::unprobe_hook(interp as usize, cur, self.tramp, self.prev) {
                 return Err(Error::NotCurrent);
             }
-            // `prev` is this copy's own evaluator (its own `_PyEval_EvalFrameDefault` when
-            // nothing else was installed), which the setter recognises as "default".
-            // SAFETY: GIL held; prev is a valid eval function of this copy.
-            unsafe { (api.set_eval)(interp, self.prev) };
+            // (Else a layout check on another thread (`Python::new`) has its probe in
+            // front of this hook: the check restores `prev` instead of the hook.)
+            // No hook can be installed over this one from now on.
+            ACTIVE.lock().unwrap_or_else(|e| e.into_inner())[self.slot] = None;
             Ok(())
         })?;
         self.active = false;

@@ -5,12 +5,15 @@
 //! version's offsets hold that function's code object, function, globals, builtins and
 //! arguments; and it stores a marker with the copy's own `_PyCode_SetExtra` and requires
 //! to find it through the version's `co_extra` offset. Any difference is an error naming
-//! the field, the offset and the version.
+//! the field, the offset and the version. Other threads may run, check, install and
+//! uninstall meanwhile (see [`check`]).
 
 use super::api::{Api, EvalFrameFn, InterpreterFrame, PyObject, PyThreadState};
 use super::Error;
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Offsets of one CPython version (LP64).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +89,7 @@ struct Probe {
     globals: usize,
     builtins: usize,
     args: [usize; 2],
+    interp: usize,
     prev: EvalFrameFn,
     seen: Cell<bool>,
     mismatches: std::cell::RefCell<Vec<String>>,
@@ -95,19 +99,136 @@ thread_local! {
     static PROBE: Cell<*const Probe> = const { Cell::new(std::ptr::null()) };
 }
 
+/// `PyThreadState.interp` (`struct _ts` starts with `prev`, `next`, `interp` in 3.11-3.13;
+/// checked by the probe on the probing thread).
+const TSTATE_INTERP: usize = 16;
+
+/// The evaluator each interpreter had before its probe, while `check` runs: the probe is
+/// then that interpreter's eval function for every thread, and the probe function's
+/// `RESUME` may hand the GIL to another thread, whose frames must go where they went
+/// before, and which may install or uninstall hooks meanwhile. One entry per check in
+/// progress (two threads may check one interpreter), the latest last; an entry stays if
+/// a hook was installed over the probe (anything chained to the probe keeps working).
+/// Entries are read and changed only by threads holding the interpreter's GIL.
+static PROBED: Mutex<Vec<Probed>> = Mutex::new(Vec::new());
+static NEXT_PROBE: AtomicU64 = AtomicU64::new(1);
+
+struct Probed {
+    id: u64,
+    interp: usize,
+    /// The evaluator the probe stands for (what the check restores).
+    prev: EvalFrameFn,
+}
+
+fn probed() -> std::sync::MutexGuard<'static, Vec<Probed>> {
+    PROBED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_probe(eval: EvalFrameFn) -> bool {
+    eval as usize == probe_eval as *const () as usize
+}
+
+/// The evaluator `interp`'s latest probe stands for.
+fn probed_prev(interp: usize) -> Option<EvalFrameFn> {
+    probed()
+        .iter()
+        .rfind(|p| p.interp == interp)
+        .map(|p| p.prev)
+}
+
+/// `eval`, or the evaluator it stands for if it is the probe of a check in progress on
+/// `interp` (so that a hook installed meanwhile never chains to the probe).
+pub(crate) fn unprobed(interp: usize, eval: EvalFrameFn) -> EvalFrameFn {
+    if is_probe(eval) {
+        probed_prev(interp).unwrap_or(eval)
+    } else {
+        eval
+    }
+}
+
+/// Uninstalling `hook` (which chained to `to`) while `current` is the probe of a check in
+/// progress on `interp` that stands for `hook`: the check will restore `to` instead, and
+/// other threads' frames go to `to` from now on. False if `current` is not such a probe.
+pub(crate) fn unprobe_hook(
+    interp: usize,
+    current: EvalFrameFn,
+    hook: EvalFrameFn,
+    to: EvalFrameFn,
+) -> bool {
+    if !is_probe(current) {
+        return false;
+    }
+    let mut found = false;
+    for p in probed().iter_mut() {
+        if p.interp == interp && p.prev as usize == hook as usize {
+            p.prev = to;
+            found = true;
+        }
+    }
+    found
+}
+
 unsafe extern "C" fn probe_eval(
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
     throw: c_int,
 ) -> *mut PyObject {
     let p = PROBE.with(|p| p.get());
+    if p.is_null() {
+        // Another thread of a probed interpreter: it took the GIL while the probe
+        // function ran. Its frames go to the evaluator the interpreter had before.
+        // SAFETY: CPython passes the thread's live thread state.
+        let interp = unsafe { word(tstate as *const c_void, TSTATE_INTERP) };
+        let Some(prev) = probed_prev(interp) else {
+            // Unreachable: the entry is removed only after the probe is uninstalled,
+            // under the same GIL, and kept if anything may still chain to the probe.
+            eprintln!(
+                "frame-hooks: layout probe called for an interpreter that is not being probed"
+            );
+            std::process::abort();
+        };
+        // SAFETY: CPython's own arguments, to the evaluator this interpreter had.
+        return unsafe { prev(tstate, frame, throw) };
+    }
     // SAFETY: `check` set PROBE to a Probe that outlives the call that runs this hook on
-    // this thread; frames are live `_PyInterpreterFrame`s given by CPython.
+    // this thread.
+    let probe = unsafe { &*p };
+    // A panic while checking never unwinds into CPython: it is a mismatch of the check
+    // (the probe's cells are only appended to, so a half-done check leaves them usable).
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: frames are live `_PyInterpreterFrame`s given by CPython.
+        unsafe { check_frame(probe, tstate, frame) }
+    }));
+    if let Err(payload) = checked {
+        let panic = super::panic_message(&*payload);
+        let what = format!("panic in the layout probe: {panic}");
+        probe.mismatches.borrow_mut().push(what);
+    }
+    // What the probe stands for now: another thread may have uninstalled that hook
+    // while this one waited for the GIL (see `unprobe_hook`).
+    let prev = probed_prev(probe.interp).unwrap_or(probe.prev);
+    // SAFETY: CPython's own arguments, to the evaluator the probe stands for.
+    unsafe { prev(tstate, frame, throw) }
+}
+
+/// Compares the words of `frame` with what the probe expects, if it is the probe
+/// function's frame.
+///
+/// # Safety
+/// `frame` and `tstate` are CPython's live arguments of the current call.
+unsafe fn check_frame(probe: &Probe, tstate: *mut PyThreadState, frame: *mut InterpreterFrame) {
+    // SAFETY: the caller's contract; offsets of the layout under check.
     unsafe {
-        let probe = &*p;
         let f = frame as *const c_void;
         let l = probe.layout;
         if word(f, l.f_code) == probe.code {
+            let interp = word(tstate as *const c_void, TSTATE_INTERP);
+            if interp != probe.interp {
+                probe.mismatches.borrow_mut().push(format!(
+                    "PyThreadState.interp at offset {TSTATE_INTERP}: found {interp:#x}, expected {:#x}",
+                    probe.interp
+                ));
+            }
             probe.seen.set(true);
             let mut bad = probe.mismatches.borrow_mut();
             let checks = [
@@ -126,16 +247,20 @@ unsafe extern "C" fn probe_eval(
                 }
             }
         }
-        (probe.prev)(tstate, frame, throw)
     }
 }
 
 /// Checks `layout` against the running copy behind `api`, using `extra_index` (an index
 /// this copy gave us) for the `co_extra` check.
 ///
+/// While the probe hook is the interpreter's evaluator, the probe function's `RESUME` may
+/// hand the GIL to other threads: their frames go to the evaluator the probe stands for,
+/// hooks they install chain to that evaluator, and uninstalling the hook it stands for
+/// makes the check restore what that hook chained to.
+///
 /// # Safety
-/// The GIL of this copy is held by the calling thread and no other hook of ours is being
-/// installed on this interpreter concurrently.
+/// The GIL of this copy is held by the calling thread, and `extra_index` is an index this
+/// copy gave out with a NULL free function (the check stores, then clears, an integer).
 pub unsafe fn check(api: &Api, layout: Layout, extra_index: isize) -> Result<(), Error> {
     let version = super::version_string(api.version);
     let mismatch = |what: String| Error::LayoutMismatch {
@@ -189,7 +314,7 @@ pub unsafe fn check(api: &Api, layout: Layout, extra_index: isize) -> Result<(),
 
             // The frame: run the probe function under a probe hook.
             let interp = (api.interp_get)();
-            let prev = (api.get_eval)(interp);
+            let prev = unprobed(interp as usize, (api.get_eval)(interp));
             let probe = Probe {
                 layout,
                 code: code as usize,
@@ -197,11 +322,18 @@ pub unsafe fn check(api: &Api, layout: Layout, extra_index: isize) -> Result<(),
                 globals: globals as usize,
                 builtins: builtins as usize,
                 args: [a as usize, b as usize],
+                interp: interp as usize,
                 prev,
                 seen: Cell::new(false),
                 mismatches: Default::default(),
             };
             let old = PROBE.with(|p| p.replace(&probe));
+            let id = NEXT_PROBE.fetch_add(1, Ordering::Relaxed);
+            probed().push(Probed {
+                id,
+                interp: interp as usize,
+                prev,
+            });
             (api.set_eval)(interp, probe_eval);
             let args = (api.tuple_new)(2);
             (api.incref)(a);
@@ -209,7 +341,18 @@ pub unsafe fn check(api: &Api, layout: Layout, extra_index: isize) -> Result<(),
             (api.tuple_set_item)(args, 0, a);
             (api.tuple_set_item)(args, 1, b);
             let r = (api.call)(func, args, std::ptr::null_mut());
-            (api.set_eval)(interp, prev);
+            // GIL held again: restore the evaluator the probe stands for (a hook may
+            // have been uninstalled meanwhile, see `unprobe_hook`) and forget the probe,
+            // unless a hook was installed over it (ours chain to what it stood for, see
+            // `unprobed`; another library's may chain to the probe, which then keeps
+            // forwarding this interpreter's frames).
+            if is_probe((api.get_eval)(interp)) {
+                let mut p = probed();
+                let k = p.iter().position(|e| e.id == id);
+                let restore = k.map_or(prev, |k| p.remove(k).prev);
+                drop(p);
+                (api.set_eval)(interp, restore);
+            }
             PROBE.with(|p| p.set(old));
             (api.decref)(args);
             if r.is_null() {

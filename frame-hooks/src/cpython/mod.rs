@@ -70,7 +70,7 @@ pub enum Error {
     #[error("the interpreter's eval-frame function is no longer our hook (another one was installed after it); uninstall that one first")]
     NotCurrent,
     /// The copy gave out all of its code-extra indices.
-    #[error("CPython {version} refused a code-extra index: its 255 indices are used up")]
+    #[error("CPython {version} refused a code-extra index: its 254 indices are used up")]
     ExtraIndexExhausted {
         /// The copy's version.
         version: String,
@@ -86,6 +86,13 @@ pub enum Error {
         /// What dlopen or the interpreter said.
         message: String,
     },
+}
+
+/// The message a panic carried.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    let text = payload.downcast_ref::<&str>().copied();
+    text.or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 /// `Py_Version` as `3.11.7` (with a release-level suffix when not final).
@@ -150,6 +157,10 @@ impl Python {
     /// Resolves the C API of the copy behind `resolver` and checks its layout. The copy's
     /// interpreter must be initialised; this takes its GIL (any thread may call it).
     ///
+    /// Each call takes one of the interpreter's 254 code-extra indices (the skip marks)
+    /// and keeps its resolved API table for the life of the process: make one `Python`
+    /// per copy and clone it.
+    ///
     /// # Safety
     /// Every address `resolver` returns is that of the named symbol in one loaded
     /// libpython (the backend calls and reads them as CPython declares them); a symbol
@@ -174,8 +185,7 @@ impl Python {
                     version: version_string(api.version),
                 });
             }
-            // SAFETY: GIL held; hooks of ours are installed only through `install`, which
-            // needs the Python this call is making.
+            // SAFETY: GIL held; an index this copy just gave out.
             unsafe { layout::check(api, layout, index) }?;
             Ok(index)
         })?;
@@ -227,10 +237,13 @@ impl Python {
         Ok(())
     }
 
-    /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]`
+    /// Runs the script at `path` as `__main__` with `sys.argv = [path, *args]` and the
+    /// script's directory first on `sys.path`, as `python path args...` does
     /// (`runpy.run_path`), then flushes `sys.stdout`/`sys.stderr`. Returns the script's
-    /// `SystemExit` code if it raised one (`None` if it ended normally); an uncaught
-    /// exception is printed by Python and returned as [`Error::Python`].
+    /// exit status if it raised `SystemExit` (`None` if it ended normally), as the
+    /// `python` command computes it: 0 for `None`, the integer itself, or 1 after
+    /// printing any other value to `sys.stderr` (`sys.exit("message")`). An uncaught
+    /// exception is printed by Python and returned as [`Error::Python`] naming the script.
     pub fn run_script(&self, path: &str, args: &[String]) -> Result<Option<i64>, Error> {
         let mut argv = String::from("[");
         for a in std::iter::once(path).chain(args.iter().map(String::as_str)) {
@@ -239,14 +252,21 @@ impl Python {
         }
         argv.push(']');
         let source = format!(
-            "import sys as _fh_sys, runpy as _fh_runpy\n\
+            "import sys as _fh_sys, runpy as _fh_runpy, os as _fh_os\n\
              _fh_sys.argv = {argv}\n\
+             _fh_sys.path.insert(0, _fh_os.path.dirname(_fh_os.path.realpath(_fh_sys.argv[0])))\n\
              _fh_exit = None\n\
              try:\n    _fh_runpy.run_path(_fh_sys.argv[0], run_name='__main__')\n\
-             except SystemExit as _fh_e:\n    _fh_exit = _fh_e.code if isinstance(_fh_e.code, int) else (0 if _fh_e.code is None else 1)\n\
+             except SystemExit as _fh_e:\n\
+             \x20   _fh_exit = _fh_e.code\n\
+             \x20   if _fh_exit is None:\n        _fh_exit = 0\n\
+             \x20   elif not isinstance(_fh_exit, int):\n\
+             \x20       print(_fh_exit, file=_fh_sys.stderr)\n\
+             \x20       _fh_exit = 1\n\
              finally:\n    _fh_sys.stdout.flush()\n    _fh_sys.stderr.flush()\n"
         );
-        self.run(&source)?;
+        self.run(&source)
+            .map_err(|_| Error::Python(format!("the script {path} (traceback printed above)")))?;
         let api = self.inner.api;
         Ok(self.with_gil(|| {
             // SAFETY: GIL held; __main__ exists and holds _fh_exit (set above).

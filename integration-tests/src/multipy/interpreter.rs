@@ -326,6 +326,7 @@ impl Interpreter {
                     }
                 };
                 let bootstrap = CString::new(BOOTSTRAP).expect("bootstrap has no NUL");
+                let compiled = runner::BootstrapCache::get(&install2, BOOTSTRAP);
                 let mut argv_ptrs: Vec<*mut c_char> =
                     argv_c.iter().map(|a| a.as_ptr() as *mut c_char).collect();
                 let conf = MpConfig {
@@ -337,14 +338,27 @@ impl Interpreter {
                     install_signal_handlers: cfg.1 as c_int,
                     site_import: cfg.2 as c_int,
                     bootstrap: bootstrap.as_ptr(),
+                    bootstrap_code: compiled
+                        .as_ref()
+                        .map_or(std::ptr::null(), |c| c.as_ptr().cast()),
+                    bootstrap_code_len: compiled.as_ref().map_or(0, |c| c.len()),
                     host: host_ptr as *mut c_void,
                     write: host_write,
                     release: host_release,
                 };
                 let mut err: *mut c_char = std::ptr::null_mut();
+                let (mut code, mut code_len): (*mut c_char, usize) = (std::ptr::null_mut(), 0);
                 // SAFETY: first initialisation of this fresh copy, on this thread, with
-                // a config whose strings outlive the call.
-                let rc = unsafe { (loaded.fns.initialize)(&conf, &mut err) };
+                // a config whose strings and bootstrap code outlive the call.
+                let rc =
+                    unsafe { (loaded.fns.initialize)(&conf, &mut err, &mut code, &mut code_len) };
+                if !code.is_null() {
+                    // SAFETY: runner.c malloc'd code_len bytes at code; freed once below.
+                    let bytes = unsafe { std::slice::from_raw_parts(code.cast::<u8>(), code_len) };
+                    runner::BootstrapCache::put(&install2, BOOTSTRAP, bytes);
+                    // SAFETY: allocated by runner.c with malloc.
+                    unsafe { (loaded.fns.free)(code.cast()) };
+                }
                 if rc != 0 {
                     let message = take_c_string(&loaded, err);
                     // An interpreter that failed half-way cannot be finalised safely:

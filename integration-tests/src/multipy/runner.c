@@ -7,7 +7,9 @@
  * The Rust side (integration-tests/src/multipy/runner.rs) calls these entry points
  * through function pointers looked up in the loaded copy:
  *   mp_initialize  on the interpreter's own main thread: PyConfig, Py_InitializeFromConfig,
- *                  the host module, then the GIL is released;
+ *                  the host module (the bootstrap: its code object unmarshalled from
+ *                  what an earlier copy of this Python compiled, else compiled here and
+ *                  handed back marshalled), then the GIL is released;
  *   mp_dispatch    from any thread: under this copy's GIL, calls the host module's
  *                  dispatch(op, *args) and copies the result strings out;
  *   mp_share_buffer exposes host memory as a buffer-protocol object;
@@ -17,11 +19,12 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <marshal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define MP_ABI 3
+#define MP_ABI 4
 #define MP_FIELDS 8
 
 typedef void (*mp_write_fn)(void *host, int stream, const char *data, size_t len);
@@ -36,6 +39,11 @@ struct mp_config {
     int install_signal_handlers;
     int site_import;
     const char *bootstrap;
+    /* The bootstrap compiled by an earlier copy of this Python: the 4-byte import magic
+     * number of that Python, then the code object as marshal data; NULL if none. Used only
+     * when the magic number is this copy's and the data unmarshals to a code object. */
+    const char *bootstrap_code;
+    size_t bootstrap_code_len;
     void *host;
     mp_write_fn write;
     mp_release_fn release;
@@ -150,8 +158,41 @@ static int set_string(PyConfig *config, wchar_t **field, const char *value, char
 
 int mp_abi(void) { return MP_ABI; }
 
-int mp_initialize(const struct mp_config *c, char **error) {
+/* The bootstrap's code object: unmarshalled from c->bootstrap_code when that is usable,
+ * else compiled from the source, in which case *code_out/*code_len receive the magic
+ * number + marshal data (malloc'd) for the host to reuse. NULL with an exception set if
+ * the source does not compile. GIL held. */
+static PyObject *bootstrap_code(const struct mp_config *c, char **code_out, size_t *code_len) {
+    long m = PyImport_GetMagicNumber();
+    if (m == -1) PyErr_Clear(); /* then neither reuse nor hand back marshal data */
+    uint32_t magic = (uint32_t)m;
+    if (m != -1 && c->bootstrap_code && c->bootstrap_code_len > sizeof magic &&
+        memcmp(c->bootstrap_code, &magic, sizeof magic) == 0) {
+        PyObject *code = PyMarshal_ReadObjectFromString(c->bootstrap_code + sizeof magic,
+                                                        (Py_ssize_t)(c->bootstrap_code_len - sizeof magic));
+        if (code && PyCode_Check(code)) return code;
+        Py_XDECREF(code);
+        PyErr_Clear();
+    }
+    PyObject *code = Py_CompileString(c->bootstrap, "<multipy bootstrap>", Py_file_input);
+    if (!code) return NULL;
+    PyObject *data = m == -1 ? NULL : PyMarshal_WriteObjectToString(code, Py_MARSHAL_VERSION);
+    char *bytes = NULL;
+    Py_ssize_t n = 0;
+    if (data && PyBytes_AsStringAndSize(data, &bytes, &n) == 0 && (*code_out = malloc(sizeof magic + (size_t)n))) {
+        memcpy(*code_out, &magic, sizeof magic);
+        memcpy(*code_out + sizeof magic, bytes, (size_t)n);
+        *code_len = sizeof magic + (size_t)n;
+    }
+    PyErr_Clear(); /* no marshal data only means nothing to reuse */
+    Py_XDECREF(data);
+    return code;
+}
+
+int mp_initialize(const struct mp_config *c, char **error, char **code_out, size_t *code_len) {
     *error = NULL;
+    *code_out = NULL;
+    *code_len = 0;
     if (c->abi != MP_ABI) {
         *error = dup_str("multipy runner: ABI mismatch between the Rust side and runner.c");
         return -1;
@@ -204,7 +245,9 @@ int mp_initialize(const struct mp_config *c, char **error) {
     PyObject *dict = PyModule_GetDict(mod);
     if (PyDict_GetItemString(dict, "__builtins__") == NULL)
         PyDict_SetItemString(dict, "__builtins__", PyEval_GetBuiltins());
-    PyObject *r = PyRun_String(c->bootstrap, Py_file_input, dict, dict);
+    PyObject *code = bootstrap_code(c, code_out, code_len);
+    PyObject *r = code ? PyEval_EvalCode(code, dict, dict) : NULL;
+    Py_XDECREF(code);
     if (!r) {
         *error = take_error("running the multipy bootstrap");
         g_main = PyEval_SaveThread();

@@ -8,16 +8,17 @@
 
 use super::error::{Error, Result};
 use super::python::PythonInstall;
-use elf_loader::{CustomLibrary, Namespace};
+use elf_loader::{CustomLibrary, DependencyPolicy, Namespace};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The source, embedded so that the layer needs no file of the repository at run time.
 const SOURCE: &str = include_str!("runner.c");
 /// Must equal `MP_ABI` in runner.c.
-pub const ABI: u32 = 3;
+pub const ABI: u32 = 4;
 /// Fields of `struct mp_result`.
 pub const FIELDS: usize = 8;
 
@@ -45,6 +46,11 @@ pub struct MpConfig {
     pub site_import: c_int,
     /// The bootstrap's source.
     pub bootstrap: *const c_char,
+    /// The bootstrap compiled by an earlier copy of this Python (import magic number +
+    /// marshal data, see [`BootstrapCache`]), or null.
+    pub bootstrap_code: *const c_char,
+    /// Its length in bytes.
+    pub bootstrap_code_len: usize,
     /// Passed back to `write` and `release`.
     pub host: *mut c_void,
     /// Output sink for text written outside a call.
@@ -62,8 +68,11 @@ pub struct MpResult {
     pub lens: [usize; FIELDS],
 }
 
-/// `int mp_initialize(const struct mp_config *, char **error)`.
-pub type InitializeFn = unsafe extern "C" fn(*const MpConfig, *mut *mut c_char) -> c_int;
+/// `int mp_initialize(const struct mp_config *, char **error, char **code_out, size_t
+/// *code_len)`: `code_out` receives the bootstrap's marshalled code (malloc'd) when this
+/// copy compiled it.
+pub type InitializeFn =
+    unsafe extern "C" fn(*const MpConfig, *mut *mut c_char, *mut *mut c_char, *mut usize) -> c_int;
 /// `int mp_dispatch(const char *const *args, const size_t *lens, int n, struct mp_result *)`.
 pub type DispatchFn =
     unsafe extern "C" fn(*const *const c_char, *const usize, c_int, *mut MpResult) -> c_int;
@@ -102,10 +111,40 @@ pub struct Loaded {
     pub fns: RunnerFns,
 }
 
+/// System libraries whose process-global state is neither thread-safe nor meant for
+/// two clients: GNU readline (`readline` module: `rl_initialize`, the history, the
+/// completer) and ncurses/terminfo under it and `_curses` (`cur_term`, `stdscr`,
+/// `LINES`). In one process CPython calls them under its one GIL; interpreters here run
+/// at once, so each namespace gets its own copy (shared, two interpreters importing
+/// `readline` at the same moment crashed inside libreadline).
+pub const PRIVATE_SYSTEM_LIBRARIES: &[&str] = &[
+    "libreadline.so",
+    "libhistory.so",
+    "libtinfo.so",
+    "libncurses.so",
+    "libncursesw.so",
+    "libpanel.so",
+    "libpanelw.so",
+    "libform.so",
+    "libformw.so",
+    "libmenu.so",
+    "libmenuw.so",
+];
+
+/// The namespace policy of an interpreter: elf-loader's default (the C runtime and
+/// thread-safe system libraries shared) with [`PRIVATE_SYSTEM_LIBRARIES`] per namespace.
+pub fn dependency_policy() -> DependencyPolicy {
+    let mut policy = DependencyPolicy::default();
+    policy
+        .private_prefixes
+        .extend(PRIVATE_SYSTEM_LIBRARIES.iter().map(|s| s.to_string()));
+    policy
+}
+
 /// Loads a fresh libpython copy and the runner into a new namespace called `name`.
 pub fn load(install: &PythonInstall, name: &str) -> Result<Loaded> {
     let so = runner_for(install)?;
-    let ns = Namespace::new(name);
+    let ns = Namespace::with_policy(name, dependency_policy());
     let libpython = ns.load(&install.libpython).map_err(|source| Error::Load {
         path: install.libpython.clone(),
         source: Box::new(source),
@@ -137,6 +176,78 @@ pub fn load(install: &PythonInstall, name: &str) -> Result<Loaded> {
         runner,
         fns,
     })
+}
+
+/// The bootstrap's compiled code per CPython, so that only the first interpreter of a
+/// Python compiles it (parsing and compiling its ~230 lines costs each interpreter as
+/// much as ~5% of `import numpy`). Like a `.pyc`: kept in memory for this process and
+/// on disk next to the compiled runners, keyed by the source, the libpython file and
+/// its version; the runner also checks the import magic number before unmarshalling,
+/// and compiles the source when anything does not match.
+pub struct BootstrapCache;
+
+/// A cached bootstrap on disk: the payload, then its FNV-1a hash (8 bytes, little
+/// endian), so that a truncated or damaged file is recompiled rather than unmarshalled.
+const HASH_LEN: usize = 8;
+
+impl BootstrapCache {
+    fn key(install: &PythonInstall, source: &str) -> u64 {
+        fnv(&[
+            source.as_bytes(),
+            install.libpython.as_os_str().as_encoded_bytes(),
+            install.version_string.as_bytes(),
+        ])
+    }
+
+    fn memory() -> &'static Mutex<HashMap<u64, Arc<[u8]>>> {
+        static MEMORY: OnceLock<Mutex<HashMap<u64, Arc<[u8]>>>> = OnceLock::new();
+        MEMORY.get_or_init(Default::default)
+    }
+
+    fn file(install: &PythonInstall, key: u64) -> PathBuf {
+        let (a, b) = install.version;
+        cache_dir().join(format!("bootstrap-py{a}.{b}-{key:016x}.marshal"))
+    }
+
+    /// The code compiled earlier for `source` on `install`, if any.
+    pub fn get(install: &PythonInstall, source: &str) -> Option<Arc<[u8]>> {
+        let key = Self::key(install, source);
+        let memory = Self::memory();
+        if let Some(code) = memory.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Some(code.clone());
+        }
+        let code = Self::read(&Self::file(install, key))?;
+        memory
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, code.clone());
+        Some(code)
+    }
+
+    /// A cache file's payload, if its hash is right.
+    fn read(file: &std::path::Path) -> Option<Arc<[u8]>> {
+        let bytes = std::fs::read(file).ok()?;
+        let (payload, hash) = bytes.split_at(bytes.len().checked_sub(HASH_LEN)?);
+        (!payload.is_empty() && hash == fnv(&[payload]).to_le_bytes()).then(|| payload.into())
+    }
+
+    /// Keeps `code`, just compiled for `source` by a copy of `install` (best effort on
+    /// disk: an unwritable cache directory only means the next process compiles again).
+    pub fn put(install: &PythonInstall, source: &str, code: &[u8]) {
+        let key = Self::key(install, source);
+        Self::memory()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, code.into());
+        let file = Self::file(install, key);
+        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
+        let mut bytes = code.to_vec();
+        bytes.extend_from_slice(&fnv(&[code]).to_le_bytes());
+        let _ = std::fs::create_dir_all(cache_dir());
+        if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, &file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
 }
 
 /// The directory the compiled runners are cached in: `$MULTIPY_CACHE_DIR`, else
@@ -231,6 +342,39 @@ mod tests {
             "runner.c's MP_ABI differs from runner.rs's ABI"
         );
         assert!(SOURCE.contains(&format!("#define MP_FIELDS {FIELDS}\n")));
+    }
+
+    #[test]
+    fn bootstrap_cache_round_trip_and_damage() {
+        let install = PythonInstall {
+            version: (3, 99),
+            version_string: "3.99.0".into(),
+            executable: "/nonexistent/python3.99".into(),
+            libpython: "/nonexistent/libpython3.99.so".into(),
+            include: "/nonexistent/include".into(),
+        };
+        let source = format!("# test {}\n", std::process::id());
+        assert!(BootstrapCache::get(&install, &source).is_none());
+        BootstrapCache::put(&install, &source, b"\x01\x02\x03\x04marshal");
+        assert_eq!(
+            BootstrapCache::get(&install, &source).as_deref(),
+            Some(&b"\x01\x02\x03\x04marshal"[..])
+        );
+        let file = BootstrapCache::file(&install, BootstrapCache::key(&install, &source));
+        assert_eq!(
+            BootstrapCache::read(&file).as_deref(),
+            Some(&b"\x01\x02\x03\x04marshal"[..])
+        );
+        // A damaged or truncated file is not used (the source is compiled instead).
+        let mut bytes = std::fs::read(&file).unwrap();
+        bytes[2] ^= 0xff;
+        std::fs::write(&file, &bytes).unwrap();
+        assert!(BootstrapCache::read(&file).is_none());
+        std::fs::write(&file, &bytes[..5]).unwrap();
+        assert!(BootstrapCache::read(&file).is_none());
+        std::fs::remove_file(&file).unwrap();
+        // Another source or another Python is another entry.
+        assert!(BootstrapCache::get(&install, "other").is_none());
     }
 
     #[test]

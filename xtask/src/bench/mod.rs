@@ -8,6 +8,7 @@ mod gc;
 mod gil;
 mod loader;
 mod multipy;
+mod refbridge;
 mod report;
 
 use anyhow::{bail, Result};
@@ -56,6 +57,11 @@ Suite {
     name: "frame-hooks",
     what: "PEP 523 hooks on CPython: default vs Rust and C pass-through vs the Rust profiler vs cProfile vs sys.setprofile; code-extra lookups",
     run: frame_hooks::run,
+},
+Suite {
+    name: "refbridge",
+    what: "Py_INCREF/Py_DECREF in C, to_native/to_managed, stub memory, native and cross-boundary cycle collection; vs CPython 3.11 (and GraalPy's stub size)",
+    run: refbridge::run,
 }];
 
 /// Runs the named suite, or all of them.

@@ -1,0 +1,767 @@
+//! The cycle collector for native objects: CPython's algorithm, with GraalPy's
+//! replication of cycles that cross into the managed heap, and the weak-processing hook
+//! that keeps replicated objects alive when native code took them back.
+//!
+//! # The algorithm (one generation: every tracked object is a candidate)
+//! 1. **Candidates**: every tracked native object (`PyObject_GC_Track`) and every stub
+//!    with native references (count above `MANAGED_REFCNT`). `gc_refs` starts at the
+//!    count, minus `MANAGED_REFCNT` for objects the managed side references (a mirrored
+//!    native object, a stub): managed references are not native references.
+//! 2. **Subtract internal references**: `tp_traverse` of each native candidate visits its
+//!    references; each one to a candidate lowers that candidate's `gc_refs`. Now
+//!    `gc_refs > 0` means "referenced from outside the candidates" (native code's own
+//!    variables, globals, non-tracked objects).
+//! 3. **Reachable**: candidates with `gc_refs > 0` and everything they reach through
+//!    `tp_traverse` are alive. The rest, the unreachable set U, is only referenced from
+//!    inside U, and from the managed side.
+//! 4. **GraalPy's extension**: the part W of U reachable (natively) from members of U
+//!    that the managed side references may still be alive, through managed references
+//!    the native side cannot see. W is **replicated** into the managed heap: each native
+//!    member gets a mirror (if it had none: its count goes up by `MANAGED_REFCNT`), each
+//!    mirror gets managed edges to the managed sides (mirror, or managed object of a
+//!    stub) of the members it references, and the stubs of W become weak although their
+//!    count is above `MANAGED_REFCNT` (the "weak to strong limit": their native
+//!    references all come from W). The tracing collector now sees the whole cycle and
+//!    frees it if nothing managed reaches it; the reference queue then lowers the counts
+//!    and frees what reaches 0, and the next cycle collection clears what is left
+//!    (native members referenced only by each other).
+//! 5. **Pure garbage** G = U \ W (no managed reference reaches it): CPython's
+//!    `delete_garbage`: hold a reference to each, `tp_clear` each, release the
+//!    references: the counts reach 0 and the objects are deallocated.
+//!
+//! A replicated object that native code takes back (an incref from outside W, or a
+//! reference moved out of a W member) must not lose its managed side: at every
+//! collection of the heap, the **weak hook** recomputes `gc_refs` over the replicated set
+//! (count minus `MANAGED_REFCNT` minus references from replicated native objects) and
+//! keeps the managed side of every member referenced from outside, or whose managed side
+//! is marked, and of everything they reach natively. `to_native` of a replicated managed
+//! object makes its entry strong again at once (if native references exist); otherwise
+//! a resurrected object becomes strong again at the next cycle collection, which starts
+//! by undoing the previous replication.
+
+use crate::abi::{
+    from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, GC_COLLECTING, GC_FLAGS,
+    GC_MIRRORED, MANAGED_REFCNT,
+};
+use crate::bridge::{Inner, RItem, MIRROR_EDGES, MIRROR_SIZE};
+use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
+use gc_core::{Marker, Mutator, ObjRef, WeakRef};
+use rustc_hash::FxHashMap as HashMap;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::Ordering;
+
+/// What one native cycle collection did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CycleReport {
+    /// Candidates examined (tracked native objects plus stubs with native references).
+    pub candidates: usize,
+    /// Native objects found unreachable with no managed reference to them or their
+    /// cycle, and cleared.
+    pub garbage: usize,
+    /// Objects (native and stubs) of unreachable cycles that reach managed objects,
+    /// replicated into the managed heap.
+    pub replicated: usize,
+}
+
+struct Cand {
+    /// A native object, or a tagged stub pointer.
+    op: *mut PyObject,
+    refs: isize,
+    managed: bool,
+    reach: bool,
+    w: bool,
+}
+
+struct Ctx {
+    cands: Vec<Cand>,
+    /// Handle index -> candidate index + 1.
+    stub_cand: Vec<u32>,
+    stack: Vec<usize>,
+    /// Edges collected by `visit_edges`.
+    edges: Vec<usize>,
+}
+
+impl Ctx {
+    /// The candidate index of `op`, if it is a candidate.
+    ///
+    /// # Safety
+    /// `op` is null, a live stub of the bridge or a live native object.
+    #[inline]
+    unsafe fn cand_of(&self, op: *mut PyObject) -> Option<usize> {
+        if op.is_null() {
+            return None;
+        }
+        if is_stub(op) {
+            // SAFETY: a live stub (caller).
+            let idx = unsafe { HandleTable::index_fast(op) } as usize;
+            return match self.stub_cand.get(idx) {
+                Some(&c) if c != 0 => Some(c as usize - 1),
+                _ => None,
+            };
+        }
+        // SAFETY: a live native object (caller): its type is valid; GC types have a head.
+        unsafe {
+            let ty = (*op).ob_type;
+            if ty.is_null() || !(*ty).is_gc() {
+                return None;
+            }
+            let p = (*gc_head(op)).gc_prev;
+            (p & GC_COLLECTING != 0).then_some(p >> 4)
+        }
+    }
+}
+
+unsafe extern "C" fn visit_decref(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: arg is the collector's context; op a reference held by a candidate.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            ctx.cands[j].refs -= 1;
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn visit_reach(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: as visit_decref.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            if !ctx.cands[j].reach {
+                ctx.cands[j].reach = true;
+                ctx.stack.push(j);
+            }
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn visit_w(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: as visit_decref.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            let c = &mut ctx.cands[j];
+            if !c.reach && !c.w {
+                c.w = true;
+                ctx.stack.push(j);
+            }
+        }
+    }
+    0
+}
+
+unsafe extern "C" fn visit_edges(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: as visit_decref.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            if ctx.cands[j].w {
+                ctx.edges.push(j);
+            }
+        }
+    }
+    0
+}
+
+/// Calls `op`'s `tp_traverse` with `visit` (nothing for types without one).
+///
+/// # Safety
+/// `op` is a live native object; `visit` accepts `arg`.
+#[inline]
+unsafe fn traverse(
+    op: *mut PyObject,
+    visit: unsafe extern "C" fn(*mut PyObject, *mut c_void) -> c_int,
+    arg: *mut c_void,
+) {
+    // SAFETY: a live object (caller).
+    unsafe {
+        let ty = (*op).ob_type;
+        if let Some(t) = (*ty).tp_traverse {
+            t(op, Some(visit), arg);
+        }
+    }
+}
+
+/// Calls `f` for each reference `op`'s `tp_traverse` visits.
+///
+/// # Safety
+/// `op` is a live native object.
+pub(crate) unsafe fn for_each_ref(op: *mut PyObject, mut f: impl FnMut(*mut PyObject)) {
+    unsafe extern "C" fn tramp(op: *mut PyObject, arg: *mut c_void) -> c_int {
+        // SAFETY: arg is the `&mut dyn FnMut` below.
+        let f = unsafe { &mut *(arg as *mut &mut dyn FnMut(*mut PyObject)) };
+        if !op.is_null() {
+            f(op);
+        }
+        0
+    }
+    let mut dynf: &mut dyn FnMut(*mut PyObject) = &mut f;
+    // SAFETY: forwarded; the trampoline matches the argument.
+    unsafe { traverse(op, tramp, &mut dynf as *mut _ as *mut c_void) };
+}
+
+/// The count behind a possibly tagged pointer.
+///
+/// # Safety
+/// `op` is a live object or stub.
+#[inline]
+unsafe fn count(op: *mut PyObject) -> isize {
+    // SAFETY: forwarded.
+    unsafe { (*untag(op)).ob_refcnt }
+}
+
+/// Undoes the previous replication: stubs get their normal strong/weak state back,
+/// mirrors lose their replicated edges.
+fn reset_replicated(inner: &Inner) {
+    let items = std::mem::take(&mut inner.repl.lock().items);
+    if items.is_empty() {
+        return;
+    }
+    let mut st = inner.state.lock();
+    for (t, _item) in items.iter() {
+        if t & 1 == 0 {
+            let idx = (t >> 1) as u32;
+            let e = st.table.entries[idx as usize];
+            if e.flags & USED != 0 && e.obj != 0 && e.flags & WEAK_LIMIT != 0 {
+                st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+            }
+        } else if let Some(r) = st.mirrors[t >> 1].as_mut() {
+            r.replicated = false;
+            // SAFETY: a registered mirror is alive (tokens were processed before); a
+            // null store needs no write barrier.
+            unsafe { r.mirror.write_slot(MIRROR_EDGES, 0) };
+        }
+    }
+    drop(st);
+    drop(items);
+}
+
+/// One native cycle collection (see the module documentation). Without a mutator
+/// (`None`), nothing is replicated: cycles that reach managed objects are left alone.
+pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleReport {
+    let _span = tracing::debug_span!("refbridge_cycles").entered();
+    inner
+        .counters
+        .cycle_collections
+        .fetch_add(1, Ordering::Relaxed);
+    reset_replicated(inner);
+    let l = &inner.local.0;
+    let sentinel = l.gc_list;
+    let mut ctx = Ctx {
+        cands: Vec::with_capacity(l.tracked.get()),
+        stub_cand: Vec::new(),
+        stack: Vec::new(),
+        edges: Vec::new(),
+    };
+    // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
+    // SAFETY: the tracked list is only changed by the owner thread, which is here; its
+    // members are live native objects.
+    unsafe {
+        let mut g = (*sentinel).gc_next as *mut PyGCHead;
+        while g != sentinel {
+            let op = from_gc_head(g);
+            let flags = (*g).gc_prev & GC_FLAGS;
+            let managed = flags & GC_MIRRORED != 0;
+            let i = ctx.cands.len();
+            ctx.cands.push(Cand {
+                op,
+                refs: (*op).ob_refcnt - if managed { MANAGED_REFCNT } else { 0 },
+                managed,
+                reach: false,
+                w: false,
+            });
+            (*g).gc_prev = (i << 4) | flags | GC_COLLECTING;
+            g = (*g).gc_next as *mut PyGCHead;
+        }
+    }
+    let n_native = ctx.cands.len();
+    // ... and stubs with native references.
+    {
+        let st = inner.state.lock();
+        ctx.stub_cand = vec![0; st.table.entries.len()];
+        for (idx, e) in st.table.entries.iter().enumerate() {
+            if e.flags & USED == 0 || e.obj == 0 || e.flags & IMMORTAL != 0 {
+                continue;
+            }
+            let c = st.table.count(idx as u32);
+            if c > MANAGED_REFCNT {
+                ctx.cands.push(Cand {
+                    op: st.table.tagged(idx as u32),
+                    refs: c - MANAGED_REFCNT,
+                    managed: true,
+                    reach: false,
+                    w: false,
+                });
+                ctx.stub_cand[idx] = ctx.cands.len() as u32;
+            }
+        }
+    }
+    let n = ctx.cands.len();
+    // From here on the context is reached only through this pointer, which the visit
+    // functions also use: no reference to it is held across a traversal.
+    let p: *mut Ctx = &mut ctx;
+    let arg = p as *mut c_void;
+    macro_rules! c {
+        () => {
+            // SAFETY: `p` points to `ctx`, alive for the whole function; every reference
+            // made here ends before the next traversal.
+            unsafe { &mut *p }
+        };
+    }
+    // 2. Subtract internal references.
+    for i in 0..n_native {
+        let op = c!().cands[i].op;
+        // SAFETY: a tracked live object; the visit only touches the context.
+        unsafe { traverse(op, visit_decref, arg) };
+    }
+    // 3. Reachable from outside.
+    for i in 0..n {
+        let c = c!();
+        if c.cands[i].refs > 0 {
+            c.cands[i].reach = true;
+            c.stack.push(i);
+        }
+    }
+    while let Some(i) = c!().stack.pop() {
+        if i < n_native {
+            let op = c!().cands[i].op;
+            // SAFETY: as above.
+            unsafe { traverse(op, visit_reach, arg) };
+        }
+    }
+    // 4. W: the part of the unreachable set reachable from managed-referenced members.
+    for i in 0..n {
+        let c = c!();
+        if !c.cands[i].reach && c.cands[i].managed {
+            c.cands[i].w = true;
+            c.stack.push(i);
+        }
+    }
+    while let Some(i) = c!().stack.pop() {
+        if i < n_native {
+            let op = c!().cands[i].op;
+            // SAFETY: as above.
+            unsafe { traverse(op, visit_w, arg) };
+        }
+    }
+    // The edges inside W of its native members, for the replication: member i's
+    // targets are `edges[start..end]`.
+    let mut w_edges: Vec<(usize, usize, usize)> = Vec::new();
+    for i in 0..n_native {
+        if c!().cands[i].w {
+            let start = c!().edges.len();
+            let op = c!().cands[i].op;
+            // SAFETY: as above.
+            unsafe { traverse(op, visit_edges, arg) };
+            w_edges.push((i, start, c!().edges.len()));
+        }
+    }
+    // Restore the list's back links (and drop the COLLECTING flag).
+    // SAFETY: the list is intact through its forward links.
+    unsafe {
+        let mut prev = sentinel;
+        let mut g = (*sentinel).gc_next as *mut PyGCHead;
+        while g != sentinel {
+            let flags = (*g).gc_prev & GC_FLAGS & !GC_COLLECTING;
+            (*g).gc_prev = prev as usize | flags;
+            prev = g;
+            g = (*g).gc_next as *mut PyGCHead;
+        }
+        (*sentinel).gc_prev = prev as usize;
+    }
+    let ctx = c!();
+    // Pure garbage (native members outside W) and W, in one pass.
+    let mut garbage: Vec<*mut PyObject> = Vec::new();
+    let mut w: Vec<usize> = Vec::new();
+    for (i, c) in ctx.cands.iter().enumerate() {
+        if c.w {
+            w.push(i);
+        } else if i < n_native && !c.reach {
+            garbage.push(c.op);
+        }
+    }
+    let mut report = CycleReport {
+        candidates: n,
+        garbage: garbage.len(),
+        replicated: 0,
+    };
+    // Keep the managed sides of W alive while we work (deallocators and allocations
+    // below may collect).
+    let sides: Vec<Option<ObjRef>> = {
+        let st = inner.state.lock();
+        w.iter()
+            .map(|&i| managed_side(&st, ctx.cands[i].op))
+            .collect()
+    };
+    inner
+        .state
+        .lock()
+        .pinned
+        .extend(sides.iter().flatten().copied());
+    // 5. Delete the pure garbage (CPython's delete_garbage).
+    if !garbage.is_empty() {
+        // SAFETY: the garbage objects are tracked live objects of this list.
+        unsafe { delete_garbage(inner, &garbage) };
+        inner
+            .counters
+            .cycle_garbage
+            .fetch_add(garbage.len() as u64, Ordering::Relaxed);
+    }
+    // 4'. Replicate W.
+    if let (Some(m), false) = (m, w.is_empty()) {
+        report.replicated = replicate(inner, m, &ctx.cands, &w, &w_edges, &ctx.edges);
+    }
+    inner.state.lock().pinned.clear();
+    // Threshold for the next automatic collection (CPython: a quarter of the live).
+    if let Some(base) = inner.config.cycle_threshold {
+        l.cycle_threshold.set(base.max(l.tracked.get() / 4));
+    }
+    l.gc_allocs.set(0);
+    tracing::debug!(?report, "native cycle collection");
+    report
+}
+
+/// Unlinks `g` from the circular list it is on (its flags stay).
+///
+/// # Safety
+/// `g` is on a well-formed list.
+unsafe fn list_remove(g: *mut PyGCHead) {
+    // SAFETY: list members' links are valid (caller).
+    unsafe {
+        let prev = ((*g).gc_prev & !GC_FLAGS) as *mut PyGCHead;
+        let next = (*g).gc_next as *mut PyGCHead;
+        (*prev).gc_next = next as usize;
+        (*next).gc_prev = prev as usize | ((*next).gc_prev & GC_FLAGS);
+    }
+}
+
+/// Appends `g` to the circular list of sentinel `s` (its flags stay).
+///
+/// # Safety
+/// `s` is a well-formed list's sentinel; `g` is on no list.
+unsafe fn list_append(s: *mut PyGCHead, g: *mut PyGCHead) {
+    // SAFETY: as stated.
+    unsafe {
+        let last = ((*s).gc_prev & !GC_FLAGS) as *mut PyGCHead;
+        (*g).gc_prev = last as usize | ((*g).gc_prev & GC_FLAGS);
+        (*g).gc_next = s as usize;
+        (*last).gc_next = g as usize;
+        (*s).gc_prev = g as usize | ((*s).gc_prev & GC_FLAGS);
+    }
+}
+
+/// CPython's `delete_garbage`: the garbage moves to a list of its own; one at a time, the
+/// first object is held, cleared with `tp_clear` and released. Its deallocation (or that
+/// of others, as the cycle breaks) takes it off the list through `PyObject_GC_UnTrack`; an
+/// object still first afterwards survived (`tp_clear` resurrected it, or it has none) and
+/// goes back to the tracked list. Errors raised by `tp_clear` are dropped as unraisable,
+/// the pending error kept.
+///
+/// # Safety
+/// `garbage` holds tracked live objects of `inner`'s list, found unreachable.
+unsafe fn delete_garbage(inner: &Inner, garbage: &[*mut PyObject]) {
+    let mut head = PyGCHead {
+        gc_next: 0,
+        gc_prev: 0,
+    };
+    let u: *mut PyGCHead = &mut head;
+    let l = &inner.local.0;
+    let saved = l.error.borrow_mut().take();
+    // SAFETY: the objects are tracked (caller); the local list lives until the loop has
+    // emptied it (a deallocation unlinks an object from whichever list holds it).
+    unsafe {
+        (*u).gc_next = u as usize;
+        (*u).gc_prev = u as usize;
+        for &op in garbage {
+            let g = gc_head(op);
+            list_remove(g);
+            list_append(u, g);
+        }
+        loop {
+            // (the list changes through the objects' links: deallocations unlink them)
+            let g = std::ptr::read_volatile(&(*u).gc_next) as *mut PyGCHead;
+            if g == u {
+                break;
+            }
+            let op = from_gc_head(g);
+            if let Some(clear) = (*(*op).ob_type).tp_clear {
+                (*op).ob_refcnt += 1;
+                clear(op);
+                crate::capi::Py_DecRef(op);
+            }
+            if (*u).gc_next == g as usize {
+                list_remove(g);
+                list_append(l.gc_list, g);
+            }
+            let raised = l.error.borrow_mut().take();
+            if let Some(e) = raised {
+                inner.unraisable(op, &format!("in tp_clear: {}", e.to_string_lossy()));
+            }
+        }
+    }
+    *l.error.borrow_mut() = saved;
+}
+
+/// The managed side of a candidate: the managed object of a stub, the mirror of a
+/// native object (if any).
+fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> {
+    if is_stub(op) {
+        // SAFETY: candidates' stubs are live stubs of this bridge.
+        let idx = unsafe { HandleTable::index_fast(op) };
+        let e = st.table.entries.get(idx as usize)?;
+        if e.flags & USED == 0 {
+            return None;
+        }
+        ObjRef::from_addr(e.obj)
+    } else {
+        let &rec = st.by_native.get(&(op as usize))?;
+        st.mirrors[rec as usize].map(|r| r.mirror)
+    }
+}
+
+fn replicate(
+    inner: &Inner,
+    m: &mut Mutator,
+    cands: &[Cand],
+    w: &[usize],
+    w_edges: &[(usize, usize, usize)],
+    edges: &[usize],
+) -> usize {
+    // Mirrors for the native members that have none (each pinned as soon as made); the
+    // existing ones are marked replicated under one lock.
+    let mut missing = Vec::new();
+    {
+        let mut st = inner.state.lock();
+        let st = &mut *st;
+        for &i in w {
+            let op = cands[i].op;
+            // SAFETY: W members are alive: they are referenced from W and the managed
+            // side.
+            if is_stub(op) || unsafe { (*op).ob_refcnt } <= 0 {
+                continue;
+            }
+            match st.by_native.get(&(op as usize)) {
+                Some(&rec) => {
+                    if let Some(r) = st.mirrors[rec as usize].as_mut() {
+                        r.replicated = true;
+                        st.pinned.push(r.mirror);
+                    }
+                }
+                None => missing.push(op),
+            }
+        }
+    }
+    for op in missing {
+        let Ok(mirror) = m.alloc_typed(MIRROR_SIZE, inner.mirror_type) else {
+            tracing::error!("replication: allocating a mirror failed; the cycle is kept");
+            return 0;
+        };
+        inner.state.lock().pinned.push(mirror);
+        // SAFETY: a live native object without a mirror, a fresh mirror.
+        unsafe { inner.bind_mirror(op, mirror, true) };
+    }
+    // Managed edges mirroring the native ones inside W (all looked up under one lock;
+    // everything involved is pinned).
+    let mut targets: Vec<ObjRef> = Vec::with_capacity(edges.len());
+    let plan: Vec<(ObjRef, usize, usize)> = {
+        let st = inner.state.lock();
+        w_edges
+            .iter()
+            .filter_map(|&(i, start, end)| {
+                let mirror = managed_side(&st, cands[i].op)?;
+                let from = targets.len();
+                targets.extend(
+                    edges[start..end]
+                        .iter()
+                        .filter_map(|&j| managed_side(&st, cands[j].op)),
+                );
+                (targets.len() > from).then_some((mirror, from, targets.len()))
+            })
+            .collect()
+    };
+    let max_small = gc_core::max_internal_obj_size();
+    for (mirror, from, to) in plan {
+        let refs = &targets[from..to];
+        let size = 8 + 8 * refs.len();
+        let ty = if size > max_small {
+            inner.edges_large
+        } else {
+            inner.edges_small
+        };
+        let Ok(arr) = m.alloc_typed(size, ty) else {
+            tracing::error!("replication: allocating an edge array failed; the cycle is kept");
+            return 0;
+        };
+        // SAFETY: a fresh edge array of the right size; its referents are pinned; the
+        // mirror is pinned and the store goes through the write barrier.
+        unsafe {
+            arr.write_slot(0, refs.len());
+            for (k, r) in refs.iter().enumerate() {
+                arr.write_slot(8 + 8 * k, r.addr());
+            }
+            m.store_ref(mirror, MIRROR_EDGES, Some(arr));
+        }
+    }
+    // The stubs of W become weak (the weak to strong limit), and W is watched.
+    let mut items = Vec::with_capacity(w.len());
+    {
+        let mut st = inner.state.lock();
+        for &i in w {
+            let op = cands[i].op;
+            if is_stub(op) {
+                // SAFETY: candidates' stubs are live stubs of this bridge.
+                let idx = unsafe { HandleTable::index_fast(op) };
+                let e = st.table.entries[idx as usize];
+                if e.flags & USED == 0 || e.obj == 0 {
+                    continue;
+                }
+                st.table.entries[idx as usize].flags |= WEAK_LIMIT;
+                let obj = ObjRef::from_addr(st.table.entries[idx as usize].obj).expect("live");
+                items.push(((idx as usize) << 1, op, obj));
+            } else if let Some(&rec) = st.by_native.get(&(op as usize)) {
+                if let Some(r) = st.mirrors[rec as usize] {
+                    items.push((((rec as usize) << 1) | 1, op, r.mirror));
+                }
+            }
+        }
+    }
+    let n = items.len();
+    let mut repl = inner.repl.lock();
+    repl.items.reserve(n);
+    for (key, op, _obj) in items {
+        repl.items.insert(key, RItem { op, weak: None });
+    }
+    repl.fresh = true;
+    drop(repl);
+    inner
+        .counters
+        .replicated
+        .fetch_add(n as u64, Ordering::Relaxed);
+    n
+}
+
+/// The weak-processing hook: keeps the managed side of replicated objects that native
+/// code references from outside the replicated set (or that are alive through the
+/// managed side), and of everything they reach natively.
+pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
+    let repl = inner.repl.lock();
+    if repl.items.is_empty() || repl.fresh {
+        // Fresh: the bridge's own collection right after the replication, whose
+        // managed edges are exact (or a collection another thread ran before the
+        // bridge's thread, inside that collection, could run any native code).
+        return;
+    }
+    let items: Vec<&RItem> = repl.items.values().collect();
+    let index: HashMap<usize, usize> = items
+        .iter()
+        .enumerate()
+        .map(|(i, it)| (it.op as usize, i))
+        .collect();
+    // gc_refs over the replicated set.
+    let mut refs: Vec<isize> = items
+        .iter()
+        // SAFETY: replicated objects are allocated while they are in the set (their
+        // count includes MANAGED_REFCNT until the queue reports their managed side gone,
+        // which removes them from the set).
+        .map(|it| unsafe { count(it.op) } - MANAGED_REFCNT)
+        .collect();
+    for it in &items {
+        if !is_stub(it.op) {
+            // SAFETY: as above.
+            unsafe {
+                for_each_ref(it.op, |r| {
+                    if let Some(&j) = index.get(&(r as usize)) {
+                        refs[j] -= 1;
+                    }
+                })
+            };
+        }
+    }
+    let mut seen = vec![false; items.len()];
+    let mut stack = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        let alive = it
+            .weak
+            .as_ref()
+            .and_then(|w| w.get())
+            .is_some_and(|o| marker.is_marked(o));
+        if refs[i] > 0 || alive {
+            seen[i] = true;
+            stack.push(i);
+        }
+    }
+    while let Some(i) = stack.pop() {
+        let it = items[i];
+        if let Some(o) = it.weak.as_ref().and_then(|w| w.get()) {
+            marker.queue(o);
+        }
+        if !is_stub(it.op) {
+            // SAFETY: as above.
+            unsafe {
+                for_each_ref(it.op, |r| {
+                    if let Some(&j) = index.get(&(r as usize)) {
+                        if !seen[j] {
+                            seen[j] = true;
+                            stack.push(j);
+                        }
+                    }
+                })
+            };
+        }
+    }
+}
+
+/// Settles a fresh replication after the collection that followed it (and the queue
+/// drain that removed the items whose managed side died): the survivors' managed sides
+/// get weak handles, so the weak hook can watch them safely at later collections.
+pub(crate) fn settle(inner: &Inner) {
+    let survivors: Vec<(usize, ObjRef)> = {
+        let repl = inner.repl.lock();
+        if !repl.fresh {
+            return;
+        }
+        let st = inner.state.lock();
+        repl.items
+            .keys()
+            .filter_map(|&t| {
+                let obj = if t & 1 == 0 {
+                    ObjRef::from_addr(st.table.entries[t >> 1].obj)
+                } else {
+                    st.mirrors[t >> 1].map(|r| r.mirror)
+                };
+                obj.map(|o| (t, o))
+            })
+            .collect()
+    };
+    let weak: Vec<(usize, WeakRef)> = survivors
+        .into_iter()
+        .map(|(t, o)| (t, inner.heap.new_weak_ref(o)))
+        .collect();
+    let mut repl = inner.repl.lock();
+    for (t, w) in weak {
+        if let Some(it) = repl.items.get_mut(&t) {
+            it.weak = Some(w);
+        }
+    }
+    repl.fresh = false;
+}
+
+/// Runs an automatic cycle collection if enough GC objects were allocated.
+pub(crate) fn maybe_auto_collect(inner: &Inner) {
+    let l = &inner.local.0;
+    if inner.config.cycle_threshold.is_none()
+        || l.gc_allocs.get() <= l.cycle_threshold.get()
+        || l.collecting.get()
+        || l.in_collect.get()
+    {
+        return;
+    }
+    inner.drain();
+    l.collecting.set(true);
+    let mut m = inner.heap.current_mutator().ok();
+    collect_cycles(inner, m.as_mut());
+    settle(inner);
+    l.collecting.set(false);
+    inner.drain();
+}

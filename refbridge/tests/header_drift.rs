@@ -1,0 +1,320 @@
+//! `include/refbridge_python.h` is written by hand (CPython's names, inline fast paths),
+//! so this test keeps it from drifting from the Rust side:
+//!
+//! - the functions it declares are exactly the `extern "C"` functions of `src/capi.rs`
+//!   (and `capi::symbols()` lists the same), and cbindgen's declarations of those
+//!   functions compile in one C translation unit with the header's (a parameter or
+//!   return type that differs is a "conflicting types" error);
+//! - the constants and every struct's size and field offsets are the Rust values
+//!   (`_Static_assert`s generated from `abi.rs`, compiled);
+//! - the inline `Py_INCREF`/`Py_DECREF` take their one slow path (`_Py_Dealloc`, with
+//!   the pointer as given) exactly where the Rust `Py_IncRef`/`Py_DecRef` do (a C program
+//!   prints, for a range of counts and both kinds of pointer, whether it was taken).
+
+use refbridge::abi::{
+    PyGCHead, PyObject, PyTypeObject, PyVarObject, Stub, IMMORTAL_REFCNT, MANAGED_REFCNT,
+    PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY, STUB_TAG,
+};
+use std::collections::BTreeSet;
+use std::mem::{offset_of, size_of};
+use std::path::PathBuf;
+use std::process::Command;
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cc() -> String {
+    std::env::var("CC").unwrap_or_else(|_| "cc".into())
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("refbridge-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Names of the `extern "C"` functions defined in capi.rs.
+fn rust_functions() -> BTreeSet<String> {
+    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    src.lines()
+        .filter_map(|l| l.trim_start().strip_prefix("pub "))
+        .filter_map(|l| l.split("extern \"C\" fn ").nth(1))
+        .map(|r| r.split('(').next().unwrap().to_string())
+        .collect()
+}
+
+/// Function names declared in the header (not typedefs, not static inline ones).
+fn header_functions(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut decl = String::new();
+    let mut depth = 0i32;
+    let mut in_cplusplus = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("#ifdef __cplusplus") {
+            in_cplusplus = true;
+        }
+        if in_cplusplus {
+            in_cplusplus = !t.starts_with("#endif");
+            continue;
+        }
+        if t.starts_with('#') || t.starts_with("/*") || t.starts_with('*') || t.is_empty() {
+            continue;
+        }
+        depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
+        if depth > 0 || t.starts_with('}') {
+            decl.clear();
+            continue;
+        }
+        decl.push_str(t);
+        decl.push(' ');
+        if t.ends_with(';') {
+            if !decl.starts_with("typedef") && !decl.starts_with("static") && decl.contains('(') {
+                let before = decl.split('(').next().unwrap();
+                let name = before
+                    .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
+                    .next()
+                    .unwrap();
+                names.insert(name.to_string());
+            }
+            decl.clear();
+        }
+    }
+    names
+}
+
+#[test]
+fn the_header_declares_exactly_the_exported_functions_with_their_rust_types() {
+    let header = std::fs::read_to_string(crate_dir().join("include/refbridge_python.h")).unwrap();
+    let declared = header_functions(&header);
+    let rust = rust_functions();
+    assert_eq!(declared, rust, "header vs src/capi.rs");
+    let listed: BTreeSet<String> = refbridge::capi::symbols()
+        .into_iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
+    assert_eq!(listed, rust, "capi::symbols() vs src/capi.rs");
+
+    let config = cbindgen::Config {
+        language: cbindgen::Language::C,
+        style: cbindgen::Style::Tag,
+        usize_is_size_t: true,
+        export: cbindgen::ExportConfig {
+            exclude: [
+                "PyObject",
+                "PyVarObject",
+                "PyTypeObject",
+                "PyGCHead",
+                "Stub",
+                "PySsizeT",
+                "VisitProc",
+                "TraverseProc",
+                "Inquiry",
+                "Destructor",
+                "FreeFunc",
+                "MemAccount",
+                "RB_DEBUG",
+                "RB_NO_AUTO_COLLECT",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    cbindgen::Builder::new()
+        .with_crate(crate_dir())
+        .with_config(config)
+        .with_parse_expand(&[] as &[&str])
+        .generate()
+        .expect("cbindgen parses the crate")
+        .write(&mut out);
+    let generated = String::from_utf8(out).unwrap();
+    // Keep only the function declarations (constants of abi.rs are checked below).
+    let decls: String = generated
+        .lines()
+        .filter(|l| !l.starts_with("#define"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let dir = tmp("drift");
+    std::fs::write(
+        dir.join("from_rust.h"),
+        format!(
+            "typedef Py_ssize_t PySsizeT;\ntypedef struct _object PyObject_;\n#define PyGCHead PyGC_Head\n{}\n",
+            decls.replace("struct PyObject", "PyObject")
+                .replace("struct PyTypeObject", "PyTypeObject")
+                .replace("struct PyVarObject", "PyVarObject")
+        ),
+    )
+    .unwrap();
+    let tu = dir.join("check.c");
+    std::fs::write(
+        &tu,
+        "#include \"refbridge_python.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
+    )
+    .unwrap();
+    let out = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg("-I")
+        .arg(&dir)
+        .arg(&tu)
+        .output()
+        .expect("a C compiler (cc) is installed");
+    assert!(
+        out.status.success(),
+        "refbridge_python.h disagrees with src/capi.rs:\n{}\n--- cbindgen's view ---\n{decls}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn constants_sizes_and_offsets_match_the_rust_layouts() {
+    let mut checks = vec![
+        format!("RB_MANAGED_REFCNT == {MANAGED_REFCNT}"),
+        format!("RB_IMMORTAL_REFCNT == {IMMORTAL_REFCNT}"),
+        format!("RB_STUB_TAG == {STUB_TAG}ULL"),
+        format!("Py_TPFLAGS_READY == {PY_TPFLAGS_READY}UL"),
+        format!("Py_TPFLAGS_HAVE_GC == {PY_TPFLAGS_HAVE_GC}UL"),
+        format!("Py_TPFLAGS_DEFAULT == {PY_TPFLAGS_DEFAULT}UL"),
+        format!("RB_DEBUG == {}", refbridge::capi::RB_DEBUG),
+        format!(
+            "RB_NO_AUTO_COLLECT == {}",
+            refbridge::capi::RB_NO_AUTO_COLLECT
+        ),
+        format!("sizeof(Py_ssize_t) == {}", size_of::<isize>()),
+        format!("sizeof(PyObject) == {}", size_of::<PyObject>()),
+        format!(
+            "offsetof(PyObject, ob_refcnt) == {}",
+            offset_of!(PyObject, ob_refcnt)
+        ),
+        format!(
+            "offsetof(PyObject, ob_type) == {}",
+            offset_of!(PyObject, ob_type)
+        ),
+        format!("sizeof(PyVarObject) == {}", size_of::<PyVarObject>()),
+        format!(
+            "offsetof(PyVarObject, ob_size) == {}",
+            offset_of!(PyVarObject, ob_size)
+        ),
+        format!("sizeof(PyGC_Head) == {}", size_of::<PyGCHead>()),
+        format!(
+            "offsetof(PyGC_Head, _gc_prev) == {}",
+            offset_of!(PyGCHead, gc_prev)
+        ),
+        format!("sizeof(rb_stub) == {}", size_of::<Stub>()),
+        format!("offsetof(rb_stub, handle) == {}", offset_of!(Stub, handle)),
+        format!("sizeof(PyTypeObject) == {}", size_of::<PyTypeObject>()),
+    ];
+    macro_rules! field {
+        ($($f:ident),*) => {$(
+            checks.push(format!(
+                "offsetof(PyTypeObject, {}) == {}",
+                stringify!($f),
+                offset_of!(PyTypeObject, $f)
+            ));
+        )*};
+    }
+    field!(
+        tp_name,
+        tp_basicsize,
+        tp_itemsize,
+        tp_dealloc,
+        tp_flags,
+        tp_traverse,
+        tp_clear,
+        tp_free
+    );
+    let body: String = checks
+        .iter()
+        .map(|c| format!("_Static_assert({c}, \"{c}\");\n"))
+        .collect();
+    let dir = tmp("layout");
+    let tu = dir.join("layout.c");
+    std::fs::write(
+        &tu,
+        format!("#include <stddef.h>\n#include \"refbridge_python.h\"\n{body}int main(void) {{ return 0; }}\n"),
+    )
+    .unwrap();
+    let out = Command::new(cc())
+        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(&tu)
+        .output()
+        .expect("cc");
+    assert!(
+        out.status.success(),
+        "layout drift:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_inline_fast_paths_call_out_exactly_where_the_rust_ones_do() {
+    // A C program that replaces the slow-path functions by recorders and runs
+    // Py_INCREF/Py_DECREF on a native object and a (fake, tagged) stub at every count
+    // in -2..=14 and at the immortal count.
+    let dir = tmp("fastpath");
+    let src = r#"
+#include <stdio.h>
+#include "refbridge_python.h"
+static int slow;
+static PyObject *seen;
+void _Py_Dealloc(PyObject *op) { seen = op; slow = 1; }
+int main(void) {
+    static PyObject obj[2];
+    PyObject *ptrs[2] = { &obj[0], (PyObject *)((uintptr_t)&obj[1] | RB_STUB_TAG) };
+    Py_ssize_t counts[18];
+    for (int i = 0; i < 17; i++) counts[i] = i - 2;
+    counts[17] = RB_IMMORTAL_REFCNT;
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 18; i++) {
+            Py_SET_REFCNT(ptrs[k], counts[i]); slow = 0; Py_INCREF(ptrs[k]);
+            printf("%d inc %zd %d %zd\n", k, counts[i], slow, Py_REFCNT(ptrs[k]));
+            Py_SET_REFCNT(ptrs[k], counts[i]); slow = 0; seen = NULL; Py_DECREF(ptrs[k]);
+            if (slow && seen != ptrs[k]) return 2; /* the tagged pointer is passed on */
+            printf("%d dec %zd %d %zd\n", k, counts[i], slow, Py_REFCNT(ptrs[k]));
+        }
+    }
+    return 0;
+}
+"#;
+    let c = dir.join("fast.c");
+    std::fs::write(&c, src).unwrap();
+    let exe = dir.join("fast");
+    let st = Command::new(cc())
+        .args(["-std=c11", "-O2", "-Wall", "-Werror"])
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(&c)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .expect("cc");
+    assert!(st.success());
+    let out = Command::new(&exe).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "the tagged pointer reaches _Py_Dealloc as it is"
+    );
+    // The Rust rule, as in capi::Py_IncRef / Py_DecRef: no slow path on increments, and
+    // `_Py_Dealloc` exactly when a decrement reaches 0, for native objects and stubs.
+    let mut want = String::new();
+    for k in 0..2 {
+        let mut counts: Vec<isize> = (-2..=14).collect();
+        counts.push(IMMORTAL_REFCNT);
+        for c in counts {
+            want.push_str(&format!("{k} inc {c} 0 {}\n", c + 1));
+            want.push_str(&format!("{k} dec {c} {} {}\n", (c - 1 == 0) as i32, c - 1));
+        }
+    }
+    assert_eq!(text, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}
