@@ -536,7 +536,8 @@ int gc_task_stack(struct gc_task_t *task, void **lo, void **hi);
 struct gc_task_t *gc_current_task(void);
 
 /**
- * Copies the heap's statistics into `out`.
+ * Copies the heap's statistics into `out`. From inside a collection (a callback, a
+ * mark or sweep function) they are those as of the start of that collection.
  *
  * # Safety
  * `heap` null or live; `out` null or writable.

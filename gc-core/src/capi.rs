@@ -1168,7 +1168,8 @@ pub extern "C" fn gc_current_task() -> *mut gc_task_t {
     task_ptr(unsafe { &*m }.task())
 }
 
-/// Copies the heap's statistics into `out`.
+/// Copies the heap's statistics into `out`. From inside a collection (a callback, a
+/// mark or sweep function) they are those as of the start of that collection.
 ///
 /// # Safety
 /// `heap` null or live; `out` null or writable.

@@ -225,6 +225,8 @@ fn run(
             tracing::trace!(leftover, "pages swept before marking");
         }
     }
+    // What `Heap::stats` returns when called from inside this collection.
+    heap.publish_stats(&gc);
     let big_old_now = heap.big.lock().old_bytes;
     if std::mem::take(&mut gc.full_pending) {
         gc.old_after_full = heap.pages.lock().totals.old + big_old_now;

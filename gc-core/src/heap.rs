@@ -164,6 +164,11 @@ pub(crate) struct HeapInner {
     pub cv_stopped: Condvar,
     pub cv_resume: Condvar,
     pub gc: Mutex<GcState>,
+    /// The statistics as of the start of the running (or last) collection, for
+    /// [`Heap::stats`] called from inside a collection (a callback, a mark or sweep
+    /// function), where `gc` is held by the collection itself. Percentiles are those of
+    /// the last `stats()` call outside a collection.
+    pub published: Mutex<GcStats>,
     /// External (big) objects, young and old. Locked briefly by allocation and by the
     /// sweep.
     pub big: Mutex<BigLists>,
@@ -219,6 +224,40 @@ pub(crate) struct Roots {
 pub struct Heap(pub(crate) Arc<HeapInner>);
 
 impl HeapInner {
+    /// `s` (the collector's counters) completed with the page and big-object totals.
+    /// With lazy sweeping, pages still waiting for the last collection's sweep are swept
+    /// first, so that bytes freed and live are exact. The caller holds `gc`.
+    fn complete_stats(&self, mut s: GcStats) -> GcStats {
+        let mut pages = self.pages.lock();
+        // SAFETY: the gc lock is held (by the caller), so no collection is marking;
+        // waiting pages are never held by a thread.
+        unsafe { pages.finish_sweep(&self.trigger) };
+        let big = self.big.lock();
+        s.live_bytes = (pages.totals.live + big.live) as u64;
+        s.old_bytes = (pages.totals.old + big.old_bytes) as u64;
+        s.bytes_freed += pages.totals.freed;
+        s.pages_in_use = pages.pages_in_use() as u64;
+        s.mapped_bytes = pages.mapped_bytes() as u64;
+        s
+    }
+
+    /// Called by a collection holding `gc`, before any callback runs: publishes the
+    /// statistics so far for `stats()` calls from inside it (cheap: no percentiles).
+    pub(crate) fn publish_stats(&self, gc: &GcState) {
+        let mut s = self.published.lock().clone();
+        gc.stats.publish_counters(&mut s);
+        let s = self.complete_stats(s);
+        *self.published.lock() = s;
+    }
+
+    /// The finalizer and detached-thread counters, kept outside `gc`.
+    fn add_outside_counters(&self, s: &mut GcStats) {
+        s.finalizers_run = self.fin_run.load(Ordering::Relaxed);
+        s.finalizer_panics = self.fin_panics.load(Ordering::Relaxed);
+        s.objects_allocated += self.detached_objects.load(Ordering::Relaxed);
+        s.bytes_allocated += self.detached_bytes.load(Ordering::Relaxed);
+    }
+
     /// The heap's identity: the address of its shared state.
     #[inline]
     pub(crate) fn id(&self) -> usize {
@@ -361,6 +400,7 @@ impl Heap {
                 verify_errors: Vec::new(),
             }),
             big: Mutex::new(BigLists::default()),
+            published: Mutex::new(GcStats::default()),
             callbacks: Callbacks::new(),
             roots: Mutex::new(Roots::default()),
             types: Mutex::new(Vec::new()),
@@ -629,25 +669,27 @@ impl Heap {
     ///
     /// With lazy sweeping, pages still waiting for the last collection's sweep are swept
     /// first, so that bytes freed and live are exact.
+    ///
+    /// Called from inside a collection on a collector thread (a GC callback, a mark or
+    /// sweep function, a root scanner), where the collection holds the state this
+    /// needs, it returns the statistics as of the start of that collection instead of
+    /// waiting for it to end (which would never happen); their `p50_pause` and
+    /// `p99_pause` are those of the last call from outside a collection.
     pub fn stats(&self) -> GcStats {
-        let gc = self.0.gc.lock();
-        let mut s = gc.stats.snapshot();
-        {
-            let mut pages = self.0.pages.lock();
-            // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
-            // never held by a thread.
-            unsafe { pages.finish_sweep(&self.0.trigger) };
-            let big = self.0.big.lock();
-            s.live_bytes = (pages.totals.live + big.live) as u64;
-            s.old_bytes = (pages.totals.old + big.old_bytes) as u64;
-            s.bytes_freed += pages.totals.freed;
-            s.pages_in_use = pages.pages_in_use() as u64;
-            s.mapped_bytes = pages.mapped_bytes() as u64;
-        }
-        s.finalizers_run = self.0.fin_run.load(Ordering::Relaxed);
-        s.finalizer_panics = self.0.fin_panics.load(Ordering::Relaxed);
-        s.objects_allocated += self.0.detached_objects.load(Ordering::Relaxed);
-        s.bytes_allocated += self.0.detached_bytes.load(Ordering::Relaxed);
+        let gc = match self.0.gc.try_lock() {
+            Some(gc) => gc,
+            None if on_collector_thread() => {
+                let mut s = self.0.published.lock().clone();
+                self.0.add_outside_counters(&mut s);
+                return s;
+            }
+            None => self.0.gc.lock(),
+        };
+        let s = self.0.complete_stats(gc.stats.snapshot());
+        *self.0.published.lock() = s.clone();
+        drop(gc);
+        let mut s = s;
+        self.0.add_outside_counters(&mut s);
         s
     }
 
@@ -807,4 +849,13 @@ impl SweepProc {
     pub fn is_some(&self) -> bool {
         !matches!(self, SweepProc::None)
     }
+}
+
+/// Whether the calling thread is running a collection: the collecting mutator (callbacks,
+/// root scanners, sweep functions) or a collector helper thread (mark functions).
+fn on_collector_thread() -> bool {
+    let me = crate::mutator::current();
+    // SAFETY: the current thread's mutator is alive while attached.
+    (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))
+        || !crate::mark::helper_ptls().is_null()
 }

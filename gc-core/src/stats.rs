@@ -117,17 +117,11 @@ impl StatsAcc {
         self.pauses.push(d.as_nanos().min(u64::MAX as u128) as u64);
     }
 
-    pub(crate) fn snapshot(&self) -> GcStats {
-        let mut sorted = self.pauses.clone();
-        sorted.sort_unstable();
-        let pct = |p: f64| -> Duration {
-            if sorted.is_empty() {
-                return Duration::ZERO;
-            }
-            let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
-            Duration::from_nanos(sorted[idx])
-        };
-        GcStats {
+    /// Copies every counter into `out`, leaving its percentiles (which need a sort of
+    /// the samples) as they are: cheap enough to run at every collection.
+    pub(crate) fn publish_counters(&self, out: &mut GcStats) {
+        let (p50, p99) = (out.p50_pause, out.p99_pause);
+        *out = GcStats {
             full_collections: self.full,
             partial_collections: self.partial,
             objects_allocated: self.objects_allocated,
@@ -139,8 +133,8 @@ impl StatsAcc {
             mapped_bytes: self.mapped_bytes,
             total_pause: self.total_pause,
             max_pause: self.max_pause,
-            p50_pause: pct(0.5),
-            p99_pause: pct(0.99),
+            p50_pause: p50,
+            p99_pause: p99,
             sweep_functions_run: self.sweep_functions_run,
             verify_errors: self.verify_errors,
             weak_refs_cleared: self.weak_refs_cleared,
@@ -149,7 +143,26 @@ impl StatsAcc {
             finalizer_panics: 0,
             tokens_queued: self.tokens_queued,
             total_weak_time: self.total_weak_time,
-        }
+        };
+    }
+
+    pub(crate) fn snapshot(&self) -> GcStats {
+        let mut sorted = self.pauses.clone();
+        sorted.sort_unstable();
+        let pct = |p: f64| -> Duration {
+            if sorted.is_empty() {
+                return Duration::ZERO;
+            }
+            let idx = ((sorted.len() - 1) as f64 * p).round() as usize;
+            Duration::from_nanos(sorted[idx])
+        };
+        let mut s = GcStats {
+            p50_pause: pct(0.5),
+            p99_pause: pct(0.99),
+            ..GcStats::default()
+        };
+        self.publish_counters(&mut s);
+        s
     }
 }
 

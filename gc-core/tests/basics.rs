@@ -306,3 +306,91 @@ fn bad_configurations_are_refused_with_the_offending_knob_named() {
         m.collect(CollectionKind::Full).unwrap();
     }
 }
+
+static STATS_HEAP: std::sync::OnceLock<Heap> = std::sync::OnceLock::new();
+static MARK_STATS_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+fn mark_calling_stats(m: &mut Marker<'_>, obj: ObjRef) -> usize {
+    // A mark function asking for statistics, on whichever collector thread runs it.
+    let s = STATS_HEAP.get().unwrap().stats();
+    assert!(s.objects_allocated > 0);
+    MARK_STATS_CALLS.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: a live object of the type below, whose slot 0 holds a reference or 0.
+    let child = unsafe { obj.read_slot(0) };
+    if let Some(c) = ObjRef::from_addr(child) {
+        m.queue(c);
+    }
+    0
+}
+
+/// `stats()` called from inside a collection (a pre/post-GC callback on the collecting
+/// thread, a mark function on the collector threads) returns the statistics as of the
+/// start of that collection; it used to wait forever for the lock the collection holds.
+#[test]
+fn stats_from_inside_a_collection_does_not_wait_for_it() {
+    let heap = Heap::new(HeapConfig {
+        mark_threads: 2,
+        parallel_threshold: 0,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    STATS_HEAP.set(heap.clone()).ok().unwrap();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for pre in [true, false] {
+        let (h, seen) = (heap.clone(), seen.clone());
+        let f = std::sync::Arc::new(move |_kind: CollectionKind| {
+            let s = h.stats();
+            seen.lock()
+                .unwrap()
+                .push((pre, s.full_collections, s.partial_collections));
+        });
+        heap.add_callback(if pre {
+            gc_core::Callback::PreGc(f)
+        } else {
+            gc_core::Callback::PostGc(f)
+        })
+        .unwrap();
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = heap.clone();
+    std::thread::spawn(move || {
+        let mut m = h.attach().unwrap();
+        let ty = h
+            .new_foreign_type(ForeignTypeSpec {
+                name: "Chain",
+                mark: MarkProc::Rust(mark_calling_stats),
+                sweep: SweepProc::None,
+                has_pointers: true,
+                large: false,
+            })
+            .unwrap();
+        let head = m.alloc_typed(16, ty).unwrap();
+        let root = h.root(head);
+        let mut tail = head;
+        for _ in 0..2000 {
+            let next = m.alloc_typed(16, ty).unwrap();
+            // SAFETY: live objects; slot 0 of a Chain holds its successor.
+            unsafe { m.store_ref(tail, 0, Some(next)) };
+            tail = next;
+        }
+        m.collect(CollectionKind::Full).unwrap();
+        m.collect(CollectionKind::Partial).unwrap();
+        m.collect(CollectionKind::Full).unwrap();
+        drop(root);
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(120))
+        .expect("collections calling stats() from callbacks finish");
+    assert!(MARK_STATS_CALLS.load(Ordering::SeqCst) >= 2001);
+    // Each collection's callbacks see the counts as of its start: (full, partial) before
+    // the first is (0, 0), and so on; pre and post of one collection agree.
+    let seen = seen.lock().unwrap().clone();
+    let want: Vec<(bool, u64, u64)> = [(0, 0), (1, 0), (1, 1)]
+        .iter()
+        .flat_map(|&(f, p)| [(true, f, p), (false, f, p)])
+        .collect();
+    assert_eq!(seen, want);
+    // Outside a collection the full statistics, as always.
+    let s = heap.stats();
+    assert_eq!((s.full_collections, s.partial_collections), (2, 1));
+}
