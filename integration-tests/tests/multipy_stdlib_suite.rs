@@ -36,10 +36,14 @@ const MODULES: &[&str] = &[
     "test_re",
 ];
 
-/// Tests that fail in the interpreters without Python's signal handlers (all but
-/// interpreter 0: signal dispositions are process-wide, so only one interpreter
-/// installs them). `_thread.interrupt_main()` "does nothing" when SIGINT is not handled
-/// by Python, and these tests expect a KeyboardInterrupt.
+/// Tests whose outcome depends on the process-wide SIGINT disposition, so on timing
+/// between the two interpreters. `_thread.interrupt_main()` "does nothing" when SIGINT
+/// is not handled by that copy of Python, and these tests expect a KeyboardInterrupt:
+/// they usually fail in the interpreters without Python's signal handlers (all but
+/// interpreter 0: dispositions are process-wide, so only one installs them), but pass
+/// there when the other interpreter's concurrent tests have just set a Python handler
+/// for SIGINT (seen in CI); either way is accepted, in either interpreter, and every
+/// other result must equal the plain run's.
 const NEED_SIGNAL_HANDLERS: &[&str] = &[
     "test_interrupt_main_mainthread (test.test_threading.InterruptMainTests.",
     "test_interrupt_main_subthread (test.test_threading.InterruptMainTests.",
@@ -154,29 +158,23 @@ fn stdlib_tests_in_two_interpreters_match_a_plain_process() {
             "interpreter {k}: {:?} (exit {code}); plain: {:?}",
             got.totals, want.totals
         );
-        if k > 0 {
-            let excused: Vec<String> = got
-                .failing
-                .iter()
-                .filter(|l| {
-                    NEED_SIGNAL_HANDLERS.iter().any(|p| l.contains(p)) && !want.failing.contains(*l)
-                })
-                .cloned()
-                .collect();
-            assert_eq!(
-                excused.len(),
-                NEED_SIGNAL_HANDLERS.len(),
-                "interpreter {k}: {excused:?}"
-            );
-            for l in &excused {
-                eprintln!("interpreter {k}: known difference (no signal handlers): {l}");
-                got.failing.remove(l);
-                // regrtest's "failures=" counts FAILs, not ERRORs.
-                if l.starts_with("FAIL: ") {
-                    got.totals.1 -= 1;
-                }
+        let excused: Vec<String> = got
+            .failing
+            .iter()
+            .filter(|l| {
+                NEED_SIGNAL_HANDLERS.iter().any(|p| l.contains(p)) && !want.failing.contains(*l)
+            })
+            .cloned()
+            .collect();
+        for l in &excused {
+            eprintln!("interpreter {k}: known difference (SIGINT disposition): {l}");
+            got.failing.remove(l);
+            // regrtest's "failures=" counts FAILs, not ERRORs.
+            if l.starts_with("FAIL: ") {
+                got.totals.1 -= 1;
             }
-        } else {
+        }
+        if excused.is_empty() {
             assert_eq!(
                 *code,
                 plain.status.code().unwrap(),
