@@ -29,12 +29,12 @@ impl FrameHook for Breakpoint {
         let qualname = code.qualname();
         if qualname != self.target && code.name() != self.target {
             frame.skip_code();
-            return frame.eval();
+            return frame.pass_through();
         }
         // A generator function's arguments are seen at its call; its resumptions are not
         // entries.
         if frame.owner() != FrameOwner::Thread {
-            return frame.eval();
+            return frame.pass_through();
         }
         let n = self.hits.fetch_add(1, Ordering::Relaxed) + 1;
         let api = frame.python().api();
@@ -67,7 +67,8 @@ impl FrameHook for Breakpoint {
                 }
             }
         }
-        frame.eval()
+        // Nothing to do once the function returns: let it run without this hook's frame.
+        frame.pass_through()
     }
 }
 

@@ -1,8 +1,9 @@
 //! The measuring side of `cargo xtask bench frame-hooks` (prints one flat JSON object).
 //!
 //! Workloads: `fib(25)` and a generator-heavy pipeline, each timed inside Python
-//! (`perf_counter_ns`) under six evaluators, interleaved round by round in a rotating
-//! order: the default evaluator, a Rust pass-through hook, a C pass-through hook (the
+//! (`perf_counter_ns`) under seven evaluators, interleaved round by round in a rotating
+//! order: the default evaluator, a Rust pass-through hook (`Frame::pass_through`), a Rust
+//! hook evaluating the frame inside itself (`Frame::eval`), a C pass-through hook (the
 //! fixture `benches/c/passthrough.c`, compiled by xtask), the Rust profiler, `cProfile`,
 //! and `sys.setprofile` with a no-op function. Overheads are taken against the default in
 //! the same round; ratios are medians of per-round ratios. Then code-extra lookups:
@@ -22,9 +23,22 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// The Rust pass-through hook: passes every frame on to the previous evaluator.
 struct PassThrough;
 
 impl FrameHook for PassThrough {
+    #[inline]
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        frame.pass_through()
+    }
+}
+
+/// A hook that evaluates the frame inside itself (`Frame::eval`), as a hook with work to
+/// do after the frame ran must: the full trampoline (guard set and lifted, result
+/// returned through the hook).
+struct EvalInside;
+
+impl FrameHook for EvalInside {
     #[inline]
     fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
         frame.eval()
@@ -53,15 +67,17 @@ def _noop(frame, event, arg):
 enum Mode {
     Default,
     Rust,
+    RustEval,
     C,
     Profiler,
     CProfile,
     SetProfile,
 }
 
-const MODES: [Mode; 6] = [
+const MODES: [Mode; 7] = [
     Mode::Default,
     Mode::Rust,
+    Mode::RustEval,
     Mode::C,
     Mode::Profiler,
     Mode::CProfile,
@@ -73,6 +89,7 @@ impl Mode {
         match self {
             Mode::Default => "default",
             Mode::Rust => "rust",
+            Mode::RustEval => "rust_eval",
             Mode::C => "c",
             Mode::Profiler => "profiler",
             Mode::CProfile => "cprofile",
@@ -100,9 +117,11 @@ impl Bench {
             "_t0 = time.perf_counter_ns()\n{pre}\n{call}\n{post}\n_dt = time.perf_counter_ns() - _t0\n"
         );
         let mut rust = None;
+        let mut rust_eval = None;
         let mut prof = None;
         match mode {
             Mode::Rust => rust = Some(self.py.install(Arc::new(PassThrough)).unwrap()),
+            Mode::RustEval => rust_eval = Some(self.py.install(Arc::new(EvalInside)).unwrap()),
             // SAFETY: the fixture's install needs the GIL, which with_gil holds.
             Mode::C => assert_eq!(self.py.with_gil(|| unsafe { (self.c_install)() }), 0),
             Mode::Profiler => prof = Some(self.py.install(self.profiler.clone()).unwrap()),
@@ -110,6 +129,9 @@ impl Bench {
         }
         self.py.run(&code).unwrap();
         if let Some(mut h) = rust {
+            h.uninstall().unwrap();
+        }
+        if let Some(mut h) = rust_eval {
             h.uninstall().unwrap();
         }
         if let Some(mut h) = prof {
@@ -290,6 +312,7 @@ fn main() {
         }
         let mut times: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
         let mut rust_over_c = Vec::new();
+        let mut rust_eval_over_c = Vec::new();
         let mut prof_over_cprof = Vec::new();
         for r in 0..rounds {
             let mut t = BTreeMap::new();
@@ -299,6 +322,7 @@ fn main() {
             }
             let d = t[&Mode::Default];
             rust_over_c.push((t[&Mode::Rust] - d) / (t[&Mode::C] - d));
+            rust_eval_over_c.push((t[&Mode::RustEval] - d) / (t[&Mode::C] - d));
             prof_over_cprof.push((t[&Mode::Profiler] - d) / (t[&Mode::CProfile] - d));
             for (m, v) in t {
                 times.entry(m).or_default().push(v);
@@ -322,9 +346,14 @@ fn main() {
         out.insert(format!("{name}_default_spread"), spread(Mode::Default));
         out.insert(format!("{name}_c_spread"), spread(Mode::C));
         out.insert(format!("{name}_rust_spread"), spread(Mode::Rust));
+        out.insert(format!("{name}_rust_eval_spread"), spread(Mode::RustEval));
         out.insert(
             format!("{name}_rust_over_c_overhead_round_median"),
             median(&mut rust_over_c),
+        );
+        out.insert(
+            format!("{name}_rust_eval_over_c_overhead_round_median"),
+            median(&mut rust_eval_over_c),
         );
         out.insert(
             format!("{name}_profiler_over_cprofile_overhead_round_median"),

@@ -91,6 +91,68 @@ impl FrameHook for WantsThrows {
     }
 }
 
+/// Passes frames on with `Frame::pass_through` (the trampoline's tail-call path), after
+/// optional work of its own at entry.
+#[derive(Default)]
+struct Passer {
+    counter: Counter,
+    /// repr() the arguments of frames of this function before passing them on (runs
+    /// Python code under the recursion guard, or with it lifted by `reentrant`).
+    repr_args_of: Option<&'static str>,
+    reentrant_repr: bool,
+    /// Panic after calling pass_through for frames of this function.
+    panic_after_pass: Option<&'static str>,
+    /// Call eval after pass_through for frames of this function (a misuse: panics).
+    eval_after_pass: Option<&'static str>,
+    /// The argument reprs seen.
+    seen_args: Mutex<Vec<String>>,
+}
+
+impl FrameHook for Passer {
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        let c = &self.counter;
+        let name = frame.code().qualname();
+        if frame.throw_flag() {
+            c.throws.lock().unwrap().push(name.clone());
+        }
+        *c.calls.lock().unwrap().entry(name.clone()).or_default() += 1;
+        if c.skip == Some(name.as_str()) {
+            frame.skip_code();
+        }
+        assert!(!frame.is_consumed());
+        let r = frame.pass_through();
+        assert!(frame.is_consumed() && !r.is_ok() && r.as_ptr().is_null());
+        // The hook's own code after pass_through still runs under the guard.
+        if self.repr_args_of == Some(name.as_str()) {
+            let args = if self.reentrant_repr {
+                frame.reentrant(|| frame.arguments())
+            } else {
+                frame.arguments()
+            };
+            let mut seen = self.seen_args.lock().unwrap();
+            seen.extend(args.into_iter().map(|(n, v)| format!("{n}={v}")));
+        }
+        if self.panic_after_pass == Some(name.as_str()) {
+            panic!("after passing {name} on");
+        }
+        if self.eval_after_pass == Some(name.as_str()) {
+            return frame.eval();
+        }
+        r
+    }
+}
+
+/// The same, asking for frames resumed with the throw flag.
+#[derive(Default)]
+struct PasserWantsThrows(Passer);
+
+impl FrameHook for PasserWantsThrows {
+    const WANTS_THROWS: bool = true;
+    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+        self.0.eval_frame(frame)
+    }
+}
+
 struct Ctx {
     lib: Libpython,
     py: Python,
@@ -232,15 +294,18 @@ async def sleeper():
     return [x * x for x in range(4)]
 "#;
 
+/// Runs the GENERATORS workload and checks its results.
+fn check_generators(cx: &Ctx) {
+    assert_eq!(cx.eval("result = consume()"), "10");
+    assert_eq!(cx.eval("result = thrower()"), "(0, -1, [1, 2])");
+    assert_eq!(cx.eval("result = drive(outer())"), "6");
+    assert_eq!(cx.eval("result = throw_into_coroutine()"), "'caught v'");
+    assert_eq!(cx.eval("result = asyncio.run(sleeper())"), "[0, 1, 4, 9]");
+}
+
 fn case_generators_coroutines_and_throw(cx: &Ctx) {
+    let check = check_generators;
     cx.py.run(GENERATORS).unwrap();
-    let check = |cx: &Ctx| {
-        assert_eq!(cx.eval("result = consume()"), "10");
-        assert_eq!(cx.eval("result = thrower()"), "(0, -1, [1, 2])");
-        assert_eq!(cx.eval("result = drive(outer())"), "6");
-        assert_eq!(cx.eval("result = throw_into_coroutine()"), "'caught v'");
-        assert_eq!(cx.eval("result = asyncio.run(sleeper())"), "[0, 1, 4, 9]");
-    };
     check(cx);
     // Throws go to the default evaluator by default...
     let mut plain = cx.install(Counter::default());
@@ -409,6 +474,126 @@ fn case_recursion_guard(cx: &Ctx) {
     );
     assert_eq!(re.hook().count("helper"), 1);
     re.uninstall().unwrap();
+}
+
+/// `Frame::pass_through`: the frame is evaluated after the hook returns, with the guard
+/// lifted (its callees reach the hook) while the hook's own code, before and after the
+/// call, runs under the guard; chaining both ways; skip marks; the throw flag; panics and
+/// misuse after passing on; generators and coroutines.
+fn case_pass_through(cx: &Ctx) {
+    std::panic::set_hook(Box::new(|_| {}));
+    cx.py.run(FIB).unwrap();
+    cx.py.run(REPRS).unwrap();
+    cx.py.run(PANICS).unwrap();
+    cx.py.run(GENERATORS).unwrap();
+    let p = |passer: Passer| cx.py.install(Arc::new(passer)).unwrap();
+
+    // Every call is seen, callees of passed-on frames included.
+    let mut inst = p(Passer::default());
+    assert_eq!(cx.eval("result = fib(15)"), "610");
+    assert_eq!(inst.hook().counter.count("fib"), 1973);
+    inst.uninstall().unwrap();
+
+    // The hook's code runs guarded: the repr it calls after pass_through (Loud.__repr__,
+    // helper) is not hooked, and the guard is restored for what follows.
+    let mut inst = p(Passer {
+        repr_args_of: Some("target"),
+        ..Default::default()
+    });
+    assert_eq!(
+        cx.eval("result = (target(Loud()), helper(), target(Loud()))"),
+        "(1, 'h', 1)"
+    );
+    let h = inst.hook();
+    assert_eq!(h.counter.count("target"), 2);
+    assert_eq!(h.counter.count("Loud.__repr__"), 0, "the hook's own repr");
+    assert_eq!(
+        h.counter.count("helper"),
+        1,
+        "only the call from Python code, not the repr's"
+    );
+    assert_eq!(*h.seen_args.lock().unwrap(), ["x=Loud(h)", "x=Loud(h)"]);
+    inst.uninstall().unwrap();
+    let mut inst = p(Passer {
+        repr_args_of: Some("target"),
+        reentrant_repr: true,
+        ..Default::default()
+    });
+    assert_eq!(cx.eval("result = target(Loud())"), "1");
+    assert_eq!(inst.hook().counter.count("Loud.__repr__"), 1, "reentrant()");
+    assert_eq!(inst.hook().counter.count("helper"), 1);
+    inst.uninstall().unwrap();
+
+    // Chaining, both ways round with a hook that evaluates inside itself.
+    let mut under = cx.install(Counter::default());
+    let mut over = p(Passer::default());
+    assert_eq!(cx.eval("result = fib(10)"), "55");
+    assert_eq!(over.hook().counter.count("fib"), 177);
+    assert_eq!(under.hook().count("fib"), 177);
+    over.uninstall().unwrap();
+    under.uninstall().unwrap();
+    let mut under = p(Passer::default());
+    let mut over = cx.install(Counter::default());
+    assert_eq!(cx.eval("result = fib(10)"), "55");
+    assert_eq!(over.hook().count("fib"), 177);
+    assert_eq!(under.hook().counter.count("fib"), 177);
+    over.uninstall().unwrap();
+    under.uninstall().unwrap();
+    assert!(cx.py.eval_is_default());
+
+    // A skip mark set before passing on.
+    cx.py
+        .run("def skipme():\n    return 1\ndef other():\n    return skipme()\n")
+        .unwrap();
+    let mut inst = p(Passer {
+        counter: Counter {
+            skip: Some("skipme"),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    assert_eq!(cx.eval("result = sum(other() for _ in range(10))"), "10");
+    assert_eq!(inst.hook().counter.count("skipme"), 1);
+    assert_eq!(inst.hook().counter.count("other"), 10);
+    inst.uninstall().unwrap();
+
+    // Generators, coroutines, throws: the throw flag reaches the evaluator it was
+    // passed on to.
+    let check = check_generators;
+    let mut inst = p(Passer::default());
+    check(cx);
+    assert!(inst.hook().counter.throws.lock().unwrap().is_empty());
+    assert!(inst.hook().counter.count("gen") >= 6);
+    inst.uninstall().unwrap();
+    let mut inst = cx
+        .py
+        .install(Arc::new(PasserWantsThrows::default()))
+        .unwrap();
+    check(cx);
+    let seen = inst.hook().0.counter.throws.lock().unwrap().clone();
+    assert!(seen.contains(&"gen".to_string()), "{seen:?}");
+    inst.uninstall().unwrap();
+
+    // A panic after passing on, and evaluating after passing on: the frame never runs,
+    // a RuntimeError is raised in it; the hook keeps working.
+    let mut inst = p(Passer {
+        panic_after_pass: Some("boom_target"),
+        eval_after_pass: Some("after_target"),
+        ..Default::default()
+    });
+    assert_eq!(
+        cx.eval("result = call(boom_target, 1)"),
+        "'RuntimeError: panic in frame hook: after passing boom_target on'"
+    );
+    assert_eq!(
+        cx.eval("result = call(after_target, 2)"),
+        "'RuntimeError: panic in frame hook: a frame was evaluated twice by one hook'"
+    );
+    assert_eq!(cx.eval("result = ran"), "[]", "neither frame ran");
+    assert_eq!(cx.eval("result = fib(10)"), "55");
+    assert_eq!(inst.hook().counter.count("fib"), 177);
+    inst.uninstall().unwrap();
+    assert!(cx.py.eval_is_default());
 }
 
 static DROPS: AtomicUsize = AtomicUsize::new(0);
@@ -921,6 +1106,7 @@ const CASES: &[Case] = &[
     ("check_while_threads_run", case_check_while_threads_run),
     ("hooks_change_during_check", case_hooks_change_during_check),
     ("chain_after_slot_reuse", case_chain_after_slot_reuse),
+    ("pass_through", case_pass_through),
 ];
 
 /// The child side: runs the case named by FRAME_HOOKS_CASE (does nothing otherwise).
@@ -974,6 +1160,7 @@ versions!(
     check_while_threads_run,
     hooks_change_during_check,
     chain_after_slot_reuse,
+    pass_through,
 );
 
 #[test]

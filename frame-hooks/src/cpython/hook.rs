@@ -5,11 +5,11 @@
 use super::api::{Api, EvalFrameFn, InterpreterFrame, PyObject, PyThreadState};
 use super::layout::{word, Layout};
 use super::{Error, Python};
-use std::cell::Cell;
+use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// How many hooks may be installed at once in the whole process (over all copies).
@@ -17,8 +17,10 @@ pub const MAX_HOOKS: usize = 8;
 
 /// A frame-evaluation hook for CPython.
 pub trait FrameHook: Send + Sync + 'static {
-    /// Evaluates `frame`, usually by calling [`Frame::eval`] around its own work. Must
-    /// return the result of evaluating the frame (or of [`Frame::raise`]).
+    /// Evaluates `frame`, usually by calling [`Frame::eval`] around its own work, or by
+    /// returning [`Frame::pass_through`] when it has nothing to do after the frame ran.
+    /// Must return the result of evaluating the frame (or of [`Frame::raise`] or
+    /// [`Frame::pass_through`]).
     fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult;
 
     /// Whether frames resumed with the throw flag (`generator.throw()`, an exception
@@ -35,7 +37,7 @@ pub(crate) struct HookCommon {
     skip_index: isize,
     /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
     /// code object) and once a skip mark was set.
-    slow_checks: AtomicBool,
+    slow_checks: GilFlag,
     /// This hook's skip mark in the bitmask stored in code objects: the slot's byte
     /// (`mark_mask`) holding the install's generation (`mark`), so that a mark left by an
     /// earlier hook of the same slot does not apply to this one.
@@ -91,6 +93,33 @@ impl HookCommon {
     }
 }
 
+/// A flag read and written only with the GIL of the copy its hook is installed in held
+/// (by the trampoline and by [`Frame::skip_code`]): a plain load on the trampoline's path,
+/// which, unlike an atomic load, the compiler may drop when the hook's result does not
+/// depend on it (a pass-through hook).
+struct GilFlag(UnsafeCell<bool>);
+
+// SAFETY: every access happens with the same interpreter's GIL held (see above), which
+// orders them.
+unsafe impl Sync for GilFlag {}
+
+impl GilFlag {
+    /// # Safety
+    /// The GIL of the hook's interpreter is held.
+    #[inline(always)]
+    unsafe fn get(&self) -> bool {
+        // SAFETY: the caller holds the GIL, under which every write happens.
+        unsafe { *self.0.get() }
+    }
+
+    /// # Safety
+    /// As for `get`.
+    unsafe fn set(&self) {
+        // SAFETY: as above.
+        unsafe { *self.0.get() = true }
+    }
+}
+
 struct SlotState<H> {
     common: HookCommon,
     hook: Arc<H>,
@@ -115,7 +144,8 @@ thread_local! {
 }
 
 /// A new reference returned by an evaluation (NULL with an exception set on error).
-/// Dropping it releases the reference.
+/// Dropping it releases the reference. The result of [`Frame::pass_through`] holds none
+/// yet (NULL, but no exception set): the frame is evaluated after the hook returns.
 #[must_use = "an evaluation's result is what the hook returns"]
 pub struct EvalResult {
     obj: *mut PyObject,
@@ -123,13 +153,14 @@ pub struct EvalResult {
 }
 
 impl EvalResult {
-    /// Whether the evaluation returned a value (not an exception).
+    /// Whether the evaluation returned a value (not an exception; false for the result
+    /// of [`Frame::pass_through`]).
     #[inline]
     pub fn is_ok(&self) -> bool {
         !self.obj.is_null()
     }
 
-    /// The returned object (borrowed; NULL on error).
+    /// The returned object (borrowed; NULL on error and for [`Frame::pass_through`]).
     pub fn as_ptr(&self) -> *mut PyObject {
         self.obj
     }
@@ -284,16 +315,26 @@ pub enum FrameOwner {
 /// `co_flags` bits of generator, coroutine and async-generator code.
 pub const CO_GENERATOR_LIKE: i64 = 0x20 | 0x80 | 0x100 | 0x200;
 
+/// `Frame::consumed`: the hook has not evaluated the frame yet.
+const NOT_EVALUATED: u8 = 0;
+/// The hook evaluated (or raised in) the frame.
+const EVALUATED: u8 = 1;
+/// The hook returned [`Frame::pass_through`]'s promise: the trampoline evaluates the frame.
+const PASSED: u8 = 2;
+
 /// The frame a hook is asked to evaluate.
 pub struct Frame<'a> {
     common: &'a HookCommon,
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
     throw: c_int,
-    consumed: &'a Cell<bool>,
+    /// [`NOT_EVALUATED`], [`EVALUATED`] or [`PASSED`].
+    consumed: &'a Cell<u8>,
     /// This hook's guard bit (a constant of the trampoline, so the compiler can see that
     /// lifting the guard around `eval` restores the value it found).
     bit: u32,
+    /// The guard word when the trampoline entered the hook (our bit clear).
+    entry_guard: u32,
 }
 
 impl<'a> Frame<'a> {
@@ -349,21 +390,37 @@ impl<'a> Frame<'a> {
         self.tstate
     }
 
-    /// Whether this frame was already evaluated (or raised) by this hook.
+    /// Whether this frame was already evaluated (or raised, or passed through) by this
+    /// hook.
     pub fn is_consumed(&self) -> bool {
-        self.consumed.get()
+        self.consumed.get() != NOT_EVALUATED
+    }
+
+    #[inline(always)]
+    fn consume(&self, how: u8) {
+        assert!(
+            self.consumed.replace(how) == NOT_EVALUATED,
+            "a frame was evaluated twice by one hook"
+        );
     }
 
     #[inline]
     fn run(&mut self, default: bool, throw: c_int) -> EvalResult {
-        assert!(
-            !self.consumed.replace(true),
-            "a frame was evaluated twice by one hook"
-        );
-        let bit = self.bit;
+        self.consume(EVALUATED);
+        let (bit, entry) = (self.bit, self.entry_guard);
         // Lift the guard around the evaluation (nested trampolines leave the word as they
-        // found it, so clearing and setting our bit restores it).
-        GUARD.with(|c| c.set(c.get() & !bit));
+        // found it, so clearing and setting our bit restores it). When the word is the
+        // entry word plus our bit, as it is unless the hook changed it, lifting gives the
+        // entry word: said so, the compiler sees that the store puts back the word the
+        // trampoline loaded (nothing was stored between), and drops it.
+        GUARD.with(|c| {
+            let cur = c.get();
+            c.set(if cur == entry | bit {
+                entry
+            } else {
+                cur & !bit
+            })
+        });
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
         let obj = unsafe {
             if default {
@@ -384,6 +441,26 @@ impl<'a> Frame<'a> {
     #[inline]
     pub fn eval(&mut self) -> EvalResult {
         self.run(false, self.throw)
+    }
+
+    /// Passes the frame on: once the hook has returned, the frame is evaluated with the
+    /// evaluator this hook was installed over (throw flag passed through), as
+    /// [`Frame::eval`] would, with the recursion guard lifted. For a hook with nothing to
+    /// do after the frame ran (a filter, an entry counter, a breakpoint): the trampoline
+    /// jumps to the evaluator rather than calling it, so neither the hook nor the
+    /// trampoline keeps a stack frame while the evaluated one runs, and a hook that passes
+    /// every frame through costs about what a C pass-through hook does. The hook's own
+    /// code up to its return still runs under the recursion guard. The result holds no
+    /// object; whatever the hook returns after calling this is released, and the frame
+    /// evaluated. A hook that panics after calling it leaves the frame unevaluated (a
+    /// `RuntimeError` is raised in it).
+    #[inline(always)]
+    pub fn pass_through(&mut self) -> EvalResult {
+        self.consume(PASSED);
+        EvalResult {
+            obj: std::ptr::null_mut(),
+            api: self.common.api,
+        }
     }
 
     /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
@@ -449,9 +526,9 @@ impl<'a> Frame<'a> {
     /// Marks the frame's code object: its later frames bypass this hook.
     pub fn skip_code(&self) {
         let api = self.common.api;
-        self.common.slow_checks.store(true, Ordering::Relaxed);
         // SAFETY: GIL held; our own index holds an integer bitmask (NULL free function).
         unsafe {
+            self.common.slow_checks.set();
             let code = self.code_ptr();
             let old = skip_bits(&self.common.layout, code, self.common.skip_index);
             let new = (old & !self.common.mark_mask) | self.common.mark;
@@ -530,7 +607,38 @@ unsafe extern "C" fn chained<H: FrameHook, const S: usize>(
     unsafe { enter::<H, S>(&*(state as *const SlotState<H>), tstate, frame, throw) }
 }
 
+/// Whether the frame must bypass the hook: its code is marked skipped for this hook, or
+/// (3.13) `f_executable` is not a code object.
+///
+/// # Safety
+/// A live frame of the hook's copy; the GIL held.
+#[inline(always)]
+unsafe fn bypassed(c: &HookCommon, frame: *mut InterpreterFrame) -> bool {
+    // SAFETY: the GIL is held.
+    if !unsafe { c.slow_checks.get() } {
+        return false;
+    }
+    // SAFETY: a live frame; f_code/f_executable is at the checked offset.
+    let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
+    if c.layout.executable_may_not_be_code {
+        // SAFETY: `code` is a live object (a strong reference held by the frame): its
+        // type is the word after the reference count.
+        let ty = unsafe { word(code as *const c_void, 8) };
+        if ty != c.api.code_type as usize {
+            return true;
+        }
+    }
+    // SAFETY: `code` is a live code object of this copy.
+    let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
+    marks & c.mark_mask == c.mark
+}
+
 /// Runs the hook of `st` (slot `S`) on a frame.
+///
+/// Every way of handing the frame to the previous evaluator unchanged (guard set, throw
+/// flag, skip mark, [`Frame::pass_through`]) ends at the one call at the bottom, with
+/// nothing live after it: it compiles to a jump, and for a hook that passes every frame
+/// through the compiler folds the rest away.
 ///
 /// # Safety
 /// CPython's own arguments of the current call, the GIL held.
@@ -544,77 +652,83 @@ unsafe fn enter<H: FrameHook, const S: usize>(
     let c = &st.common;
     let bit = 1u32 << S;
     let g = GUARD.with(|g| g.get());
-    if g & bit != 0 {
-        // Our hook's own code is running on this thread: not re-entered.
-        // SAFETY: passing CPython's own arguments to the evaluator we were installed over.
-        return unsafe { c.call_prev(tstate, frame, throw) };
-    }
-    if throw != 0 && !H::WANTS_THROWS {
-        // SAFETY: as above.
-        return unsafe { c.call_prev(tstate, frame, throw) };
-    }
-    if c.slow_checks.load(Ordering::Relaxed) {
-        // SAFETY: a live frame; f_code/f_executable is at the checked offset.
-        let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
-        if c.layout.executable_may_not_be_code {
-            // SAFETY: `code` is a live object (a strong reference held by the frame): its
-            // type is the word after the reference count.
-            let ty = unsafe { word(code as *const c_void, 8) };
-            if ty != c.api.code_type as usize {
-                // SAFETY: passing CPython's own arguments to the evaluator we were
-                // installed over.
-                return unsafe { c.call_prev(tstate, frame, throw) };
+    // Not re-entered while the hook's own code runs on this thread; frames resumed to
+    // throw go to the previous evaluator unless the hook asks for them.
+    // SAFETY: a live frame of this copy, the GIL held.
+    if g & bit == 0 && (throw == 0 || H::WANTS_THROWS) && !unsafe { bypassed(c, frame) } {
+        GUARD.with(|cell| cell.set(g | bit));
+        let consumed = Cell::new(NOT_EVALUATED);
+        let mut f = Frame {
+            common: c,
+            tstate,
+            frame,
+            throw,
+            consumed: &consumed,
+            bit,
+            entry_guard: g,
+        };
+        let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
+        // Back to the word found on entry (`g`, our bit clear): whoever changed it since
+        // (a nested trampoline, `Frame::eval`, `Frame::reentrant`) restored it, so both
+        // stores below change only our bit. Clearing the bit needs no register kept
+        // across the call in `Frame::eval`; storing `g` lets the compiler see, for a hook
+        // that only passes through, that the word never changed, and drop the stores.
+        match (r, consumed.get()) {
+            (Ok(res), EVALUATED) => {
+                GUARD.with(|cell| cell.set(cell.get() & !bit));
+                return res.into_raw();
+            }
+            (Ok(res), PASSED) => {
+                GUARD.with(|cell| cell.set(g));
+                // Passed through: evaluated below.
+                drop(res);
+            }
+            (r, state) => {
+                GUARD.with(|cell| cell.set(g));
+                // SAFETY: CPython's arguments; `state` says whether the frame ran.
+                return unsafe { not_evaluated(c, r, state, tstate, frame) };
             }
         }
-        {
-            // SAFETY: `code` is a live code object of this copy.
-            let marks = unsafe { skip_bits(&c.layout, code, c.skip_index) };
-            if marks & c.mark_mask == c.mark {
-                // SAFETY: as above.
-                return unsafe { c.call_prev(tstate, frame, throw) };
-            }
-        }
     }
-    GUARD.with(|cell| cell.set(g | bit));
-    let consumed = Cell::new(false);
-    let mut f = Frame {
-        common: c,
-        tstate,
-        frame,
-        throw,
-        consumed: &consumed,
-        bit,
-    };
-    let r = catch_unwind(AssertUnwindSafe(|| st.hook.eval_frame(&mut f)));
-    // Our bit was clear on entry; everything else was restored by whoever changed it.
-    GUARD.with(|cell| cell.set(cell.get() & !bit));
+    // SAFETY: CPython's own arguments, the frame not evaluated yet, the guard as found.
+    unsafe { c.call_prev(tstate, frame, throw) }
+}
+
+/// The end of a hook that panicked or returned without evaluating its frame: a
+/// `RuntimeError` raised in the frame (thrown into it if it did not run yet).
+///
+/// # Safety
+/// CPython's arguments of the current call, GIL held; `state` is the frame's `consumed`.
+#[cold]
+#[inline(never)]
+unsafe fn not_evaluated(
+    c: &HookCommon,
+    r: std::thread::Result<EvalResult>,
+    state: u8,
+    tstate: *mut PyThreadState,
+    frame: *mut InterpreterFrame,
+) -> *mut PyObject {
     match r {
         Ok(res) => {
-            if !consumed.get() {
-                // The hook returned without evaluating: the frame would leak (3.12+) or
-                // run nowhere. Raise in it instead.
-                drop(res);
-                set_runtime_error(c.api, "frame hook returned without evaluating the frame");
-                // SAFETY: the frame was not evaluated yet; throwing into it unwinds it.
-                return unsafe { c.call_prev(tstate, frame, 1) };
-            }
-            res.into_raw()
+            // The hook returned without evaluating: the frame would leak (3.12+) or run
+            // nowhere. Raise in it instead.
+            drop(res);
+            set_runtime_error(c.api, "frame hook returned without evaluating the frame");
         }
         Err(payload) => {
             let msg = format!("panic in frame hook: {}", super::panic_message(&*payload));
             tracing::warn!(%msg, "frame hook panicked; raising RuntimeError in the frame");
             set_runtime_error(c.api, &msg);
-            if consumed.get() {
+            if state == EVALUATED {
                 // The frame ran (and CPython cleared it as usual); its result, if any,
                 // was released while unwinding.
-                std::ptr::null_mut()
-            } else {
-                // SAFETY: the frame was not evaluated yet; throwing into it makes the
-                // evaluator unwind and clear it (3.12+) and record the traceback.
-                unsafe { c.call_prev(tstate, frame, 1) }
+                return std::ptr::null_mut();
             }
         }
     }
+    // SAFETY: the frame was not evaluated yet; throwing into it makes the evaluator
+    // unwind and clear it (3.12+) and record the traceback.
+    unsafe { c.call_prev(tstate, frame, 1) }
 }
 
 /// The trampoline of `H` in `slot`, and the entry for a hook chained over it.
@@ -689,7 +803,9 @@ impl Python {
                     layout: self.inner.layout,
                     prev,
                     skip_index: self.inner.skip_index,
-                    slow_checks: AtomicBool::new(self.inner.layout.executable_may_not_be_code),
+                    slow_checks: GilFlag(UnsafeCell::new(
+                        self.inner.layout.executable_may_not_be_code,
+                    )),
                     mark: usize::from(generation) << (8 * slot),
                     mark_mask: 0xff << (8 * slot),
                     python: self.clone(),

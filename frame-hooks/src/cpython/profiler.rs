@@ -195,11 +195,11 @@ impl FrameHook for Profiler {
         // Calling a generator function runs a frame that only builds the generator;
         // profilers count the generator's resumptions, not that creation.
         if st.generator_like && frame.owner() == FrameOwner::Thread {
-            return frame.eval();
+            return frame.pass_through();
         }
         bump(&st.calls, 1);
         if !self.timing {
-            return frame.eval();
+            return frame.pass_through();
         }
         let outermost = st.active.load(Ordering::Relaxed) == 0;
         bump(&st.active, 1);

@@ -2,7 +2,10 @@
 //! measured by frame-hooks' `hook_bench` example (release build), with the peers in the
 //! same process and run: the default evaluator, a C pass-through hook (the fixture
 //! `frame-hooks/benches/c/passthrough.c`, compiled here with cc), `cProfile`, and
-//! `sys.setprofile` with a no-op function. Timings are interleaved round by round; on a
+//! `sys.setprofile` with a no-op function. The Rust pass-through hook passes every frame on
+//! with `Frame::pass_through` (the target's figure); a Rust hook evaluating the frame
+//! inside itself (`Frame::eval`, what a hook with work after the frame pays) is measured
+//! beside it. Timings are interleaved round by round; on a
 //! shared machine they are noisy, so instruction counts of one `fib(20)` under callgrind
 //! (deterministic) are recorded too when valgrind is installed.
 
@@ -94,15 +97,15 @@ pub fn run() -> Result<()> {
     }
 
     if have("valgrind") {
-        println!("    counting instructions of fib(20) under callgrind (default, c, rust, profiler, cprofile)");
+        println!("    counting instructions of fib(20) under callgrind (default, c, rust, rust_eval, profiler, cprofile)");
         let mut ir = std::collections::BTreeMap::new();
-        for mode in ["default", "c", "rust", "profiler", "cprofile"] {
+        for mode in ["default", "c", "rust", "rust_eval", "profiler", "cprofile"] {
             ir.insert(mode, callgrind(&bin, &c_hook, mode)?);
         }
         for (mode, n) in &ir {
             report.value(&format!("fib20_ir_per_call_{mode}"), n / FIB20_CALLS);
         }
-        for mode in ["c", "rust", "profiler", "cprofile"] {
+        for mode in ["c", "rust", "rust_eval", "profiler", "cprofile"] {
             report.value(
                 &format!("fib20_ir_overhead_per_call_{mode}"),
                 (ir[mode] - ir["default"]) / FIB20_CALLS,
@@ -154,6 +157,18 @@ pub fn run() -> Result<()> {
         "gen_profiler_overhead_ms",
         "gen_cprofile_overhead_ms",
         Some(0.5),
+    );
+    report.compare(
+        "fib(25) Rust hook evaluating inside (Frame::eval) overhead / C hook overhead",
+        "fib_rust_eval_overhead_ms",
+        "fib_c_overhead_ms",
+        None,
+    );
+    report.compare(
+        "fib(20) instrs/call overhead: Rust hook evaluating inside / C hook",
+        "fib20_ir_overhead_per_call_rust_eval",
+        "fib20_ir_overhead_per_call_c",
+        None,
     );
     report.compare(
         "fib(20) instrs/call overhead: profiler / cProfile",
