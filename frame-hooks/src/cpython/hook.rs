@@ -407,20 +407,12 @@ impl<'a> Frame<'a> {
     #[inline]
     fn run(&mut self, default: bool, throw: c_int) -> EvalResult {
         self.consume(EVALUATED);
-        let (bit, entry) = (self.bit, self.entry_guard);
-        // Lift the guard around the evaluation (nested trampolines leave the word as they
-        // found it, so clearing and setting our bit restores it). When the word is the
-        // entry word plus our bit, as it is unless the hook changed it, lifting gives the
-        // entry word: said so, the compiler sees that the store puts back the word the
-        // trampoline loaded (nothing was stored between), and drops it.
-        GUARD.with(|c| {
-            let cur = c.get();
-            c.set(if cur == entry | bit {
-                entry
-            } else {
-                cur & !bit
-            })
-        });
+        let entry = self.entry_guard;
+        // Lift the guard around the evaluation, and set it again after it: the word is the
+        // entry word plus our bit here (trampolines, `eval` and `reentrant` leave the word
+        // as they found it), so lifting stores the entry word (which, for a hook the
+        // compiler sees through, is the word the trampoline loaded: the store is dropped).
+        GUARD.with(|c| c.set(entry));
         // SAFETY: the frame and thread state CPython gave the trampoline, evaluated once.
         let obj = unsafe {
             if default {
@@ -429,6 +421,7 @@ impl<'a> Frame<'a> {
                 self.common.call_prev(self.tstate, self.frame, throw)
             }
         };
+        let bit = self.bit;
         GUARD.with(|c| c.set(c.get() | bit));
         EvalResult {
             obj,
