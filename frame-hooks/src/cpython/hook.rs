@@ -35,9 +35,11 @@ pub(crate) struct HookCommon {
     layout: Layout,
     prev: EvalFrameFn,
     skip_index: isize,
-    /// What the trampoline must check on the code object ([`CHECK_EXECUTABLE`] on 3.13,
-    /// [`CHECK_SKIP_MARKS`] once a skip mark was set): one load and test while neither.
-    slow_checks: GilFlags,
+    /// The trampoline must read the code object: on 3.13 (to check `f_executable` is a
+    /// code object) and once a skip mark was set. One load and test while not.
+    slow_checks: GilFlag,
+    /// This hook has set a skip mark (its marks must be read).
+    skip_marks: GilFlag,
     /// This hook's skip mark in the bitmask stored in code objects: the slot's byte
     /// (`mark_mask`) holding the install's generation (`mark`), so that a mark left by an
     /// earlier hook of the same slot does not apply to this one.
@@ -93,35 +95,34 @@ impl HookCommon {
     }
 }
 
-/// `slow_checks`: `f_executable` may be something other than a code object (3.13).
-const CHECK_EXECUTABLE: u8 = 1;
-/// `slow_checks`: this hook has marked code objects skipped.
-const CHECK_SKIP_MARKS: u8 = 2;
-
-/// Flags read and written only with the GIL of the copy their hook is installed in held
+/// A flag read and written only with the GIL of the copy their hook is installed in held
 /// (by the trampoline and by [`Frame::skip_code`]): a plain load on the trampoline's path,
 /// which, unlike an atomic load, the compiler may drop when the hook's result does not
 /// depend on it (a pass-through hook).
-struct GilFlags(UnsafeCell<u8>);
+struct GilFlag(UnsafeCell<bool>);
 
 // SAFETY: every access happens with the same interpreter's GIL held (see above), which
 // orders them.
-unsafe impl Sync for GilFlags {}
+unsafe impl Sync for GilFlag {}
 
-impl GilFlags {
+impl GilFlag {
+    fn new(value: bool) -> GilFlag {
+        GilFlag(UnsafeCell::new(value))
+    }
+
     /// # Safety
     /// The GIL of the hook's interpreter is held.
     #[inline(always)]
-    unsafe fn get(&self) -> u8 {
+    unsafe fn get(&self) -> bool {
         // SAFETY: the caller holds the GIL, under which every write happens.
         unsafe { *self.0.get() }
     }
 
     /// # Safety
     /// As for `get`.
-    unsafe fn insert(&self, flag: u8) {
+    unsafe fn set(&self) {
         // SAFETY: as above.
-        unsafe { *self.0.get() |= flag }
+        unsafe { *self.0.get() = true }
     }
 }
 
@@ -526,7 +527,8 @@ impl<'a> Frame<'a> {
         let api = self.common.api;
         // SAFETY: GIL held; our own index holds an integer bitmask (NULL free function).
         unsafe {
-            self.common.slow_checks.insert(CHECK_SKIP_MARKS);
+            self.common.skip_marks.set();
+            self.common.slow_checks.set();
             let code = self.code_ptr();
             let old = skip_bits(&self.common.layout, code, self.common.skip_index);
             let new = (old & !self.common.mark_mask) | self.common.mark;
@@ -613,13 +615,12 @@ unsafe extern "C" fn chained<H: FrameHook, const S: usize>(
 #[inline(always)]
 unsafe fn bypassed(c: &HookCommon, frame: *mut InterpreterFrame) -> bool {
     // SAFETY: the GIL is held.
-    let checks = unsafe { c.slow_checks.get() };
-    if checks == 0 {
+    if !unsafe { c.slow_checks.get() } {
         return false;
     }
     // SAFETY: a live frame; f_code/f_executable is at the checked offset.
     let code = unsafe { word(frame as *const c_void, c.layout.f_code) } as *mut PyObject;
-    if checks & CHECK_EXECUTABLE != 0 {
+    if c.layout.executable_may_not_be_code {
         // SAFETY: `code` is a live object (a strong reference held by the frame): its
         // type is the word after the reference count.
         let ty = unsafe { word(code as *const c_void, 8) };
@@ -627,7 +628,8 @@ unsafe fn bypassed(c: &HookCommon, frame: *mut InterpreterFrame) -> bool {
             return true;
         }
     }
-    if checks & CHECK_SKIP_MARKS == 0 {
+    // SAFETY: the GIL is held.
+    if !unsafe { c.skip_marks.get() } {
         return false;
     }
     // SAFETY: `code` is a live code object of this copy.
@@ -805,13 +807,8 @@ impl Python {
                     layout: self.inner.layout,
                     prev,
                     skip_index: self.inner.skip_index,
-                    slow_checks: GilFlags(UnsafeCell::new(
-                        if self.inner.layout.executable_may_not_be_code {
-                            CHECK_EXECUTABLE
-                        } else {
-                            0
-                        },
-                    )),
+                    slow_checks: GilFlag::new(self.inner.layout.executable_may_not_be_code),
+                    skip_marks: GilFlag::new(false),
                     mark: usize::from(generation) << (8 * slot),
                     mark_mask: 0xff << (8 * slot),
                     python: self.clone(),
