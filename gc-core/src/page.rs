@@ -425,6 +425,8 @@ pub(crate) struct TriggerPlan {
     /// Bytes not to count (kept only for finalizers).
     pub discount: usize,
     pub growth: f64,
+    /// `HeapConfig::headroom`.
+    pub headroom: f64,
     pub min: usize,
     pub max: usize,
 }
@@ -436,7 +438,12 @@ impl TriggerPlan {
         let live = (pool_live + self.other_live).saturating_sub(self.discount);
         let old = (pool_old + self.other_old).min(live);
         let counted = old as f64 + (live - old) as f64 * self.young_weight;
-        (counted * self.growth).clamp(self.min as f64, self.max as f64) as usize
+        let extra = if self.headroom > 0.0 {
+            counted * self.headroom / (counted + self.headroom)
+        } else {
+            0.0
+        };
+        (counted * self.growth + extra).clamp(self.min as f64, self.max as f64) as usize
     }
 }
 
