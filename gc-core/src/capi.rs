@@ -657,6 +657,45 @@ pub unsafe extern "C" fn gc_alloc(
     size: usize,
     ty: *mut c_void,
 ) -> *mut c_void {
+    // The fast path: the calling thread's mutator (its magic, no checked mode), a type
+    // it allocated before (the cache), a free cell of its current page. Everything else,
+    // errors included, in `gc_alloc_slow`.
+    let ms = m as *const MutatorShared;
+    if !ms.is_null()
+        && !cfg!(debug_assertions)
+        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
+        // handed out; mutator memory is recycled, never freed, so it stays readable.
+        && unsafe {
+            (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
+                && !(*ms).head.checked.load(Ordering::Relaxed)
+        }
+    {
+        // SAFETY: the calling thread's attached mutator (the contract above).
+        let ms = unsafe { &*ms };
+        // SAFETY: its local state is the calling thread's.
+        let local = unsafe { &*ms.local.get() };
+        let addr = ty as usize;
+        if addr != 0 && local.type_cache.contains(&addr) {
+            // SAFETY: cached types were validated; types live as long as their heap.
+            let t = TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() });
+            // SAFETY: ms is the calling thread's mutator.
+            if let Some(obj) = unsafe { ms.alloc_fast::<false>(size, t) } {
+                return obj.as_ptr().cast();
+            }
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { gc_alloc_slow(m, size, ty) }
+}
+
+/// Everything `gc_alloc`'s fast path does not do: checks, type validation, the
+/// mutator's slow path, errors.
+///
+/// # Safety
+/// As for `gc_alloc`.
+#[cold]
+#[inline(never)]
+unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *mut c_void {
     let Some(ms) = mutator_ref(m, "gc_alloc") else {
         return std::ptr::null_mut();
     };
