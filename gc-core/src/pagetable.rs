@@ -133,15 +133,31 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static En
     let slot = &TOP[page_base >> LEAF_SHIFT];
     let mut leaf = slot.load(Ordering::Acquire);
     if leaf.is_null() {
-        // Allocated zeroed on the heap (2 MiB: never built on the stack); all-zero
-        // entries are null metadata pointers and zero info and geometry words.
-        let layout = std::alloc::Layout::new::<Leaf>();
-        // SAFETY: Leaf has non-zero size; Entry is three atomics, for which all-zero
-        // bytes are valid values, so the zeroed allocation is a valid Leaf.
-        let fresh = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Leaf;
-        if fresh.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
+        // Mapped directly (2 MiB): fresh anonymous memory reads as zero and becomes
+        // resident only where touched (an aligned allocation from the global allocator
+        // would be memset, all of it resident). All-zero entries are null metadata
+        // pointers and zero info and geometry words.
+        let size = std::mem::size_of::<Leaf>();
+        // SAFETY: an anonymous private mapping with no address hint has no
+        // preconditions.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            p != libc::MAP_FAILED,
+            "mapping a page-table leaf: {}",
+            std::io::Error::last_os_error()
+        );
+        // Page-aligned, so every 32-byte entry lies in one cache line; Entry is three
+        // atomics, for which all-zero bytes are valid values, so this is a valid Leaf.
+        let fresh = p as *mut Leaf;
         match slot.compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -150,8 +166,8 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static En
         ) {
             Ok(_) => leaf = fresh,
             Err(existing) => {
-                // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: our own mapping, never shared.
+                unsafe { libc::munmap(p, size) };
                 leaf = existing;
             }
         }
