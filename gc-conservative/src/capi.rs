@@ -40,10 +40,10 @@ pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -
 #[no_mangle]
 pub unsafe extern "C" fn gc_base_ptr(heap: *mut gc_heap_t, p: *mut c_void) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_base_ptr") }) else {
+    let Some(id) = (unsafe { gc_heap_t::id_from_ptr(heap, "gc_base_ptr") }) else {
         return std::ptr::null_mut();
     };
-    base_ptr(h.id(), p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
+    base_ptr(id, p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
 }
 
 /// Like `gc_base_ptr`, for internal (pool) objects only.

@@ -24,6 +24,7 @@ static TOP: [AtomicPtr<Leaf>; 1 << (ADDR_BITS - LEAF_SHIFT)] =
 /// Start address -> (end address inclusive of one past the payload, heap id).
 static MAP: RwLock<BTreeMap<usize, (usize, usize)>> = RwLock::new(BTreeMap::new());
 
+#[inline(always)]
 fn leaf(addr: usize, create: bool) -> Option<&'static Leaf> {
     let slot = &TOP[addr >> LEAF_SHIFT];
     let mut p = slot.load(Ordering::Acquire);
@@ -88,14 +89,28 @@ pub(crate) fn remove(obj: usize) {
 
 /// The big object of heap `heap` whose extent `[start, end]` contains `p`.
 #[inline]
+#[cfg(test)]
 pub(crate) fn lookup(p: usize, heap: usize) -> Option<usize> {
+    if !may_hold(p) {
+        return None;
+    }
+    search(p, heap)
+}
+
+/// The radix filter alone: false when no big object overlaps the 64 KiB region of `p`.
+#[inline(always)]
+pub(crate) fn may_hold(p: usize) -> bool {
     if p >> ADDR_BITS != 0 {
-        return None;
+        return false;
     }
-    let l = leaf(p, false)?;
-    if l[(p >> REGION_SHIFT) & (LEAF_ENTRIES - 1)].load(Ordering::Acquire) == 0 {
-        return None;
-    }
+    leaf(p, false)
+        .is_some_and(|l| l[(p >> REGION_SHIFT) & (LEAF_ENTRIES - 1)].load(Ordering::Acquire) != 0)
+}
+
+/// The ordered map's answer, for an address the filter let through.
+#[cold]
+#[inline(never)]
+pub(crate) fn search(p: usize, heap: usize) -> Option<usize> {
     let map = MAP.read();
     let (&start, &(end, owner)) = map.range(..=p).next_back()?;
     (p <= end && owner == heap).then_some(start)

@@ -243,3 +243,54 @@ fn stacks_static_data_other_heaps_and_random_words_are_not_objects() {
 }
 
 fn main_like() {}
+
+/// A page whose objects all died is free: nothing in it resolves (its page-table entry
+/// no longer names the heap); once reused for another size class, interior pointers
+/// resolve to that class's objects (the entry's copy of the cell geometry follows).
+#[test]
+fn freed_page_resolves_to_nothing_then_to_its_new_class() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let id = heap.id();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    // Fill more than one page of 48-byte cells, keep nothing, hidden from the stack.
+    let (small, big) = (40, 200);
+    let mut hidden = Vec::new();
+    for _ in 0..1000 {
+        hidden.push(m.alloc_typed(small, ty).unwrap().addr() ^ MASK);
+    }
+    let page_of = |a: usize| a & !(PAGE_SIZE - 1);
+    let first = hidden[0] ^ MASK;
+    let old_page = page_of(first);
+    m.collect(CollectionKind::Full).unwrap();
+    heap.complete_sweep();
+    for off in 0..PAGE_SIZE {
+        assert_eq!(base_ptr(id, old_page + off), None, "free page +{off}");
+    }
+    // Objects of another class, until one lands on the freed page.
+    let mut kept = Vec::new();
+    let mut reused = None;
+    for _ in 0..4096 {
+        let o = m.alloc_typed(big, ty).unwrap();
+        kept.push(heap.root(o));
+        if page_of(o.addr()) == old_page {
+            reused = Some(o);
+            break;
+        }
+    }
+    let o = reused.expect("the freed page is reused within 4096 allocations");
+    for off in 0..=big {
+        assert_eq!(
+            base_ptr(id, o.addr() + off),
+            Some(o),
+            "new class, offset {off}"
+        );
+    }
+    // The old class's first object start is not a start under the new layout unless
+    // the two layouts agree there.
+    let got = base_ptr(id, first);
+    assert!(
+        got.is_none_or(|g| g.addr() <= first && first <= g.addr() + big),
+        "{got:?} for {first:#x}"
+    );
+}

@@ -130,6 +130,11 @@ typedef struct gc_config_t {
    * How much young survivors count towards the next interval (0.0 to 1.0).
    */
   double young_weight;
+  /**
+   * Extra bytes between collections for small and middle-sized heaps
+   * (`live * headroom / (live + headroom)`; 0: none).
+   */
+  size_t headroom;
 } gc_config_t;
 
 /**
@@ -264,9 +269,8 @@ const char *gc_last_error(void);
 void gc_clear_error(void);
 
 /**
- * Fills `cfg` with the default configuration, with `mark_threads` and `lazy_sweep`
- * taken from `GC_CORE_MARK_THREADS` and `GC_CORE_LAZY_SWEEP` when set (as for the
- * default heap, see `gc_default_heap`).
+ * Fills `cfg` with the default configuration, adjusted by the `GC_CORE_*` environment
+ * variables when set (as for the default heap, see `gc_default_heap`).
  *
  * # Safety
  * `cfg` is null or points to writable memory for a `gc_config_t`.
@@ -291,11 +295,13 @@ int gc_heap_delete(struct gc_heap_t *heap);
 
 /**
  * The process's default heap (the one the `jl_*` names use), created on first use
- * with the default configuration, adjusted by two environment variables (as Julia's
+ * with the default configuration, adjusted by environment variables (as Julia's
  * `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
- * core; `HeapConfig::mark_threads`) and `GC_CORE_LAZY_SWEEP` (0 or 1;
- * `HeapConfig::lazy_sweep`). A value that does not parse is reported on stderr and
- * ignored.
+ * core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
+ * `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
+ * `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes) and
+ * `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those names). A value that does not
+ * parse or is out of range is reported on stderr and ignored.
  */
 struct gc_heap_t *gc_default_heap(void);
 

@@ -120,6 +120,9 @@ pub struct gc_config_t {
     pub lazy_sweep: c_int,
     /// How much young survivors count towards the next interval (0.0 to 1.0).
     pub young_weight: f64,
+    /// Extra bytes between collections for small and middle-sized heaps
+    /// (`live * headroom / (live + headroom)`; 0: none).
+    pub headroom: usize,
 }
 
 /// Collection statistics for `gc_stats`.
@@ -235,9 +238,8 @@ pub extern "C" fn gc_clear_error() {
     LAST_ERROR.with(|e| *e.borrow_mut() = None);
 }
 
-/// Fills `cfg` with the default configuration, with `mark_threads` and `lazy_sweep`
-/// taken from `GC_CORE_MARK_THREADS` and `GC_CORE_LAZY_SWEEP` when set (as for the
-/// default heap, see `gc_default_heap`).
+/// Fills `cfg` with the default configuration, adjusted by the `GC_CORE_*` environment
+/// variables when set (as for the default heap, see `gc_default_heap`).
 ///
 /// # Safety
 /// `cfg` is null or points to writable memory for a `gc_config_t`.
@@ -263,6 +265,7 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             mark_threads: d.mark_threads,
             lazy_sweep: d.lazy_sweep as c_int,
             young_weight: d.young_weight,
+            headroom: d.headroom,
         })
     };
     0
@@ -291,6 +294,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             parallel_threshold: HeapConfig::default().parallel_threshold,
             lazy_sweep: c.lazy_sweep != 0,
             young_weight: c.young_weight,
+            headroom: c.headroom,
         }
     };
     match Heap::new(config) {
@@ -327,11 +331,13 @@ pub unsafe extern "C" fn gc_heap_delete(heap: *mut gc_heap_t) -> c_int {
 static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 
 /// The process's default heap (the one the `jl_*` names use), created on first use
-/// with the default configuration, adjusted by two environment variables (as Julia's
+/// with the default configuration, adjusted by environment variables (as Julia's
 /// `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
-/// core; `HeapConfig::mark_threads`) and `GC_CORE_LAZY_SWEEP` (0 or 1;
-/// `HeapConfig::lazy_sweep`). A value that does not parse is reported on stderr and
-/// ignored.
+/// core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
+/// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
+/// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes) and
+/// `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those names). A value that does not
+/// parse or is out of range is reported on stderr and ignored.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
     DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(default_heap_from_env())) as *const gc_heap_t
@@ -356,6 +362,37 @@ fn config_from_env() -> HeapConfig {
         _ => None,
     }) {
         config.lazy_sweep = on;
+    }
+    if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
+        v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
+    }) {
+        config.growth = g;
+    }
+    if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
+        v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
+    }) {
+        config.young_weight = w;
+    }
+    if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
+        v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
+    }) {
+        config.headroom = h;
+    }
+    if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
+        v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
+    }) {
+        config.full_growth = f;
+    }
+    if let Some(m) = env_knob(
+        "GC_CORE_MIN_INTERVAL",
+        "a byte count from 64 KiB to 1 GiB",
+        |v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|m| (64 << 10..=1 << 30).contains(m))
+        },
+    ) {
+        config.min_interval = m;
     }
     config
 }
@@ -620,6 +657,45 @@ pub unsafe extern "C" fn gc_alloc(
     size: usize,
     ty: *mut c_void,
 ) -> *mut c_void {
+    // The fast path: the calling thread's mutator (its magic, no checked mode), a type
+    // it allocated before (the cache), a free cell of its current page. Everything else,
+    // errors included, in `gc_alloc_slow`.
+    let ms = m as *const MutatorShared;
+    if !ms.is_null()
+        && !cfg!(debug_assertions)
+        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
+        // handed out; mutator memory is recycled, never freed, so it stays readable.
+        && unsafe {
+            (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
+                && !(*ms).head.checked.load(Ordering::Relaxed)
+        }
+    {
+        // SAFETY: the calling thread's attached mutator (the contract above).
+        let ms = unsafe { &*ms };
+        // SAFETY: its local state is the calling thread's.
+        let local = unsafe { &*ms.local.get() };
+        let addr = ty as usize;
+        if addr != 0 && local.type_cache.contains(&addr) {
+            // SAFETY: cached types were validated; types live as long as their heap.
+            let t = TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() });
+            // SAFETY: ms is the calling thread's mutator.
+            if let Some(obj) = unsafe { ms.alloc_fast::<false>(size, t) } {
+                return obj.as_ptr().cast();
+            }
+        }
+    }
+    // SAFETY: forwarded.
+    unsafe { gc_alloc_slow(m, size, ty) }
+}
+
+/// Everything `gc_alloc`'s fast path does not do: checks, type validation, the
+/// mutator's slow path, errors.
+///
+/// # Safety
+/// As for `gc_alloc`.
+#[cold]
+#[inline(never)]
+unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *mut c_void {
     let Some(ms) = mutator_ref(m, "gc_alloc") else {
         return std::ptr::null_mut();
     };

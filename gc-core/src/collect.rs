@@ -396,6 +396,7 @@ fn run(
         young_weight: config.young_weight,
         discount: kept_for_finalizers,
         growth: config.growth,
+        headroom: config.headroom as f64,
         min: config.min_interval,
         max: config.max_interval,
     };

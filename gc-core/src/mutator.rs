@@ -283,6 +283,27 @@ impl MutatorShared {
         size: usize,
         ty: TypeRef,
     ) -> Result<ObjRef, GcError> {
+        // SAFETY: forwarded.
+        match unsafe { self.alloc_fast::<INTERNAL>(size, ty) } {
+            Some(obj) => Ok(obj),
+            // SAFETY: forwarded.
+            None => unsafe { self.alloc_slow(size, ty, INTERNAL) },
+        }
+    }
+
+    /// The allocation fast path alone: a cell of the thread's current page for `ty`, or
+    /// `None` when [`Self::alloc_slow`] has to decide (validation, safepoint, stress
+    /// mode, a big object, a page refill). Calls nothing, so that a caller inlining it
+    /// needs no stack frame on its way to a cell.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[inline(always)]
+    pub(crate) unsafe fn alloc_fast<const INTERNAL: bool>(
+        &self,
+        size: usize,
+        ty: TypeRef,
+    ) -> Option<ObjRef> {
         let desc = ty.desc();
         // SAFETY: we are the owning thread (caller's contract).
         let local = unsafe { &mut *self.local.get() };
@@ -302,11 +323,16 @@ impl MutatorShared {
             let pool = &mut local.pools[class];
             let cell = pool.free;
             let obj = if cell != FREE_END {
+                if cell_size > INLINE_ZERO_MAX {
+                    // Zeroed by memset on the slow path (a call here would cost every
+                    // allocation a stack frame).
+                    return None;
+                }
                 // SAFETY: `cell` is a free cell of a page this thread holds: its header
                 // holds the next link and its payload is ours to zero.
                 unsafe {
                     pool.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
-                    zero_words(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
                 }
                 cell + HEADER_SIZE
             } else if pool.bump < pool.bump_end {
@@ -314,8 +340,7 @@ impl MutatorShared {
                 pool.bump = c + cell_size;
                 c + HEADER_SIZE
             } else {
-                // SAFETY: forwarded.
-                return unsafe { self.alloc_slow(size, ty, INTERNAL) };
+                return None;
             };
             // SAFETY: the header word of the cell we just took.
             unsafe {
@@ -327,10 +352,9 @@ impl MutatorShared {
             local.bytes += cell_size as u64;
             local.countdown -= 1;
             // SAFETY: obj is a non-null cell address.
-            return Ok(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
+            return Some(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
         }
-        // SAFETY: forwarded.
-        unsafe { self.alloc_slow(size, ty, INTERNAL) }
+        None
     }
 
     /// Allocates an object of a type only the heap itself makes objects of (weak
@@ -603,6 +627,29 @@ impl MutatorShared {
         // SAFETY: owning thread.
         unsafe { &mut *self.local.get() }.sweep_list.push(obj);
         Ok(())
+    }
+}
+
+/// Largest cell (header included) whose payload the allocation fast path zeroes
+/// itself, with word stores.
+const INLINE_ZERO_MAX: usize = 256;
+
+/// Zeroes `bytes` (a multiple of 8, at most `INLINE_ZERO_MAX`) at `addr` with word
+/// stores, not a call to memset: the stores are volatile so that the compiler does not
+/// turn the loop back into that call.
+///
+/// # Safety
+/// `[addr, addr + bytes)` is writable memory of the caller's.
+#[inline(always)]
+unsafe fn zero_words_inline(addr: usize, bytes: usize) {
+    let mut p = addr as *mut u64;
+    let end = (addr + bytes) as *mut u64;
+    while p < end {
+        // SAFETY: within the range the caller gave.
+        unsafe {
+            p.write_volatile(0);
+            p = p.add(1);
+        }
     }
 }
 

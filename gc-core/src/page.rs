@@ -32,8 +32,9 @@ pub struct PageMeta {
     /// Packed layout, readable without a lock: bits 0..16 cell size (0 while free),
     /// bits 16..24 size class.
     layout: AtomicU64,
-    /// The page-table entry's copy of owner and layout (`pagetable::pack_info`).
-    info: AtomicPtr<AtomicU64>,
+    /// The page's page-table entry, which keeps a copy of owner and layout
+    /// (`pagetable::pack_info`, `pagetable::pack_geom`).
+    entry: AtomicPtr<pagetable::Entry>,
     /// Allocation bits, by granule of the object address: set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
     /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
@@ -104,7 +105,7 @@ impl PageMeta {
             }),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             alloc: [const { AtomicU64::new(0) }; GRANULE_WORDS],
-            info: AtomicPtr::new(std::ptr::null_mut()),
+            entry: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -239,13 +240,19 @@ impl PageMeta {
         self.publish_info();
     }
 
-    /// Copies owner and layout into the page-table entry.
+    /// Copies owner and layout into the page-table entry (the geometry first, see
+    /// `pagetable::Entry::geom`).
     fn publish_info(&self) {
-        let slot = self.info.load(Ordering::Acquire);
-        // SAFETY: set at registration to the entry's info word, which is never freed.
+        let slot = self.entry.load(Ordering::Acquire);
+        // SAFETY: set at registration to the page's entry, which is never freed.
         if let Some(slot) = unsafe { slot.as_ref() } {
-            let info = pagetable::pack_info(self.owner(), self.layout.load(Ordering::Acquire));
-            slot.store(info, Ordering::Release);
+            let layout = self.layout.load(Ordering::Acquire);
+            let cell = (layout & 0xffff) as usize;
+            let geom = (cell != 0).then(|| {
+                let class = ((layout >> 16) & 0xff) as usize;
+                pagetable::pack_geom(cell, DIV_MAGIC[class])
+            });
+            slot.publish(pagetable::pack_info(self.owner(), layout), geom);
         }
     }
 
@@ -311,8 +318,8 @@ impl Chunk {
         let chunk: &'static Chunk = Box::leak(Box::new(Chunk { base, metas }));
         for meta in chunk.metas.iter() {
             let slot = pagetable::register(meta.base, meta);
-            meta.info.store(
-                slot as *const AtomicU64 as *mut AtomicU64,
+            meta.entry.store(
+                slot as *const pagetable::Entry as *mut pagetable::Entry,
                 Ordering::Release,
             );
         }
@@ -425,6 +432,8 @@ pub(crate) struct TriggerPlan {
     /// Bytes not to count (kept only for finalizers).
     pub discount: usize,
     pub growth: f64,
+    /// `HeapConfig::headroom`.
+    pub headroom: f64,
     pub min: usize,
     pub max: usize,
 }
@@ -436,7 +445,12 @@ impl TriggerPlan {
         let live = (pool_live + self.other_live).saturating_sub(self.discount);
         let old = (pool_old + self.other_old).min(live);
         let counted = old as f64 + (live - old) as f64 * self.young_weight;
-        (counted * self.growth).clamp(self.min as f64, self.max as f64) as usize
+        let extra = if self.headroom > 0.0 {
+            counted * self.headroom / (counted + self.headroom)
+        } else {
+            0.0
+        };
+        (counted * self.growth + extra).clamp(self.min as f64, self.max as f64) as usize
     }
 }
 

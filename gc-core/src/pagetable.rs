@@ -22,11 +22,63 @@ const TOP_ENTRIES: usize = 1 << (ADDR_BITS - LEAF_SHIFT);
 const LEAF_ENTRIES: usize = 1 << (LEAF_SHIFT - PAGE_SHIFT);
 
 /// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
-/// (owner and cell layout, see [`pack_info`]) so that a lookup reads this entry and then
-/// only the page's allocation bitmap.
-struct Entry {
-    meta: AtomicPtr<PageMeta>,
+/// (owner and cell layout, see [`pack_info`]; the cell size with its division magic, see
+/// [`pack_geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
+/// and then only the page's allocation bitmap, with no table of its own.
+#[repr(C, align(32))]
+pub struct Entry {
     info: AtomicU64,
+    meta: AtomicPtr<PageMeta>,
+    geom: AtomicU64,
+}
+
+impl Entry {
+    /// Owner << [`INFO_OWNER_SHIFT`] | size class << 16 | cell size; 0 while the page is
+    /// free and for an address no pool page was ever registered at.
+    #[inline(always)]
+    pub fn info(&self) -> u64 {
+        self.info.load(Ordering::Acquire)
+    }
+
+    /// The page's metadata; `None` if no pool page was ever registered here.
+    #[inline(always)]
+    pub fn meta(&self) -> Option<&'static PageMeta> {
+        // SAFETY: page metadata is leaked when registered and never freed.
+        unsafe { self.meta.load(Ordering::Acquire).as_ref() }
+    }
+
+    /// The page's metadata, for an entry whose [`Entry::info`] named an owner (set only
+    /// after the metadata pointer was).
+    #[inline(always)]
+    pub fn meta_of_owned(&self) -> &'static PageMeta {
+        let m = self.meta.load(Ordering::Acquire);
+        debug_assert!(!m.is_null(), "an owned page has metadata");
+        // SAFETY: as in `meta`; an owner is published only after the pointer (register
+        // stores it before the page can be assigned), and it is never reset.
+        unsafe { &*m }
+    }
+
+    /// The cell geometry of the page's last layout ([`pack_geom`]): published before the
+    /// info word, so a lookup that read an info word with a cell size reads a geometry
+    /// at least that recent.
+    #[inline(always)]
+    pub fn geom(&self) -> u64 {
+        self.geom.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn publish(&self, info: u64, geom: Option<u64>) {
+        if let Some(g) = geom {
+            self.geom.store(g, Ordering::Release);
+        }
+        self.info.store(info, Ordering::Release);
+    }
+}
+
+/// Packs a cell size (header included, below 2^16) with its division magic
+/// ([`crate::sizeclass::div_magic`], below 2^32): magic in bits 0..32, cell size above.
+pub fn pack_geom(cell: usize, magic: u64) -> u64 {
+    debug_assert!(magic < 1 << 32 && cell < 1 << 16);
+    magic | (cell as u64) << 32
 }
 
 type Leaf = [Entry; LEAF_ENTRIES];
@@ -35,28 +87,28 @@ type Leaf = [Entry; LEAF_ENTRIES];
 pub const INFO_OWNER_SHIFT: u32 = 24;
 
 /// Packs a page's owner (heap id, below 2^40) and layout (cell size | class << 16, 0
-/// while the page is free) into one word.
+/// while the page is free) into one word; 0 (no owner) while the page is free, so that
+/// an info word naming a heap always describes a page in use.
 pub fn pack_info(owner: usize, layout: u64) -> u64 {
+    if layout & 0xffff == 0 {
+        return 0;
+    }
     ((owner as u64) << INFO_OWNER_SHIFT) | (layout & ((1 << INFO_OWNER_SHIFT) - 1))
 }
 
-/// The page containing `addr` with its packed info (owner << 24 | class << 16 | cell
-/// size): one load of the leaf entry's two words.
-#[inline]
-pub fn lookup_with_info(addr: usize) -> Option<(u64, &'static PageMeta)> {
-    if addr >> ADDR_BITS != 0 {
+/// The page-table entry of the page that would contain `addr`, if its GiB has a leaf:
+/// every entry of a leaf exists, registered or not (all-zero then). The lookup with the
+/// fewest instructions: one load of the top level; the caller reads the entry's words.
+#[inline(always)]
+pub fn entry(addr: usize) -> Option<&'static Entry> {
+    let top = addr >> LEAF_SHIFT;
+    if top >= TOP_ENTRIES {
         return None;
     }
-    let leaf = TOP[addr >> LEAF_SHIFT].load(Ordering::Acquire);
-    if leaf.is_null() {
-        return None;
-    }
+    let leaf = TOP[top].load(Ordering::Acquire);
     // SAFETY: leaves are allocated by `register` and never freed.
-    let entry = &unsafe { &*leaf }[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)];
-    let info = entry.info.load(Ordering::Acquire);
-    let meta = entry.meta.load(Ordering::Acquire);
-    // SAFETY: page metadata is leaked when registered and never freed.
-    unsafe { meta.as_ref() }.map(|m| (info, m))
+    let leaf = unsafe { leaf.as_ref() }?;
+    Some(&leaf[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)])
 }
 
 static TOP: [AtomicPtr<Leaf>; TOP_ENTRIES] =
@@ -67,26 +119,13 @@ static TOP: [AtomicPtr<Leaf>; TOP_ENTRIES] =
 /// [`PageMeta::owner`] and [`PageMeta::cell_layout`].
 #[inline]
 pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
-    if addr >> ADDR_BITS != 0 {
-        return None;
-    }
-    let leaf = TOP[addr >> LEAF_SHIFT].load(Ordering::Acquire);
-    if leaf.is_null() {
-        return None;
-    }
-    // SAFETY: leaves are allocated by `register` and never freed.
-    let leaf = unsafe { &*leaf };
-    let meta = leaf[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)]
-        .meta
-        .load(Ordering::Acquire);
-    // SAFETY: page metadata is leaked when registered (see module docs) and never freed.
-    unsafe { meta.as_ref() }
+    entry(addr)?.meta()
 }
 
 /// Records that the page at `page_base` is described by `meta` (for the process's
-/// lifetime). Called once per page, when its chunk is mapped. Returns the entry's info
-/// word, which the page keeps up to date.
-pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static AtomicU64 {
+/// lifetime). Called once per page, when its chunk is mapped. Returns the entry, whose
+/// info and geometry words the page keeps up to date.
+pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static Entry {
     assert!(
         page_base >> ADDR_BITS == 0,
         "page above the 48-bit address space"
@@ -94,15 +133,31 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static At
     let slot = &TOP[page_base >> LEAF_SHIFT];
     let mut leaf = slot.load(Ordering::Acquire);
     if leaf.is_null() {
-        // Allocated zeroed on the heap (1 MiB: never built on the stack); all-zero
-        // entries are null metadata pointers and zero info words.
-        let layout = std::alloc::Layout::new::<Leaf>();
-        // SAFETY: Leaf has non-zero size; Entry is two atomics, for which all-zero bytes
-        // are valid values, so the zeroed allocation is a valid Leaf.
-        let fresh = unsafe { std::alloc::alloc_zeroed(layout) } as *mut Leaf;
-        if fresh.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
+        // Mapped directly (2 MiB): fresh anonymous memory reads as zero and becomes
+        // resident only where touched (an aligned allocation from the global allocator
+        // would be memset, all of it resident). All-zero entries are null metadata
+        // pointers and zero info and geometry words.
+        let size = std::mem::size_of::<Leaf>();
+        // SAFETY: an anonymous private mapping with no address hint has no
+        // preconditions.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert!(
+            p != libc::MAP_FAILED,
+            "mapping a page-table leaf: {}",
+            std::io::Error::last_os_error()
+        );
+        // Page-aligned, so every 32-byte entry lies in one cache line; Entry is three
+        // atomics, for which all-zero bytes are valid values, so this is a valid Leaf.
+        let fresh = p as *mut Leaf;
         match slot.compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -111,8 +166,8 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static At
         ) {
             Ok(_) => leaf = fresh,
             Err(existing) => {
-                // SAFETY: `fresh` came from Box::into_raw above and was never shared.
-                drop(unsafe { Box::from_raw(fresh) });
+                // SAFETY: our own mapping, never shared.
+                unsafe { libc::munmap(p, size) };
                 leaf = existing;
             }
         }
@@ -124,7 +179,7 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static At
     entry
         .meta
         .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
-    &entry.info
+    entry
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
  *   base_ptr_hit_ns / gc_base_hit_ns   interior pointers into live objects of all sizes
  *   base_ptr_miss_ns / gc_base_miss_ns stack, static, malloc and random addresses
  *   base_ptr_free_ns                   pointers into free cells (Boehm has no equivalent)
+ *   (lookups: medians of ROUNDS rounds, ours and Boehm's alternating, so that both see
+ *   the same machine load)
  *   stack_scan_gbps                    gc_scan_range over a 64 MiB buffer of mixed words
  */
 #define _GNU_SOURCE
@@ -38,7 +40,8 @@ static uint64_t next(void)
 
 static int static_data[1024];
 #define NPTR (1 << 20)
-#define REPEAT 8
+#define REPEAT 2
+#define ROUNDS 7
 static volatile uintptr_t sink;
 
 static double time_ours(gc_heap_t *h, void **ptrs, int n)
@@ -61,6 +64,19 @@ static double time_boehm(void **ptrs, int n)
     double t = (now_ns() - t0) / ((double)n * REPEAT);
     sink = acc;
     return t;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of n values (sorts them). */
+static double median(double *v, int n)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    return v[n / 2];
 }
 
 static void *scan_lo, *scan_hi;
@@ -150,11 +166,19 @@ int main(void)
     for (int i = 0; i < NPTR; i++) hits_ok += gc_base_ptr(heap, ours_hit[i]) != NULL;
     if (hits_ok != NPTR) fprintf(stderr, "warning: %d of %d hits resolved\n", hits_ok, NPTR);
 
-    printf("base_ptr_hit_ns=%.3f\n", time_ours(heap, ours_hit, NPTR));
-    printf("gc_base_hit_ns=%.3f\n", time_boehm(boehm_hit, NPTR));
-    printf("base_ptr_miss_ns=%.3f\n", time_ours(heap, miss, NPTR));
-    printf("gc_base_miss_ns=%.3f\n", time_boehm(miss, NPTR));
-    printf("base_ptr_free_ns=%.3f\n", time_ours(heap, freep, NPTR));
+    double t[5][ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        t[0][r] = time_ours(heap, ours_hit, NPTR);
+        t[1][r] = time_boehm(boehm_hit, NPTR);
+        t[2][r] = time_ours(heap, miss, NPTR);
+        t[3][r] = time_boehm(miss, NPTR);
+        t[4][r] = time_ours(heap, freep, NPTR);
+    }
+    printf("base_ptr_hit_ns=%.3f\n", median(t[0], ROUNDS));
+    printf("gc_base_hit_ns=%.3f\n", median(t[1], ROUNDS));
+    printf("base_ptr_miss_ns=%.3f\n", median(t[2], ROUNDS));
+    printf("gc_base_miss_ns=%.3f\n", median(t[3], ROUNDS));
+    printf("base_ptr_free_ns=%.3f\n", median(t[4], ROUNDS));
     printf("free_cells_rejected=%d\n", nfree_ok);
 
     /* ---- conservative scan throughput ---- */
