@@ -334,6 +334,7 @@ static void CHANGED_BAG(Bag bag)
 static void CollectBags(int full)
 {
     gc_collect(M, full ? GC_COLLECT_FULL : GC_COLLECT_PARTIAL);
+    FreeDeferredLimbs();
 }
 
 static void GasmanStats(mg_stats *st)

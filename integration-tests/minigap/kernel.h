@@ -101,6 +101,7 @@ static void GasmanPoll(void);    /* let another thread have the GIL if it asks *
 static void GasmanStats(mg_stats *st);
 static void GasmanBlockingSleep(uint64_t us);  /* sleep outside the GIL, GC-safe */
 static int GasmanIsYoung(Bag bag);
+static void FreeDeferredLimbs(void);  /* integer.c: free dead integers' buffers */
 
 static MarkFuncBags TabMarkFuncBags[NUM_TNUMS];
 static FreeFuncBags TabFreeFuncBags[NUM_TNUMS];
