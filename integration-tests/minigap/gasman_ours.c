@@ -41,27 +41,62 @@ static uint32_t GcEpoch = 1;
 static int Traversing;                 /* check_live's traversal, not a collection */
 static void TraverseVisit(Bag b);
 
-static void MarkBag(Bag bag)
+/* GAP's MarkCache (julia_gc.c): a small direct-mapped cache, per collector thread, of
+   the bags this collection already queued, with gc_mark_queue_obj's answer for each
+   (low bit: young). The answer for one bag is the same for the whole collection (a young
+   bag stays young once marked, a promoted or old one stays old), so a hit counts the
+   same young children without calling into the collector again: lists sharing elements
+   (the array benchmark's pairs all hold the same two strings) mark each shared bag once
+   per thread. Cleared lazily per collection (GcEpoch). */
+#define MARK_CACHE_BITS 12
+#define MARK_CACHE_SLOT(bag) (((UInt)(bag) >> 4) & ((1 << MARK_CACHE_BITS) - 1))
+static __thread UInt MarkCache[1 << MARK_CACHE_BITS];
+static __thread uint32_t MarkCacheEpoch;
+
+/* Everything but a cache hit: check_live's traversal, the debug mode emulating Julia's
+   "newly marked" answer (uncached: it depends on the call order), a miss. */
+static __attribute__((noinline)) void MarkBagSlow(Bag bag)
 {
-    if (!IS_BAG_REF(bag))
-        return;
     if (Traversing) {
         TraverseVisit(bag);
         return;
     }
-    int young = gc_mark_queue_obj(MarkM, bag);
-    if (Config.debug_newly_marked) {
-        /* Julia's jl_gc_mark_queue_obj: non-zero only if this call newly marked a young
-           object; a young child already marked through another path counts 0. */
-        Obj *data = PTR_BAG(bag);
-        if (data) {
-            BagHeader *h = (BagHeader *)data - 1;
-            int newly = h->epoch != GcEpoch;
-            h->epoch = GcEpoch;
-            young = young && newly;
+    if (!Config.debug_newly_marked) {
+        if (MarkCacheEpoch != GcEpoch) {
+            memset(MarkCache, 0, sizeof MarkCache);
+            MarkCacheEpoch = GcEpoch;
         }
+        int young = gc_mark_queue_obj(MarkM, bag) != 0;
+        MarkCache[MARK_CACHE_SLOT(bag)] = (UInt)bag | (UInt)young;
+        YoungRef += young;
+        return;
+    }
+    int young = gc_mark_queue_obj(MarkM, bag);
+    /* Julia's jl_gc_mark_queue_obj: non-zero only if this call newly marked a young
+       object; a young child already marked through another path counts 0. */
+    Obj *data = PTR_BAG(bag);
+    if (data) {
+        BagHeader *h = (BagHeader *)data - 1;
+        int newly = h->epoch != GcEpoch;
+        h->epoch = GcEpoch;
+        young = young && newly;
     }
     YoungRef += young != 0;
+}
+
+/* Inlined into the mark functions: the cache hit, the common case for shared bags. */
+static inline __attribute__((always_inline)) void MarkBag(Bag bag)
+{
+    if (!IS_BAG_REF(bag))
+        return;
+    if (__builtin_expect(!Traversing && MarkCacheEpoch == GcEpoch, 1)) {
+        UInt e = MarkCache[MARK_CACHE_SLOT(bag)];
+        if ((e & ~(UInt)1) == (UInt)bag) {
+            YoungRef += e & 1;
+            return;
+        }
+    }
+    MarkBagSlow(bag);
 }
 
 static size_t MarkMPtr(gc_mutator_t *m, void *obj)
