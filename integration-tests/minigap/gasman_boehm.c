@@ -208,6 +208,15 @@ static int RetypeBag(Bag bag, UInt new_tnum)
 }
 
 static void CHANGED_BAG(Bag bag) { (void)bag; }
+static void CHANGED_BAG_ELM(Bag list, UInt i) { (void)list; (void)i; }
+
+static void MarkPlistElements(Bag b)
+{
+    Obj *p = ADDR_OBJ(b);
+    UInt n = (UInt)p[0];
+    for (UInt i = 1; i <= n; i++)
+        MarkBag(p[i]);
+}
 
 static void CollectBags(int full)
 {

@@ -39,6 +39,7 @@ static __thread gc_mutator_t *MarkM;
 static __thread size_t YoungRef;
 static uint32_t GcEpoch = 1;
 static int Traversing;                 /* check_live's traversal, not a collection */
+static int CollectingFull;             /* the running collection is a full one */
 static void TraverseVisit(Bag b);
 
 /* GAP's MarkCache (julia_gc.c): a small direct-mapped cache, per collector thread, of
@@ -164,7 +165,7 @@ static void TaskScanner(gc_task_t *task, int full)
 
 static void PreGC(int full)
 {
-    (void)full;
+    CollectingFull = full;
     GcEpoch++;
     ExtBytesSinceGC = 0;
 }
@@ -358,12 +359,59 @@ static int RetypeBag(Bag bag, UInt new_tnum)
     if (TabFreeFuncBags[new_tnum] && !(h->flags & BF_SWEEP_SCHEDULED))
         return -1;  /* scheduling now could sweep twice: refused, as GAP does */
     h->tnum = (uint8_t)new_tnum;
+    if (!Config.debug_newly_marked)
+        h->old_prefix = 0;  /* what the data means changed: no run of old elements known */
     return 0;
 }
 
+/* The old prefix of plain lists (BagHeader.old_prefix): a partial collection marks only
+   young bags, so an old list rescanned from the remembered set (every partial collection
+   while it is being filled, as List() fills its result) needs only the elements after
+   its leading run of old ones; old bags stay old, so the run stays valid until one of
+   its elements is written (CHANGED_BAG_ELM shortens it, CHANGED_BAG clears it). Full
+   collections mark old bags too: they scan everything. */
 static void CHANGED_BAG(Bag bag)
 {
+    if (!Config.debug_newly_marked)
+        BAG_HEADER(bag)->old_prefix = 0;
     gc_wb_back(M, bag);
+}
+
+static void CHANGED_BAG_ELM(Bag list, UInt i)
+{
+    BagHeader *h = BAG_HEADER(list);
+    if (i <= h->old_prefix && !Config.debug_newly_marked)
+        h->old_prefix = (uint32_t)(i - 1);
+    gc_wb_back(M, list);
+}
+
+static void MarkPlistElements(Bag b)
+{
+    Obj *p = ADDR_OBJ(b);
+    UInt n = (UInt)p[0];
+    if (Traversing || Config.debug_newly_marked) {
+        for (UInt i = 1; i <= n; i++)
+            MarkBag(p[i]);
+        return;
+    }
+    BagHeader *h = (BagHeader *)p - 1;
+    UInt i = 1;
+    if (!CollectingFull)
+        i = h->old_prefix < n ? (UInt)h->old_prefix + 1 : n + 1;
+    UInt prefix = i - 1;
+    /* extend the run while the elements are old (a call adding nothing to YoungRef) */
+    for (; i <= n; i++) {
+        size_t before = YoungRef;
+        MarkBag(p[i]);
+        if (YoungRef != before) {
+            i++;
+            break;
+        }
+        prefix = i;
+    }
+    for (; i <= n; i++)
+        MarkBag(p[i]);
+    h->old_prefix = prefix > UINT32_MAX ? UINT32_MAX : (uint32_t)prefix;
 }
 
 static void CollectBags(int full)
