@@ -7,7 +7,12 @@
  * - the master pointer's mark function marks the body (a leaf for the GC) and runs the
  *   TNUM's mark function over the body's data, counting young children from what
  *   gc_mark_queue_obj answers ("is young"), so CHANGED_BAG is one barrier on the master
- *   pointer: the bag's identity, whose body may be replaced by ResizeBag;
+ *   pointer: the bag's identity, whose body may be replaced by ResizeBag (marking and
+ *   barriers use the inline fast paths of julia_gcext_compat.h, as GAP uses julia.h's;
+ *   a per-thread mark cache skips bags already queued; plain lists remember their run
+ *   of old elements, which partial collections skip);
+ * - malloc'd integer limbs are freed after the pause, not by the free function inside
+ *   it, and their growth requests collections (integer.c);
  * - free functions are per TNUM and scheduled once per bag, on the master pointer, at
  *   NewBag; a retype to a TNUM with a free function after that is refused;
  * - global bags are marked by a root scanner; every thread's stack is scanned
@@ -19,6 +24,10 @@
  */
 #include "gc_core.h"
 #include "gc_conservative.h"
+/* The published inline fast paths (as GAP compiles against julia.h's): marking a child
+   and the write barriers without a call when nothing is to be remembered or queued out
+   of line; they fall back to the checked functions (verify mode included). */
+#include "julia_gcext_compat.h"
 #include "gil.h"
 #include <time.h>
 
@@ -67,12 +76,12 @@ static __attribute__((noinline)) void MarkBagSlow(Bag bag)
             memset(MarkCache, 0, sizeof MarkCache);
             MarkCacheEpoch = GcEpoch;
         }
-        int young = gc_mark_queue_obj(MarkM, bag) != 0;
+        int young = gc_compat_mark_queue_obj((jl_ptls_t)MarkM, (jl_value_t *)bag) != 0;
         MarkCache[MARK_CACHE_SLOT(bag)] = (UInt)bag | (UInt)young;
         YoungRef += young;
         return;
     }
-    int young = gc_mark_queue_obj(MarkM, bag);
+    int young = gc_compat_mark_queue_obj((jl_ptls_t)MarkM, (jl_value_t *)bag);
     /* Julia's jl_gc_mark_queue_obj: non-zero only if this call newly marked a young
        object; a young child already marked through another path counts 0. */
     Obj *data = PTR_BAG(bag);
@@ -106,7 +115,7 @@ static size_t MarkMPtr(gc_mutator_t *m, void *obj)
     if (!data)
         return 0;  /* between the two allocations of NewBag */
     BagHeader *hdr = (BagHeader *)data - 1;
-    size_t young = gc_mark_queue_obj(m, hdr) != 0;
+    size_t young = gc_compat_mark_queue_obj((jl_ptls_t)m, (jl_value_t *)hdr) != 0;
     if (Config.debug_newly_marked && hdr->epoch != GcEpoch)
         hdr->epoch = GcEpoch;
     MarkM = m;
@@ -325,7 +334,7 @@ static Bag NewBag(UInt tnum, UInt size)
     hdr->size = size;
     hdr->tnum = (uint8_t)tnum;
     *(Obj **)bag = (Obj *)(hdr + 1);
-    gc_wb(M, bag, hdr);
+    gc_compat_wb(bag, hdr);
     if (TabFreeFuncBags[tnum] || Config.track_bags) {
         gc_schedule_sweep(M, bag);
         hdr->flags |= BF_SWEEP_SCHEDULED;
@@ -350,7 +359,7 @@ static void ResizeBag(Bag bag, UInt new_size)
     memcpy(hdr, old, sizeof(BagHeader) + old->size);
     hdr->size = new_size;
     *(Obj **)bag = (Obj *)(hdr + 1);
-    gc_wb(M, bag, hdr);
+    gc_compat_wb(bag, hdr);
 }
 
 static int RetypeBag(Bag bag, UInt new_tnum)
@@ -374,7 +383,7 @@ static void CHANGED_BAG(Bag bag)
 {
     if (!Config.debug_newly_marked)
         BAG_HEADER(bag)->old_prefix = 0;
-    gc_wb_back(M, bag);
+    gc_compat_wb_back(bag);
 }
 
 static void CHANGED_BAG_ELM(Bag list, UInt i)
@@ -382,7 +391,7 @@ static void CHANGED_BAG_ELM(Bag list, UInt i)
     BagHeader *h = BAG_HEADER(list);
     if (i <= h->old_prefix && !Config.debug_newly_marked)
         h->old_prefix = (uint32_t)(i - 1);
-    gc_wb_back(M, list);
+    gc_compat_wb_back(list);
 }
 
 static void MarkPlistElements(Bag b)
