@@ -851,33 +851,7 @@ pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_voi
     }
 }
 
-/// The marker of the calling collector thread. The common case (the `ptls` handed to
-/// this thread's mark function, during marking) is inlined into the callers, since
-/// `gc_mark_queue_obj` runs once per reference; everything else takes the cold path.
-#[inline(always)]
 fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
-    let head = m as *const TlsHead;
-    if !head.is_null() {
-        // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
-        // handed out (mutator or helper record), which stays readable.
-        let h = unsafe { &*head };
-        let magic = h.magic.load(Ordering::Relaxed);
-        if (magic == mutator::MUTATOR_MAGIC || magic == HELPER_MAGIC)
-            && h.thread.load(Ordering::Relaxed) == mutator::thread_id()
-        {
-            let p = h.marker.load(Ordering::Acquire) as *mut Marker<'a>;
-            if !p.is_null() {
-                // SAFETY: as in active_marker_slow.
-                return Some(unsafe { &mut *p });
-            }
-        }
-    }
-    active_marker_slow(m, what)
-}
-
-#[cold]
-#[inline(never)]
-fn active_marker_slow<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
     let head = marking_head(m, what)?;
     let p = head.marker.load(Ordering::Acquire) as *mut Marker<'a>;
     if p.is_null() {
