@@ -86,8 +86,9 @@ static void FreeIntExt(Bag bag)
                                         __ATOMIC_RELAXED));
 }
 
-/* Frees the buffers of dead integers found by the collections so far. */
-static void FreeDeferredLimbs(void)
+/* Frees the buffers of dead integers found by the collections so far (out of line and
+   cold: LimbAlloc is inlined into the arithmetic's hot loops). */
+static __attribute__((noinline, cold)) void FreeDeferredLimbs(void)
 {
     uint64_t *d = __atomic_exchange_n(&DeferredLimbs, NULL, __ATOMIC_ACQUIRE);
     uint64_t n = 0;
@@ -103,7 +104,7 @@ static void FreeDeferredLimbs(void)
 
 static uint64_t *LimbAlloc(size_t n)
 {
-    if (__atomic_load_n(&DeferredLimbs, __ATOMIC_RELAXED))
+    if (__builtin_expect(__atomic_load_n(&DeferredLimbs, __ATOMIC_RELAXED) != NULL, 0))
         FreeDeferredLimbs();
     uint64_t *p = calloc(n ? n : 1, 8);
     if (!p) {
