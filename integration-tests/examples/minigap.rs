@@ -77,6 +77,13 @@ fn parse() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::var_os("RUST_LOG").is_some() {
+        // e.g. RUST_LOG=gc_core=debug: one line per collection (marked, pause, phases)
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let args = match parse() {
         Ok(a) => a,
         Err(e) => {

@@ -35,6 +35,7 @@ static void OnCollectionEvent(GC_EventType e)
 {
     if (e == GC_EVENT_START) {
         clock_gettime(CLOCK_MONOTONIC, &PauseStart);
+        ExtBytesSinceGC = 0;  /* as gasman_ours.c's PreGC: the kernel's trigger restarts */
     } else if (e == GC_EVENT_END) {
         uint64_t start = (uint64_t)PauseStart.tv_sec * 1000000000ull + (uint64_t)PauseStart.tv_nsec;
         uint64_t d = NowNs() - start;
@@ -207,12 +208,22 @@ static int RetypeBag(Bag bag, UInt new_tnum)
 }
 
 static void CHANGED_BAG(Bag bag) { (void)bag; }
+static void CHANGED_BAG_ELM(Bag list, UInt i) { (void)list; (void)i; }
+
+static void MarkPlistElements(Bag b)
+{
+    Obj *p = ADDR_OBJ(b);
+    UInt n = (UInt)p[0];
+    for (UInt i = 1; i <= n; i++)
+        MarkBag(p[i]);
+}
 
 static void CollectBags(int full)
 {
     (void)full;
     GC_gcollect();
     GC_invoke_finalizers();
+    FreeDeferredLimbs();
 }
 
 static void GasmanStats(mg_stats *st)

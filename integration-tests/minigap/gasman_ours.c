@@ -7,7 +7,12 @@
  * - the master pointer's mark function marks the body (a leaf for the GC) and runs the
  *   TNUM's mark function over the body's data, counting young children from what
  *   gc_mark_queue_obj answers ("is young"), so CHANGED_BAG is one barrier on the master
- *   pointer: the bag's identity, whose body may be replaced by ResizeBag;
+ *   pointer: the bag's identity, whose body may be replaced by ResizeBag (marking and
+ *   barriers use the inline fast paths of julia_gcext_compat.h, as GAP uses julia.h's;
+ *   a per-thread mark cache skips bags already queued; plain lists remember their run
+ *   of old elements, which partial collections skip);
+ * - malloc'd integer limbs are freed after the pause, not by the free function inside
+ *   it, and their growth requests collections (integer.c);
  * - free functions are per TNUM and scheduled once per bag, on the master pointer, at
  *   NewBag; a retype to a TNUM with a free function after that is refused;
  * - global bags are marked by a root scanner; every thread's stack is scanned
@@ -19,6 +24,10 @@
  */
 #include "gc_core.h"
 #include "gc_conservative.h"
+/* The published inline fast paths (as GAP compiles against julia.h's): marking a child
+   and the write barriers without a call when nothing is to be remembered or queued out
+   of line; they fall back to the checked functions (verify mode included). */
+#include "julia_gcext_compat.h"
 #include "gil.h"
 #include <time.h>
 
@@ -39,29 +48,65 @@ static __thread gc_mutator_t *MarkM;
 static __thread size_t YoungRef;
 static uint32_t GcEpoch = 1;
 static int Traversing;                 /* check_live's traversal, not a collection */
+static int CollectingFull;             /* the running collection is a full one */
 static void TraverseVisit(Bag b);
 
-static void MarkBag(Bag bag)
+/* GAP's MarkCache (julia_gc.c): a small direct-mapped cache, per collector thread, of
+   the bags this collection already queued, with gc_mark_queue_obj's answer for each
+   (low bit: young). The answer for one bag is the same for the whole collection (a young
+   bag stays young once marked, a promoted or old one stays old), so a hit counts the
+   same young children without calling into the collector again: lists sharing elements
+   (the array benchmark's pairs all hold the same two strings) mark each shared bag once
+   per thread. Cleared lazily per collection (GcEpoch). */
+#define MARK_CACHE_BITS 12
+#define MARK_CACHE_SLOT(bag) (((UInt)(bag) >> 4) & ((1 << MARK_CACHE_BITS) - 1))
+static __thread UInt MarkCache[1 << MARK_CACHE_BITS];
+static __thread uint32_t MarkCacheEpoch;
+
+/* Everything but a cache hit: check_live's traversal, the debug mode emulating Julia's
+   "newly marked" answer (uncached: it depends on the call order), a miss. */
+static __attribute__((noinline)) void MarkBagSlow(Bag bag)
 {
-    if (!IS_BAG_REF(bag))
-        return;
     if (Traversing) {
         TraverseVisit(bag);
         return;
     }
-    int young = gc_mark_queue_obj(MarkM, bag);
-    if (Config.debug_newly_marked) {
-        /* Julia's jl_gc_mark_queue_obj: non-zero only if this call newly marked a young
-           object; a young child already marked through another path counts 0. */
-        Obj *data = PTR_BAG(bag);
-        if (data) {
-            BagHeader *h = (BagHeader *)data - 1;
-            int newly = h->epoch != GcEpoch;
-            h->epoch = GcEpoch;
-            young = young && newly;
+    if (!Config.debug_newly_marked) {
+        if (MarkCacheEpoch != GcEpoch) {
+            memset(MarkCache, 0, sizeof MarkCache);
+            MarkCacheEpoch = GcEpoch;
         }
+        int young = gc_compat_mark_queue_obj((jl_ptls_t)MarkM, (jl_value_t *)bag) != 0;
+        MarkCache[MARK_CACHE_SLOT(bag)] = (UInt)bag | (UInt)young;
+        YoungRef += young;
+        return;
+    }
+    int young = gc_compat_mark_queue_obj((jl_ptls_t)MarkM, (jl_value_t *)bag);
+    /* Julia's jl_gc_mark_queue_obj: non-zero only if this call newly marked a young
+       object; a young child already marked through another path counts 0. */
+    Obj *data = PTR_BAG(bag);
+    if (data) {
+        BagHeader *h = (BagHeader *)data - 1;
+        int newly = h->epoch != GcEpoch;
+        h->epoch = GcEpoch;
+        young = young && newly;
     }
     YoungRef += young != 0;
+}
+
+/* Inlined into the mark functions: the cache hit, the common case for shared bags. */
+static inline __attribute__((always_inline)) void MarkBag(Bag bag)
+{
+    if (!IS_BAG_REF(bag))
+        return;
+    if (__builtin_expect(!Traversing && MarkCacheEpoch == GcEpoch, 1)) {
+        UInt e = MarkCache[MARK_CACHE_SLOT(bag)];
+        if ((e & ~(UInt)1) == (UInt)bag) {
+            YoungRef += e & 1;
+            return;
+        }
+    }
+    MarkBagSlow(bag);
 }
 
 static size_t MarkMPtr(gc_mutator_t *m, void *obj)
@@ -70,7 +115,7 @@ static size_t MarkMPtr(gc_mutator_t *m, void *obj)
     if (!data)
         return 0;  /* between the two allocations of NewBag */
     BagHeader *hdr = (BagHeader *)data - 1;
-    size_t young = gc_mark_queue_obj(m, hdr) != 0;
+    size_t young = gc_compat_mark_queue_obj((jl_ptls_t)m, (jl_value_t *)hdr) != 0;
     if (Config.debug_newly_marked && hdr->epoch != GcEpoch)
         hdr->epoch = GcEpoch;
     MarkM = m;
@@ -129,7 +174,7 @@ static void TaskScanner(gc_task_t *task, int full)
 
 static void PreGC(int full)
 {
-    (void)full;
+    CollectingFull = full;
     GcEpoch++;
     ExtBytesSinceGC = 0;
 }
@@ -289,7 +334,7 @@ static Bag NewBag(UInt tnum, UInt size)
     hdr->size = size;
     hdr->tnum = (uint8_t)tnum;
     *(Obj **)bag = (Obj *)(hdr + 1);
-    gc_wb(M, bag, hdr);
+    gc_compat_wb(bag, hdr);
     if (TabFreeFuncBags[tnum] || Config.track_bags) {
         gc_schedule_sweep(M, bag);
         hdr->flags |= BF_SWEEP_SCHEDULED;
@@ -314,7 +359,7 @@ static void ResizeBag(Bag bag, UInt new_size)
     memcpy(hdr, old, sizeof(BagHeader) + old->size);
     hdr->size = new_size;
     *(Obj **)bag = (Obj *)(hdr + 1);
-    gc_wb(M, bag, hdr);
+    gc_compat_wb(bag, hdr);
 }
 
 static int RetypeBag(Bag bag, UInt new_tnum)
@@ -323,17 +368,65 @@ static int RetypeBag(Bag bag, UInt new_tnum)
     if (TabFreeFuncBags[new_tnum] && !(h->flags & BF_SWEEP_SCHEDULED))
         return -1;  /* scheduling now could sweep twice: refused, as GAP does */
     h->tnum = (uint8_t)new_tnum;
+    if (!Config.debug_newly_marked)
+        h->old_prefix = 0;  /* what the data means changed: no run of old elements known */
     return 0;
 }
 
+/* The old prefix of plain lists (BagHeader.old_prefix): a partial collection marks only
+   young bags, so an old list rescanned from the remembered set (every partial collection
+   while it is being filled, as List() fills its result) needs only the elements after
+   its leading run of old ones; old bags stay old, so the run stays valid until one of
+   its elements is written (CHANGED_BAG_ELM shortens it, CHANGED_BAG clears it). Full
+   collections mark old bags too: they scan everything. */
 static void CHANGED_BAG(Bag bag)
 {
-    gc_wb_back(M, bag);
+    if (!Config.debug_newly_marked)
+        BAG_HEADER(bag)->old_prefix = 0;
+    gc_compat_wb_back(bag);
+}
+
+static void CHANGED_BAG_ELM(Bag list, UInt i)
+{
+    BagHeader *h = BAG_HEADER(list);
+    if (i <= h->old_prefix && !Config.debug_newly_marked)
+        h->old_prefix = (uint32_t)(i - 1);
+    gc_compat_wb_back(list);
+}
+
+static void MarkPlistElements(Bag b)
+{
+    Obj *p = ADDR_OBJ(b);
+    UInt n = (UInt)p[0];
+    if (Traversing || Config.debug_newly_marked) {
+        for (UInt i = 1; i <= n; i++)
+            MarkBag(p[i]);
+        return;
+    }
+    BagHeader *h = (BagHeader *)p - 1;
+    UInt i = 1;
+    if (!CollectingFull)
+        i = h->old_prefix < n ? (UInt)h->old_prefix + 1 : n + 1;
+    UInt prefix = i - 1;
+    /* extend the run while the elements are old (a call adding nothing to YoungRef) */
+    for (; i <= n; i++) {
+        size_t before = YoungRef;
+        MarkBag(p[i]);
+        if (YoungRef != before) {
+            i++;
+            break;
+        }
+        prefix = i;
+    }
+    for (; i <= n; i++)
+        MarkBag(p[i]);
+    h->old_prefix = prefix > UINT32_MAX ? UINT32_MAX : (uint32_t)prefix;
 }
 
 static void CollectBags(int full)
 {
     gc_collect(M, full ? GC_COLLECT_FULL : GC_COLLECT_PARTIAL);
+    FreeDeferredLimbs();
 }
 
 static void GasmanStats(mg_stats *st)

@@ -7,7 +7,11 @@
  * last, so no collection runs while a view into an operand's body is in use.
  */
 #define EXT_LIMBS 64
-#define EXT_COLLECT_BYTES ((uint64_t)64 << 20)
+/* A collection is requested when the malloc'd limbs allocated since the last one exceed
+   the limbs live (as the heap's own growth policy), at least EXT_COLLECT_MIN: the heap
+   does not see them, and dead ones are only freed after a collection. */
+#define EXT_COLLECT_MIN ((uint64_t)4 << 20)
+static volatile uint64_t ExtLiveBytes;
 
 typedef struct IntV {
     int neg;
@@ -60,16 +64,48 @@ static void IntView(Obj o, IntV *v)
     ErrorQuit("internal: not an integer");
 }
 
+/* Dead buffers waiting for free(), linked through their first limb. The free function
+   runs inside the collector's pause (gc-core sweeps scheduled objects with the world
+   stopped): it only pushes the buffer here, and the mutator frees the list after the
+   pause, at its next LimbAlloc or CollectBags (as Boehm runs finalizers outside its
+   pauses). A lock-free push and a take-all exchange: no ABA, any thread may do either. */
+static uint64_t *DeferredLimbs;
+
 static void FreeIntExt(Bag bag)
 {
     IntExt *e = (IntExt *)ADDR_OBJ(bag);
-    free(e->d);
+    uint64_t *d = e->d;
     e->d = NULL;
-    ExtFrees++;
+    if (!d)
+        return;
+    __atomic_fetch_sub(&ExtLiveBytes, e->n * 8, __ATOMIC_RELAXED);
+    uint64_t *head = __atomic_load_n(&DeferredLimbs, __ATOMIC_RELAXED);
+    do
+        *(uint64_t **)d = head;
+    while (!__atomic_compare_exchange_n(&DeferredLimbs, &head, d, 1, __ATOMIC_RELEASE,
+                                        __ATOMIC_RELAXED));
+}
+
+/* Frees the buffers of dead integers found by the collections so far (out of line and
+   cold: LimbAlloc is inlined into the arithmetic's hot loops). */
+static __attribute__((noinline, cold)) void FreeDeferredLimbs(void)
+{
+    uint64_t *d = __atomic_exchange_n(&DeferredLimbs, NULL, __ATOMIC_ACQUIRE);
+    uint64_t n = 0;
+    while (d) {
+        uint64_t *next = *(uint64_t **)d;
+        free(d);
+        d = next;
+        n++;
+    }
+    if (n)
+        __atomic_fetch_add(&ExtFrees, n, __ATOMIC_RELAXED);
 }
 
 static uint64_t *LimbAlloc(size_t n)
 {
+    if (__builtin_expect(__atomic_load_n(&DeferredLimbs, __ATOMIC_RELAXED) != NULL, 0))
+        FreeDeferredLimbs();
     uint64_t *p = calloc(n ? n : 1, 8);
     if (!p) {
         fprintf(stderr, "minigap: out of memory (%zu limbs)\n", n);
@@ -111,8 +147,13 @@ static Obj MakeInt(int neg, uint64_t *d, size_t n)
     e->d = d;
     ExtMallocs++;
     ExtBytesSinceGC += n * 8;
-    if (ExtBytesSinceGC > EXT_COLLECT_BYTES) {
-        /* malloc'd limbs are invisible to the heap's growth policy: account for them */
+    __atomic_fetch_add(&ExtLiveBytes, n * 8, __ATOMIC_RELAXED);
+    /* live after the last collection: every buffer allocated since is still unfreed */
+    uint64_t unfreed = __atomic_load_n(&ExtLiveBytes, __ATOMIC_RELAXED);
+    uint64_t live = unfreed > ExtBytesSinceGC ? unfreed - ExtBytesSinceGC : 0;
+    if (ExtBytesSinceGC > (live > EXT_COLLECT_MIN ? live : EXT_COLLECT_MIN)) {
+        /* malloc'd limbs are invisible to the heap's growth policy: account for them
+           (dead ones also wait for a collection to be freed: the peak RSS) */
         ExtBytesSinceGC = 0;
         CollectBags(0);
     }

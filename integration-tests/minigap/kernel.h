@@ -37,7 +37,12 @@ typedef struct BagHeader {
     uint8_t tnum;    /* type number */
     uint8_t flags;   /* BF_* */
     uint16_t unused;
-    uint32_t epoch;  /* collection in which the bag was last counted as marked (debug) */
+    union {
+        uint32_t epoch;       /* collection in which the bag was last counted as marked
+                                 (debug_newly_marked only) */
+        uint32_t old_prefix;  /* plain lists on gc-core: elements 1..old_prefix were old
+                                 when last marked and have not been written since */
+    };
 } BagHeader;
 
 enum { BF_SWEEP_SCHEDULED = 1, BF_SWEPT = 2 };
@@ -87,6 +92,8 @@ static Bag NewBag(UInt tnum, UInt size);
 static void ResizeBag(Bag bag, UInt new_size);
 static int RetypeBag(Bag bag, UInt new_tnum);  /* -1: refused (message in *why) */
 static void CHANGED_BAG(Bag bag);
+static void CHANGED_BAG_ELM(Bag list, UInt i);  /* a plain list's element i was written */
+static void MarkPlistElements(Bag list);        /* a plain list's mark function */
 static void InitMarkFuncBags(UInt tnum, MarkFuncBags f);
 static void InitFreeFuncBag(UInt tnum, FreeFuncBags f);
 static void InitGlobalBag(Bag *addr, const char *cookie);
@@ -101,6 +108,7 @@ static void GasmanPoll(void);    /* let another thread have the GIL if it asks *
 static void GasmanStats(mg_stats *st);
 static void GasmanBlockingSleep(uint64_t us);  /* sleep outside the GIL, GC-safe */
 static int GasmanIsYoung(Bag bag);
+static void FreeDeferredLimbs(void);  /* integer.c: free dead integers' buffers */
 
 static MarkFuncBags TabMarkFuncBags[NUM_TNUMS];
 static FreeFuncBags TabFreeFuncBags[NUM_TNUMS];

@@ -228,6 +228,7 @@ int MG(stats)(mg_stats *out)
 {
     memset(out, 0, sizeof *out);
     GasmanStats(out);
+    FreeDeferredLimbs();
     out->bags_allocated = BagsAllocated;
     out->bags_freed = BagsFreed;
     out->free_functions_run = FreeFuncsRun;

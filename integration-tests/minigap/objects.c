@@ -30,13 +30,7 @@ static void MarkAllSubBags(Bag b)
     for (UInt i = 0; i < n; i++)
         MarkBag(p[i]);
 }
-static void MarkPlist(Bag b)
-{
-    Obj *p = ADDR_OBJ(b);
-    UInt n = (UInt)p[0];
-    for (UInt i = 1; i <= n; i++)
-        MarkBag(p[i]);
-}
+static void MarkPlist(Bag b) { MarkPlistElements(b); }
 static void MarkRec(Bag b)
 {
     Obj *p = ADDR_OBJ(b);
@@ -73,7 +67,7 @@ static void SET_ELM_PLIST(Obj l, Int i, Obj v)
 {
     ADDR_OBJ(l)[i] = v;
     if (IS_BAG_REF(v))
-        CHANGED_BAG(l);
+        CHANGED_BAG_ELM(l, (UInt)i);
 }
 static void GrowPlist(Obj l, Int need)
 {

@@ -222,6 +222,85 @@ fn young_bag_reachable_from_an_old_bag_survives_after_its_root_is_dropped() {
     );
 }
 
+/// The plain lists' old prefix (`BagHeader.old_prefix`, gasman_ours.c): once a list and
+/// its elements are old, partial collections rescan only its elements after the leading
+/// run of old ones. A young bag written inside that run, and one appended after it, must
+/// still be found by the partial collections that follow.
+fn old_prefix_child() {
+    let kernel = Kernel::init(
+        Backend::Ours,
+        &Config {
+            track_bags: true,
+            ..Config::default()
+        },
+    )
+    .unwrap();
+    let out: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let o = out.clone();
+    let t = kernel
+        .thread_with_sink(
+            "old-prefix",
+            Some(Box::new(move |b: &[u8]| {
+                o.lock().unwrap().extend_from_slice(b)
+            })),
+        )
+        .unwrap();
+    // The young bags are made inside functions, so no stale word of the interpreter's
+    // own frames keeps them alive; the collections run from other calls' frames.
+    let code = r#"
+l := List([1..2000], i -> [i]);;
+GASMAN("partial", "partial", "partial");;
+inside := function() l[7] := [12345, [1, 2]]; end;;
+after := function() l[2001] := [6789]; end;;
+churn := function() local i, x; for i in [1..20000] do x := [i, i]; od; end;;
+inside();; after();; churn();;
+GASMAN("partial");; churn();; GASMAN("partial");; churn();;
+Print(l[7], " ", l[2001], " ", Length(l), " ", Sum(List([1..6], i -> l[i][1])), "\n");
+"#;
+    t.eval(code, "old_prefix.g").unwrap();
+    let report = t.check_live().unwrap();
+    let s = kernel.stats();
+    println!(
+        "OUT {}",
+        String::from_utf8_lossy(&out.lock().unwrap()).trim()
+    );
+    println!("LIVE {report:?} PARTIAL {}", s.partial_collections);
+}
+
+#[test]
+fn child_old_prefix() {
+    if is_child("old_prefix") {
+        old_prefix_child();
+    }
+}
+
+#[test]
+fn young_bags_written_into_an_old_lists_old_prefix_survive_partial_collections() {
+    let (out, err, ok) = run_child("old_prefix", false);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        out.contains("OUT [ 12345, [ 1, 2 ] ] [ 6789 ] 2001 21"),
+        "{out}\n{err}"
+    );
+    let live = out.lines().find(|l| l.starts_with("LIVE")).unwrap_or("");
+    let field = |k: &str| -> u64 {
+        let i = live.find(k).unwrap_or_else(|| panic!("{k} in {live}")) + k.len();
+        live[i..]
+            .trim_start_matches([':', ' '])
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // Stale words on this thread's stack may keep garbage alive (live > reachable); a
+    // reachable bag freed would make live < reachable.
+    assert!(
+        field("live_bags") >= field("reachable_bags"),
+        "a bag reachable from the list was freed: {live}"
+    );
+}
+
 fn stopped_stack_child(skip: bool) {
     let kernel = Kernel::init(
         Backend::Ours,
