@@ -28,6 +28,7 @@ use gc_core::{
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::Entry;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -172,6 +173,8 @@ unsafe impl Send for State {}
 
 /// An object of the replicated set ("weak to strong limit"), watched by the weak hook.
 pub(crate) struct RItem {
+    /// Its queue token: stub entry (`idx << 1`) or mirror record (`rec << 1 | 1`).
+    pub key: usize,
     /// The native side: a tagged stub pointer or a native object.
     pub op: *mut PyObject,
     /// The managed side (managed object or mirror): a weak handle once the replication
@@ -182,12 +185,35 @@ pub(crate) struct RItem {
 /// The replicated set, read by the weak-processing hook during collections.
 #[derive(Default)]
 pub(crate) struct Replicated {
-    /// Keyed by queue token (stub entry or mirror record).
-    pub items: HashMap<usize, RItem>,
+    /// The members, in no order. An item leaves the set by losing its mark in the
+    /// bridge's tables (the entry's `WEAK_LIMIT`, the record's `replicated`: queue
+    /// token, `to_native`), not by removal here: [`RItem::side`] tells whether it is
+    /// still in. Items are only added by a replication, right after
+    /// `reset_replicated` emptied the vector, so a token never appears twice.
+    pub items: Vec<RItem>,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
     pub fresh: bool,
+}
+
+impl RItem {
+    /// The managed side of the item if it is still in the replicated set: the entry
+    /// is used, its object alive and `WEAK_LIMIT` set (stub), or the record holds the
+    /// same native object and is marked replicated (mirror).
+    #[inline]
+    pub(crate) fn side(&self, st: &State) -> Option<ObjRef> {
+        if self.key & 1 == 0 {
+            let e = st.table.entries.get(self.key >> 1)?;
+            if e.flags & USED == 0 || e.flags & WEAK_LIMIT == 0 {
+                return None;
+            }
+            ObjRef::from_addr(e.obj)
+        } else {
+            let r = st.mirrors.get(self.key >> 1)?.as_ref()?;
+            (r.replicated && r.native == self.op as usize).then_some(r.mirror)
+        }
+    }
 }
 
 // SAFETY: the raw pointers are native objects owned by the bridge's thread; the hook
@@ -788,10 +814,9 @@ impl Inner {
             let e = st.table.entries[idx as usize];
             if e.flags & WEAK_LIMIT != 0 {
                 // Handed to native code again: strong again if native references exist.
+                // (This also takes it out of the replicated set: see `RItem::side`.)
                 st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-                drop(st);
-                self.repl.lock().items.remove(&((idx as usize) << 1));
-                return Ok(self.state.lock().table.tagged(idx));
+                return Ok(st.table.tagged(idx));
             }
             return Ok(st.table.tagged(idx));
         }
@@ -937,7 +962,12 @@ impl Inner {
     ///
     /// # Safety
     /// `op` is a live native object without a mirror; `mirror` a fresh mirror object.
-    pub(crate) unsafe fn bind_mirror(&self, op: *mut PyObject, mirror: ObjRef, replicated: bool) {
+    pub(crate) unsafe fn bind_mirror(
+        &self,
+        op: *mut PyObject,
+        mirror: ObjRef,
+        replicated: bool,
+    ) -> u32 {
         // SAFETY: a fresh mirror: word 0 is its native address.
         unsafe { mirror.write_slot(0, op as usize) };
         let rec = {
@@ -970,6 +1000,7 @@ impl Inner {
         }
         self.queue.register(mirror, ((rec as usize) << 1) | 1);
         self.counters.mirrors_made.fetch_add(1, Ordering::Relaxed);
+        rec
     }
 
     /// Processes the queue's tokens (bookkeeping always; deallocations in a batch unless
@@ -1043,8 +1074,10 @@ impl Inner {
         self.counters
             .tokens
             .fetch_add(tokens.len() as u64, Ordering::Relaxed);
-        let mut to_free = Vec::new();
-        let mut repl_gone = Vec::new();
+        // Objects reaching 0 go straight to `pending` (nothing here runs native code);
+        // replicated items whose side died leave the set by the flags cleared here.
+        let mut pending = self.local.0.pending.borrow_mut();
+        pending.reserve(tokens.len());
         let mut stubs_freed = 0;
         {
             let mut st = self.state.lock();
@@ -1053,9 +1086,6 @@ impl Inner {
                     let idx = (t >> 1) as u32;
                     let e = st.table.entries[idx as usize];
                     st.table.by_obj.remove(&e.obj);
-                    if e.flags & WEAK_LIMIT != 0 {
-                        repl_gone.push(t);
-                    }
                     let ent = &mut st.table.entries[idx as usize];
                     ent.obj = 0;
                     ent.flags &= !WEAK_LIMIT;
@@ -1083,11 +1113,10 @@ impl Inner {
                         continue;
                     };
                     st.mirror_free.push(rec as u32);
-                    if st.by_native.get(&r.native) == Some(&(rec as u32)) {
-                        st.by_native.remove(&r.native);
-                    }
-                    if r.replicated {
-                        repl_gone.push(t);
+                    if let Entry::Occupied(o) = st.by_native.entry(r.native) {
+                        if *o.get() == rec as u32 {
+                            o.remove();
+                        }
                     }
                     let op = r.native as *mut PyObject;
                     // SAFETY: a mirrored object is alive: its count includes
@@ -1101,7 +1130,7 @@ impl Inner {
                         (*op).ob_refcnt
                     };
                     if c == 0 {
-                        to_free.push(op);
+                        pending.push(op);
                     } else if c < 0 {
                         self.below_zero(op, c);
                     } else if r.replicated {
@@ -1110,16 +1139,10 @@ impl Inner {
                 }
             }
         }
-        if !repl_gone.is_empty() {
-            let mut r = self.repl.lock();
-            for t in repl_gone {
-                r.items.remove(&t);
-            }
-        }
+        drop(pending);
         self.counters
             .stubs_freed
             .fetch_add(stubs_freed, Ordering::Relaxed);
-        self.local.0.pending.borrow_mut().extend(to_free);
         tokens.len()
     }
 
