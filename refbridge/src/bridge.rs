@@ -165,6 +165,10 @@ pub(crate) struct State {
     pub types: HashMap<usize, usize>,
     /// Managed objects kept alive while the bridge works on them (replication).
     pub pinned: Vec<ObjRef>,
+    /// Members of the replicated set still in it (see [`RItem::side`]): raised by a
+    /// replication, lowered wherever a member leaves (queue token, `to_native`), so
+    /// that settling a replication none of which survived costs nothing per member.
+    pub repl_live: usize,
 }
 
 // SAFETY: the raw pointers inside (type objects) are plain addresses of static or
@@ -372,6 +376,7 @@ impl Bridge {
                 by_native: HashMap::default(),
                 types: HashMap::default(),
                 pinned: Vec::new(),
+                repl_live: 0,
             }),
             repl: Mutex::new(Replicated::default()),
             local: LocalCell(Local {
@@ -544,7 +549,10 @@ impl Bridge {
         // SAFETY: a stub of ours.
         let idx = unsafe { HandleTable::index_fast(op) };
         st.table.entries[idx as usize].flags |= IMMORTAL;
-        st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+        if st.table.entries[idx as usize].flags & WEAK_LIMIT != 0 {
+            st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+            st.repl_live -= 1;
+        }
         // SAFETY: the stub is live.
         unsafe { (*untag(op)).ob_refcnt = IMMORTAL_REFCNT };
         Ok(op)
@@ -816,6 +824,7 @@ impl Inner {
                 // Handed to native code again: strong again if native references exist.
                 // (This also takes it out of the replicated set: see `RItem::side`.)
                 st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+                st.repl_live -= 1;
                 return Ok(st.table.tagged(idx));
             }
             return Ok(st.table.tagged(idx));
@@ -977,6 +986,7 @@ impl Inner {
                 mirror,
                 replicated,
             };
+            st.repl_live += usize::from(replicated);
             let rec = match st.mirror_free.pop() {
                 Some(i) => {
                     st.mirrors[i as usize] = Some(r);
@@ -1081,11 +1091,15 @@ impl Inner {
         let mut stubs_freed = 0;
         {
             let mut st = self.state.lock();
+            st.mirror_free.reserve(tokens.len());
             for &t in &tokens {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
                     let e = st.table.entries[idx as usize];
                     st.table.by_obj.remove(&e.obj);
+                    if e.flags & WEAK_LIMIT != 0 && e.flags & USED != 0 {
+                        st.repl_live -= 1;
+                    }
                     let ent = &mut st.table.entries[idx as usize];
                     ent.obj = 0;
                     ent.flags &= !WEAK_LIMIT;
@@ -1113,6 +1127,9 @@ impl Inner {
                         continue;
                     };
                     st.mirror_free.push(rec as u32);
+                    if r.replicated {
+                        st.repl_live -= 1;
+                    }
                     if let Entry::Occupied(o) = st.by_native.entry(r.native) {
                         if *o.get() == rec as u32 {
                             o.remove();

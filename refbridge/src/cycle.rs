@@ -227,6 +227,7 @@ fn reset_replicated(inner: &Inner) {
             unsafe { r.mirror.write_slot(MIRROR_EDGES, 0) };
         }
     }
+    st.repl_live = 0;
     drop(st);
     drop(items);
 }
@@ -543,6 +544,7 @@ fn replicate(
     {
         let mut st = inner.state.lock();
         let st = &mut *st;
+        st.pinned.reserve(w.len());
         for &i in w {
             let op = cands[i].op;
             if is_stub(op) {
@@ -553,6 +555,7 @@ fn replicate(
                     continue;
                 };
                 st.table.entries[idx].flags |= WEAK_LIMIT;
+                st.repl_live += 1;
                 cands[i].side = e.obj;
                 st.pinned.push(obj);
                 items.push(RItem {
@@ -571,6 +574,7 @@ fn replicate(
                 Some(&rec) => {
                     if let Some(r) = st.mirrors[rec as usize].as_mut() {
                         r.replicated = true;
+                        st.repl_live += 1;
                         cands[i].side = r.mirror.addr();
                         st.pinned.push(r.mirror);
                         items.push(RItem {
@@ -669,7 +673,7 @@ fn publish(inner: &Inner, items: Vec<RItem>) {
 /// managed side), and of everything they reach natively.
 pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     let repl = inner.repl.lock();
-    if repl.items.is_empty() || repl.fresh {
+    if repl.items.is_empty() || repl.fresh || inner.state.lock().repl_live == 0 {
         // Fresh: the bridge's own collection right after the replication, whose
         // managed edges are exact (or a collection another thread ran before the
         // bridge's thread, inside that collection, could run any native code).
@@ -747,11 +751,25 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
 /// get weak handles, so the weak hook can watch them safely at later collections.
 pub(crate) fn settle(inner: &Inner) {
     let survivors: Vec<(usize, ObjRef)> = {
-        let repl = inner.repl.lock();
+        let mut repl = inner.repl.lock();
         if !repl.fresh {
             return;
         }
         let st = inner.state.lock();
+        debug_assert_eq!(
+            st.repl_live,
+            repl.items
+                .iter()
+                .filter(|it| it.side(&st).is_some())
+                .count(),
+            "members of the replicated set counted"
+        );
+        if st.repl_live == 0 {
+            // Nothing survived (the common case: the cycle was garbage).
+            repl.items.clear();
+            repl.fresh = false;
+            return;
+        }
         repl.items
             .iter()
             .enumerate()
