@@ -270,9 +270,13 @@ pub(crate) struct QueueInner {
 }
 
 impl QueueInner {
-    fn push_all(&self, tokens: &[usize]) {
+    fn push_all(&self, tokens: Vec<usize>) {
         let mut r = self.ready.lock();
-        r.extend(tokens);
+        if r.is_empty() {
+            *r = VecDeque::from(tokens); // no copy
+        } else {
+            r.extend(tokens);
+        }
         self.len.store(r.len(), Ordering::Release);
     }
 
@@ -472,7 +476,7 @@ pub(crate) unsafe fn process(
         },
     );
     for (q, tokens) in batches {
-        q.push_all(&tokens);
+        q.push_all(tokens);
         out.notify.push(q);
     }
     out
@@ -1032,11 +1036,17 @@ impl ReferenceQueue {
     pub fn drain_into(&self, out: &mut Vec<usize>) -> usize {
         let mut r = self.inner.ready.lock();
         let n = r.len();
-        let (a, b) = r.as_slices();
-        out.reserve(n);
-        out.extend_from_slice(a);
-        out.extend_from_slice(b);
-        r.clear();
+        if out.is_empty() {
+            // Hand the buffer over (no copy when the ring starts at its front, as one
+            // filled by a collection does).
+            *out = Vec::from(std::mem::take(&mut *r));
+        } else {
+            let (a, b) = r.as_slices();
+            out.reserve(n);
+            out.extend_from_slice(a);
+            out.extend_from_slice(b);
+            r.clear();
+        }
         self.inner.len.store(0, Ordering::Release);
         n
     }
