@@ -244,7 +244,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     let l = &inner.local.0;
     let sentinel = l.gc_list;
     let mut ctx = Ctx {
-        cands: Vec::with_capacity(l.tracked.get()),
+        // (tracked objects, then stubs: at most the entries in use)
+        cands: Vec::with_capacity(l.tracked.get() + inner.state.lock().table.used),
         stub_cand: Vec::new(),
         stack: Vec::new(),
         edges: Vec::new(),
@@ -276,7 +277,6 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     {
         let st = inner.state.lock();
         ctx.stub_cand = vec![0; st.table.entries.len()];
-        ctx.cands.reserve(st.table.used);
         for (idx, e) in st.table.entries.iter().enumerate() {
             if e.flags & USED == 0 || e.obj == 0 || e.flags & IMMORTAL != 0 {
                 continue;
