@@ -70,6 +70,8 @@ struct Cand {
     managed: bool,
     reach: bool,
     w: bool,
+    /// A tracked object's `gc_prev` flags (restored with its back link).
+    gc_flags: u8,
     /// For members of W during the replication: the address of the managed side
     /// (managed object of a stub, mirror of a native object), 0 if none.
     side: usize,
@@ -266,6 +268,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 managed,
                 reach: false,
                 w: false,
+                gc_flags: flags as u8,
                 side: 0,
             });
             (*g).gc_prev = (i << 4) | flags | GC_COLLECTING;
@@ -289,6 +292,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                     managed: true,
                     reach: false,
                     w: false,
+                    gc_flags: 0,
                     side: 0,
                 });
                 ctx.stub_cand[idx] = ctx.cands.len() as u32;
@@ -361,16 +365,18 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             w_edges.push((i, start, c!().edges.len()));
         }
     }
-    // Restore the list's back links (and drop the COLLECTING flag).
-    // SAFETY: the list is intact through its forward links.
+    // Restore the list's back links (and drop the COLLECTING flag). The tracked
+    // candidates are in list order (nothing changed the list since: only traversals
+    // ran), so this walks the vector, not the list: independent stores instead of a
+    // chain of dependent loads.
+    let tracked = &c!().cands[..n_native];
+    // SAFETY: the candidates' heads are the list's members, in order.
     unsafe {
         let mut prev = sentinel;
-        let mut g = (*sentinel).gc_next as *mut PyGCHead;
-        while g != sentinel {
-            let flags = (*g).gc_prev & GC_FLAGS & !GC_COLLECTING;
-            (*g).gc_prev = prev as usize | flags;
+        for c in tracked {
+            let g = gc_head(c.op);
+            (*g).gc_prev = prev as usize | c.gc_flags as usize;
             prev = g;
-            g = (*g).gc_next as *mut PyGCHead;
         }
         (*sentinel).gc_prev = prev as usize;
     }
