@@ -421,7 +421,15 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     // 4'. Replicate W.
     if let (Some(m), false) = (m, w.is_empty()) {
-        report.replicated = replicate(inner, m, &mut ctx.cands, &w, &w_edges, &ctx.edges);
+        report.replicated = replicate(
+            inner,
+            m,
+            &mut ctx.cands,
+            &w,
+            &w_edges,
+            &ctx.edges,
+            !garbage.is_empty(),
+        );
     }
     inner.state.lock().pinned.clear();
     // Threshold for the next automatic collection (CPython: a quarter of the live).
@@ -537,6 +545,7 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
 /// strong limit); mirrors are made for the native members without one; then each
 /// native member's mirror gets its managed edges: the one target itself in the
 /// mirror's edge slot, or an edge array for several. Returns the number of members.
+/// `code_ran`: native code (the garbage's deallocators) ran since W was found.
 fn replicate(
     inner: &Inner,
     m: &mut Mutator,
@@ -544,6 +553,7 @@ fn replicate(
     w: &[usize],
     w_edges: &[(usize, usize, usize)],
     edges: &[usize],
+    code_ran: bool,
 ) -> usize {
     let mut missing = Vec::new();
     let mut items = Vec::with_capacity(w.len());
@@ -572,8 +582,9 @@ fn replicate(
                 continue;
             }
             // SAFETY: W members are alive: they are referenced from W and the managed
-            // side.
-            if unsafe { (*op).ob_refcnt } <= 0 {
+            // side. (Their counts can only have changed if the garbage's deallocators
+            // ran meanwhile: otherwise the check, a cache miss per member, is skipped.)
+            if code_ran && unsafe { (*op).ob_refcnt } <= 0 {
                 continue;
             }
             match st.by_native.get(&(op as usize)) {
