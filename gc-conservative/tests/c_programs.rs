@@ -9,68 +9,19 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-
-/// Builds the crate's cdylib (see gc-core's tests for why in a target dir of its own).
-fn lib_dir() -> PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
-        let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cdylib");
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "--lib", "--manifest-path"])
-            .arg(&manifest)
-            .arg("--target-dir")
-            .arg(&target)
-            .env_remove("RUSTFLAGS")
-            .status()
-            .expect("run cargo to build the gc-conservative cdylib");
-        assert!(
-            status.success(),
-            "building the gc-conservative cdylib failed: {status}"
-        );
-        target.join("debug")
-    })
-    .clone()
-}
+use test_support::{cdylib_dir, run_ok as run, valgrind, valgrind_requested, CProgram};
 
 fn build(source: &str, name: &str) -> PathBuf {
-    let dir = lib_dir();
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let include = crate_dir.parent().unwrap().join("gc-core").join("include");
-    let own_include = crate_dir.join("include");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let status = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args([
-            "-std=c11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-pthread",
-        ])
-        .arg("-I")
-        .arg(&include)
-        .arg("-I")
-        .arg(&own_include)
-        .arg(crate_dir.join(source))
-        .arg("-o")
-        .arg(&out)
-        .arg("-L")
-        .arg(&dir)
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .arg("-lgc_conservative")
-        .status()
-        .expect("a C compiler (cc) is installed");
-    assert!(status.success(), "compiling {source} failed");
-    out
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().expect("program runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{text}",
-        out.status
-    );
-    text
+    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    CProgram::new(
+        crate_dir.join(source),
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
+    )
+    .include(crate_dir.parent().unwrap().join("gc-core").join("include"))
+    .include(crate_dir.join("include"))
+    .link(lib, "gc_conservative")
+    .build()
 }
 
 fn conservative() -> &'static Path {
@@ -128,15 +79,9 @@ fn gcbench_with_only_conservative_roots_under_stress_is_correct() {
 
 #[test]
 fn gcbench_under_stress_is_valgrind_clean() {
-    if std::env::var_os("GC_CONSERVATIVE_VALGRIND").is_none() {
-        eprintln!(
-            "skipped: set GC_CONSERVATIVE_VALGRIND=1 (cargo xtask test does) to run under valgrind"
-        );
+    if !valgrind_requested("GC_CONSERVATIVE_VALGRIND") {
         return;
     }
-    let out = run(Command::new("valgrind")
-        .args(["--error-exitcode=99", "--quiet"])
-        .arg(gcbench())
-        .args(["12", "11", "10", "300"]));
+    let out = run(valgrind(&[]).arg(gcbench()).args(["12", "11", "10", "300"]));
     assert!(out.contains("result=ok"), "{out}");
 }

@@ -5,7 +5,6 @@
 //! in one C translation unit, where a difference is a "conflicting types" error).
 
 use std::path::PathBuf;
-use std::process::Command;
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -71,22 +70,16 @@ fn compat_declarations_match_the_rust_jl_functions() {
     let dir = std::env::temp_dir().join(format!("gc-conservative-headers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("from_rust.h"), &generated).unwrap();
-    std::fs::write(dir.join("check.c"), "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n").unwrap();
     let include = crate_dir().parent().unwrap().join("gc-core/include");
-    let out = Command::new(std::env::var("CC").unwrap_or_else(|_| "cc".into()))
-        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only", "-I"])
-        .arg(&include)
-        .arg("-I")
-        .arg(&dir)
-        .arg(dir.join("check.c"))
-        .output()
-        .expect("a C compiler (cc) is installed");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "julia_gcext_compat.h disagrees with gc-conservative's jl_* functions:\n{}\n{generated}",
-        String::from_utf8_lossy(&out.stderr)
+    let checked = test_support::c_syntax_check(
+        "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
+        &[&include, &dir],
+        &[],
     );
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(err) = checked {
+        panic!("julia_gcext_compat.h disagrees with gc-conservative's jl_* functions:\n{err}\n{generated}");
+    }
     for f in [
         "jl_gc_enable_conservative_scanning",
         "jl_gc_internal_obj_base_ptr",

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use test_support::c_syntax_check;
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -158,10 +158,6 @@ fn header_functions(text: &str) -> BTreeSet<String> {
     names
 }
 
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
 #[test]
 fn compat_header_matches_the_rust_jl_functions() {
     let header = std::fs::read_to_string(crate_dir().join("include/julia_gcext_compat.h")).unwrap();
@@ -228,35 +224,17 @@ fn compat_header_matches_the_rust_jl_functions() {
     let dir = std::env::temp_dir().join(format!("gc-core-headers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("from_rust.h"), &generated).unwrap();
-    let tu = dir.join("check.c");
-    std::fs::write(
-        &tu,
-        "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
-    )
-    .unwrap();
     // The inline fast paths are macros over the same names: the declarations are
     // compared in the checked build, which has none.
-    let out = Command::new(cc())
-        .args([
-            "-std=c11",
-            "-Wall",
-            "-Werror",
-            "-fsyntax-only",
-            "-DGC_CORE_CHECKED",
-        ])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg("-I")
-        .arg(&dir)
-        .arg(&tu)
-        .output()
-        .expect("a C compiler (cc) is installed");
-    assert!(
-        out.status.success(),
-        "julia_gcext_compat.h disagrees with the Rust jl_* functions:\n{}\n--- cbindgen's view ---\n{generated}",
-        String::from_utf8_lossy(&out.stderr)
+    let checked = c_syntax_check(
+        "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
+        &[&crate_dir().join("include"), &dir],
+        &["-DGC_CORE_CHECKED"],
     );
     let _ = std::fs::remove_dir_all(&dir);
+    if let Err(err) = checked {
+        panic!("julia_gcext_compat.h disagrees with the Rust jl_* functions:\n{err}\n--- cbindgen's view ---\n{generated}");
+    }
 }
 
 #[test]
@@ -275,37 +253,20 @@ fn header_function_parser_sees_declarations_only() {
 /// objects (one word, the referent), in both headers, which also compile together.
 #[test]
 fn weak_reference_structs_have_the_object_layout() {
-    let dir = std::env::temp_dir().join(format!("gc-core-weakref-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tu = dir.join("weakref.c");
-    std::fs::write(
-        &tu,
-        format!(
-            "#include <stddef.h>\n#include \"gc_core.h\"\n#include \"julia_gcext_compat.h\"\n\
+    let src = format!(
+        "#include <stddef.h>\n#include \"gc_core.h\"\n#include \"julia_gcext_compat.h\"\n\
              _Static_assert(offsetof(jl_weakref_t, value) == 0, \"jl value offset\");\n\
              _Static_assert(sizeof(jl_weakref_t) == {size}, \"jl size\");\n\
              _Static_assert(offsetof(gc_weakref_t, value) == 0, \"gc value offset\");\n\
              _Static_assert(sizeof(gc_weakref_t) == {size}, \"gc size\");\n\
              _Static_assert(GC_CB_WEAK_PROCESSING == {hook}, \"hook kind\");\n\
              int main(void) {{ return 0; }}\n",
-            size = gc_core::weak::WEAK_OBJECT_SIZE,
-            hook = gc_core::capi::GC_CB_WEAK_PROCESSING,
-        ),
-    )
-    .unwrap();
-    let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(&tu)
-        .output()
-        .expect("a C compiler (cc) is installed");
-    let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        size = gc_core::weak::WEAK_OBJECT_SIZE,
+        hook = gc_core::capi::GC_CB_WEAK_PROCESSING,
     );
+    if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], &[]) {
+        panic!("{err}");
+    }
 }
 
 /// The layouts the compat header's inline fast paths read are the Rust ones, and the
@@ -349,25 +310,12 @@ fn fast_path_layouts_match_the_rust_side() {
         gc_core::mutator::MUTATOR_MAGIC,
         gc_core::mark::HELPER_MAGIC
     ));
-    let dir = std::env::temp_dir().join(format!("gc-core-layout-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tu = dir.join("layout.c");
-    std::fs::write(&tu, &src).unwrap();
-    for extra in [None, Some("-DGC_CORE_CHECKED")] {
-        let mut cmd = Command::new(cc());
-        cmd.args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"]);
-        cmd.args(extra);
-        let out = cmd
-            .arg("-I")
-            .arg(crate_dir().join("include"))
-            .arg(&tu)
-            .output()
-            .expect("a C compiler (cc) is installed");
-        assert!(
-            out.status.success(),
-            "fast-path layouts ({extra:?}):\n{}\n{src}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    for extra in [
+        &["-std=gnu11", "-Wextra"][..],
+        &["-std=gnu11", "-Wextra", "-DGC_CORE_CHECKED"],
+    ] {
+        if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], extra) {
+            panic!("fast-path layouts ({extra:?}):\n{err}\n{src}");
+        }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -19,13 +19,10 @@ use std::collections::BTreeSet;
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
+use test_support::{c_syntax_check, CProgram};
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -149,27 +146,15 @@ fn the_header_declares_exactly_the_exported_functions_with_their_rust_types() {
         ),
     )
     .unwrap();
-    let tu = dir.join("check.c");
-    std::fs::write(
-        &tu,
+    let checked = c_syntax_check(
         "#include \"refbridge_python.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
-    )
-    .unwrap();
-    let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg("-I")
-        .arg(&dir)
-        .arg(&tu)
-        .output()
-        .expect("a C compiler (cc) is installed");
-    assert!(
-        out.status.success(),
-        "refbridge_python.h disagrees with src/capi.rs:\n{}\n--- cbindgen's view ---\n{decls}",
-        String::from_utf8_lossy(&out.stderr)
+        &[&crate_dir().join("include"), &dir],
+        &[],
     );
     let _ = std::fs::remove_dir_all(&dir);
+    if let Err(err) = checked {
+        panic!("refbridge_python.h disagrees with src/capi.rs:\n{err}\n--- cbindgen's view ---\n{decls}");
+    }
 }
 
 #[test]
@@ -233,26 +218,12 @@ fn constants_sizes_and_offsets_match_the_rust_layouts() {
         .iter()
         .map(|c| format!("_Static_assert({c}, \"{c}\");\n"))
         .collect();
-    let dir = tmp("layout");
-    let tu = dir.join("layout.c");
-    std::fs::write(
-        &tu,
-        format!("#include <stddef.h>\n#include \"refbridge_python.h\"\n{body}int main(void) {{ return 0; }}\n"),
-    )
-    .unwrap();
-    let out = Command::new(cc())
-        .args(["-std=c11", "-Wall", "-Werror", "-fsyntax-only"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(&tu)
-        .output()
-        .expect("cc");
-    assert!(
-        out.status.success(),
-        "layout drift:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let src = format!(
+        "#include <stddef.h>\n#include \"refbridge_python.h\"\n{body}int main(void) {{ return 0; }}\n"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], &[]) {
+        panic!("layout drift:\n{err}");
+    }
 }
 
 #[test]
@@ -287,17 +258,10 @@ int main(void) {
 "#;
     let c = dir.join("fast.c");
     std::fs::write(&c, src).unwrap();
-    let exe = dir.join("fast");
-    let st = Command::new(cc())
-        .args(["-std=c11", "-O2", "-Wall", "-Werror"])
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(&c)
-        .arg("-o")
-        .arg(&exe)
-        .status()
-        .expect("cc");
-    assert!(st.success());
+    let exe = CProgram::new(&c, dir.join("fast"))
+        .flags(&["-O2"])
+        .include(crate_dir().join("include"))
+        .build();
     let out = Command::new(&exe).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
