@@ -275,9 +275,10 @@ pub(crate) struct Inner {
     pub shut_down: std::sync::atomic::AtomicBool,
 }
 
-/// Payload of a mirror: the native address, then the replicated edges (an edge array).
+/// Payload of a mirror: the native address, then the replicated edges (the one target
+/// itself, or an edge array for several).
 pub(crate) const MIRROR_SIZE: usize = 16;
-/// Offset of the edge array in a mirror.
+/// Offset of the replicated edges in a mirror.
 pub(crate) const MIRROR_EDGES: usize = 8;
 
 /// Bridges with the debug mode on, alive in the process: while there are none, the

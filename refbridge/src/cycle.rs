@@ -19,9 +19,10 @@
 //!    the native side cannot see. W is **replicated** into the managed heap: each native
 //!    member gets a mirror (if it had none: its count goes up by `MANAGED_REFCNT`), each
 //!    mirror gets managed edges to the managed sides (mirror, or managed object of a
-//!    stub) of the members it references, and the stubs of W become weak although their
-//!    count is above `MANAGED_REFCNT` (the "weak to strong limit": their native
-//!    references all come from W). The tracing collector now sees the whole cycle and
+//!    stub) of the members it references (the one target itself in its edge slot, or an
+//!    edge array), and the stubs of W become weak although their count is above
+//!    `MANAGED_REFCNT` (the "weak to strong limit": their native references all come
+//!    from W). The tracing collector now sees the whole cycle and
 //!    frees it if nothing managed reaches it; the reference queue then lowers the counts
 //!    and frees what reaches 0, and the next cycle collection clears what is left
 //!    (native members referenced only by each other).
