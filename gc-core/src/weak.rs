@@ -270,9 +270,13 @@ pub(crate) struct QueueInner {
 }
 
 impl QueueInner {
-    fn push(&self, token: usize) {
+    fn push_all(&self, tokens: Vec<usize>) {
         let mut r = self.ready.lock();
-        r.push_back(token);
+        if r.is_empty() {
+            *r = VecDeque::from(tokens); // no copy
+        } else {
+            r.extend(tokens);
+        }
         self.len.store(r.len(), Ordering::Release);
     }
 
@@ -454,7 +458,9 @@ pub(crate) unsafe fn process(
         |&wr| dead(wr),
         |_| {},
     );
-    // Reference queue: objects still unmarked are gone.
+    // Reference queue: objects still unmarked are gone. Their tokens are gathered per
+    // queue and pushed under one lock per queue (not one per token).
+    let mut batches: Vec<(Arc<QueueInner>, Vec<usize>)> = Vec::new();
     sift(
         &mut ws.phantom_young,
         &mut ws.phantom_old,
@@ -462,13 +468,17 @@ pub(crate) unsafe fn process(
         |e| e.obj,
         |e| dead(e.obj),
         |e| {
-            e.queue.push(e.token);
             out.tokens += 1;
-            if !out.notify.iter().any(|q| Arc::ptr_eq(q, &e.queue)) {
-                out.notify.push(e.queue.clone());
+            match batches.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &e.queue)) {
+                Some((_, tokens)) => tokens.push(e.token),
+                None => batches.push((e.queue, vec![e.token])),
             }
         },
     );
+    for (q, tokens) in batches {
+        q.push_all(tokens);
+        out.notify.push(q);
+    }
     out
 }
 
@@ -1026,7 +1036,17 @@ impl ReferenceQueue {
     pub fn drain_into(&self, out: &mut Vec<usize>) -> usize {
         let mut r = self.inner.ready.lock();
         let n = r.len();
-        out.extend(r.drain(..));
+        if out.is_empty() {
+            // Hand the buffer over (no copy when the ring starts at its front, as one
+            // filled by a collection does).
+            *out = Vec::from(std::mem::take(&mut *r));
+        } else {
+            let (a, b) = r.as_slices();
+            out.reserve(n);
+            out.extend_from_slice(a);
+            out.extend_from_slice(b);
+            r.clear();
+        }
         self.inner.len.store(0, Ordering::Release);
         n
     }

@@ -142,8 +142,10 @@ impl PyTypeObject {
 
 /// `PyGC_Head`: two words before every object of a GC type. `gc_next` is 0 while the
 /// object is not tracked; the low 4 bits of `gc_prev` hold flags (pointers are 16-byte
-/// aligned), see [`GC_MIRRORED`].
-#[repr(C)]
+/// aligned), see [`GC_MIRRORED`]. Aligned to 16 on the Rust side too, so that heads the
+/// bridge makes itself (the tracked list's sentinel, the garbage list's head on the
+/// stack) keep those bits free; the size stays CPython's 16 bytes.
+#[repr(C, align(16))]
 #[derive(Debug)]
 pub struct PyGCHead {
     /// Next tracked object's head (0: not tracked).
@@ -151,6 +153,10 @@ pub struct PyGCHead {
     /// Previous tracked object's head, with flags in the low 4 bits.
     pub gc_prev: usize,
 }
+
+// The flag bits need 16-byte aligned heads; the size is CPython's.
+const _: () =
+    assert!(std::mem::align_of::<PyGCHead>() == 16 && std::mem::size_of::<PyGCHead>() == 16);
 
 /// `gc_prev` flag: the object has a live managed mirror (its count includes
 /// `MANAGED_REFCNT` for it).

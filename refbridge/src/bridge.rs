@@ -28,6 +28,7 @@ use gc_core::{
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
+use std::collections::hash_map::Entry;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -164,6 +165,10 @@ pub(crate) struct State {
     pub types: HashMap<usize, usize>,
     /// Managed objects kept alive while the bridge works on them (replication).
     pub pinned: Vec<ObjRef>,
+    /// Members of the replicated set still in it (see [`RItem::side`]): raised by a
+    /// replication, lowered wherever a member leaves (queue token, `to_native`), so
+    /// that settling a replication none of which survived costs nothing per member.
+    pub repl_live: usize,
 }
 
 // SAFETY: the raw pointers inside (type objects) are plain addresses of static or
@@ -172,6 +177,8 @@ unsafe impl Send for State {}
 
 /// An object of the replicated set ("weak to strong limit"), watched by the weak hook.
 pub(crate) struct RItem {
+    /// Its queue token: stub entry (`idx << 1`) or mirror record (`rec << 1 | 1`).
+    pub key: usize,
     /// The native side: a tagged stub pointer or a native object.
     pub op: *mut PyObject,
     /// The managed side (managed object or mirror): a weak handle once the replication
@@ -182,12 +189,35 @@ pub(crate) struct RItem {
 /// The replicated set, read by the weak-processing hook during collections.
 #[derive(Default)]
 pub(crate) struct Replicated {
-    /// Keyed by queue token (stub entry or mirror record).
-    pub items: HashMap<usize, RItem>,
+    /// The members, in no order. An item leaves the set by losing its mark in the
+    /// bridge's tables (the entry's `WEAK_LIMIT`, the record's `replicated`: queue
+    /// token, `to_native`), not by removal here: [`RItem::side`] tells whether it is
+    /// still in. Items are only added by a replication, right after
+    /// `reset_replicated` emptied the vector, so a token never appears twice.
+    pub items: Vec<RItem>,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
     pub fresh: bool,
+}
+
+impl RItem {
+    /// The managed side of the item if it is still in the replicated set: the entry
+    /// is used, its object alive and `WEAK_LIMIT` set (stub), or the record holds the
+    /// same native object and is marked replicated (mirror).
+    #[inline]
+    pub(crate) fn side(&self, st: &State) -> Option<ObjRef> {
+        if self.key & 1 == 0 {
+            let e = st.table.entries.get(self.key >> 1)?;
+            if e.flags & USED == 0 || e.flags & WEAK_LIMIT == 0 {
+                return None;
+            }
+            ObjRef::from_addr(e.obj)
+        } else {
+            let r = st.mirrors.get(self.key >> 1)?.as_ref()?;
+            (r.replicated && r.native == self.op as usize).then_some(r.mirror)
+        }
+    }
 }
 
 // SAFETY: the raw pointers are native objects owned by the bridge's thread; the hook
@@ -245,9 +275,10 @@ pub(crate) struct Inner {
     pub shut_down: std::sync::atomic::AtomicBool,
 }
 
-/// Payload of a mirror: the native address, then the replicated edges (an edge array).
+/// Payload of a mirror: the native address, then the replicated edges (the one target
+/// itself, or an edge array for several).
 pub(crate) const MIRROR_SIZE: usize = 16;
-/// Offset of the edge array in a mirror.
+/// Offset of the replicated edges in a mirror.
 pub(crate) const MIRROR_EDGES: usize = 8;
 
 /// Bridges with the debug mode on, alive in the process: while there are none, the
@@ -346,6 +377,7 @@ impl Bridge {
                 by_native: HashMap::default(),
                 types: HashMap::default(),
                 pinned: Vec::new(),
+                repl_live: 0,
             }),
             repl: Mutex::new(Replicated::default()),
             local: LocalCell(Local {
@@ -518,7 +550,10 @@ impl Bridge {
         // SAFETY: a stub of ours.
         let idx = unsafe { HandleTable::index_fast(op) };
         st.table.entries[idx as usize].flags |= IMMORTAL;
-        st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+        if st.table.entries[idx as usize].flags & WEAK_LIMIT != 0 {
+            st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
+            st.repl_live -= 1;
+        }
         // SAFETY: the stub is live.
         unsafe { (*untag(op)).ob_refcnt = IMMORTAL_REFCNT };
         Ok(op)
@@ -788,10 +823,10 @@ impl Inner {
             let e = st.table.entries[idx as usize];
             if e.flags & WEAK_LIMIT != 0 {
                 // Handed to native code again: strong again if native references exist.
+                // (This also takes it out of the replicated set: see `RItem::side`.)
                 st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-                drop(st);
-                self.repl.lock().items.remove(&((idx as usize) << 1));
-                return Ok(self.state.lock().table.tagged(idx));
+                st.repl_live -= 1;
+                return Ok(st.table.tagged(idx));
             }
             return Ok(st.table.tagged(idx));
         }
@@ -937,7 +972,12 @@ impl Inner {
     ///
     /// # Safety
     /// `op` is a live native object without a mirror; `mirror` a fresh mirror object.
-    pub(crate) unsafe fn bind_mirror(&self, op: *mut PyObject, mirror: ObjRef, replicated: bool) {
+    pub(crate) unsafe fn bind_mirror(
+        &self,
+        op: *mut PyObject,
+        mirror: ObjRef,
+        replicated: bool,
+    ) -> u32 {
         // SAFETY: a fresh mirror: word 0 is its native address.
         unsafe { mirror.write_slot(0, op as usize) };
         let rec = {
@@ -947,6 +987,7 @@ impl Inner {
                 mirror,
                 replicated,
             };
+            st.repl_live += usize::from(replicated);
             let rec = match st.mirror_free.pop() {
                 Some(i) => {
                     st.mirrors[i as usize] = Some(r);
@@ -970,6 +1011,7 @@ impl Inner {
         }
         self.queue.register(mirror, ((rec as usize) << 1) | 1);
         self.counters.mirrors_made.fetch_add(1, Ordering::Relaxed);
+        rec
     }
 
     /// Processes the queue's tokens (bookkeeping always; deallocations in a batch unless
@@ -1043,18 +1085,21 @@ impl Inner {
         self.counters
             .tokens
             .fetch_add(tokens.len() as u64, Ordering::Relaxed);
-        let mut to_free = Vec::new();
-        let mut repl_gone = Vec::new();
+        // Objects reaching 0 go straight to `pending` (nothing here runs native code);
+        // replicated items whose side died leave the set by the flags cleared here.
+        let mut pending = self.local.0.pending.borrow_mut();
+        pending.reserve(tokens.len());
         let mut stubs_freed = 0;
         {
             let mut st = self.state.lock();
+            st.mirror_free.reserve(tokens.len());
             for &t in &tokens {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
                     let e = st.table.entries[idx as usize];
                     st.table.by_obj.remove(&e.obj);
-                    if e.flags & WEAK_LIMIT != 0 {
-                        repl_gone.push(t);
+                    if e.flags & WEAK_LIMIT != 0 && e.flags & USED != 0 {
+                        st.repl_live -= 1;
                     }
                     let ent = &mut st.table.entries[idx as usize];
                     ent.obj = 0;
@@ -1083,11 +1128,13 @@ impl Inner {
                         continue;
                     };
                     st.mirror_free.push(rec as u32);
-                    if st.by_native.get(&r.native) == Some(&(rec as u32)) {
-                        st.by_native.remove(&r.native);
-                    }
                     if r.replicated {
-                        repl_gone.push(t);
+                        st.repl_live -= 1;
+                    }
+                    if let Entry::Occupied(o) = st.by_native.entry(r.native) {
+                        if *o.get() == rec as u32 {
+                            o.remove();
+                        }
                     }
                     let op = r.native as *mut PyObject;
                     // SAFETY: a mirrored object is alive: its count includes
@@ -1101,7 +1148,7 @@ impl Inner {
                         (*op).ob_refcnt
                     };
                     if c == 0 {
-                        to_free.push(op);
+                        pending.push(op);
                     } else if c < 0 {
                         self.below_zero(op, c);
                     } else if r.replicated {
@@ -1110,16 +1157,10 @@ impl Inner {
                 }
             }
         }
-        if !repl_gone.is_empty() {
-            let mut r = self.repl.lock();
-            for t in repl_gone {
-                r.items.remove(&t);
-            }
-        }
+        drop(pending);
         self.counters
             .stubs_freed
             .fetch_add(stubs_freed, Ordering::Relaxed);
-        self.local.0.pending.borrow_mut().extend(to_free);
         tokens.len()
     }
 

@@ -19,9 +19,10 @@
 //!    the native side cannot see. W is **replicated** into the managed heap: each native
 //!    member gets a mirror (if it had none: its count goes up by `MANAGED_REFCNT`), each
 //!    mirror gets managed edges to the managed sides (mirror, or managed object of a
-//!    stub) of the members it references, and the stubs of W become weak although their
-//!    count is above `MANAGED_REFCNT` (the "weak to strong limit": their native
-//!    references all come from W). The tracing collector now sees the whole cycle and
+//!    stub) of the members it references (the one target itself in its edge slot, or an
+//!    edge array), and the stubs of W become weak although their count is above
+//!    `MANAGED_REFCNT` (the "weak to strong limit": their native references all come
+//!    from W). The tracing collector now sees the whole cycle and
 //!    frees it if nothing managed reaches it; the reference queue then lowers the counts
 //!    and frees what reaches 0, and the next cycle collection clears what is left
 //!    (native members referenced only by each other).
@@ -70,6 +71,11 @@ struct Cand {
     managed: bool,
     reach: bool,
     w: bool,
+    /// A tracked object's `gc_prev` flags (restored with its back link).
+    gc_flags: u8,
+    /// For members of W during the replication: the address of the managed side
+    /// (managed object of a stub, mirror of a native object), 0 if none.
+    side: usize,
 }
 
 struct Ctx {
@@ -142,21 +148,13 @@ unsafe extern "C" fn visit_w(op: *mut PyObject, arg: *mut c_void) -> c_int {
         let ctx = &mut *(arg as *mut Ctx);
         if let Some(j) = ctx.cand_of(op) {
             let c = &mut ctx.cands[j];
-            if !c.reach && !c.w {
-                c.w = true;
-                ctx.stack.push(j);
-            }
-        }
-    }
-    0
-}
-
-unsafe extern "C" fn visit_edges(op: *mut PyObject, arg: *mut c_void) -> c_int {
-    // SAFETY: as visit_decref.
-    unsafe {
-        let ctx = &mut *(arg as *mut Ctx);
-        if let Some(j) = ctx.cand_of(op) {
-            if ctx.cands[j].w {
+            if !c.reach {
+                // A W member's reference to a candidate not alive from outside: an
+                // edge inside W.
+                if !c.w {
+                    c.w = true;
+                    ctx.stack.push(j);
+                }
                 ctx.edges.push(j);
             }
         }
@@ -219,20 +217,20 @@ fn reset_replicated(inner: &Inner) {
         return;
     }
     let mut st = inner.state.lock();
-    for (t, _item) in items.iter() {
-        if t & 1 == 0 {
-            let idx = (t >> 1) as u32;
-            let e = st.table.entries[idx as usize];
-            if e.flags & USED != 0 && e.obj != 0 && e.flags & WEAK_LIMIT != 0 {
-                st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
-            }
-        } else if let Some(r) = st.mirrors[t >> 1].as_mut() {
+    for it in &items {
+        if it.side(&st).is_none() {
+            continue; // left the set already
+        }
+        if it.key & 1 == 0 {
+            st.table.entries[it.key >> 1].flags &= !WEAK_LIMIT;
+        } else if let Some(r) = st.mirrors[it.key >> 1].as_mut() {
             r.replicated = false;
             // SAFETY: a registered mirror is alive (tokens were processed before); a
             // null store needs no write barrier.
             unsafe { r.mirror.write_slot(MIRROR_EDGES, 0) };
         }
     }
+    st.repl_live = 0;
     drop(st);
     drop(items);
 }
@@ -249,7 +247,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     let l = &inner.local.0;
     let sentinel = l.gc_list;
     let mut ctx = Ctx {
-        cands: Vec::with_capacity(l.tracked.get()),
+        // (tracked objects, then stubs: at most the entries in use)
+        cands: Vec::with_capacity(l.tracked.get() + inner.state.lock().table.used),
         stub_cand: Vec::new(),
         stack: Vec::new(),
         edges: Vec::new(),
@@ -270,6 +269,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 managed,
                 reach: false,
                 w: false,
+                gc_flags: flags as u8,
+                side: 0,
             });
             (*g).gc_prev = (i << 4) | flags | GC_COLLECTING;
             g = (*g).gc_next as *mut PyGCHead;
@@ -292,12 +293,15 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                     managed: true,
                     reach: false,
                     w: false,
+                    gc_flags: 0,
+                    side: 0,
                 });
                 ctx.stub_cand[idx] = ctx.cands.len() as u32;
             }
         }
     }
     let n = ctx.cands.len();
+    ctx.stack.reserve(n);
     // From here on the context is reached only through this pointer, which the visit
     // functions also use: no reference to it is held across a traversal.
     let p: *mut Ctx = &mut ctx;
@@ -331,42 +335,49 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         }
     }
     // 4. W: the part of the unreachable set reachable from managed-referenced members.
+    let mut n_unreached = 0;
     for i in 0..n {
         let c = c!();
-        if !c.cands[i].reach && c.cands[i].managed {
-            c.cands[i].w = true;
-            c.stack.push(i);
+        if !c.cands[i].reach {
+            n_unreached += 1;
+            if c.cands[i].managed {
+                c.cands[i].w = true;
+                c.stack.push(i);
+            }
         }
     }
+    if !c!().stack.is_empty() {
+        c!().edges.reserve(n_unreached);
+    }
+    // The same traversal records the edges inside W of its native members, for the
+    // replication: member i's targets are `edges[start..end]` (every target not
+    // reachable from outside is in W).
+    let mut w_edges: Vec<(usize, usize, usize)> = Vec::with_capacity(if c!().stack.is_empty() {
+        0
+    } else {
+        n_unreached.min(n_native)
+    });
     while let Some(i) = c!().stack.pop() {
         if i < n_native {
-            let op = c!().cands[i].op;
-            // SAFETY: as above.
-            unsafe { traverse(op, visit_w, arg) };
-        }
-    }
-    // The edges inside W of its native members, for the replication: member i's
-    // targets are `edges[start..end]`.
-    let mut w_edges: Vec<(usize, usize, usize)> = Vec::new();
-    for i in 0..n_native {
-        if c!().cands[i].w {
             let start = c!().edges.len();
             let op = c!().cands[i].op;
             // SAFETY: as above.
-            unsafe { traverse(op, visit_edges, arg) };
+            unsafe { traverse(op, visit_w, arg) };
             w_edges.push((i, start, c!().edges.len()));
         }
     }
-    // Restore the list's back links (and drop the COLLECTING flag).
-    // SAFETY: the list is intact through its forward links.
+    // Restore the list's back links (and drop the COLLECTING flag). The tracked
+    // candidates are in list order (nothing changed the list since: only traversals
+    // ran), so this walks the vector, not the list: independent stores instead of a
+    // chain of dependent loads.
+    let tracked = &c!().cands[..n_native];
+    // SAFETY: the candidates' heads are the list's members, in order.
     unsafe {
         let mut prev = sentinel;
-        let mut g = (*sentinel).gc_next as *mut PyGCHead;
-        while g != sentinel {
-            let flags = (*g).gc_prev & GC_FLAGS & !GC_COLLECTING;
-            (*g).gc_prev = prev as usize | flags;
+        for c in tracked {
+            let g = gc_head(c.op);
+            (*g).gc_prev = prev as usize | c.gc_flags as usize;
             prev = g;
-            g = (*g).gc_next as *mut PyGCHead;
         }
         (*sentinel).gc_prev = prev as usize;
     }
@@ -374,6 +385,10 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     // Pure garbage (native members outside W) and W, in one pass.
     let mut garbage: Vec<*mut PyObject> = Vec::new();
     let mut w: Vec<usize> = Vec::new();
+    if n_unreached > 0 {
+        w.reserve(n_unreached);
+        garbage.reserve(n_unreached - w_edges.len().min(n_unreached));
+    }
     for (i, c) in ctx.cands.iter().enumerate() {
         if c.w {
             w.push(i);
@@ -386,21 +401,18 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         garbage: garbage.len(),
         replicated: 0,
     };
-    // Keep the managed sides of W alive while we work (deallocators and allocations
-    // below may collect).
-    let sides: Vec<Option<ObjRef>> = {
-        let st = inner.state.lock();
-        w.iter()
-            .map(|&i| managed_side(&st, ctx.cands[i].op))
-            .collect()
-    };
-    inner
-        .state
-        .lock()
-        .pinned
-        .extend(sides.iter().flatten().copied());
-    // 5. Delete the pure garbage (CPython's delete_garbage).
+    // 5. Delete the pure garbage (CPython's delete_garbage). Its deallocators run native
+    // code, which may allocate and so collect: the managed sides of W are kept alive
+    // meanwhile.
     if !garbage.is_empty() {
+        {
+            let mut st = inner.state.lock();
+            let sides: Vec<ObjRef> = w
+                .iter()
+                .filter_map(|&i| managed_side(&st, ctx.cands[i].op))
+                .collect();
+            st.pinned.extend(sides);
+        }
         // SAFETY: the garbage objects are tracked live objects of this list.
         unsafe { delete_garbage(inner, &garbage) };
         inner
@@ -410,7 +422,15 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     // 4'. Replicate W.
     if let (Some(m), false) = (m, w.is_empty()) {
-        report.replicated = replicate(inner, m, &ctx.cands, &w, &w_edges, &ctx.edges);
+        report.replicated = replicate(
+            inner,
+            m,
+            &mut ctx.cands,
+            &w,
+            &w_edges,
+            &ctx.edges,
+            !garbage.is_empty(),
+        );
     }
     inner.state.lock().pinned.clear();
     // Threshold for the next automatic collection (CPython: a quarter of the live).
@@ -520,120 +540,134 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
     }
 }
 
+/// Replicates W (module documentation, step 4): one pass under the bridge's lock finds
+/// each member's managed side (kept alive in `pinned` while the allocations below may
+/// collect), marks existing mirrors replicated and makes the stubs weak (the weak to
+/// strong limit); mirrors are made for the native members without one; then each
+/// native member's mirror gets its managed edges: the one target itself in the
+/// mirror's edge slot, or an edge array for several. Returns the number of members.
+/// `code_ran`: native code (the garbage's deallocators) ran since W was found.
 fn replicate(
     inner: &Inner,
     m: &mut Mutator,
-    cands: &[Cand],
+    cands: &mut [Cand],
     w: &[usize],
     w_edges: &[(usize, usize, usize)],
     edges: &[usize],
+    code_ran: bool,
 ) -> usize {
-    // Mirrors for the native members that have none (each pinned as soon as made); the
-    // existing ones are marked replicated under one lock.
     let mut missing = Vec::new();
+    let mut items = Vec::with_capacity(w.len());
     {
         let mut st = inner.state.lock();
         let st = &mut *st;
+        st.pinned.reserve(w.len());
         for &i in w {
             let op = cands[i].op;
+            if is_stub(op) {
+                // SAFETY: candidates' stubs are live stubs of this bridge.
+                let idx = unsafe { HandleTable::index_fast(op) } as usize;
+                let e = st.table.entries[idx];
+                let Some(obj) = ObjRef::from_addr(e.obj).filter(|_| e.flags & USED != 0) else {
+                    continue;
+                };
+                st.table.entries[idx].flags |= WEAK_LIMIT;
+                st.repl_live += 1;
+                cands[i].side = e.obj;
+                st.pinned.push(obj);
+                items.push(RItem {
+                    key: idx << 1,
+                    op,
+                    weak: None,
+                });
+                continue;
+            }
             // SAFETY: W members are alive: they are referenced from W and the managed
-            // side.
-            if is_stub(op) || unsafe { (*op).ob_refcnt } <= 0 {
+            // side. (Their counts can only have changed if the garbage's deallocators
+            // ran meanwhile: otherwise the check, a cache miss per member, is skipped.)
+            if code_ran && unsafe { (*op).ob_refcnt } <= 0 {
                 continue;
             }
             match st.by_native.get(&(op as usize)) {
                 Some(&rec) => {
                     if let Some(r) = st.mirrors[rec as usize].as_mut() {
                         r.replicated = true;
+                        st.repl_live += 1;
+                        cands[i].side = r.mirror.addr();
                         st.pinned.push(r.mirror);
+                        items.push(RItem {
+                            key: ((rec as usize) << 1) | 1,
+                            op,
+                            weak: None,
+                        });
                     }
                 }
-                None => missing.push(op),
+                None => missing.push(i),
             }
         }
     }
-    for op in missing {
+    for i in missing {
         let Ok(mirror) = m.alloc_typed(MIRROR_SIZE, inner.mirror_type) else {
             tracing::error!("replication: allocating a mirror failed; the cycle is kept");
+            publish(inner, items);
             return 0;
         };
         inner.state.lock().pinned.push(mirror);
+        let op = cands[i].op;
         // SAFETY: a live native object without a mirror, a fresh mirror.
-        unsafe { inner.bind_mirror(op, mirror, true) };
+        let rec = unsafe { inner.bind_mirror(op, mirror, true) };
+        cands[i].side = mirror.addr();
+        items.push(RItem {
+            key: ((rec as usize) << 1) | 1,
+            op,
+            weak: None,
+        });
     }
-    // Managed edges mirroring the native ones inside W (all looked up under one lock;
-    // everything involved is pinned).
-    let mut targets: Vec<ObjRef> = Vec::with_capacity(edges.len());
-    let plan: Vec<(ObjRef, usize, usize)> = {
-        let st = inner.state.lock();
-        w_edges
-            .iter()
-            .filter_map(|&(i, start, end)| {
-                let mirror = managed_side(&st, cands[i].op)?;
-                let from = targets.len();
-                targets.extend(
-                    edges[start..end]
-                        .iter()
-                        .filter_map(|&j| managed_side(&st, cands[j].op)),
-                );
-                (targets.len() > from).then_some((mirror, from, targets.len()))
-            })
-            .collect()
-    };
+    // Managed edges mirroring the native ones inside W (everything involved is pinned).
     let max_small = gc_core::max_internal_obj_size();
-    for (mirror, from, to) in plan {
-        let refs = &targets[from..to];
-        let size = 8 + 8 * refs.len();
-        let ty = if size > max_small {
-            inner.edges_large
-        } else {
-            inner.edges_small
+    let mut targets: Vec<ObjRef> = Vec::new();
+    for &(i, start, end) in w_edges {
+        let Some(mirror) = ObjRef::from_addr(cands[i].side) else {
+            continue;
         };
-        let Ok(arr) = m.alloc_typed(size, ty) else {
-            tracing::error!("replication: allocating an edge array failed; the cycle is kept");
-            return 0;
+        targets.clear();
+        targets.extend(
+            edges[start..end]
+                .iter()
+                .filter_map(|&j| ObjRef::from_addr(cands[j].side)),
+        );
+        let edge = match targets.len() {
+            0 => continue,
+            1 => targets[0],
+            k => {
+                let size = 8 + 8 * k;
+                let ty = if size > max_small {
+                    inner.edges_large
+                } else {
+                    inner.edges_small
+                };
+                let Ok(arr) = m.alloc_typed(size, ty) else {
+                    tracing::error!(
+                        "replication: allocating an edge array failed; the cycle is kept"
+                    );
+                    publish(inner, items);
+                    return 0;
+                };
+                // SAFETY: a fresh edge array of the right size; its referents are pinned.
+                unsafe {
+                    arr.write_slot(0, k);
+                    for (s, r) in targets.iter().enumerate() {
+                        arr.write_slot(8 + 8 * s, r.addr());
+                    }
+                }
+                arr
+            }
         };
-        // SAFETY: a fresh edge array of the right size; its referents are pinned; the
-        // mirror is pinned and the store goes through the write barrier.
-        unsafe {
-            arr.write_slot(0, refs.len());
-            for (k, r) in refs.iter().enumerate() {
-                arr.write_slot(8 + 8 * k, r.addr());
-            }
-            m.store_ref(mirror, MIRROR_EDGES, Some(arr));
-        }
-    }
-    // The stubs of W become weak (the weak to strong limit), and W is watched.
-    let mut items = Vec::with_capacity(w.len());
-    {
-        let mut st = inner.state.lock();
-        for &i in w {
-            let op = cands[i].op;
-            if is_stub(op) {
-                // SAFETY: candidates' stubs are live stubs of this bridge.
-                let idx = unsafe { HandleTable::index_fast(op) };
-                let e = st.table.entries[idx as usize];
-                if e.flags & USED == 0 || e.obj == 0 {
-                    continue;
-                }
-                st.table.entries[idx as usize].flags |= WEAK_LIMIT;
-                let obj = ObjRef::from_addr(st.table.entries[idx as usize].obj).expect("live");
-                items.push(((idx as usize) << 1, op, obj));
-            } else if let Some(&rec) = st.by_native.get(&(op as usize)) {
-                if let Some(r) = st.mirrors[rec as usize] {
-                    items.push((((rec as usize) << 1) | 1, op, r.mirror));
-                }
-            }
-        }
+        // SAFETY: the mirror is pinned and the store goes through the write barrier.
+        unsafe { m.store_ref(mirror, MIRROR_EDGES, Some(edge)) };
     }
     let n = items.len();
-    let mut repl = inner.repl.lock();
-    repl.items.reserve(n);
-    for (key, op, _obj) in items {
-        repl.items.insert(key, RItem { op, weak: None });
-    }
-    repl.fresh = true;
-    drop(repl);
+    publish(inner, items);
     inner
         .counters
         .replicated
@@ -641,18 +675,36 @@ fn replicate(
     n
 }
 
+/// Makes `items` the replicated set, watched from the next collection on (fresh).
+fn publish(inner: &Inner, items: Vec<RItem>) {
+    let mut repl = inner.repl.lock();
+    if repl.items.is_empty() {
+        repl.items = items;
+    } else {
+        repl.items.extend(items);
+    }
+    repl.fresh = true;
+}
+
 /// The weak-processing hook: keeps the managed side of replicated objects that native
 /// code references from outside the replicated set (or that are alive through the
 /// managed side), and of everything they reach natively.
 pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     let repl = inner.repl.lock();
-    if repl.items.is_empty() || repl.fresh {
+    if repl.items.is_empty() || repl.fresh || inner.state.lock().repl_live == 0 {
         // Fresh: the bridge's own collection right after the replication, whose
         // managed edges are exact (or a collection another thread ran before the
         // bridge's thread, inside that collection, could run any native code).
         return;
     }
-    let items: Vec<&RItem> = repl.items.values().collect();
+    // The members still in the set (lock order: the set, then the state).
+    let items: Vec<&RItem> = {
+        let st = inner.state.lock();
+        repl.items
+            .iter()
+            .filter(|it| it.side(&st).is_some())
+            .collect()
+    };
     let index: HashMap<usize, usize> = items
         .iter()
         .enumerate()
@@ -717,33 +769,42 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
 /// get weak handles, so the weak hook can watch them safely at later collections.
 pub(crate) fn settle(inner: &Inner) {
     let survivors: Vec<(usize, ObjRef)> = {
-        let repl = inner.repl.lock();
+        let mut repl = inner.repl.lock();
         if !repl.fresh {
             return;
         }
         let st = inner.state.lock();
+        debug_assert_eq!(
+            st.repl_live,
+            repl.items
+                .iter()
+                .filter(|it| it.side(&st).is_some())
+                .count(),
+            "members of the replicated set counted"
+        );
+        if st.repl_live == 0 {
+            // Nothing survived (the common case: the cycle was garbage).
+            repl.items.clear();
+            repl.fresh = false;
+            return;
+        }
         repl.items
-            .keys()
-            .filter_map(|&t| {
-                let obj = if t & 1 == 0 {
-                    ObjRef::from_addr(st.table.entries[t >> 1].obj)
-                } else {
-                    st.mirrors[t >> 1].map(|r| r.mirror)
-                };
-                obj.map(|o| (t, o))
-            })
+            .iter()
+            .enumerate()
+            .filter_map(|(k, it)| it.side(&st).map(|o| (k, o)))
             .collect()
     };
     let weak: Vec<(usize, WeakRef)> = survivors
         .into_iter()
-        .map(|(t, o)| (t, inner.heap.new_weak_ref(o)))
+        .map(|(k, o)| (k, inner.heap.new_weak_ref(o)))
         .collect();
+    // (Only a replication changes the vector, and none runs meanwhile: the positions
+    // still hold.) Members that left the set are dropped from it.
     let mut repl = inner.repl.lock();
-    for (t, w) in weak {
-        if let Some(it) = repl.items.get_mut(&t) {
-            it.weak = Some(w);
-        }
+    for (k, w) in weak {
+        repl.items[k].weak = Some(w);
     }
+    repl.items.retain(|it| it.weak.is_some());
     repl.fresh = false;
 }
 

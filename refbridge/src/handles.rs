@@ -124,6 +124,7 @@ impl HandleTable {
     ///
     /// # Safety
     /// `op` points to readable memory of at least a stub's size (untagged).
+    #[inline]
     pub unsafe fn slot_of_held(&self, op: *const PyObject) -> Option<u32> {
         // SAFETY: readable memory (caller).
         let idx = unsafe { Self::index_fast(op) };
@@ -213,6 +214,7 @@ impl HandleTable {
     }
 
     /// Releases entry `idx` and its stub (count 0, managed object dead).
+    #[inline]
     pub fn release(&mut self, idx: u32) {
         self.entries[idx as usize] = Entry::default();
         // SAFETY: the stub's count is 0: no native reference remains.
