@@ -657,17 +657,20 @@ pub unsafe extern "C" fn gc_alloc(
     size: usize,
     ty: *mut c_void,
 ) -> *mut c_void {
-    // The fast path: the calling thread's mutator (its magic, no checked mode), a type
-    // it allocated before (the cache), a free cell of its current page. Everything else,
-    // errors included, in `gc_alloc_slow`.
+    // The fast path: the calling thread's mutator (its magic, no checked mode; in debug
+    // builds its owning thread too), a type it allocated before (the cache), a free cell
+    // of its current page. Everything else, errors included, in `gc_alloc_slow`.
     let ms = m as *const MutatorShared;
     if !ms.is_null()
-        && !cfg!(debug_assertions)
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         && unsafe {
             (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
                 && !(*ms).head.checked.load(Ordering::Relaxed)
+                // Debug builds compare the owning thread here too (as `mutator_ref`
+                // does), so that they run this fast path with the same checks.
+                && (!cfg!(debug_assertions)
+                    || (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id())
         }
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
