@@ -135,6 +135,11 @@ typedef struct gc_config_t {
    * (`live * headroom / (live + headroom)`; 0: none).
    */
   size_t headroom;
+  /**
+   * The interval may grow up to this multiple of the formula's to use free memory the
+   * heap already holds resident (1.0 or less: off).
+   */
+  double resident_reuse;
 } gc_config_t;
 
 /**
@@ -299,9 +304,10 @@ int gc_heap_delete(struct gc_heap_t *heap);
  * `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
  * core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
  * `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
- * `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes) and
- * `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those names). A value that does not
- * parse or is out of range is reported on stderr and ignored.
+ * `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
+ * `GC_CORE_RESIDENT_REUSE` and `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those
+ * names). A value that does not parse or is out of range is reported on stderr and
+ * ignored.
  */
 struct gc_heap_t *gc_default_heap(void);
 

@@ -123,6 +123,9 @@ pub struct gc_config_t {
     /// Extra bytes between collections for small and middle-sized heaps
     /// (`live * headroom / (live + headroom)`; 0: none).
     pub headroom: usize,
+    /// The interval may grow up to this multiple of the formula's to use free memory the
+    /// heap already holds resident (1.0 or less: off).
+    pub resident_reuse: f64,
 }
 
 /// Collection statistics for `gc_stats`.
@@ -266,6 +269,7 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             lazy_sweep: d.lazy_sweep as c_int,
             young_weight: d.young_weight,
             headroom: d.headroom,
+            resident_reuse: d.resident_reuse,
         })
     };
     0
@@ -295,6 +299,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             lazy_sweep: c.lazy_sweep != 0,
             young_weight: c.young_weight,
             headroom: c.headroom,
+            resident_reuse: c.resident_reuse,
         }
     };
     match Heap::new(config) {
@@ -335,9 +340,10 @@ static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 /// `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
 /// core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
 /// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
-/// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes) and
-/// `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those names). A value that does not
-/// parse or is out of range is reported on stderr and ignored.
+/// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
+/// `GC_CORE_RESIDENT_REUSE` and `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those
+/// names). A value that does not parse or is out of range is reported on stderr and
+/// ignored.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
     DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(default_heap_from_env())) as *const gc_heap_t
@@ -377,6 +383,11 @@ fn config_from_env() -> HeapConfig {
         v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
     }) {
         config.headroom = h;
+    }
+    if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
+        v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
+    }) {
+        config.resident_reuse = r;
     }
     if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
         v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))

@@ -28,7 +28,7 @@ use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
     header_is_allocated, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
-use crate::page::{SweepParams, TriggerPlan};
+use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS};
 use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
@@ -40,10 +40,6 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// Free pages unused for this many collections are returned to the OS (madvise): a page
-/// freed by one collection is usually needed again before the next.
-const IDLE_COLLECTIONS: u32 = 4;
 
 /// Runs a collection from mutator `me` (which must be running managed code).
 pub(crate) fn collect(
@@ -399,6 +395,7 @@ fn run(
         headroom: config.headroom as f64,
         min: config.min_interval,
         max: config.max_interval,
+        reuse: config.resident_reuse,
     };
     let (pages_in_use, mapped, pool_live, pool_old, unswept) = {
         let mut pages = heap.pages.lock();
@@ -416,7 +413,7 @@ fn run(
         };
         // Until the sweep is complete, the trigger is estimated from what is known.
         heap.trigger.store(
-            plan.interval(pages.totals.live, pages.totals.old),
+            plan.interval(pages.totals.live, pages.totals.old, 0),
             Ordering::Relaxed,
         );
         if !config.lazy_sweep {

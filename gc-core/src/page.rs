@@ -436,12 +436,30 @@ pub(crate) struct TriggerPlan {
     pub headroom: f64,
     pub min: usize,
     pub max: usize,
+    /// `HeapConfig::resident_reuse`.
+    pub reuse: f64,
 }
+
+/// Free pages unused for this many collections are returned to the OS (madvise): a page
+/// freed by one collection is usually needed again before the next.
+pub(crate) const IDLE_COLLECTIONS: u32 = 4;
 
 impl TriggerPlan {
     /// The bytes to allocate before the next collection, from the pools' live and old
-    /// bytes once swept.
-    pub(crate) fn interval(&self, pool_live: usize, pool_old: usize) -> usize {
+    /// bytes once swept and the free pool memory that is still resident
+    /// (`resident_free`, see [`PageAlloc::resident_free_bytes`]).
+    ///
+    /// The formula's interval (`counted * growth + extra`) is lengthened to use free
+    /// memory the heap already holds, up to `reuse` times the formula's: allocating into
+    /// it does not raise the peak, and collecting while it lies unused is the "twice as
+    /// often as it should" of a generational heap after a transient peak (a
+    /// non-generational collector such as Boehm's fills its heap before collecting).
+    pub(crate) fn interval(
+        &self,
+        pool_live: usize,
+        pool_old: usize,
+        resident_free: usize,
+    ) -> usize {
         let live = (pool_live + self.other_live).saturating_sub(self.discount);
         let old = (pool_old + self.other_old).min(live);
         let counted = old as f64 + (live - old) as f64 * self.young_weight;
@@ -450,7 +468,13 @@ impl TriggerPlan {
         } else {
             0.0
         };
-        (counted * self.growth + extra).clamp(self.min as f64, self.max as f64) as usize
+        let formula = counted * self.growth + extra;
+        let interval = if self.reuse > 1.0 {
+            formula.max((resident_free as f64).min(formula * self.reuse))
+        } else {
+            formula
+        };
+        interval.clamp(self.min as f64, self.max as f64) as usize
     }
 }
 
@@ -501,6 +525,25 @@ impl PageAlloc {
     /// Bytes of address space mapped for this heap's pages.
     pub(crate) fn mapped_bytes(&self) -> usize {
         self.chunks.len() * CHUNK_SIZE
+    }
+
+    /// Free pool memory that is resident, in bytes: the free cells of pages in use (the
+    /// sweep counted them as neither live nor old) plus free pages that were used and
+    /// have not been returned to the OS, counting only those `trim` will keep (idle for
+    /// fewer than [`IDLE_COLLECTIONS`] sweeps). Precise only once the sweep is complete.
+    pub(crate) fn resident_free_bytes(&self) -> usize {
+        let epoch = self.epoch;
+        let dirty = self
+            .free
+            .iter()
+            .filter(|page| {
+                // SAFETY: free pages are only touched under the page lock, which the
+                // caller holds (`&self` of the page allocator, kept behind it).
+                let st = unsafe { page.state() };
+                !st.zeroed && epoch.wrapping_sub(st.idle_since) < IDLE_COLLECTIONS
+            })
+            .count();
+        (self.n_in_use * PAGE_SIZE).saturating_sub(self.totals.live) + dirty * PAGE_SIZE
     }
 
     /// Number of pages currently holding cells.
@@ -753,7 +796,11 @@ impl PageAlloc {
         if self.n_unswept == 0 {
             if let Some(plan) = self.plan.take() {
                 trigger.store(
-                    plan.interval(self.totals.live, self.totals.old),
+                    plan.interval(
+                        self.totals.live,
+                        self.totals.old,
+                        self.resident_free_bytes(),
+                    ),
                     Ordering::Relaxed,
                 );
             }

@@ -446,3 +446,71 @@ fn headroom_spaces_the_collections_of_a_small_heap() {
         "headroom: {with} collections, without: {without}"
     );
 }
+
+/// `HeapConfig::resident_reuse`: after a transient structure grew the heap, the
+/// collections that follow use the free memory the heap still holds (up to the factor
+/// times the formula's interval) instead of collecting every `live * growth` bytes, and
+/// the heap maps no more memory than the transient peak did.
+#[test]
+fn resident_reuse_uses_the_memory_a_transient_peak_left() {
+    let run = |reuse: f64| {
+        let heap = Heap::new(HeapConfig {
+            min_interval: 256 << 10,
+            young_weight: 0.0,
+            headroom: 0,
+            resident_reuse: reuse,
+            lazy_sweep: false,
+            mark_threads: 1,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+        let mut m = heap.attach().unwrap();
+        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        // A list of 2 MiB that stays (cells of 32 bytes) and one of 16 MiB that dies.
+        let list = |m: &mut gc_core::Mutator, n: usize| {
+            let head = m.alloc_typed(16, node).unwrap();
+            let root = heap.root(head);
+            let mut cur = head;
+            for _ in 0..n {
+                let next = m.alloc_typed(16, node).unwrap();
+                // SAFETY: both live Nodes; `cur` is reachable from the root.
+                unsafe { m.store_ref(cur, 0, Some(next)) };
+                cur = next;
+            }
+            root
+        };
+        let kept = list(&mut m, (2 << 20) / 32);
+        let transient = list(&mut m, (16 << 20) / 32);
+        m.collect(CollectionKind::Full).unwrap();
+        m.collect(CollectionKind::Full).unwrap();
+        drop(transient);
+        m.collect(CollectionKind::Full).unwrap();
+        let peak_mapped = heap.stats().mapped_bytes;
+        let count = |h: &Heap| {
+            let s = h.stats();
+            s.full_collections + s.partial_collections
+        };
+        let before = count(&heap);
+        for _ in 0..(64 << 20) / 32 {
+            m.alloc_typed(16, node).unwrap();
+        }
+        let after = count(&heap);
+        let mapped = heap.stats().mapped_bytes;
+        drop(kept);
+        (after - before, peak_mapped, mapped)
+    };
+    let (without, _, _) = run(1.0);
+    let (with, peak, mapped) = run(2.0);
+    assert!(
+        without >= 24,
+        "{without} collections for 64 MiB over 2 MiB live without reuse"
+    );
+    assert!(
+        with * 3 <= without * 2,
+        "resident reuse: {with} collections, without: {without}"
+    );
+    assert!(
+        mapped <= peak,
+        "the heap mapped {mapped} bytes after the transient peak's {peak}"
+    );
+}
