@@ -535,7 +535,7 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
         }
         ObjRef::from_addr(e.obj)
     } else {
-        let &rec = st.by_native.get(&(op as usize))?;
+        let rec = st.mirror_rec(op as usize)?;
         st.mirrors[rec as usize].map(|r| r.mirror)
     }
 }
@@ -588,8 +588,8 @@ fn replicate(
             if code_ran && unsafe { (*op).ob_refcnt } <= 0 {
                 continue;
             }
-            match st.by_native.get(&(op as usize)) {
-                Some(&rec) => {
+            match st.mirror_rec(op as usize) {
+                Some(rec) => {
                     if let Some(r) = st.mirrors[rec as usize].as_mut() {
                         r.replicated = true;
                         st.repl_live += 1;
