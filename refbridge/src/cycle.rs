@@ -73,6 +73,9 @@ struct Cand {
     w: bool,
     /// A tracked object's `gc_prev` flags (restored with its back link).
     gc_flags: u8,
+    /// Native candidates, when edges are recorded: where this candidate's edges start
+    /// in [`Ctx::edges`] (they end where the next native candidate's start).
+    first_edge: u32,
     /// For members of W during the replication: the address of the managed side
     /// (managed object of a stub, mirror of a native object), 0 if none.
     side: usize,
@@ -83,8 +86,10 @@ struct Ctx {
     /// Handle index -> candidate index + 1.
     stub_cand: Vec<u32>,
     stack: Vec<usize>,
-    /// Edges collected by `visit_edges`.
-    edges: Vec<usize>,
+    /// Candidate indices: the edges between candidates that the subtraction's traversal
+    /// recorded (when a managed side exists: [`collect_cycles`]), or the edges inside W
+    /// that W's traversal found.
+    edges: Vec<u32>,
 }
 
 impl Ctx {
@@ -128,6 +133,18 @@ unsafe extern "C" fn visit_decref(op: *mut PyObject, arg: *mut c_void) -> c_int 
     0
 }
 
+unsafe extern "C" fn visit_decref_record(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: as visit_decref.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            ctx.cands[j].refs -= 1;
+            ctx.edges.push(j as u32);
+        }
+    }
+    0
+}
+
 unsafe extern "C" fn visit_reach(op: *mut PyObject, arg: *mut c_void) -> c_int {
     // SAFETY: as visit_decref.
     unsafe {
@@ -155,7 +172,7 @@ unsafe extern "C" fn visit_w(op: *mut PyObject, arg: *mut c_void) -> c_int {
                     c.w = true;
                     ctx.stack.push(j);
                 }
-                ctx.edges.push(j);
+                ctx.edges.push(j as u32);
             }
         }
     }
@@ -253,6 +270,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         stack: Vec::new(),
         edges: Vec::new(),
     };
+    let mut any_mirrored = false;
     // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
     // SAFETY: the tracked list is only changed by the owner thread, which is here; its
     // members are live native objects.
@@ -262,6 +280,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             let op = from_gc_head(g);
             let flags = (*g).gc_prev & GC_FLAGS;
             let managed = flags & GC_MIRRORED != 0;
+            any_mirrored |= managed;
             let i = ctx.cands.len();
             ctx.cands.push(Cand {
                 op,
@@ -270,6 +289,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 reach: false,
                 w: false,
                 gc_flags: flags as u8,
+                first_edge: 0,
                 side: 0,
             });
             (*g).gc_prev = (i << 4) | flags | GC_COLLECTING;
@@ -294,6 +314,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                     reach: false,
                     w: false,
                     gc_flags: 0,
+                    first_edge: 0,
                     side: 0,
                 });
                 ctx.stub_cand[idx] = ctx.cands.len() as u32;
@@ -302,6 +323,12 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     let n = ctx.cands.len();
     ctx.stack.reserve(n);
+    // With a managed side (a mirrored native candidate or a candidate stub), W may be
+    // non-empty and then every unreachable native object is traversed a second time:
+    // the subtraction's traversal records the edges between candidates instead, and the
+    // later passes walk them (4 bytes per edge). Without, CPython's way: the
+    // reachability pass traverses only what is reachable.
+    let record = n > n_native || any_mirrored;
     // From here on the context is reached only through this pointer, which the visit
     // functions also use: no reference to it is held across a traversal.
     let p: *mut Ctx = &mut ctx;
@@ -314,11 +341,32 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         };
     }
     // 2. Subtract internal references.
-    for i in 0..n_native {
-        let op = c!().cands[i].op;
-        // SAFETY: a tracked live object; the visit only touches the context.
-        unsafe { traverse(op, visit_decref, arg) };
+    if record {
+        c!().edges.reserve(n_native);
+        for i in 0..n_native {
+            let c = c!();
+            c.cands[i].first_edge =
+                u32::try_from(c.edges.len()).expect("fewer than 2^32 edges between candidates");
+            let op = c.cands[i].op;
+            // SAFETY: a tracked live object; the visit only touches the context.
+            unsafe { traverse(op, visit_decref_record, arg) };
+        }
+    } else {
+        for i in 0..n_native {
+            let op = c!().cands[i].op;
+            // SAFETY: as above.
+            unsafe { traverse(op, visit_decref, arg) };
+        }
     }
+    // Native candidate i's recorded edges.
+    let edge_range = |ctx: &Ctx, i: usize| -> (usize, usize) {
+        let end = if i + 1 < n_native {
+            ctx.cands[i + 1].first_edge as usize
+        } else {
+            ctx.edges.len()
+        };
+        (ctx.cands[i].first_edge as usize, end)
+    };
     // 3. Reachable from outside.
     for i in 0..n {
         let c = c!();
@@ -328,7 +376,20 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         }
     }
     while let Some(i) = c!().stack.pop() {
-        if i < n_native {
+        if i >= n_native {
+            continue;
+        }
+        if record {
+            let c = c!();
+            let (a, b) = edge_range(c, i);
+            for k in a..b {
+                let j = c.edges[k] as usize;
+                if !c.cands[j].reach {
+                    c.cands[j].reach = true;
+                    c.stack.push(j);
+                }
+            }
+        } else {
             let op = c!().cands[i].op;
             // SAFETY: as above.
             unsafe { traverse(op, visit_reach, arg) };
@@ -346,19 +407,35 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             }
         }
     }
-    if !c!().stack.is_empty() {
+    if !record && !c!().stack.is_empty() {
         c!().edges.reserve(n_unreached);
     }
-    // The same traversal records the edges inside W of its native members, for the
-    // replication: member i's targets are `edges[start..end]` (every target not
-    // reachable from outside is in W).
+    // The edges inside W of its native members, for the replication: member i's targets
+    // are those of `edges[start..end]` not reachable from outside (every target not
+    // reachable from outside is in W): the recorded edges, or those the traversal that
+    // finds W records.
     let mut w_edges: Vec<(usize, usize, usize)> = Vec::with_capacity(if c!().stack.is_empty() {
         0
     } else {
         n_unreached.min(n_native)
     });
     while let Some(i) = c!().stack.pop() {
-        if i < n_native {
+        if i >= n_native {
+            continue;
+        }
+        if record {
+            let c = c!();
+            let (a, b) = edge_range(c, i);
+            for k in a..b {
+                let j = c.edges[k] as usize;
+                let t = &mut c.cands[j];
+                if !t.reach && !t.w {
+                    t.w = true;
+                    c.stack.push(j);
+                }
+            }
+            w_edges.push((i, a, b));
+        } else {
             let start = c!().edges.len();
             let op = c!().cands[i].op;
             // SAFETY: as above.
@@ -553,7 +630,7 @@ fn replicate(
     cands: &mut [Cand],
     w: &[usize],
     w_edges: &[(usize, usize, usize)],
-    edges: &[usize],
+    edges: &[u32],
     code_ran: bool,
 ) -> usize {
     let mut missing = Vec::new();
@@ -634,7 +711,8 @@ fn replicate(
         targets.extend(
             edges[start..end]
                 .iter()
-                .filter_map(|&j| ObjRef::from_addr(cands[j].side)),
+                // (targets reachable from outside have no side: not in W)
+                .filter_map(|&j| ObjRef::from_addr(cands[j as usize].side)),
         );
         let edge = match targets.len() {
             0 => continue,
