@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 
 /// Stubs per chunk.
 pub const STUB_CHUNK: usize = 256;
+const _: () = assert!(STUB_CHUNK.is_power_of_two());
 /// The entry vector doubles up to this many slots, then grows by this many.
 pub const DOUBLING_LIMIT: usize = 262_144;
 /// Initial capacity of the entry vector.
@@ -52,7 +53,18 @@ pub struct Entry {
     pub cand: u32,
 }
 
-type Chunk = Box<[UnsafeCell<Stub>]>;
+/// A fixed-size chunk: a slot is found with a shift and a mask, one bounds check (the
+/// chunk vector's).
+type Chunk = Box<[UnsafeCell<Stub>; STUB_CHUNK]>;
+
+const EMPTY_STUB: Stub = Stub {
+    ob_base: PyObject {
+        ob_refcnt: 0,
+        ob_type: std::ptr::null_mut(),
+    },
+    handle: 0,
+    flags: 0,
+};
 
 /// The table (under the bridge's state lock).
 pub struct HandleTable {
@@ -175,18 +187,7 @@ impl HandleTable {
             }
             self.entries.push(Entry::default());
             if i / STUB_CHUNK >= self.chunks.len() {
-                let chunk: Chunk = (0..STUB_CHUNK)
-                    .map(|_| {
-                        UnsafeCell::new(Stub {
-                            ob_base: PyObject {
-                                ob_refcnt: 0,
-                                ob_type: std::ptr::null_mut(),
-                            },
-                            handle: 0,
-                            flags: 0,
-                        })
-                    })
-                    .collect();
+                let chunk: Chunk = Box::new([const { UnsafeCell::new(EMPTY_STUB) }; STUB_CHUNK]);
                 self.chunk_at
                     .insert(chunk.as_ptr() as usize, self.chunks.len());
                 self.chunks.push(chunk);
