@@ -10,7 +10,10 @@
 //! 2. **Subtract internal references**: `tp_traverse` of each native candidate visits its
 //!    references; each one to a candidate lowers that candidate's `gc_refs`. Now
 //!    `gc_refs > 0` means "referenced from outside the candidates" (native code's own
-//!    variables, globals, non-tracked objects).
+//!    variables, globals, non-tracked objects). When a candidate has a managed side,
+//!    this traversal also records the edges between candidates (4 bytes each), and the
+//!    next two steps walk them instead of calling `tp_traverse` again; otherwise (native
+//!    objects only, W is empty) step 3 traverses the reachable objects as CPython does.
 //! 3. **Reachable**: candidates with `gc_refs > 0` and everything they reach through
 //!    `tp_traverse` are alive. The rest, the unreachable set U, is only referenced from
 //!    inside U, and from the managed side.
@@ -87,8 +90,7 @@ struct Ctx {
     stub_cand: Vec<u32>,
     stack: Vec<usize>,
     /// Candidate indices: the edges between candidates that the subtraction's traversal
-    /// recorded (when a managed side exists: [`collect_cycles`]), or the edges inside W
-    /// that W's traversal found.
+    /// recorded (when a managed side exists: [`collect_cycles`]).
     edges: Vec<u32>,
 }
 
@@ -153,26 +155,6 @@ unsafe extern "C" fn visit_reach(op: *mut PyObject, arg: *mut c_void) -> c_int {
             if !ctx.cands[j].reach {
                 ctx.cands[j].reach = true;
                 ctx.stack.push(j);
-            }
-        }
-    }
-    0
-}
-
-unsafe extern "C" fn visit_w(op: *mut PyObject, arg: *mut c_void) -> c_int {
-    // SAFETY: as visit_decref.
-    unsafe {
-        let ctx = &mut *(arg as *mut Ctx);
-        if let Some(j) = ctx.cand_of(op) {
-            let c = &mut ctx.cands[j];
-            if !c.reach {
-                // A W member's reference to a candidate not alive from outside: an
-                // edge inside W.
-                if !c.w {
-                    c.w = true;
-                    ctx.stack.push(j);
-                }
-                ctx.edges.push(j as u32);
             }
         }
     }
@@ -407,41 +389,32 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             }
         }
     }
-    if !record && !c!().stack.is_empty() {
-        c!().edges.reserve(n_unreached);
-    }
     // The edges inside W of its native members, for the replication: member i's targets
-    // are those of `edges[start..end]` not reachable from outside (every target not
-    // reachable from outside is in W): the recorded edges, or those the traversal that
-    // finds W records.
-    let mut w_edges: Vec<(usize, usize, usize)> = Vec::with_capacity(if c!().stack.is_empty() {
-        0
-    } else {
-        n_unreached.min(n_native)
-    });
-    while let Some(i) = c!().stack.pop() {
+    // are those of its recorded edges not reachable from outside (every target not
+    // reachable from outside is in W).
+    // A native member's range is kept in the candidate: `first_edge` and, in `refs`
+    // (its count is no longer needed), the end. The stack is walked as a worklist and
+    // not popped, so that it ends up holding W, each member once.
+    let mut k = 0;
+    while k < c!().stack.len() {
+        let i = c!().stack[k];
+        k += 1;
         if i >= n_native {
             continue;
         }
-        if record {
-            let c = c!();
-            let (a, b) = edge_range(c, i);
-            for k in a..b {
-                let j = c.edges[k] as usize;
-                let t = &mut c.cands[j];
-                if !t.reach && !t.w {
-                    t.w = true;
-                    c.stack.push(j);
-                }
+        // (W is only non-empty with a managed candidate: the edges were recorded)
+        debug_assert!(record);
+        let c = c!();
+        let (a, b) = edge_range(c, i);
+        for e in a..b {
+            let j = c.edges[e] as usize;
+            let t = &mut c.cands[j];
+            if !t.reach && !t.w {
+                t.w = true;
+                c.stack.push(j);
             }
-            w_edges.push((i, a, b));
-        } else {
-            let start = c!().edges.len();
-            let op = c!().cands[i].op;
-            // SAFETY: as above.
-            unsafe { traverse(op, visit_w, arg) };
-            w_edges.push((i, start, c!().edges.len()));
         }
+        c.cands[i].refs = b as isize;
     }
     // Restore the list's back links (and drop the COLLECTING flag). The tracked
     // candidates are in list order (nothing changed the list since: only traversals
@@ -459,18 +432,16 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         (*sentinel).gc_prev = prev as usize;
     }
     let ctx = c!();
-    // Pure garbage (native members outside W) and W, in one pass.
+    let w = std::mem::take(&mut ctx.stack);
+    // Pure garbage: the unreachable native candidates outside W (none if W is all the
+    // unreachable set: no pass then).
     let mut garbage: Vec<*mut PyObject> = Vec::new();
-    let mut w: Vec<usize> = Vec::new();
-    if n_unreached > 0 {
-        w.reserve(n_unreached);
-        garbage.reserve(n_unreached - w_edges.len().min(n_unreached));
-    }
-    for (i, c) in ctx.cands.iter().enumerate() {
-        if c.w {
-            w.push(i);
-        } else if i < n_native && !c.reach {
-            garbage.push(c.op);
+    if n_unreached > w.len() {
+        garbage.reserve(n_unreached - w.len());
+        for c in &ctx.cands[..n_native] {
+            if !c.reach && !c.w {
+                garbage.push(c.op);
+            }
         }
     }
     let mut report = CycleReport {
@@ -503,8 +474,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             inner,
             m,
             &mut ctx.cands,
+            n_native,
             &w,
-            &w_edges,
             &ctx.edges,
             !garbage.is_empty(),
         );
@@ -618,18 +589,20 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
 }
 
 /// Replicates W (module documentation, step 4): one pass under the bridge's lock finds
-/// each member's managed side (kept alive in `pinned` while the allocations below may
-/// collect), marks existing mirrors replicated and makes the stubs weak (the weak to
-/// strong limit); mirrors are made for the native members without one; then each
-/// native member's mirror gets its managed edges: the one target itself in the
-/// mirror's edge slot, or an edge array for several. Returns the number of members.
+/// each member's managed side, marks existing mirrors replicated and makes the stubs weak
+/// (the weak to strong limit); mirrors are made for the native members without one; then
+/// each native member's mirror gets its managed edges: the one target itself in the
+/// mirror's edge slot, or an edge array for several. From the first allocation on (a
+/// missing mirror, an edge array: it may collect), the managed sides are kept alive in
+/// `pinned`; without allocations nothing is pinned. Returns the number of members.
+/// `w` holds W's candidates; a native member's edges are `edges[first_edge..refs]`.
 /// `code_ran`: native code (the garbage's deallocators) ran since W was found.
 fn replicate(
     inner: &Inner,
     m: &mut Mutator,
     cands: &mut [Cand],
+    n_native: usize,
     w: &[usize],
-    w_edges: &[(usize, usize, usize)],
     edges: &[u32],
     code_ran: bool,
 ) -> usize {
@@ -638,20 +611,18 @@ fn replicate(
     {
         let mut st = inner.state.lock();
         let st = &mut *st;
-        st.pinned.reserve(w.len());
         for &i in w {
             let op = cands[i].op;
             if is_stub(op) {
                 // SAFETY: candidates' stubs are live stubs of this bridge.
                 let idx = unsafe { HandleTable::index_fast(op) } as usize;
-                let e = st.table.entries[idx];
-                let Some(obj) = ObjRef::from_addr(e.obj).filter(|_| e.flags & USED != 0) else {
+                let e = &mut st.table.entries[idx];
+                if e.obj == 0 || e.flags & USED == 0 {
                     continue;
-                };
-                st.table.entries[idx].flags |= WEAK_LIMIT;
+                }
+                e.flags |= WEAK_LIMIT;
                 st.repl_live += 1;
                 cands[i].side = e.obj;
-                st.pinned.push(obj);
                 items.push(RItem {
                     key: idx << 1,
                     op,
@@ -671,7 +642,6 @@ fn replicate(
                         r.replicated = true;
                         st.repl_live += 1;
                         cands[i].side = r.mirror.addr();
-                        st.pinned.push(r.mirror);
                         items.push(RItem {
                             key: ((rec as usize) << 1) | 1,
                             op,
@@ -683,7 +653,19 @@ fn replicate(
             }
         }
     }
+    // Pins every managed side found so far (before the first allocation).
+    let pin_sides = |cands: &[Cand]| {
+        let mut st = inner.state.lock();
+        st.pinned.reserve(w.len());
+        st.pinned
+            .extend(w.iter().filter_map(|&i| ObjRef::from_addr(cands[i].side)));
+    };
+    let mut pinned = false;
     for i in missing {
+        if !pinned {
+            pin_sides(cands);
+            pinned = true;
+        }
         let Ok(mirror) = m.alloc_typed(MIRROR_SIZE, inner.mirror_type) else {
             tracing::error!("replication: allocating a mirror failed; the cycle is kept");
             publish(inner, items);
@@ -700,24 +682,33 @@ fn replicate(
             weak: None,
         });
     }
-    // Managed edges mirroring the native ones inside W (everything involved is pinned).
+    // Managed edges mirroring the native ones inside W (targets reachable from outside
+    // have no side: they are not in W).
     let max_small = gc_core::max_internal_obj_size();
-    let mut targets: Vec<ObjRef> = Vec::new();
-    for &(i, start, end) in w_edges {
+    for &i in w {
+        if i >= n_native {
+            continue;
+        }
         let Some(mirror) = ObjRef::from_addr(cands[i].side) else {
             continue;
         };
-        targets.clear();
-        targets.extend(
-            edges[start..end]
-                .iter()
-                // (targets reachable from outside have no side: not in W)
-                .filter_map(|&j| ObjRef::from_addr(cands[j as usize].side)),
-        );
-        let edge = match targets.len() {
-            0 => continue,
-            1 => targets[0],
-            k => {
+        let targets = &edges[cands[i].first_edge as usize..cands[i].refs as usize];
+        let mut k = 0;
+        let mut first = None;
+        for &j in targets {
+            if let Some(t) = ObjRef::from_addr(cands[j as usize].side) {
+                k += 1;
+                first.get_or_insert(t);
+            }
+        }
+        let edge = match (k, first) {
+            (1, Some(t)) => t,
+            (0, _) | (_, None) => continue,
+            _ => {
+                if !pinned {
+                    pin_sides(cands);
+                    pinned = true;
+                }
                 let size = 8 + 8 * k;
                 let ty = if size > max_small {
                     inner.edges_large
@@ -734,14 +725,18 @@ fn replicate(
                 // SAFETY: a fresh edge array of the right size; its referents are pinned.
                 unsafe {
                     arr.write_slot(0, k);
-                    for (s, r) in targets.iter().enumerate() {
+                    let sides = targets
+                        .iter()
+                        .filter_map(|&j| ObjRef::from_addr(cands[j as usize].side));
+                    for (s, r) in sides.enumerate() {
                         arr.write_slot(8 + 8 * s, r.addr());
                     }
                 }
                 arr
             }
         };
-        // SAFETY: the mirror is pinned and the store goes through the write barrier.
+        // SAFETY: the mirror and its referents are alive (pinned if anything was
+        // allocated) and the store goes through the write barrier.
         unsafe { m.store_ref(mirror, MIRROR_EDGES, Some(edge)) };
     }
     let n = items.len();
