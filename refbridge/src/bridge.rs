@@ -197,15 +197,15 @@ impl State {
     }
 }
 
-/// An object of the replicated set ("weak to strong limit"), watched by the weak hook.
+/// An object of the replicated set ("weak to strong limit"), watched by the weak hook:
+/// plain data (made, copied and dropped without per-member work; the weak handles of a
+/// settled set are in [`Replicated::weak`]).
+#[derive(Clone, Copy)]
 pub(crate) struct RItem {
     /// Its queue token: stub entry (`idx << 1`) or mirror record (`rec << 1 | 1`).
     pub key: usize,
     /// The native side: a tagged stub pointer or a native object.
     pub op: *mut PyObject,
-    /// The managed side (managed object or mirror): a weak handle once the replication
-    /// is settled (`None` while it is fresh, see [`Replicated::fresh`]).
-    pub weak: Option<WeakRef>,
 }
 
 /// The replicated set, read by the weak-processing hook during collections.
@@ -217,6 +217,9 @@ pub(crate) struct Replicated {
     /// still in. Items are only added by a replication, right after
     /// `reset_replicated` emptied the vector, so a token never appears twice.
     pub items: Vec<RItem>,
+    /// Once the set is settled: `weak[k]` is a weak handle to the managed side (managed
+    /// object or mirror) of `items[k]`. Empty while the set is fresh.
+    pub weak: Vec<WeakRef>,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.

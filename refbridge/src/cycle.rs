@@ -211,7 +211,13 @@ unsafe fn count(op: *mut PyObject) -> isize {
 /// Undoes the previous replication: stubs get their normal strong/weak state back,
 /// mirrors lose their replicated edges.
 fn reset_replicated(inner: &Inner) {
-    let items = std::mem::take(&mut inner.repl.lock().items);
+    let (items, weak) = {
+        let mut repl = inner.repl.lock();
+        (
+            std::mem::take(&mut repl.items),
+            std::mem::take(&mut repl.weak),
+        )
+    };
     if items.is_empty() {
         return;
     }
@@ -231,7 +237,8 @@ fn reset_replicated(inner: &Inner) {
     }
     st.repl_live = 0;
     drop(st);
-    drop(items);
+    // (the weak handles are released outside the bridge's locks: each takes the heap's)
+    drop(weak);
 }
 
 /// One native cycle collection (see the module documentation). Without a mutator
@@ -623,11 +630,7 @@ fn replicate(
                 e.flags |= WEAK_LIMIT;
                 st.repl_live += 1;
                 cands[i].side = e.obj;
-                items.push(RItem {
-                    key: idx << 1,
-                    op,
-                    weak: None,
-                });
+                items.push(RItem { key: idx << 1, op });
                 continue;
             }
             // SAFETY: W members are alive: they are referenced from W and the managed
@@ -645,7 +648,6 @@ fn replicate(
                         items.push(RItem {
                             key: ((rec as usize) << 1) | 1,
                             op,
-                            weak: None,
                         });
                     }
                 }
@@ -679,7 +681,6 @@ fn replicate(
         items.push(RItem {
             key: ((rec as usize) << 1) | 1,
             op,
-            weak: None,
         });
     }
     // Managed edges mirroring the native ones inside W (targets reachable from outside
@@ -751,12 +752,17 @@ fn replicate(
 /// Makes `items` the replicated set, watched from the next collection on (fresh).
 fn publish(inner: &Inner, items: Vec<RItem>) {
     let mut repl = inner.repl.lock();
+    // (The set is empty here: every cycle collection starts by resetting it. Were it
+    // not, its members would become fresh too and get new handles when settled.)
+    let old = std::mem::take(&mut repl.weak);
     if repl.items.is_empty() {
         repl.items = items;
     } else {
         repl.items.extend(items);
     }
     repl.fresh = true;
+    drop(repl);
+    drop(old);
 }
 
 /// The weak-processing hook: keeps the managed side of replicated objects that native
@@ -770,18 +776,26 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
         // bridge's thread, inside that collection, could run any native code).
         return;
     }
-    // The members still in the set (lock order: the set, then the state).
-    let items: Vec<&RItem> = {
+    // The members still in the set (lock order: the set, then the state), with their
+    // weak handles (a settled set has one per item).
+    debug_assert_eq!(
+        repl.items.len(),
+        repl.weak.len(),
+        "a handle per settled item"
+    );
+    let items: Vec<(RItem, &WeakRef)> = {
         let st = inner.state.lock();
         repl.items
             .iter()
-            .filter(|it| it.side(&st).is_some())
+            .zip(&repl.weak)
+            .filter(|(it, _)| it.side(&st).is_some())
+            .map(|(&it, w)| (it, w))
             .collect()
     };
     let index: HashMap<usize, usize> = items
         .iter()
         .enumerate()
-        .map(|(i, it)| (it.op as usize, i))
+        .map(|(i, (it, _))| (it.op as usize, i))
         .collect();
     // gc_refs over the replicated set.
     let mut refs: Vec<isize> = items
@@ -789,9 +803,9 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
         // SAFETY: replicated objects are allocated while they are in the set (their
         // count includes MANAGED_REFCNT until the queue reports their managed side gone,
         // which removes them from the set).
-        .map(|it| unsafe { count(it.op) } - MANAGED_REFCNT)
+        .map(|(it, _)| unsafe { count(it.op) } - MANAGED_REFCNT)
         .collect();
-    for it in &items {
+    for (it, _) in &items {
         if !is_stub(it.op) {
             // SAFETY: as above.
             unsafe {
@@ -805,20 +819,16 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     }
     let mut seen = vec![false; items.len()];
     let mut stack = Vec::new();
-    for (i, it) in items.iter().enumerate() {
-        let alive = it
-            .weak
-            .as_ref()
-            .and_then(|w| w.get())
-            .is_some_and(|o| marker.is_marked(o));
+    for (i, (_, w)) in items.iter().enumerate() {
+        let alive = w.get().is_some_and(|o| marker.is_marked(o));
         if refs[i] > 0 || alive {
             seen[i] = true;
             stack.push(i);
         }
     }
     while let Some(i) = stack.pop() {
-        let it = items[i];
-        if let Some(o) = it.weak.as_ref().and_then(|w| w.get()) {
+        let (it, w) = items[i];
+        if let Some(o) = w.get() {
             marker.queue(o);
         }
         if !is_stub(it.op) {
@@ -867,17 +877,19 @@ pub(crate) fn settle(inner: &Inner) {
             .filter_map(|(k, it)| it.side(&st).map(|o| (k, o)))
             .collect()
     };
-    let weak: Vec<(usize, WeakRef)> = survivors
-        .into_iter()
-        .map(|(k, o)| (k, inner.heap.new_weak_ref(o)))
+    let weak: Vec<WeakRef> = survivors
+        .iter()
+        .map(|&(_, o)| inner.heap.new_weak_ref(o))
         .collect();
     // (Only a replication changes the vector, and none runs meanwhile: the positions
-    // still hold.) Members that left the set are dropped from it.
+    // still hold.) Members that left the set are dropped from it, in place.
     let mut repl = inner.repl.lock();
-    for (k, w) in weak {
-        repl.items[k].weak = Some(w);
+    for (n, &(k, _)) in survivors.iter().enumerate() {
+        let it = repl.items[k];
+        repl.items[n] = it;
     }
-    repl.items.retain(|it| it.weak.is_some());
+    repl.items.truncate(survivors.len());
+    repl.weak = weak;
     repl.fresh = false;
 }
 
