@@ -89,11 +89,13 @@ pub(crate) struct FinEntry {
     pub f: FinFn,
 }
 
-/// One reference-queue registration.
+/// One reference-queue registration. Its queue is named by its slot in
+/// [`WeakState::queues`] (not a counted pointer): registering and finding an object gone
+/// touch no reference count.
 pub(crate) struct PhantomEntry {
     obj: ObjRef,
     token: usize,
-    queue: Arc<QueueInner>,
+    queue: u32,
 }
 
 /// Slots per chunk of the weak handle table.
@@ -215,6 +217,9 @@ pub(crate) struct WeakState {
     pub fin_seq: u64,
     phantom_young: Vec<PhantomEntry>,
     phantom_old: Vec<PhantomEntry>,
+    /// The live reference queues by slot (a dropped queue's slot is `None`, reused by
+    /// the next queue: its registrations left with it).
+    queues: Vec<Option<Arc<QueueInner>>>,
 }
 
 impl WeakState {
@@ -459,8 +464,10 @@ pub(crate) unsafe fn process(
         |_| {},
     );
     // Reference queue: objects still unmarked are gone. Their tokens are gathered per
-    // queue and pushed under one lock per queue (not one per token).
-    let mut batches: Vec<(Arc<QueueInner>, Vec<usize>)> = Vec::new();
+    // queue (by slot: the last queue's batch is found with one compare) and pushed under
+    // one lock per queue (not one per token).
+    let mut batches: Vec<(u32, Vec<usize>)> = Vec::new();
+    let mut last = usize::MAX;
     sift(
         &mut ws.phantom_young,
         &mut ws.phantom_old,
@@ -469,13 +476,24 @@ pub(crate) unsafe fn process(
         |e| dead(e.obj),
         |e| {
             out.tokens += 1;
-            match batches.iter_mut().find(|(q, _)| Arc::ptr_eq(q, &e.queue)) {
-                Some((_, tokens)) => tokens.push(e.token),
-                None => batches.push((e.queue, vec![e.token])),
+            if last >= batches.len() || batches[last].0 != e.queue {
+                last = match batches.iter().position(|(q, _)| *q == e.queue) {
+                    Some(k) => k,
+                    None => {
+                        batches.push((e.queue, Vec::new()));
+                        batches.len() - 1
+                    }
+                };
             }
+            batches[last].1.push(e.token);
         },
     );
-    for (q, tokens) in batches {
+    for (slot, tokens) in batches {
+        // (a registration's queue is alive: dropping a queue removes its registrations
+        // under this lock)
+        let q = ws.queues[slot as usize]
+            .clone()
+            .expect("registrations name live queues");
         q.push_all(tokens);
         out.notify.push(q);
     }
@@ -898,13 +916,27 @@ impl Heap {
 
     /// A new reference queue (see [`ReferenceQueue`]).
     pub fn new_reference_queue(&self) -> ReferenceQueue {
+        let inner = Arc::new(QueueInner {
+            ready: Mutex::new(VecDeque::new()),
+            len: AtomicUsize::new(0),
+            notify: Mutex::new(None),
+        });
+        let mut ws = self.0.weak.lock();
+        let slot = match ws.queues.iter().position(Option::is_none) {
+            Some(k) => {
+                ws.queues[k] = Some(inner.clone());
+                k
+            }
+            None => {
+                ws.queues.push(Some(inner.clone()));
+                ws.queues.len() - 1
+            }
+        };
+        drop(ws);
         ReferenceQueue {
             heap: self.clone(),
-            inner: Arc::new(QueueInner {
-                ready: Mutex::new(VecDeque::new()),
-                len: AtomicUsize::new(0),
-                notify: Mutex::new(None),
-            }),
+            inner,
+            slot: u32::try_from(slot).expect("fewer than 2^32 reference queues"),
         }
     }
 
@@ -1011,6 +1043,8 @@ impl std::fmt::Debug for WeakRef {
 pub struct ReferenceQueue {
     heap: Heap,
     inner: Arc<QueueInner>,
+    /// This queue's slot in the heap's queue table (what registrations name).
+    slot: u32,
 }
 
 impl ReferenceQueue {
@@ -1021,7 +1055,7 @@ impl ReferenceQueue {
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,
             token,
-            queue: self.inner.clone(),
+            queue: self.slot,
         });
     }
 
@@ -1084,7 +1118,7 @@ impl ReferenceQueue {
         ws.phantom_young
             .iter()
             .chain(ws.phantom_old.iter())
-            .filter(|e| Arc::ptr_eq(&e.queue, &self.inner))
+            .filter(|e| e.queue == self.slot)
             .count()
     }
 
@@ -1110,9 +1144,11 @@ impl ReferenceQueue {
 impl Drop for ReferenceQueue {
     fn drop(&mut self) {
         let mut ws = self.heap.0.weak.lock();
-        let me = &self.inner;
-        ws.phantom_young.retain(|e| !Arc::ptr_eq(&e.queue, me));
-        ws.phantom_old.retain(|e| !Arc::ptr_eq(&e.queue, me));
+        let me = self.slot;
+        ws.phantom_young.retain(|e| e.queue != me);
+        ws.phantom_old.retain(|e| e.queue != me);
+        // The slot is free for the next queue: no registration names it any more.
+        ws.queues[me as usize] = None;
     }
 }
 

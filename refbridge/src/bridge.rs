@@ -18,7 +18,7 @@ use crate::abi::{
 };
 use crate::debug::{DebugReport, DebugState, ReportKind, QUARANTINE};
 use crate::error::BridgeError;
-use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
+use crate::handles::{AddrMap, HandleTable, IMMORTAL, USED, WEAK_LIMIT};
 use crate::mem::MemAccount;
 use crate::{cycle, mem};
 use gc_core::{
@@ -28,7 +28,6 @@ use gc_core::{
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap as HashMap;
 use std::cell::{Cell, RefCell};
-use std::collections::hash_map::Entry;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -159,8 +158,10 @@ pub(crate) struct State {
     pub table: HandleTable,
     pub mirrors: Vec<Option<MirrorRec>>,
     pub mirror_free: Vec<u32>,
-    /// Native address -> mirror record (the address -> weak reference map).
-    pub by_native: HashMap<usize, u32>,
+    /// Native address -> mirror record (the address -> weak reference map): valid while
+    /// the record holds a mirror of that address ([`State::mirror_rec`]); entries of dead
+    /// mirrors go stale and are removed in bulk ([`AddrMap`]).
+    pub by_native: AddrMap,
     /// Managed type (its address) -> native type of its stubs.
     pub types: HashMap<usize, usize>,
     /// Managed objects kept alive while the bridge works on them (replication).
@@ -175,15 +176,36 @@ pub(crate) struct State {
 // leaked memory; the state is only reached under the bridge's mutex.
 unsafe impl Send for State {}
 
-/// An object of the replicated set ("weak to strong limit"), watched by the weak hook.
+impl State {
+    /// The mirror record of native object `addr`, if it has a live mirror.
+    #[inline]
+    pub(crate) fn mirror_rec(&self, addr: usize) -> Option<u32> {
+        let rec = self.by_native.get(addr)?;
+        match self.mirrors.get(rec as usize) {
+            Some(Some(r)) if r.native == addr => Some(rec),
+            _ => None,
+        }
+    }
+
+    /// Removes the stale entries of both address maps if enough accumulated.
+    pub(crate) fn sweep_maps(&mut self) {
+        self.table.sweep_by_obj();
+        let mirrors = &self.mirrors;
+        self.by_native.maybe_sweep(
+            |addr, rec| matches!(mirrors.get(rec as usize), Some(Some(r)) if r.native == addr),
+        );
+    }
+}
+
+/// An object of the replicated set ("weak to strong limit"), watched by the weak hook:
+/// plain data (made, copied and dropped without per-member work; the weak handles of a
+/// settled set are in [`Replicated::weak`]).
+#[derive(Clone, Copy)]
 pub(crate) struct RItem {
     /// Its queue token: stub entry (`idx << 1`) or mirror record (`rec << 1 | 1`).
     pub key: usize,
     /// The native side: a tagged stub pointer or a native object.
     pub op: *mut PyObject,
-    /// The managed side (managed object or mirror): a weak handle once the replication
-    /// is settled (`None` while it is fresh, see [`Replicated::fresh`]).
-    pub weak: Option<WeakRef>,
 }
 
 /// The replicated set, read by the weak-processing hook during collections.
@@ -195,6 +217,9 @@ pub(crate) struct Replicated {
     /// still in. Items are only added by a replication, right after
     /// `reset_replicated` emptied the vector, so a token never appears twice.
     pub items: Vec<RItem>,
+    /// Once the set is settled: `weak[k]` is a weak handle to the managed side (managed
+    /// object or mirror) of `items[k]`. Empty while the set is fresh.
+    pub weak: Vec<WeakRef>,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
@@ -374,7 +399,7 @@ impl Bridge {
                 table: HandleTable::new(if config.debug { QUARANTINE } else { 0 }),
                 mirrors: Vec::new(),
                 mirror_free: Vec::new(),
-                by_native: HashMap::default(),
+                by_native: AddrMap::default(),
                 types: HashMap::default(),
                 pinned: Vec::new(),
                 repl_live: 0,
@@ -652,7 +677,7 @@ impl Bridge {
             stubs_live: st.table.used,
             strong_entries: st.table.strong_count(),
             mirrors_made: c.mirrors_made.load(Ordering::Relaxed),
-            mirrors_live: st.by_native.len(),
+            mirrors_live: st.by_native.live(),
             queue_deallocs: c.queue_deallocs.load(Ordering::Relaxed),
             tokens: c.tokens.load(Ordering::Relaxed),
             cycle_collections: c.cycle_collections.load(Ordering::Relaxed),
@@ -691,7 +716,7 @@ impl Bridge {
 
     /// Whether native object `op` has a live mirror.
     pub fn has_mirror(&self, op: *const PyObject) -> bool {
-        self.0.state.lock().by_native.contains_key(&(op as usize))
+        self.0.state.lock().mirror_rec(op as usize).is_some()
     }
 
     /// The error pending on this bridge (CPython's error indicator), if any.
@@ -819,7 +844,7 @@ impl Inner {
     /// `obj` is a live object of the heap.
     pub(crate) unsafe fn stub_for(&self, obj: ObjRef) -> Result<*mut PyObject, BridgeError> {
         let mut st = self.state.lock();
-        if let Some(&idx) = st.table.by_obj.get(&obj.addr()) {
+        if let Some(idx) = st.table.lookup(obj.addr()) {
             let e = st.table.entries[idx as usize];
             if e.flags & WEAK_LIMIT != 0 {
                 // Handed to native code again: strong again if native references exist.
@@ -963,7 +988,7 @@ impl Inner {
     /// The live mirror of native object `op`, if any.
     pub(crate) fn mirror_of(&self, op: *mut PyObject) -> Option<ObjRef> {
         let st = self.state.lock();
-        let &rec = st.by_native.get(&(op as usize))?;
+        let rec = st.mirror_rec(op as usize)?;
         st.mirrors[rec as usize].map(|r| r.mirror)
     }
 
@@ -1097,13 +1122,12 @@ impl Inner {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
                     let e = st.table.entries[idx as usize];
-                    st.table.by_obj.remove(&e.obj);
                     if e.flags & WEAK_LIMIT != 0 && e.flags & USED != 0 {
                         st.repl_live -= 1;
                     }
-                    let ent = &mut st.table.entries[idx as usize];
-                    ent.obj = 0;
-                    ent.flags &= !WEAK_LIMIT;
+                    // (its identity-map entry goes stale: swept in bulk below)
+                    st.table.forget_obj(idx);
+                    st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
                     if let Some(d) = &self.debug {
                         d.lock().stub_died(idx);
                     }
@@ -1131,11 +1155,8 @@ impl Inner {
                     if r.replicated {
                         st.repl_live -= 1;
                     }
-                    if let Entry::Occupied(o) = st.by_native.entry(r.native) {
-                        if *o.get() == rec as u32 {
-                            o.remove();
-                        }
-                    }
+                    // (its address-map entry goes stale: swept in bulk below)
+                    st.by_native.went_stale();
                     let op = r.native as *mut PyObject;
                     // SAFETY: a mirrored object is alive: its count includes
                     // MANAGED_REFCNT for the mirror until now.
@@ -1156,6 +1177,7 @@ impl Inner {
                     }
                 }
             }
+            st.sweep_maps();
         }
         drop(pending);
         self.counters

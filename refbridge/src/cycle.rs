@@ -10,7 +10,10 @@
 //! 2. **Subtract internal references**: `tp_traverse` of each native candidate visits its
 //!    references; each one to a candidate lowers that candidate's `gc_refs`. Now
 //!    `gc_refs > 0` means "referenced from outside the candidates" (native code's own
-//!    variables, globals, non-tracked objects).
+//!    variables, globals, non-tracked objects). When a candidate has a managed side,
+//!    this traversal also records the edges between candidates (4 bytes each), and the
+//!    next two steps walk them instead of calling `tp_traverse` again; otherwise (native
+//!    objects only, W is empty) step 3 traverses the reachable objects as CPython does.
 //! 3. **Reachable**: candidates with `gc_refs > 0` and everything they reach through
 //!    `tp_traverse` are alive. The rest, the unreachable set U, is only referenced from
 //!    inside U, and from the managed side.
@@ -73,6 +76,9 @@ struct Cand {
     w: bool,
     /// A tracked object's `gc_prev` flags (restored with its back link).
     gc_flags: u8,
+    /// Native candidates, when edges are recorded: where this candidate's edges start
+    /// in [`Ctx::edges`] (they end where the next native candidate's start).
+    first_edge: u32,
     /// For members of W during the replication: the address of the managed side
     /// (managed object of a stub, mirror of a native object), 0 if none.
     side: usize,
@@ -83,8 +89,9 @@ struct Ctx {
     /// Handle index -> candidate index + 1.
     stub_cand: Vec<u32>,
     stack: Vec<usize>,
-    /// Edges collected by `visit_edges`.
-    edges: Vec<usize>,
+    /// Candidate indices: the edges between candidates that the subtraction's traversal
+    /// recorded (when a managed side exists: [`collect_cycles`]).
+    edges: Vec<u32>,
 }
 
 impl Ctx {
@@ -128,6 +135,18 @@ unsafe extern "C" fn visit_decref(op: *mut PyObject, arg: *mut c_void) -> c_int 
     0
 }
 
+unsafe extern "C" fn visit_decref_record(op: *mut PyObject, arg: *mut c_void) -> c_int {
+    // SAFETY: as visit_decref.
+    unsafe {
+        let ctx = &mut *(arg as *mut Ctx);
+        if let Some(j) = ctx.cand_of(op) {
+            ctx.cands[j].refs -= 1;
+            ctx.edges.push(j as u32);
+        }
+    }
+    0
+}
+
 unsafe extern "C" fn visit_reach(op: *mut PyObject, arg: *mut c_void) -> c_int {
     // SAFETY: as visit_decref.
     unsafe {
@@ -136,26 +155,6 @@ unsafe extern "C" fn visit_reach(op: *mut PyObject, arg: *mut c_void) -> c_int {
             if !ctx.cands[j].reach {
                 ctx.cands[j].reach = true;
                 ctx.stack.push(j);
-            }
-        }
-    }
-    0
-}
-
-unsafe extern "C" fn visit_w(op: *mut PyObject, arg: *mut c_void) -> c_int {
-    // SAFETY: as visit_decref.
-    unsafe {
-        let ctx = &mut *(arg as *mut Ctx);
-        if let Some(j) = ctx.cand_of(op) {
-            let c = &mut ctx.cands[j];
-            if !c.reach {
-                // A W member's reference to a candidate not alive from outside: an
-                // edge inside W.
-                if !c.w {
-                    c.w = true;
-                    ctx.stack.push(j);
-                }
-                ctx.edges.push(j);
             }
         }
     }
@@ -212,7 +211,13 @@ unsafe fn count(op: *mut PyObject) -> isize {
 /// Undoes the previous replication: stubs get their normal strong/weak state back,
 /// mirrors lose their replicated edges.
 fn reset_replicated(inner: &Inner) {
-    let items = std::mem::take(&mut inner.repl.lock().items);
+    let (items, weak) = {
+        let mut repl = inner.repl.lock();
+        (
+            std::mem::take(&mut repl.items),
+            std::mem::take(&mut repl.weak),
+        )
+    };
     if items.is_empty() {
         return;
     }
@@ -232,7 +237,8 @@ fn reset_replicated(inner: &Inner) {
     }
     st.repl_live = 0;
     drop(st);
-    drop(items);
+    // (the weak handles are released outside the bridge's locks: each takes the heap's)
+    drop(weak);
 }
 
 /// One native cycle collection (see the module documentation). Without a mutator
@@ -253,6 +259,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         stack: Vec::new(),
         edges: Vec::new(),
     };
+    let mut any_mirrored = false;
     // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
     // SAFETY: the tracked list is only changed by the owner thread, which is here; its
     // members are live native objects.
@@ -262,6 +269,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             let op = from_gc_head(g);
             let flags = (*g).gc_prev & GC_FLAGS;
             let managed = flags & GC_MIRRORED != 0;
+            any_mirrored |= managed;
             let i = ctx.cands.len();
             ctx.cands.push(Cand {
                 op,
@@ -270,6 +278,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 reach: false,
                 w: false,
                 gc_flags: flags as u8,
+                first_edge: 0,
                 side: 0,
             });
             (*g).gc_prev = (i << 4) | flags | GC_COLLECTING;
@@ -294,6 +303,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                     reach: false,
                     w: false,
                     gc_flags: 0,
+                    first_edge: 0,
                     side: 0,
                 });
                 ctx.stub_cand[idx] = ctx.cands.len() as u32;
@@ -302,6 +312,12 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     let n = ctx.cands.len();
     ctx.stack.reserve(n);
+    // With a managed side (a mirrored native candidate or a candidate stub), W may be
+    // non-empty and then every unreachable native object is traversed a second time:
+    // the subtraction's traversal records the edges between candidates instead, and the
+    // later passes walk them (4 bytes per edge). Without, CPython's way: the
+    // reachability pass traverses only what is reachable.
+    let record = n > n_native || any_mirrored;
     // From here on the context is reached only through this pointer, which the visit
     // functions also use: no reference to it is held across a traversal.
     let p: *mut Ctx = &mut ctx;
@@ -314,11 +330,32 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         };
     }
     // 2. Subtract internal references.
-    for i in 0..n_native {
-        let op = c!().cands[i].op;
-        // SAFETY: a tracked live object; the visit only touches the context.
-        unsafe { traverse(op, visit_decref, arg) };
+    if record {
+        c!().edges.reserve(n_native);
+        for i in 0..n_native {
+            let c = c!();
+            c.cands[i].first_edge =
+                u32::try_from(c.edges.len()).expect("fewer than 2^32 edges between candidates");
+            let op = c.cands[i].op;
+            // SAFETY: a tracked live object; the visit only touches the context.
+            unsafe { traverse(op, visit_decref_record, arg) };
+        }
+    } else {
+        for i in 0..n_native {
+            let op = c!().cands[i].op;
+            // SAFETY: as above.
+            unsafe { traverse(op, visit_decref, arg) };
+        }
     }
+    // Native candidate i's recorded edges.
+    let edge_range = |ctx: &Ctx, i: usize| -> (usize, usize) {
+        let end = if i + 1 < n_native {
+            ctx.cands[i + 1].first_edge as usize
+        } else {
+            ctx.edges.len()
+        };
+        (ctx.cands[i].first_edge as usize, end)
+    };
     // 3. Reachable from outside.
     for i in 0..n {
         let c = c!();
@@ -328,7 +365,20 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         }
     }
     while let Some(i) = c!().stack.pop() {
-        if i < n_native {
+        if i >= n_native {
+            continue;
+        }
+        if record {
+            let c = c!();
+            let (a, b) = edge_range(c, i);
+            for k in a..b {
+                let j = c.edges[k] as usize;
+                if !c.cands[j].reach {
+                    c.cands[j].reach = true;
+                    c.stack.push(j);
+                }
+            }
+        } else {
             let op = c!().cands[i].op;
             // SAFETY: as above.
             unsafe { traverse(op, visit_reach, arg) };
@@ -346,25 +396,32 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             }
         }
     }
-    if !c!().stack.is_empty() {
-        c!().edges.reserve(n_unreached);
-    }
-    // The same traversal records the edges inside W of its native members, for the
-    // replication: member i's targets are `edges[start..end]` (every target not
+    // The edges inside W of its native members, for the replication: member i's targets
+    // are those of its recorded edges not reachable from outside (every target not
     // reachable from outside is in W).
-    let mut w_edges: Vec<(usize, usize, usize)> = Vec::with_capacity(if c!().stack.is_empty() {
-        0
-    } else {
-        n_unreached.min(n_native)
-    });
-    while let Some(i) = c!().stack.pop() {
-        if i < n_native {
-            let start = c!().edges.len();
-            let op = c!().cands[i].op;
-            // SAFETY: as above.
-            unsafe { traverse(op, visit_w, arg) };
-            w_edges.push((i, start, c!().edges.len()));
+    // A native member's range is kept in the candidate: `first_edge` and, in `refs`
+    // (its count is no longer needed), the end. The stack is walked as a worklist and
+    // not popped, so that it ends up holding W, each member once.
+    let mut k = 0;
+    while k < c!().stack.len() {
+        let i = c!().stack[k];
+        k += 1;
+        if i >= n_native {
+            continue;
         }
+        // (W is only non-empty with a managed candidate: the edges were recorded)
+        debug_assert!(record);
+        let c = c!();
+        let (a, b) = edge_range(c, i);
+        for e in a..b {
+            let j = c.edges[e] as usize;
+            let t = &mut c.cands[j];
+            if !t.reach && !t.w {
+                t.w = true;
+                c.stack.push(j);
+            }
+        }
+        c.cands[i].refs = b as isize;
     }
     // Restore the list's back links (and drop the COLLECTING flag). The tracked
     // candidates are in list order (nothing changed the list since: only traversals
@@ -382,18 +439,16 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         (*sentinel).gc_prev = prev as usize;
     }
     let ctx = c!();
-    // Pure garbage (native members outside W) and W, in one pass.
+    let w = std::mem::take(&mut ctx.stack);
+    // Pure garbage: the unreachable native candidates outside W (none if W is all the
+    // unreachable set: no pass then).
     let mut garbage: Vec<*mut PyObject> = Vec::new();
-    let mut w: Vec<usize> = Vec::new();
-    if n_unreached > 0 {
-        w.reserve(n_unreached);
-        garbage.reserve(n_unreached - w_edges.len().min(n_unreached));
-    }
-    for (i, c) in ctx.cands.iter().enumerate() {
-        if c.w {
-            w.push(i);
-        } else if i < n_native && !c.reach {
-            garbage.push(c.op);
+    if n_unreached > w.len() {
+        garbage.reserve(n_unreached - w.len());
+        for c in &ctx.cands[..n_native] {
+            if !c.reach && !c.w {
+                garbage.push(c.op);
+            }
         }
     }
     let mut report = CycleReport {
@@ -426,8 +481,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
             inner,
             m,
             &mut ctx.cands,
+            n_native,
             &w,
-            &w_edges,
             &ctx.edges,
             !garbage.is_empty(),
         );
@@ -535,25 +590,27 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
         }
         ObjRef::from_addr(e.obj)
     } else {
-        let &rec = st.by_native.get(&(op as usize))?;
+        let rec = st.mirror_rec(op as usize)?;
         st.mirrors[rec as usize].map(|r| r.mirror)
     }
 }
 
 /// Replicates W (module documentation, step 4): one pass under the bridge's lock finds
-/// each member's managed side (kept alive in `pinned` while the allocations below may
-/// collect), marks existing mirrors replicated and makes the stubs weak (the weak to
-/// strong limit); mirrors are made for the native members without one; then each
-/// native member's mirror gets its managed edges: the one target itself in the
-/// mirror's edge slot, or an edge array for several. Returns the number of members.
+/// each member's managed side, marks existing mirrors replicated and makes the stubs weak
+/// (the weak to strong limit); mirrors are made for the native members without one; then
+/// each native member's mirror gets its managed edges: the one target itself in the
+/// mirror's edge slot, or an edge array for several. From the first allocation on (a
+/// missing mirror, an edge array: it may collect), the managed sides are kept alive in
+/// `pinned`; without allocations nothing is pinned. Returns the number of members.
+/// `w` holds W's candidates; a native member's edges are `edges[first_edge..refs]`.
 /// `code_ran`: native code (the garbage's deallocators) ran since W was found.
 fn replicate(
     inner: &Inner,
     m: &mut Mutator,
     cands: &mut [Cand],
+    n_native: usize,
     w: &[usize],
-    w_edges: &[(usize, usize, usize)],
-    edges: &[usize],
+    edges: &[u32],
     code_ran: bool,
 ) -> usize {
     let mut missing = Vec::new();
@@ -561,25 +618,19 @@ fn replicate(
     {
         let mut st = inner.state.lock();
         let st = &mut *st;
-        st.pinned.reserve(w.len());
         for &i in w {
             let op = cands[i].op;
             if is_stub(op) {
                 // SAFETY: candidates' stubs are live stubs of this bridge.
                 let idx = unsafe { HandleTable::index_fast(op) } as usize;
-                let e = st.table.entries[idx];
-                let Some(obj) = ObjRef::from_addr(e.obj).filter(|_| e.flags & USED != 0) else {
+                let e = &mut st.table.entries[idx];
+                if e.obj == 0 || e.flags & USED == 0 {
                     continue;
-                };
-                st.table.entries[idx].flags |= WEAK_LIMIT;
+                }
+                e.flags |= WEAK_LIMIT;
                 st.repl_live += 1;
                 cands[i].side = e.obj;
-                st.pinned.push(obj);
-                items.push(RItem {
-                    key: idx << 1,
-                    op,
-                    weak: None,
-                });
+                items.push(RItem { key: idx << 1, op });
                 continue;
             }
             // SAFETY: W members are alive: they are referenced from W and the managed
@@ -588,17 +639,15 @@ fn replicate(
             if code_ran && unsafe { (*op).ob_refcnt } <= 0 {
                 continue;
             }
-            match st.by_native.get(&(op as usize)) {
-                Some(&rec) => {
+            match st.mirror_rec(op as usize) {
+                Some(rec) => {
                     if let Some(r) = st.mirrors[rec as usize].as_mut() {
                         r.replicated = true;
                         st.repl_live += 1;
                         cands[i].side = r.mirror.addr();
-                        st.pinned.push(r.mirror);
                         items.push(RItem {
                             key: ((rec as usize) << 1) | 1,
                             op,
-                            weak: None,
                         });
                     }
                 }
@@ -606,7 +655,19 @@ fn replicate(
             }
         }
     }
+    // Pins every managed side found so far (before the first allocation).
+    let pin_sides = |cands: &[Cand]| {
+        let mut st = inner.state.lock();
+        st.pinned.reserve(w.len());
+        st.pinned
+            .extend(w.iter().filter_map(|&i| ObjRef::from_addr(cands[i].side)));
+    };
+    let mut pinned = false;
     for i in missing {
+        if !pinned {
+            pin_sides(cands);
+            pinned = true;
+        }
         let Ok(mirror) = m.alloc_typed(MIRROR_SIZE, inner.mirror_type) else {
             tracing::error!("replication: allocating a mirror failed; the cycle is kept");
             publish(inner, items);
@@ -620,26 +681,35 @@ fn replicate(
         items.push(RItem {
             key: ((rec as usize) << 1) | 1,
             op,
-            weak: None,
         });
     }
-    // Managed edges mirroring the native ones inside W (everything involved is pinned).
+    // Managed edges mirroring the native ones inside W (targets reachable from outside
+    // have no side: they are not in W).
     let max_small = gc_core::max_internal_obj_size();
-    let mut targets: Vec<ObjRef> = Vec::new();
-    for &(i, start, end) in w_edges {
+    for &i in w {
+        if i >= n_native {
+            continue;
+        }
         let Some(mirror) = ObjRef::from_addr(cands[i].side) else {
             continue;
         };
-        targets.clear();
-        targets.extend(
-            edges[start..end]
-                .iter()
-                .filter_map(|&j| ObjRef::from_addr(cands[j].side)),
-        );
-        let edge = match targets.len() {
-            0 => continue,
-            1 => targets[0],
-            k => {
+        let targets = &edges[cands[i].first_edge as usize..cands[i].refs as usize];
+        let mut k = 0;
+        let mut first = None;
+        for &j in targets {
+            if let Some(t) = ObjRef::from_addr(cands[j as usize].side) {
+                k += 1;
+                first.get_or_insert(t);
+            }
+        }
+        let edge = match (k, first) {
+            (1, Some(t)) => t,
+            (0, _) | (_, None) => continue,
+            _ => {
+                if !pinned {
+                    pin_sides(cands);
+                    pinned = true;
+                }
                 let size = 8 + 8 * k;
                 let ty = if size > max_small {
                     inner.edges_large
@@ -656,14 +726,18 @@ fn replicate(
                 // SAFETY: a fresh edge array of the right size; its referents are pinned.
                 unsafe {
                     arr.write_slot(0, k);
-                    for (s, r) in targets.iter().enumerate() {
+                    let sides = targets
+                        .iter()
+                        .filter_map(|&j| ObjRef::from_addr(cands[j as usize].side));
+                    for (s, r) in sides.enumerate() {
                         arr.write_slot(8 + 8 * s, r.addr());
                     }
                 }
                 arr
             }
         };
-        // SAFETY: the mirror is pinned and the store goes through the write barrier.
+        // SAFETY: the mirror and its referents are alive (pinned if anything was
+        // allocated) and the store goes through the write barrier.
         unsafe { m.store_ref(mirror, MIRROR_EDGES, Some(edge)) };
     }
     let n = items.len();
@@ -678,12 +752,17 @@ fn replicate(
 /// Makes `items` the replicated set, watched from the next collection on (fresh).
 fn publish(inner: &Inner, items: Vec<RItem>) {
     let mut repl = inner.repl.lock();
+    // (The set is empty here: every cycle collection starts by resetting it. Were it
+    // not, its members would become fresh too and get new handles when settled.)
+    let old = std::mem::take(&mut repl.weak);
     if repl.items.is_empty() {
         repl.items = items;
     } else {
         repl.items.extend(items);
     }
     repl.fresh = true;
+    drop(repl);
+    drop(old);
 }
 
 /// The weak-processing hook: keeps the managed side of replicated objects that native
@@ -697,18 +776,26 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
         // bridge's thread, inside that collection, could run any native code).
         return;
     }
-    // The members still in the set (lock order: the set, then the state).
-    let items: Vec<&RItem> = {
+    // The members still in the set (lock order: the set, then the state), with their
+    // weak handles (a settled set has one per item).
+    debug_assert_eq!(
+        repl.items.len(),
+        repl.weak.len(),
+        "a handle per settled item"
+    );
+    let items: Vec<(RItem, &WeakRef)> = {
         let st = inner.state.lock();
         repl.items
             .iter()
-            .filter(|it| it.side(&st).is_some())
+            .zip(&repl.weak)
+            .filter(|(it, _)| it.side(&st).is_some())
+            .map(|(&it, w)| (it, w))
             .collect()
     };
     let index: HashMap<usize, usize> = items
         .iter()
         .enumerate()
-        .map(|(i, it)| (it.op as usize, i))
+        .map(|(i, (it, _))| (it.op as usize, i))
         .collect();
     // gc_refs over the replicated set.
     let mut refs: Vec<isize> = items
@@ -716,9 +803,9 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
         // SAFETY: replicated objects are allocated while they are in the set (their
         // count includes MANAGED_REFCNT until the queue reports their managed side gone,
         // which removes them from the set).
-        .map(|it| unsafe { count(it.op) } - MANAGED_REFCNT)
+        .map(|(it, _)| unsafe { count(it.op) } - MANAGED_REFCNT)
         .collect();
-    for it in &items {
+    for (it, _) in &items {
         if !is_stub(it.op) {
             // SAFETY: as above.
             unsafe {
@@ -732,20 +819,16 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     }
     let mut seen = vec![false; items.len()];
     let mut stack = Vec::new();
-    for (i, it) in items.iter().enumerate() {
-        let alive = it
-            .weak
-            .as_ref()
-            .and_then(|w| w.get())
-            .is_some_and(|o| marker.is_marked(o));
+    for (i, (_, w)) in items.iter().enumerate() {
+        let alive = w.get().is_some_and(|o| marker.is_marked(o));
         if refs[i] > 0 || alive {
             seen[i] = true;
             stack.push(i);
         }
     }
     while let Some(i) = stack.pop() {
-        let it = items[i];
-        if let Some(o) = it.weak.as_ref().and_then(|w| w.get()) {
+        let (it, w) = items[i];
+        if let Some(o) = w.get() {
             marker.queue(o);
         }
         if !is_stub(it.op) {
@@ -794,17 +877,19 @@ pub(crate) fn settle(inner: &Inner) {
             .filter_map(|(k, it)| it.side(&st).map(|o| (k, o)))
             .collect()
     };
-    let weak: Vec<(usize, WeakRef)> = survivors
-        .into_iter()
-        .map(|(k, o)| (k, inner.heap.new_weak_ref(o)))
+    let weak: Vec<WeakRef> = survivors
+        .iter()
+        .map(|&(_, o)| inner.heap.new_weak_ref(o))
         .collect();
     // (Only a replication changes the vector, and none runs meanwhile: the positions
-    // still hold.) Members that left the set are dropped from it.
+    // still hold.) Members that left the set are dropped from it, in place.
     let mut repl = inner.repl.lock();
-    for (k, w) in weak {
-        repl.items[k].weak = Some(w);
+    for (n, &(k, _)) in survivors.iter().enumerate() {
+        let it = repl.items[k];
+        repl.items[n] = it;
     }
-    repl.items.retain(|it| it.weak.is_some());
+    repl.items.truncate(survivors.len());
+    repl.weak = weak;
     repl.fresh = false;
 }
 

@@ -17,8 +17,9 @@
 //!   CPython's inline add and subtract.) Exceptions: replicated entries
 //!   ([`WEAK_LIMIT`]) are weak whatever the count, immortal ones strong.
 //! - `by_obj` maps a managed object's address to its entry: the same managed object gets
-//!   the same stub while it lives (pointer identity). Entries leave it when the reference
-//!   queue reports the object gone.
+//!   the same stub while it lives (pointer identity). An entry goes stale when the
+//!   reference queue reports the object gone (the handle-table entry no longer names
+//!   that address) and stale entries are removed in bulk ([`AddrMap`]).
 
 use crate::abi::{PyObject, PyTypeObject, Stub, MANAGED_REFCNT, STUB_TAG};
 use rustc_hash::FxHashMap as HashMap;
@@ -27,6 +28,7 @@ use std::collections::BTreeMap;
 
 /// Stubs per chunk.
 pub const STUB_CHUNK: usize = 256;
+const _: () = assert!(STUB_CHUNK.is_power_of_two());
 /// The entry vector doubles up to this many slots, then grows by this many.
 pub const DOUBLING_LIMIT: usize = 262_144;
 /// Initial capacity of the entry vector.
@@ -51,7 +53,18 @@ pub struct Entry {
     pub cand: u32,
 }
 
-type Chunk = Box<[UnsafeCell<Stub>]>;
+/// A fixed-size chunk: a slot is found with a shift and a mask, one bounds check (the
+/// chunk vector's).
+type Chunk = Box<[UnsafeCell<Stub>; STUB_CHUNK]>;
+
+const EMPTY_STUB: Stub = Stub {
+    ob_base: PyObject {
+        ob_refcnt: 0,
+        ob_type: std::ptr::null_mut(),
+    },
+    handle: 0,
+    flags: 0,
+};
 
 /// The table (under the bridge's state lock).
 pub struct HandleTable {
@@ -60,8 +73,9 @@ pub struct HandleTable {
     /// Chunk base address -> chunk number, to check pointers in O(log n).
     chunk_at: BTreeMap<usize, usize>,
     free: Vec<u32>,
-    /// Managed object address -> entry index.
-    pub(crate) by_obj: HashMap<usize, u32>,
+    /// Managed object address -> entry index (valid while the entry is used and names
+    /// that address: [`HandleTable::lookup`]).
+    pub(crate) by_obj: AddrMap,
     /// Entries in use (stubs allocated).
     pub(crate) used: usize,
     /// Debug mode: freed slots are not reused until this many are waiting.
@@ -82,7 +96,7 @@ impl HandleTable {
             chunks: Vec::new(),
             chunk_at: BTreeMap::new(),
             free: Vec::new(),
-            by_obj: HashMap::default(),
+            by_obj: AddrMap::default(),
             used: 0,
             quarantine,
         }
@@ -173,18 +187,7 @@ impl HandleTable {
             }
             self.entries.push(Entry::default());
             if i / STUB_CHUNK >= self.chunks.len() {
-                let chunk: Chunk = (0..STUB_CHUNK)
-                    .map(|_| {
-                        UnsafeCell::new(Stub {
-                            ob_base: PyObject {
-                                ob_refcnt: 0,
-                                ob_type: std::ptr::null_mut(),
-                            },
-                            handle: 0,
-                            flags: 0,
-                        })
-                    })
-                    .collect();
+                let chunk: Chunk = Box::new([const { UnsafeCell::new(EMPTY_STUB) }; STUB_CHUNK]);
                 self.chunk_at
                     .insert(chunk.as_ptr() as usize, self.chunks.len());
                 self.chunks.push(chunk);
@@ -211,6 +214,32 @@ impl HandleTable {
         self.by_obj.insert(obj, idx);
         self.used += 1;
         idx
+    }
+
+    /// The entry of the stub of managed object `obj`, if it has one (the identity map,
+    /// its stale entries skipped).
+    #[inline]
+    pub fn lookup(&self, obj: usize) -> Option<u32> {
+        let idx = self.by_obj.get(obj)?;
+        let e = self.entries[idx as usize];
+        (e.flags & USED != 0 && e.obj == obj).then_some(idx)
+    }
+
+    /// Entry `idx`'s managed object died: its identity-map entry is stale (removed in
+    /// bulk later, see [`AddrMap`]).
+    #[inline]
+    pub fn forget_obj(&mut self, idx: u32) {
+        self.entries[idx as usize].obj = 0;
+        self.by_obj.went_stale();
+    }
+
+    /// Removes the stale identity-map entries if they are as many as the live ones.
+    pub fn sweep_by_obj(&mut self) {
+        let entries = &self.entries;
+        self.by_obj.maybe_sweep(|addr, idx| {
+            let e = entries[idx as usize];
+            e.flags & USED != 0 && e.obj == addr
+        });
     }
 
     /// Releases entry `idx` and its stub (count 0, managed object dead).
@@ -269,7 +298,7 @@ impl HandleTable {
     pub fn footprint(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
             + self.chunks.len() * STUB_CHUNK * std::mem::size_of::<Stub>()
-            + self.by_obj.capacity() * (std::mem::size_of::<(usize, u32)>() + 1)
+            + self.by_obj.footprint()
             + self.free.capacity() * 4
     }
 
@@ -296,6 +325,86 @@ impl HandleTable {
     }
 }
 
+/// An address -> index map (a managed object's stub entry, a native object's mirror
+/// record) whose entries are not removed one by one when their object dies: the owner
+/// marks them stale (the record no longer names the address, which every lookup checks)
+/// and counts them; once the stale entries are as many as the live ones (and at least
+/// [`AddrMap::SWEEP_MIN`]), one pass removes them all (a clear when none is live). A
+/// removal is then a few instructions, amortised, instead of a hash, a probe and an
+/// erase per dying object; the map holds at most twice its live entries (plus
+/// `SWEEP_MIN`).
+#[derive(Default)]
+pub struct AddrMap {
+    map: HashMap<usize, u32>,
+    stale: usize,
+}
+
+impl AddrMap {
+    /// Stale entries tolerated whatever the live count (small maps are not swept at
+    /// every death).
+    pub const SWEEP_MIN: usize = 64;
+
+    /// The index stored for `addr`, live or stale (the caller checks the record).
+    #[inline]
+    pub fn get(&self, addr: usize) -> Option<u32> {
+        self.map.get(&addr).copied()
+    }
+
+    /// Maps `addr` to `idx`; `addr` has no live entry (a stale one is replaced).
+    #[inline]
+    pub fn insert(&mut self, addr: usize, idx: u32) {
+        if self.map.insert(addr, idx).is_some() {
+            self.stale -= 1;
+        }
+    }
+
+    /// One live entry went stale (its record stopped naming its address).
+    #[inline]
+    pub fn went_stale(&mut self) {
+        self.stale += 1;
+    }
+
+    /// Live entries.
+    pub fn live(&self) -> usize {
+        self.map.len() - self.stale
+    }
+
+    /// Stale entries waiting for the sweep.
+    pub fn stale(&self) -> usize {
+        self.stale
+    }
+
+    /// Removes the stale entries (those for which `live(addr, idx)` is false) if they
+    /// are at least as many as the live ones and [`AddrMap::SWEEP_MIN`].
+    #[inline]
+    pub fn maybe_sweep(&mut self, live: impl Fn(usize, u32) -> bool) {
+        if self.stale < Self::SWEEP_MIN || self.stale < self.map.len() - self.stale {
+            return;
+        }
+        self.sweep(live);
+    }
+
+    #[inline(never)]
+    fn sweep(&mut self, live: impl Fn(usize, u32) -> bool) {
+        debug_assert_eq!(
+            self.stale,
+            self.map.iter().filter(|(&a, &i)| !live(a, i)).count(),
+            "stale entries counted"
+        );
+        if self.stale == self.map.len() {
+            self.map.clear();
+        } else {
+            self.map.retain(|&a, &mut i| live(a, i));
+        }
+        self.stale = 0;
+    }
+
+    /// Bytes the map uses.
+    pub fn footprint(&self) -> usize {
+        self.map.capacity() * (std::mem::size_of::<(usize, u32)>() + 1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -314,7 +423,7 @@ mod tests {
         assert_eq!(caps[..3], [16, 32, 64]);
         assert_eq!(caps[caps.len() - 2], DOUBLING_LIMIT);
         assert_eq!(*caps.last().unwrap(), 2 * DOUBLING_LIMIT);
-        let idx = t.by_obj[&16];
+        let idx = t.lookup(16).unwrap();
         assert_eq!(idx, 1);
         assert_eq!(t.index_of(t.tagged(idx)), Some(1));
         // SAFETY: a live stub of this table.
@@ -334,11 +443,45 @@ mod tests {
         let b = t.alloc(32, std::ptr::null_mut());
         let c = t.alloc(48, std::ptr::null_mut());
         for i in [a, b, c] {
-            t.by_obj.retain(|_, v| *v != i);
+            t.forget_obj(i);
             t.release(i);
         }
         assert_eq!(t.alloc(64, std::ptr::null_mut()), a, "oldest freed first");
         assert_eq!(t.alloc(80, std::ptr::null_mut()), 4, "two stay quarantined");
         assert_eq!(t.index_of(t.tagged(b)), None, "a freed slot is not a stub");
+    }
+
+    #[test]
+    fn stale_address_entries_are_skipped_replaced_and_swept_in_bulk() {
+        let mut t = HandleTable::new(0);
+        let n = 2 * AddrMap::SWEEP_MIN;
+        let idx: Vec<u32> = (0..n)
+            .map(|i| t.alloc(16 * (i + 1), std::ptr::null_mut()))
+            .collect();
+        // Objects die: their entries go stale, lookups skip them, no sweep yet.
+        for &i in &idx[..AddrMap::SWEEP_MIN - 1] {
+            t.forget_obj(i);
+            t.sweep_by_obj();
+        }
+        assert_eq!(t.lookup(16), None, "a dead object has no stub");
+        assert_eq!(t.lookup(16 * n), Some(idx[n - 1]));
+        assert_eq!(t.by_obj.stale(), AddrMap::SWEEP_MIN - 1);
+        assert_eq!(t.by_obj.live(), n - AddrMap::SWEEP_MIN + 1);
+        // A new object at a dead one's address replaces the stale entry.
+        t.release(idx[0]);
+        let again = t.alloc(16, std::ptr::null_mut());
+        assert_eq!(t.lookup(16), Some(again));
+        assert_eq!(t.by_obj.stale(), AddrMap::SWEEP_MIN - 2);
+        // As many stale as live: one sweep removes exactly the stale ones.
+        for &i in &idx[AddrMap::SWEEP_MIN - 1..AddrMap::SWEEP_MIN + 2] {
+            t.forget_obj(i);
+        }
+        t.sweep_by_obj();
+        assert_eq!(t.by_obj.stale(), 0);
+        assert_eq!(t.by_obj.live(), n - AddrMap::SWEEP_MIN - 1);
+        assert_eq!(t.lookup(16), Some(again));
+        for (k, &i) in idx.iter().enumerate().skip(AddrMap::SWEEP_MIN + 2) {
+            assert_eq!(t.lookup(16 * (k + 1)), Some(i));
+        }
     }
 }

@@ -419,6 +419,42 @@ fn the_reference_queue_yields_each_token_once_after_the_object_is_gone() {
 }
 
 #[test]
+fn tokens_go_to_their_own_queue_and_a_dropped_queues_slot_is_reused_cleanly() {
+    let (heap, mut m, ty) = setup();
+    let q1 = heap.new_reference_queue();
+    let q2 = heap.new_reference_queue();
+    let a = node(&mut m, ty, 1);
+    let b = node(&mut m, ty, 2);
+    let c = node(&mut m, ty, 3);
+    q1.register(a, 1);
+    q2.register(b, 2);
+    q2.register(c, 3);
+    // The first queue goes with its registration; a new queue takes its slot.
+    drop(q1);
+    let q3 = heap.new_reference_queue();
+    assert_eq!(
+        q3.registered(),
+        0,
+        "the dropped queue's registrations are gone"
+    );
+    let d = node(&mut m, ty, 4);
+    q3.register(d, 4);
+    q3.register(a, 5);
+    assert_eq!((q2.registered(), q3.registered()), (2, 2));
+    let info = collect_info(&mut m, CollectionKind::Full);
+    assert_eq!(
+        info.tokens_queued, 4,
+        "a's first registration ended with q1"
+    );
+    let mut t2 = q2.drain();
+    t2.sort_unstable();
+    let mut t3 = q3.drain();
+    t3.sort_unstable();
+    assert_eq!((t2, t3), (vec![2, 3], vec![4, 5]));
+    assert_eq!((q2.registered(), q3.registered()), (0, 0));
+}
+
+#[test]
 fn queue_notification_runs_after_the_world_resumes_and_draining_works_from_any_thread() {
     let (heap, mut m, ty) = setup();
     let q = Arc::new(heap.new_reference_queue());
