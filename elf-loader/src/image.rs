@@ -231,6 +231,27 @@ impl Image {
 
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
     #[inline]
+    /// The writable segment (link-time `[start, end)`) holding `offset`, if any. The
+    /// relocation loops' fast paths check targets against one segment: the one holding
+    /// a table's first target (most libraries have one writable segment; wheels
+    /// repaired by patchelf have several, with most targets in the first ones).
+    fn writable_holding(&self, offset: u64) -> Option<(u64, u64)> {
+        self.writable
+            .iter()
+            .copied()
+            .find(|&(start, end)| offset >= start && offset < end)
+    }
+
+    /// The link-time target of entry `k` of a relocation table.
+    ///
+    /// # Safety
+    /// `k` must be below the entry count of a table (at `table`) that the parser
+    /// checked to lie inside a mapped, readable segment.
+    unsafe fn target_at(table: *const u8, k: usize) -> u64 {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::read_unaligned(table.add(k * 24) as *const u64) }
+    }
+
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
         let ok = self
             .writable
@@ -282,7 +303,11 @@ impl Image {
         let table = self.addr(self.info.rela.vaddr) as *const u8;
         let bias = self.map.bias;
         let mut n = 0;
-        if let [(lo, hi)] = self.writable[..] {
+        // SAFETY: entry 0 exists when relacount > 0 (relacount <= total).
+        let primary = (relacount > 0)
+            .then(|| unsafe { Self::target_at(table, 0) })
+            .and_then(|off| self.writable_holding(off));
+        if let Some((lo, hi)) = primary {
             while n < relacount {
                 // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
                 // checked to lie inside a mapped segment.
@@ -415,7 +440,10 @@ impl Image {
         if UNSUPPORTED.load(Ordering::Relaxed) {
             return 0;
         }
-        let [(lo, hi)] = self.writable[..] else {
+        let (Some(lo), Some(hi)) = (
+            self.writable.iter().map(|w| w.0).min(),
+            self.writable.iter().map(|w| w.1).max(),
+        ) else {
             return 0;
         };
         const PAGE: u64 = crate::elf::PAGE;
@@ -425,10 +453,17 @@ impl Image {
             return 0;
         }
         let mut bits = vec![0u64; npages.div_ceil(64)];
+        // Several writable segments (patchelf'd wheels): pages between them may be
+        // read-only or unmapped, so only targets inside a segment mark their page.
+        let several = self.writable.len() > 1;
+        let writable = &self.writable;
         // One comparison: offsets below `first` wrap around to huge page numbers. (A
-        // target past `hi` on the segment's last page marks that page, which is mapped;
-        // such a relocation is refused later anyway.)
+        // target past `hi` on the last page marks that page, which is mapped; such a
+        // relocation is refused later anyway.)
         let mut mark = |off: u64| {
+            if several && !writable.iter().any(|&(s, e)| off >= s && off < e) {
+                return;
+            }
             let p = off.wrapping_sub(first) / PAGE;
             if p < npages as u64 {
                 bits[(p / 64) as usize] |= 1 << (p % 64);
@@ -506,11 +541,16 @@ impl Image {
         let count = (t.len / 24) as usize;
         let table = self.ptr(t.vaddr);
         let bias = self.map.bias;
-        // One writable segment (what linkers produce): a target is in bounds when
-        // `offset - lo <= span` (one comparison). Otherwise every entry takes the
-        // general path, which checks each against all writable segments.
-        let (fast, lo, span) = match self.writable[..] {
-            [(lo, hi)] if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
+        // The writable segment holding the table's first target (the only one, for
+        // what linkers produce): a target is in it when `offset - lo <= span` (one
+        // comparison). Targets elsewhere take the general path, which checks each
+        // against all writable segments.
+        // SAFETY: entry 0 exists when count > 0.
+        let primary = (count > 0)
+            .then(|| unsafe { Self::target_at(table, 0) })
+            .and_then(|off| self.writable_holding(off));
+        let (fast, lo, span) = match primary {
+            Some((lo, hi)) if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
             _ => (false, 0, 0),
         };
         let (mut relative, mut symbolic) = (0, 0);
