@@ -264,3 +264,23 @@ fn replayed_copies_are_relocated_as_looked_up_ones() {
     assert!(tb.len() > 10_000, "{}", tb.len());
     assert_eq!(tb, tc);
 }
+
+#[test]
+fn a_weak_symbol_found_nowhere_is_looked_up_again_by_later_copies() {
+    let weak = common::build_so("weak_late", &["weak_late.c"], &[]);
+    let late = common::build_so("late_def", &["late_def.c"], &[]);
+    let call = |ns: &str| {
+        let lib = Namespace::new(ns).load(&weak).unwrap();
+        let f = lib.sym("late_or_minus_one").unwrap();
+        // SAFETY: the fixture defines `int late_or_minus_one(void)`.
+        let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+        f()
+    };
+    assert_eq!(call("weak-1"), -1, "nothing defines late_value yet");
+    assert_eq!(call("weak-2"), -1);
+    // Now the process's global scope has a definition.
+    let _global =
+        elf_loader::SystemLibrary::open(late.to_str().unwrap(), libc::RTLD_GLOBAL).unwrap();
+    assert_eq!(call("weak-3"), 42, "a later copy finds the new definition");
+    assert_eq!(call("weak-4"), 42);
+}
