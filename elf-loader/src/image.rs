@@ -18,6 +18,8 @@ pub(crate) struct Image {
     pub id: u64,
     /// The file it was loaded from.
     pub path: PathBuf,
+    /// The file's identity and version (the key of its relocation plans).
+    pub stamp: crate::plan::FileStamp,
     /// The path as a C string (dladdr's dli_fname, the link map's l_name).
     pub c_path: CString,
     /// Parsed headers and tables.
@@ -117,6 +119,8 @@ struct RelocCx<'a> {
     stats: &'a mut RelocStats,
     /// Other custom images that relocations bound to (glibc's `l_reldeps`).
     bound: &'a mut Vec<Arc<Image>>,
+    /// The resolutions being recorded for a relocation plan (none when replaying one).
+    record: Option<&'a mut Vec<(u32, crate::plan::Planned)>>,
 }
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -143,6 +147,9 @@ pub struct RelocStats {
     /// Pages of the writable segment made present before relocation
     /// (`MADV_POPULATE_WRITE`; 0 where the kernel does not support it).
     pub prefaulted_pages: usize,
+    /// Symbols whose value came from the relocation plan of an earlier copy of the
+    /// same file (see `plan.rs`) instead of a lookup.
+    pub planned: usize,
 }
 
 impl Image {
@@ -224,6 +231,27 @@ impl Image {
 
     /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
     #[inline]
+    /// The writable segment (link-time `[start, end)`) holding `offset`, if any. The
+    /// relocation loops' fast paths check targets against one segment: the one holding
+    /// a table's first target (most libraries have one writable segment; wheels
+    /// repaired by patchelf have several, with most targets in the first ones).
+    fn writable_holding(&self, offset: u64) -> Option<(u64, u64)> {
+        self.writable
+            .iter()
+            .copied()
+            .find(|&(start, end)| offset >= start && offset < end)
+    }
+
+    /// The link-time target of entry `k` of a relocation table.
+    ///
+    /// # Safety
+    /// `k` must be below the entry count of a table (at `table`) that the parser
+    /// checked to lie inside a mapped, readable segment.
+    unsafe fn target_at(table: *const u8, k: usize) -> u64 {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::read_unaligned(table.add(k * 24) as *const u64) }
+    }
+
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
         let ok = self
             .writable
@@ -260,6 +288,13 @@ impl Image {
         let mut cache: Vec<usize> = vec![UNRESOLVED; self.info.nsyms as usize];
         let mut deferred: Vec<Rela> = Vec::new();
         let mut bound: Vec<Arc<Image>> = Vec::new();
+        // A plan recorded by an earlier copy of this file with a scope of the same
+        // shape gives the symbols' values without lookups; otherwise this load records
+        // one.
+        let planning = crate::plan::enabled();
+        let replayed = planning && self.replay_plan(scope, &mut cache, &mut bound, &mut stats);
+        let mut record: Option<Vec<(u32, crate::plan::Planned)>> =
+            (planning && !replayed).then(Vec::new);
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
@@ -268,7 +303,11 @@ impl Image {
         let table = self.addr(self.info.rela.vaddr) as *const u8;
         let bias = self.map.bias;
         let mut n = 0;
-        if let [(lo, hi)] = self.writable[..] {
+        // SAFETY: entry 0 exists when relacount > 0 (relacount <= total).
+        let primary = (relacount > 0)
+            .then(|| unsafe { Self::target_at(table, 0) })
+            .and_then(|off| self.writable_holding(off));
+        if let Some((lo, hi)) = primary {
             while n < relacount {
                 // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
                 // checked to lie inside a mapped segment.
@@ -308,6 +347,7 @@ impl Image {
             deferred: &mut deferred,
             stats: &mut stats,
             bound: &mut bound,
+            record: record.as_mut(),
         };
         self.relocate_table(rest, &mut cx)?;
         self.relocate_table(self.info.jmprel, &mut cx)?;
@@ -330,7 +370,56 @@ impl Image {
             // SAFETY: checked target inside a writable segment.
             unsafe { std::ptr::write_unaligned(p as *mut usize, value) };
         }
+        if let Some(entries) = record {
+            crate::plan::store(self.stamp, scope, entries);
+        }
         Ok(stats)
+    }
+
+    /// Fills `cache` from the relocation plan of an earlier copy of this file loaded
+    /// with a scope of the same shape, if there is one (see `plan.rs`): each planned
+    /// symbol's value for this copy, so that the relocation loops take them from the
+    /// cache as if this load had looked them up. Records the bindings to other custom
+    /// images that the lookups would have recorded. Returns whether a plan was used.
+    fn replay_plan(
+        self: &Arc<Self>,
+        scope: &[ScopeItem],
+        cache: &mut [usize],
+        bound: &mut Vec<Arc<Image>>,
+        stats: &mut RelocStats,
+    ) -> bool {
+        use crate::plan::Planned;
+        let Some(plan) = crate::plan::find(&self.stamp, scope) else {
+            return false;
+        };
+        for &(i, p) in &plan.entries {
+            let value = match p {
+                Planned::Own(sym) => {
+                    stats.self_bound += 1;
+                    self.sym_address(&sym)
+                }
+                Planned::Scope { pos, sym } => match scope.get(pos as usize) {
+                    Some(ScopeItem::Custom(img)) => {
+                        if Arc::ptr_eq(img, self) {
+                            stats.self_bound += 1;
+                        } else {
+                            record_binding(bound, img);
+                        }
+                        img.sym_address(&sym)
+                    }
+                    // The plan matched this scope item by item, so position `pos` is
+                    // the custom library it was recorded with; anything else is left
+                    // to the lookup.
+                    _ => continue,
+                },
+                Planned::Abs(a) => a,
+            };
+            if let Some(slot) = cache.get_mut(i as usize) {
+                *slot = value;
+                stats.planned += 1;
+            }
+        }
+        true
     }
 
     /// Makes the pages that relocation will write private and present before it writes
@@ -351,7 +440,10 @@ impl Image {
         if UNSUPPORTED.load(Ordering::Relaxed) {
             return 0;
         }
-        let [(lo, hi)] = self.writable[..] else {
+        let (Some(lo), Some(hi)) = (
+            self.writable.iter().map(|w| w.0).min(),
+            self.writable.iter().map(|w| w.1).max(),
+        ) else {
             return 0;
         };
         const PAGE: u64 = crate::elf::PAGE;
@@ -361,10 +453,17 @@ impl Image {
             return 0;
         }
         let mut bits = vec![0u64; npages.div_ceil(64)];
+        // Several writable segments (patchelf'd wheels): pages between them may be
+        // read-only or unmapped, so only targets inside a segment mark their page.
+        let several = self.writable.len() > 1;
+        let writable = &self.writable;
         // One comparison: offsets below `first` wrap around to huge page numbers. (A
-        // target past `hi` on the segment's last page marks that page, which is mapped;
-        // such a relocation is refused later anyway.)
+        // target past `hi` on the last page marks that page, which is mapped; such a
+        // relocation is refused later anyway.)
         let mut mark = |off: u64| {
+            if several && !writable.iter().any(|&(s, e)| off >= s && off < e) {
+                return;
+            }
             let p = off.wrapping_sub(first) / PAGE;
             if p < npages as u64 {
                 bits[(p / 64) as usize] |= 1 << (p % 64);
@@ -442,11 +541,16 @@ impl Image {
         let count = (t.len / 24) as usize;
         let table = self.ptr(t.vaddr);
         let bias = self.map.bias;
-        // One writable segment (what linkers produce): a target is in bounds when
-        // `offset - lo <= span` (one comparison). Otherwise every entry takes the
-        // general path, which checks each against all writable segments.
-        let (fast, lo, span) = match self.writable[..] {
-            [(lo, hi)] if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
+        // The writable segment holding the table's first target (the only one, for
+        // what linkers produce): a target is in it when `offset - lo <= span` (one
+        // comparison). Targets elsewhere take the general path, which checks each
+        // against all writable segments.
+        // SAFETY: entry 0 exists when count > 0.
+        let primary = (count > 0)
+            .then(|| unsafe { Self::target_at(table, 0) })
+            .and_then(|off| self.writable_holding(off));
+        let (fast, lo, span) = match primary {
+            Some((lo, hi)) if hi >= lo.saturating_add(8) => (true, lo, hi - 8 - lo),
             _ => (false, 0, 0),
         };
         let (mut relative, mut symbolic) = (0, 0);
@@ -569,7 +673,28 @@ impl Image {
                             "non-TLS relocation against a TLS symbol",
                         ));
                     }
-                    let v = match self.resolve(r, scope, self_first)? {
+                    let (def, stable) = self.resolve_at(r, scope, self_first)?;
+                    if let (Some(rec), Some(pos), Some(d)) = (cx.record.as_mut(), stable, &def) {
+                        let planned = match d {
+                            Def::Own(sym) if sym.kind() != STT_GNU_IFUNC => {
+                                Some(crate::plan::Planned::Own(*sym))
+                            }
+                            Def::Custom(img, sym)
+                                if sym.kind() != STT_GNU_IFUNC || !Arc::ptr_eq(img, self) =>
+                            {
+                                Some(crate::plan::Planned::Scope {
+                                    pos: pos as u32,
+                                    sym: *sym,
+                                })
+                            }
+                            Def::Addr(a) => Some(crate::plan::Planned::Abs(*a)),
+                            _ => None,
+                        };
+                        if let Some(p) = planned {
+                            rec.push((r.sym, p));
+                        }
+                    }
+                    let v = match def {
                         None => {
                             stats.weak_zero += 1;
                             0
@@ -750,28 +875,41 @@ impl Image {
         scope: &[ScopeItem],
         self_first: bool,
     ) -> Result<Option<Def>> {
+        Ok(self.resolve_at(r, scope, self_first)?.0)
+    }
+
+    /// [`Image::resolve`], also telling whether the answer may go into a relocation
+    /// plan: `Some(pos)` when it holds for any scope matching this one item by item
+    /// (`pos` is the scope position of a custom definition; unused for the others),
+    /// `None` when it could change (see `lookup_scope_at`) or nothing was found.
+    fn resolve_at(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+    ) -> Result<(Option<Def>, Option<usize>)> {
         let s = self.sym(r.sym);
         let name = self.str_at(s.name).ok_or_else(|| {
             self.reloc_err(r, "", &format!("symbol {} has a bad name offset", r.sym))
         })?;
         // A defined symbol that is local or hidden binds to itself (no lookup).
         if s.is_defined() && (s.bind() == STB_LOCAL || s.other & 3 == 2 || s.other & 3 == 1) {
-            return Ok(Some(Def::Own(s)));
+            return Ok((Some(Def::Own(s)), Some(0)));
         }
         let is_tls = s.kind() == STT_TLS;
         if self_first
             && self.tab.exports_own(r.sym)
             && (is_tls || crate::dlfcn::override_for(name).is_none())
         {
-            return Ok(Some(Def::Own(s)));
+            return Ok((Some(Def::Own(s)), Some(0)));
         }
         let version = self.wanted_version(r.sym);
         let hash = gnu_hash(name);
-        if let Some(d) = lookup_scope(scope, name, hash, version, is_tls) {
-            return Ok(Some(d));
+        if let Some((d, stable)) = lookup_scope_at(scope, name, hash, version, is_tls) {
+            return Ok((Some(d), stable));
         }
         if s.bind() == STB_WEAK {
-            return Ok(None);
+            return Ok((None, None));
         }
         Err(Error::UndefinedSymbol {
             path: self.path.clone(),
@@ -876,31 +1014,43 @@ fn record_binding(bound: &mut Vec<Arc<Image>>, other: &Arc<Image>) {
 /// Looks a symbol up through a scope, in order. System libraries are searched in
 /// their own symbol tables first (fast); only if no item has the symbol are they asked
 /// through `dlvsym`, which also searches their dependencies.
-pub(crate) fn lookup_scope(
+///
+/// Also tells whether the answer holds for any scope that matches
+/// this one item by item (a relocation plan may record it): `Some(position of the item
+/// that defined it)` for a definition found in an item's own symbol table, among the
+/// loader's overrides, or through `dlvsym` on a specific library's handle, when no item
+/// before it could answer differently later. The process's global scope
+/// (`RTLD_DEFAULT`, which `dlopen(RTLD_GLOBAL)` extends) and `SymbolProvider`s can:
+/// once one of them has been asked without success, and for anything found through
+/// them or by the `dlvsym` fallback, the answer is `None`.
+pub(crate) fn lookup_scope_at(
     scope: &[ScopeItem],
     name: &[u8],
     hash: u32,
     version: Option<&str>,
     is_tls: bool,
-) -> Option<Def> {
+) -> Option<(Def, Option<usize>)> {
     let mut cname: Option<CString> = None;
     let mut cver: Option<Option<CString>> = None;
     let mut slow = false;
+    // No item asked so far could give another answer later.
+    let mut stable = true;
     // Handles already asked through dlsym/dlvsym, without success.
     let mut asked: Vec<*mut std::ffi::c_void> = Vec::new();
-    for item in scope {
+    for (pos, item) in scope.iter().enumerate() {
+        let here = stable.then_some(pos);
         match item {
             ScopeItem::Overrides => {
                 if !is_tls {
                     if let Some(a) = crate::dlfcn::override_for(name) {
-                        return Some(Def::Addr(a));
+                        return Some((Def::Addr(a), here));
                     }
                 }
             }
             ScopeItem::Custom(img) => {
                 if let Some(s) = img.lookup_own(name, hash, version) {
                     if (s.kind() == STT_TLS) == is_tls {
-                        return Some(Def::Custom(img.clone(), s));
+                        return Some((Def::Custom(img.clone(), s), here));
                     }
                 }
             }
@@ -913,39 +1063,48 @@ pub(crate) fn lookup_scope(
                     if let Some(s) = tab.lookup(name, hash, version) {
                         if s.kind() != STT_TLS {
                             if !is_tls {
-                                return Some(Def::Addr(tab.address(&s)));
+                                return Some((Def::Addr(tab.address(&s)), here));
                             }
                         } else if let (true, Some(module)) = (is_tls, lib.tls_module()) {
-                            return Some(Def::SystemTls(TlsIndex {
-                                module,
-                                offset: s.value,
-                            }));
+                            return Some((
+                                Def::SystemTls(TlsIndex {
+                                    module,
+                                    offset: s.value,
+                                }),
+                                here,
+                            ));
                         }
                     }
                     continue;
                 }
                 let n = cname.get_or_insert_with(|| CString::new(name).unwrap_or_default());
                 let v = cver.get_or_insert_with(|| version.and_then(|v| CString::new(v).ok()));
+                let process_scope = lib.dl_handle() == libc::RTLD_DEFAULT;
+                let here = here.filter(|_| !process_scope);
                 if is_tls {
                     if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
-                        return Some(Def::SystemTls(ti));
+                        return Some((Def::SystemTls(ti), here));
                     }
                 } else {
                     if let Some(a) = lib.lookup_c(n, v.as_deref()) {
-                        return Some(Def::Addr(a));
+                        return Some((Def::Addr(a), here));
                     }
                     asked.push(lib.dl_handle());
+                }
+                if process_scope {
+                    stable = false;
                 }
             }
             ScopeItem::Provider(p) => {
                 let n = std::str::from_utf8(name).ok()?;
                 if is_tls {
                     if let Some(ti) = p.tls_sym(n) {
-                        return Some(Def::SystemTls(ti));
+                        return Some((Def::SystemTls(ti), None));
                     }
                 } else if let Some(a) = p.sym_versioned(n, version) {
-                    return Some(Def::Addr(a));
+                    return Some((Def::Addr(a), None));
                 }
+                stable = false;
             }
         }
     }
@@ -963,10 +1122,10 @@ pub(crate) fn lookup_scope(
                 }
                 if is_tls {
                     if let Some(ti) = lib.tls_lookup_c(n, v.as_deref()) {
-                        return Some(Def::SystemTls(ti));
+                        return Some((Def::SystemTls(ti), None));
                     }
                 } else if let Some(a) = lib.lookup_c(n, v.as_deref()) {
-                    return Some(Def::Addr(a));
+                    return Some((Def::Addr(a), None));
                 }
                 asked.push(h);
             }

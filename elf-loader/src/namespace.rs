@@ -507,6 +507,7 @@ impl NsInner {
             source: e,
         })?;
         let id = FileId::of(&meta);
+        let stamp = crate::plan::FileStamp::of(&meta);
         if let Some(img) = self.find_loaded("", Some(id)) {
             if global {
                 self.state.lock().add_global(&img);
@@ -554,6 +555,7 @@ impl NsInner {
             tab,
             writable,
             path: path.to_path_buf(),
+            stamp,
             c_path: CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default(),
             info,
             map,
@@ -592,6 +594,7 @@ impl NsInner {
                     tls = stats.tls,
                     self_bound = stats.self_bound,
                     weak_zero = stats.weak_zero,
+                    planned = stats.planned,
                     prefaulted_pages = stats.prefaulted_pages,
                     micros = started.elapsed().as_micros() as u64,
                     "loaded"

@@ -193,6 +193,18 @@ impl SystemLibrary {
             .as_ref()
     }
 
+    /// What identifies this library for a relocation plan (see `plan.rs`): its name
+    /// and load address when its own symbol table is read (lookups that a plan records
+    /// only read that table: whether the library came through a `dlopen` handle or was
+    /// found among the start-up libraries does not change it), else its name and handle
+    /// (`dlvsym` through the handle).
+    pub(crate) fn plan_identity(&self) -> (&str, usize, usize) {
+        match self.symtab() {
+            Some(t) => (&self.name, 0, t.bias),
+            None => (&self.name, self.handle as usize, 0),
+        }
+    }
+
     /// The handle `dlsym`/`dlvsym` lookups of this library go through.
     pub(crate) fn dl_handle(&self) -> *mut c_void {
         if self.startup_map {

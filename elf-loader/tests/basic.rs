@@ -215,3 +215,38 @@ fn segments_aligned_above_the_page_size() {
         }
     }
 }
+
+#[test]
+fn relocations_in_several_writable_segments() {
+    // Wheels repaired by patchelf have several writable PT_LOADs (numpy's OpenBLAS has
+    // seven, with relocation targets in three): the fast relocation paths work on the
+    // segment holding a table's first target and send the others through the checked
+    // path; both must give the same result as a single segment.
+    let so = common::build_so(
+        "twoseg",
+        &["twoseg.c"],
+        &["-Wl,--section-start=.farptrs=0x400000"],
+    );
+    let data = std::fs::read(&so).unwrap();
+    let info = elf_loader::elf::ElfInfo::parse(&so, &data).unwrap();
+    let rw = info
+        .loads
+        .iter()
+        .filter(|l| l.flags & elf_loader::elf::consts::PF_W != 0)
+        .count();
+    assert_eq!(rw, 2, "the fixture has two writable segments");
+    let libc = SystemLibrary::open("libc.so.6", libc::RTLD_NOW).unwrap();
+    for round in 0..3 {
+        let lib = elf_loader::Namespace::new(&format!("twoseg-{round}"))
+            .load(&so)
+            .unwrap();
+        assert_eq!(f(&lib, "far_ok")(), 1);
+        assert_eq!(f(&lib, "bump")(), 2);
+        let far: extern "C" fn(i32) -> usize =
+            // SAFETY: the fixture defines `void *far_ptr(int)`.
+            unsafe { std::mem::transmute(lib.sym("far_ptr").unwrap()) };
+        assert_eq!(Some(far(1)), libc.sym("puts"));
+        assert_eq!(Some(far(2)), libc.sym("strlen"));
+        assert_eq!(Some(far(0)), lib.sym("counter"));
+    }
+}

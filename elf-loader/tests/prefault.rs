@@ -11,18 +11,22 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Distinct pages (link-time page numbers) holding a relocation target inside the
+/// Distinct pages (link-time page numbers) holding a relocation target inside a
 /// writable segment.
 fn target_pages(path: &Path) -> usize {
     let data = std::fs::read(path).unwrap();
     let info = ElfInfo::parse(path, &data).unwrap();
-    let w: Vec<_> = info.loads.iter().filter(|l| l.flags & PF_W != 0).collect();
-    assert_eq!(w.len(), 1, "{}: one writable segment", path.display());
-    let (lo, hi) = (w[0].vaddr, w[0].vaddr + w[0].memsz);
+    let w: Vec<_> = info
+        .loads
+        .iter()
+        .filter(|l| l.flags & PF_W != 0)
+        .map(|l| (l.vaddr, l.vaddr + l.memsz))
+        .collect();
+    assert!(!w.is_empty(), "{}: a writable segment", path.display());
     let mut pages = BTreeSet::new();
     for t in [info.rela, info.jmprel] {
         for r in info.file_relocs(&data, t) {
-            if r.offset >= lo && r.offset < hi {
+            if w.iter().any(|&(lo, hi)| r.offset >= lo && r.offset < hi) {
                 pages.insert(r.offset / 4096);
             }
         }
@@ -103,7 +107,15 @@ fn libpython() -> Option<PathBuf> {
 #[test]
 fn exactly_the_relocated_pages_are_populated() {
     let populates = kernel_populates();
-    let mut libs = vec![common::build_so("counter", &["counter.c"], &[])];
+    let mut libs = vec![
+        common::build_so("counter", &["counter.c"], &[]),
+        // Two writable segments, each with relocation targets.
+        common::build_so(
+            "twoseg",
+            &["twoseg.c"],
+            &["-Wl,--section-start=.farptrs=0x400000"],
+        ),
+    ];
     libs.extend(libpython());
     for lib in libs {
         let want = if populates { target_pages(&lib) } else { 0 };
