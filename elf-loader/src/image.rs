@@ -229,8 +229,6 @@ impl Image {
         Some((self.str_at(self.sym(i).name)?, a))
     }
 
-    /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
-    #[inline]
     /// The writable segment (link-time `[start, end)`) holding `offset`, if any. The
     /// relocation loops' fast paths check targets against one segment: the one holding
     /// a table's first target (most libraries have one writable segment; wheels
@@ -252,6 +250,8 @@ impl Image {
         unsafe { std::ptr::read_unaligned(table.add(k * 24) as *const u64) }
     }
 
+    /// Checks that a relocation target `[offset, offset+size)` lies in a writable segment.
+    #[inline]
     fn check_target(&self, r: &Rela, size: u64) -> Result<*mut u8> {
         let ok = self
             .writable
