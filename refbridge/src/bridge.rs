@@ -220,6 +220,8 @@ pub(crate) struct Replicated {
     /// Once the set is settled: `weak[k]` is a weak handle to the managed side (managed
     /// object or mirror) of `items[k]`. Empty while the set is fresh.
     pub weak: Vec<WeakRef>,
+    /// Members when the set was made (caps the vector kept for the next one).
+    pub made: usize,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
@@ -270,6 +272,8 @@ pub(crate) struct Local {
     pub trigger: Cell<usize>,
     pub transitions: Cell<u64>,
     pub cycle_pending: Cell<bool>,
+    /// The cycle collector's work vectors, kept between collections.
+    pub cycle_work: RefCell<cycle::CycleWork>,
     pub enter_depth: Cell<usize>,
 }
 
@@ -422,6 +426,7 @@ impl Bridge {
                 trigger: Cell::new(config.native_trigger),
                 transitions: Cell::new(0),
                 cycle_pending: Cell::new(false),
+                cycle_work: RefCell::new(cycle::CycleWork::default()),
                 enter_depth: Cell::new(0),
             }),
             account: Arc::new(MemAccount::new()),
