@@ -1143,7 +1143,8 @@ impl Inner {
                         (*stub).ob_base.ob_refcnt
                     };
                     if c == 0 {
-                        st.table.release(idx);
+                        // SAFETY: `stub` is entry idx's stub.
+                        unsafe { st.table.release_stub(idx, stub) };
                         stubs_freed += 1;
                         if let Some(d) = &self.debug {
                             d.lock().stub_freed(idx);
@@ -1307,7 +1308,10 @@ impl Inner {
             self.freed_stub_use(op, idx, "Py_DECREF");
             return;
         }
-        let c = st.table.count(idx);
+        // (slot `idx` is exactly the stub `op` points to: checked above)
+        let stub = untag(op) as *mut crate::abi::Stub;
+        // SAFETY: a stub slot of the table (its memory stays allocated).
+        let c = unsafe { (*stub).ob_base.ob_refcnt };
         if c != 0 {
             return;
         }
@@ -1315,11 +1319,12 @@ impl Inner {
             // Native code released a reference it did not own: keep the managed count
             // (the object is still referenced from managed code).
             // SAFETY: the stub is live.
-            unsafe { (*st.table.stub(idx)).ob_base.ob_refcnt = MANAGED_REFCNT };
+            unsafe { (*stub).ob_base.ob_refcnt = MANAGED_REFCNT };
             drop(st);
             self.stub_below_managed(op, idx, c);
         } else {
-            st.table.release(idx);
+            // SAFETY: `stub` is entry idx's stub (checked above).
+            unsafe { st.table.release_stub(idx, stub) };
             drop(st);
             self.counters.stubs_freed.fetch_add(1, Ordering::Relaxed);
             if let Some(d) = &self.debug {

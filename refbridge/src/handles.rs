@@ -245,10 +245,20 @@ impl HandleTable {
     /// Releases entry `idx` and its stub (count 0, managed object dead).
     #[inline]
     pub fn release(&mut self, idx: u32) {
+        // SAFETY: the stub of entry `idx`.
+        unsafe { self.release_stub(idx, self.stub(idx)) };
+    }
+
+    /// [`HandleTable::release`] with the stub's address at hand.
+    ///
+    /// # Safety
+    /// `s` is `self.stub(idx)`.
+    #[inline]
+    pub unsafe fn release_stub(&mut self, idx: u32, s: *mut Stub) {
+        debug_assert_eq!(s, self.stub(idx));
         self.entries[idx as usize] = Entry::default();
         // SAFETY: the stub's count is 0: no native reference remains.
         unsafe {
-            let s = self.stub(idx);
             if self.quarantine > 0 {
                 // Debug mode: poisoned like a freed native object (count 1, handle
                 // kept): a stale pointer's decref reaches `_Py_Dealloc`, which reports
