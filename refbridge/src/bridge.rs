@@ -802,9 +802,10 @@ impl Inner {
     fn scan_roots(&self, m: &mut Marker<'_>) {
         let st = self.state.lock();
         let mut over_released = Vec::new();
-        for i in 1..st.table.entries.len() as u32 {
-            if st.table.is_strong(i) {
-                if let Some(o) = ObjRef::from_addr(st.table.entries[i as usize].obj) {
+        for (i, e) in st.table.entries.iter().enumerate().skip(1) {
+            let i = i as u32;
+            if st.table.is_strong_entry(i, e) {
+                if let Some(o) = ObjRef::from_addr(e.obj) {
                     m.queue(o);
                 }
             } else if self.debug.is_some()
@@ -1126,13 +1127,11 @@ impl Inner {
             for &t in &tokens {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
-                    let e = st.table.entries[idx as usize];
+                    // (its identity-map entry goes stale: swept in bulk below)
+                    let e = st.table.forget_obj(idx);
                     if e.flags & WEAK_LIMIT != 0 && e.flags & USED != 0 {
                         st.repl_live -= 1;
                     }
-                    // (its identity-map entry goes stale: swept in bulk below)
-                    st.table.forget_obj(idx);
-                    st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
                     if let Some(d) = &self.debug {
                         d.lock().stub_died(idx);
                     }

@@ -225,12 +225,17 @@ impl HandleTable {
         (e.flags & USED != 0 && e.obj == obj).then_some(idx)
     }
 
-    /// Entry `idx`'s managed object died: its identity-map entry is stale (removed in
-    /// bulk later, see [`AddrMap`]).
+    /// Entry `idx`'s managed object died: the entry forgets it (and loses `WEAK_LIMIT`)
+    /// and its identity-map entry is stale (removed in bulk later, see [`AddrMap`]).
+    /// Returns the entry as it was.
     #[inline]
-    pub fn forget_obj(&mut self, idx: u32) {
-        self.entries[idx as usize].obj = 0;
+    pub fn forget_obj(&mut self, idx: u32) -> Entry {
+        let ent = &mut self.entries[idx as usize];
+        let e = *ent;
+        ent.obj = 0;
+        ent.flags &= !WEAK_LIMIT;
         self.by_obj.went_stale();
+        e
     }
 
     /// Removes the stale identity-map entries if they are as many as the live ones.
@@ -278,7 +283,12 @@ impl HandleTable {
     /// entry is not replicated.
     #[inline]
     pub fn is_strong(&self, idx: u32) -> bool {
-        let e = self.entries[idx as usize];
+        self.is_strong_entry(idx, &self.entries[idx as usize])
+    }
+
+    /// [`HandleTable::is_strong`] with the entry at hand (`e` is `entries[idx]`).
+    #[inline]
+    pub fn is_strong_entry(&self, idx: u32, e: &Entry) -> bool {
         e.flags & USED != 0
             && e.obj != 0
             && (e.flags & IMMORTAL != 0
