@@ -220,6 +220,8 @@ pub(crate) struct Replicated {
     /// Once the set is settled: `weak[k]` is a weak handle to the managed side (managed
     /// object or mirror) of `items[k]`. Empty while the set is fresh.
     pub weak: Vec<WeakRef>,
+    /// Members when the set was made (caps the vector kept for the next one).
+    pub made: usize,
     /// The set was just made and no code ran since: its managed edges are exact, so the
     /// hook has nothing to add, and the next collection (the bridge's own) decides which
     /// items live; [`crate::cycle::settle`] then gives the survivors weak handles.
@@ -270,6 +272,8 @@ pub(crate) struct Local {
     pub trigger: Cell<usize>,
     pub transitions: Cell<u64>,
     pub cycle_pending: Cell<bool>,
+    /// The cycle collector's work vectors, kept between collections.
+    pub cycle_work: RefCell<cycle::CycleWork>,
     pub enter_depth: Cell<usize>,
 }
 
@@ -422,6 +426,7 @@ impl Bridge {
                 trigger: Cell::new(config.native_trigger),
                 transitions: Cell::new(0),
                 cycle_pending: Cell::new(false),
+                cycle_work: RefCell::new(cycle::CycleWork::default()),
                 enter_depth: Cell::new(0),
             }),
             account: Arc::new(MemAccount::new()),
@@ -797,9 +802,10 @@ impl Inner {
     fn scan_roots(&self, m: &mut Marker<'_>) {
         let st = self.state.lock();
         let mut over_released = Vec::new();
-        for i in 1..st.table.entries.len() as u32 {
-            if st.table.is_strong(i) {
-                if let Some(o) = ObjRef::from_addr(st.table.entries[i as usize].obj) {
+        for (i, e) in st.table.entries.iter().enumerate().skip(1) {
+            let i = i as u32;
+            if st.table.is_strong_entry(i, e) {
+                if let Some(o) = ObjRef::from_addr(e.obj) {
                     m.queue(o);
                 }
             } else if self.debug.is_some()
@@ -1121,13 +1127,11 @@ impl Inner {
             for &t in &tokens {
                 if t & 1 == 0 {
                     let idx = (t >> 1) as u32;
-                    let e = st.table.entries[idx as usize];
+                    // (its identity-map entry goes stale: swept in bulk below)
+                    let e = st.table.forget_obj(idx);
                     if e.flags & WEAK_LIMIT != 0 && e.flags & USED != 0 {
                         st.repl_live -= 1;
                     }
-                    // (its identity-map entry goes stale: swept in bulk below)
-                    st.table.forget_obj(idx);
-                    st.table.entries[idx as usize].flags &= !WEAK_LIMIT;
                     if let Some(d) = &self.debug {
                         d.lock().stub_died(idx);
                     }
@@ -1138,7 +1142,8 @@ impl Inner {
                         (*stub).ob_base.ob_refcnt
                     };
                     if c == 0 {
-                        st.table.release(idx);
+                        // SAFETY: `stub` is entry idx's stub.
+                        unsafe { st.table.release_stub(idx, stub) };
                         stubs_freed += 1;
                         if let Some(d) = &self.debug {
                             d.lock().stub_freed(idx);
@@ -1302,7 +1307,10 @@ impl Inner {
             self.freed_stub_use(op, idx, "Py_DECREF");
             return;
         }
-        let c = st.table.count(idx);
+        // (slot `idx` is exactly the stub `op` points to: checked above)
+        let stub = untag(op) as *mut crate::abi::Stub;
+        // SAFETY: a stub slot of the table (its memory stays allocated).
+        let c = unsafe { (*stub).ob_base.ob_refcnt };
         if c != 0 {
             return;
         }
@@ -1310,11 +1318,12 @@ impl Inner {
             // Native code released a reference it did not own: keep the managed count
             // (the object is still referenced from managed code).
             // SAFETY: the stub is live.
-            unsafe { (*st.table.stub(idx)).ob_base.ob_refcnt = MANAGED_REFCNT };
+            unsafe { (*stub).ob_base.ob_refcnt = MANAGED_REFCNT };
             drop(st);
             self.stub_below_managed(op, idx, c);
         } else {
-            st.table.release(idx);
+            // SAFETY: `stub` is entry idx's stub (checked above).
+            unsafe { st.table.release_stub(idx, stub) };
             drop(st);
             self.counters.stubs_freed.fetch_add(1, Ordering::Relaxed);
             if let Some(d) = &self.debug {

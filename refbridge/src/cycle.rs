@@ -77,11 +77,45 @@ struct Cand {
     /// A tracked object's `gc_prev` flags (restored with its back link).
     gc_flags: u8,
     /// Native candidates, when edges are recorded: where this candidate's edges start
-    /// in [`Ctx::edges`] (they end where the next native candidate's start).
+    /// in [`Ctx::edges`] (they end where the next native candidate's start). Stubs: the
+    /// handle index.
     first_edge: u32,
     /// For members of W during the replication: the address of the managed side
     /// (managed object of a stub, mirror of a native object), 0 if none.
     side: usize,
+}
+
+/// The cycle collector's work vectors, kept between collections so that a collection
+/// does not allocate and fault in fresh memory for them (owner thread only). After a
+/// collection each keeps at most twice the capacity that collection used (about 60
+/// bytes per candidate in all: the candidate, the stack, the recorded edges, the stub
+/// index, the replicated item).
+#[derive(Default)]
+pub(crate) struct CycleWork {
+    cands: Vec<Cand>,
+    /// All zeros between collections (the entries set are cleared one by one).
+    stub_cand: Vec<u32>,
+    stack: Vec<usize>,
+    edges: Vec<u32>,
+    garbage: Vec<*mut PyObject>,
+}
+
+/// The stub index (all zeros) kept with its length, its capacity capped at twice `used`.
+fn keep_zeroed(mut v: Vec<u32>, used: usize) -> Vec<u32> {
+    if v.capacity() > 2 * used {
+        v.truncate(used);
+        v.shrink_to(2 * used);
+    }
+    v
+}
+
+/// Empties `v` and caps its capacity at twice `used` (what this collection needed).
+fn keep<T>(mut v: Vec<T>, used: usize) -> Vec<T> {
+    v.clear();
+    if v.capacity() > 2 * used {
+        v.shrink_to(2 * used);
+    }
+    v
 }
 
 struct Ctx {
@@ -210,16 +244,19 @@ unsafe fn count(op: *mut PyObject) -> isize {
 
 /// Undoes the previous replication: stubs get their normal strong/weak state back,
 /// mirrors lose their replicated edges.
-fn reset_replicated(inner: &Inner) {
-    let (items, weak) = {
+/// Returns the set's emptied vector for the next one (its capacity capped at twice the
+/// size the set had when made).
+fn reset_replicated(inner: &Inner) -> Vec<RItem> {
+    let (mut items, weak, made) = {
         let mut repl = inner.repl.lock();
         (
             std::mem::take(&mut repl.items),
             std::mem::take(&mut repl.weak),
+            repl.made,
         )
     };
     if items.is_empty() {
-        return;
+        return keep(items, made);
     }
     let mut st = inner.state.lock();
     for it in &items {
@@ -239,6 +276,8 @@ fn reset_replicated(inner: &Inner) {
     drop(st);
     // (the weak handles are released outside the bridge's locks: each takes the heap's)
     drop(weak);
+    items.clear();
+    keep(items, made)
 }
 
 /// One native cycle collection (see the module documentation). Without a mutator
@@ -249,16 +288,21 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         .counters
         .cycle_collections
         .fetch_add(1, Ordering::Relaxed);
-    reset_replicated(inner);
+    let items = reset_replicated(inner);
     let l = &inner.local.0;
     let sentinel = l.gc_list;
+    let work = std::mem::take(&mut *l.cycle_work.borrow_mut());
     let mut ctx = Ctx {
-        // (tracked objects, then stubs: at most the entries in use)
-        cands: Vec::with_capacity(l.tracked.get() + inner.state.lock().table.used),
-        stub_cand: Vec::new(),
-        stack: Vec::new(),
-        edges: Vec::new(),
+        cands: work.cands,
+        stub_cand: work.stub_cand,
+        stack: work.stack,
+        edges: work.edges,
     };
+    let mut garbage = work.garbage;
+    debug_assert!(ctx.cands.is_empty() && ctx.stack.is_empty() && ctx.edges.is_empty());
+    // (tracked objects, then stubs: at most the entries in use)
+    ctx.cands
+        .reserve(l.tracked.get() + inner.state.lock().table.used);
     let mut any_mirrored = false;
     // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
     // SAFETY: the tracked list is only changed by the owner thread, which is here; its
@@ -289,7 +333,8 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     // ... and stubs with native references.
     {
         let st = inner.state.lock();
-        ctx.stub_cand = vec![0; st.table.entries.len()];
+        debug_assert!(ctx.stub_cand.iter().all(|&c| c == 0));
+        ctx.stub_cand.resize(st.table.entries.len(), 0);
         for (idx, e) in st.table.entries.iter().enumerate() {
             if e.flags & USED == 0 || e.obj == 0 || e.flags & IMMORTAL != 0 {
                 continue;
@@ -303,7 +348,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                     reach: false,
                     w: false,
                     gc_flags: 0,
-                    first_edge: 0,
+                    first_edge: idx as u32,
                     side: 0,
                 });
                 ctx.stub_cand[idx] = ctx.cands.len() as u32;
@@ -386,7 +431,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     // 4. W: the part of the unreachable set reachable from managed-referenced members.
     let mut n_unreached = 0;
-    for i in 0..n {
+    for i in 0..n_native {
         let c = c!();
         if !c.cands[i].reach {
             n_unreached += 1;
@@ -394,6 +439,18 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 c.cands[i].w = true;
                 c.stack.push(i);
             }
+        }
+    }
+    // Stubs (all managed). No traversal looks candidates up any more: their stub-index
+    // entries are zeroed here, for the next collection.
+    for i in n_native..n {
+        let c = c!();
+        let cand = &mut c.cands[i];
+        c.stub_cand[cand.first_edge as usize] = 0;
+        if !cand.reach {
+            n_unreached += 1;
+            cand.w = true;
+            c.stack.push(i);
         }
     }
     // The edges inside W of its native members, for the replication: member i's targets
@@ -442,7 +499,6 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     let w = std::mem::take(&mut ctx.stack);
     // Pure garbage: the unreachable native candidates outside W (none if W is all the
     // unreachable set: no pass then).
-    let mut garbage: Vec<*mut PyObject> = Vec::new();
     if n_unreached > w.len() {
         garbage.reserve(n_unreached - w.len());
         for c in &ctx.cands[..n_native] {
@@ -477,17 +533,24 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     }
     // 4'. Replicate W.
     if let (Some(m), false) = (m, w.is_empty()) {
-        report.replicated = replicate(
-            inner,
-            m,
-            &mut ctx.cands,
-            n_native,
-            &w,
-            &ctx.edges,
-            !garbage.is_empty(),
-        );
+        report.replicated = replicate(inner, m, ctx, n_native, &w, !garbage.is_empty(), items);
     }
     inner.state.lock().pinned.clear();
+    // The work vectors go back for the next collection.
+    let entries = ctx.stub_cand.len();
+    *l.cycle_work.borrow_mut() = CycleWork {
+        cands: keep(std::mem::take(&mut ctx.cands), n),
+        stub_cand: keep_zeroed(std::mem::take(&mut ctx.stub_cand), entries),
+        stack: keep(w, n),
+        edges: {
+            let e = ctx.edges.len();
+            keep(std::mem::take(&mut ctx.edges), e)
+        },
+        garbage: {
+            let g = garbage.len();
+            keep(garbage, g)
+        },
+    };
     // Threshold for the next automatic collection (CPython: a quarter of the live).
     if let Some(base) = inner.config.cycle_threshold {
         l.cycle_threshold.set(base.max(l.tracked.get() / 4));
@@ -602,19 +665,20 @@ fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> 
 /// mirror's edge slot, or an edge array for several. From the first allocation on (a
 /// missing mirror, an edge array: it may collect), the managed sides are kept alive in
 /// `pinned`; without allocations nothing is pinned. Returns the number of members.
-/// `w` holds W's candidates; a native member's edges are `edges[first_edge..refs]`.
+/// `w` holds W's candidates; a native member's edges are `ctx.edges[first_edge..refs]`.
 /// `code_ran`: native code (the garbage's deallocators) ran since W was found.
 fn replicate(
     inner: &Inner,
     m: &mut Mutator,
-    cands: &mut [Cand],
+    ctx: &mut Ctx,
     n_native: usize,
     w: &[usize],
-    edges: &[u32],
     code_ran: bool,
+    mut items: Vec<RItem>,
 ) -> usize {
+    let (cands, edges) = (&mut ctx.cands[..], &ctx.edges[..]);
     let mut missing = Vec::new();
-    let mut items = Vec::with_capacity(w.len());
+    items.reserve(w.len());
     {
         let mut st = inner.state.lock();
         let st = &mut *st;
@@ -760,6 +824,7 @@ fn publish(inner: &Inner, items: Vec<RItem>) {
     } else {
         repl.items.extend(items);
     }
+    repl.made = repl.items.len();
     repl.fresh = true;
     drop(repl);
     drop(old);

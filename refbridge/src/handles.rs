@@ -225,12 +225,17 @@ impl HandleTable {
         (e.flags & USED != 0 && e.obj == obj).then_some(idx)
     }
 
-    /// Entry `idx`'s managed object died: its identity-map entry is stale (removed in
-    /// bulk later, see [`AddrMap`]).
+    /// Entry `idx`'s managed object died: the entry forgets it (and loses `WEAK_LIMIT`)
+    /// and its identity-map entry is stale (removed in bulk later, see [`AddrMap`]).
+    /// Returns the entry as it was.
     #[inline]
-    pub fn forget_obj(&mut self, idx: u32) {
-        self.entries[idx as usize].obj = 0;
+    pub fn forget_obj(&mut self, idx: u32) -> Entry {
+        let ent = &mut self.entries[idx as usize];
+        let e = *ent;
+        ent.obj = 0;
+        ent.flags &= !WEAK_LIMIT;
         self.by_obj.went_stale();
+        e
     }
 
     /// Removes the stale identity-map entries if they are as many as the live ones.
@@ -245,10 +250,20 @@ impl HandleTable {
     /// Releases entry `idx` and its stub (count 0, managed object dead).
     #[inline]
     pub fn release(&mut self, idx: u32) {
+        // SAFETY: the stub of entry `idx`.
+        unsafe { self.release_stub(idx, self.stub(idx)) };
+    }
+
+    /// [`HandleTable::release`] with the stub's address at hand.
+    ///
+    /// # Safety
+    /// `s` is `self.stub(idx)`.
+    #[inline]
+    pub unsafe fn release_stub(&mut self, idx: u32, s: *mut Stub) {
+        debug_assert_eq!(s, self.stub(idx));
         self.entries[idx as usize] = Entry::default();
         // SAFETY: the stub's count is 0: no native reference remains.
         unsafe {
-            let s = self.stub(idx);
             if self.quarantine > 0 {
                 // Debug mode: poisoned like a freed native object (count 1, handle
                 // kept): a stale pointer's decref reaches `_Py_Dealloc`, which reports
@@ -268,7 +283,12 @@ impl HandleTable {
     /// entry is not replicated.
     #[inline]
     pub fn is_strong(&self, idx: u32) -> bool {
-        let e = self.entries[idx as usize];
+        self.is_strong_entry(idx, &self.entries[idx as usize])
+    }
+
+    /// [`HandleTable::is_strong`] with the entry at hand (`e` is `entries[idx]`).
+    #[inline]
+    pub fn is_strong_entry(&self, idx: u32, e: &Entry) -> bool {
         e.flags & USED != 0
             && e.obj != 0
             && (e.flags & IMMORTAL != 0
