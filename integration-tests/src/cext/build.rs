@@ -62,7 +62,12 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
     }
-    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+    // Written aside and renamed into place: another process building the same key (two
+    // checkouts testing at once share the cache directory) never sees a truncated file
+    // while it compiles; both write the same bytes.
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// What a build produced.
