@@ -84,6 +84,22 @@ impl std::fmt::Debug for MemAccount {
     }
 }
 
+/// The owner's part plus the other threads' part of a count. The owner always reads a
+/// sum at least 0 (a block it charged and another thread credited, or the reverse, was
+/// handed over: the charge happened before the credit); a third thread may read the parts
+/// at different moments, and a sum below 0 is such a mix: it reads 0.
+#[inline]
+fn sum(own: &AtomicUsize, other: &AtomicUsize) -> usize {
+    let s = own
+        .load(Ordering::Relaxed)
+        .wrapping_add(other.load(Ordering::Relaxed));
+    if (s as isize) < 0 {
+        0
+    } else {
+        s
+    }
+}
+
 impl MemAccount {
     /// An empty account (no owner: no pool until the bridge entered on a thread owns it).
     pub const fn new() -> Self {
@@ -119,9 +135,7 @@ impl MemAccount {
 
     /// Bytes in use (payloads, headers excluded).
     pub fn bytes(&self) -> usize {
-        self.own_bytes
-            .load(Ordering::Relaxed)
-            .wrapping_add(self.bytes.load(Ordering::Relaxed))
+        sum(&self.own_bytes, &self.bytes)
     }
 
     /// The most bytes ever in use at once (updated without synchronisation: a
@@ -132,9 +146,7 @@ impl MemAccount {
 
     /// Blocks in use.
     pub fn blocks(&self) -> usize {
-        self.own_blocks
-            .load(Ordering::Relaxed)
-            .wrapping_add(self.blocks.load(Ordering::Relaxed))
+        sum(&self.own_blocks, &self.blocks)
     }
 
     /// Resets the peak to the current use.
