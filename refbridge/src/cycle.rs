@@ -87,7 +87,7 @@ struct Cand {
 
 /// The cycle collector's work vectors, kept between collections so that a collection
 /// does not allocate and fault in fresh memory for them (owner thread only). After a
-/// collection each keeps at most twice the capacity that collection used (about 60
+/// collection each keeps at most twice the capacity that collection used (about 50
 /// bytes per candidate in all: the candidate, the stack, the recorded edges, the stub
 /// index, the replicated item).
 #[derive(Default)]
@@ -97,7 +97,6 @@ pub(crate) struct CycleWork {
     stub_cand: Vec<u32>,
     stack: Vec<usize>,
     edges: Vec<u32>,
-    garbage: Vec<*mut PyObject>,
 }
 
 /// The stub index (all zeros) kept with its length, its capacity capped at twice `used`.
@@ -298,7 +297,6 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         stack: work.stack,
         edges: work.edges,
     };
-    let mut garbage = work.garbage;
     debug_assert!(ctx.cands.is_empty() && ctx.stack.is_empty() && ctx.edges.is_empty());
     // (tracked objects, then stubs: at most the entries in use)
     ctx.cands
@@ -480,42 +478,62 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         }
         c.cands[i].refs = b as isize;
     }
-    // Restore the list's back links (and drop the COLLECTING flag). The tracked
-    // candidates are in list order (nothing changed the list since: only traversals
-    // ran), so this walks the vector, not the list: independent stores instead of a
-    // chain of dependent loads.
+    // Restore the list's back links (and drop the COLLECTING flag), and move the pure
+    // garbage G (unreachable, outside W) to a list of its own for `delete_garbage`, as
+    // CPython's `move_unreachable` does. The tracked candidates are in list order
+    // (nothing changed the list since: only traversals ran), so this walks the vector,
+    // not the list: independent stores instead of a chain of dependent loads, and no
+    // vector of the garbage.
+    let mut garbage_head = PyGCHead {
+        gc_next: 0,
+        gc_prev: 0,
+    };
+    // (Reached only through this pointer from here on: the list's members point to it.)
+    let garbage: *mut PyGCHead = &mut garbage_head;
+    // (W is the stack now; G is empty if W is the whole unreachable set: then only the
+    // back links are written.)
+    let n_garbage = n_unreached - c!().stack.len();
     let tracked = &c!().cands[..n_native];
-    // SAFETY: the candidates' heads are the list's members, in order.
+    // SAFETY: the candidates' heads are the list's members, in order; each goes on
+    // exactly one of the two lists, both closed at the end.
     unsafe {
-        let mut prev = sentinel;
-        for c in tracked {
-            let g = gc_head(c.op);
-            (*g).gc_prev = prev as usize | c.gc_flags as usize;
-            prev = g;
+        let (mut prev, mut gprev) = (sentinel, garbage);
+        if n_garbage == 0 {
+            for c in tracked {
+                let g = gc_head(c.op);
+                (*g).gc_prev = prev as usize | c.gc_flags as usize;
+                prev = g;
+            }
+        } else {
+            for c in tracked {
+                let g = gc_head(c.op);
+                if c.reach || c.w {
+                    (*g).gc_prev = prev as usize | c.gc_flags as usize;
+                    (*prev).gc_next = g as usize;
+                    prev = g;
+                } else {
+                    (*g).gc_prev = gprev as usize | c.gc_flags as usize;
+                    (*gprev).gc_next = g as usize;
+                    gprev = g;
+                }
+            }
         }
+        (*prev).gc_next = sentinel as usize;
         (*sentinel).gc_prev = prev as usize;
+        (*gprev).gc_next = garbage as usize;
+        (*garbage).gc_prev = gprev as usize;
     }
     let ctx = c!();
     let w = std::mem::take(&mut ctx.stack);
-    // Pure garbage: the unreachable native candidates outside W (none if W is all the
-    // unreachable set: no pass then).
-    if n_unreached > w.len() {
-        garbage.reserve(n_unreached - w.len());
-        for c in &ctx.cands[..n_native] {
-            if !c.reach && !c.w {
-                garbage.push(c.op);
-            }
-        }
-    }
     let mut report = CycleReport {
         candidates: n,
-        garbage: garbage.len(),
+        garbage: n_garbage,
         replicated: 0,
     };
     // 5. Delete the pure garbage (CPython's delete_garbage). Its deallocators run native
     // code, which may allocate and so collect: the managed sides of W are kept alive
     // meanwhile.
-    if !garbage.is_empty() {
+    if n_garbage > 0 {
         {
             let mut st = inner.state.lock();
             let sides: Vec<ObjRef> = w
@@ -524,16 +542,17 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
                 .collect();
             st.pinned.extend(sides);
         }
-        // SAFETY: the garbage objects are tracked live objects of this list.
-        unsafe { delete_garbage(inner, &garbage) };
+        // SAFETY: the garbage list holds tracked live objects, and its head stays here
+        // until the function returns.
+        unsafe { delete_garbage(inner, garbage) };
         inner
             .counters
             .cycle_garbage
-            .fetch_add(garbage.len() as u64, Ordering::Relaxed);
+            .fetch_add(n_garbage as u64, Ordering::Relaxed);
     }
     // 4'. Replicate W.
     if let (Some(m), false) = (m, w.is_empty()) {
-        report.replicated = replicate(inner, m, ctx, n_native, &w, !garbage.is_empty(), items);
+        report.replicated = replicate(inner, m, ctx, n_native, &w, n_garbage > 0, items);
     }
     inner.state.lock().pinned.clear();
     // The work vectors go back for the next collection.
@@ -545,10 +564,6 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
         edges: {
             let e = ctx.edges.len();
             keep(std::mem::take(&mut ctx.edges), e)
-        },
-        garbage: {
-            let g = garbage.len();
-            keep(garbage, g)
         },
     };
     // Threshold for the next automatic collection (CPython: a quarter of the live).
@@ -589,33 +604,22 @@ unsafe fn list_append(s: *mut PyGCHead, g: *mut PyGCHead) {
     }
 }
 
-/// CPython's `delete_garbage`: the garbage moves to a list of its own; one at a time, the
-/// first object is held, cleared with `tp_clear` and released. Its deallocation (or that
-/// of others, as the cycle breaks) takes it off the list through `PyObject_GC_UnTrack`; an
-/// object still first afterwards survived (`tp_clear` resurrected it, or it has none) and
-/// goes back to the tracked list. Errors raised by `tp_clear` are dropped as unraisable,
-/// the pending error kept.
+/// CPython's `delete_garbage`: one at a time, the first object of the garbage list `u`
+/// is held, cleared with `tp_clear` and released. Its deallocation (or that of others,
+/// as the cycle breaks) takes it off the list through `PyObject_GC_UnTrack`; an object
+/// still first afterwards survived (`tp_clear` resurrected it, or it has none) and goes
+/// back to the tracked list. Errors raised by `tp_clear` are dropped as unraisable, the
+/// pending error kept.
 ///
 /// # Safety
-/// `garbage` holds tracked live objects of `inner`'s list, found unreachable.
-unsafe fn delete_garbage(inner: &Inner, garbage: &[*mut PyObject]) {
-    let mut head = PyGCHead {
-        gc_next: 0,
-        gc_prev: 0,
-    };
-    let u: *mut PyGCHead = &mut head;
+/// `u` is the sentinel of a well-formed list of tracked live objects of `inner`, found
+/// unreachable; it stays in place until this returns.
+unsafe fn delete_garbage(inner: &Inner, u: *mut PyGCHead) {
     let l = &inner.local.0;
     let saved = l.error.borrow_mut().take();
-    // SAFETY: the objects are tracked (caller); the local list lives until the loop has
+    // SAFETY: the objects are tracked (caller); the list lives until the loop has
     // emptied it (a deallocation unlinks an object from whichever list holds it).
     unsafe {
-        (*u).gc_next = u as usize;
-        (*u).gc_prev = u as usize;
-        for &op in garbage {
-            let g = gc_head(op);
-            list_remove(g);
-            list_append(u, g);
-        }
         loop {
             // (the list changes through the objects' links: deallocations unlink them)
             let g = std::ptr::read_volatile(&(*u).gc_next) as *mut PyGCHead;

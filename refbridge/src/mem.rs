@@ -45,9 +45,16 @@ struct Pool {
 /// pop and push. A pooled block freed on another thread goes to a locked list the owner
 /// takes back at its next allocation.
 pub struct MemAccount {
+    /// Bytes and blocks counted by threads other than the owner (atomic read-modify-write).
     bytes: AtomicUsize,
     peak: AtomicUsize,
     blocks: AtomicUsize,
+    /// Bytes and blocks counted by the owner thread, which alone writes them (a load and a
+    /// store: no locked instruction, which would stall the owner's allocation and free
+    /// paths; as the pool, they rely on the owner discipline). The counts are the sums
+    /// (wrapping: either part may go below 0 when the other thread counted the charge).
+    own_bytes: AtomicUsize,
+    own_blocks: AtomicUsize,
     owner: AtomicUsize,
     pool: UnsafeCell<Pool>,
     remote: Mutex<Vec<usize>>,
@@ -77,6 +84,22 @@ impl std::fmt::Debug for MemAccount {
     }
 }
 
+/// The owner's part plus the other threads' part of a count. The owner always reads a
+/// sum at least 0 (a block it charged and another thread credited, or the reverse, was
+/// handed over: the charge happened before the credit); a third thread may read the parts
+/// at different moments, and a sum below 0 is such a mix: it reads 0.
+#[inline]
+fn sum(own: &AtomicUsize, other: &AtomicUsize) -> usize {
+    let s = own
+        .load(Ordering::Relaxed)
+        .wrapping_add(other.load(Ordering::Relaxed));
+    if (s as isize) < 0 {
+        0
+    } else {
+        s
+    }
+}
+
 impl MemAccount {
     /// An empty account (no owner: no pool until the bridge entered on a thread owns it).
     pub const fn new() -> Self {
@@ -84,6 +107,8 @@ impl MemAccount {
             bytes: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             blocks: AtomicUsize::new(0),
+            own_bytes: AtomicUsize::new(0),
+            own_blocks: AtomicUsize::new(0),
             owner: AtomicUsize::new(0),
             pool: UnsafeCell::new(Pool {
                 free: [0; CLASSES + 1],
@@ -110,7 +135,7 @@ impl MemAccount {
 
     /// Bytes in use (payloads, headers excluded).
     pub fn bytes(&self) -> usize {
-        self.bytes.load(Ordering::Relaxed)
+        sum(&self.own_bytes, &self.bytes)
     }
 
     /// The most bytes ever in use at once (updated without synchronisation: a
@@ -121,7 +146,7 @@ impl MemAccount {
 
     /// Blocks in use.
     pub fn blocks(&self) -> usize {
-        self.blocks.load(Ordering::Relaxed)
+        sum(&self.own_blocks, &self.blocks)
     }
 
     /// Resets the peak to the current use.
@@ -129,30 +154,47 @@ impl MemAccount {
         self.peak.store(self.bytes(), Ordering::Relaxed);
     }
 
+    /// Adds `bytes` (wrapping) and `blocks` to the counts: the owner's part if `owned`
+    /// (the calling thread owns the account), else the shared part.
     #[inline]
-    fn charge(&self, size: usize) {
-        let now = self.bytes.fetch_add(size, Ordering::Relaxed) + size;
+    fn count(&self, owned: bool, bytes: usize, blocks: usize) {
+        if owned {
+            // Only the owner writes these (owner discipline): load and store suffice.
+            let b = self.own_bytes.load(Ordering::Relaxed).wrapping_add(bytes);
+            self.own_bytes.store(b, Ordering::Relaxed);
+            let n = self.own_blocks.load(Ordering::Relaxed).wrapping_add(blocks);
+            self.own_blocks.store(n, Ordering::Relaxed);
+        } else {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            self.blocks.fetch_add(blocks, Ordering::Relaxed);
+        }
+    }
+
+    /// Updates the peak after a charge.
+    #[inline]
+    fn note_peak(&self) {
+        let now = self.bytes();
         if now > self.peak.load(Ordering::Relaxed) {
             self.peak.store(now, Ordering::Relaxed);
         }
-        self.blocks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn charge(&self, owned: bool, size: usize) {
+        self.count(owned, size, 1);
+        self.note_peak();
     }
 
     fn resize(&self, old: usize, new: usize) {
-        if new >= old {
-            let now = self.bytes.fetch_add(new - old, Ordering::Relaxed) + (new - old);
-            if now > self.peak.load(Ordering::Relaxed) {
-                self.peak.store(now, Ordering::Relaxed);
-            }
-        } else {
-            self.bytes.fetch_sub(old - new, Ordering::Relaxed);
+        self.count(self.owned_here(), new.wrapping_sub(old), 0);
+        if new > old {
+            self.note_peak();
         }
     }
 
     #[inline]
-    fn credit(&self, size: usize) {
-        self.bytes.fetch_sub(size, Ordering::Relaxed);
-        self.blocks.fetch_sub(1, Ordering::Relaxed);
+    fn credit(&self, owned: bool, size: usize) {
+        self.count(owned, size.wrapping_neg(), usize::MAX);
     }
 
     /// A block of size class `class` from the pool (owner thread only); 0 if the system
@@ -273,7 +315,8 @@ pub unsafe fn alloc(account: *const MemAccount, size: usize, zero: bool) -> *mut
     };
     // SAFETY: a live account (caller).
     let acct = unsafe { &*account };
-    let (p, flag) = if total <= POOL_MAX && acct.owned_here() {
+    let owned = acct.owned_here();
+    let (p, flag) = if total <= POOL_MAX && owned {
         // SAFETY: the owner thread.
         let b = unsafe { acct.pool_take(class_of(total)) };
         if b != 0 && zero {
@@ -302,7 +345,7 @@ pub unsafe fn alloc(account: *const MemAccount, size: usize, zero: bool) -> *mut
             account: account as usize | flag,
         })
     };
-    acct.charge(size);
+    acct.charge(owned, size);
     (p as usize + HEADER) as *mut u8
 }
 
@@ -320,8 +363,9 @@ pub unsafe fn free(p: *mut u8) {
     unsafe {
         let acct = account_of(&*h);
         let size = (*h).size;
-        acct.credit(size);
-        if (*h).account & POOLED != 0 && acct.owned_here() {
+        let owned = acct.owned_here();
+        acct.credit(owned, size);
+        if (*h).account & POOLED != 0 && owned {
             // The common case, inline: a pooled block freed by the owner thread.
             acct.pool_put(h as usize, class_of(size + HEADER));
         } else {
@@ -363,8 +407,9 @@ pub unsafe fn quarantine(p: *mut u8) {
     unsafe {
         debug_assert!((*h).account & POOLED == 0, "debug mode uses no pool");
         let size = (*h).size;
-        account_of(&*h).credit(size);
-        QUARANTINED.charge(size);
+        let acct = account_of(&*h);
+        acct.credit(acct.owned_here(), size);
+        QUARANTINED.charge(QUARANTINED.owned_here(), size);
         (*h).account = &QUARANTINED as *const MemAccount as usize;
     }
 }
@@ -478,7 +523,16 @@ mod tests {
             .unwrap();
             assert_eq!(alloc(&*a, 100, false) as usize, s);
             free(s as *mut u8);
+            // Charged on another thread, credited by the owner: the owner's part of the
+            // counts goes below 0 and the sums stay exact.
+            let a3 = a.clone();
+            let t = std::thread::spawn(move || alloc(&*a3, 64, false) as usize)
+                .join()
+                .unwrap();
+            assert_eq!((a.bytes(), a.blocks()), (64, 1));
+            free(t as *mut u8);
         }
         assert_eq!((a.bytes(), a.blocks()), (0, 0));
+        assert_eq!(a.peak(), 4040, "the realloc held both blocks at once");
     }
 }
