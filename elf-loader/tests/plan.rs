@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::{libpython, scope_fixtures as fixtures, ScopeFixtures as Fixtures};
 use elf_loader::elf::{consts::*, ElfInfo};
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
 use std::ffi::{c_char, CString};
@@ -125,43 +126,6 @@ fn symbolic_targets(ns: &Namespace) -> Vec<(String, u64, String)> {
     out
 }
 
-struct Fixtures {
-    root: PathBuf,
-    root2: PathBuf,
-    plugin: PathBuf,
-}
-
-fn fixtures() -> Fixtures {
-    let rpath = "-Wl,-rpath,$ORIGIN";
-    common::build_so("scope_c", &["scope_c.c"], &[]);
-    common::build_so("scope_b", &["scope_b.c"], &[]);
-    common::build_so(
-        "scope_a",
-        &["scope_a.c"],
-        &["-Wl,--no-as-needed", "-lscope_c", rpath],
-    );
-    common::build_so("scope_d", &["scope_d.c"], &[]);
-    let root = common::build_so(
-        "scope_root",
-        &["scope_root.c"],
-        &["-Wl,--no-as-needed", "-lscope_a", "-lscope_b", rpath],
-    );
-    let root2 = common::build_so(
-        "scope_root2",
-        &["scope_root2.c"],
-        &["-Wl,--no-as-needed", "-lscope_d", rpath],
-    );
-    let plugin = common::build_so("scope_plugin", &["scope_plugin.c"], &[]);
-    Fixtures {
-        root,
-        root2,
-        plugin,
-    }
-}
-
-/// The scope scenario in a new namespace: two global libraries with custom
-/// dependencies, then a plugin `dlopen`ed from inside that binds through the global
-/// scope; returns the namespace and what the plugin computed.
 fn scenario(f: &Fixtures, name: &str) -> (Namespace, i32) {
     let ns = Namespace::new(name);
     let root = ns.load(&f.root).unwrap();
@@ -172,18 +136,6 @@ fn scenario(f: &Fixtures, name: &str) -> (Namespace, i32) {
     let path = CString::new(f.plugin.to_str().unwrap()).unwrap();
     let got = open(path.as_ptr());
     (ns, got)
-}
-
-fn libpython() -> Option<PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig,os; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    p.is_file().then_some(p)
 }
 
 #[test]

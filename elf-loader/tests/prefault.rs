@@ -8,7 +8,7 @@ mod common;
 
 use elf_loader::elf::{consts::PF_W, ElfInfo};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 /// Distinct pages (link-time page numbers) holding a relocation target inside a
@@ -92,18 +92,6 @@ fn prefaulted(path: &Path) -> usize {
         .unwrap()
 }
 
-fn libpython() -> Option<PathBuf> {
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import sysconfig,os; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))",
-        ])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    p.is_file().then_some(p)
-}
-
 #[test]
 fn exactly_the_relocated_pages_are_populated() {
     let populates = kernel_populates();
@@ -116,7 +104,7 @@ fn exactly_the_relocated_pages_are_populated() {
             &["-Wl,--section-start=.farptrs=0x400000"],
         ),
     ];
-    libs.extend(libpython());
+    libs.extend(common::libpython());
     for lib in libs {
         let want = if populates { target_pages(&lib) } else { 0 };
         assert_eq!(prefaulted(&lib), want, "{}", lib.display());

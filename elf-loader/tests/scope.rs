@@ -11,45 +11,16 @@ use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 use std::process::Command;
 
-struct Fixtures {
-    root: PathBuf,
-    root2: PathBuf,
-    plugin: PathBuf,
-    b: PathBuf,
-}
+type Fixtures = common::ScopeFixtures;
 
 fn fixtures() -> Fixtures {
-    let rpath = "-Wl,-rpath,$ORIGIN";
-    common::build_so("scope_c", &["scope_c.c"], &[]);
-    let b = common::build_so("scope_b", &["scope_b.c"], &[]);
-    common::build_so(
-        "scope_a",
-        &["scope_a.c"],
-        &["-Wl,--no-as-needed", "-lscope_c", rpath],
-    );
-    common::build_so("scope_d", &["scope_d.c"], &[]);
-    let root = common::build_so(
-        "scope_root",
-        &["scope_root.c"],
-        &["-Wl,--no-as-needed", "-lscope_a", "-lscope_b", rpath],
-    );
-    let root2 = common::build_so(
-        "scope_root2",
-        &["scope_root2.c"],
-        &["-Wl,--no-as-needed", "-lscope_d", rpath],
-    );
-    let plugin = common::build_so("scope_plugin", &["scope_plugin.c"], &[]);
-    let needed = common::needed(&plugin);
+    let f = common::scope_fixtures();
+    let needed = common::needed(&f.plugin);
     assert!(
         needed.iter().all(|n| n == "libc.so.6"),
         "the plugin lists no dependency but libc: {needed:?}"
     );
-    Fixtures {
-        root,
-        root2,
-        plugin,
-        b,
-    }
+    f
 }
 
 /// What the system loader does with the same libraries.

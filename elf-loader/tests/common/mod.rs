@@ -279,3 +279,57 @@ pub fn build_rust_cdylib(name: &str, source: &str) -> PathBuf {
     );
     out
 }
+
+/// The libraries of the global-scope scenario (`scope_*.c`): `scope_root` needs
+/// `scope_a` (which needs `scope_c`) and `scope_b`, `scope_root2` needs `scope_d`, and
+/// `scope_plugin` needs nothing but libc and binds to their symbols.
+pub struct ScopeFixtures {
+    pub root: PathBuf,
+    pub root2: PathBuf,
+    pub plugin: PathBuf,
+    pub b: PathBuf,
+}
+
+/// Builds the global-scope scenario's libraries (once per test run).
+pub fn scope_fixtures() -> ScopeFixtures {
+    let rpath = "-Wl,-rpath,$ORIGIN";
+    build_so("scope_c", &["scope_c.c"], &[]);
+    let b = build_so("scope_b", &["scope_b.c"], &[]);
+    build_so(
+        "scope_a",
+        &["scope_a.c"],
+        &["-Wl,--no-as-needed", "-lscope_c", rpath],
+    );
+    build_so("scope_d", &["scope_d.c"], &[]);
+    let root = build_so(
+        "scope_root",
+        &["scope_root.c"],
+        &["-Wl,--no-as-needed", "-lscope_a", "-lscope_b", rpath],
+    );
+    let root2 = build_so(
+        "scope_root2",
+        &["scope_root2.c"],
+        &["-Wl,--no-as-needed", "-lscope_d", rpath],
+    );
+    let plugin = build_so("scope_plugin", &["scope_plugin.c"], &[]);
+    ScopeFixtures {
+        root,
+        root2,
+        plugin,
+        b,
+    }
+}
+
+/// The machine's shared libpython (python3's `LIBDIR`/`INSTSONAME`), if python3 runs
+/// and the file exists (CPython built with `--enable-shared`).
+pub fn libpython() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import sysconfig,os; print(os.path.join(sysconfig.get_config_var('LIBDIR'), sysconfig.get_config_var('INSTSONAME')))",
+        ])
+        .output()
+        .ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    p.is_file().then_some(p)
+}
