@@ -50,9 +50,9 @@ pub struct HeapConfig {
     /// is still resident (free cells of pages in use and free pages not yet returned to
     /// the OS), up to `resident_reuse` times the formula's. Allocating into memory that
     /// is already resident does not raise the peak; a heap that a transient structure
-    /// once grew (GCBench's stretch tree) otherwise collects twice as often as it needs
+    /// once grew (GCBench's stretch tree) otherwise collects more often than it needs
     /// to afterwards (GCBench: 42-43 collections against Boehm's 37, which fills its
-    /// heap before collecting; with it 3x-3x, see the README). The factor bounds what a
+    /// heap before collecting; with it 32-33, see the README). The factor bounds what a
     /// large transient peak can do: pages beyond it stay idle and are returned to the OS.
     pub resident_reuse: f64,
     /// Upper bound of the interval between collections.
