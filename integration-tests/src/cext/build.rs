@@ -10,6 +10,8 @@ use std::sync::Mutex;
 pub const CEXT_C: &str = include_str!("../../cext/cext.c");
 /// The CPython-only module glue.
 pub const CEXT_MODULE_C: &str = include_str!("../../cext/cext_module.c");
+/// The Python driver of the CPython side (`cext/driver.py`), written next to the module.
+pub const DRIVER: &str = include_str!("../../cext/driver.py");
 /// refbridge's header and its `Python.h`.
 const RB_HEADER: &str = include_str!("../../../refbridge/include/refbridge_python.h");
 const RB_COMPAT: &str = include_str!("../../../refbridge/include/compat/Python.h");
@@ -65,7 +67,11 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
     // Written aside and renamed into place: another process building the same key (two
     // checkouts testing at once share the cache directory) never sees a truncated file
     // while it compiles; both write the same bytes.
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    // The temporary name is unique per process and per call, so two threads of one
+    // process writing the same path never share it either.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp{}-{seq}", std::process::id()));
     std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -170,11 +176,21 @@ pub fn build_cpython_module() -> Result<PathBuf, String> {
     let key = fnv(&[
         CEXT_C.as_bytes(),
         CEXT_MODULE_C.as_bytes(),
+        DRIVER.as_bytes(),
         include.as_bytes(),
         cc().as_bytes(),
     ]);
     let dir = cache_dir().join(format!("py-{key:016x}"));
     let module = dir.join(format!("cext{suffix}"));
+    let driver = dir.join("driver.py");
+    if module.is_file() && driver.is_file() {
+        return Ok(dir);
+    }
+    // The driver is written here, once, under the build lock and renamed into place:
+    // tests running `run_cpython` in parallel threads start python on it while another
+    // thread would otherwise be rewriting it (a truncated driver runs as an empty script
+    // and prints nothing).
+    write(&driver, DRIVER)?;
     if module.is_file() {
         return Ok(dir);
     }

@@ -213,7 +213,6 @@ pub fn run_refbridge(ops: &[Op]) -> Result<Outcome, String> {
 pub fn run_cpython(scripts: &[Vec<Op>]) -> Result<Vec<Outcome>, String> {
     let module_dir = build_cpython_module()?;
     let driver = module_dir.join("driver.py");
-    std::fs::write(&driver, DRIVER).map_err(|e| format!("{}: {e}", driver.display()))?;
     let input = serde_json::Value::Array(
         scripts
             .iter()
@@ -258,5 +257,4 @@ pub fn run_cpython(scripts: &[Vec<Op>]) -> Result<Vec<Outcome>, String> {
         .collect()
 }
 
-/// The Python driver (also in `cext/driver.py`).
-pub const DRIVER: &str = include_str!("../../cext/driver.py");
+pub use build::DRIVER;
