@@ -208,11 +208,7 @@ impl PythonInstall {
                 }
                 let t = String::from_utf8_lossy(&out.stdout).into_owned();
                 if let Some(c) = &cache {
-                    let tmp = c.with_extension(format!("tmp{}", std::process::id()));
-                    let _ = std::fs::create_dir_all(super::runner::cache_dir());
-                    if std::fs::write(&tmp, &t).is_ok() {
-                        let _ = std::fs::rename(&tmp, c);
-                    }
+                    super::runner::write_cache_file(c, t.as_bytes());
                 }
                 t
             }

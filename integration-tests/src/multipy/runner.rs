@@ -11,7 +11,7 @@ use super::python::PythonInstall;
 use elf_loader::{CustomLibrary, DependencyPolicy, Namespace};
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -240,13 +240,22 @@ impl BootstrapCache {
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, code.into());
         let file = Self::file(install, key);
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
         let mut bytes = code.to_vec();
         bytes.extend_from_slice(&fnv(&[code]).to_le_bytes());
-        let _ = std::fs::create_dir_all(cache_dir());
-        if std::fs::write(&tmp, &bytes).is_ok() && std::fs::rename(&tmp, &file).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
+        write_cache_file(&file, &bytes);
+    }
+}
+
+/// Writes a cache file (best effort) under a temporary name unique to this process and
+/// call, renamed into place: a reader in another thread or process sees the old file or
+/// the whole new one, never a torn one.
+pub(crate) fn write_cache_file(file: &Path, bytes: &[u8]) {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = file.with_extension(format!("tmp{}-{seq}", std::process::id()));
+    let _ = std::fs::create_dir_all(cache_dir());
+    if std::fs::write(&tmp, bytes).is_err() || std::fs::rename(&tmp, file).is_err() {
+        let _ = std::fs::remove_file(&tmp);
     }
 }
 
