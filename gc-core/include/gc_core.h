@@ -89,7 +89,8 @@ typedef struct gc_weak_handle_t gc_weak_handle_t;
  */
 typedef struct gc_config_t {
   /**
-   * Bytes allocated before the first collection, and the least between two.
+   * The least bytes allocated between two collections while fewer than `small_heap`
+   * bytes are live (twice that from then on); the first collection comes after half.
    */
   size_t min_interval;
   /**
@@ -140,6 +141,10 @@ typedef struct gc_config_t {
    * heap already holds resident (1.0 or less: off).
    */
   double resident_reuse;
+  /**
+   * Live bytes from which the least interval is `2 * min_interval` (0: always).
+   */
+  size_t small_heap;
 } gc_config_t;
 
 /**

@@ -98,7 +98,8 @@ pub struct gc_root_t {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct gc_config_t {
-    /// Bytes allocated before the first collection, and the least between two.
+    /// The least bytes allocated between two collections while fewer than `small_heap`
+    /// bytes are live (twice that from then on); the first collection comes after half.
     pub min_interval: usize,
     /// The next collection comes after `(old live + young_weight * young live) * growth`
     /// bytes.
@@ -126,6 +127,8 @@ pub struct gc_config_t {
     /// The interval may grow up to this multiple of the formula's to use free memory the
     /// heap already holds resident (1.0 or less: off).
     pub resident_reuse: f64,
+    /// Live bytes from which the least interval is `2 * min_interval` (0: always).
+    pub small_heap: usize,
 }
 
 /// Collection statistics for `gc_stats`.
@@ -270,6 +273,7 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
             young_weight: d.young_weight,
             headroom: d.headroom,
             resident_reuse: d.resident_reuse,
+            small_heap: d.small_heap,
         })
     };
     0
@@ -300,6 +304,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
             young_weight: c.young_weight,
             headroom: c.headroom,
             resident_reuse: c.resident_reuse,
+            small_heap: c.small_heap,
         }
     };
     match Heap::new(config) {
@@ -388,6 +393,11 @@ fn config_from_env() -> HeapConfig {
         v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
     }) {
         config.resident_reuse = r;
+    }
+    if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
+        v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
+    }) {
+        config.small_heap = s;
     }
     if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
         v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))

@@ -28,7 +28,7 @@ use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
     header_is_allocated, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
-use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS};
+use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
@@ -233,7 +233,9 @@ fn run(
         CollectionKind::Full => true,
         CollectionKind::Partial => false,
         CollectionKind::Auto => {
-            let base = gc.old_after_full.max(config.min_interval);
+            let base = gc
+                .old_after_full
+                .max(config.min_interval.saturating_mul(LARGE_HEAP_FLOOR));
             old_bytes_now as f64 > base as f64 * (1.0 + config.full_growth)
         }
     };
@@ -394,6 +396,7 @@ fn run(
         growth: config.growth,
         headroom: config.headroom as f64,
         min: config.min_interval,
+        small_heap: config.small_heap,
         max: config.max_interval,
         reuse: config.resident_reuse,
     };

@@ -434,11 +434,19 @@ pub(crate) struct TriggerPlan {
     pub growth: f64,
     /// `HeapConfig::headroom`.
     pub headroom: f64,
+    /// `HeapConfig::min_interval`: the floor while the live data is under `small_heap`.
     pub min: usize,
+    /// `HeapConfig::small_heap`: from this many live bytes on, the floor is
+    /// `LARGE_HEAP_FLOOR * min`.
+    pub small_heap: usize,
     pub max: usize,
     /// `HeapConfig::resident_reuse`.
     pub reuse: f64,
 }
+
+/// A heap holding at least `HeapConfig::small_heap` live bytes waits at least this many
+/// times `min_interval` between collections.
+pub(crate) const LARGE_HEAP_FLOOR: usize = 2;
 
 /// Free pages unused for this many collections are returned to the OS (madvise): a page
 /// freed by one collection is usually needed again before the next.
@@ -474,7 +482,14 @@ impl TriggerPlan {
         } else {
             formula
         };
-        interval.clamp(self.min as f64, self.max as f64) as usize
+        let floor = if live < self.small_heap {
+            self.min
+        } else {
+            self.min.saturating_mul(LARGE_HEAP_FLOOR)
+        };
+        // `max` wins over the floor (`max_interval >= min_interval` is all a
+        // configuration promises).
+        interval.max(floor as f64).min(self.max as f64) as usize
     }
 }
 

@@ -514,3 +514,65 @@ fn resident_reuse_uses_the_memory_a_transient_peak_left() {
         "the heap mapped {mapped} bytes after the transient peak's {peak}"
     );
 }
+
+/// `HeapConfig::small_heap`: a heap with little live data collects every
+/// `min_interval` bytes; once it holds `small_heap` live bytes the least interval is
+/// twice that (with `small_heap` 0, always twice).
+#[test]
+fn small_heap_sets_the_least_interval() {
+    let run = |small_heap: usize, live_bytes: usize| {
+        let heap = Heap::new(HeapConfig {
+            min_interval: 512 << 10,
+            small_heap,
+            growth: 0.25,
+            young_weight: 0.0,
+            headroom: 0,
+            resident_reuse: 1.0,
+            lazy_sweep: false,
+            mark_threads: 1,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+        let mut m = heap.attach().unwrap();
+        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        let head = m.alloc_typed(16, node).unwrap();
+        let root = heap.root(head);
+        let mut cur = head;
+        for _ in 0..live_bytes / 32 {
+            let next = m.alloc_typed(16, node).unwrap();
+            // SAFETY: both live Nodes; `cur` is reachable from the root.
+            unsafe { m.store_ref(cur, 0, Some(next)) };
+            cur = next;
+        }
+        m.collect(CollectionKind::Full).unwrap();
+        m.collect(CollectionKind::Full).unwrap();
+        let count = |h: &Heap| {
+            let s = h.stats();
+            s.full_collections + s.partial_collections
+        };
+        let before = count(&heap);
+        for _ in 0..(16 << 20) / 32 {
+            m.alloc_typed(16, node).unwrap();
+        }
+        let n = count(&heap) - before;
+        drop(root);
+        n
+    };
+    // 16 MiB of garbage: every 512 KiB over 64 KiB of live data, every 1 MiB over
+    // 1.5 MiB (the formula's 384 KiB is below both floors).
+    let small = run(1 << 20, 64 << 10);
+    let large = run(1 << 20, 3 << 19);
+    let always = run(0, 64 << 10);
+    assert!(
+        (28..=34).contains(&small),
+        "small heap: {small} collections"
+    );
+    assert!(
+        (13..=18).contains(&large),
+        "large heap: {large} collections"
+    );
+    assert!(
+        (13..=18).contains(&always),
+        "small_heap 0: {always} collections"
+    );
+}
