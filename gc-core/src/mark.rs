@@ -12,8 +12,9 @@
 //! without atomics, also by the inline C fast path of `jl_gc_mark_queue_obj` through
 //! [`MarkFast`], the marker's first field), its own remembered-set buffer and counters.
 //! For sharing, each marker owns a work-stealing deque (`crossbeam-deque`): while some
-//! collector thread is idle, a busy one moves the older half of its stack (and halves of
-//! long arrays) to its deque, where idle threads steal them. `par.rs` has the
+//! collector thread is idle and what it shared before has been taken (its deque is
+//! empty), a busy one moves the older half of its stack (and halves of long arrays) to
+//! its deque, where idle threads steal them. `par.rs` has the
 //! termination protocol. Mark functions therefore run on any collector thread, possibly
 //! at the same time on several; each gets the `ptls` of the thread it runs on, and
 //! `queue` pushes to that thread's own stack.
@@ -775,12 +776,14 @@ impl<'h> Marker<'h> {
         }
     }
 
-    /// While another collector thread is idle, moves the older half of the mark stack
-    /// (and the other pending arrays) to this marker's deque.
+    /// While another collector thread is idle and this marker's deque is empty, moves
+    /// the older half of the mark stack (and the other pending arrays) to the deque.
+    /// Sharing again before the last batch was taken only costs the sharer: a thief that
+    /// drains cheap work at once would otherwise keep it moving entries all the time.
     fn share(&mut self) {
         // SAFETY: called only while a parallel drain runs (job non-null).
         let job = unsafe { &*self.job };
-        if !job.term.someone_idle() {
+        if !job.term.someone_idle() || !self.deque.is_empty() {
             return;
         }
         let len = self.len();
