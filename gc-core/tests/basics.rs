@@ -23,6 +23,32 @@ fn pool_allocated(heap: &Heap, obj: ObjRef) -> bool {
     page.cell_layout().is_some() && page.is_allocated(obj.addr())
 }
 
+/// A list of `n + 1` objects of a layout type whose first word links to the next,
+/// kept alive by a root (the policy tests' live data).
+fn rooted_list(
+    heap: &Heap,
+    m: &mut gc_core::Mutator,
+    node: gc_core::TypeRef,
+    n: usize,
+) -> gc_core::Root {
+    let head = m.alloc_typed(16, node).unwrap();
+    let root = heap.root(head);
+    let mut cur = head;
+    for _ in 0..n {
+        let next = m.alloc_typed(16, node).unwrap();
+        // SAFETY: both live objects of `node`; `cur` is reachable from the root.
+        unsafe { m.store_ref(cur, 0, Some(next)) };
+        cur = next;
+    }
+    root
+}
+
+/// Collections of either kind the heap has run.
+fn collections(heap: &Heap) -> u64 {
+    let s = heap.stats();
+    s.full_collections + s.partial_collections
+}
+
 #[test]
 fn unreachable_objects_are_freed_and_reachable_kept() {
     let heap = heap();
@@ -411,27 +437,15 @@ fn headroom_spaces_the_collections_of_a_small_heap() {
         .unwrap();
         let mut m = heap.attach().unwrap();
         let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
-        let head = m.alloc_typed(16, node).unwrap();
-        let root = heap.root(head);
-        let mut cur = head;
-        for _ in 0..65536 {
-            let n = m.alloc_typed(16, node).unwrap();
-            // SAFETY: both live Nodes; `cur` is reachable from the root.
-            unsafe { m.store_ref(cur, 0, Some(n)) };
-            cur = n;
-        }
+        let root = rooted_list(&heap, &mut m, node, 65536);
         // Promote the list.
         m.collect(CollectionKind::Full).unwrap();
         m.collect(CollectionKind::Full).unwrap();
-        let count = |h: &Heap| {
-            let s = h.stats();
-            s.full_collections + s.partial_collections
-        };
-        let before = count(&heap);
+        let before = collections(&heap);
         for _ in 0..(32 << 20) / 32 {
             m.alloc_typed(16, node).unwrap();
         }
-        let after = count(&heap);
+        let after = collections(&heap);
         drop(root);
         after - before
     };
@@ -467,34 +481,18 @@ fn resident_reuse_uses_the_memory_a_transient_peak_left() {
         let mut m = heap.attach().unwrap();
         let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
         // A list of 2 MiB that stays (cells of 32 bytes) and one of 16 MiB that dies.
-        let list = |m: &mut gc_core::Mutator, n: usize| {
-            let head = m.alloc_typed(16, node).unwrap();
-            let root = heap.root(head);
-            let mut cur = head;
-            for _ in 0..n {
-                let next = m.alloc_typed(16, node).unwrap();
-                // SAFETY: both live Nodes; `cur` is reachable from the root.
-                unsafe { m.store_ref(cur, 0, Some(next)) };
-                cur = next;
-            }
-            root
-        };
-        let kept = list(&mut m, (2 << 20) / 32);
-        let transient = list(&mut m, (16 << 20) / 32);
+        let kept = rooted_list(&heap, &mut m, node, (2 << 20) / 32);
+        let transient = rooted_list(&heap, &mut m, node, (16 << 20) / 32);
         m.collect(CollectionKind::Full).unwrap();
         m.collect(CollectionKind::Full).unwrap();
         drop(transient);
         m.collect(CollectionKind::Full).unwrap();
         let peak_mapped = heap.stats().mapped_bytes;
-        let count = |h: &Heap| {
-            let s = h.stats();
-            s.full_collections + s.partial_collections
-        };
-        let before = count(&heap);
+        let before = collections(&heap);
         for _ in 0..(64 << 20) / 32 {
             m.alloc_typed(16, node).unwrap();
         }
-        let after = count(&heap);
+        let after = collections(&heap);
         let mapped = heap.stats().mapped_bytes;
         drop(kept);
         (after - before, peak_mapped, mapped)
@@ -535,26 +533,14 @@ fn small_heap_sets_the_least_interval() {
         .unwrap();
         let mut m = heap.attach().unwrap();
         let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
-        let head = m.alloc_typed(16, node).unwrap();
-        let root = heap.root(head);
-        let mut cur = head;
-        for _ in 0..live_bytes / 32 {
-            let next = m.alloc_typed(16, node).unwrap();
-            // SAFETY: both live Nodes; `cur` is reachable from the root.
-            unsafe { m.store_ref(cur, 0, Some(next)) };
-            cur = next;
-        }
+        let root = rooted_list(&heap, &mut m, node, live_bytes / 32);
         m.collect(CollectionKind::Full).unwrap();
         m.collect(CollectionKind::Full).unwrap();
-        let count = |h: &Heap| {
-            let s = h.stats();
-            s.full_collections + s.partial_collections
-        };
-        let before = count(&heap);
+        let before = collections(&heap);
         for _ in 0..(16 << 20) / 32 {
             m.alloc_typed(16, node).unwrap();
         }
-        let n = count(&heap) - before;
+        let n = collections(&heap) - before;
         drop(root);
         n
     };
