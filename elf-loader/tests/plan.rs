@@ -15,32 +15,10 @@ use elf_loader::elf::{consts::*, ElfInfo};
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 /// Runs `f` and returns the `planned=` count of each `loaded` event, by file name.
 fn planned_counts(f: impl FnOnce()) -> Vec<(String, usize)> {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    let text = common::capture_log(f);
     text.lines()
         .filter(|l| l.contains(" loaded "))
         .map(|l| {

@@ -9,7 +9,6 @@ mod common;
 use elf_loader::elf::{consts::PF_W, ElfInfo};
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 /// Distinct pages (link-time page numbers) holding a relocation target inside a
 /// writable segment.
@@ -53,34 +52,13 @@ fn kernel_populates() -> bool {
     }
 }
 
-#[derive(Clone, Default)]
-struct Buf(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Buf {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Loads `path` into a fresh namespace and returns the `prefaulted_pages` field of
 /// its `loaded` event.
 fn prefaulted(path: &Path) -> usize {
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
     let ns = elf_loader::Namespace::new("prefault");
-    tracing::subscriber::with_default(subscriber, || {
+    let text = common::capture_log(|| {
         ns.load(path).unwrap();
     });
-    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
     let line = text
         .lines()
         .find(|l| l.contains("loaded") && l.contains(&*path.to_string_lossy()))

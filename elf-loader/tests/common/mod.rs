@@ -333,3 +333,29 @@ pub fn libpython() -> Option<PathBuf> {
     let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     p.is_file().then_some(p)
 }
+
+/// Runs `f` with a tracing subscriber at INFO level and returns what it logged (the
+/// loader's `loaded` events carry the figures some tests check).
+pub fn capture_log(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = buf.0.lock().unwrap().clone();
+    String::from_utf8(bytes).expect("the log is UTF-8")
+}
