@@ -180,7 +180,6 @@ fn loom_stop_wakes_waiter() {
 #[test]
 fn loom_release_hands_off_to_queued_waiter() {
     model(|| {
-        eprintln!("DBG ======");
         let gil = model_gil(false);
         let main = gil.attach("holder").unwrap();
         assert!(main.acquire().unwrap());
