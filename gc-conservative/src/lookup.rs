@@ -6,6 +6,7 @@ use crate::index;
 use gc_core::object::HEADER_SIZE;
 use gc_core::sizeclass::{FIRST_CELL, PAGE_SIZE};
 use gc_core::{pagetable, ObjRef};
+use std::sync::atomic::Ordering;
 
 /// The internal object of heap `heap_id` that `p` points to the beginning, interior or
 /// one past the end of; `None` for everything else (free or never-used cells, the bytes
@@ -13,20 +14,24 @@ use gc_core::{pagetable, ObjRef};
 /// first byte, pages of other heaps, unmapped or foreign memory).
 #[inline]
 pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let entry = pagetable::entry(p)?;
-    if entry.info() >> pagetable::INFO_OWNER_SHIFT != heap_id as u64 {
+    let leaf = pagetable::leaf(p)?;
+    leaf.prefetch_alloc_word(p);
+    let entry = leaf.entry(p);
+    if entry.owner() != heap_id as u64 {
         return None;
     }
-    in_page(entry, p)
+    in_page(leaf, entry, p)
 }
 
 /// The lookup proper, for a page-table entry that names the heap as the page's owner
-/// (so the page is in use: a free page's info word is 0): it reads that entry (info word, geometry, metadata pointer: one cache line) and one
-/// word of the page's allocation bitmap, nothing else. The cell index comes from the
-/// geometry's division magic; an index past the page's last cell needs no check of its
-/// own, since it never has an allocation bit (those are set at cell starts only).
+/// (so the page is in use: a free page's owner word is 0): it reads that entry's
+/// geometry (the cache line of the owner word) and one word of the page's allocation
+/// bitmap, whose line the caller started loading, nothing else. The cell index comes
+/// from the geometry's division magic; an index past the page's last cell needs no
+/// check of its own, since it never has an allocation bit (those are set at cell starts
+/// only).
 #[inline(always)]
-fn in_page(entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
+fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
     let geom = entry.geom();
     let cell = (geom >> 32) as usize;
     let magic = geom & 0xffff_ffff;
@@ -35,15 +40,14 @@ fn in_page(entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
     let idx = ((off as u64 * magic) >> 32) as usize;
     let rem = off.wrapping_sub(idx * cell);
     // `rem == cell - 8` is one past the end of cell `idx`; above, p is in the header
-    // word of the next cell. (A geometry newer than the info word read gives a
+    // word of the next cell. (A geometry newer than the owner word read gives a
     // consistent answer for the newer layout, whose bitmap is what is read below.)
     if rem > cell.wrapping_sub(HEADER_SIZE) {
         return None;
     }
     let obj = first + idx * cell;
-    entry
-        .meta_of_owned()
-        .is_allocated(obj)
+    // The bit of the object's granule (`PageMeta::is_allocated`, without its metadata).
+    (leaf.alloc_word(obj).load(Ordering::Acquire) >> ((obj >> 4) & 63) & 1 != 0)
         .then(|| ObjRef::from_addr(obj))
         .flatten()
 }
@@ -52,17 +56,28 @@ fn in_page(entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
 /// (beginning, interior or one past the end of the payload).
 #[inline]
 pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    match pagetable::entry(p) {
-        Some(entry) if entry.info() >> pagetable::INFO_OWNER_SHIFT == heap_id as u64 => {
-            in_page(entry, p)
-        }
+    let Some(leaf) = pagetable::leaf(p) else {
+        return external_base_ptr(heap_id, p);
+    };
+    leaf.prefetch_alloc_word(p);
+    let entry = leaf.entry(p);
+    if entry.owner() == heap_id as u64 {
+        in_page(leaf, entry, p)
+    } else if entry.meta().is_some() {
         // A pool page (of another heap or free) never holds a big object.
-        Some(entry) if entry.meta().is_some() => None,
-        // The big-object filter inline, its ordered map out of line (so that the pool
-        // lookup needs no stack frame).
-        _ if index::may_hold(p) => index::search(p, heap_id).and_then(ObjRef::from_addr),
-        _ => None,
+        None
+    } else {
+        external_base_ptr(heap_id, p)
     }
+}
+
+/// The big-object part of [`base_ptr`], for addresses of no pool page.
+#[inline(never)]
+fn external_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
+    if !index::may_hold(p) {
+        return None;
+    }
+    index::search(p, heap_id).and_then(ObjRef::from_addr)
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`: whether `p` is the start of a cell of a

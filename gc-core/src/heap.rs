@@ -303,7 +303,7 @@ impl HeapInner {
         s.bytes_allocated += self.detached_bytes.load(Ordering::Relaxed);
     }
 
-    /// The heap's identity: the address of its shared state.
+    /// The heap's identity: its serial number (see `Heap::id`).
     #[inline]
     pub(crate) fn id(&self) -> usize {
         self.serial as usize

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 pub const CHUNK_PAGES: usize = 256;
 /// Bytes per chunk.
 pub const CHUNK_SIZE: usize = CHUNK_PAGES * PAGE_SIZE;
-const GRANULE_WORDS: usize = PAGE_SIZE / 16 / 64;
+const GRANULE_WORDS: usize = pagetable::ALLOC_WORDS;
 
 /// Metadata of one pool page. Lives for the whole process (see `pagetable.rs`).
 #[repr(C, align(64))]
@@ -32,14 +32,15 @@ pub struct PageMeta {
     /// Packed layout, readable without a lock: bits 0..16 cell size (0 while free),
     /// bits 16..24 size class.
     layout: AtomicU64,
-    /// The page's page-table entry, which keeps a copy of owner and layout
-    /// (`pagetable::pack_info`, `pagetable::pack_geom`).
+    /// The page's page-table entry, which keeps a copy of the owner and the geometry
+    /// (`pagetable::pack_geom`).
     entry: AtomicPtr<pagetable::Entry>,
     /// Allocation bits, by granule of the object address: set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
     /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
-    /// object memory.
-    alloc: [AtomicU64; GRANULE_WORDS],
+    /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
+    /// a lookup finds them without this metadata; set at registration.
+    alloc: AtomicPtr<pagetable::AllocBits>,
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
     state: UnsafeCell<PageState>,
@@ -104,7 +105,7 @@ impl PageMeta {
                 on_in_use: false,
             }),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
-            alloc: [const { AtomicU64::new(0) }; GRANULE_WORDS],
+            alloc: AtomicPtr::new(std::ptr::null_mut()),
             entry: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
@@ -159,13 +160,24 @@ impl PageMeta {
         self.base + FIRST_CELL + idx * cell_size + HEADER_SIZE
     }
 
+    /// The page's allocation bitmap.
+    #[inline(always)]
+    fn alloc(&self) -> &'static pagetable::AllocBits {
+        let p = self.alloc.load(Ordering::Relaxed);
+        debug_assert!(!p.is_null(), "a page in use is registered");
+        // SAFETY: set when the chunk was registered, before the page could be used or
+        // looked up (its entry had no metadata before), and page-table leaves are never
+        // freed.
+        unsafe { &*p }
+    }
+
     /// Whether the cell whose payload is at `obj` (an address this page's layout yields)
     /// holds an allocated object right now.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
         let (w, bit) = self.granule(obj);
-        self.alloc[w].load(Ordering::Acquire) & bit != 0
+        self.alloc()[w].load(Ordering::Acquire) & bit != 0
     }
 
     /// Records that the cell whose payload is at `obj` was handed out.
@@ -175,7 +187,7 @@ impl PageMeta {
     #[inline(always)]
     pub(crate) fn set_allocated(&self, obj: usize) {
         let (w, bit) = self.granule(obj);
-        let word = &self.alloc[w];
+        let word = &self.alloc()[w];
         word.store(word.load(Ordering::Relaxed) | bit, Ordering::Release);
     }
 
@@ -184,7 +196,7 @@ impl PageMeta {
     /// # Safety
     /// Only the thread sweeping the page calls this (nobody allocates in it meanwhile).
     pub(crate) unsafe fn store_allocated(&self, bits: &[u64; GRANULE_WORDS]) {
-        for (w, &b) in self.alloc.iter().zip(bits.iter()) {
+        for (w, &b) in self.alloc().iter().zip(bits.iter()) {
             w.store(b, Ordering::Release);
         }
     }
@@ -231,7 +243,7 @@ impl PageMeta {
         st.held = false;
         st.has_young = false;
         st.listed = false;
-        for w in self.sched.iter().chain(self.alloc.iter()) {
+        for w in self.sched.iter().chain(self.alloc().iter()) {
             w.store(0, Ordering::Relaxed);
         }
         self.owner.store(owner, Ordering::Release);
@@ -240,19 +252,19 @@ impl PageMeta {
         self.publish_info();
     }
 
-    /// Copies owner and layout into the page-table entry (the geometry first, see
-    /// `pagetable::Entry::geom`).
+    /// Copies owner and geometry into the page-table entry (the geometry first, see
+    /// `pagetable::Entry::geom`); a free page's entry names no owner.
     fn publish_info(&self) {
         let slot = self.entry.load(Ordering::Acquire);
         // SAFETY: set at registration to the page's entry, which is never freed.
         if let Some(slot) = unsafe { slot.as_ref() } {
             let layout = self.layout.load(Ordering::Acquire);
             let cell = (layout & 0xffff) as usize;
-            let geom = (cell != 0).then(|| {
+            let owner = self.owner();
+            slot.publish((cell != 0 && owner != 0).then(|| {
                 let class = ((layout >> 16) & 0xff) as usize;
-                pagetable::pack_geom(cell, DIV_MAGIC[class])
-            });
-            slot.publish(pagetable::pack_info(self.owner(), layout), geom);
+                (owner, pagetable::pack_geom(cell, DIV_MAGIC[class]))
+            }));
         }
     }
 
@@ -317,7 +329,11 @@ impl Chunk {
             .collect();
         let chunk: &'static Chunk = Box::leak(Box::new(Chunk { base, metas }));
         for meta in chunk.metas.iter() {
-            let slot = pagetable::register(meta.base, meta);
+            let (slot, bits) = pagetable::register(meta.base, meta);
+            meta.alloc.store(
+                bits as *const pagetable::AllocBits as *mut pagetable::AllocBits,
+                Ordering::Release,
+            );
             meta.entry.store(
                 slot as *const pagetable::Entry as *mut pagetable::Entry,
                 Ordering::Release,

@@ -11,9 +11,15 @@
 //! Layout: the top level has one entry per GiB of the 48-bit address space (2^18
 //! entries, 2 MiB of zero-initialised `.bss`, resident only where touched); each leaf
 //! maps the 65,536 pages of one GiB. Leaves are allocated on first use and never freed.
+//!
+//! A leaf holds, besides one [`Entry`] per page, each page's allocation bitmap
+//! ([`AllocBits`]) at an address computed from the looked-up address alone, so an
+//! interior-pointer lookup can start loading the bitmap in parallel with the entry
+//! instead of after it (see [`bits_hint`]): the lookup then waits for one cache miss,
+//! not two in a row.
 
 use crate::page::PageMeta;
-use crate::sizeclass::PAGE_SHIFT;
+use crate::sizeclass::{PAGE_SHIFT, PAGE_SIZE};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const ADDR_BITS: usize = 48;
@@ -21,23 +27,31 @@ const LEAF_SHIFT: usize = 30;
 const TOP_ENTRIES: usize = 1 << (ADDR_BITS - LEAF_SHIFT);
 const LEAF_ENTRIES: usize = 1 << (LEAF_SHIFT - PAGE_SHIFT);
 
+/// Words of a page's allocation bitmap: one bit per 16-byte granule.
+pub const ALLOC_WORDS: usize = PAGE_SIZE / 16 / 64;
+
+/// A page's allocation bitmap: the bit of a cell's payload granule is set while the cell
+/// holds an allocated object (see `PageMeta::is_allocated`). 128 bytes, two cache lines.
+pub type AllocBits = [AtomicU64; ALLOC_WORDS];
+
 /// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
-/// (owner and cell layout, see [`pack_info`]; the cell size with its division magic, see
+/// (the owner while the page is in use; the cell size with its division magic, see
 /// [`pack_geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
 /// and then only the page's allocation bitmap, with no table of its own.
 #[repr(C, align(32))]
 pub struct Entry {
-    info: AtomicU64,
+    owner: AtomicU64,
     meta: AtomicPtr<PageMeta>,
     geom: AtomicU64,
 }
 
 impl Entry {
-    /// Owner << [`INFO_OWNER_SHIFT`] | size class << 16 | cell size; 0 while the page is
-    /// free and for an address no pool page was ever registered at.
+    /// The id of the heap the page is in use by; 0 while the page is free and for an
+    /// address no pool page was ever registered at. (A lookup compares it with its heap's
+    /// id: one instruction with a memory operand.)
     #[inline(always)]
-    pub fn info(&self) -> u64 {
-        self.info.load(Ordering::Acquire)
+    pub fn owner(&self) -> u64 {
+        self.owner.load(Ordering::Acquire)
     }
 
     /// The page's metadata; `None` if no pool page was ever registered here.
@@ -47,30 +61,26 @@ impl Entry {
         unsafe { self.meta.load(Ordering::Acquire).as_ref() }
     }
 
-    /// The page's metadata, for an entry whose [`Entry::info`] named an owner (set only
-    /// after the metadata pointer was).
-    #[inline(always)]
-    pub fn meta_of_owned(&self) -> &'static PageMeta {
-        let m = self.meta.load(Ordering::Acquire);
-        debug_assert!(!m.is_null(), "an owned page has metadata");
-        // SAFETY: as in `meta`; an owner is published only after the pointer (register
-        // stores it before the page can be assigned), and it is never reset.
-        unsafe { &*m }
-    }
-
     /// The cell geometry of the page's last layout ([`pack_geom`]): published before the
-    /// info word, so a lookup that read an info word with a cell size reads a geometry
-    /// at least that recent.
+    /// owner word, so a lookup that read a heap's id as the owner reads a geometry at
+    /// least as recent as that heap's layout of the page.
     #[inline(always)]
     pub fn geom(&self) -> u64 {
         self.geom.load(Ordering::Acquire)
     }
 
-    pub(crate) fn publish(&self, info: u64, geom: Option<u64>) {
-        if let Some(g) = geom {
-            self.geom.store(g, Ordering::Release);
+    /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
+    /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
+    /// a free page keeps its last geometry.
+    pub(crate) fn publish(&self, in_use: Option<(usize, u64)>) {
+        match in_use {
+            Some((owner, geom)) => {
+                debug_assert!(owner != 0, "heap ids start at 1");
+                self.geom.store(geom, Ordering::Release);
+                self.owner.store(owner as u64, Ordering::Release);
+            }
+            None => self.owner.store(0, Ordering::Release),
         }
-        self.info.store(info, Ordering::Release);
     }
 }
 
@@ -81,19 +91,56 @@ pub fn pack_geom(cell: usize, magic: u64) -> u64 {
     magic | (cell as u64) << 32
 }
 
-type Leaf = [Entry; LEAF_ENTRIES];
+/// One GiB of pages: entries (2 MiB), then the pages' allocation bitmaps (8 MiB, page
+/// after page, so that the word of any address is `bits[(addr >> 10) % len]`). Mapped
+/// without reserve: only the parts of registered pages become resident.
+#[repr(C)]
+pub struct Leaf {
+    entries: [Entry; LEAF_ENTRIES],
+    bits: [AtomicU64; LEAF_ENTRIES * ALLOC_WORDS],
+}
 
-/// Bits of `info` below the owner: cell size (16) and size class (8).
-pub const INFO_OWNER_SHIFT: u32 = 24;
-
-/// Packs a page's owner (heap id, below 2^40) and layout (cell size | class << 16, 0
-/// while the page is free) into one word; 0 (no owner) while the page is free, so that
-/// an info word naming a heap always describes a page in use.
-pub fn pack_info(owner: usize, layout: u64) -> u64 {
-    if layout & 0xffff == 0 {
-        return 0;
+impl Leaf {
+    /// The entry of the page that contains `addr` (an address of this leaf's GiB).
+    #[inline(always)]
+    pub fn entry(&self, addr: usize) -> &Entry {
+        &self.entries[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)]
     }
-    ((owner as u64) << INFO_OWNER_SHIFT) | (layout & ((1 << INFO_OWNER_SHIFT) - 1))
+
+    /// The allocation-bitmap word that holds the bit of `addr`'s 16-byte granule (bit
+    /// `(addr >> 4) % 64`), for an address of this leaf's GiB: one shift and one mask,
+    /// no load. Its bit is set iff a cell whose payload starts in that granule is
+    /// allocated (see `PageMeta::is_allocated`).
+    #[inline(always)]
+    pub fn alloc_word(&self, addr: usize) -> &AtomicU64 {
+        &self.bits[(addr >> 10) & (LEAF_ENTRIES * ALLOC_WORDS - 1)]
+    }
+
+    /// Asks the processor to start loading the cache line of [`Leaf::alloc_word`] of
+    /// `addr` (no effect on other architectures than x86-64). A lookup that reads the
+    /// bit of the object containing `addr` after decoding the entry's geometry then
+    /// finds that line arriving (the object's granule shares it unless the object
+    /// straddles the page's middle) rather than starting a second cache miss only once
+    /// the first is over.
+    #[inline(always)]
+    pub fn prefetch_alloc_word(&self, addr: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no architectural effect, and the address is valid.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.alloc_word(addr) as *const AtomicU64 as *const i8,
+            )
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = addr;
+    }
+
+    fn page_bits(&self, page_base: usize) -> &AllocBits {
+        let first = (page_base >> 10) & (LEAF_ENTRIES * ALLOC_WORDS - 1);
+        (&self.bits[first..first + ALLOC_WORDS])
+            .try_into()
+            .expect("a page's bitmap is ALLOC_WORDS words")
+    }
 }
 
 /// The page-table entry of the page that would contain `addr`, if its GiB has a leaf:
@@ -101,14 +148,20 @@ pub fn pack_info(owner: usize, layout: u64) -> u64 {
 /// fewest instructions: one load of the top level; the caller reads the entry's words.
 #[inline(always)]
 pub fn entry(addr: usize) -> Option<&'static Entry> {
+    Some(leaf(addr)?.entry(addr))
+}
+
+/// The leaf of the GiB that contains `addr`, if a pool page was ever registered in it:
+/// for a lookup that reads both the entry and the allocation bitmap, whose addresses
+/// then need no further load ([`Leaf::entry`], [`Leaf::alloc_word`]).
+#[inline(always)]
+pub fn leaf(addr: usize) -> Option<&'static Leaf> {
     let top = addr >> LEAF_SHIFT;
     if top >= TOP_ENTRIES {
         return None;
     }
-    let leaf = TOP[top].load(Ordering::Acquire);
     // SAFETY: leaves are allocated by `register` and never freed.
-    let leaf = unsafe { leaf.as_ref() }?;
-    Some(&leaf[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)])
+    unsafe { TOP[top].load(Ordering::Acquire).as_ref() }
 }
 
 static TOP: [AtomicPtr<Leaf>; TOP_ENTRIES] =
@@ -124,8 +177,12 @@ pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
 
 /// Records that the page at `page_base` is described by `meta` (for the process's
 /// lifetime). Called once per page, when its chunk is mapped. Returns the entry, whose
-/// info and geometry words the page keeps up to date.
-pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static Entry {
+/// owner and geometry words the page keeps up to date, and the page's allocation bitmap
+/// (all zero when first registered).
+pub(crate) fn register(
+    page_base: usize,
+    meta: &'static PageMeta,
+) -> (&'static Entry, &'static AllocBits) {
     assert!(
         page_base >> ADDR_BITS == 0,
         "page above the 48-bit address space"
@@ -133,10 +190,10 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static En
     let slot = &TOP[page_base >> LEAF_SHIFT];
     let mut leaf = slot.load(Ordering::Acquire);
     if leaf.is_null() {
-        // Mapped directly (2 MiB): fresh anonymous memory reads as zero and becomes
+        // Mapped directly (10 MiB): fresh anonymous memory reads as zero and becomes
         // resident only where touched (an aligned allocation from the global allocator
         // would be memset, all of it resident). All-zero entries are null metadata
-        // pointers and zero info and geometry words.
+        // pointers and zero owner and geometry words; all-zero bitmaps are empty.
         let size = std::mem::size_of::<Leaf>();
         // SAFETY: an anonymous private mapping with no address hint has no
         // preconditions.
@@ -155,8 +212,9 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static En
             "mapping a page-table leaf: {}",
             std::io::Error::last_os_error()
         );
-        // Page-aligned, so every 32-byte entry lies in one cache line; Entry is three
-        // atomics, for which all-zero bytes are valid values, so this is a valid Leaf.
+        // Page-aligned, so every 32-byte entry and every bitmap half lies in one cache
+        // line; Entry and AllocBits are atomics, for which all-zero bytes are valid
+        // values, so this is a valid Leaf.
         let fresh = p as *mut Leaf;
         match slot.compare_exchange(
             std::ptr::null_mut(),
@@ -174,12 +232,12 @@ pub(crate) fn register(page_base: usize, meta: &'static PageMeta) -> &'static En
     }
     // SAFETY: leaves are never freed once published.
     let leaf = unsafe { &*leaf };
-    let entry = &leaf[(page_base >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)];
-    entry.info.store(0, Ordering::Release);
+    let entry = leaf.entry(page_base);
+    entry.owner.store(0, Ordering::Release);
     entry
         .meta
         .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
-    entry
+    (entry, leaf.page_bits(page_base))
 }
 
 #[cfg(test)]
