@@ -15,7 +15,6 @@ use std::sync::atomic::Ordering;
 #[inline]
 pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
     let leaf = pagetable::leaf(p)?;
-    leaf.prefetch_alloc_word(p);
     let entry = leaf.entry(p);
     if entry.owner() != heap_id as u64 {
         return None;
@@ -26,12 +25,16 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// The lookup proper, for a page-table entry that names the heap as the page's owner
 /// (so the page is in use: a free page's owner word is 0): it reads that entry's
 /// geometry (the cache line of the owner word) and one word of the page's allocation
-/// bitmap, whose line the caller started loading, nothing else. The cell index comes
+/// bitmap, nothing else. It first asks for the bitmap line of `p`'s own granule, whose
+/// address needs no load: issued under the prediction that the owner matched, that
+/// load overlaps the entry's instead of following it (the object's granule shares the
+/// line unless the object straddles the page's middle). The cell index comes
 /// from the geometry's division magic; an index past the page's last cell needs no
 /// check of its own, since it never has an allocation bit (those are set at cell starts
 /// only).
 #[inline(always)]
 fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
+    leaf.prefetch_alloc_word(p);
     let geom = entry.geom();
     let cell = (geom >> 32) as usize;
     let magic = geom & 0xffff_ffff;
@@ -56,28 +59,23 @@ fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option
 /// (beginning, interior or one past the end of the payload).
 #[inline]
 pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let Some(leaf) = pagetable::leaf(p) else {
-        return external_base_ptr(heap_id, p);
+    let entry = match pagetable::leaf(p) {
+        Some(leaf) => {
+            let entry = leaf.entry(p);
+            if entry.owner() == heap_id as u64 {
+                return in_page(leaf, entry, p);
+            }
+            Some(entry)
+        }
+        None => None,
     };
-    leaf.prefetch_alloc_word(p);
-    let entry = leaf.entry(p);
-    if entry.owner() == heap_id as u64 {
-        in_page(leaf, entry, p)
-    } else if entry.meta().is_some() {
+    match entry {
         // A pool page (of another heap or free) never holds a big object.
-        None
-    } else {
-        external_base_ptr(heap_id, p)
+        Some(entry) if entry.meta().is_some() => None,
+        // The big-object filter inline, its ordered map out of line.
+        _ if index::may_hold(p) => index::search(p, heap_id).and_then(ObjRef::from_addr),
+        _ => None,
     }
-}
-
-/// The big-object part of [`base_ptr`], for addresses of no pool page.
-#[inline(never)]
-fn external_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    if !index::may_hold(p) {
-        return None;
-    }
-    index::search(p, heap_id).and_then(ObjRef::from_addr)
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`: whether `p` is the start of a cell of a

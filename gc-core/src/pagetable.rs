@@ -15,7 +15,7 @@
 //! A leaf holds, besides one [`Entry`] per page, each page's allocation bitmap
 //! ([`AllocBits`]) at an address computed from the looked-up address alone, so an
 //! interior-pointer lookup can start loading the bitmap in parallel with the entry
-//! instead of after it (see [`bits_hint`]): the lookup then waits for one cache miss,
+//! instead of after it (see [`Leaf::prefetch_alloc_word`]): the lookup then waits for one cache miss,
 //! not two in a row.
 
 use crate::page::PageMeta;
