@@ -41,6 +41,13 @@ pub struct PageMeta {
     /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
+    /// Keeps the metadata at 320 bytes, its size before the bitmap moved to the page
+    /// table, rather than 256. Measured, not understood: with 256-byte metadata (two
+    /// layouts tried) the full-collection mark of the gc_bench example's `bencharr` took
+    /// 51 ms instead of 37 ms (one marking thread, reproducibly), though marking reads no
+    /// page metadata (a profile puts its time in the object-header loads). A power-of-two
+    /// stride over the chunk's metadata array is the suspect.
+    _former_size: [AtomicU64; 15],
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
     state: UnsafeCell<PageState>,
@@ -54,6 +61,8 @@ pub struct PageMeta {
 unsafe impl Sync for PageMeta {}
 // SAFETY: same as Sync; a PageMeta holds no thread-bound data.
 unsafe impl Send for PageMeta {}
+
+const _: () = assert!(std::mem::size_of::<PageMeta>() == 320);
 
 /// Mutable page state, guarded by the owning heap's page lock (allocation slow path) or
 /// the stopped world (collector).
@@ -106,6 +115,7 @@ impl PageMeta {
             }),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             alloc: AtomicPtr::new(std::ptr::null_mut()),
+            _former_size: [const { AtomicU64::new(0) }; 15],
             entry: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
