@@ -562,3 +562,53 @@ fn small_heap_sets_the_least_interval() {
         "small_heap 0: {always} collections"
     );
 }
+
+/// The allocation bit an interior-pointer lookup reads through the page-table leaf
+/// (`Leaf::alloc_word`, found from the address alone) is the one the page's metadata
+/// keeps, for objects of every size class, before and after a collection frees some.
+#[test]
+fn the_leaf_bitmap_word_is_the_page_bitmap() {
+    use gc_core::pagetable;
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let mut kept = Vec::new();
+    let mut dropped = Vec::new();
+    for (i, size) in (8..=gc_core::max_internal_obj_size())
+        .step_by(40)
+        .enumerate()
+    {
+        for j in 0..4 {
+            let o = m.alloc_typed(size, ty).unwrap();
+            if (i + j) % 2 == 0 {
+                kept.push((heap.root(o), o));
+            } else {
+                dropped.push(o);
+            }
+        }
+    }
+    let leaf_bit = |a: usize| {
+        let leaf = pagetable::leaf(a).expect("a pool page's GiB has a leaf");
+        leaf.alloc_word(a).load(Ordering::Acquire) >> ((a >> 4) & 63) & 1 != 0
+    };
+    for &o in kept.iter().map(|(_, o)| o).chain(&dropped) {
+        assert!(leaf_bit(o.addr()), "{o:?} allocated");
+        assert!(pool_allocated(&heap, o));
+        // A granule inside a cell, past its start, carries no bit.
+        let (cell, _) = pagetable::lookup(o.addr()).unwrap().cell_layout().unwrap();
+        if cell > 16 {
+            assert!(!leaf_bit(o.addr() + 16), "{o:?}: interior granule");
+        }
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    heap.complete_sweep();
+    for &(_, o) in &kept {
+        assert!(leaf_bit(o.addr()) && pool_allocated(&heap, o), "{o:?} kept");
+    }
+    for &o in &dropped {
+        assert!(
+            !leaf_bit(o.addr()) && !pool_allocated(&heap, o),
+            "{o:?} freed"
+        );
+    }
+}
