@@ -25,34 +25,36 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// The lookup proper, for a page-table entry that names the heap as the page's owner
 /// (so the page is in use: a free page's owner word is 0): it reads that entry's
 /// geometry (the cache line of the owner word) and one word of the page's allocation
-/// bitmap, nothing else. It first asks for the bitmap line of `p`'s own granule, whose
-/// address needs no load: issued under the prediction that the owner matched, that
-/// load overlaps the entry's instead of following it (the object's granule shares the
-/// line unless the object straddles the page's middle). The cell index comes
-/// from the geometry's division magic; an index past the page's last cell needs no
-/// check of its own, since it never has an allocation bit (those are set at cell starts
-/// only).
+/// bitmap, the bit of the cell index the geometry's division magic gives, nothing else.
+/// It first asks for the bitmap's first line (every cell's for classes of 32 bytes or
+/// more), whose address needs no load: issued under the prediction that the owner
+/// matched, that load overlaps the entry's instead of following it. An index past the
+/// page's last cell needs no check of its own: it never has an allocation bit.
+///
+/// The geometry is read again after the bit: a page released and given another layout
+/// between the two reads (possible only for an address that no live object of the
+/// heap's contains, while another thread sweeps and allocates) would pair a bit of the
+/// new layout with a cell of the old one, and is answered "no object" instead.
 #[inline(always)]
 fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
-    leaf.prefetch_alloc_word(p);
+    leaf.prefetch_alloc_bits(p);
     let geom = entry.geom();
     let cell = (geom >> 32) as usize;
     let magic = geom & 0xffff_ffff;
     let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
     let off = p.checked_sub(first)?;
     let idx = ((off as u64 * magic) >> 32) as usize;
-    let rem = off.wrapping_sub(idx * cell);
-    // `rem == cell - 8` is one past the end of cell `idx`; above, p is in the header
-    // word of the next cell. (A geometry newer than the owner word read gives a
-    // consistent answer for the newer layout, whose bitmap is what is read below.)
-    if rem > cell.wrapping_sub(HEADER_SIZE) {
+    let start = idx * cell;
+    // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
+    // header word of the next cell.
+    if off - start > cell.wrapping_sub(HEADER_SIZE) {
         return None;
     }
-    let obj = first + idx * cell;
-    // The bit of the object's granule (`PageMeta::is_allocated`, without its metadata).
-    (leaf.alloc_word(obj).load(Ordering::Acquire) >> ((obj >> 4) & 63) & 1 != 0)
-        .then(|| ObjRef::from_addr(obj))
-        .flatten()
+    let allocated = leaf.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+    if !allocated || entry.geom() != geom {
+        return None;
+    }
+    ObjRef::from_addr(first + start)
 }
 
 /// Like [`internal_obj_base_ptr`], and for external (big) objects of the heap too

@@ -377,7 +377,7 @@ impl HeapInner {
                 };
                 perm.page
                     .expect("the permanent pool holds its page")
-                    .set_allocated(c + HEADER_SIZE);
+                    .set_allocated(c + HEADER_SIZE, class);
                 return Ok(obj);
             }
             let mut pages = self.pages.lock();

@@ -347,7 +347,7 @@ impl MutatorShared {
                 (*((obj - HEADER_SIZE) as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release)
             };
             // SAFETY: a pool that hands out cells holds their page.
-            unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj);
+            unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj, class);
             local.objects += 1;
             local.bytes += cell_size as u64;
             local.countdown -= 1;
@@ -470,7 +470,7 @@ impl MutatorShared {
                 unsafe { (*(c as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release) };
                 pool.page
                     .expect("a pool with cells holds their page")
-                    .set_allocated(c + HEADER_SIZE);
+                    .set_allocated(c + HEADER_SIZE, class);
                 local.objects += 1;
                 local.bytes += cell_size as u64;
                 local.countdown = local.countdown.saturating_sub(1).max(1);

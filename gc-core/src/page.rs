@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 pub const CHUNK_PAGES: usize = 256;
 /// Bytes per chunk.
 pub const CHUNK_SIZE: usize = CHUNK_PAGES * PAGE_SIZE;
-const GRANULE_WORDS: usize = pagetable::ALLOC_WORDS;
+const GRANULE_WORDS: usize = PAGE_SIZE / 16 / 64;
 
 /// Metadata of one pool page. Lives for the whole process (see `pagetable.rs`).
 #[repr(C, align(64))]
@@ -35,18 +35,18 @@ pub struct PageMeta {
     /// The page's page-table entry, which keeps a copy of the owner and the geometry
     /// (`pagetable::pack_geom`).
     entry: AtomicPtr<pagetable::Entry>,
-    /// Allocation bits, by granule of the object address: set when a cell is handed out,
+    /// Allocation bits, by cell index (`pagetable::AllocBits`): set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
     /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
     /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
     /// Keeps the metadata at 320 bytes, its size before the bitmap moved to the page
-    /// table, rather than 256. Measured, not understood: with 256-byte metadata (two
-    /// layouts tried) the full-collection mark of the gc_bench example's `bencharr` took
-    /// 51 ms instead of 37 ms (one marking thread, reproducibly), though marking reads no
-    /// page metadata (a profile puts its time in the object-header loads). A power-of-two
-    /// stride over the chunk's metadata array is the suspect.
+    /// table. At 256 bytes `bencharr`'s one-thread full mark first measured 51 ms
+    /// instead of 37; later the same binaries measured 43-54 ms depending on the run's
+    /// order and the machine's state (a pointer chase over 128 MB on a VM), so that
+    /// comparison proves nothing either way, and the size that many sessions measured
+    /// is kept (64 bytes per 16 KiB page).
     _former_size: [AtomicU64; 15],
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
@@ -181,31 +181,44 @@ impl PageMeta {
         unsafe { &*p }
     }
 
+    /// The bitmap word and bit of the cell whose payload is at `obj`, in a page of size
+    /// class `class`.
+    #[inline(always)]
+    fn alloc_bit(&self, obj: usize, class: usize) -> (&'static AtomicU64, u64) {
+        // Pages are PAGE_SIZE-aligned: the offset needs no load of `base`.
+        let off = (obj & (PAGE_SIZE - 1)) - FIRST_CELL - HEADER_SIZE;
+        let idx = ((off as u64 * DIV_MAGIC[class]) >> 32) as usize;
+        (&self.alloc()[idx >> 6], 1u64 << (idx & 63))
+    }
+
     /// Whether the cell whose payload is at `obj` (an address this page's layout yields)
-    /// holds an allocated object right now.
+    /// holds an allocated object right now; false while the page is free.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        let (w, bit) = self.granule(obj);
-        self.alloc()[w].load(Ordering::Acquire) & bit != 0
+        let Some((_, class)) = self.cell_layout() else {
+            return false;
+        };
+        let (word, bit) = self.alloc_bit(obj, class);
+        word.load(Ordering::Acquire) & bit != 0
     }
 
-    /// Records that the cell whose payload is at `obj` was handed out.
+    /// Records that the cell whose payload is at `obj` was handed out; `class` is the
+    /// page's size class.
     ///
     /// Called by the thread holding the page (or the collector, or under the page lock
     /// for permanent objects): one writer at a time, so a load and a store suffice.
     #[inline(always)]
-    pub(crate) fn set_allocated(&self, obj: usize) {
-        let (w, bit) = self.granule(obj);
-        let word = &self.alloc()[w];
+    pub(crate) fn set_allocated(&self, obj: usize, class: usize) {
+        let (word, bit) = self.alloc_bit(obj, class);
         word.store(word.load(Ordering::Relaxed) | bit, Ordering::Release);
     }
 
-    /// Replaces the allocation bitmap (after a sweep).
+    /// Replaces the allocation bitmap (after a sweep): bit `i` for cell `i`.
     ///
     /// # Safety
     /// Only the thread sweeping the page calls this (nobody allocates in it meanwhile).
-    pub(crate) unsafe fn store_allocated(&self, bits: &[u64; GRANULE_WORDS]) {
+    pub(crate) unsafe fn store_allocated(&self, bits: &[u64; pagetable::ALLOC_WORDS]) {
         for (w, &b) in self.alloc().iter().zip(bits.iter()) {
             w.store(b, Ordering::Release);
         }
@@ -915,8 +928,8 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
     let first = page.base() + FIRST_CELL;
     // Free cells found, by index (a page has at most 1023 cells).
     let mut free_bits = [0u64; 16];
-    // The new allocation bitmap: set for every cell that stays allocated.
-    let mut new_alloc = [0u64; GRANULE_WORDS];
+    // The new allocation bitmap: set for every cell that stays allocated, by index.
+    let mut new_alloc = [0u64; pagetable::ALLOC_WORDS];
     let mut nfree = 0u32;
     let mut live = 0u32;
     let mut old = 0u32;
@@ -948,8 +961,7 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
             free_bits[i >> 6] |= 1 << (i & 63);
         } else {
             live += 1;
-            let g = (hp + HEADER_SIZE - page.base()) >> 4;
-            new_alloc[g >> 6] |= 1 << (g & 63);
+            new_alloc[i >> 6] |= 1 << (i & 63);
         }
     }
     // SAFETY: the page's bitmap; only this sweep writes it now.

@@ -13,13 +13,13 @@
 //! maps the 65,536 pages of one GiB. Leaves are allocated on first use and never freed.
 //!
 //! A leaf holds, besides one [`Entry`] per page, each page's allocation bitmap
-//! ([`AllocBits`]) at an address computed from the looked-up address alone, so an
-//! interior-pointer lookup can start loading the bitmap in parallel with the entry
-//! instead of after it (see [`Leaf::prefetch_alloc_word`]): the lookup then waits for one cache miss,
-//! not two in a row.
+//! ([`AllocBits`], one bit per cell by cell index) at an address computed from the
+//! looked-up address alone, so an interior-pointer lookup can start loading the bitmap
+//! in parallel with the entry instead of after it (see [`Leaf::prefetch_alloc_bits`]):
+//! the lookup then waits for one cache miss, not two in a row.
 
 use crate::page::PageMeta;
-use crate::sizeclass::{PAGE_SHIFT, PAGE_SIZE};
+use crate::sizeclass::PAGE_SHIFT;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const ADDR_BITS: usize = 48;
@@ -27,11 +27,13 @@ const LEAF_SHIFT: usize = 30;
 const TOP_ENTRIES: usize = 1 << (ADDR_BITS - LEAF_SHIFT);
 const LEAF_ENTRIES: usize = 1 << (LEAF_SHIFT - PAGE_SHIFT);
 
-/// Words of a page's allocation bitmap: one bit per 16-byte granule.
-pub const ALLOC_WORDS: usize = PAGE_SIZE / 16 / 64;
+/// Words of a page's allocation bitmap: one bit per cell (a page has at most 1,023
+/// cells, of 16 bytes).
+pub const ALLOC_WORDS: usize = 16;
 
-/// A page's allocation bitmap: the bit of a cell's payload granule is set while the cell
-/// holds an allocated object (see `PageMeta::is_allocated`). 128 bytes, two cache lines.
+/// A page's allocation bitmap: bit `i % 64` of word `i / 64` is set while cell `i` holds
+/// an allocated object (see `PageMeta::is_allocated`). 128 bytes, two cache lines; for
+/// every class of 32 bytes or more (at most 511 cells) only the first is used.
 pub type AllocBits = [AtomicU64; ALLOC_WORDS];
 
 /// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
@@ -92,8 +94,9 @@ pub fn pack_geom(cell: usize, magic: u64) -> u64 {
 }
 
 /// One GiB of pages: entries (2 MiB), then the pages' allocation bitmaps (8 MiB, page
-/// after page, so that the word of any address is `bits[(addr >> 10) % len]`). Mapped
-/// without reserve: only the parts of registered pages become resident.
+/// after page: the bitmap of the page of `addr` starts at word `(addr >> 10) & !15` of
+/// the leaf's). Mapped without reserve: only the parts of registered pages become
+/// resident.
 #[repr(C)]
 pub struct Leaf {
     entries: [Entry; LEAF_ENTRIES],
@@ -107,28 +110,29 @@ impl Leaf {
         &self.entries[(addr >> PAGE_SHIFT) & (LEAF_ENTRIES - 1)]
     }
 
-    /// The allocation-bitmap word that holds the bit of `addr`'s 16-byte granule (bit
-    /// `(addr >> 4) % 64`), for an address of this leaf's GiB: one shift and one mask,
-    /// no load. Its bit is set iff a cell whose payload starts in that granule is
-    /// allocated (see `PageMeta::is_allocated`).
+    /// The allocation-bitmap word that holds the bit of cell `idx` (bit `idx % 64`) of
+    /// the page that contains `addr` (an address of this leaf's GiB): no load. Any
+    /// index is accepted (a cell index is below 1,024; others wrap inside the page's
+    /// bitmap).
     #[inline(always)]
-    pub fn alloc_word(&self, addr: usize) -> &AtomicU64 {
-        &self.bits[(addr >> 10) & (LEAF_ENTRIES * ALLOC_WORDS - 1)]
+    pub fn alloc_word(&self, addr: usize, idx: usize) -> &AtomicU64 {
+        &self.bits
+            [((addr >> 10) & ((LEAF_ENTRIES - 1) * ALLOC_WORDS)) | ((idx >> 6) & (ALLOC_WORDS - 1))]
     }
 
-    /// Asks the processor to start loading the cache line of [`Leaf::alloc_word`] of
-    /// `addr` (no effect on other architectures than x86-64). A lookup that reads the
-    /// bit of the object containing `addr` after decoding the entry's geometry then
-    /// finds that line arriving (the object's granule shares it unless the object
-    /// straddles the page's middle) rather than starting a second cache miss only once
-    /// the first is over.
+    /// Asks the processor to start loading the first cache line of the allocation bitmap
+    /// of the page that contains `addr` (no effect on other architectures than x86-64):
+    /// the line of every cell of every class of 32 bytes or more, and of the first 512
+    /// cells of the 16-byte class. A lookup that reads the bit of the cell containing
+    /// `addr` after decoding the entry's geometry then finds that line arriving rather
+    /// than starting a second cache miss only once the first is over.
     #[inline(always)]
-    pub fn prefetch_alloc_word(&self, addr: usize) {
+    pub fn prefetch_alloc_bits(&self, addr: usize) {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: a prefetch has no architectural effect, and the address is valid.
         unsafe {
             std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                self.alloc_word(addr) as *const AtomicU64 as *const i8,
+                self.alloc_word(addr, 0) as *const AtomicU64 as *const i8,
             )
         };
         #[cfg(not(target_arch = "x86_64"))]
@@ -136,7 +140,7 @@ impl Leaf {
     }
 
     fn page_bits(&self, page_base: usize) -> &AllocBits {
-        let first = (page_base >> 10) & (LEAF_ENTRIES * ALLOC_WORDS - 1);
+        let first = (page_base >> 10) & ((LEAF_ENTRIES - 1) * ALLOC_WORDS);
         (&self.bits[first..first + ALLOC_WORDS])
             .try_into()
             .expect("a page's bitmap is ALLOC_WORDS words")
