@@ -36,8 +36,9 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// heap's contains, while another thread sweeps and allocates) would pair a bit of the
 /// new layout with a cell of the old one, and is answered "no object" instead.
 #[inline(always)]
-fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
-    leaf.prefetch_alloc_bits(p);
+fn in_page(leaf: pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
+    let bits = leaf.bitmaps();
+    bits.prefetch(p);
     let geom = entry.geom();
     let cell = (geom >> 32) as usize;
     let magic = geom & 0xffff_ffff;
@@ -50,7 +51,7 @@ fn in_page(leaf: &pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option
     if off - start > cell.wrapping_sub(HEADER_SIZE) {
         return None;
     }
-    let allocated = leaf.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+    let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
     if !allocated || entry.geom() != geom {
         return None;
     }

@@ -564,7 +564,7 @@ fn small_heap_sets_the_least_interval() {
 }
 
 /// The allocation bit an interior-pointer lookup reads through the page-table leaf
-/// (`Leaf::alloc_word`, found from the address and the cell index alone) is the one the
+/// (`Bitmaps::alloc_word`, found from the address and the cell index alone) is the one the
 /// page's metadata keeps, for objects of every size class, before and after a
 /// collection frees some.
 #[test]
@@ -596,11 +596,11 @@ fn the_leaf_bitmap_word_is_the_page_bitmap() {
         match page.cell_layout() {
             Some((cell, class)) => {
                 let idx = page.cell_index(a, cell, class).expect("inside a cell");
-                leaf.alloc_word(a, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
+                leaf.bitmaps().alloc_word(a, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
             }
             None => {
                 let clear = (0..pagetable::ALLOC_WORDS)
-                    .all(|w| leaf.alloc_word(a, w * 64).load(Ordering::Acquire) == 0);
+                    .all(|w| leaf.bitmaps().alloc_word(a, w * 64).load(Ordering::Acquire) == 0);
                 assert!(clear, "a free page's bitmap is clear");
                 false
             }
