@@ -41,13 +41,15 @@ pub struct PageMeta {
     /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
-    /// Keeps the metadata at 320 bytes, its size before the bitmap moved to the page
-    /// table. At 256 bytes `bencharr`'s one-thread full mark first measured 51 ms
-    /// instead of 37; later the same binaries measured 43-54 ms depending on the run's
-    /// order and the machine's state (a pointer chase over 128 MB on a VM), so that
-    /// comparison proves nothing either way, and the size that many sessions measured
-    /// is kept (64 bytes per 16 KiB page).
-    _former_size: [AtomicU64; 15],
+    /// Padding, chosen by measurement only (issue 14, fifth pass in the README). The
+    /// metadata's size and the offset of the fields below move `bencharr`'s one-thread
+    /// full mark and `base_ptr`'s hit time, though neither reads these fields: with 3, 7,
+    /// 11, 15, 19 and 31 words here, the mark took 44, 38, 45, 51, 43 and 38 ms and
+    /// `base_ptr` was 1.0x, 1.0x, 0.78x, 0.77x, ~0.9x and ~1.0x `GC_base` (interleaved
+    /// builds, reproducible per build). A memory-placement effect on this VM's caches is
+    /// the guess; the mechanism was not found. Re-measure both after changing this
+    /// struct, the page table's mappings or the chunk allocation.
+    _pad: [AtomicU64; 11],
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).
     state: UnsafeCell<PageState>,
@@ -115,7 +117,7 @@ impl PageMeta {
             }),
             sched: [const { AtomicU64::new(0) }; GRANULE_WORDS],
             alloc: AtomicPtr::new(std::ptr::null_mut()),
-            _former_size: [const { AtomicU64::new(0) }; 15],
+            _pad: [const { AtomicU64::new(0) }; 11],
             entry: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
