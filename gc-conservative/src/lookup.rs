@@ -27,7 +27,7 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// geometry (the cache line of the owner word) and one word of the page's allocation
 /// bitmap, the bit of the cell index the geometry's division magic gives, nothing else.
 /// It first asks for the bitmap's first line (every cell's for classes of 32 bytes or
-/// more), whose address needs no load: issued under the prediction that the owner
+/// more), whose address needs no load beyond the leaf's: issued under the prediction that the owner
 /// matched, that load overlaps the entry's instead of following it. An index past the
 /// page's last cell needs no check of its own: it never has an allocation bit.
 ///

@@ -395,9 +395,9 @@ impl Chunk {
     }
 }
 
-/// Maps `size` bytes of zeroed, private, anonymous memory aligned to `align`.
-fn map_aligned(size: usize, align: usize) -> Result<usize, std::io::Error> {
-    let len = size + align;
+/// Maps `len` bytes of zeroed, private, anonymous memory without reserve (only the
+/// pages touched become resident); page-aligned.
+pub(crate) fn map_anonymous(len: usize) -> Result<*mut libc::c_void, std::io::Error> {
     // SAFETY: an anonymous private mapping with no address hint has no preconditions.
     let p = unsafe {
         libc::mmap(
@@ -412,6 +412,13 @@ fn map_aligned(size: usize, align: usize) -> Result<usize, std::io::Error> {
     if p == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
+    Ok(p)
+}
+
+/// Maps `size` bytes of zeroed, private, anonymous memory aligned to `align`.
+fn map_aligned(size: usize, align: usize) -> Result<usize, std::io::Error> {
+    let len = size + align;
+    let p = map_anonymous(len)?;
     let start = p as usize;
     let aligned = (start + align - 1) & !(align - 1);
     let head = aligned - start;

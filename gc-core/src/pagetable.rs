@@ -213,22 +213,7 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
         return unsafe { &*cur };
     }
     let size = std::mem::size_of::<T>();
-    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    assert!(
-        p != libc::MAP_FAILED,
-        "mapping {what}: {}",
-        std::io::Error::last_os_error()
-    );
+    let p = crate::page::map_anonymous(size).unwrap_or_else(|e| panic!("mapping {what}: {e}"));
     match slot.compare_exchange(
         std::ptr::null_mut(),
         p as *mut T,

@@ -23,6 +23,19 @@ fn pool_allocated(heap: &Heap, obj: ObjRef) -> bool {
     page.cell_layout().is_some() && page.is_allocated(obj.addr())
 }
 
+/// The policy tests' configuration: collections triggered by allocated bytes alone (no
+/// young weighting, no headroom), swept eagerly, marked on one thread, so that counts of
+/// collections are deterministic.
+fn policy_config() -> HeapConfig {
+    HeapConfig {
+        young_weight: 0.0,
+        headroom: 0,
+        lazy_sweep: false,
+        mark_threads: 1,
+        ..HeapConfig::default()
+    }
+}
+
 /// A list of `n + 1` objects of a layout type whose first word links to the next,
 /// kept alive by a root (the policy tests' live data).
 fn rooted_list(
@@ -470,12 +483,8 @@ fn resident_reuse_uses_the_memory_a_transient_peak_left() {
     let run = |reuse: f64| {
         let heap = Heap::new(HeapConfig {
             min_interval: 256 << 10,
-            young_weight: 0.0,
-            headroom: 0,
             resident_reuse: reuse,
-            lazy_sweep: false,
-            mark_threads: 1,
-            ..HeapConfig::default()
+            ..policy_config()
         })
         .unwrap();
         let mut m = heap.attach().unwrap();
@@ -523,12 +532,8 @@ fn small_heap_sets_the_least_interval() {
             min_interval: 512 << 10,
             small_heap,
             growth: 0.25,
-            young_weight: 0.0,
-            headroom: 0,
             resident_reuse: 1.0,
-            lazy_sweep: false,
-            mark_threads: 1,
-            ..HeapConfig::default()
+            ..policy_config()
         })
         .unwrap();
         let mut m = heap.attach().unwrap();
