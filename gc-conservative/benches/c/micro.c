@@ -7,6 +7,9 @@
  *   base_ptr_hit_ns / gc_base_hit_ns   interior pointers into live objects of all sizes
  *   base_ptr_miss_ns / gc_base_miss_ns stack, static, malloc and random addresses
  *   base_ptr_free_ns                   pointers into free cells (Boehm has no equivalent)
+ *   base_ptr_hit_{small,large}_ns /    the hit lookups again with 8,192 and 262,144 objects
+ *   gc_base_hit_{small,large}_ns       (~4 MB and ~130 MB heaps; the figures above: 65,536
+ *                                      objects, ~33 MB), each in a fresh heap of ours
  *   (lookups: medians of ROUNDS rounds, ours and Boehm's alternating, so that both see
  *   the same machine load)
  *   stack_scan_gbps                    gc_scan_range over a 64 MiB buffer of mixed words
@@ -77,6 +80,51 @@ static double median(double *v, int n)
 {
     qsort(v, n, sizeof(double), cmp_double);
     return v[n / 2];
+}
+
+/* Hit lookups with `nobj` objects of 8..1007 bytes in a fresh heap of ours and in Boehm's:
+ * the same offsets into the same sizes, ROUNDS rounds alternating, medians printed as
+ * base_ptr_hit_<name>_ns and gc_base_hit_<name>_ns. The calling thread must be detached. */
+static void hits_by_heap_size(int nobj, const char *name, void **ours_hit, void **boehm_hit)
+{
+    gc_config_t cfg;
+    gc_config_default(&cfg);
+    cfg.min_interval = (size_t)1 << 30; /* no collection while measuring lookups */
+    cfg.max_interval = (size_t)1 << 30;
+    gc_heap_t *h = gc_heap_new(&cfg);
+    gc_mutator_t *m = gc_thread_attach(h);
+    void *t = gc_new_foreign_type(h, "Blob", NULL, NULL, 0, 0);
+    void **objs = malloc(nobj * sizeof(void *));
+    size_t *sizes = malloc(nobj * sizeof(size_t));
+    void **bobjs = GC_MALLOC(nobj * sizeof(void *));
+    for (int i = 0; i < nobj; i++) {
+        sizes[i] = 8 + next() % 1000;
+        objs[i] = gc_alloc(m, sizes[i], t);
+        bobjs[i] = GC_MALLOC(sizes[i]);
+    }
+    for (int i = 0; i < NPTR; i++) {
+        int k = (int)(next() % nobj);
+        size_t off = next() % sizes[k];
+        ours_hit[i] = (char *)objs[k] + off;
+        boehm_hit[i] = (char *)bobjs[k] + off;
+    }
+    int hits_ok = 0;
+    for (int i = 0; i < NPTR; i++) hits_ok += gc_base_ptr(h, ours_hit[i]) != NULL;
+    if (hits_ok != NPTR) fprintf(stderr, "warning: %d of %d hits resolved (%s)\n", hits_ok, NPTR, name);
+    double t_ours[ROUNDS], t_boehm[ROUNDS];
+    for (int r = 0; r < ROUNDS; r++) {
+        t_ours[r] = time_ours(h, ours_hit, NPTR);
+        t_boehm[r] = time_boehm(boehm_hit, NPTR);
+    }
+    printf("base_ptr_hit_%s_ns=%.3f\n", name, median(t_ours, ROUNDS));
+    printf("gc_base_hit_%s_ns=%.3f\n", name, median(t_boehm, ROUNDS));
+    /* The objects of both collectors become garbage; the heap goes. */
+    for (int i = 0; i < nobj; i++) bobjs[i] = NULL;
+    free(objs);
+    free(sizes);
+    gc_thread_detach();
+    gc_heap_delete(h);
+    (void)m;
 }
 
 static void *scan_lo, *scan_hi;
@@ -202,5 +250,11 @@ int main(void)
         if (scan_ns < best) best = scan_ns;
     }
     printf("stack_scan_gbps=%.3f\n", (double)(words * sizeof(uintptr_t)) / best);
+    free(buf);
+
+    /* ---- hit lookups by heap size ---- */
+    gc_thread_detach();
+    hits_by_heap_size(8192, "small", ours_hit, boehm_hit);
+    hits_by_heap_size(262144, "large", ours_hit, boehm_hit);
     return 0;
 }

@@ -28,6 +28,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const GCBENCH_RUNS: usize = 7;
+/// Processes of the conservative micro-benchmark (`gc-conservative/benches/c/micro.c`).
+const CONSERVATIVE_RUNS: usize = 7;
 
 /// Installs Debian's `libgc-dev` (Boehm GC) when its header is missing.
 pub(crate) fn ensure_boehm() -> Result<()> {
@@ -372,9 +374,13 @@ pub fn run_conservative() -> Result<()> {
         "gc_base_miss_ns",
         "base_ptr_free_ns",
         "stack_scan_gbps",
+        "base_ptr_hit_small_ns",
+        "gc_base_hit_small_ns",
+        "base_ptr_hit_large_ns",
+        "gc_base_hit_large_ns",
     ];
     let mut samples: HashMap<&str, Vec<f64>> = HashMap::new();
-    for _ in 0..5 {
+    for _ in 0..CONSERVATIVE_RUNS {
         let f = figures(&mut Command::new(&micro))?;
         for key in keys {
             samples.entry(key).or_default().push(num(&f, key)?);
@@ -384,6 +390,21 @@ pub fn run_conservative() -> Result<()> {
     for key in keys {
         r.value(key, median(samples[key].clone()));
     }
+    // The spread of the hit ratio over the runs (each run pairs ours and Boehm's rounds):
+    // code and data placement move it by +-10% between processes and builds.
+    let ratios: Vec<f64> = samples["base_ptr_hit_ns"]
+        .iter()
+        .zip(&samples["gc_base_hit_ns"])
+        .map(|(a, b)| a / b)
+        .collect();
+    r.value(
+        "base_ptr_hit_ratio_min",
+        ratios.iter().copied().fold(f64::INFINITY, f64::min),
+    );
+    r.value(
+        "base_ptr_hit_ratio_max",
+        ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    );
     // GCBench with conservative roots only vs precise roots, same run.
     let src = "gc-conservative/tests/c/gcbench.c";
     let cons = compile(src, "gcbench_ours", &[], true, false)?;
@@ -400,6 +421,18 @@ pub fn run_conservative() -> Result<()> {
         "base_ptr_hit_ns",
         "gc_base_hit_ns",
         Some(1.0),
+    );
+    r.compare(
+        "base_ptr hit, ~4 MB heap (8,192 objects)",
+        "base_ptr_hit_small_ns",
+        "gc_base_hit_small_ns",
+        None,
+    );
+    r.compare(
+        "base_ptr hit, ~130 MB heap (262,144 objects)",
+        "base_ptr_hit_large_ns",
+        "gc_base_hit_large_ns",
+        None,
     );
     r.compare(
         "base_ptr miss vs GC_base",
