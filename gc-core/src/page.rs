@@ -46,9 +46,11 @@ pub struct PageMeta {
     /// full mark and `base_ptr`'s hit time, though neither reads these fields: with 3, 7,
     /// 11, 15, 19 and 31 words here, the mark took 44, 38, 45, 51, 43 and 38 ms and
     /// `base_ptr` was 1.0x, 1.0x, 0.78x, 0.77x, ~0.9x and ~1.0x `GC_base` (interleaved
-    /// builds, reproducible per build). A memory-placement effect on this VM's caches is
-    /// the guess; the mechanism was not found. Re-measure both after changing this
-    /// struct, the page table's mappings or the chunk allocation.
+    /// builds, a few processes each). The sixth pass found `base_ptr`'s speed drawn per
+    /// process, with odds that the build's layout and the machine's state move (README),
+    /// so this choice rests on thin evidence; the mechanism was not found. Re-measure
+    /// both, over many processes, after changing this struct, the page table's mappings
+    /// or the chunk allocation.
     _pad: [AtomicU64; 11],
     /// Collector and allocator state, guarded by the owning heap's page lock or by the
     /// stopped world (see `PageState`).

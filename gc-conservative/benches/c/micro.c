@@ -124,7 +124,6 @@ static void hits_by_heap_size(int nobj, const char *name, void **ours_hit, void 
     free(sizes);
     gc_thread_detach();
     gc_heap_delete(h);
-    (void)m;
 }
 
 static void *scan_lo, *scan_hi;

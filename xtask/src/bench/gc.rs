@@ -12,13 +12,15 @@
 //!   `jl_get_ptls_states()` per allocation, `jl_gc_wb` per store), same runs;
 //! - the same GCBench with a finalizer and a weak reference on every short-lived tree
 //!   (`-DWITH_WEAK`), ours (conservative roots) and Boehm's, in the same interleaved runs;
-//! - allocation of 16-byte objects from C (`jl_gc_alloc_typed` vs `GC_MALLOC`);
+//! - allocation of 16-byte objects from C (`gc_alloc` vs `GC_MALLOC`);
 //! - the Rust side (`gc-core/examples/gc_bench.rs`): the allocation fast path, the
 //!   seed's two micro-benchmarks, and the per-item costs of weak references, finalizers
 //!   and reference-queue registrations.
 //!
-//! `conservative`: `base_ptr` vs Boehm's `GC_base` on interior pointers, misses and free
-//! cells, and conservative scan throughput (`gc-conservative/benches/c/micro.c`).
+//! `conservative`: `base_ptr` vs Boehm's `GC_base` on interior pointers (heaps of ~33 MB,
+//! the target's figure, and of ~4 MB and ~130 MB), misses and free cells, and conservative
+//! scan throughput (`gc-conservative/benches/c/micro.c`), medians of `CONSERVATIVE_RUNS`
+//! processes; GCBench with conservative vs precise roots.
 
 use super::report::Report;
 use crate::steps::{cargo, ensure_apt_tools, root};
@@ -30,6 +32,14 @@ use std::process::Command;
 const GCBENCH_RUNS: usize = 7;
 /// Processes of the conservative micro-benchmark (`gc-conservative/benches/c/micro.c`).
 const CONSERVATIVE_RUNS: usize = 7;
+
+/// The smallest and the largest of `v` (the spread of a figure over runs).
+fn min_max(v: &[f64]) -> (f64, f64) {
+    v.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
 
 /// Installs Debian's `libgc-dev` (Boehm GC) when its header is missing.
 pub(crate) fn ensure_boehm() -> Result<()> {
@@ -206,8 +216,7 @@ pub fn run_gc() -> Result<()> {
         // The spread over the runs of the two timing figures.
         for key in ["total_ms", "max_pause_ms"] {
             let v = &samples[&(suffix.to_string(), key)];
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let (lo, hi) = min_max(v);
             r.value(&format!("{key}{suffix}_min"), lo);
             r.value(&format!("{key}{suffix}_max"), hi);
         }
@@ -397,14 +406,9 @@ pub fn run_conservative() -> Result<()> {
         .zip(&samples["gc_base_hit_ns"])
         .map(|(a, b)| a / b)
         .collect();
-    r.value(
-        "base_ptr_hit_ratio_min",
-        ratios.iter().copied().fold(f64::INFINITY, f64::min),
-    );
-    r.value(
-        "base_ptr_hit_ratio_max",
-        ratios.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    );
+    let (lo, hi) = min_max(&ratios);
+    r.value("base_ptr_hit_ratio_min", lo);
+    r.value("base_ptr_hit_ratio_max", hi);
     // GCBench with conservative roots only vs precise roots, same run.
     let src = "gc-conservative/tests/c/gcbench.c";
     let cons = compile(src, "gcbench_ours", &[], true, false)?;
