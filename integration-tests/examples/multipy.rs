@@ -14,10 +14,13 @@
 //!
 //! With `--threads-per-interpreter K`, K threads run the code in each interpreter: the
 //! first is the interpreter's own main thread, the others are threads of the program
-//! (they share that interpreter's GIL). `RUST_LOG=info` shows the loader's and the
-//! layer's trace.
+//! (they share that interpreter's GIL). The process's stdin is interpreter 0's (the
+//! others' `sys.stdin` refuses reads, naming why). No interpreter installs signal
+//! handlers, so Ctrl-C ends the process as for any program without a handler (the lines
+//! printed so far are out). Warnings are printed; `RUST_LOG=info` shows the loader's and
+//! the layer's trace.
 
-use integration_tests::multipy::{Config, Error, Interpreter, PythonSpec, Stream};
+use integration_tests::multipy::{self, Config, Error, Interpreter, PythonSpec, Stream};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -180,6 +183,8 @@ fn main() -> ExitCode {
                 let p = prefixer.clone();
                 let mut config = Config::new().python(args.python.clone()).argv(argv.clone());
                 config.venv = args.venv.clone();
+                // The process's stdin goes to interpreter 0 (one reader at a time).
+                config.inherit_stdin = copy == 0;
                 config.forward = Some(Arc::new(move |_, st, t: &str| p.write(copy, st, t)));
                 s.spawn(move || {
                     let i = Interpreter::new(config)?;
@@ -213,8 +218,14 @@ fn main() -> ExitCode {
                 let threads = args.threads;
                 s.spawn(move || {
                     let results = std::thread::scope(|s2| {
+                        // A python main thread's stack, so the same recursion depth works.
                         let hs: Vec<_> = (1..threads)
-                            .map(|_| s2.spawn(move || run_one(interp, what, rest, false)))
+                            .map(|_| {
+                                std::thread::Builder::new()
+                                    .stack_size(multipy::main_stack_size())
+                                    .spawn_scoped(s2, move || run_one(interp, what, rest, false))
+                                    .expect("spawn a thread")
+                            })
                             .collect();
                         let mut r = vec![run_one(interp, what, rest, true)];
                         r.extend(hs.into_iter().map(|h| h.join().unwrap()));
@@ -269,11 +280,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// Warnings (a copy kept mapped for daemon threads, a failed finalisation) always;
+/// more with `RUST_LOG`.
 fn tracing_subscriber_init() {
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .init();
-    }
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -316,7 +316,16 @@ fn bad_input_gives_errors_naming_the_problem() {
     let e = Interpreter::new(Config::new().python(PythonSpec::Version(3, 99)))
         .err()
         .unwrap();
-    assert!(e.to_string().contains("CPython 3.99 not found"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("CPython 3.99 is not supported (3.10 to 3.13 are)"),
+        "{e}"
+    );
+    // An old Python that exists is refused by its version too, before any probe.
+    let e = Interpreter::new(Config::new().python(PythonSpec::Version(2, 7)))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::UnsupportedPython { .. }), "{e}");
     let e = Interpreter::new(Config::new().venv("/nonexistent/venv"))
         .err()
         .unwrap();
@@ -389,4 +398,194 @@ fn readline_and_curses_are_per_interpreter() {
             assert_eq!(own("libtinfo"), 1, "libtinfo is loaded per namespace");
         }
     }
+}
+
+/// What hostile code does to the layer's own machinery: bytes that are not UTF-8, an
+/// exception whose message cannot be encoded or whose `__str__` raises, values JSON
+/// cannot carry. Each is reported (never an empty result, never a lost call's output).
+#[test]
+fn undecodable_output_and_unprintable_exceptions_are_reported_not_lost() {
+    let i = interp();
+    // Invalid UTF-8 on sys.stdout.buffer: the call's other output survives, the bad
+    // bytes become U+FFFD in the captured text.
+    let o = i
+        .run("import sys\nprint('first')\nsys.stdout.buffer.write(b'ok \\xff\\xfe bytes\\n')\nprint('last')")
+        .unwrap();
+    assert_eq!(o.stdout, "first\nok \u{fffd}\u{fffd} bytes\nlast\n");
+    // A UTF-8 character split across two writes of the buffer arrives whole.
+    let o = i
+        .run("import sys\nb = 'h\\u00e9llo\\n'.encode()\nsys.stdout.buffer.write(b[:2])\nsys.stdout.buffer.write(b[2:])")
+        .unwrap();
+    assert_eq!(o.stdout, "h\u{e9}llo\n");
+    // An exception message with a lone surrogate: type, message and traceback kept.
+    match i.run("print('before')\nraise ValueError('bad \\udcff surrogate')") {
+        Err(Error::Exception(e)) => {
+            assert_eq!(e.type_name, "ValueError");
+            assert!(
+                e.message.starts_with("bad ") && e.message.ends_with(" surrogate"),
+                "{}",
+                e.message
+            );
+            assert!(
+                e.traceback.contains("line 2, in <module>"),
+                "{}",
+                e.traceback
+            );
+            assert_eq!(e.output.stdout, "before\n");
+        }
+        other => panic!("{other:?}"),
+    }
+    // An exception whose __str__ raises: reported as Python reports it.
+    match i.run("class E(Exception):\n    def __str__(self): raise ValueError('no str')\nraise E()")
+    {
+        Err(Error::Exception(e)) => {
+            assert_eq!(e.type_name, "__main__.E");
+            assert_eq!(e.message, "<exception str() failed>");
+            assert!(
+                e.traceback.contains("line 3, in <module>"),
+                "{}",
+                e.traceback
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Values JSON cannot carry exactly come back as their repr, never as null.
+    assert_eq!(i.eval("float('nan')").unwrap(), json!("nan"));
+    assert_eq!(
+        i.eval("2**100").unwrap(),
+        json!("1267650600228229401496703205376")
+    );
+    assert_eq!(
+        i.eval("[1, 2**70]").unwrap(),
+        json!("[1, 1180591620717411303424]")
+    );
+    assert_eq!(i.eval("'\\udcff'").unwrap(), json!("'\\udcff'"));
+    assert_eq!(
+        i.eval("{'a': [1, 2.5, None, True]}").unwrap(),
+        json!({"a": [1, 2.5, null, true]})
+    );
+    assert_eq!(i.eval("2**64 - 1").unwrap(), json!(u64::MAX));
+    assert_eq!(i.eval("-2**63").unwrap(), json!(i64::MIN));
+    // repr itself raising is named.
+    let v = i
+        .eval("type('R', (), {'__repr__': lambda self: 1/0})()")
+        .unwrap();
+    assert_eq!(v, json!("<repr() failed: ZeroDivisionError>"));
+    // The interpreter is intact.
+    assert_eq!(i.run("print('still fine')").unwrap().stdout, "still fine\n");
+}
+
+/// A thread Python started that writes without a final newline and ends: its text is
+/// not lost (it goes out when the thread ends), in capture and in forward mode.
+#[test]
+fn partial_lines_of_ended_threads_are_delivered() {
+    let i = interp();
+    let o = i
+        .run("import sys, threading\nt = threading.Thread(target=lambda: (sys.stdout.write('thread partial'), sys.stderr.write('err partial')))\nt.start(); t.join()\nprint('joined')")
+        .unwrap();
+    assert_eq!(o.stdout, "joined\n");
+    let bg = i.take_background_output();
+    assert_eq!(
+        (bg.stdout.as_str(), bg.stderr.as_str()),
+        ("thread partial", "err partial")
+    );
+
+    let seen: Arc<Mutex<String>> = Arc::default();
+    let s2 = seen.clone();
+    let f = Interpreter::new(Config::new().forward(Arc::new(move |_, st, t: &str| {
+        if st == Stream::Stdout {
+            s2.lock().unwrap().push_str(t)
+        }
+    })))
+    .unwrap();
+    f.run("import sys, threading\nt = threading.Thread(target=lambda: print('partial', end=''))\nt.start(); t.join()\nprint(' joined')")
+        .unwrap();
+    assert_eq!(*seen.lock().unwrap(), "partial joined\n");
+    // A daemon thread's partial line goes out at finalisation.
+    f.run("import threading, sys, time\nev = threading.Event()\ndef w():\n    sys.stdout.write('daemon partial'); ev.set(); time.sleep(0.2)\nthreading.Thread(target=w, daemon=True).start(); ev.wait()")
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(f);
+    assert!(
+        seen.lock().unwrap().ends_with("daemon partial"),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+}
+
+/// The process has one stdin: one interpreter at a time may read it; the others'
+/// `sys.stdin` refuses reads with a message naming the option.
+#[test]
+fn stdin_is_given_to_one_interpreter_at_a_time() {
+    let a = Interpreter::new(Config::new().inherit_stdin(true)).unwrap();
+    let e = Interpreter::new(Config::new().inherit_stdin(true))
+        .err()
+        .unwrap();
+    assert!(
+        e.to_string().contains(&format!(
+            "interpreter {} already has the process's stdin",
+            a.id()
+        )),
+        "{e}"
+    );
+    // a's stdin is the process's (its fd 0); b's refuses.
+    assert_eq!(
+        a.eval("__import__('sys').stdin.fileno()").unwrap(),
+        json!(0)
+    );
+    let b = interp();
+    match b.run("input('name? ')") {
+        Err(Error::Exception(e)) => {
+            assert_eq!(e.type_name, "OSError");
+            assert!(
+                e.message.contains("not given the process's stdin"),
+                "{}",
+                e.message
+            );
+            assert!(e.message.contains("Config::inherit_stdin"), "{}", e.message);
+            assert!(
+                !e.traceback.contains("multipy bootstrap"),
+                "{}",
+                e.traceback
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Dropping the owner frees the role.
+    drop(a);
+    let c = Interpreter::new(Config::new().inherit_stdin(true)).unwrap();
+    assert_eq!(
+        c.eval("__import__('sys').stdin.fileno()").unwrap(),
+        json!(0)
+    );
+}
+
+/// An interpreter's main thread has a python main thread's stack: recursion that a
+/// plain `python` survives (C frames between the Python ones: `map`) works there.
+#[test]
+fn main_thread_recursion_depth_matches_a_python_process() {
+    let code = "import sys\nsys.setrecursionlimit(100000)\ndef f(n):\n    return 0 if n == 0 else list(map(f, [n - 1]))[0]\nf(10000)\nprint('deep ok')";
+    let plain = std::process::Command::new(venv().join("bin/python"))
+        .args(["-c", code])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "deep ok\n",
+        "a plain python survives it"
+    );
+    let i = interp();
+    assert_eq!(i.run_on_main(code).unwrap().stdout, "deep ok\n");
+    assert!(integration_tests::multipy::main_stack_size() >= 8 << 20 || stack_limit_below_8mib());
+}
+
+/// Whether this process's soft stack limit is set below 8 MiB (then the interpreter's
+/// main thread follows it).
+fn stack_limit_below_8mib() -> bool {
+    std::fs::read_to_string("/proc/self/limits")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Max stack size"))
+        .and_then(|l| l.split_whitespace().nth(3)?.parse::<u64>().ok())
+        .is_some_and(|soft| soft < 8 << 20)
 }

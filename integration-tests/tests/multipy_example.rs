@@ -158,6 +158,33 @@ fn module_file_threads_and_failures() {
     assert!(stdout.contains("multipy: 1/2 interpreters ok"), "{stdout}");
     assert!(stderr.contains("[1] ValueError: only in 1"), "{stderr}");
 
+    // sys.exit("message") prints the message, as python does, and fails.
+    let out = run(&["-c", "import sys; sys.exit('bye from %d' % COPY)"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[0] bye from 0") && stderr.contains("[1] bye from 1"),
+        "{stderr}"
+    );
+
+    // Only interpreter 0 reads the process's stdin; the others' reads are refused.
+    let mut child = Command::new(example())
+        .args(["-c", "print('got', repr(input()))"])
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"a\nb\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (sorted(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("[0] got 'a'"), "{stdout}");
+    assert!(
+        stderr.contains("[1] OSError: multipy: this interpreter was not given the process's stdin"),
+        "{stderr}"
+    );
+
     // SystemExit(0) is success; usage errors exit 2.
     assert!(run(&["-c", "raise SystemExit(0)"]).status.success());
     let out = run(&["--interpreters", "zero", "-c", "pass"]);

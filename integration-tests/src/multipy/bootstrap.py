@@ -8,9 +8,39 @@ import io
 import os
 import sys
 import threading
+import weakref
 
 _tls = threading.local()
 buffers = {}
+# Every thread's _Pending (see below), for the flush before finalisation.
+_all_pending = weakref.WeakSet()
+
+
+class _Pending:
+    """Text a thread wrote outside any call and not yet ended by a newline, per stream.
+    Whole lines go to the host as they complete, so that lines written by threads of one
+    interpreter at once never interleave inside a line; the rest goes on `flush()` by
+    that thread, at the end of each call on it, and when the thread ends (its
+    thread-local state, which holds this object, is freed then)."""
+
+    __slots__ = ("text", "__weakref__")
+
+    def __init__(self):
+        self.text = {1: "", 2: ""}
+
+    def flush(self, stream):
+        text, self.text[stream] = self.text[stream], ""
+        if text:
+            _host_write(stream, text)
+
+    def __del__(self):
+        try:
+            self.flush(1)
+            self.flush(2)
+        except BaseException:
+            pass
+
+
 # Set by the host when all output goes straight to its sink (no per-call capture).
 FORWARD = False
 # Globals the host set (set_global): in __main__, and given to files and modules run.
@@ -70,6 +100,12 @@ class _Writer(io.TextIOBase):
     def isatty(self):
         return False
 
+    def fileno(self):
+        """The process's own descriptor (1 or 2), for code that needs a real file
+        (`faulthandler.enable()`, `subprocess.run(..., stdout=sys.stdout)`): what is
+        written there bypasses this interpreter's capture, like C code's output."""
+        return self._stream
+
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError(f"write() argument must be str, not {type(s).__name__}")
@@ -77,27 +113,65 @@ class _Writer(io.TextIOBase):
         if parts is not None:
             parts[self._stream].append(s)
             return len(s)
-        # To the host: whole lines per thread, so that lines written by threads of one
-        # interpreter at once never interleave inside a line.
         pending = getattr(_tls, "pending", None)
         if pending is None:
-            pending = _tls.pending = {1: "", 2: ""}
-        text = pending[self._stream] + s
+            pending = _tls.pending = _Pending()
+            _all_pending.add(pending)
+        text = pending.text[self._stream] + s
         head, nl, tail = text.rpartition("\n")
+        pending.text[self._stream] = tail
         if nl:
-            write(self._stream, head + nl)
-        pending[self._stream] = tail
+            _host_write(self._stream, head + nl)
         return len(s)
 
     def flush(self):
         pending = getattr(_tls, "pending", None)
-        if pending and pending[self._stream]:
-            text, pending[self._stream] = pending[self._stream], ""
-            write(self._stream, text)
+        if pending is not None:
+            pending.flush(self._stream)
+
+
+def _host_write(stream, text):
+    """To the host's sink as UTF-8: bytes written to `sys.stdout.buffer` that are not
+    UTF-8 (carried here as surrogate escapes) go as they were written."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        data = text.encode("utf-8", "backslashreplace")
+    write(stream, data)
 
 
 sys.stdout = _STDOUT = _Writer(1, "<multipy stdout>")
 sys.stderr = _STDERR = _Writer(2, "<multipy stderr>")
+
+
+class _NoStdin(io.TextIOBase):
+    """sys.stdin of an interpreter that was not given the process's stdin: the process
+    has one standard input, and interpreters reading it at once would each take an
+    unpredictable part of it (their buffered readers read ahead)."""
+
+    name = "<multipy: no stdin>"
+    encoding = "utf-8"
+    errors = "strict"
+
+    def readable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        raise io.UnsupportedOperation("multipy: this interpreter has no stdin")
+
+    def _refuse(self, *args, **kwargs):
+        raise OSError(
+            "multipy: this interpreter was not given the process's stdin (one interpreter "
+            "at a time may have it: Config::inherit_stdin; interpreter 0 in the multipy CLI)"
+        )
+
+    read = readline = readlines = _refuse
+
+    def __iter__(self):
+        self._refuse()
 
 
 def register_buffer(name, obj):
@@ -137,6 +211,9 @@ def _run(op, args):
         global FORWARD
         FORWARD = True
         return None
+    if op == "no_stdin":
+        sys.stdin = sys.__stdin__ = _NoStdin()
+        return None
     if op == "file":
         import runpy
 
@@ -167,15 +244,44 @@ def _run(op, args):
     raise ValueError(f"unknown multipy operation {op!r}")
 
 
+def _is_json(v, depth=0):
+    """Whether `v` is exactly representable in JSON as the host reads it: None, bool,
+    str (without lone surrogates), integers of 64 bits, finite floats, and lists, tuples
+    and str-keyed dicts of those."""
+    if depth > 200:
+        return False
+    if v is None or isinstance(v, bool):
+        return True
+    if isinstance(v, int):
+        return -(1 << 63) <= v < (1 << 64)
+    if isinstance(v, float):
+        return v == v and v not in (float("inf"), float("-inf"))
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+            return True
+        except UnicodeEncodeError:
+            return False
+    if isinstance(v, (list, tuple)):
+        return all(_is_json(x, depth + 1) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _is_json(k) and _is_json(x, depth + 1) for k, x in v.items())
+    return False
+
+
 def _json_value(v):
+    """The value as JSON, or its repr() as a JSON string when JSON cannot carry it."""
     if v is None:
         return "null"
     import json
 
-    try:
+    if _is_json(v):
         return json.dumps(v)
-    except (TypeError, ValueError):
-        return json.dumps(repr(v))
+    try:
+        text = repr(v)
+    except BaseException as e:
+        text = f"<repr() failed: {type(e).__name__}>"
+    return json.dumps(text.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
 def _user_frames(tb):
@@ -185,6 +291,14 @@ def _user_frames(tb):
     skip = (globals(), runpy.__dict__)
     while tb is not None and any(tb.tb_frame.f_globals is g for g in skip):
         tb = tb.tb_next
+    # And this module's frames at the end (its stdin object refusing a read).
+    last, t = None, tb
+    while t is not None:
+        if t.tb_frame.f_globals is not globals():
+            last = t
+        t = t.tb_next
+    if last is not None:
+        last.tb_next = None
     return tb
 
 
@@ -203,25 +317,39 @@ def dispatch(op, *args):
             c, text = _exit_code(e)
             code = str(c)
             if text is not None:
-                parts[2].append(text + "\n")
+                if FORWARD:
+                    _STDERR.write(text + "\n")
+                else:
+                    parts[2].append(text + "\n")
         except BaseException as e:
             status = "exception"
             etype = type(e).__module__ + "." + type(e).__qualname__
             if etype.startswith("builtins."):
                 etype = etype[len("builtins."):]
-            emsg = str(e)
-            import traceback
+            try:
+                emsg = str(e)
+            except BaseException:
+                emsg = f"<exception str() failed>"
+            try:
+                import traceback
 
-            etb = "".join(traceback.format_exception(type(e), e, _user_frames(e.__traceback__)))
+                etb = "".join(traceback.format_exception(type(e), e, _user_frames(e.__traceback__)))
+            except BaseException as f:
+                etb = f"{etype}: {emsg}\n(the traceback could not be formatted: {type(f).__name__})\n"
     finally:
         _tls.parts = outer
-        if FORWARD:
-            _STDOUT.flush()
-            _STDERR.flush()
+        _STDOUT.flush()
+        _STDERR.flush()
     return (status, "".join(parts[1]), "".join(parts[2]), etype, emsg, etb, code, value)
 
 
 def before_finalize():
     """Threads other than the main one still alive (daemon threads)."""
     me = threading.main_thread()
-    return sum(1 for t in threading.enumerate() if t is not me and t.is_alive())
+    live = sum(1 for t in threading.enumerate() if t is not me and t.is_alive())
+    # Partial lines of threads still running (daemon threads) go out now, as a plain
+    # process's final flush of its shared stream would write them.
+    for pending in list(_all_pending):
+        pending.flush(1)
+        pending.flush(2)
+    return live

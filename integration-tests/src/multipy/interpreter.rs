@@ -32,7 +32,8 @@ pub type Sink = Arc<dyn Fn(usize, Stream, &str) + Send + Sync>;
 
 /// How an interpreter is created. `Config::default()` is CPython 3.11, no virtual
 /// environment, `sys.argv == [""]`, isolated from the host's `PYTHON*` variables, no
-/// signal handlers, one OpenBLAS thread.
+/// signal handlers, no stdin, a main thread with a process's main-thread stack
+/// ([`main_stack_size`]), one OpenBLAS thread.
 #[derive(Clone, Default)]
 pub struct Config {
     /// Which CPython.
@@ -46,6 +47,14 @@ pub struct Config {
     /// Install CPython's signal handlers (SIGINT -> KeyboardInterrupt, ...). At most one
     /// live interpreter may: dispositions are process-wide.
     pub install_signal_handlers: bool,
+    /// Give this interpreter the process's standard input as `sys.stdin`. At most one
+    /// live interpreter may: the others' `sys.stdin` raises `OSError` naming this
+    /// option when read (interpreters reading one descriptor at once would each take an
+    /// unpredictable part of it).
+    pub inherit_stdin: bool,
+    /// Stack size of the interpreter's main thread; `None`: [`main_stack_size`], what a
+    /// plain `python` process's main thread has, so that the same recursion depth works.
+    pub stack_size: Option<usize>,
     /// Skip `import site` (no `site-packages` at all).
     pub no_site: bool,
     /// Send all output to this sink as it is written instead of capturing it per call.
@@ -63,6 +72,8 @@ impl std::fmt::Debug for Config {
             .field("argv", &self.argv)
             .field("use_environment", &self.use_environment)
             .field("install_signal_handlers", &self.install_signal_handlers)
+            .field("inherit_stdin", &self.inherit_stdin)
+            .field("stack_size", &self.stack_size)
             .field("no_site", &self.no_site)
             .field("forward", &self.forward.is_some())
             .finish()
@@ -97,6 +108,16 @@ impl Config {
     /// Installs CPython's signal handlers in this interpreter.
     pub fn install_signal_handlers(mut self, yes: bool) -> Config {
         self.install_signal_handlers = yes;
+        self
+    }
+    /// Gives this interpreter the process's stdin.
+    pub fn inherit_stdin(mut self, yes: bool) -> Config {
+        self.inherit_stdin = yes;
+        self
+    }
+    /// Sets the main thread's stack size.
+    pub fn stack_size(mut self, bytes: usize) -> Config {
+        self.stack_size = Some(bytes);
         self
     }
     /// Forwards output as it is written.
@@ -166,6 +187,44 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 static NEXT_BUFFER: AtomicU64 = AtomicU64::new(1);
 /// The interpreter that installed signal handlers, if any (id + 1, 0 = none).
 static SIGNAL_OWNER: AtomicUsize = AtomicUsize::new(0);
+/// The interpreter that has the process's stdin, if any (id + 1, 0 = none).
+static STDIN_OWNER: AtomicUsize = AtomicUsize::new(0);
+
+/// The stack a plain `python` process's main thread has: the soft `RLIMIT_STACK`
+/// (8 MiB on most systems), or 8 MiB when that is unlimited, at least 2 MiB. Used for
+/// each interpreter's main thread; give threads that call deep Python code through
+/// `run` the same (`std::thread::Builder::stack_size`): calls run on the caller's stack,
+/// and a thread spawned by Rust has 2 MiB, a third of the recursion depth `python` allows.
+pub fn main_stack_size() -> usize {
+    const DEFAULT: usize = 8 << 20;
+    // SAFETY: getrlimit writes into the struct passed.
+    let soft = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_STACK, &mut r) == 0).then_some(r.rlim_cur)
+    };
+    match soft {
+        Some(l) if l != libc::RLIM_INFINITY => (l as usize).clamp(2 << 20, 1 << 30),
+        _ => DEFAULT,
+    }
+}
+
+/// Takes the process-wide role `slot` holds (signal handlers, stdin) for interpreter
+/// `id`, or names the interpreter that has it.
+fn claim(slot: &AtomicUsize, id: usize, what: &str) -> Result<()> {
+    slot.compare_exchange(0, id + 1, Ordering::AcqRel, Ordering::Acquire)
+        .map(drop)
+        .map_err(|owner| {
+            Error::InvalidArgument(format!(
+                "interpreter {} already {what}; only one live interpreter may",
+                owner - 1
+            ))
+        })
+}
+
+/// Gives back what `claim` took, if interpreter `id` holds it.
+fn release(slot: &AtomicUsize, id: usize) {
+    let _ = slot.compare_exchange(id + 1, 0, Ordering::AcqRel, Ordering::Acquire);
+}
 
 /// One CPython interpreter: a fresh copy of libpython in an elf-loader namespace of its
 /// own, initialised with `PyConfig` by a thread it owns (its `threading.main_thread()`).
@@ -277,15 +336,14 @@ impl Interpreter {
             None => install.executable.clone(),
         };
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        if config.install_signal_handlers
-            && SIGNAL_OWNER
-                .compare_exchange(0, id + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            return Err(Error::InvalidArgument(format!(
-                "interpreter {} already installed signal handlers; only one live interpreter may",
-                SIGNAL_OWNER.load(Ordering::Acquire) - 1
-            )));
+        if config.install_signal_handlers {
+            claim(&SIGNAL_OWNER, id, "installed signal handlers")?;
+        }
+        if config.inherit_stdin {
+            if let Err(e) = claim(&STDIN_OWNER, id, "has the process's stdin") {
+                release(&SIGNAL_OWNER, id);
+                return Err(e);
+            }
         }
         apply_blas_policy();
         let signals_before = signal_dispositions();
@@ -317,6 +375,7 @@ impl Interpreter {
         );
         let main = std::thread::Builder::new()
             .name(name.clone())
+            .stack_size(config.stack_size.unwrap_or_else(main_stack_size))
             .spawn(move || {
                 let loaded = match runner::load(&install2, &name) {
                     Ok(l) => l,
@@ -389,19 +448,25 @@ impl Interpreter {
             .map_err(|e| Error::Init {
                 interpreter: id,
                 message: format!("cannot start its main thread: {e}"),
-            })?;
-        let loaded = match ready_rx.recv() {
-            Ok(Ok(l)) => l,
-            Ok(Err(e)) => {
-                let _ = main.join();
-                if config.install_signal_handlers {
-                    SIGNAL_OWNER.store(0, Ordering::Release);
-                }
+            });
+        let main = match main {
+            Ok(m) => m,
+            Err(e) => {
+                release(&SIGNAL_OWNER, id);
+                release(&STDIN_OWNER, id);
                 return Err(e);
             }
-            Err(_) => {
+        };
+        let loaded = match ready_rx.recv() {
+            Ok(Ok(l)) => l,
+            failed => {
                 let _ = main.join();
-                return Err(Error::MainThreadGone(id));
+                release(&SIGNAL_OWNER, id);
+                release(&STDIN_OWNER, id);
+                return Err(match failed {
+                    Ok(Err(e)) => e,
+                    _ => Error::MainThreadGone(id),
+                });
             }
         };
         let me = Interpreter {
@@ -416,6 +481,9 @@ impl Interpreter {
         };
         if config.forward.is_some() {
             me.dispatch(&["forward"])?;
+        }
+        if !config.inherit_stdin {
+            me.dispatch(&["no_stdin"])?;
         }
         tracing::info!(interpreter = id, python = %me.install.version_string, libraries = me.namespace().library_count(), "multipy interpreter ready");
         Ok(me)
@@ -680,10 +748,13 @@ impl Dispatcher {
             stderr: std::mem::take(&mut f[2]),
         };
         match f[0].as_str() {
-            "ok" => Ok(Reply {
-                output,
-                value: serde_json::from_str(&f[7]).unwrap_or(serde_json::Value::Null),
-            }),
+            "ok" => match serde_json::from_str(&f[7]) {
+                Ok(value) => Ok(Reply { output, value }),
+                Err(e) => Err(Error::Host {
+                    interpreter: self.id,
+                    message: format!("the call's value is not JSON the host can read: {e}"),
+                }),
+            },
             "exit" => Err(Error::SystemExit {
                 interpreter: self.id,
                 code: f[6].parse().unwrap_or(1),
@@ -722,9 +793,8 @@ impl Drop for Interpreter {
         if let Some(main) = self.main.take() {
             let _ = main.join();
         }
-        if SIGNAL_OWNER.load(Ordering::Acquire) == self.id + 1 {
-            SIGNAL_OWNER.store(0, Ordering::Release);
-        }
+        release(&SIGNAL_OWNER, self.id);
+        release(&STDIN_OWNER, self.id);
         let Some(loaded) = self.loaded.take() else {
             return;
         };

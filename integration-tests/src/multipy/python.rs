@@ -65,6 +65,15 @@ impl PythonInstall {
         if let Some(found) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(spec) {
             return Ok(found.clone());
         }
+        if let PythonSpec::Version(a, b) = spec {
+            // Refused before any probe: an unsupported Python may not even run the probe.
+            if !SUPPORTED.contains(&(*a, *b)) {
+                return Err(Error::UnsupportedPython {
+                    python: PathBuf::from(format!("python{a}.{b}")),
+                    version: format!("{a}.{b}"),
+                });
+            }
+        }
         let found = match spec {
             PythonSpec::Default => Self::find_version(3, 11)?,
             PythonSpec::Version(a, b) => Self::find_version(*a, *b)?,

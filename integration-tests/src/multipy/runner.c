@@ -87,13 +87,14 @@ static char *take_error(const char *what) {
     return out;
 }
 
-/* _multipy_host.write(stream, text): hands text to the host's sink. */
+/* _multipy_host.write(stream, data): hands bytes (UTF-8 text, or whatever the Python code
+ * wrote to sys.stdout.buffer) to the host's sink. */
 static PyObject *host_write(PyObject *self, PyObject *args) {
     int stream;
     const char *data;
     Py_ssize_t len;
     (void)self;
-    if (!PyArg_ParseTuple(args, "is#", &stream, &data, &len)) return NULL;
+    if (!PyArg_ParseTuple(args, "iy#", &stream, &data, &len)) return NULL;
     if (g_write) g_write(g_host, stream, data, (size_t)len);
     Py_RETURN_NONE;
 }
@@ -265,16 +266,29 @@ int mp_initialize(const struct mp_config *c, char **error, char **code_out, size
     return 0;
 }
 
+/* Copies result field i out as UTF-8 bytes. Surrogate escapes (bytes written to
+ * sys.stdout.buffer that were not UTF-8) become the bytes they stand for; any other lone
+ * surrogate (in an exception message, say) is written as a backslash escape. So a field
+ * is never lost to a character UTF-8 cannot hold. */
 static void put(struct mp_result *r, int i, PyObject *s) {
-    Py_ssize_t n = 0;
-    const char *u = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8AndSize(s, &n) : NULL;
-    if (!u) { PyErr_Clear(); u = ""; n = 0; }
-    r->fields[i] = malloc((size_t)n + 1);
-    if (r->fields[i]) {
-        memcpy(r->fields[i], u, (size_t)n);
-        r->fields[i][n] = 0;
-        r->lens[i] = (size_t)n;
+    PyObject *b = NULL;
+    if (s && PyUnicode_Check(s)) {
+        b = PyUnicode_AsEncodedString(s, "utf-8", "surrogateescape");
+        if (!b) {
+            PyErr_Clear();
+            b = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
+        }
     }
+    if (!b) PyErr_Clear();
+    const char *u = b ? PyBytes_AS_STRING(b) : "";
+    size_t n = b ? (size_t)PyBytes_GET_SIZE(b) : 0;
+    r->fields[i] = malloc(n + 1);
+    if (r->fields[i]) {
+        memcpy(r->fields[i], u, n);
+        r->fields[i][n] = 0;
+        r->lens[i] = n;
+    }
+    Py_XDECREF(b);
 }
 
 /* Runs dispatch(op, *args) under this copy's GIL, from any thread. Returns 0 when
