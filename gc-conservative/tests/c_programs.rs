@@ -1,8 +1,8 @@
 //! C programs against the headers and `libgc_conservative.so` (which carries gc-core's C
 //! ABI too), each run as a child process (the default heap is process-global):
 //! conservative scanning of a local variable, of a callee-saved register and of two
-//! threads' stacks (each with scanning on, and off so that the test can fail), and
-//! GCBench with no precise roots at all under the collect-every-N stress mode. With
+//! threads' stacks (each with scanning on, and off so that the test can fail), misuse
+//! of the compat API (`misuse.c`), and GCBench with no precise roots at all under the collect-every-N stress mode. With
 //! `GC_CONSERVATIVE_VALGRIND=1` (set by `cargo xtask test`) GCBench also runs under
 //! valgrind, which must report no error.
 
@@ -56,6 +56,28 @@ fn two_threads_hold_objects_on_their_stacks_while_the_other_collects() {
 fn native_api_scan_range_and_conservative_bodies() {
     let out = run(Command::new(conservative()).arg("native"));
     assert!(out.contains("native: ok"), "{out}");
+}
+
+/// Misuse a ported C system commits, each found by a user trial (crash, hang or a
+/// wrong answer before): allocation inside a GC-safe region, another thread's ptls, the
+/// seed's type check on free cells, a GC-safe region inside a root scanner, sweep
+/// functions and finalizers on memory that is not an object, and GAP's mark functions
+/// passing a saved ptls while marking runs on every collector thread.
+#[test]
+fn misuse_of_the_compat_api_gets_errors_not_crashes() {
+    let exe = build("tests/c/misuse.c", "misuse");
+    let out = run(Command::new(&exe).arg("17"));
+    for case in [
+        "safe-alloc: ok",
+        "other-ptls: ok",
+        "free-type: ok",
+        "scanner-safe: ok",
+        "not-object: ok",
+        "saved-ptls: ok (262143 nodes)",
+        "misuse: all ok",
+    ] {
+        assert!(out.contains(case), "{case} missing: {out}");
+    }
 }
 
 fn gcbench() -> &'static Path {

@@ -578,10 +578,12 @@ int gc_set_stress(struct gc_heap_t *heap, uint64_t every);
 int gc_set_verify(struct gc_heap_t *heap, int on);
 
 /**
- * The type of a live object (`jl_typeof`); NULL for NULL.
+ * The type of a live object (`jl_typeof`); NULL for NULL, and for a free or
+ * never-used pool cell (whose header holds a free-list link or 0, never a type), so
+ * that the seed's validity check `base_ptr(jl_typeof(obj)) != NULL` rejects them.
  *
  * # Safety
- * `obj` null or a live object.
+ * `obj` null or a live object (or a cell `is_internal_obj_alloc` reported).
  */
 void *gc_typeof(void *obj);
 

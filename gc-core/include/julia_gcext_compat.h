@@ -20,12 +20,13 @@
  * jl_typeof are inline functions (macros over gc_compat_*, at the end of this header)
  * that read the published layouts of the thread state (gc_tls_head_t) and of the
  * marker (gc_mark_fast_t), as Julia's julia.h does: marking a child from a mark
- * function is a few loads, a store and a push, with no call and no validation. They
- * trust their arguments as the seed's API does (a ptls from jl_get_ptls_states or
- * given to the mark function, live objects); the out-of-line functions they fall back
- * to check everything. Define GC_CORE_CHECKED before including this header to call the
- * checked functions everywhere (each call then validates its ptls and, with the heap's
- * verify mode on, every queued reference).
+ * function is a few loads, a compare of the ptls's thread, a store and a push, with no
+ * call. They trust their objects as the seed's API does (live objects); a ptls of
+ * another thread is sent out of line. The out-of-line functions check the ptls (it
+ * must be the calling thread's; in a mark function, any thread's ptls is taken as the
+ * calling collector thread's own, as GAP's mark functions pass a saved one) and, with
+ * the heap's verify mode on, every queued reference. Define GC_CORE_CHECKED before
+ * including this header to call the out-of-line functions everywhere.
  */
 #ifndef JULIA_GCEXT_COMPAT_H
 #define JULIA_GCEXT_COMPAT_H
@@ -298,8 +299,12 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
 {
     if (obj == NULL)
         return 0;
-    gc_mark_fast_t *mk = ptls ? (gc_mark_fast_t *)((gc_tls_head_t *)ptls)->marker : NULL;
-    if (__builtin_expect(mk == NULL || mk->slow != 0, 0))
+    const gc_tls_head_t *hd = (const gc_tls_head_t *)ptls;
+    gc_mark_fast_t *mk = hd ? (gc_mark_fast_t *)hd->marker : NULL;
+    /* Another thread's ptls (GAP passes the collecting thread's, kept in a global, from
+     * mark functions that run on every collector thread): out of line, which queues on
+     * the calling collector thread's own stack. */
+    if (__builtin_expect(mk == NULL || mk->slow != 0 || hd->thread != gc_compat_self(), 0))
         return (jl_gc_mark_queue_obj)(ptls, obj);
     uintptr_t *hp = (uintptr_t *)obj - 1;
     uintptr_t h = *hp;
@@ -337,9 +342,15 @@ static inline void gc_compat_wb_back(void *ptr)
         (jl_gc_wb_back)(ptr);
 }
 
+/* jl_typeof: NULL for a free cell (bit 3 of its header: a free-list link, never a type),
+ * so that the seed's check jl_gc_internal_obj_base_ptr(jl_typeof(obj)) != NULL rejects
+ * the reserved cells jl_gc_is_internal_obj_alloc reports. */
 static inline jl_value_t *gc_compat_typeof(jl_value_t *v)
 {
-    return v ? (jl_value_t *)(GC_COMPAT_HDR(v) & ~(uintptr_t)15) : NULL;
+    if (!v)
+        return NULL;
+    uintptr_t h = GC_COMPAT_HDR(v);
+    return (jl_value_t *)((h & 8) ? 0 : (h & ~(uintptr_t)15));
 }
 
 #define jl_get_ptls_states() gc_compat_get_ptls()

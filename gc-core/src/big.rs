@@ -40,6 +40,54 @@ impl BigHeader {
     }
 }
 
+/// Whether `addr` is an allocated object of heap `heap_id`: the start of an allocated
+/// cell of one of its pool pages, or, outside every pool page, a big object (its
+/// bookkeeping header's magic and an allocated header word; the memory in front of
+/// `addr` is read only if it is mapped). For entry points that take an object from C,
+/// where a malloc'd, static or interior pointer would otherwise corrupt memory. A big
+/// object of another heap passes: big objects do not record their heap.
+pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
+    if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
+        return false;
+    }
+    if let Some(page) = crate::pagetable::lookup(addr) {
+        return match page.cell_layout() {
+            Some((cell, class)) if page.owner() == heap_id => {
+                page.cell_index(addr, cell, class)
+                    .is_some_and(|i| page.object_at(i, cell) == addr)
+                    && page.is_allocated(addr)
+            }
+            _ => false,
+        };
+    }
+    if !mapped(addr - BIG_HEADER, BIG_HEADER) {
+        return false;
+    }
+    // SAFETY: the BIG_HEADER bytes in front of addr are mapped (checked above) and
+    // readable (anonymous or file memory a program hands as an object is); the fields
+    // are plain words.
+    let (magic, tag) = unsafe {
+        let h = (addr - BIG_HEADER) as *const BigHeader;
+        (
+            std::ptr::addr_of!((*h).magic).read_volatile(),
+            (*h).tag.load(Ordering::Relaxed),
+        )
+    };
+    magic == BIG_MAGIC && crate::object::header_is_allocated(tag)
+}
+
+/// Whether every page of `[addr, addr + len)` is mapped (`mincore` fails with ENOMEM on
+/// an unmapped page).
+fn mapped(addr: usize, len: usize) -> bool {
+    const PAGE: usize = 4096;
+    let lo = addr & !(PAGE - 1);
+    let hi = (addr + len).div_ceil(PAGE) * PAGE;
+    let mut vec = [0u8; 2];
+    // SAFETY: mincore writes one byte per page of the range into `vec`; the range
+    // spans at most two pages (len <= PAGE).
+    unsafe { libc::mincore(lo as *mut libc::c_void, hi - lo, vec.as_mut_ptr()) == 0 }
+}
+
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
 pub(crate) fn alloc(size: usize, tag: usize) -> Option<ObjRef> {
     let size = size.checked_add(15)? & !15;

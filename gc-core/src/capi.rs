@@ -489,14 +489,14 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
 fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let ms = m as *const MutatorShared;
     if !ms.is_null() {
-        // The owning thread is compared only in verify mode (the `checked` flag) and in
-        // debug builds: a release build trusts the seed's contract, as Julia does.
+        // The owning thread is always compared (one load of the thread pointer): a
+        // ptls of another thread would otherwise allocate from, or queue into, that
+        // thread's pages and corrupt them.
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         let ok = unsafe {
             (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
-                && (!(cfg!(debug_assertions) || (*ms).head.checked.load(Ordering::Relaxed))
-                    || (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id())
+                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
         };
         if ok {
             // SAFETY: the calling thread's attached mutator.
@@ -678,20 +678,19 @@ pub unsafe extern "C" fn gc_alloc(
     size: usize,
     ty: *mut c_void,
 ) -> *mut c_void {
-    // The fast path: the calling thread's mutator (its magic, no checked mode; in debug
-    // builds its owning thread too), a type it allocated before (the cache), a free cell
-    // of its current page. Everything else, errors included, in `gc_alloc_slow`.
+    // The fast path: the calling thread's own mutator (its magic and owning thread: one
+    // load of the thread pointer), running managed code (not in a GC-safe region), no
+    // checked mode, a type it allocated before (the cache), a free cell of its current
+    // page. Everything else, errors included, in `gc_alloc_slow`.
     let ms = m as *const MutatorShared;
     if !ms.is_null()
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         && unsafe {
             (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
+                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
                 && !(*ms).head.checked.load(Ordering::Relaxed)
-                // Debug builds compare the owning thread here too (as `mutator_ref`
-                // does), so that they run this fast path with the same checks.
-                && (!cfg!(debug_assertions)
-                    || (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id())
+                && (*ms).state.load(Ordering::Relaxed) == mutator::RUNNING
         }
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
@@ -739,6 +738,11 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
             Err(e) => return fail(e, std::ptr::null_mut()),
         }
     };
+    if ms.state.load(Ordering::Relaxed) != RUNNING {
+        // Checked before the thread's current page is used: a thread in a GC-safe region
+        // counts as stopped, and a collection may be sweeping that page.
+        return fail(GcError::InGcSafeRegion, std::ptr::null_mut());
+    }
     // SAFETY: ms is the calling thread's mutator.
     match unsafe { ms.alloc(size, t) } {
         Ok(o) => o.as_ptr().cast(),
@@ -973,10 +977,18 @@ fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsH
         // handed out (mutator or helper record), which stays readable.
         let h = unsafe { &*head };
         let magic = h.magic.load(Ordering::Relaxed);
-        if (magic == mutator::MUTATOR_MAGIC || magic == HELPER_MAGIC)
-            && h.thread.load(Ordering::Relaxed) == mutator::thread_id()
-        {
-            return Some(h);
+        if magic == mutator::MUTATOR_MAGIC || magic == HELPER_MAGIC {
+            if h.thread.load(Ordering::Relaxed) == mutator::thread_id() {
+                return Some(h);
+            }
+            // A ptls of another thread. GAP keeps the collecting thread's ptls in a
+            // global (set in its pre-GC callback) and passes that from its mark
+            // functions, which here run on every collector thread: the reference goes
+            // on the calling collector thread's own mark stack instead of racing for
+            // another thread's.
+            if let Some(own) = own_marking_head() {
+                return Some(own);
+            }
         }
     }
     if crate::mark::helper_ptls().is_null() {
@@ -988,6 +1000,23 @@ fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsH
         ));
         None
     }
+}
+
+/// The calling thread's own record if it is marking now: a collector helper thread's,
+/// or the collecting thread's while its marker is set.
+fn own_marking_head<'a>() -> Option<&'a TlsHead> {
+    let helper = crate::mark::helper_ptls();
+    if !helper.is_null() {
+        // SAFETY: a helper thread's record lives as long as the thread.
+        return Some(unsafe { &*helper });
+    }
+    let cur = mutator::current();
+    if cur.is_null() {
+        return None;
+    }
+    // SAFETY: the calling thread's attached mutator is alive while attached.
+    let head = unsafe { &(*cur).head };
+    (!head.marker.load(Ordering::Acquire).is_null()).then_some(head)
 }
 
 /// Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
@@ -1336,15 +1365,24 @@ pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int
     0
 }
 
-/// The type of a live object (`jl_typeof`); NULL for NULL.
+/// The type of a live object (`jl_typeof`); NULL for NULL, and for a free or
+/// never-used pool cell (whose header holds a free-list link or 0, never a type), so
+/// that the seed's validity check `base_ptr(jl_typeof(obj)) != NULL` rejects them.
 ///
 /// # Safety
-/// `obj` null or a live object.
+/// `obj` null or a live object (or a cell `is_internal_obj_alloc` reported).
 #[no_mangle]
 pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
     match ObjRef::from_ptr(obj.cast()) {
-        // SAFETY: a live object per the caller.
-        Some(o) => (unsafe { o.header_bits() } & !TAG_BITS) as *mut c_void,
+        Some(o) => {
+            // SAFETY: a live object or a pool cell per the caller.
+            let h = unsafe { o.header_bits() };
+            if h & crate::object::FREE != 0 {
+                std::ptr::null_mut()
+            } else {
+                (h & !TAG_BITS) as *mut c_void
+            }
+        }
         None => std::ptr::null_mut(),
     }
 }
@@ -1554,6 +1592,15 @@ pub unsafe extern "C" fn gc_add_finalizer(
         set_error("gc_add_finalizer: finalizer function is NULL");
         return -1;
     };
+    if !crate::big::is_allocated_object(ms.heap().id(), o.addr()) {
+        return fail(
+            GcError::NotAnObject {
+                what: "gc_add_finalizer",
+                addr: o.addr(),
+            },
+            -1,
+        );
+    }
     // SAFETY: the calling thread's attached mutator.
     unsafe { Mutator::borrowed(ms) }.add_c_finalizer(o, f);
     0

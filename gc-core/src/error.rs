@@ -86,6 +86,15 @@ pub enum GcError {
     /// The call needs the thread to run managed code, but it is inside a GC-safe region.
     #[error("this thread is inside a GC-safe region and may not touch the heap")]
     InGcSafeRegion,
+    /// A pointer given as an object is not an allocated object of the heap (memory of
+    /// the system allocator, a static, an interior pointer, a freed cell).
+    #[error("{what}: {addr:#x} is not an allocated object of this heap (an object pointer points just past its header)")]
+    NotAnObject {
+        /// The operation.
+        what: &'static str,
+        /// The address given.
+        addr: usize,
+    },
     /// The call is not allowed while a collection is running on this thread (for example
     /// allocating from a sweep function or callback).
     #[error("{what} is not allowed during a collection")]

@@ -43,8 +43,24 @@ static SPARE: parking_lot::Mutex<Vec<Arc<MutatorShared>>> = parking_lot::Mutex::
 /// The calling thread's id, as stored in `MutatorShared::thread`.
 #[inline]
 pub(crate) fn thread_id() -> usize {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+    {
+        // glibc's pthread_self() on x86_64 is the thread pointer's self field, %fs:0x10
+        // (what the compat header's inline jl_get_ptls_states reads too): one load, so
+        // that every C entry point can afford to check the calling thread.
+        let id: usize;
+        // SAFETY: reads the current thread's TCB, which glibc keeps mapped for the
+        // thread's lifetime; no memory is written and no flags are changed.
+        unsafe {
+            std::arch::asm!("mov {}, fs:0x10", out(reg) id, options(nostack, readonly, preserves_flags, pure))
+        };
+        id
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
     // SAFETY: pthread_self has no preconditions.
-    unsafe { libc::pthread_self() as usize }
+    unsafe {
+        libc::pthread_self() as usize
+    }
 }
 
 /// Running managed code (may touch the heap).
@@ -220,6 +236,13 @@ impl MutatorShared {
     /// Marks the thread GC-safe; the caller has saved the registers of the frame that
     /// stays live during the region.
     pub(crate) fn enter_safe_saved(&self) -> u8 {
+        if self.in_collection.load(Ordering::Relaxed) {
+            // The collecting thread itself, in a callback (a root scanner waiting for a
+            // lock): nothing else runs, so the region changes nothing; the returned
+            // state makes the matching leave a no-op too (it would otherwise wait for
+            // the end of the collection this thread is running).
+            return SAFE;
+        }
         self.record_stop();
         let old = self.state.swap(SAFE, Ordering::SeqCst);
         let heap = self.heap();
@@ -597,6 +620,12 @@ impl MutatorShared {
     /// Owning thread; `obj` is a live object of this heap.
     pub(crate) unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
         let heap = self.heap();
+        if !crate::big::is_allocated_object(heap.id(), obj.addr()) {
+            return Err(GcError::NotAnObject {
+                what: "schedule_sweep",
+                addr: obj.addr(),
+            });
+        }
         // SAFETY: live object.
         let ty = TypeRef(
             ObjRef::from_addr(unsafe { obj.header_bits() } & !crate::object::TAG_BITS)
