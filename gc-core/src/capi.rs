@@ -1870,6 +1870,24 @@ pub struct jl_sym_t {
 }
 
 static SYMBOLS: Mutex<Option<HashMap<String, &'static jl_sym_t>>> = Mutex::new(None);
+/// The addresses `jl_symbol` handed out, so that a pointer given as a symbol can be
+/// checked before it is read (a C string passed instead of `jl_symbol(...)` is a common
+/// slip when porting).
+static SYMBOL_ADDRS: Mutex<Option<std::collections::HashSet<usize>>> = Mutex::new(None);
+
+/// Whether `sym` came from `jl_symbol`; records an error naming `what` if not.
+fn is_symbol(sym: *const jl_sym_t, what: &str) -> bool {
+    let known = SYMBOL_ADDRS
+        .lock()
+        .as_ref()
+        .is_some_and(|s| s.contains(&(sym as usize)));
+    if !known {
+        set_error(format!(
+            "{what}: {sym:p} is not a symbol from jl_symbol (a C string passed as the name?)"
+        ));
+    }
+    known
+}
 
 /// Interns `name` (`jl_symbol`); NULL if `name` is NULL or not UTF-8.
 ///
@@ -1883,9 +1901,14 @@ pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
     let mut table = SYMBOLS.lock();
     let map = table.get_or_insert_with(HashMap::new);
     let sym = *map.entry(s.to_string()).or_insert_with(|| {
-        Box::leak(Box::new(jl_sym_t {
+        let sym: &'static jl_sym_t = Box::leak(Box::new(jl_sym_t {
             name: CString::new(s).expect("came from a C string"),
-        }))
+        }));
+        SYMBOL_ADDRS
+            .lock()
+            .get_or_insert_with(Default::default)
+            .insert(sym as *const jl_sym_t as usize);
+        sym
     });
     sym as *const jl_sym_t as *mut jl_sym_t
 }
@@ -1896,7 +1919,7 @@ pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
 /// `sym` null or from `jl_symbol`.
 #[no_mangle]
 pub unsafe extern "C" fn jl_symbol_name(sym: *mut jl_sym_t) -> *const c_char {
-    if sym.is_null() {
+    if sym.is_null() || !is_symbol(sym, "jl_symbol_name") {
         return std::ptr::null();
     }
     // SAFETY: symbols are immortal.
@@ -1992,6 +2015,9 @@ pub unsafe extern "C" fn jl_new_foreign_type(
     };
     if name.is_null() {
         set_error("jl_new_foreign_type: name is NULL");
+        return std::ptr::null_mut();
+    }
+    if !is_symbol(name, "jl_new_foreign_type") {
         return std::ptr::null_mut();
     }
     let heap = gc_default_heap();

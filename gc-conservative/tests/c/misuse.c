@@ -9,7 +9,8 @@
  *   scanner-safe jl_gc_safe_enter/leave inside a root scanner (around a lock wait):
  *                returns instead of waiting for the collection it is part of
  *   not-object   jl_gc_schedule_foreign_sweepfunc and jl_gc_add_ptr_finalizer on
- *                malloc'd memory or an interior pointer: an error, nothing recorded
+ *                malloc'd memory or an interior pointer, jl_new_foreign_type given a C
+ *                string instead of a jl_symbol: an error, nothing recorded
  *   saved-ptls   GAP's mark functions pass the collecting thread's ptls saved in a
  *                global (set in its pre-GC hook), not the one they were given; with
  *                parallel marking they run on every collector thread: every node kept
@@ -206,6 +207,10 @@ static void not_object(jl_ptls_t p)
     m[1] = (uintptr_t)sweep_ty; /* looks like a header naming a valid type */
     jl_gc_schedule_foreign_sweepfunc(p, (jl_value_t *)(m + 2));
     CHECK(strstr(last_error(), "is not an allocated object") != NULL, "malloc'd: %s", last_error());
+    /* A C string where jl_symbol(...) belongs. */
+    CHECK(jl_new_foreign_type((jl_sym_t *)"Name", NULL, NULL, NULL, NULL, 0, 0) == NULL,
+          "a C string accepted as a symbol");
+    CHECK(strstr(last_error(), "is not a symbol from jl_symbol") != NULL, "%s", last_error());
     jl_value_t *o = jl_gc_alloc_typed(p, 64, sweep_ty);
     jl_gc_schedule_foreign_sweepfunc(p, (jl_value_t *)((char *)o + 16));
     CHECK(strstr(last_error(), "is not an allocated object") != NULL, "interior: %s", last_error());
