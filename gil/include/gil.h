@@ -33,6 +33,7 @@ extern "C" {
 #define GIL_ERR_INVALID_CONFIG -10    /* a configuration value is out of range */
 #define GIL_ERR_ALREADY_SHUT_DOWN -11 /* shutdown was already called */
 #define GIL_ERR_INSIDE_ACTION -12     /* not allowed inside a safepoint action */
+#define GIL_ERR_INSIDE_HOOK -13       /* not allowed inside an on_block/on_unblock hook */
 
 /* gil_submit_action target: every attached thread. */
 #define GIL_ALL_THREADS 0
@@ -88,8 +89,11 @@ const char *gil_last_error(void);
 /* Creates a GIL named name (may be NULL). switch_interval_us: how long a waiter lets the
  * holder run before asking it to drop (CPython's default is 5000); 0: never ask. */
 int32_t gil_new(const char *name, uint64_t switch_interval_us, gil_t **out);
-/* Drops this reference; attached threads keep the GIL alive until they detach. Call
- * gil_shutdown first to end the threads. NULL is ignored. */
+/* Frees this handle: no thread may pass the pointer to any gil_* call afterwards
+ * (gil_release and gil_detach included). A thread blocked inside a call at that moment
+ * finishes it (the GIL's state lives until no thread needs it). So: gil_shutdown first,
+ * which ends the threads, then gil_delete once every thread has detached. NULL is
+ * ignored. */
 void gil_delete(gil_t *gil);
 
 /* Attaches the calling thread (name may be NULL); thread_id_out may be NULL. */

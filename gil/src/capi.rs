@@ -45,6 +45,8 @@ pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = -11;
 
 /// The call is not allowed inside a safepoint action.
 pub const GIL_ERR_INSIDE_ACTION: i32 = -12;
+/// Not allowed inside an `on_block` / `on_unblock` hook.
+pub const GIL_ERR_INSIDE_HOOK: i32 = -13;
 
 /// Action target meaning every attached thread.
 pub const GIL_ALL_THREADS: u64 = 0;
@@ -144,6 +146,7 @@ fn code_of(e: &GilError) -> i32 {
         GilError::ActionTimeout { .. } | GilError::ShutdownIncomplete { .. } => GIL_ERR_TIMEOUT,
         GilError::InvalidConfig { .. } => GIL_ERR_INVALID_CONFIG,
         GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
+        GilError::InsideHook { .. } => GIL_ERR_INSIDE_HOOK,
     }
 }
 
@@ -234,8 +237,10 @@ pub unsafe extern "C" fn gil_new(
     })
 }
 
-/// Drops this reference to the GIL (attached threads keep it alive until they detach).
-/// Call `gil_shutdown` first to end the threads. NULL is ignored.
+/// Frees this handle: no thread may pass the pointer to any call afterwards
+/// (`gil_release` and `gil_detach` included); a thread blocked inside a call at that
+/// moment finishes it (the GIL's state lives until no thread needs it). Call
+/// `gil_shutdown` first, then delete once every thread has detached. NULL is ignored.
 ///
 /// # Safety
 /// `gil` is null or from `gil_new` and not used afterwards.

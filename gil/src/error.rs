@@ -104,6 +104,17 @@ pub enum GilError {
         /// The call that was refused.
         call: &'static str,
     },
+    /// A GIL call made from inside an embedder hook (`on_block` / `on_unblock`), which
+    /// runs while the thread changes state: take, drop, yield or block.
+    #[error("thread {thread} called {call} on GIL {gil} from inside an on_block/on_unblock hook")]
+    InsideHook {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+        /// The call that was refused.
+        call: &'static str,
+    },
     /// A configuration value is out of range.
     #[error("invalid GIL configuration: {what}")]
     InvalidConfig {

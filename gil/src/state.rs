@@ -42,6 +42,9 @@ pub(crate) const F_INVALID: u32 = 8;
 /// Flag: the thread is running safepoint actions (set and cleared by the thread itself;
 /// it makes `poll` and `acquire` take their slow paths, which refuse nested GIL calls).
 pub(crate) const F_IN_ACTION: u32 = 16;
+/// The thread is inside an embedder hook (`on_block` / `on_unblock`): GIL calls from
+/// there would call the hook again, without end.
+pub(crate) const F_IN_HOOK: u32 = 32;
 
 /// Status: attached, not blocked (it may or may not hold the GIL).
 pub(crate) const S_RUNNING: u8 = 0;
@@ -289,8 +292,16 @@ impl Shared {
 
     /// Refuses `call` while the thread runs a safepoint action.
     fn check_not_in_action(&self, ts: &ThreadState, call: &'static str) -> Result<(), GilError> {
-        if ts.flags.load(Ordering::Relaxed) & F_IN_ACTION != 0 {
+        let f = ts.flags.load(Ordering::Relaxed);
+        if f & F_IN_ACTION != 0 {
             return Err(GilError::InsideAction {
+                gil: self.label.clone(),
+                thread: ts.label(),
+                call,
+            });
+        }
+        if f & F_IN_HOOK != 0 {
+            return Err(GilError::InsideHook {
                 gil: self.label.clone(),
                 thread: ts.label(),
                 call,
@@ -759,9 +770,11 @@ impl Shared {
     fn hook_block(&self, ts: &ThreadState, reason: BlockReason) {
         if let Some(h) = self.hook() {
             let id = ts.thread_id();
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.on_block(id, reason)))
-                .is_err()
-            {
+            ts.flags.fetch_or(F_IN_HOOK, Ordering::Relaxed);
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.on_block(id, reason)));
+            ts.flags.fetch_and(!F_IN_HOOK, Ordering::Relaxed);
+            if r.is_err() {
                 tracing::error!(gil = %self.label, thread = %ts.label(), "on_block hook panicked; ignored");
             }
         }
@@ -770,9 +783,11 @@ impl Shared {
     fn hook_unblock(&self, ts: &ThreadState, reason: BlockReason) {
         if let Some(h) = self.hook() {
             let id = ts.thread_id();
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.on_unblock(id, reason)))
-                .is_err()
-            {
+            ts.flags.fetch_or(F_IN_HOOK, Ordering::Relaxed);
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.on_unblock(id, reason)));
+            ts.flags.fetch_and(!F_IN_HOOK, Ordering::Relaxed);
+            if r.is_err() {
                 tracing::error!(gil = %self.label, thread = %ts.label(), "on_unblock hook panicked; ignored");
             }
         }

@@ -213,6 +213,9 @@ void PyObject_GC_Track(void *op);
 void PyObject_GC_UnTrack(void *op);
 void PyObject_GC_Del(void *op);
 int PyType_Ready(PyTypeObject *tp);
+/* Runs the cycle collector. Returns the number of native objects it deallocated (the
+ * cycles' members and what their deallocation freed in turn), where CPython returns the
+ * number of unreachable objects it found; -1 on error. */
 Py_ssize_t PyGC_Collect(void);
 
 /* The bridge's own functions. */

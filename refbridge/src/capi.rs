@@ -106,10 +106,26 @@ pub unsafe extern "C" fn _Py_Dealloc(op: *mut PyObject) {
         Some(inner) => unsafe { inner.decref_slow(op) },
         None => {
             // SAFETY: a live object (caller).
-            if !is_stub(op) && unsafe { (*op).ob_refcnt } == 0 {
-                // SAFETY: a native object at 0 is deallocated directly.
-                unsafe { crate::bridge::call_dealloc(op) };
+            if is_stub(op) || unsafe { (*op).ob_refcnt } != 0 {
+                return;
             }
+            // SAFETY: as above.
+            if unsafe { &*(*op).ob_type }.is_gc() {
+                // GC objects belong to a bridge's list, which only a thread with that
+                // bridge entered may change: deallocating here would leave the object
+                // linked there, freed (deallocated again by that bridge's collector).
+                // SAFETY: as above.
+                let name = unsafe { &*(*op).ob_type }.name();
+                let msg = format!(
+                    "SystemError: Py_DECREF dropped the last reference to {:#x} of type {name} on a thread with no refbridge entered; GC objects are deallocated only with their bridge entered (left alone)",
+                    op as usize
+                );
+                eprintln!("refbridge: {msg}");
+                set_error(&msg);
+                return;
+            }
+            // SAFETY: a native object at 0 is deallocated directly.
+            unsafe { crate::bridge::call_dealloc(op) };
         }
     }
 }
@@ -303,7 +319,54 @@ fn var_size(tp: &PyTypeObject, n: PySsizeT) -> Option<usize> {
         .ok()?
         .checked_mul(tp.tp_itemsize.max(0) as usize)?;
     let size = (tp.tp_basicsize as usize).checked_add(items)?;
-    Some((size + 7) & !7)
+    Some(size.checked_add(7)? & !7)
+}
+
+/// Checks an object handed to a GC entry point (`PyObject_GC_Track`, `_UnTrack`,
+/// `_Del`): not NULL, not a stub, of a GC type, and allocated by the bridge entered on
+/// this thread (its list and counts are that bridge's: unlinking an object of another
+/// bridge, or of none, would corrupt both). On failure sets the error and returns
+/// `None`: the caller then leaves the object alone (a leak, never corruption).
+///
+/// # Safety
+/// `op` is NULL or points to an object.
+unsafe fn gc_checked<'a>(op: *mut PyObject, what: &str) -> Option<&'a Inner> {
+    if op.is_null() {
+        set_error(&format!("SystemError: {what}: NULL object"));
+        return None;
+    }
+    if is_stub(op) {
+        set_error(&format!(
+            "SystemError: {what}: {:#x} is a handle of a managed object, not a native GC object",
+            op as usize
+        ));
+        return None;
+    }
+    // SAFETY: an object has a type (caller).
+    let tp = unsafe { &*(*op).ob_type };
+    if !tp.is_gc() {
+        set_error(&format!(
+            "SystemError: {what}: object {:#x} of type {} is not of a GC type (Py_TPFLAGS_HAVE_GC)",
+            op as usize,
+            tp.name()
+        ));
+        return None;
+    }
+    let Some(inner) = current() else {
+        no_bridge(what);
+        return None;
+    };
+    // SAFETY: a GC object's block starts at its head.
+    let owner = unsafe { mem::block_account(gc_head(op) as *const u8) };
+    if owner != std::sync::Arc::as_ptr(&inner.account) as usize {
+        set_error(&format!(
+            "SystemError: {what}: object {:#x} of type {} was allocated by another bridge than the one entered on this thread (left alone)",
+            op as usize,
+            tp.name()
+        ));
+        return None;
+    }
+    Some(inner)
 }
 
 /// CPython's `_PyObject_GC_New` (behind `PyObject_GC_New(type, typeobj)`): a new object
@@ -387,11 +450,11 @@ pub unsafe extern "C" fn _PyObject_New(tp: *mut PyTypeObject) -> *mut PyObject {
 /// `op` is a live object of a GC type made by `PyObject_GC_New(Var)`.
 #[no_mangle]
 pub unsafe extern "C" fn PyObject_GC_Track(op: *mut c_void) {
-    let Some(inner) = current() else {
-        no_bridge("PyObject_GC_Track");
+    let op = op as *mut PyObject;
+    // SAFETY: forwarded (caller).
+    let Some(inner) = (unsafe { gc_checked(op, "PyObject_GC_Track") }) else {
         return;
     };
-    let op = op as *mut PyObject;
     if let Some(d) = &inner.debug {
         let mut d = d.lock();
         if d.is_freed(op) {
@@ -456,7 +519,8 @@ unsafe fn unlink(inner: &Inner, g: *mut PyGCHead) {
 /// `op` is a live object of a GC type.
 #[no_mangle]
 pub unsafe extern "C" fn PyObject_GC_UnTrack(op: *mut c_void) {
-    let Some(inner) = current() else {
+    // SAFETY: forwarded (caller).
+    let Some(inner) = (unsafe { gc_checked(op as *mut PyObject, "PyObject_GC_UnTrack") }) else {
         return;
     };
     // SAFETY: a GC object has a head (caller).
@@ -480,9 +544,8 @@ pub unsafe extern "C" fn PyObject_GC_Del(op: *mut c_void) {
     let op = op as *mut PyObject;
     // SAFETY: a GC object has a head (caller).
     let g = unsafe { gc_head(op) };
-    let Some(inner) = current() else {
-        // SAFETY: a counted block.
-        unsafe { mem::free(g as *mut u8) };
+    // SAFETY: forwarded (caller).
+    let Some(inner) = (unsafe { gc_checked(op, "PyObject_GC_Del") }) else {
         return;
     };
     if let Some(d) = &inner.debug {

@@ -295,6 +295,15 @@ pub const HEADER: usize = 16;
 const _: () = assert!(std::mem::size_of::<BlockHeader>() == HEADER);
 
 #[inline]
+/// The address of the account a counted block (starting at `p`) was charged to.
+///
+/// # Safety
+/// `p` came from [`alloc`] and is live.
+pub(crate) unsafe fn block_account(p: *const u8) -> usize {
+    // SAFETY: a header precedes every counted block (caller).
+    unsafe { (*((p as usize - HEADER) as *const BlockHeader)).account & !POOLED }
+}
+
 fn account_of(h: &BlockHeader) -> &MemAccount {
     // SAFETY: headers hold the address of a live account (accounts outlive their blocks).
     unsafe { &*((h.account & !POOLED) as *const MemAccount) }

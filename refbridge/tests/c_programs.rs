@@ -1,4 +1,4 @@
-//! The C program `tests/c/capi_test.c`, built with `cc` against the header (through
+//! The C programs `tests/c/capi_test.c` and `tests/c/misuse.c`, built with `cc` against the header (through
 //! `include/compat/Python.h`) and the crate's shared library, run as a child process.
 //! With `REFBRIDGE_VALGRIND=1` (set by `cargo xtask test`) it also runs under valgrind,
 //! which must report no error.
@@ -46,4 +46,23 @@ fn the_c_program_is_valgrind_clean() {
     let out = run_ok(valgrind(&[]).arg(&exe).arg("300"));
     let _ = std::fs::remove_file(&exe);
     assert!(out.contains("0 failures, ok"), "{out}");
+}
+
+/// `tests/c/misuse.c`: misuse that crashed or corrupted the collector before (a user
+/// trial): a GC object's last reference dropped on a thread with no bridge entered, or
+/// while another bridge is entered, and NULL, non-GC or overflowing arguments to the GC
+/// entry points.
+#[test]
+fn misuse_gets_errors_and_the_collector_stays_whole() {
+    let exe = build("tests/c/misuse.c", "misuse");
+    let out = run_ok(&mut Command::new(&exe));
+    let _ = std::fs::remove_file(&exe);
+    for case in [
+        "foreign-thread: ok",
+        "gc-args: ok",
+        "other-bridge: ok",
+        "misuse: all ok",
+    ] {
+        assert!(out.contains(case), "{case} missing: {out}");
+    }
 }

@@ -30,10 +30,13 @@ static long history[THREADS * ROUNDS];
 static atomic_int blocks, unblocks;
 
 static void on_block(void *data, uint64_t thread_id, int32_t reason) {
-    (void)data;
     (void)thread_id;
     CHECK(reason == GIL_BLOCK_WAITING_FOR_GIL || reason == GIL_BLOCK_BLOCKING_REGION);
     atomic_fetch_add(&blocks, 1);
+    /* A GIL call from a hook is refused (it would call the hook again, without end). */
+    int acquired = -1;
+    CHECK(gil_acquire((gil_t *)data, &acquired) == GIL_ERR_INSIDE_HOOK);
+    CHECK(strstr(gil_last_error(), "hook") != NULL);
 }
 
 static void on_unblock(void *data, uint64_t thread_id, int32_t reason) {
@@ -137,7 +140,7 @@ int main(void) {
     CHECK(strstr(gil_last_error(), "gil is NULL") != NULL);
 
     CHECK(gil_new("c-gil", 5000, &g) == GIL_OK);
-    CHECK(gil_set_hooks(g, on_block, on_unblock, NULL) == GIL_OK);
+    CHECK(gil_set_hooks(g, on_block, on_unblock, g) == GIL_OK);
     int acquired = -1;
     CHECK(gil_acquire(g, &acquired) == GIL_ERR_NOT_ATTACHED);
     CHECK(strstr(gil_last_error(), "not attached") != NULL);
