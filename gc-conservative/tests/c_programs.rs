@@ -107,3 +107,13 @@ fn gcbench_under_stress_is_valgrind_clean() {
     let out = run(valgrind(&[]).arg(gcbench()).args(["12", "11", "10", "300"]));
     assert!(out.contains("result=ok"), "{out}");
 }
+
+#[test]
+fn misuse_program_is_valgrind_clean() {
+    if !valgrind_requested("GC_CONSERVATIVE_VALGRIND") {
+        return;
+    }
+    let exe = build("tests/c/misuse.c", "misuse-vg");
+    let out = run(valgrind(&[]).arg(&exe).arg("12"));
+    assert!(out.contains("misuse: all ok"), "{out}");
+}

@@ -24,6 +24,9 @@ const BIG_MAGIC: usize = 0x000B_160B_1EC7;
 /// Bytes in front of the payload.
 pub(crate) const BIG_HEADER: usize = std::mem::size_of::<BigHeader>();
 const _: () = assert!(BIG_HEADER % 16 == 0 && BIG_HEADER == 48);
+const _: () = assert!(
+    std::mem::offset_of!(BigHeader, magic) == 16 && std::mem::offset_of!(BigHeader, tag) == 40
+);
 
 impl BigHeader {
     /// The header of the big object `obj`.
@@ -42,10 +45,11 @@ impl BigHeader {
 
 /// Whether `addr` is an allocated object of heap `heap_id`: the start of an allocated
 /// cell of one of its pool pages, or, outside every pool page, a big object (its
-/// bookkeeping header's magic and an allocated header word; the memory in front of
-/// `addr` is read only if it is mapped). For entry points that take an object from C,
-/// where a malloc'd, static or interior pointer would otherwise corrupt memory. A big
-/// object of another heap passes: big objects do not record their heap.
+/// bookkeeping header's magic and an allocated header word, read through the kernel so
+/// that unmapped memory in front of `addr` is an answer, not a fault). For entry points
+/// that take an object from C, where a malloc'd, static or interior pointer would
+/// otherwise corrupt memory. A big object of another heap passes: big objects do not
+/// record their heap.
 pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
     if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
         return false;
@@ -60,32 +64,38 @@ pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
             _ => false,
         };
     }
-    if !mapped(addr - BIG_HEADER, BIG_HEADER) {
-        return false;
-    }
-    // SAFETY: the BIG_HEADER bytes in front of addr are mapped (checked above) and
-    // readable (anonymous or file memory a program hands as an object is); the fields
-    // are plain words.
-    let (magic, tag) = unsafe {
-        let h = (addr - BIG_HEADER) as *const BigHeader;
-        (
-            std::ptr::addr_of!((*h).magic).read_volatile(),
-            (*h).tag.load(Ordering::Relaxed),
-        )
+    // The bookkeeping header in front of `addr`, copied by the kernel: memory that is not
+    // mapped (or, under valgrind, not ours) is then a failed read, not a fault.
+    let mut buf = [0usize; BIG_HEADER / 8];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: BIG_HEADER,
     };
+    let remote = libc::iovec {
+        iov_base: (addr - BIG_HEADER) as *mut libc::c_void,
+        iov_len: BIG_HEADER,
+    };
+    // SAFETY: the kernel writes at most BIG_HEADER bytes into `buf`, which has that size;
+    // the remote range is only read, and a bad one fails with EFAULT.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n != BIG_HEADER as isize {
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
+            return false;
+        }
+        // The call itself is not available (a seccomp filter): read directly, trusting
+        // that the memory in front of an address handed to us as an object is mapped.
+        // SAFETY: as stated; the words are plain integers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (addr - BIG_HEADER) as *const usize,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+    }
+    // The fields' positions in BigHeader (repr(C)): magic at 16, tag at 40.
+    let (magic, tag) = (buf[2], buf[5]);
     magic == BIG_MAGIC && crate::object::header_is_allocated(tag)
-}
-
-/// Whether every page of `[addr, addr + len)` is mapped (`mincore` fails with ENOMEM on
-/// an unmapped page).
-fn mapped(addr: usize, len: usize) -> bool {
-    const PAGE: usize = 4096;
-    let lo = addr & !(PAGE - 1);
-    let hi = (addr + len).div_ceil(PAGE) * PAGE;
-    let mut vec = [0u8; 2];
-    // SAFETY: mincore writes one byte per page of the range into `vec`; the range
-    // spans at most two pages (len <= PAGE).
-    unsafe { libc::mincore(lo as *mut libc::c_void, hi - lo, vec.as_mut_ptr()) == 0 }
 }
 
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
