@@ -1,6 +1,6 @@
 /* A C program built against include/elf_loader.h: loads the counter fixture twice
  * through the C ABI, checks the copies are independent, and exercises misuse of the
- * API (NULL and deleted handles, load twice, missing files), which must return error
+ * API (NULL, deleted and wrong-kind handles, load twice, missing files), which must return error
  * codes with messages, never crash. Usage: capi_test /path/to/libcounter.so */
 #include "elf_loader.h"
 #include <stdio.h>
@@ -51,6 +51,20 @@ int main(int argc, char **argv) {
     CHECK(elf_loader_library_load(NULL) == ELF_LOADER_ERR_ARG, "NULL library");
     CHECK(elf_loader_library_load((elf_loader_library *)&failures) == ELF_LOADER_ERR_ARG, "bogus handle");
     CHECK(strstr(elf_loader_last_error(), "invalid library handle") != NULL, "message: %s", elf_loader_last_error());
+    /* A handle of the other kind is refused, naming what was expected. */
+    CHECK(elf_loader_library_load((elf_loader_library *)ns) == ELF_LOADER_ERR_ARG, "namespace as library (load)");
+    CHECK(strstr(elf_loader_last_error(), "a namespace handle where a library handle is expected") != NULL,
+          "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_sym((elf_loader_library *)ns, "bump") == NULL, "namespace as library (sym)");
+    CHECK(elf_loader_library_add_search_library(a, (elf_loader_library *)ns) == ELF_LOADER_ERR_ARG,
+          "namespace as search library");
+    CHECK(elf_loader_library_delete((elf_loader_library *)ns) == ELF_LOADER_ERR_ARG, "namespace as library (delete)");
+    CHECK(strstr(elf_loader_last_error(), "library handle is expected") != NULL, "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_namespace_load((elf_loader_namespace *)b, so, &c) == ELF_LOADER_ERR_ARG, "library as namespace (load)");
+    CHECK(strstr(elf_loader_last_error(), "a library handle where a namespace handle is expected") != NULL,
+          "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_namespace_delete((elf_loader_namespace *)b) == ELF_LOADER_ERR_ARG, "library as namespace (delete)");
+    CHECK(bump_b() == 2, "the library survives being passed as a namespace");
     elf_loader_tls_index ti;
     CHECK(elf_loader_library_tls_sym(a, "counter", &ti) == ELF_LOADER_ERR_NOT_FOUND, "not a TLS symbol");
 
