@@ -1102,6 +1102,40 @@ impl ElfInfo {
         Ok(())
     }
 
+    /// Whether the link-time address `vaddr` lies inside an executable `PT_LOAD`.
+    pub fn is_code(&self, vaddr: u64) -> bool {
+        self.loads
+            .iter()
+            .any(|l| l.flags & PF_X != 0 && vaddr >= l.vaddr && vaddr - l.vaddr < l.memsz)
+    }
+
+    /// Checks that a defined `STT_GNU_IFUNC` symbol's value (its resolver, which the
+    /// loader calls) is code of the library: a corrupt value must be an error, not a
+    /// jump to data or to an address outside the mapping.
+    /// `name` gives the symbol's name for the message.
+    pub fn check_ifunc_symbol(
+        &self,
+        path: &Path,
+        i: u32,
+        s: &Sym,
+        name: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Result<()> {
+        if s.kind() == STT_GNU_IFUNC
+            && s.is_defined()
+            && (s.shndx == SHN_ABS || !self.is_code(s.value))
+        {
+            return Err(Error::malformed(
+                path,
+                format!(
+                    "symbol {i} ({}): STT_GNU_IFUNC resolver {:#x} is not inside an executable segment",
+                    String::from_utf8_lossy(&name().unwrap_or_default()),
+                    s.value
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads symbol `i` from the file bytes (for tools and the fuzz target).
     pub fn file_sym(&self, data: &[u8], i: u32) -> Option<Sym> {
         if i >= self.nsyms {
@@ -1168,6 +1202,9 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                 format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name),
             )
         })?;
+        info.check_ifunc_symbol(path, i, &s, || {
+            info.file_str(data, s.name).map(<[u8]>::to_vec)
+        })?;
         if let Some(v) = info.file_versym(data, i) {
             let idx = (v & 0x7fff) as usize;
             if idx >= 2 && info.versions.get(idx).is_none_or(|v| v.is_none()) {
@@ -1226,6 +1263,15 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                     reason: "target is not inside a writable segment".into(),
                 });
             }
+            if r.kind == R_X86_64_IRELATIVE && !info.is_code(r.addend as u64) {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: irelative_reason(r.addend),
+                });
+            }
         }
     }
     Ok(CheckSummary {
@@ -1234,6 +1280,14 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
         needed: info.needed.clone(),
         has_tls: info.tls.is_some(),
     })
+}
+
+/// Why an `R_X86_64_IRELATIVE` relocation with this addend is refused.
+pub(crate) fn irelative_reason(addend: i64) -> String {
+    format!(
+        "ifunc resolver {:#x} (the addend) is not inside an executable segment of the library",
+        addend as u64
+    )
 }
 
 fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {

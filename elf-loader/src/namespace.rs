@@ -519,6 +519,13 @@ impl NsInner {
         let started = std::time::Instant::now();
         let (info, map) = parse_and_map(path, &file, meta.len())?;
         drop(file);
+        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
+        // Resolvers of exported ifuncs are called by relocations, `sym` and `dlsym`:
+        // each must be code of the library (checked once here, before anything runs).
+        for i in 1..tab.nsyms {
+            let s = tab.sym(i);
+            info.check_ifunc_symbol(path, i, &s, || tab.str_at(s.name).map(<[u8]>::to_vec))?;
+        }
         let tls_module = info.tls.map(|t| {
             tls::register(tls::Template {
                 image: map.bias.wrapping_add(t.vaddr as usize),
@@ -527,7 +534,6 @@ impl NsInner {
                 align: t.align.max(1) as usize,
             })
         });
-        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
         let writable = info
             .loads
             .iter()
