@@ -817,6 +817,41 @@ impl ElfInfo {
             if nbucket == 0 {
                 return Err(bad("DT_HASH has zero buckets".into()));
             }
+            // Every bucket and chain entry is a symbol index below nchain, and the
+            // chains end (at index 0). A linker puts each symbol on one chain: an index
+            // met twice is a chain that goes round a cycle or runs into another bucket's.
+            let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
+            let word = |k: u64| {
+                let k = k as usize * 4;
+                u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
+            };
+            // The bucket (+1) whose chain has passed each symbol index.
+            let mut seen_by = vec![0u32; nchain as usize];
+            for b in 0..nbucket {
+                let mut i = word(u64::from(b));
+                while i != 0 {
+                    if i >= nchain {
+                        return Err(bad(format!(
+                            "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
+                        )));
+                    }
+                    match seen_by[i as usize] {
+                        0 => seen_by[i as usize] = b + 1,
+                        o if o == b + 1 => {
+                            return Err(bad(format!(
+                                "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
+                            )))
+                        }
+                        o => {
+                            return Err(bad(format!(
+                                "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
+                                o - 1
+                            )))
+                        }
+                    }
+                    i = word(u64::from(nbucket) + u64::from(i));
+                }
+            }
             self.sysv_hash = Some(SysvHash {
                 table,
                 nbucket,
@@ -913,6 +948,31 @@ impl ElfInfo {
             Placement::Any,
             name(DT_SYMTAB),
         )?;
+
+        // The symbol count comes from the hash tables; a GNU hash chain that does not end
+        // where the symbols do makes it run on over the tables after the symbol table
+        // (the string table, the hash tables themselves), which no linker lays out so.
+        let sym_end = symtab_addr + u64::from(self.nsyms) * 24;
+        for (t, what) in [
+            (Some(self.strtab), "DT_STRTAB"),
+            (self.gnu_hash.map(|g| g.table), "DT_GNU_HASH"),
+            (self.sysv_hash.map(|h| h.table), "DT_HASH"),
+        ] {
+            let Some(t) = t else { continue };
+            if t.len > 0 && symtab_addr < t.vaddr + t.len && t.vaddr < sym_end {
+                let why = if self.gnu_hash.is_some() {
+                    "DT_GNU_HASH chains do not end within the symbol table: "
+                } else {
+                    ""
+                };
+                return Err(bad(format!(
+                    "{why}DT_SYMTAB of {} symbols ({symtab_addr:#x}..{sym_end:#x}) overlaps {what} ({:#x}..{:#x})",
+                    self.nsyms,
+                    t.vaddr,
+                    t.vaddr + t.len
+                )));
+            }
+        }
 
         // Relocation tables.
         if let Some(addr) = get(DT_RELA) {

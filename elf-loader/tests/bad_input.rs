@@ -478,6 +478,111 @@ fn ifunc_resolvers_outside_code_are_errors() {
     assert_no_leaks(fds_before);
 }
 
+/// Corrupt hash tables are errors naming the file and the table when the library is
+/// loaded (they were accepted, and every later lookup said "not found"): SysV bucket
+/// or chain entries beyond nchain, SysV chains that go round a cycle, GNU hash chains
+/// that do not end where the symbol table does.
+#[test]
+fn corrupt_hash_tables_are_errors() {
+    let sysv = common::build_so("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
+    let gnu = common::build_so("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
+    let _io = io_lock();
+    let fds_before = fd_count();
+
+    let good = std::fs::read(&sysv).unwrap();
+    let info = ElfInfo::parse(&sysv, &good).unwrap();
+    assert!(info.gnu_hash.is_none());
+    let h = info.sysv_hash.expect("built with --hash-style=sysv");
+    load_bytes("sysv-good.so", &good).expect("the SysV-hashed library loads");
+    let (nbucket, nchain) = (u64::from(h.nbucket), u64::from(h.nchain));
+    let hoff = h.table.file_off;
+    let bucket = move |k: u64| hoff + 8 + 4 * k;
+    let chain = move |k: u64| hoff + 8 + 4 * (nbucket + k);
+    type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "bucket beyond nchain",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 0..nbucket {
+                    put_u32(b, bucket(k), 0x00ff_ffff);
+                }
+            }),
+            "beyond nchain",
+        ),
+        (
+            "chain entry beyond nchain",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 1..nchain {
+                    put_u32(b, chain(k), nchain as u32);
+                }
+            }),
+            "beyond nchain",
+        ),
+        (
+            "chain cycle",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 0..nbucket {
+                    put_u32(b, bucket(k), 1);
+                }
+                for k in 0..nchain {
+                    put_u32(b, chain(k), 1);
+                }
+            }),
+            "DT_HASH chains do not end",
+        ),
+        (
+            "two buckets share a chain",
+            Box::new(move |b: &mut Vec<u8>| {
+                put_u32(b, bucket(0), 1);
+                put_u32(b, bucket(nbucket - 1), 1);
+            }),
+            "DT_HASH chains do not end",
+        ),
+    ];
+    let mut gcases: Vec<(&str, Vec<u8>, &str)> = cases
+        .iter()
+        .map(|(what, f, words)| {
+            let mut b = good.clone();
+            f(&mut b);
+            (*what, b, *words)
+        })
+        .collect();
+
+    let good = std::fs::read(&gnu).unwrap();
+    let info = ElfInfo::parse(&gnu, &good).unwrap();
+    let g = info.gnu_hash.expect("built with --hash-style=gnu");
+    assert!(info.sysv_hash.is_none());
+    load_bytes("gnu-good.so", &good).expect("the GNU-hashed library loads");
+    let mut b = good.clone();
+    let bloom = g.table.file_off + 16;
+    for k in 0..u64::from(g.bloom_size) {
+        put_u64(&mut b, bloom + 8 * k, u64::MAX);
+    }
+    let chains = bloom + 8 * u64::from(g.bloom_size) + 4 * u64::from(g.nbuckets);
+    for k in 0..u64::from(info.nsyms - g.symoffset) {
+        put_u32(&mut b, chains + 4 * k, 2); // no end bit anywhere
+    }
+    gcases.push((
+        "GNU hash chain without an end",
+        b,
+        "DT_GNU_HASH chains do not end",
+    ));
+
+    for (n, (what, b, words)) in gcases.iter().enumerate() {
+        let e = load_bytes(&format!("hash-{n}.so"), b).expect_err(&format!("{what} must fail"));
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Malformed { .. }) && msg.contains(words),
+            "{what}: message should mention {words:?}: {msg}"
+        );
+        assert!(
+            check_bytes(Path::new("x"), b).is_err(),
+            "{what}: oracle agrees"
+        );
+    }
+    assert_no_leaks(fds_before);
+}
+
 #[test]
 fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
     let so = common::build_so("tls", &["tls.c"], &[]);
