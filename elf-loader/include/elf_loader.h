@@ -3,7 +3,8 @@
  *
  * Every function returns a status code (ELF_LOADER_OK or a negative ELF_LOADER_ERR_*)
  * or NULL on failure, and leaves a message for elf_loader_last_error() (per thread).
- * Handles are checked: NULL, unknown or deleted handles give ELF_LOADER_ERR_ARG.
+ * Handles are checked: NULL, unknown or deleted handles, and a namespace handle passed
+ * as a library handle (or the reverse), give ELF_LOADER_ERR_ARG.
  * A panic inside the loader never unwinds into C: it gives ELF_LOADER_ERR_PANIC (or NULL)
  * and a message naming it (the handles involved may be half-changed: delete them).
  * This header is checked against the Rust signatures by tests/capi.rs. */

@@ -13,7 +13,7 @@ use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::TlsIndex;
 use parking_lot::Mutex;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::Arc;
 
@@ -50,7 +50,38 @@ pub struct elf_loader_tls_index {
     pub offset: u64,
 }
 
-static LIVE: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+/// What a registered handle is: a namespace handle passed where a library handle is
+/// expected (or the reverse) is refused like an unknown one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum HandleKind {
+    Namespace,
+    Library,
+}
+
+impl HandleKind {
+    fn name(self) -> &'static str {
+        match self {
+            HandleKind::Namespace => "namespace",
+            HandleKind::Library => "library",
+        }
+    }
+}
+
+/// A type handed to C as a handle, with its kind in the registry.
+trait Handle {
+    const KIND: HandleKind;
+}
+
+impl Handle for elf_loader_namespace {
+    const KIND: HandleKind = HandleKind::Namespace;
+}
+
+impl Handle for elf_loader_library {
+    const KIND: HandleKind = HandleKind::Library;
+}
+
+/// Live handles: address -> kind.
+static LIVE: Mutex<Option<HashMap<usize, HandleKind>>> = Mutex::new(None);
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -74,28 +105,47 @@ pub fn library_handle(lib: CustomLibrary) -> *mut elf_loader_library {
     register(Box::new(elf_loader_library { lib: Arc::new(lib) }))
 }
 
-fn register<T>(b: Box<T>) -> *mut T {
+fn register<T: Handle>(b: Box<T>) -> *mut T {
     let p = Box::into_raw(b);
     LIVE.lock()
-        .get_or_insert_with(HashSet::new)
-        .insert(p as usize);
+        .get_or_insert_with(HashMap::new)
+        .insert(p as usize, T::KIND);
     p
 }
 
-fn is_live<T>(p: *const T) -> bool {
-    !p.is_null()
-        && LIVE
-            .lock()
-            .as_ref()
-            .is_some_and(|s| s.contains(&(p as usize)))
+/// Why `p` is not a live handle of `T`'s kind in `live` ("NULL", "unknown or deleted",
+/// or "a <kind> handle where ..."), or `None` when it is one.
+fn why_not<T: Handle>(live: Option<&HashMap<usize, HandleKind>>, p: *const T) -> Option<String> {
+    if p.is_null() {
+        return Some("NULL".into());
+    }
+    match live.and_then(|s| s.get(&(p as usize))) {
+        None => Some("unknown or deleted".into()),
+        Some(&k) if k == T::KIND => None,
+        Some(&k) => Some(format!(
+            "a {} handle where a {} handle is expected",
+            k.name(),
+            T::KIND.name()
+        )),
+    }
 }
 
-fn unregister<T>(p: *mut T) -> bool {
-    !p.is_null()
-        && LIVE
-            .lock()
-            .as_mut()
-            .is_some_and(|s| s.remove(&(p as usize)))
+/// `None` if `p` is a live handle of `T`'s kind, else the reason it is not.
+fn check_handle<T: Handle>(p: *const T) -> Option<String> {
+    why_not(LIVE.lock().as_ref(), p)
+}
+
+/// Removes `p` from the registry if it is a live handle of `T`'s kind (one lock, so two
+/// threads deleting the same handle cannot both succeed); otherwise the reason it is not.
+fn unregister<T: Handle>(p: *mut T) -> Result<(), String> {
+    let mut live = LIVE.lock();
+    if let Some(why) = why_not(live.as_ref(), p) {
+        return Err(why);
+    }
+    if let Some(s) = live.as_mut() {
+        s.remove(&(p as usize));
+    }
+    Ok(())
 }
 
 /// Unregisters and drops the handle `p` (a NULL, unknown or deleted one is
@@ -103,12 +153,16 @@ fn unregister<T>(p: *mut T) -> bool {
 ///
 /// # Safety
 /// `p` is NULL or a pointer; only a registered one (a live box of `T`) is dropped.
-unsafe fn delete_handle<T>(p: *mut T, entry: &str, what: &str) -> c_int {
-    if !unregister(p) {
-        set_error(format!("{entry}: invalid {what} handle {p:p}"));
+unsafe fn delete_handle<T: Handle>(p: *mut T, entry: &str) -> c_int {
+    if let Err(why) = unregister(p) {
+        set_error(format!(
+            "{entry}: invalid {} handle {p:p} ({why})",
+            T::KIND.name()
+        ));
         return ELF_LOADER_ERR_ARG;
     }
-    // SAFETY: it was a registered live box; we just removed it from the registry.
+    // SAFETY: it was a registered live box of `T` (the registry records the kind); we
+    // just removed it from the registry, so nobody else drops it.
     drop(unsafe { Box::from_raw(p) });
     ELF_LOADER_OK
 }
@@ -133,13 +187,12 @@ unsafe fn arg_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
 }
 
 fn lib_ref<'a>(lib: *const elf_loader_library, what: &str) -> Option<&'a elf_loader_library> {
-    if !is_live(lib) {
-        set_error(format!(
-            "{what}: invalid library handle {lib:p} (NULL, unknown or deleted)"
-        ));
+    if let Some(why) = check_handle(lib) {
+        set_error(format!("{what}: invalid library handle {lib:p} ({why})"));
         return None;
     }
-    // SAFETY: registered handles are live boxes until deleted.
+    // SAFETY: registered library handles are live boxes of `elf_loader_library` until
+    // deleted.
     Some(unsafe { &*lib })
 }
 
@@ -180,7 +233,7 @@ pub unsafe extern "C" fn elf_loader_namespace_new(
 pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespace) -> c_int {
     entry("elf_loader_namespace_delete", ELF_LOADER_ERR_PANIC, || {
         // SAFETY: caller's contract (checked against the registry).
-        unsafe { delete_handle(ns, "elf_loader_namespace_delete", "namespace") }
+        unsafe { delete_handle(ns, "elf_loader_namespace_delete") }
     })
 }
 
@@ -196,9 +249,9 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
     out: *mut *mut elf_loader_library,
 ) -> c_int {
     entry("elf_loader_namespace_load", ELF_LOADER_ERR_PANIC, || {
-        if !is_live(ns) {
+        if let Some(why) = check_handle(ns) {
             set_error(format!(
-                "elf_loader_namespace_load: invalid namespace handle {ns:p}"
+                "elf_loader_namespace_load: invalid namespace handle {ns:p} ({why})"
             ));
             return ELF_LOADER_ERR_ARG;
         }
@@ -210,7 +263,7 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
         let Some(path) = (unsafe { arg_str(path, "path") }) else {
             return ELF_LOADER_ERR_ARG;
         };
-        // SAFETY: checked live.
+        // SAFETY: checked to be a live namespace handle (a box of `elf_loader_namespace`).
         let ns = unsafe { &*ns };
         match ns.ns.load(path) {
             Ok(lib) => {
@@ -411,7 +464,7 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
 pub unsafe extern "C" fn elf_loader_library_delete(lib: *mut elf_loader_library) -> c_int {
     entry("elf_loader_library_delete", ELF_LOADER_ERR_PANIC, || {
         // SAFETY: caller's contract (checked against the registry).
-        unsafe { delete_handle(lib, "elf_loader_library_delete", "library") }
+        unsafe { delete_handle(lib, "elf_loader_library_delete") }
     })
 }
 

@@ -90,6 +90,21 @@ fn set_error(msg: String) {
     let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = Some(c));
 }
 
+/// Starts a `dlopen`/`dlsym`/`dlvsym`/`dlclose` from loaded code: as with glibc, each
+/// call clears the error a previous one left (ours, and the system loader's, which our
+/// own internal lookups or a forwarded call may have left behind).
+fn reset_errors() {
+    let _ = LAST_ERROR.try_with(|e| e.borrow_mut().take());
+    clear_system_error();
+}
+
+/// Consumes the system loader's error string (after an internal `dlsym` that failed, or
+/// to start a call afresh), so that our `dlerror` does not report it later.
+fn clear_system_error() {
+    // SAFETY: plain call; the string it returns is not used.
+    unsafe { libc::dlerror() };
+}
+
 fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
     let img = image_containing(caller)?;
     let ns = img.ns.upgrade()?;
@@ -98,6 +113,7 @@ fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
 
 unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usize) -> *mut c_void {
     guarded("dlopen", std::ptr::null_mut(), set_error, || {
+        reset_errors();
         let Some((_img, ns)) = namespace_of(caller) else {
             // SAFETY: forwarding the caller's arguments unchanged.
             return unsafe { libc::dlopen(file, flags) };
@@ -305,6 +321,7 @@ unsafe fn dlsym_common(
     version: *const c_char,
     caller: usize,
 ) -> *mut c_void {
+    reset_errors();
     if name.is_null() {
         set_error("dlsym: symbol name is NULL".into());
         return std::ptr::null_mut();
@@ -322,6 +339,15 @@ unsafe fn dlsym_common(
             }
         }
     };
+    // The process's global scope after the namespace's: a failure there is ours to
+    // report (below), so glibc's own error string is consumed.
+    let system_fallback = || {
+        let p = system(libc::RTLD_DEFAULT);
+        if p.is_null() {
+            clear_system_error();
+        }
+        (!p.is_null()).then_some(p as usize)
+    };
     let found: Option<usize>;
     if handle.is_null() || handle == libc::RTLD_NEXT {
         let Some((img, ns)) = namespace_of(caller) else {
@@ -337,10 +363,7 @@ unsafe fn dlsym_common(
                 }
                 Some(a)
             }
-            None => {
-                let p = system(libc::RTLD_DEFAULT);
-                (!p.is_null()).then_some(p as usize)
-            }
+            None => system_fallback(),
         };
     } else {
         let target = with_handles(|h| {
@@ -369,10 +392,7 @@ unsafe fn dlsym_common(
                 };
                 found = lookup_in_scope(&ns, None, cname, cver)
                     .map(|(a, _)| a)
-                    .or_else(|| {
-                        let p = system(libc::RTLD_DEFAULT);
-                        (!p.is_null()).then_some(p as usize)
-                    });
+                    .or_else(system_fallback);
             }
         }
     }
@@ -440,6 +460,7 @@ extern "C" fn dlerror_impl() -> *mut c_char {
 
 unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
     guarded("dlclose", -1, set_error, || {
+        reset_errors();
         let target = with_handles(|h| {
             h.by_addr
                 .get(&(handle as usize))

@@ -817,6 +817,41 @@ impl ElfInfo {
             if nbucket == 0 {
                 return Err(bad("DT_HASH has zero buckets".into()));
             }
+            // Every bucket and chain entry is a symbol index below nchain, and the
+            // chains end (at index 0). A linker puts each symbol on one chain: an index
+            // met twice is a chain that goes round a cycle or runs into another bucket's.
+            let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
+            let word = |k: u64| {
+                let k = k as usize * 4;
+                u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
+            };
+            // The bucket (+1) whose chain has passed each symbol index.
+            let mut seen_by = vec![0u32; nchain as usize];
+            for b in 0..nbucket {
+                let mut i = word(u64::from(b));
+                while i != 0 {
+                    if i >= nchain {
+                        return Err(bad(format!(
+                            "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
+                        )));
+                    }
+                    match seen_by[i as usize] {
+                        0 => seen_by[i as usize] = b + 1,
+                        o if o == b + 1 => {
+                            return Err(bad(format!(
+                                "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
+                            )))
+                        }
+                        o => {
+                            return Err(bad(format!(
+                                "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
+                                o - 1
+                            )))
+                        }
+                    }
+                    i = word(u64::from(nbucket) + u64::from(i));
+                }
+            }
             self.sysv_hash = Some(SysvHash {
                 table,
                 nbucket,
@@ -913,6 +948,31 @@ impl ElfInfo {
             Placement::Any,
             name(DT_SYMTAB),
         )?;
+
+        // The symbol count comes from the hash tables; a GNU hash chain that does not end
+        // where the symbols do makes it run on over the tables after the symbol table
+        // (the string table, the hash tables themselves), which no linker lays out so.
+        let sym_end = symtab_addr + u64::from(self.nsyms) * 24;
+        for (t, what) in [
+            (Some(self.strtab), "DT_STRTAB"),
+            (self.gnu_hash.map(|g| g.table), "DT_GNU_HASH"),
+            (self.sysv_hash.map(|h| h.table), "DT_HASH"),
+        ] {
+            let Some(t) = t else { continue };
+            if t.len > 0 && symtab_addr < t.vaddr + t.len && t.vaddr < sym_end {
+                let why = if self.gnu_hash.is_some() {
+                    "DT_GNU_HASH chains do not end within the symbol table: "
+                } else {
+                    ""
+                };
+                return Err(bad(format!(
+                    "{why}DT_SYMTAB of {} symbols ({symtab_addr:#x}..{sym_end:#x}) overlaps {what} ({:#x}..{:#x})",
+                    self.nsyms,
+                    t.vaddr,
+                    t.vaddr + t.len
+                )));
+            }
+        }
 
         // Relocation tables.
         if let Some(addr) = get(DT_RELA) {
@@ -1102,6 +1162,40 @@ impl ElfInfo {
         Ok(())
     }
 
+    /// Whether the link-time address `vaddr` lies inside an executable `PT_LOAD`.
+    pub fn is_code(&self, vaddr: u64) -> bool {
+        self.loads
+            .iter()
+            .any(|l| l.flags & PF_X != 0 && vaddr >= l.vaddr && vaddr - l.vaddr < l.memsz)
+    }
+
+    /// Checks that a defined `STT_GNU_IFUNC` symbol's value (its resolver, which the
+    /// loader calls) is code of the library: a corrupt value must be an error, not a
+    /// jump to data or to an address outside the mapping.
+    /// `name` gives the symbol's name for the message.
+    pub fn check_ifunc_symbol(
+        &self,
+        path: &Path,
+        i: u32,
+        s: &Sym,
+        name: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Result<()> {
+        if s.kind() == STT_GNU_IFUNC
+            && s.is_defined()
+            && (s.shndx == SHN_ABS || !self.is_code(s.value))
+        {
+            return Err(Error::malformed(
+                path,
+                format!(
+                    "symbol {i} ({}): STT_GNU_IFUNC resolver {:#x} is not inside an executable segment",
+                    String::from_utf8_lossy(&name().unwrap_or_default()),
+                    s.value
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads symbol `i` from the file bytes (for tools and the fuzz target).
     pub fn file_sym(&self, data: &[u8], i: u32) -> Option<Sym> {
         if i >= self.nsyms {
@@ -1168,6 +1262,9 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                 format!("symbol {i}: name offset {:#x} outside DT_STRTAB", s.name),
             )
         })?;
+        info.check_ifunc_symbol(path, i, &s, || {
+            info.file_str(data, s.name).map(<[u8]>::to_vec)
+        })?;
         if let Some(v) = info.file_versym(data, i) {
             let idx = (v & 0x7fff) as usize;
             if idx >= 2 && info.versions.get(idx).is_none_or(|v| v.is_none()) {
@@ -1226,6 +1323,15 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                     reason: "target is not inside a writable segment".into(),
                 });
             }
+            if r.kind == R_X86_64_IRELATIVE && !info.is_code(r.addend as u64) {
+                return Err(Error::Relocation {
+                    path: path.to_path_buf(),
+                    kind: reloc_name(r.kind),
+                    offset: r.offset,
+                    symbol: String::new(),
+                    reason: irelative_reason(r.addend),
+                });
+            }
         }
     }
     Ok(CheckSummary {
@@ -1234,6 +1340,14 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
         needed: info.needed.clone(),
         has_tls: info.tls.is_some(),
     })
+}
+
+/// Why an `R_X86_64_IRELATIVE` relocation with this addend is refused.
+pub(crate) fn irelative_reason(addend: i64) -> String {
+    format!(
+        "ifunc resolver {:#x} (the addend) is not inside an executable segment of the library",
+        addend as u64
+    )
 }
 
 fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {

@@ -359,7 +359,8 @@ impl Image {
             let value = if r.kind == R_X86_64_IRELATIVE {
                 let resolver = self.addr(r.addend as u64);
                 // SAFETY: an IRELATIVE addend is the address of an ifunc resolver in this
-                // image; resolvers take no arguments and return an address.
+                // image, checked to lie in an executable segment before it was deferred;
+                // resolvers take no arguments and return an address.
                 let f: extern "C" fn() -> usize = unsafe { std::mem::transmute(resolver) };
                 stats.irelative += 1;
                 f()
@@ -644,6 +645,11 @@ impl Image {
             }
             R_X86_64_IRELATIVE => {
                 self.check_target(r, 8)?;
+                // The resolver is called once every relocation is in place: it must be
+                // code of this library, not data or an address outside the mapping.
+                if !self.info.is_code(r.addend as u64) {
+                    return Err(self.reloc_err(r, "", &crate::elf::irelative_reason(r.addend)));
+                }
                 deferred.push(*r);
                 Ok(())
             }

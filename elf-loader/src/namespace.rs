@@ -8,7 +8,7 @@ use crate::map::Mapping;
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::{self, TlsIndex};
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::{c_char, c_int, CString};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -519,6 +519,13 @@ impl NsInner {
         let started = std::time::Instant::now();
         let (info, map) = parse_and_map(path, &file, meta.len())?;
         drop(file);
+        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
+        // Resolvers of exported ifuncs are called by relocations, `sym` and `dlsym`:
+        // each must be code of the library (checked once here, before anything runs).
+        for i in 1..tab.nsyms {
+            let s = tab.sym(i);
+            info.check_ifunc_symbol(path, i, &s, || tab.str_at(s.name).map(<[u8]>::to_vec))?;
+        }
         let tls_module = info.tls.map(|t| {
             tls::register(tls::Template {
                 image: map.bias.wrapping_add(t.vaddr as usize),
@@ -527,7 +534,6 @@ impl NsInner {
                 align: t.align.max(1) as usize,
             })
         });
-        let tab = crate::symtab::SymTab::from_info(&info, map.bias);
         let writable = info
             .loads
             .iter()
@@ -864,8 +870,34 @@ impl CustomLibrary {
     }
 
     /// Adds a provider searched (in the order added) for symbols the library needs.
-    /// Must be called before [`CustomLibrary::load`].
+    /// Must be called before [`CustomLibrary::load`]. A provider that is this library,
+    /// or a custom library whose search libraries lead back to it, is refused (a lookup
+    /// would go round the cycle for ever).
     pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) -> Result<()> {
+        // One adder at a time, so two threads cannot close a cycle between them (each
+        // walk below sees the other's addition). The walk takes other libraries'
+        // `pending` locks one at a time, never while holding ours.
+        static ADDING: Mutex<()> = Mutex::new(());
+        let _adding = ADDING.lock();
+        if self.loaded.get().is_some() {
+            return Err(Error::Usage(format!(
+                "{}: add_search_library after load()",
+                self.path.display()
+            )));
+        }
+        if let Some(mut chain) = Self::reaches(&provider, self) {
+            let why = if chain.is_empty() {
+                "a library cannot be its own search library".to_string()
+            } else {
+                chain.push(self.path.display().to_string());
+                format!("{} already", chain.join(" searches "))
+            };
+            return Err(Error::Usage(format!(
+                "{}: add_search_library({}) would make a cycle of search libraries ({why})",
+                self.path.display(),
+                provider.describe(),
+            )));
+        }
         let mut pending = self.pending.lock();
         if self.loaded.get().is_some() {
             return Err(Error::Usage(format!(
@@ -875,6 +907,41 @@ impl CustomLibrary {
         }
         pending.push(provider);
         Ok(())
+    }
+
+    /// The search libraries lookups go through after this library's own symbols: the
+    /// loaded image's, or those added so far.
+    fn search_providers(&self) -> Vec<Arc<dyn SymbolProvider>> {
+        match self.image() {
+            Some(img) => img.search.clone(),
+            None => self.pending.lock().clone(),
+        }
+    }
+
+    /// Whether a lookup in `start` reaches the custom library `target` (`start` being
+    /// `target` included): `Some(names)` of the custom libraries in between, or `None`.
+    fn reaches(start: &Arc<dyn SymbolProvider>, target: &CustomLibrary) -> Option<Vec<String>> {
+        let mut seen: HashSet<*const CustomLibrary> = HashSet::new();
+        // Depth-first, each library once; each entry with the libraries before it.
+        let mut stack: Vec<(Arc<dyn SymbolProvider>, Vec<String>)> =
+            vec![(start.clone(), Vec::new())];
+        while let Some((p, path)) = stack.pop() {
+            let Some(lib) = p.as_custom_library() else {
+                continue;
+            };
+            if std::ptr::eq(lib, target) {
+                return Some(path);
+            }
+            if !seen.insert(lib) {
+                continue;
+            }
+            for next in lib.search_providers() {
+                let mut path = path.clone();
+                path.push(lib.path.display().to_string());
+                stack.push((next, path));
+            }
+        }
+        None
     }
 
     /// Maps, relocates and initialises the library (and its dependencies). Loading an
@@ -956,5 +1023,8 @@ impl SymbolProvider for CustomLibrary {
     }
     fn describe(&self) -> String {
         format!("{} (namespace {})", self.path.display(), self.ns.name())
+    }
+    fn as_custom_library(&self) -> Option<&CustomLibrary> {
+        Some(self)
     }
 }

@@ -26,6 +26,12 @@ pub trait SymbolProvider: Send + Sync {
     }
     /// A short description for messages and traces.
     fn describe(&self) -> String;
+    /// The provider as a [`crate::CustomLibrary`], if it is one: lets
+    /// `add_search_library` see the search libraries behind it and refuse a cycle.
+    #[doc(hidden)]
+    fn as_custom_library(&self) -> Option<&crate::CustomLibrary> {
+        None
+    }
 }
 
 /// The C runtime's libraries: opened with RTLD_NODELETE, looked up in place.

@@ -398,6 +398,191 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
     assert_no_leaks(fds_before);
 }
 
+/// An ifunc resolver the loader would call (an `R_X86_64_IRELATIVE` addend, or the
+/// value of an exported `STT_GNU_IFUNC` symbol) that is not code of the library is an
+/// error naming the file and the relocation or symbol: the loader used to jump there.
+#[test]
+fn ifunc_resolvers_outside_code_are_errors() {
+    let so = common::build_so("ifunc", &["ifunc.c"], &[]);
+    let _io = io_lock();
+    let good = std::fs::read(&so).unwrap();
+    let info = ElfInfo::parse(&so, &good).unwrap();
+    let fds_before = fd_count();
+    // A data address of the library: the start of its first non-executable PT_LOAD
+    // after the code (the writable segment).
+    let data = info
+        .loads
+        .iter()
+        .find(|l| l.flags & PF_X == 0 && l.flags & PF_W != 0)
+        .unwrap()
+        .vaddr;
+    let load = |name: &str, b: &[u8]| {
+        let path = scratch(name);
+        std::fs::write(&path, b).unwrap();
+        let r = Namespace::new(name).load(&path).map(|_| ());
+        std::fs::remove_file(&path).unwrap();
+        (path, r)
+    };
+    // The file as built loads (the fixture does have both kinds).
+    load("ifunc-good.so", &good).1.unwrap();
+
+    let add = (1..info.nsyms)
+        .find(|&i| {
+            let s = info.file_sym(&good, i).unwrap();
+            s.kind() == STT_GNU_IFUNC && info.file_str(&good, s.name) == Some(b"add".as_slice())
+        })
+        .expect("ifunc.c exports the ifunc add");
+    let resolver = info.file_sym(&good, add).unwrap().value;
+    // `add_ptr = add` is an `R_X86_64_64` against `add`; made an IRELATIVE with the
+    // resolver as addend it means the same (and loads), with another addend it does not.
+    let irel = info
+        .file_relocs(&good, info.rela)
+        .iter()
+        .position(|r| r.kind == R_X86_64_64 && r.sym == add)
+        .map(|k| info.rela.file_off + 24 * k as u64)
+        .expect("ifunc.c has an R_X86_64_64 against add");
+    let irelative = |addend: u64| {
+        let mut b = good.clone();
+        put_u64(&mut b, irel + 8, u64::from(R_X86_64_IRELATIVE));
+        put_u64(&mut b, irel + 16, addend);
+        b
+    };
+    load("ifunc-irelative-good.so", &irelative(resolver))
+        .1
+        .expect("IRELATIVE with the resolver as addend loads");
+    for bad in [data, 0x1, 0xdead_0000] {
+        let b = irelative(bad);
+        let (path, r) = load("ifunc-irelative.so", &b);
+        let msg = r.expect_err("IRELATIVE resolver in data").to_string();
+        assert!(
+            msg.contains(path.to_str().unwrap())
+                && msg.contains("R_X86_64_IRELATIVE")
+                && msg.contains("not inside an executable segment"),
+            "{msg}"
+        );
+        assert!(check_bytes(Path::new("x"), &b).is_err(), "oracle agrees");
+    }
+
+    let value_at = info.symtab.file_off + 24 * u64::from(add) + 8;
+    let mut b = good.clone();
+    put_u64(&mut b, value_at, data);
+    let (path, r) = load("ifunc-symbol.so", &b);
+    let msg = r.expect_err("STT_GNU_IFUNC resolver in data").to_string();
+    assert!(
+        msg.contains(path.to_str().unwrap())
+            && msg.contains("(add)")
+            && msg.contains("STT_GNU_IFUNC"),
+        "{msg}"
+    );
+    assert!(check_bytes(Path::new("x"), &b).is_err(), "oracle agrees");
+    assert_no_leaks(fds_before);
+}
+
+/// Corrupt hash tables are errors naming the file and the table when the library is
+/// loaded (they were accepted, and every later lookup said "not found"): SysV bucket
+/// or chain entries beyond nchain, SysV chains that go round a cycle, GNU hash chains
+/// that do not end where the symbol table does.
+#[test]
+fn corrupt_hash_tables_are_errors() {
+    let sysv = common::build_so("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
+    let gnu = common::build_so("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
+    let _io = io_lock();
+    let fds_before = fd_count();
+
+    let good = std::fs::read(&sysv).unwrap();
+    let info = ElfInfo::parse(&sysv, &good).unwrap();
+    assert!(info.gnu_hash.is_none());
+    let h = info.sysv_hash.expect("built with --hash-style=sysv");
+    load_bytes("sysv-good.so", &good).expect("the SysV-hashed library loads");
+    let (nbucket, nchain) = (u64::from(h.nbucket), u64::from(h.nchain));
+    let hoff = h.table.file_off;
+    let bucket = move |k: u64| hoff + 8 + 4 * k;
+    let chain = move |k: u64| hoff + 8 + 4 * (nbucket + k);
+    type Mutation = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Mutation, &str)> = vec![
+        (
+            "bucket beyond nchain",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 0..nbucket {
+                    put_u32(b, bucket(k), 0x00ff_ffff);
+                }
+            }),
+            "beyond nchain",
+        ),
+        (
+            "chain entry beyond nchain",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 1..nchain {
+                    put_u32(b, chain(k), nchain as u32);
+                }
+            }),
+            "beyond nchain",
+        ),
+        (
+            "chain cycle",
+            Box::new(move |b: &mut Vec<u8>| {
+                for k in 0..nbucket {
+                    put_u32(b, bucket(k), 1);
+                }
+                for k in 0..nchain {
+                    put_u32(b, chain(k), 1);
+                }
+            }),
+            "DT_HASH chains do not end",
+        ),
+        (
+            "two buckets share a chain",
+            Box::new(move |b: &mut Vec<u8>| {
+                put_u32(b, bucket(0), 1);
+                put_u32(b, bucket(nbucket - 1), 1);
+            }),
+            "DT_HASH chains do not end",
+        ),
+    ];
+    let mut gcases: Vec<(&str, Vec<u8>, &str)> = cases
+        .iter()
+        .map(|(what, f, words)| {
+            let mut b = good.clone();
+            f(&mut b);
+            (*what, b, *words)
+        })
+        .collect();
+
+    let good = std::fs::read(&gnu).unwrap();
+    let info = ElfInfo::parse(&gnu, &good).unwrap();
+    let g = info.gnu_hash.expect("built with --hash-style=gnu");
+    assert!(info.sysv_hash.is_none());
+    load_bytes("gnu-good.so", &good).expect("the GNU-hashed library loads");
+    let mut b = good.clone();
+    let bloom = g.table.file_off + 16;
+    for k in 0..u64::from(g.bloom_size) {
+        put_u64(&mut b, bloom + 8 * k, u64::MAX);
+    }
+    let chains = bloom + 8 * u64::from(g.bloom_size) + 4 * u64::from(g.nbuckets);
+    for k in 0..u64::from(info.nsyms - g.symoffset) {
+        put_u32(&mut b, chains + 4 * k, 2); // no end bit anywhere
+    }
+    gcases.push((
+        "GNU hash chain without an end",
+        b,
+        "DT_GNU_HASH chains do not end",
+    ));
+
+    for (n, (what, b, words)) in gcases.iter().enumerate() {
+        let e = load_bytes(&format!("hash-{n}.so"), b).expect_err(&format!("{what} must fail"));
+        let msg = e.to_string();
+        assert!(
+            matches!(e, Error::Malformed { .. }) && msg.contains(words),
+            "{what}: message should mention {words:?}: {msg}"
+        );
+        assert!(
+            check_bytes(Path::new("x"), b).is_err(),
+            "{what}: oracle agrees"
+        );
+    }
+    assert_no_leaks(fds_before);
+}
+
 #[test]
 fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
     let so = common::build_so("tls", &["tls.c"], &[]);

@@ -250,3 +250,43 @@ fn relocations_in_several_writable_segments() {
         assert_eq!(Some(far(0)), lib.sym("counter"));
     }
 }
+
+#[test]
+fn search_library_cycles_are_refused() {
+    // A lookup goes through a library's search libraries; a cycle among them made
+    // `sym` of a missing name recurse until the stack overflowed.
+    let counter = common::build_so("counter", &["counter.c"], &[]);
+    let host = common::build_so("host", &["host.c"], &[]);
+    let a = std::sync::Arc::new(CustomLibrary::create(&counter));
+    let err = a.add_search_library(a.clone()).unwrap_err().to_string();
+    assert!(
+        err.contains("cannot be its own search library") && err.contains("libcounter"),
+        "{err}"
+    );
+    let b = std::sync::Arc::new(CustomLibrary::create(&host));
+    let c = std::sync::Arc::new(CustomLibrary::create(&counter));
+    b.add_search_library(a.clone()).unwrap();
+    a.add_search_library(c.clone()).unwrap();
+    // c -> b -> a -> c: refused, naming the libraries.
+    let err = c.add_search_library(b.clone()).unwrap_err().to_string();
+    assert!(err.contains("cycle of search libraries"), "{err}");
+    assert!(
+        err.contains("libhost") && err.contains("libcounter"),
+        "{err}"
+    );
+    // a <-> b, once a is loaded (its search list is then the loaded image's).
+    a.add_search_library(SystemLibrary::global()).unwrap();
+    a.load().unwrap();
+    let err = a.add_search_library(b.clone()).unwrap_err().to_string();
+    assert!(err.contains("after load"), "{err}");
+    let d = std::sync::Arc::new(CustomLibrary::create(&host));
+    d.add_search_library(a.clone()).unwrap();
+    let e = CustomLibrary::create(&counter);
+    e.add_search_library(d.clone()).unwrap();
+    // Diamond-shaped (no cycle) is fine, and lookups of missing names end.
+    b.add_search_library(d.clone()).unwrap();
+    b.add_search_library(SystemLibrary::global()).unwrap();
+    b.load().unwrap();
+    assert!(b.sym("no_such_symbol_anywhere").is_none());
+    assert_eq!(f(&b, "bump")(), 1, "found in a, through the search list");
+}

@@ -316,3 +316,20 @@ fn rtld_noload_and_dlsym_of_thread_local_symbols() {
     let other = std::thread::spawn(move || gd_addr()).join().unwrap();
     assert_ne!(other, var, "another thread has another block");
 }
+
+#[test]
+fn dlerror_reports_each_failure_once_and_nothing_stale() {
+    // glibc's own error string, left by the loader's internal lookups behind a failed
+    // dlsym(RTLD_DEFAULT), was returned by a later dlerror() after a successful call.
+    let so = common::build_so("dlerror_use", &["dlerror_use.c"], &[]);
+    let lib = Namespace::new("dlerror").load(&so).unwrap();
+    // SAFETY: `int dlerror_checks(void)` in dlerror_use.c.
+    let checks: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(lib.sym("dlerror_checks").unwrap()) };
+    assert_eq!(
+        checks(),
+        0,
+        "check number {} of dlerror_use.c failed",
+        checks()
+    );
+}

@@ -1,6 +1,6 @@
 /* A C program built against include/elf_loader.h: loads the counter fixture twice
  * through the C ABI, checks the copies are independent, and exercises misuse of the
- * API (NULL and deleted handles, load twice, missing files), which must return error
+ * API (NULL, deleted and wrong-kind handles, load twice, missing files), which must return error
  * codes with messages, never crash. Usage: capi_test /path/to/libcounter.so */
 #include "elf_loader.h"
 #include <stdio.h>
@@ -51,6 +51,32 @@ int main(int argc, char **argv) {
     CHECK(elf_loader_library_load(NULL) == ELF_LOADER_ERR_ARG, "NULL library");
     CHECK(elf_loader_library_load((elf_loader_library *)&failures) == ELF_LOADER_ERR_ARG, "bogus handle");
     CHECK(strstr(elf_loader_last_error(), "invalid library handle") != NULL, "message: %s", elf_loader_last_error());
+    /* A handle of the other kind is refused, naming what was expected. */
+    CHECK(elf_loader_library_load((elf_loader_library *)ns) == ELF_LOADER_ERR_ARG, "namespace as library (load)");
+    CHECK(strstr(elf_loader_last_error(), "a namespace handle where a library handle is expected") != NULL,
+          "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_sym((elf_loader_library *)ns, "bump") == NULL, "namespace as library (sym)");
+    CHECK(elf_loader_library_add_search_library(a, (elf_loader_library *)ns) == ELF_LOADER_ERR_ARG,
+          "namespace as search library");
+    CHECK(elf_loader_library_delete((elf_loader_library *)ns) == ELF_LOADER_ERR_ARG, "namespace as library (delete)");
+    CHECK(strstr(elf_loader_last_error(), "library handle is expected") != NULL, "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_namespace_load((elf_loader_namespace *)b, so, &c) == ELF_LOADER_ERR_ARG, "library as namespace (load)");
+    CHECK(strstr(elf_loader_last_error(), "a library handle where a namespace handle is expected") != NULL,
+          "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_namespace_delete((elf_loader_namespace *)b) == ELF_LOADER_ERR_ARG, "library as namespace (delete)");
+    CHECK(bump_b() == 2, "the library survives being passed as a namespace");
+    /* A cycle of search libraries is refused when it is added (a lookup went round it
+     * until the stack overflowed). */
+    elf_loader_library *x = elf_loader_library_create(so), *y = elf_loader_library_create(so);
+    CHECK(elf_loader_library_add_search_library(x, x) == ELF_LOADER_ERR_STATE, "self as search library");
+    CHECK(strstr(elf_loader_last_error(), "its own search library") != NULL, "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_add_search_library(x, y) == ELF_LOADER_OK, "x searches y: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_add_search_library(y, x) == ELF_LOADER_ERR_STATE, "y searches x: a cycle");
+    CHECK(strstr(elf_loader_last_error(), "cycle of search libraries") != NULL, "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_add_search_system(x, NULL) == ELF_LOADER_OK, "x searches the system");
+    CHECK(elf_loader_library_load(x) == ELF_LOADER_OK, "load x: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_sym(x, "no_such_symbol") == NULL, "missing symbol through search libraries");
+    CHECK(elf_loader_library_delete(x) == ELF_LOADER_OK && elf_loader_library_delete(y) == ELF_LOADER_OK, "delete x, y");
     elf_loader_tls_index ti;
     CHECK(elf_loader_library_tls_sym(a, "counter", &ti) == ELF_LOADER_ERR_NOT_FOUND, "not a TLS symbol");
 
