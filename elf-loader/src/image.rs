@@ -42,6 +42,9 @@ pub(crate) struct Image {
     pub initialized: AtomicBool,
     /// Fini functions have run.
     pub finalized: AtomicBool,
+    /// When init completed, in the process's order of initialisations (0: not yet):
+    /// fini at exit runs newest first.
+    pub init_seq: std::sync::atomic::AtomicU64,
     /// C++ `thread_local` destructors registered by this image's code, not run yet.
     pub tls_dtors: std::sync::atomic::AtomicUsize,
     /// Opens not closed yet: `dlopen` calls from loaded code, plus one for a load through
@@ -967,6 +970,7 @@ impl Image {
         if self.initialized.swap(true, Ordering::AcqRel) {
             return;
         }
+        crate::namespace::fini_at_exit_registered();
         let (argc, argv, envp) = crate::namespace::init_args();
         let _span = tracing::debug_span!("init", library = %self.path.display()).entered();
         type InitFn = extern "C" fn(c_int, *const *const c_char, *const *const c_char);
@@ -982,6 +986,9 @@ impl Image {
             let f: InitFn = unsafe { std::mem::transmute(v) };
             f(argc, argv, envp);
         }
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        self.init_seq
+            .store(SEQ.fetch_add(1, Ordering::AcqRel), Ordering::Release);
     }
 
     /// Runs DT_FINI_ARRAY in reverse, then DT_FINI (once, and only after init).

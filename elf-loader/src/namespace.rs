@@ -570,6 +570,7 @@ impl NsInner {
             search,
             initialized: Default::default(),
             finalized: Default::default(),
+            init_seq: Default::default(),
             tls_dtors: Default::default(),
             opens: Default::default(),
             nodelete: AtomicBool::new(nodelete),
@@ -647,6 +648,42 @@ impl NsInner {
         }
         img.run_init();
         Ok(stats)
+    }
+}
+
+/// Registers, once, the process-exit handler that runs the fini functions of every
+/// custom-loaded library still initialised (as glibc's `_dl_fini` does for `dlopen`ed
+/// libraries): a destructor that flushes a buffer or writes a file is not lost because
+/// its namespace was never dropped. Called when the first library is initialised.
+pub(crate) fn fini_at_exit_registered() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain function with no arguments to run at exit.
+        if unsafe { libc::atexit(fini_at_exit) } != 0 {
+            tracing::warn!("atexit refused the loader's exit handler: fini functions of libraries still loaded at exit will not run");
+        }
+    });
+}
+
+/// At process exit: the fini functions of the initialised custom images not yet
+/// finalised, newest initialisation first (dependents before their dependencies). The
+/// memory stays mapped (other exit handlers and threads may still run their code), and a
+/// namespace dropped later finds them finalised (each runs once). Skipped, with nothing
+/// run, if another thread holds the load lock for more than a second (it is loading or
+/// unloading right now; glibc's `_dl_fini` would wait for it).
+extern "C" fn fini_at_exit() {
+    let Some(_guard) = LOAD_LOCK.try_lock_for(std::time::Duration::from_secs(1)) else {
+        return;
+    };
+    let Some(map) = IMAGES.try_read_for(std::time::Duration::from_secs(1)) else {
+        return;
+    };
+    let mut live: Vec<Arc<Image>> = map.values().filter_map(|(_, w)| w.upgrade()).collect();
+    drop(map);
+    live.sort_by_key(|img| std::cmp::Reverse(img.init_seq.load(Ordering::Acquire)));
+    for img in live {
+        // A panic must not unwind out of an exit handler.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| img.run_fini()));
     }
 }
 

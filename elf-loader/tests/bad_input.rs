@@ -20,6 +20,13 @@ fn io_lock() -> std::sync::MutexGuard<'static, ()> {
     IO_LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `common::build_so` under the I/O lock: the compiler's pipes are file descriptors, and
+/// the tests that count descriptors hold the lock while they count.
+fn build_locked(name: &str, sources: &[&str], args: &[&str]) -> PathBuf {
+    let _io = io_lock();
+    common::build_so(name, sources, args)
+}
+
 fn fd_count() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
@@ -82,7 +89,7 @@ fn assert_no_leaks(fds_before: usize) {
 
 #[test]
 fn truncated_and_corrupted_files_are_errors_without_leaks() {
-    let so = common::build_so("counter", &["counter.c"], &[]);
+    let so = build_locked("counter", &["counter.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
     let info = ElfInfo::parse(&so, &good).unwrap();
@@ -403,7 +410,7 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
 /// error naming the file and the relocation or symbol: the loader used to jump there.
 #[test]
 fn ifunc_resolvers_outside_code_are_errors() {
-    let so = common::build_so("ifunc", &["ifunc.c"], &[]);
+    let so = build_locked("ifunc", &["ifunc.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
     let info = ElfInfo::parse(&so, &good).unwrap();
@@ -484,8 +491,8 @@ fn ifunc_resolvers_outside_code_are_errors() {
 /// that do not end where the symbol table does.
 #[test]
 fn corrupt_hash_tables_are_errors() {
-    let sysv = common::build_so("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
-    let gnu = common::build_so("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
+    let sysv = build_locked("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
+    let gnu = build_locked("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
     let _io = io_lock();
     let fds_before = fd_count();
 
@@ -585,7 +592,7 @@ fn corrupt_hash_tables_are_errors() {
 
 #[test]
 fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
-    let so = common::build_so("tls", &["tls.c"], &[]);
+    let so = build_locked("tls", &["tls.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
     let info = ElfInfo::parse(&so, &good).unwrap();
@@ -634,7 +641,7 @@ proptest! {
     /// bounds.
     #[test]
     fn random_mutations_never_crash_the_parser(muts in proptest::collection::vec((0usize..1usize << 16, any::<u8>()), 1..8)) {
-        let so = common::build_so("counter", &["counter.c"], &[]);
+        let so = build_locked("counter", &["counter.c"], &[]);
         let mut b = {
             let _io = io_lock();
             std::fs::read(&so).unwrap()
@@ -650,6 +657,7 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_replays() {
+    let _io = io_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz")
         .join("corpus")
