@@ -406,10 +406,16 @@ pub unsafe extern "C" fn elf_loader_library_sym(
         match l.lib.sym(name) {
             Some(a) => a as *mut c_void,
             None => {
-                set_error(format!(
-                    "{}: symbol {name} not found",
-                    l.lib.path().display()
-                ));
+                let path = l.lib.path().display();
+                set_error(if !l.lib.is_loaded() {
+                    format!(
+                        "{path}: not loaded yet (elf_loader_library_load first): no symbol {name}"
+                    )
+                } else if l.lib.tls_sym(name).is_some() {
+                    format!("{path}: {name} is a thread-local variable: its address is per thread (elf_loader_library_tls_sym)")
+                } else {
+                    format!("{path}: symbol {name} not found")
+                });
                 std::ptr::null_mut()
             }
         }

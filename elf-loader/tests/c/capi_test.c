@@ -73,6 +73,8 @@ int main(int argc, char **argv) {
     CHECK(elf_loader_library_add_search_library(x, y) == ELF_LOADER_OK, "x searches y: %s", elf_loader_last_error());
     CHECK(elf_loader_library_add_search_library(y, x) == ELF_LOADER_ERR_STATE, "y searches x: a cycle");
     CHECK(strstr(elf_loader_last_error(), "cycle of search libraries") != NULL, "message: %s", elf_loader_last_error());
+    CHECK(elf_loader_library_sym(x, "bump") == NULL, "a symbol before load");
+    CHECK(strstr(elf_loader_last_error(), "not loaded yet") != NULL, "message: %s", elf_loader_last_error());
     CHECK(elf_loader_library_add_search_system(x, NULL) == ELF_LOADER_OK, "x searches the system");
     CHECK(elf_loader_library_load(x) == ELF_LOADER_OK, "load x: %s", elf_loader_last_error());
     CHECK(elf_loader_library_sym(x, "no_such_symbol") == NULL, "missing symbol through search libraries");
