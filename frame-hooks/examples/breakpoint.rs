@@ -24,7 +24,7 @@ struct Breakpoint {
 }
 
 impl FrameHook for Breakpoint {
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
         let code = frame.code();
         let qualname = code.qualname();
         if qualname != self.target && code.name() != self.target {
@@ -125,7 +125,18 @@ fn main() -> ExitCode {
         hook.uninstall()?;
         Ok((bp.hits.load(Ordering::Relaxed), exit?.unwrap_or(0)))
     };
-    match run() {
+    // Python runs on a thread with a large stack: hook frames (large in a debug build)
+    // sit between Python's, and recursion that `python` survives must not overflow ours.
+    let outcome = std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("python".into())
+            .stack_size(256 << 20)
+            .spawn_scoped(s, || run().map_err(|e| e.to_string()))
+            .map_err(|e| format!("cannot start the Python thread: {e}"))?
+            .join()
+            .unwrap_or_else(|_| Err("the Python thread panicked".into()))
+    });
+    match outcome {
         Ok((hits, code)) => {
             println!("{target}: {hits} breakpoint hit(s)");
             // The status the `python` command would give (`sys.exit(-1)` is 255).

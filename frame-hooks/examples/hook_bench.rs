@@ -28,7 +28,7 @@ struct PassThrough;
 
 impl FrameHook for PassThrough {
     #[inline]
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
         frame.pass_through()
     }
 }
@@ -40,7 +40,7 @@ struct EvalInside;
 
 impl FrameHook for EvalInside {
     #[inline]
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
         frame.eval()
     }
 }

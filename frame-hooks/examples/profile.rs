@@ -158,7 +158,18 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(args) {
+    // Python runs on a thread with a large stack: hook frames (large in a debug build)
+    // sit between Python's, and recursion that `python` survives must not overflow ours.
+    let outcome = std::thread::Builder::new()
+        .name("python".into())
+        .stack_size(256 << 20)
+        .spawn(move || run(args).map_err(|e| e.to_string()))
+        .map_err(|e| format!("cannot start the Python thread: {e}"))
+        .and_then(|t| {
+            t.join()
+                .unwrap_or_else(|_| Err("the Python thread panicked".into()))
+        });
+    match outcome {
         // The status the `python` command would give (`sys.exit(-1)` is 255).
         Ok(code) => ExitCode::from((code & 0xff) as u8),
         Err(e) => {

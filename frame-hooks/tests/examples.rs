@@ -200,9 +200,20 @@ fn profile_ends_as_python_would() {
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert_eq!(stderr.trim(), "fatal: bad thing");
     assert!(stdout.contains("1 functions, 1 calls"), "{stdout}");
-    // `sys.exit(-1)` is status 255, as with `python`.
+    // `sys.exit(-1)` is status 255, as with `python`; so is `sys.exit(2**70)`.
     let (code, _, stderr) = run(&[&exits, "negative"]);
     assert_eq!(code, Some(255), "{stderr}");
+    let (code, _, stderr) = run(&[&exits, "huge"]);
+    assert_eq!(code, Some(255), "{stderr}");
+    // An uncaught KeyboardInterrupt: the traceback, then 130 (`python` ends by SIGINT).
+    let (code, _, stderr) = run(&[&exits, "interrupt"]);
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("KeyboardInterrupt"), "{stderr}");
+    // Recursion `python` survives does not overflow the profiler's stack (the hook's
+    // frames sit between Python's; this example is a debug build here).
+    let (code, stdout, stderr) = run(&[&exits, "deep"]);
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("deep ok"), "{stdout}");
     // An uncaught exception: Python's traceback, then the profile (as `python -m
     // cProfile` prints it), the JSON still last on stdout, the script named, status 1.
     let (code, stdout, stderr) = run(&["--json", &exits, "raise"]);
@@ -215,7 +226,7 @@ fn profile_ends_as_python_would() {
         "{stderr}"
     );
     let calls = calls_in(&stdout, &exits);
-    assert_eq!(calls.get(&(7, "fail".to_string())), Some(&1), "{stdout}");
+    assert_eq!(calls.get(&(9, "fail".to_string())), Some(&1), "{stdout}");
     // A script importing a module next to it, run from another directory.
     let (code, stdout, stderr) = run(&[&script("pkg_demo/main.py")]);
     assert_eq!(code, Some(0), "{stdout}\n{stderr}");

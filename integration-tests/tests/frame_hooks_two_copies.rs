@@ -46,7 +46,7 @@ fn python(lib: &CustomLibrary) -> Python {
 struct Calls(Mutex<HashMap<String, u64>>);
 
 impl FrameHook for Calls {
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
         *self
             .0
             .lock()

@@ -20,8 +20,10 @@ pub trait FrameHook: Send + Sync + 'static {
     /// Evaluates `frame`, usually by calling [`Frame::eval`] around its own work, or by
     /// returning [`Frame::pass_through`] when it has nothing to do after the frame ran.
     /// Must return the result of evaluating the frame (or of [`Frame::raise`] or
-    /// [`Frame::pass_through`]).
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult;
+    /// [`Frame::pass_through`]). The result is tied to the frame (`'f`): a result of
+    /// another frame cannot be returned, nor kept past the hook call (it could not be
+    /// released without the GIL).
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f>;
 
     /// Whether frames resumed with the throw flag (`generator.throw()`, an exception
     /// thrown into a coroutine, closing a generator) reach the hook. By default they go
@@ -40,9 +42,11 @@ pub(crate) struct HookCommon {
     slow_checks: GilFlag,
     /// This hook has set a skip mark (its marks must be read).
     skip_marks: GilFlag,
-    /// This hook's skip mark in the bitmask stored in code objects: the slot's byte
-    /// (`mark_mask`) holding the install's generation (`mark`), so that a mark left by an
-    /// earlier hook of the same slot does not apply to this one.
+    /// This hook's skip mark in the bitmask stored in code objects (in the code-extra
+    /// index `skip_index` of its slot): the slot's 16 bits (`mark_mask`) holding the
+    /// install's generation (`mark`), so that a mark left by an earlier hook of the same
+    /// slot does not apply to this one (until the generation wraps, after 65,535
+    /// installs in one slot).
     mark: usize,
     mark_mask: usize,
     python: Python,
@@ -137,11 +141,14 @@ static TAKEN: Mutex<[bool; MAX_HOOKS]> = Mutex::new([false; MAX_HOOKS]);
 /// Per slot, while its hook is installed: its trampoline's address and how a hook
 /// installed over it calls it. Changed under the GIL of the copy the hook is in.
 static ACTIVE: Mutex<[Option<(usize, Chain)>; MAX_HOOKS]> = Mutex::new([None; MAX_HOOKS]);
-/// Per slot, the generation of its latest install (1..=255, 0 never used), under `TAKEN`.
-static GENERATION: Mutex<[u8; MAX_HOOKS]> = Mutex::new([0; MAX_HOOKS]);
+/// Per slot, the generation of its latest install (1..=65535, 0 never used), under
+/// `TAKEN`.
+static GENERATION: Mutex<[u16; MAX_HOOKS]> = Mutex::new([0; MAX_HOOKS]);
+/// Hook slots whose skip marks share one code-extra word (16 bits each).
+const SLOTS_PER_MARK_WORD: usize = 4;
 const _: () = assert!(
-    MAX_HOOKS * 8 <= usize::BITS as usize,
-    "a byte of skip marks per slot"
+    SLOTS_PER_MARK_WORD * 16 <= usize::BITS as usize && MAX_HOOKS <= 2 * SLOTS_PER_MARK_WORD,
+    "16 bits of skip marks per slot, in two code-extra words"
 );
 
 thread_local! {
@@ -152,13 +159,36 @@ thread_local! {
 /// A new reference returned by an evaluation (NULL with an exception set on error).
 /// Dropping it releases the reference. The result of [`Frame::pass_through`] holds none
 /// yet (NULL, but no exception set): the frame is evaluated after the hook returns.
+///
+/// It belongs to the hook call of its frame (`'f`): it can be neither returned for
+/// another frame nor kept past the call, where it could only be released without the
+/// GIL. Keeping one does not compile:
+///
+/// ```compile_fail
+/// use frame_hooks::cpython::{EvalResult, Frame, FrameHook};
+/// use std::cell::RefCell;
+/// thread_local! {
+///     static KEPT: RefCell<Option<EvalResult<'static>>> = const { RefCell::new(None) };
+/// }
+/// struct Keeper;
+/// impl FrameHook for Keeper {
+///     fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
+///         let r = frame.eval();
+///         KEPT.with(|k| *k.borrow_mut() = Some(r)); // `'f` does not outlive `'static`
+///         frame.pass_through()
+///     }
+/// }
+/// ```
 #[must_use = "an evaluation's result is what the hook returns"]
-pub struct EvalResult {
+pub struct EvalResult<'f> {
     obj: *mut PyObject,
     api: &'static Api,
+    /// The lifetime of the [`Frame`] that made it, which is local to one hook call (the
+    /// hook is generic over it): only that call can return it, and it cannot be kept.
+    _frame: PhantomData<&'f ()>,
 }
 
-impl EvalResult {
+impl EvalResult<'_> {
     /// Whether the evaluation returned a value (not an exception; false for the result
     /// of [`Frame::pass_through`]).
     #[inline]
@@ -179,7 +209,7 @@ impl EvalResult {
     }
 }
 
-impl Drop for EvalResult {
+impl Drop for EvalResult<'_> {
     #[inline]
     fn drop(&mut self) {
         if !self.obj.is_null() {
@@ -411,7 +441,7 @@ impl<'a> Frame<'a> {
     }
 
     #[inline]
-    fn run(&mut self, default: bool, throw: c_int) -> EvalResult {
+    fn run(&mut self, default: bool, throw: c_int) -> EvalResult<'a> {
         self.consume(EVALUATED);
         let entry = self.entry_guard;
         // Lift the guard around the evaluation, and set it again after it: the word is the
@@ -432,13 +462,14 @@ impl<'a> Frame<'a> {
         EvalResult {
             obj,
             api: self.common.api,
+            _frame: PhantomData,
         }
     }
 
     /// Evaluates the frame with the evaluator this hook was installed over (the copy's
     /// default or an earlier hook), throw flag passed through. Frames it calls are hooked.
     #[inline]
-    pub fn eval(&mut self) -> EvalResult {
+    pub fn eval(&mut self) -> EvalResult<'a> {
         self.run(false, self.throw)
     }
 
@@ -454,23 +485,24 @@ impl<'a> Frame<'a> {
     /// evaluated. A hook that panics after calling it leaves the frame unevaluated (a
     /// `RuntimeError` is raised in it).
     #[inline(always)]
-    pub fn pass_through(&mut self) -> EvalResult {
+    pub fn pass_through(&mut self) -> EvalResult<'a> {
         self.consume(PASSED);
         EvalResult {
             obj: std::ptr::null_mut(),
             api: self.common.api,
+            _frame: PhantomData,
         }
     }
 
     /// Evaluates the frame with this copy's own `_PyEval_EvalFrameDefault`.
     #[inline]
-    pub fn eval_default(&mut self) -> EvalResult {
+    pub fn eval_default(&mut self) -> EvalResult<'a> {
         self.run(true, self.throw)
     }
 
     /// Raises `RuntimeError(message)` in this frame instead of running it: the exception
     /// is thrown into the frame, so the copy's own evaluator unwinds and clears it.
-    pub fn raise(&mut self, message: &str) -> EvalResult {
+    pub fn raise(&mut self, message: &str) -> EvalResult<'a> {
         set_runtime_error(self.common.api, message);
         self.run(false, 1)
     }
@@ -692,7 +724,7 @@ unsafe fn enter<H: FrameHook, const S: usize>(
                 // SAFETY: CPython's arguments; `state` says whether the frame ran.
                 return unsafe { not_evaluated(c, r, state, tstate, frame) };
             }
-        }
+        };
     }
     // SAFETY: CPython's own arguments, the frame not evaluated yet, the guard as found.
     unsafe { c.call_prev(tstate, frame, throw) }
@@ -707,7 +739,7 @@ unsafe fn enter<H: FrameHook, const S: usize>(
 #[inline(never)]
 unsafe fn not_evaluated(
     c: &HookCommon,
-    r: std::thread::Result<EvalResult>,
+    r: std::thread::Result<EvalResult<'_>>,
     state: u8,
     tstate: *mut PyThreadState,
     frame: *mut InterpreterFrame,
@@ -806,11 +838,11 @@ impl Python {
                     api,
                     layout: self.inner.layout,
                     prev,
-                    skip_index: self.inner.skip_index,
+                    skip_index: self.inner.skip_index[slot / SLOTS_PER_MARK_WORD],
                     slow_checks: GilFlag::new(self.inner.layout.executable_may_not_be_code),
                     skip_marks: GilFlag::new(false),
-                    mark: usize::from(generation) << (8 * slot),
-                    mark_mask: 0xff << (8 * slot),
+                    mark: usize::from(generation) << (16 * (slot % SLOTS_PER_MARK_WORD)),
+                    mark_mask: 0xffff << (16 * (slot % SLOTS_PER_MARK_WORD)),
                     python: self.clone(),
                     chain,
                 },

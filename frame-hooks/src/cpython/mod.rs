@@ -135,7 +135,9 @@ pub(crate) struct PythonInner {
     pub(crate) api: &'static Api,
     pub(crate) layout: Layout,
     /// Our own code-extra index: the layout check, then the hooks' skip marks.
-    pub(crate) skip_index: isize,
+    /// The code-extra indices holding skip marks: slots 0-3 in the first, 4-7 in the
+    /// second.
+    pub(crate) skip_index: [isize; 2],
 }
 
 /// One checked libpython copy.
@@ -175,19 +177,24 @@ impl Python {
             version: version_string(api.version),
         })?;
         let api: &'static Api = Box::leak(Box::new(api));
+        // Two code-extra indices for skip marks: 16 bits per hook slot, four slots each.
         let skip_index = api.with_gil(|| {
-            // SAFETY: GIL held; a NULL free function is allowed (skip marks are integers).
-            let index = unsafe { (api.request_extra_index)(None) };
-            if index < 0 {
-                // SAFETY: GIL held.
-                unsafe { (api.err_clear)() };
-                return Err(Error::ExtraIndexExhausted {
-                    version: version_string(api.version),
-                });
+            let mut indices = [0isize; 2];
+            for index in &mut indices {
+                // SAFETY: GIL held; a NULL free function is allowed (skip marks are
+                // integers).
+                *index = unsafe { (api.request_extra_index)(None) };
+                if *index < 0 {
+                    // SAFETY: GIL held.
+                    unsafe { (api.err_clear)() };
+                    return Err(Error::ExtraIndexExhausted {
+                        version: version_string(api.version),
+                    });
+                }
+                // SAFETY: GIL held; an index this copy just gave out.
+                unsafe { layout::check(api, layout, *index) }?;
             }
-            // SAFETY: GIL held; an index this copy just gave out.
-            unsafe { layout::check(api, layout, index) }?;
-            Ok(index)
+            Ok(indices)
         })?;
         tracing::debug!(version = %version_string(api.version), ?layout, "libpython checked");
         Ok(Python {
@@ -241,9 +248,12 @@ impl Python {
     /// script's directory first on `sys.path`, as `python path args...` does
     /// (`runpy.run_path`), then flushes `sys.stdout`/`sys.stderr`. Returns the script's
     /// exit status if it raised `SystemExit` (`None` if it ended normally), as the
-    /// `python` command computes it: 0 for `None`, the integer itself, or 1 after
-    /// printing any other value to `sys.stderr` (`sys.exit("message")`). An uncaught
-    /// exception is printed by Python and returned as [`Error::Python`] naming the script.
+    /// `python` command computes it: 0 for `None`, the integer itself (-1 for one outside
+    /// a C `long`, as `PyLong_AsLong` gives), or 1 after printing any other value to
+    /// `sys.stderr` (`sys.exit("message")`). An uncaught `KeyboardInterrupt` is printed
+    /// and gives 130 (`python` then ends by SIGINT, which a shell reports as 130). Any
+    /// other uncaught exception is printed by Python and returned as [`Error::Python`]
+    /// naming the script.
     pub fn run_script(&self, path: &str, args: &[String]) -> Result<Option<i64>, Error> {
         let mut argv = String::from("[");
         for a in std::iter::once(path).chain(args.iter().map(String::as_str)) {
@@ -263,6 +273,12 @@ impl Python {
              \x20   elif not isinstance(_fh_exit, int):\n\
              \x20       print(_fh_exit, file=_fh_sys.stderr)\n\
              \x20       _fh_exit = 1\n\
+             \x20   elif not -(1 << 63) <= _fh_exit < (1 << 63):\n\
+             \x20       _fh_exit = -1\n\
+             except KeyboardInterrupt:\n\
+             \x20   import traceback as _fh_tb\n\
+             \x20   _fh_tb.print_exc()\n\
+             \x20   _fh_exit = 130\n\
              finally:\n    _fh_sys.stdout.flush()\n    _fh_sys.stderr.flush()\n"
         );
         self.run(&source)

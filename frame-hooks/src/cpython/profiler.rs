@@ -186,7 +186,7 @@ impl Profiler {
 
 impl FrameHook for Profiler {
     #[inline]
-    fn eval_frame(&self, frame: &mut Frame<'_>) -> EvalResult {
+    fn eval_frame<'f>(&self, frame: &mut Frame<'f>) -> EvalResult<'f> {
         let code = frame.code();
         let st = match self.stats.get(code) {
             Some(s) => s,
