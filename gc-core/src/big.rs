@@ -15,7 +15,9 @@ pub(crate) struct BigHeader {
     pub sched: AtomicBool,
     _pad: [u8; 7],
     pub magic: usize,
-    _pad2: [usize; 2],
+    /// The id of the heap that allocated it.
+    pub heap_id: usize,
+    _pad2: usize,
     /// The object's header word (type pointer + GC bits).
     pub tag: AtomicUsize,
 }
@@ -25,7 +27,9 @@ const BIG_MAGIC: usize = 0x000B_160B_1EC7;
 pub(crate) const BIG_HEADER: usize = std::mem::size_of::<BigHeader>();
 const _: () = assert!(BIG_HEADER % 16 == 0 && BIG_HEADER == 48);
 const _: () = assert!(
-    std::mem::offset_of!(BigHeader, magic) == 16 && std::mem::offset_of!(BigHeader, tag) == 40
+    std::mem::offset_of!(BigHeader, magic) == 16
+        && std::mem::offset_of!(BigHeader, heap_id) == 24
+        && std::mem::offset_of!(BigHeader, tag) == 40
 );
 
 impl BigHeader {
@@ -48,8 +52,8 @@ impl BigHeader {
 /// bookkeeping header's magic and an allocated header word, read through the kernel so
 /// that unmapped memory in front of `addr` is an answer, not a fault). For entry points
 /// that take an object from C, where a malloc'd, static or interior pointer would
-/// otherwise corrupt memory. A big object of another heap passes: big objects do not
-/// record their heap.
+/// otherwise corrupt memory, and for the Rust API's safe functions that take an
+/// `ObjRef` (any address can be one).
 pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
     if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
         return false;
@@ -93,13 +97,13 @@ pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
             )
         };
     }
-    // The fields' positions in BigHeader (repr(C)): magic at 16, tag at 40.
-    let (magic, tag) = (buf[2], buf[5]);
-    magic == BIG_MAGIC && crate::object::header_is_allocated(tag)
+    // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
+    let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
+    magic == BIG_MAGIC && heap == heap_id && crate::object::header_is_allocated(tag)
 }
 
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
-pub(crate) fn alloc(size: usize, tag: usize) -> Option<ObjRef> {
+pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
     let size = size.checked_add(15)? & !15;
     let layout = BigHeader::layout(size)?;
     // SAFETY: the layout has non-zero size.
@@ -111,6 +115,7 @@ pub(crate) fn alloc(size: usize, tag: usize) -> Option<ObjRef> {
     unsafe {
         (*p).size = size;
         (*p).magic = BIG_MAGIC;
+        (*p).heap_id = heap_id;
         (*p).tag.store(tag, Ordering::Release);
     }
     ObjRef::from_addr(p as usize + BIG_HEADER)

@@ -41,6 +41,23 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// A callback run during a collection (a mark or sweep function, a root or task
+/// scanner, a GC or weak-processing callback) panicked: the heap is half marked or half
+/// swept, the world stopped and the other threads parked, so nothing can continue or
+/// unwind safely. Says so and aborts (unwinding on used to leave every later collection
+/// and attach waiting forever).
+pub(crate) fn abort_after_panic(thread: &str, payload: &(dyn std::any::Any + Send)) -> ! {
+    let msg = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    eprintln!(
+        "gc-core: a callback panicked during a collection on {thread} (mark or sweep function, root or task scanner, GC or weak-processing callback): {msg}; the heap cannot continue, aborting"
+    );
+    std::process::abort()
+}
+
 /// Runs a collection from mutator `me` (which must be running managed code).
 pub(crate) fn collect(
     me: &MutatorShared,
@@ -88,7 +105,12 @@ pub(crate) fn collect(
     save_registers(me.head.regs.get());
     me.task.record_stop(&me.saved_registers());
     me.in_collection.store(true, Ordering::Relaxed);
-    let (info, notify) = run(heap, me, &mutators, req, t0, time_to_safepoint);
+    let (info, notify) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(heap, me, &mutators, req, t0, time_to_safepoint)
+    })) {
+        Ok(r) => r,
+        Err(payload) => abort_after_panic("the collecting thread", payload.as_ref()),
+    };
     me.in_collection.store(false, Ordering::Relaxed);
     me.task.set_saved_sp(0);
 

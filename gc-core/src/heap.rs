@@ -624,9 +624,26 @@ impl Heap {
         TypeRef(ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"))
     }
 
+    /// Panics unless `obj` is an allocated object of this heap. The safe functions that
+    /// keep an [`ObjRef`] for later (roots, weak handles, finalizers, queue
+    /// registrations) check it: any address can be an `ObjRef`, and one of another heap,
+    /// or no object at all, would otherwise be marked, swept or finalized as if it were
+    /// this heap's (memory corruption). A freed cell reused by a new object passes (the
+    /// check cannot know which object the caller meant).
+    #[track_caller]
+    pub(crate) fn assert_object(&self, obj: ObjRef, what: &str) {
+        assert!(
+            crate::big::is_allocated_object(self.id(), obj.addr()),
+            "{what}: {:#x} is not an allocated object of this heap (another heap's, freed, interior, or not an object)",
+            obj.addr()
+        );
+    }
+
     /// Registers a persistent root: `obj` stays alive until the returned [`Root`] is
-    /// dropped.
+    /// dropped. Panics if `obj` is not an allocated object of this heap.
+    #[track_caller]
     pub fn root(&self, obj: ObjRef) -> Root {
+        self.assert_object(obj, "Heap::root");
         let mut roots = self.0.roots.lock();
         let idx = match roots.free.pop() {
             Some(i) => {

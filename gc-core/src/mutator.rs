@@ -73,6 +73,30 @@ pub(crate) const DETACHED: u8 = 2;
 thread_local! {
     /// The mutator the calling thread is attached as (null if none).
     static CURRENT: Cell<*const MutatorShared> = const { Cell::new(std::ptr::null()) };
+    /// The calling thread's attachment, detached when the thread exits if it still is
+    /// then: a `Mutator` leaked with `mem::forget` (safe) would otherwise stay registered
+    /// after its thread is gone, and every later collection would wait for that thread.
+    static EXIT_DETACH: ExitDetach = const { ExitDetach(std::cell::RefCell::new(None)) };
+}
+
+struct ExitDetach(std::cell::RefCell<Option<Arc<MutatorShared>>>);
+
+impl Drop for ExitDetach {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.get_mut().take() {
+            if still_attached_here(&shared) {
+                tracing::debug!("a thread exited attached (its Mutator leaked): detached");
+                detach(&shared);
+            }
+        }
+    }
+}
+
+/// Whether `shared` is attached, by the calling thread (not detached, and not recycled
+/// for another thread since).
+fn still_attached_here(shared: &MutatorShared) -> bool {
+    shared.state.load(Ordering::SeqCst) != DETACHED
+        && shared.head.thread.load(Ordering::SeqCst) == thread_id()
 }
 
 /// The calling thread's mutator, if it is attached (the C API's `jl_get_ptls_states`).
@@ -545,9 +569,11 @@ impl MutatorShared {
             crate::collect::collect(self, CollectionKind::Auto)?;
             heap.allocd.fetch_add(size, Ordering::Relaxed);
         }
-        let obj = big::alloc(size, ty.0.addr()).ok_or_else(|| GcError::OutOfMemory {
-            size,
-            reason: "the system allocator returned null".into(),
+        let obj = big::alloc(size, ty.0.addr(), self.heap().id()).ok_or_else(|| {
+            GcError::OutOfMemory {
+                size,
+                reason: "the system allocator returned null".into(),
+            }
         })?;
         {
             let mut lists = heap.big.lock();
@@ -759,6 +785,7 @@ impl Mutator {
             w.mutators.push(shared.clone());
         }
         CURRENT.with(|c| c.set(Arc::as_ptr(&shared)));
+        EXIT_DETACH.with(|g| *g.0.borrow_mut() = Some(shared.clone()));
         tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread attached");
         Ok(Mutator {
             shared,
@@ -904,7 +931,9 @@ impl Mutator {
 
 impl Drop for Mutator {
     fn drop(&mut self) {
-        if self.owned {
+        // Not if the thread-exit guard detached it already (a Mutator kept in a
+        // thread-local that is destroyed after the guard).
+        if self.owned && still_attached_here(&self.shared) {
             detach(&self.shared);
         }
     }
@@ -962,6 +991,14 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
     CURRENT.with(|c| {
         if c.get() == Arc::as_ptr(shared) {
             c.set(std::ptr::null());
+        }
+    });
+    // The exit guard's reference, unless the guard is being destroyed (it took it).
+    let _ = EXIT_DETACH.try_with(|g| {
+        if let Ok(mut held) = g.0.try_borrow_mut() {
+            if held.as_ref().is_some_and(|h| Arc::ptr_eq(h, shared)) {
+                *held = None;
+            }
         }
     });
     tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread detached");

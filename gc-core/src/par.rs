@@ -248,7 +248,13 @@ mod pool {
 
     fn helper_main(sh: &Shared, index: usize) {
         crate::mark::enter_helper_thread();
-        helper_loop(sh, index);
+        if let Err(payload) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| helper_loop(sh, index)))
+        {
+            // A mark function panicked here: the collecting thread would wait for this
+            // thread's share of the work forever.
+            crate::collect::abort_after_panic("a collector helper thread", payload.as_ref());
+        }
         crate::mark::exit_helper_thread();
     }
 

@@ -741,7 +741,9 @@ impl Mutator {
         self.push_finalizer(obj, FinFn::C(f));
     }
 
+    #[track_caller]
     fn push_finalizer(&mut self, obj: ObjRef, f: FinFn) {
+        self.heap().assert_object(obj, "Mutator::add_finalizer");
         let mut ws = self.heap().0.weak.lock();
         let seq = ws.fin_seq;
         ws.fin_seq += 1;
@@ -834,7 +836,11 @@ impl Mutator {
     /// other objects (it is kept alive like any object; its referent is not).
     ///
     /// `target` must stay reachable across this call, which allocates (and may collect).
+    #[track_caller]
     pub fn new_weak_object(&mut self, target: Option<ObjRef>) -> Result<ObjRef, GcError> {
+        if let Some(t) = target {
+            self.heap().assert_object(t, "Mutator::new_weak_object");
+        }
         let ty = self.heap().weak_ref_type();
         // SAFETY: a Mutator is !Send: we are the owning thread.
         let wr = unsafe { self.shared().alloc_internal(WEAK_OBJECT_SIZE, ty)? };
@@ -904,8 +910,10 @@ impl Heap {
     /// collection finds it unreachable, `None` after. The handle lives outside the heap
     /// and is never a root (not even for conservative scanning). `obj` must be a live
     /// object of this heap (on a thread not attached to it: a rooted one, since a
-    /// collection may run meanwhile).
+    /// collection may run meanwhile); panics if it is not an allocated object of it.
+    #[track_caller]
     pub fn new_weak_ref(&self, obj: ObjRef) -> WeakRef {
+        self.assert_object(obj, "Heap::new_weak_ref");
         let (idx, slot) = self.0.weak.lock().handles.alloc(obj);
         WeakRef {
             heap: self.clone(),
@@ -1050,8 +1058,11 @@ pub struct ReferenceQueue {
 impl ReferenceQueue {
     /// Registers `obj` (a live object of the queue's heap; on a thread not attached to it,
     /// a rooted one) with `token`. An object may be registered several times; each
-    /// registration yields its token once.
+    /// registration yields its token once. Panics if `obj` is not an allocated object of
+    /// the queue's heap.
+    #[track_caller]
     pub fn register(&self, obj: ObjRef, token: usize) {
+        self.heap.assert_object(obj, "ReferenceQueue::register");
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,
             token,

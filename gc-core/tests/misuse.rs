@@ -1,0 +1,142 @@
+//! Misuse that safe Rust code can commit (found by a user trial): each is a clear panic
+//! or abort naming the problem, or is repaired, never memory corruption or a hang.
+
+use gc_core::CollectionKind::Full;
+use gc_core::{Callback, ForeignTypeSpec, Heap, HeapConfig, MarkProc, Marker, ObjRef, SweepProc};
+use std::process::Command;
+use std::sync::Arc;
+
+fn leaf_type(heap: &Heap) -> gc_core::TypeRef {
+    heap.new_foreign_type(ForeignTypeSpec {
+        name: "Leaf",
+        mark: MarkProc::None,
+        sweep: SweepProc::None,
+        has_pointers: false,
+        large: false,
+    })
+    .unwrap()
+}
+
+/// An object of heap A rooted, weakly referenced, finalized or registered in heap B:
+/// B's collections would mark (and flip the bits of) A's object, and A would then free
+/// what it points to. Refused with a panic naming the call.
+#[test]
+fn objects_of_another_heap_or_no_object_are_refused() {
+    let (a, b) = (
+        Heap::new(HeapConfig::default()).unwrap(),
+        Heap::new(HeapConfig::default()).unwrap(),
+    );
+    let ty = leaf_type(&a);
+    let mut m = a.attach().unwrap();
+    let obj = m.alloc_typed(16, ty).unwrap();
+    let refused = |f: &dyn Fn()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let msg = refused(&|| drop(b.root(obj)));
+    assert!(
+        msg.contains("Heap::root") && msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+    let msg = refused(&|| drop(b.new_weak_ref(obj)));
+    assert!(msg.contains("Heap::new_weak_ref"), "{msg}");
+    let q = b.new_reference_queue();
+    let msg = refused(&|| q.register(obj, 1));
+    assert!(msg.contains("ReferenceQueue::register"), "{msg}");
+    // Any address can be an ObjRef: one that is no object at all.
+    let bogus = ObjRef::from_addr(0x1000).unwrap();
+    let msg = refused(&|| drop(a.root(bogus)));
+    assert!(msg.contains("0x1000"), "{msg}");
+    let interior = ObjRef::from_addr(obj.addr() + 16).unwrap();
+    let msg = refused(&|| drop(a.root(interior)));
+    assert!(msg.contains("not an allocated object"), "{msg}");
+    // The heap's own object is fine, and both heaps still collect.
+    let r = a.root(obj);
+    m.collect(Full).unwrap();
+    drop(r);
+    drop(m);
+    let mut mb = b.attach().unwrap();
+    mb.collect(Full).unwrap();
+}
+
+/// A thread that leaks its Mutator (`mem::forget`, safe) and exits is detached at exit:
+/// later collections do not wait for it.
+#[test]
+fn a_thread_that_leaks_its_mutator_is_detached_when_it_exits() {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let h = heap.clone();
+    std::thread::spawn(move || std::mem::forget(h.attach().unwrap()))
+        .join()
+        .unwrap();
+    assert_eq!(heap.attached_threads(), 0);
+    let mut m = heap.attach().unwrap();
+    m.collect(Full).unwrap();
+}
+
+fn panicking_mark(_: &mut Marker<'_>, _: ObjRef) -> usize {
+    panic!("a mark function panicked on purpose")
+}
+
+/// Child mode of the test below: a root scanner or a mark function that panics.
+fn child(which: &str) {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    match which {
+        "mark" => {
+            let ty = heap
+                .new_foreign_type(ForeignTypeSpec {
+                    name: "Panicky",
+                    mark: MarkProc::Rust(panicking_mark),
+                    sweep: SweepProc::None,
+                    has_pointers: true,
+                    large: false,
+                })
+                .unwrap();
+            let o = m.alloc_typed(16, ty).unwrap();
+            std::mem::forget(heap.root(o));
+        }
+        _ => {
+            heap.add_callback(Callback::RootScanner(Arc::new(|_, _| {
+                panic!("a root scanner panicked on purpose")
+            })))
+            .unwrap();
+        }
+    }
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.collect(Full)));
+    // Not reached: the collection aborts the process.
+    println!("collection returned");
+}
+
+/// A callback that panics during a collection leaves the heap half marked with the world
+/// stopped: the process aborts with a message naming it (every later collection and
+/// attach used to wait forever).
+#[test]
+fn a_panic_inside_a_collection_aborts_with_a_message() {
+    if let Ok(which) = std::env::var("GC_CORE_MISUSE_CHILD") {
+        child(&which);
+        return;
+    }
+    for which in ["mark", "root"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_panic_inside_a_collection_aborts_with_a_message",
+                "--nocapture",
+            ])
+            .env("GC_CORE_MISUSE_CHILD", which)
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{which}: {stderr}");
+        assert!(
+            stderr.contains("gc-core: a callback panicked during a collection"),
+            "{which}: {stderr}"
+        );
+        assert!(stderr.contains("on purpose"), "{which}: {stderr}");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("collection returned"),
+            "{which}"
+        );
+    }
+}
