@@ -109,8 +109,10 @@ PyObject *cext_container_new(long id) {
     return (PyObject *)c;
 }
 
-/* A new leaf owning `size` bytes (new reference), or NULL with the error set. */
+/* A new leaf owning `size` bytes (new reference; a negative size counts as 0), or NULL
+ * with the error set. */
 PyObject *cext_leaf_new(long id, Py_ssize_t size) {
+    if (size < 0) size = 0;
     Leaf *l = PyObject_New(Leaf, &LeafType);
     if (l == NULL) return NULL;
     l->id = id;
@@ -118,6 +120,10 @@ PyObject *cext_leaf_new(long id, Py_ssize_t size) {
     l->buf = PyMem_Malloc(size > 0 ? (size_t)size : 1);
     if (l->buf == NULL) {
         PyObject_Del(l);
+#ifndef REFBRIDGE_PYTHON_H
+        /* CPython's PyMem_Malloc sets no error; refbridge's sets MemoryError itself. */
+        PyErr_NoMemory();
+#endif
         return NULL;
     }
     memset(l->buf, (int)(id & 0xff), (size_t)size);

@@ -152,10 +152,8 @@ static Bag NewBag(UInt tnum, UInt size)
     Bag bag = (Bag)GC_MALLOC(sizeof(void *));
     size_t total = sizeof(BagHeader) + size;
     BagHeader *hdr = TabLeafBags[tnum] ? GC_MALLOC_ATOMIC(total) : GC_MALLOC(total);
-    if (!bag || !hdr) {
-        fprintf(stderr, "minigap: out of memory\n");
-        abort();
-    }
+    if (!bag || !hdr) /* GAP's "cannot extend the workspace", not the end of the process */
+        ErrorQuit("cannot extend the workspace any more (a new bag of %zu bytes)", total);
     if (TabLeafBags[tnum])
         memset(hdr, 0, total);
     hdr->size = size;
@@ -179,10 +177,8 @@ static void ResizeBag(Bag bag, UInt new_size)
     }
     size_t total = sizeof(BagHeader) + new_size;
     BagHeader *hdr = TabLeafBags[old->tnum] ? GC_MALLOC_ATOMIC(total) : GC_MALLOC(total);
-    if (!hdr) {
-        fprintf(stderr, "minigap: out of memory\n");
-        abort();
-    }
+    if (!hdr)
+        ErrorQuit("cannot extend the workspace any more (growing a bag to %zu bytes)", total);
     old = BAG_HEADER(bag);
     memset(hdr, 0, total);
     memcpy(hdr, old, sizeof(BagHeader) + old->size);

@@ -199,6 +199,16 @@ static void OnUnblock(void *data, uint64_t tid, int32_t reason)
         gc_safe_leave(M, HookStates[--HookDepth]);
 }
 
+/* An allocation the system cannot satisfy (a list of 10^11 entries): a GAP error, as
+   GAP's "cannot extend the workspace any more", not the end of the process. Any other
+   failure of the collector is fatal. */
+static void GasmanOutOfMemory(const char *what, size_t total)
+{
+    const char *e = gc_last_error();
+    if (e && strstr(e, "out of memory"))
+        ErrorQuit("cannot extend the workspace any more (%s of %zu bytes)", what, total);
+}
+
 static void GasmanFatal(const char *what)
 {
     const char *e = gc_last_error();
@@ -329,8 +339,10 @@ static Bag NewBag(UInt tnum, UInt size)
         GasmanFatal("gc_alloc(master pointer)");
     size_t total = sizeof(BagHeader) + size;
     BagHeader *hdr = (BagHeader *)gc_alloc(M, total, total <= MaxSmallBody ? BodyType : LargeBodyType);
-    if (!hdr)
+    if (!hdr) {
+        GasmanOutOfMemory("a new bag", total);
         GasmanFatal("gc_alloc(body)");
+    }
     hdr->size = size;
     hdr->tnum = (uint8_t)tnum;
     *(Obj **)bag = (Obj *)(hdr + 1);
@@ -353,8 +365,10 @@ static void ResizeBag(Bag bag, UInt new_size)
     }
     size_t total = sizeof(BagHeader) + new_size;
     BagHeader *hdr = (BagHeader *)gc_alloc(M, total, total <= MaxSmallBody ? BodyType : LargeBodyType);
-    if (!hdr)
+    if (!hdr) {
+        GasmanOutOfMemory("growing a bag", total);
         GasmanFatal("gc_alloc(resize)");
+    }
     old = BAG_HEADER(bag);  /* the bag kept its body alive during the allocation */
     memcpy(hdr, old, sizeof(BagHeader) + old->size);
     hdr->size = new_size;

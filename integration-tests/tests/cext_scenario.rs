@@ -138,3 +138,56 @@ fn each_load_is_a_fresh_copy_with_its_own_globals() {
     assert_eq!(host.ext.take_freed(), vec![1]);
     assert!(b.take_freed().is_empty());
 }
+
+/// Scripts that misuse the extension (found by a user trial; the refbridge side crashed
+/// on the first three and wrote past an object on the slot ones): both sides refuse the
+/// misuse (CPython's TypeError/AttributeError, the host's error naming it), or agree on
+/// what is freed (an id reused drops the object it held; a negative leaf size is 0).
+#[test]
+fn misuse_is_refused_on_both_sides_or_both_agree() {
+    use Op::*;
+    let refused: Vec<(Vec<Op>, &str)> = vec![
+        (
+            vec![Leaf(1, 16), Container(2), Append(1, 2), Collect],
+            "is a leaf, not a container",
+        ),
+        (
+            vec![Leaf(1, 16), Clear(1), Collect],
+            "is a leaf, not a container",
+        ),
+        (
+            vec![Leaf(1, 16), Pop(1), Collect],
+            "is a leaf, not a container",
+        ),
+        (
+            vec![Host(1), Container(2), Set(1, 4, 2), Collect],
+            "slots 0..4, not 4",
+        ),
+        (
+            vec![Host(1), Container(2), Set(1, 100, 2), Collect],
+            "not 100",
+        ),
+        (
+            vec![Container(1), Container(2), Set(1, 0, 2), Collect],
+            "is not a host object",
+        ),
+        (vec![Leaf(1, 1 << 50), Collect], "MemoryError"),
+    ];
+    let scripts: Vec<Vec<Op>> = refused.iter().map(|(s, _)| s.clone()).collect();
+    for (script, want) in &refused {
+        let err = run_refbridge(script).unwrap_err();
+        assert!(err.contains(want), "{script:?}: {err}");
+    }
+    for s in &scripts {
+        let err = run_cpython(std::slice::from_ref(s)).unwrap_err();
+        assert!(err.contains("Error"), "{s:?}: CPython raises too: {err}");
+    }
+    let agreed = vec![
+        vec![Container(1), Container(1), Collect],
+        vec![Leaf(1, -5), Collect],
+    ];
+    let cpython = run_cpython(&agreed).unwrap();
+    for (script, theirs) in agreed.iter().zip(cpython) {
+        assert_eq!(run_refbridge(script).unwrap(), theirs, "{script:?}");
+    }
+}

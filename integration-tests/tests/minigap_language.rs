@@ -201,6 +201,11 @@ fn errors_are_gap_messages_with_the_line() {
         "Error, Function: number of arguments must be 1 (not 2)\nnot in any function at test.g:1",
     );
     check_error("if 1 then fi;", "Error, if: <condition> must be 'true' or 'false' (not a integer)\nnot in any function at test.g:1");
+    // An allocation the system refuses (800 GB): a GAP error, not the end of the process.
+    check_error(
+        "l := [];\nl[100000000000] := 1;",
+        "Error, cannot extend the workspace any more (growing a bag of 800000000024 bytes)\nnot in any function at test.g:2",
+    );
     check_error(
         "Print(\"abc);",
         "Syntax error: String must not include <newline> in test.g:1\nPrint(\"abc);\n      ^",

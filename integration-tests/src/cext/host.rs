@@ -137,7 +137,8 @@ impl Extension {
 }
 
 enum Held {
-    Native(*mut PyObject),
+    /// A native object, and whether it is a container (else a leaf).
+    Native(*mut PyObject, bool),
     Managed(Root),
 }
 
@@ -219,18 +220,45 @@ impl RefbridgeHost {
         })
     }
 
+    /// The container `id` (an error for a leaf, a host object or an unknown id, as the
+    /// extension's `TypeError: expected a cext.Container` under CPython).
     fn native(&self, id: i64) -> Result<*mut PyObject, String> {
         match self.held.get(&id) {
-            Some(Held::Native(p)) => Ok(*p),
+            Some(Held::Native(p, true)) => Ok(*p),
+            Some(Held::Native(_, false)) => Err(format!("object {id} is a leaf, not a container")),
             Some(Held::Managed(_)) => Err(format!("object {id} is a host object, not a container")),
             None => Err(format!("object {id} is not held")),
+        }
+    }
+
+    /// Holds `obj` under `id`, releasing what the id held before (as the Python driver's
+    /// dictionary assignment does).
+    fn hold(&mut self, id: i64, obj: Held) {
+        match self.held.insert(id, obj) {
+            // SAFETY: the driver's own reference to the replaced object.
+            Some(Held::Native(p, _)) => unsafe { refbridge::capi::Py_DecRef(p) },
+            Some(Held::Managed(r)) => drop(r),
+            None => {}
+        }
+    }
+
+    /// The host object `h` and slot `k` of a `Set`/`Unset` (errors for a slot past
+    /// `HOST_SLOTS` or a native object, as `AttributeError` under CPython).
+    fn host_slot(&mut self, h: i64, k: usize) -> Result<ObjRef, String> {
+        if k >= HOST_SLOTS {
+            return Err(format!("host objects have slots 0..{HOST_SLOTS}, not {k}"));
+        }
+        match self.held.get(&h) {
+            Some(Held::Managed(r)) => Ok(r.get()),
+            Some(Held::Native(..)) => Err(format!("object {h} is not a host object")),
+            None => Err(format!("object {h} is not held")),
         }
     }
 
     /// The native pointer for object `id`: the object itself, or a host's stub.
     pub fn pointer(&mut self, id: i64) -> Result<*mut PyObject, String> {
         match self.held.get(&id) {
-            Some(Held::Native(p)) => Ok(*p),
+            Some(Held::Native(p, _)) => Ok(*p),
             Some(Held::Managed(r)) => {
                 // SAFETY: a rooted host object.
                 unsafe { self.bridge.to_native(r.get()) }.map_err(|e| e.to_string())
@@ -243,7 +271,7 @@ impl RefbridgeHost {
     pub fn managed(&mut self, id: i64) -> Result<ObjRef, String> {
         match self.held.get(&id) {
             Some(Held::Managed(r)) => Ok(r.get()),
-            Some(Held::Native(p)) => {
+            Some(Held::Native(p, _)) => {
                 // SAFETY: the driver holds a reference to the native object.
                 unsafe { self.bridge.to_managed(&mut self.m, *p) }.map_err(|e| e.to_string())
             }
@@ -267,7 +295,7 @@ impl RefbridgeHost {
                 if p.is_null() {
                     return Err(err(&format!("{:?}", self.bridge.pending_error())));
                 }
-                self.held.insert(id, Held::Native(p));
+                self.hold(id, Held::Native(p, true));
             }
             Op::Leaf(id, size) => {
                 // SAFETY: as above.
@@ -275,7 +303,7 @@ impl RefbridgeHost {
                 if p.is_null() {
                     return Err(err(&format!("{:?}", self.bridge.pending_error())));
                 }
-                self.held.insert(id, Held::Native(p));
+                self.hold(id, Held::Native(p, false));
             }
             Op::Host(id) => {
                 let o = self
@@ -287,7 +315,8 @@ impl RefbridgeHost {
                 if self.watching {
                     self.watch.push((id, self.heap.new_weak_ref(o)));
                 }
-                self.held.insert(id, Held::Managed(self.heap.root(o)));
+                let root = self.heap.root(o);
+                self.hold(id, Held::Managed(root));
             }
             Op::Append(c, x) => {
                 let cp = self.native(c)?;
@@ -298,13 +327,14 @@ impl RefbridgeHost {
                 }
             }
             Op::Set(h, k, x) => {
+                self.host_slot(h, k).map_err(|e| err(&e))?;
                 let v = self.managed(x)?;
-                let ho = self.managed(h)?;
+                let ho = self.host_slot(h, k).map_err(|e| err(&e))?;
                 // SAFETY: ho is a rooted host, v a live object (no allocation between).
                 unsafe { self.m.store_ref(ho, 8 * k, Some(v)) };
             }
             Op::Unset(h, k) => {
-                let ho = self.managed(h)?;
+                let ho = self.host_slot(h, k).map_err(|e| err(&e))?;
                 // SAFETY: a rooted host.
                 unsafe { self.m.store_ref(ho, 8 * k, None) };
             }
@@ -323,7 +353,7 @@ impl RefbridgeHost {
             }
             Op::Drop(id) => match self.held.remove(&id) {
                 // SAFETY: the driver's own reference.
-                Some(Held::Native(p)) => unsafe { refbridge::capi::Py_DecRef(p) },
+                Some(Held::Native(p, _)) => unsafe { refbridge::capi::Py_DecRef(p) },
                 Some(Held::Managed(r)) => drop(r),
                 None => return Err(err("not held")),
             },
@@ -371,7 +401,7 @@ impl RefbridgeHost {
     /// Releases every reference the driver holds.
     pub fn release_all(&mut self) {
         for (_, h) in self.held.drain() {
-            if let Held::Native(p) = h {
+            if let Held::Native(p, _) = h {
                 // SAFETY: the driver's own reference.
                 unsafe { refbridge::capi::Py_DecRef(p) };
             }
