@@ -135,6 +135,12 @@ impl HeapConfig {
                 "growth and full_growth must be positive and finite".into(),
             ));
         }
+        if !(self.resident_reuse >= 0.0 && self.resident_reuse.is_finite()) {
+            return Err(GcError::BadConfig(format!(
+                "resident_reuse ({}) must be finite and not negative",
+                self.resident_reuse
+            )));
+        }
         if !(0.0..=1.0).contains(&self.young_weight) {
             return Err(GcError::BadConfig(format!(
                 "young_weight ({}) must be between 0 and 1",

@@ -140,3 +140,23 @@ fn a_panic_inside_a_collection_aborts_with_a_message() {
         );
     }
 }
+
+/// `resident_reuse` is validated like the other policy numbers (NaN, negative and
+/// infinite values were accepted).
+#[test]
+fn resident_reuse_out_of_range_is_refused() {
+    for bad in [f64::NAN, -1.0, f64::INFINITY] {
+        let Err(err) = Heap::new(HeapConfig {
+            resident_reuse: bad,
+            ..HeapConfig::default()
+        }) else {
+            panic!("resident_reuse {bad} accepted");
+        };
+        assert!(err.to_string().contains("resident_reuse"), "{err}");
+    }
+    assert!(Heap::new(HeapConfig {
+        resident_reuse: 0.0,
+        ..HeapConfig::default()
+    })
+    .is_ok());
+}

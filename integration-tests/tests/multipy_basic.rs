@@ -155,6 +155,11 @@ fn exceptions_and_system_exit_are_errors_and_the_others_keep_running() {
             Err(Error::SystemExit { code: 0, .. }) => {}
             other => panic!("expected SystemExit(0), got {other:?}"),
         }
+        // Beyond a C long: -1, as `python` computes it (its exit status is then 255).
+        match a.run("raise SystemExit(2**70)") {
+            Err(Error::SystemExit { code: -1, .. }) => {}
+            other => panic!("expected SystemExit(-1), got {other:?}"),
+        }
         runner.join().unwrap();
     });
     // Both still work afterwards; b's state is intact.

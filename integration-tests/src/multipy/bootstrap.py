@@ -186,7 +186,11 @@ def _exit_code(exc):
     if code is None:
         return 0, None
     if isinstance(code, int):
-        return code, None
+        # As `python` computes it: (int)PyLong_AsLong(code), so -1 beyond a C long (exit
+        # status 255) and the low 32 bits, signed, within one.
+        if not -(1 << 63) <= code < (1 << 63):
+            return -1, None
+        return ((code + (1 << 31)) % (1 << 32)) - (1 << 31), None
     return 1, str(code)
 
 
