@@ -1172,7 +1172,12 @@ pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> 
         set_error("gc_root_new: object is NULL");
         return std::ptr::null_mut();
     };
-    Box::into_raw(Box::new(gc_root_t { root: heap.root(o) }))
+    if let Err(e) = heap.check_object(o, "gc_root_new") {
+        return fail(e, std::ptr::null_mut());
+    }
+    Box::into_raw(Box::new(gc_root_t {
+        root: heap.root_unchecked(o),
+    }))
 }
 
 /// The object a root holds.
@@ -1536,8 +1541,11 @@ pub unsafe extern "C" fn gc_weak_handle_new(
         set_error("gc_weak_handle_new: object is NULL");
         return std::ptr::null_mut();
     };
+    if let Err(e) = heap.check_object(o, "gc_weak_handle_new") {
+        return fail(e, std::ptr::null_mut());
+    }
     Box::into_raw(Box::new(gc_weak_handle_t {
-        weak: heap.new_weak_ref(o),
+        weak: heap.new_weak_ref_unchecked(o),
     }))
 }
 
@@ -1592,17 +1600,12 @@ pub unsafe extern "C" fn gc_add_finalizer(
         set_error("gc_add_finalizer: finalizer function is NULL");
         return -1;
     };
-    if !crate::big::is_allocated_object(ms.heap().id(), o.addr()) {
-        return fail(
-            GcError::NotAnObject {
-                what: "gc_add_finalizer",
-                addr: o.addr(),
-            },
-            -1,
-        );
-    }
     // SAFETY: the calling thread's attached mutator.
-    unsafe { Mutator::borrowed(ms) }.add_c_finalizer(o, f);
+    let mut m = unsafe { Mutator::borrowed(ms) };
+    if let Err(e) = m.heap().check_object(o, "gc_add_finalizer") {
+        return fail(e, -1);
+    }
+    m.add_c_finalizer_unchecked(o, f);
     0
 }
 
@@ -1715,7 +1718,11 @@ pub unsafe extern "C" fn gc_refqueue_register(
         return -1;
     };
     // SAFETY: valid per the caller.
-    unsafe { &*q }.queue.register(o, token);
+    let queue = &unsafe { &*q }.queue;
+    if let Err(e) = queue.heap().check_object(o, "gc_refqueue_register") {
+        return fail(e, -1);
+    }
+    queue.register_unchecked(o, token);
     0
 }
 

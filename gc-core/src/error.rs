@@ -88,7 +88,7 @@ pub enum GcError {
     InGcSafeRegion,
     /// A pointer given as an object is not an allocated object of the heap (memory of
     /// the system allocator, a static, an interior pointer, a freed cell).
-    #[error("{what}: {addr:#x} is not an allocated object of this heap (an object pointer points just past its header)")]
+    #[error("{what}: {addr:#x} is not an allocated object of this heap (another heap's, freed, interior, or not an object; an object pointer points just past its header)")]
     NotAnObject {
         /// The operation.
         what: &'static str,

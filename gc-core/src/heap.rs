@@ -637,12 +637,22 @@ impl Heap {
     /// this heap's (memory corruption). A freed cell reused by a new object passes (the
     /// check cannot know which object the caller meant).
     #[track_caller]
-    pub(crate) fn assert_object(&self, obj: ObjRef, what: &str) {
-        assert!(
-            crate::big::is_allocated_object(self.id(), obj.addr()),
-            "{what}: {:#x} is not an allocated object of this heap (another heap's, freed, interior, or not an object)",
-            obj.addr()
-        );
+    pub(crate) fn assert_object(&self, obj: ObjRef, what: &'static str) {
+        if let Err(e) = self.check_object(obj, what) {
+            panic!("{e}");
+        }
+    }
+
+    /// [`Heap::assert_object`]'s check as an error, for the C entry points.
+    pub(crate) fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
+        if crate::big::is_allocated_object(self.id(), obj.addr()) {
+            Ok(())
+        } else {
+            Err(GcError::NotAnObject {
+                what,
+                addr: obj.addr(),
+            })
+        }
     }
 
     /// Registers a persistent root: `obj` stays alive until the returned [`Root`] is
@@ -650,6 +660,11 @@ impl Heap {
     #[track_caller]
     pub fn root(&self, obj: ObjRef) -> Root {
         self.assert_object(obj, "Heap::root");
+        self.root_unchecked(obj)
+    }
+
+    /// [`Heap::root`] for an object already checked.
+    pub(crate) fn root_unchecked(&self, obj: ObjRef) -> Root {
         let mut roots = self.0.roots.lock();
         let idx = match roots.free.pop() {
             Some(i) => {

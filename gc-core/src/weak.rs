@@ -741,9 +741,18 @@ impl Mutator {
         self.push_finalizer(obj, FinFn::C(f));
     }
 
+    /// [`Mutator::add_c_finalizer`] for an object already checked.
+    pub(crate) fn add_c_finalizer_unchecked(&mut self, obj: ObjRef, f: CFinalizerFn) {
+        self.push_finalizer_unchecked(obj, FinFn::C(f));
+    }
+
     #[track_caller]
     fn push_finalizer(&mut self, obj: ObjRef, f: FinFn) {
         self.heap().assert_object(obj, "Mutator::add_finalizer");
+        self.push_finalizer_unchecked(obj, f);
+    }
+
+    fn push_finalizer_unchecked(&mut self, obj: ObjRef, f: FinFn) {
         let mut ws = self.heap().0.weak.lock();
         let seq = ws.fin_seq;
         ws.fin_seq += 1;
@@ -914,6 +923,11 @@ impl Heap {
     #[track_caller]
     pub fn new_weak_ref(&self, obj: ObjRef) -> WeakRef {
         self.assert_object(obj, "Heap::new_weak_ref");
+        self.new_weak_ref_unchecked(obj)
+    }
+
+    /// [`Heap::new_weak_ref`] for an object already checked.
+    pub(crate) fn new_weak_ref_unchecked(&self, obj: ObjRef) -> WeakRef {
         let (idx, slot) = self.0.weak.lock().handles.alloc(obj);
         WeakRef {
             heap: self.clone(),
@@ -1063,6 +1077,11 @@ impl ReferenceQueue {
     #[track_caller]
     pub fn register(&self, obj: ObjRef, token: usize) {
         self.heap.assert_object(obj, "ReferenceQueue::register");
+        self.register_unchecked(obj, token);
+    }
+
+    /// [`ReferenceQueue::register`] for an object already checked.
+    pub(crate) fn register_unchecked(&self, obj: ObjRef, token: usize) {
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,
             token,

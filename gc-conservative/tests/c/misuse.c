@@ -18,6 +18,7 @@
  * Prints "<case>: ok" or FAIL lines; exit status 0 iff every check held. */
 #include "julia_gcext_compat.h"
 #include "gc_conservative.h"
+#include "gc_core.h"
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -216,6 +217,10 @@ static void not_object(jl_ptls_t p)
     CHECK(strstr(last_error(), "is not an allocated object") != NULL, "interior: %s", last_error());
     jl_gc_add_ptr_finalizer(p, (jl_value_t *)(m + 2), (void *)count_fin);
     CHECK(strstr(last_error(), "is not an allocated object") != NULL, "finalizer: %s", last_error());
+    /* The native API's root, weak handle and queue registration: errors, no abort. */
+    CHECK(gc_root_new(gc_default_heap(), m + 2) == NULL, "a root of malloc'd memory");
+    CHECK(strstr(last_error(), "gc_root_new") && strstr(last_error(), "is not an allocated object"),
+          "root: %s", last_error());
     uint64_t before = m[1];
     jl_gc_collect(JL_GC_FULL);
     jl_gc_collect(JL_GC_FULL);
