@@ -203,3 +203,23 @@ pub extern "C" fn jl_gc_is_internal_obj_alloc(p: *mut jl_value_t) -> c_int {
     // SAFETY: the default heap lives for the whole process; any p is accepted.
     unsafe { gc_is_internal_obj_alloc(gc_default_heap(), p.cast()) }
 }
+
+/// Whether `jl_gc_enable_conservative_gc_support` was called.
+static GC_SUPPORT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Julia's `jl_gc_enable_conservative_gc_support`: Julia needs it before
+/// `jl_gc_internal_obj_base_ptr` may be used; here lookups always work, so it only
+/// records the call. It does not turn on conservative stack scanning (clients that call
+/// it, such as GAP, scan their stacks themselves; `jl_gc_enable_conservative_scanning`
+/// does that). Returns whether it had been called before (0 the first time), as Julia.
+#[no_mangle]
+pub extern "C" fn jl_gc_enable_conservative_gc_support() -> c_int {
+    GC_SUPPORT.swap(true, std::sync::atomic::Ordering::AcqRel) as c_int
+}
+
+/// Julia's `jl_gc_conservative_gc_support_enabled`: whether
+/// `jl_gc_enable_conservative_gc_support` was called.
+#[no_mangle]
+pub extern "C" fn jl_gc_conservative_gc_support_enabled() -> c_int {
+    GC_SUPPORT.load(std::sync::atomic::Ordering::Acquire) as c_int
+}

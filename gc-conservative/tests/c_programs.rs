@@ -24,6 +24,72 @@ fn build(source: &str, name: &str) -> PathBuf {
     .build()
 }
 
+fn build_julia(source: &str, name: &str) -> PathBuf {
+    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    let gc_core = crate_dir.parent().unwrap().join("gc-core").join("include");
+    CProgram::new(
+        crate_dir.join(source),
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
+    )
+    .include(gc_core.join("julia"))
+    .include(gc_core)
+    .link(lib, "gc_conservative")
+    .flags(&["-pthread"])
+    .build()
+}
+
+fn julia_runtime() -> &'static Path {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| build_julia("tests/c/julia_runtime.c", "julia_runtime"))
+}
+
+/// The Julia runtime names of the Julia-compatibility prefix (`julia.h`), used as an
+/// unmodified julia-gcext client (GAP) uses them: the globals and type checks, weak
+/// references cleared to `jl_nothing`, thread counts, tasks, conservative-support calls.
+#[test]
+fn julia_runtime_names_work_as_a_julia_client_uses_them() {
+    let out = run(Command::new(julia_runtime()).arg("names"));
+    assert!(out.contains("names: ok"), "{out}");
+}
+
+/// `jl_set_safe_restore`: a faulting read returns to the restore point, again and again
+/// (the signal stays unblocked); with no restore point, a fault still kills the process
+/// with SIGSEGV (the previous disposition is restored, not swallowed).
+#[test]
+fn safe_restore_points_catch_faults_and_others_still_kill() {
+    let out = run(Command::new(julia_runtime()).arg("restore"));
+    assert!(out.contains("restore: ok"), "{out}");
+    let status = Command::new(julia_runtime())
+        .arg("fault")
+        .output()
+        .expect("run julia_runtime fault");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.status.signal(),
+        Some(SIGSEGV),
+        "expected death by SIGSEGV: {status:?}"
+    );
+    assert!(!String::from_utf8_lossy(&status.stdout).contains("survived"));
+}
+
+/// SIGSEGV on Linux.
+const SIGSEGV: i32 = 11;
+
+/// A client compiled against the prefix's Julia 1.6 marks on one thread (its mark
+/// functions may keep state in globals, as GAP 4.12's do); GC_CORE_MARK_THREADS opts in.
+#[test]
+fn julia_1_6_clients_mark_on_one_thread_unless_asked() {
+    let one = run(Command::new(julia_runtime())
+        .arg("threads")
+        .env_remove("GC_CORE_MARK_THREADS"));
+    assert!(one.contains("gcthreads=0"), "{one}");
+    let two = run(Command::new(julia_runtime())
+        .arg("threads")
+        .env("GC_CORE_MARK_THREADS", "2"));
+    assert!(two.contains("gcthreads=1"), "{two}");
+}
+
 fn conservative() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| build("tests/c/conservative.c", "conservative"))

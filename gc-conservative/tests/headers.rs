@@ -84,6 +84,8 @@ fn compat_declarations_match_the_rust_jl_functions() {
         "jl_gc_enable_conservative_scanning",
         "jl_gc_internal_obj_base_ptr",
         "jl_gc_is_internal_obj_alloc",
+        "jl_gc_enable_conservative_gc_support",
+        "jl_gc_conservative_gc_support_enabled",
     ] {
         assert!(generated.contains(f), "{f} is not defined on the Rust side");
     }

@@ -31,6 +31,7 @@
 #ifndef JULIA_GCEXT_COMPAT_H
 #define JULIA_GCEXT_COMPAT_H
 
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #if !defined(GC_CORE_CHECKED) && !(defined(__x86_64__) && defined(__GLIBC__))
@@ -233,6 +234,74 @@ jl_value_t *jl_gc_internal_obj_base_ptr(void *p);
 /* Non-zero iff p is an allocated internal object, or memory reserved for allocating
  * internal objects whose type field then never holds a valid type. */
 int jl_gc_is_internal_obj_alloc(jl_value_t *p);
+
+/* Julia's jl_gc_enable_conservative_gc_support: lookups always work here, so this only
+ * records the call (it does not scan stacks: jl_gc_enable_conservative_scanning does);
+ * returns 1 if it had been called before. */
+int jl_gc_enable_conservative_gc_support(void);
+/* Whether jl_gc_enable_conservative_gc_support was called. */
+int jl_gc_conservative_gc_support_enabled(void);
+
+/* ---- Julia runtime names for unmodified julia-gcext clients ----------------------- */
+
+/* What a client written against Julia's julia.h uses beyond the GC-extension API (GAP's
+ * julia_gc.c, weakptr.c, gap.c). The Julia-compatibility prefix (cargo xtask
+ * julia-prefix DIR) wraps this header as include/julia/julia.h, where jl_init() expands
+ * to jl_gc_compat_init(JULIA_VERSION_MAJOR, JULIA_VERSION_MINOR). */
+
+/* jl_init for a client compiled against Julia major.minor. Julia marked on one thread
+ * before 1.10, and clients written for it may keep mark-function state in globals (GAP
+ * 4.12's YoungRef): for them the default heap marks on one thread unless
+ * GC_CORE_MARK_THREADS asks for more (parallel marking is an explicit opt-in). A mark
+ * function that runs with several mark threads must keep its state per thread
+ * (__thread) or in the object. */
+void jl_gc_compat_init(int major, int minor);
+
+/* Set by jl_init: a pointer-free type named Any (the usual super type), the meta type
+ * (jl_typeof of any type), the type of weak-reference objects. NULL before jl_init. */
+extern jl_datatype_t *jl_any_type;
+extern jl_datatype_t *jl_datatype_type;
+extern jl_datatype_t *jl_weakref_type;
+/* What a cleared weak reference's value reads: NULL here (Julia: its nothing
+ * singleton), so wref->value == jl_nothing tests "cleared" as in Julia. */
+extern jl_value_t *jl_nothing;
+/* An opaque module, accepted wherever a module is. */
+extern jl_module_t *jl_main_module;
+/* Threads attached to the default heap; collector threads besides the collecting one. */
+extern int jl_n_threads;
+extern int jl_n_gcthreads;
+
+/* The calling thread's task (as jl_gc_current_task). */
+jl_task_t *jl_get_current_task(void);
+/* The part of task's stack in use ([*active_start, *active_end): from its saved stack
+ * pointer while its thread is stopped, from the caller's frame for the calling thread's
+ * own task, else all of it) and the whole stack. All NULL for a NULL task. */
+void jl_active_task_stack(jl_task_t *task, char **active_start, char **active_end,
+                          char **total_start, char **total_end);
+
+/* Safe-restore points, with Julia's meaning: while one is set on a thread, a SIGSEGV or
+ * SIGBUS there jumps back to it (siglongjmp(buf, 1)): how a client reads memory that
+ * may be unmapped (another task's stack down to its guard page). jl_setjmp(buf, 0)
+ * fills buf. The fault handler is installed at the first non-NULL jl_set_safe_restore
+ * and passes every other fault to the handler it replaced. */
+#if defined(__GLIBC__)
+/* glibc: sigjmp_buf is jmp_buf, and sigsetjmp is __sigsetjmp (declared in every mode). */
+typedef jmp_buf jl_jmp_buf;
+#define jl_setjmp(buf, savemask) __sigsetjmp((buf), (savemask))
+#else
+typedef sigjmp_buf jl_jmp_buf;
+#define jl_setjmp(buf, savemask) sigsetjmp((buf), (savemask))
+#endif
+jl_jmp_buf *jl_get_safe_restore(void);
+void jl_set_safe_restore(jl_jmp_buf *buf);
+
+/* The Julia version this library stands in for, with a build tag ("1.6.0-gccore"). */
+const char *jl_ver_string(void);
+/* Nothing to do: types stay alive with their heap, modules are opaque. */
+void jl_set_const(jl_module_t *module, jl_sym_t *name, jl_value_t *value);
+/* Runs the pending and registered finalizers of the calling thread's heap, as Julia
+ * does at exit. */
+void jl_atexit_hook(int status);
 
 /* ---- Published layouts and inline fast paths ------------------------------------- */
 

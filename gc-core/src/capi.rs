@@ -24,6 +24,8 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
+mod julia;
+
 /// A heap (`gc_heap_t`).
 pub struct gc_heap_t {
     heap: Heap,
@@ -340,6 +342,23 @@ pub unsafe extern "C" fn gc_heap_delete(heap: *mut gc_heap_t) -> c_int {
 
 static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 
+/// `mark_threads` for the default heap chosen by the library (0: the configuration's),
+/// below the environment's `GC_CORE_MARK_THREADS`.
+static DEFAULT_MARK_THREADS: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+/// Makes the default heap mark on `n` threads (unless `GC_CORE_MARK_THREADS` says
+/// otherwise): before it exists, through its configuration, after, from its next
+/// collection on.
+fn set_default_mark_threads(n: usize) {
+    DEFAULT_MARK_THREADS.store(n, Ordering::Relaxed);
+    if let Some(h) = DEFAULT_HEAP.get() {
+        if let Err(e) = h.heap.set_mark_threads(n) {
+            set_error(e);
+        }
+    }
+}
+
 /// The process's default heap (the one the `jl_*` names use), created on first use
 /// with the default configuration, adjusted by environment variables (as Julia's
 /// `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
@@ -347,12 +366,60 @@ static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
 /// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
 /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
 /// `GC_CORE_RESIDENT_REUSE` and `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those
-/// names). A value that does not parse or is out of range is reported on stderr and
-/// ignored.
+/// names), `GC_CORE_STRESS` (collect every N allocations per thread) and
+/// `GC_CORE_VERIFY` (0 or 1). A value that does not parse or is out of range is reported
+/// on stderr and ignored. `GC_CORE_STATS_FILE=path` writes the heap's statistics there
+/// as JSON at exit.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
-    DEFAULT_HEAP.get_or_init(|| gc_heap_t::new(default_heap_from_env())) as *const gc_heap_t
-        as *mut gc_heap_t
+    DEFAULT_HEAP.get_or_init(|| {
+        let heap = gc_heap_t::new(default_heap_from_env());
+        if std::env::var_os("GC_CORE_STATS_FILE").is_some() {
+            // SAFETY: registering a function with no arguments that only reads the
+            // default heap, which lives for the whole process.
+            unsafe { libc::atexit(write_default_stats) };
+        }
+        heap
+    }) as *const gc_heap_t as *mut gc_heap_t
+}
+
+/// At exit, with `GC_CORE_STATS_FILE=path`: the default heap's statistics as one JSON
+/// object in `path`, for programs that cannot ask (a C client's benchmark, GAP).
+extern "C" fn write_default_stats() {
+    let (Some(path), Some(h)) = (std::env::var_os("GC_CORE_STATS_FILE"), DEFAULT_HEAP.get()) else {
+        return;
+    };
+    let s = h.heap.stats();
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let (mut big_objects, mut big_bytes) = (0u64, 0u64);
+    let _ = h.heap.for_each_big_object(|_, size| {
+        big_objects += 1;
+        big_bytes += size as u64;
+    });
+    let json = format!(
+        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}}}\n",
+        s.full_collections,
+        s.partial_collections,
+        s.objects_allocated,
+        s.bytes_allocated,
+        s.bytes_freed,
+        s.live_bytes,
+        s.old_bytes,
+        s.pages_in_use,
+        s.mapped_bytes,
+        ms(s.total_pause),
+        ms(s.max_pause),
+        ms(s.p50_pause),
+        ms(s.p99_pause),
+        ms(s.total_weak_time),
+        s.sweep_functions_run,
+        s.weak_refs_cleared,
+        s.verify_errors,
+        h.heap.config().mark_threads,
+    );
+    if let Err(e) = std::fs::write(&path, json) {
+        eprintln!("gc-core: cannot write GC_CORE_STATS_FILE {path:?}: {e}");
+    }
 }
 
 fn default_heap_from_env() -> Heap {
@@ -362,6 +429,10 @@ fn default_heap_from_env() -> Heap {
 /// The default configuration with the environment's knobs applied.
 fn config_from_env() -> HeapConfig {
     let mut config = HeapConfig::default();
+    match DEFAULT_MARK_THREADS.load(Ordering::Relaxed) {
+        0 => {}
+        n => config.mark_threads = n,
+    }
     if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
         v.parse::<usize>().ok().filter(|&n| n <= 1024)
     }) {
@@ -403,6 +474,18 @@ fn config_from_env() -> HeapConfig {
         v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
     }) {
         config.full_growth = f;
+    }
+    if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
+        v.parse::<u64>().ok().filter(|n| *n >= 1)
+    }) {
+        config.stress_every = Some(n);
+    }
+    if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }) {
+        config.verify = on;
     }
     if let Some(m) = env_knob(
         "GC_CORE_MIN_INTERVAL",
@@ -1937,15 +2020,7 @@ pub unsafe extern "C" fn jl_symbol_name(sym: *mut jl_sym_t) -> *const c_char {
 /// again on an attached thread does nothing.
 #[no_mangle]
 pub extern "C" fn jl_init() {
-    let heap = gc_default_heap();
-    if mutator::current().is_null() {
-        // SAFETY: the default heap is live for the process.
-        let m = unsafe { gc_thread_attach(heap) };
-        if !m.is_null() {
-            // SAFETY: the mutator just attached.
-            unsafe { gc_set_finalizers_at_safepoints(m, 1) };
-        }
-    }
+    julia::init_default();
 }
 
 /// Attaches the calling thread to the default heap (Julia's `jl_adopt_thread`).
@@ -1961,13 +2036,16 @@ pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
         // SAFETY: the mutator just attached.
         unsafe { gc_set_finalizers_at_safepoints(m, 1) };
     }
+    julia::update_thread_count();
     m as jl_ptls_t
 }
 
 /// Detaches the calling thread.
 #[no_mangle]
 pub extern "C" fn jl_gc_thread_detach() -> c_int {
-    gc_thread_detach()
+    let r = gc_thread_detach();
+    julia::update_thread_count();
+    r
 }
 
 /// The calling thread's `ptls`; NULL if not attached.

@@ -801,6 +801,18 @@ impl Heap {
         Ok(())
     }
 
+    /// Sets [`HeapConfig::mark_threads`] from the next collection on (0: one per core);
+    /// at most 1024.
+    pub fn set_mark_threads(&self, n: usize) -> Result<(), GcError> {
+        if n > 1024 {
+            return Err(GcError::BadConfig(format!(
+                "mark_threads ({n}) must be at most 1024"
+            )));
+        }
+        self.0.config.lock().mark_threads = n;
+        Ok(())
+    }
+
     /// Turns the verify mode on or off.
     pub fn set_verify(&self, on: bool) {
         self.0.verify.store(on, Ordering::Relaxed);

@@ -16,9 +16,18 @@ fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Names of the `extern "C"` functions defined in capi.rs.
+/// The C ABI's sources: `capi.rs` and its `capi/` modules.
+fn capi_source() -> String {
+    let mut src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    for entry in std::fs::read_dir(crate_dir().join("src/capi")).unwrap() {
+        src.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    }
+    src
+}
+
+/// Names of the `extern "C"` functions defined in the C ABI's sources.
 fn rust_functions() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let src = capi_source();
     let mut names = BTreeSet::new();
     for line in src.lines() {
         let t = line.trim_start();
@@ -42,9 +51,19 @@ fn rust_functions() -> BTreeSet<String> {
     names
 }
 
-/// Names of the types defined in capi.rs (structs and aliases).
+/// Names of the global variables the C ABI exports (`jl_any_type`, ...): declared by
+/// hand in the compat header and checked by the C programs that link them.
+fn rust_statics() -> Vec<String> {
+    capi_source()
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub static "))
+        .map(|r| r.split(':').next().unwrap().trim().to_string())
+        .collect()
+}
+
+/// Names of the types defined in the C ABI's sources (structs and aliases).
 fn rust_types() -> Vec<String> {
-    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let src = capi_source();
     src.lines()
         .filter_map(|l| {
             l.strip_prefix("pub struct ")
@@ -64,7 +83,7 @@ fn internal_constants() -> Vec<String> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(crate_dir().join("src")).unwrap() {
         let path = entry.unwrap().path();
-        if path.file_name().is_some_and(|n| n == "capi.rs") {
+        if path.is_dir() || path.file_name().is_some_and(|n| n == "capi.rs") {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
@@ -85,6 +104,9 @@ fn generate(mut exclude: Vec<String>) -> String {
         ..Default::default()
     };
     exclude.extend(internal_constants());
+    exclude.extend(rust_statics());
+    // libc functions the C ABI declares for itself.
+    exclude.push("siglongjmp".into());
     config.export.exclude = exclude;
     let mut out = Vec::new();
     cbindgen::Builder::new()
@@ -174,6 +196,8 @@ fn compat_header_matches_the_rust_jl_functions() {
         "jl_gc_enable_conservative_scanning",
         "jl_gc_internal_obj_base_ptr",
         "jl_gc_is_internal_obj_alloc",
+        "jl_gc_enable_conservative_gc_support",
+        "jl_gc_conservative_gc_support_enabled",
     ]
     .iter()
     .map(|s| s.to_string())

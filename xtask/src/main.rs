@@ -3,6 +3,10 @@
 //! - `cargo xtask test`: everything CI checks, in order, stopping at the first failure.
 //! - `cargo xtask demo`: the end-to-end scenarios that exist, with a readable summary.
 //! - `cargo xtask bench [SUITE]`: benchmark suites, peers measured in the same run.
+//! - `cargo xtask julia-prefix DIR`: a Julia-compatibility prefix for julia-gcext
+//!   clients (GAP's `--with-gc=julia` build) over gc-core and gc-conservative.
+//! - `cargo xtask gap-real [MODE]`: GAP 4.12.1's real kernel built against that prefix,
+//!   running a part of its test suite.
 //!
 //! It only shells out (to cargo, cc, python, ...); it links none of the workspace crates.
 
@@ -11,6 +15,8 @@ mod demo;
 mod demo_cext;
 mod demo_gap;
 mod demo_multipy;
+mod gap_real;
+mod julia_prefix;
 mod loader_libs;
 mod steps;
 mod test;
@@ -45,6 +51,23 @@ enum Command {
         /// The suite to run; without it every suite runs.
         suite: Option<String>,
     },
+    /// Write a Julia-compatibility prefix (bin/julia, include/julia, lib/libjulia.so)
+    /// into DIR, for configuring julia-gcext clients against gc-core.
+    JuliaPrefix {
+        /// Where to write it (created if needed).
+        dir: std::path::PathBuf,
+    },
+    /// Build GAP 4.12.1's kernel against the prefix and run its test files (what
+    /// `cargo xtask test` runs as its GAP steps).
+    GapReal {
+        /// ours (default), stress, verify, or parallel (two mark threads, YoungRef
+        /// per thread).
+        #[arg(default_value = "ours")]
+        mode: String,
+        /// All 283 testinstall files instead of the representative part.
+        #[arg(long)]
+        full: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,6 +76,14 @@ fn main() -> ExitCode {
         Command::Test { full } => test::run(full),
         Command::Demo => demo::run(),
         Command::Bench { suite } => bench::run(suite.as_deref()),
+        Command::JuliaPrefix { dir } => julia_prefix::make(&dir).map(|d| {
+            println!("julia-prefix: {}", d.display());
+            println!(
+                "  configure a julia-gcext client with --with-julia={} (GAP: --with-gc=julia)",
+                d.display()
+            );
+        }),
+        Command::GapReal { mode, full } => gap_real::run_mode(&mode, full),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

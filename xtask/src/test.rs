@@ -14,7 +14,7 @@ pub fn run(full: bool) -> Result<()> {
     // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
     crate::venv::ensure()?;
 
-    let mut plan = plan();
+    let mut plan = plan(full);
     if full {
         for (_, cmd) in plan.iter_mut() {
             cmd.env("MULTIPY_FULL", "1");
@@ -29,7 +29,7 @@ pub fn run(full: bool) -> Result<()> {
 }
 
 /// The steps, in order: the cheap static checks first, then the test suites.
-fn plan() -> Vec<(&'static str, Command)> {
+fn plan(full: bool) -> Vec<(&'static str, Command)> {
     let mut plan = Vec::new();
 
     let mut fmt = cargo();
@@ -152,12 +152,55 @@ fn plan() -> Vec<(&'static str, Command)> {
         refbridge_valgrind,
     ));
 
+    // Real GAP 4.12.1 on our GC (xtask/src/gap_real.rs): its kernel built against the
+    // Julia-compatibility prefix, a representative part of testinstall (everything with
+    // --full) in each mode; skipped with a message where the kernel sources are absent.
+    let modes: &[(&'static str, &'static str)] =
+        if full {
+            &[
+            ("ours", "real GAP on gc-core: all of testinstall"),
+            ("stress", "real GAP on gc-core: all of testinstall under GC stress"),
+            ("verify", "real GAP on gc-core: all of testinstall in verify mode"),
+            (
+                "parallel",
+                "real GAP on gc-core: all of testinstall, two mark threads, YoungRef per thread",
+            ),
+        ]
+        } else {
+            &[
+                ("ours", "real GAP on gc-core: 48 testinstall files"),
+                (
+                    "stress",
+                    "real GAP on gc-core: 48 testinstall files under GC stress",
+                ),
+                (
+                    "verify",
+                    "real GAP on gc-core: 48 testinstall files in verify mode",
+                ),
+            ]
+        };
+    for (mode, name) in modes {
+        let mut gap = xtask();
+        gap.args(["gap-real", mode]);
+        if full {
+            gap.arg("--full");
+        }
+        plan.push((*name, gap));
+    }
+
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
     plan.push(("documentation (cargo doc, warnings denied)", doc));
 
     plan
+}
+
+/// This xtask binary, for steps that are xtask subcommands.
+fn xtask() -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap_or_else(|_| "cargo-xtask".into()));
+    cmd.current_dir(crate::steps::root());
+    cmd
 }
 
 /// Programs the test suites run: elf-loader's tests build C and C++ fixtures (gcc,

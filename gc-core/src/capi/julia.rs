@@ -1,0 +1,337 @@
+//! The Julia runtime names a julia-gcext client uses beyond the GC-extension API itself,
+//! so that an unmodified client (GAP's `src/julia_gc.c`, configured `--with-gc=julia`)
+//! compiles and links against gc-core with no libjulia: the globals `jl_any_type`,
+//! `jl_datatype_type`, `jl_weakref_type`, `jl_nothing`, `jl_main_module`,
+//! `jl_n_threads`, `jl_n_gcthreads`; the task queries `jl_get_current_task` and
+//! `jl_active_task_stack`; Julia's safe-restore points (`jl_set_safe_restore`: a read
+//! that faults returns to the restore point); `jl_ver_string`; and the calls that have
+//! nothing to do here (`jl_set_const`, `jl_atexit_hook` runs the finalizers as Julia's
+//! does). Declared in `include/julia_gcext_compat.h`; the Julia-compatibility prefix
+//! (`cargo xtask julia-prefix`) wraps that header as `julia.h`.
+//!
+//! `jl_init()` in the prefix's `julia.h` expands to `jl_gc_compat_init(major, minor)`
+//! with the Julia version the client was compiled for: a client written for a Julia
+//! before 1.10 (whose collector marked on one thread) gets one mark thread unless the
+//! environment asks for more (`GC_CORE_MARK_THREADS`), because its mark functions may
+//! keep state in globals (GAP 4.12's `YoungRef`).
+
+use super::{
+    cur, gc_current_task, gc_default_heap, gc_heap_t, gc_run_all_finalizers,
+    gc_set_finalizers_at_safepoints, gc_thread_attach, gc_typeof, jl_datatype_t, jl_module_t,
+    jl_sym_t, jl_task_t, jl_value_t, set_error,
+};
+use crate::mutator;
+use crate::task::Task;
+use crate::types::{ForeignTypeSpec, MarkProc, SweepProc};
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::Once;
+
+/// Storage behind `jl_main_module`: a module is opaque to clients and never read here.
+static MAIN_MODULE: u64 = 0;
+
+/// `jl_main_module`: an opaque module, accepted wherever a module is (`jl_set_const`,
+/// `jl_new_foreign_type`).
+#[no_mangle]
+pub static jl_main_module: AtomicPtr<jl_module_t> =
+    AtomicPtr::new(&MAIN_MODULE as *const u64 as *mut jl_module_t);
+
+/// `jl_any_type`: a type with no pointers named `Any`, made by `jl_init`; the default
+/// super type clients pass to `jl_new_foreign_type`. NULL before `jl_init`.
+#[no_mangle]
+pub static jl_any_type: AtomicPtr<jl_datatype_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `jl_datatype_type`: the meta type (`jl_typeof` of any type), set by `jl_init`.
+#[no_mangle]
+pub static jl_datatype_type: AtomicPtr<jl_datatype_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `jl_weakref_type`: the type of weak-reference objects (`jl_gc_new_weakref`), set by
+/// `jl_init`.
+#[no_mangle]
+pub static jl_weakref_type: AtomicPtr<jl_datatype_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `jl_nothing`: what a cleared weak reference's `value` reads. NULL here (Julia: its
+/// `nothing` singleton), so `wref->value == jl_nothing` tests "cleared" as in Julia; a
+/// client must not dereference it.
+#[no_mangle]
+pub static jl_nothing: AtomicPtr<jl_value_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// `jl_n_threads`: threads attached to the default heap (as Julia counts its threads,
+/// adopted ones included); kept up to date by `jl_init`, `jl_adopt_thread` and
+/// `jl_gc_thread_detach`.
+#[no_mangle]
+pub static jl_n_threads: AtomicI32 = AtomicI32::new(0);
+
+/// `jl_n_gcthreads`: collector threads besides the collecting one (Julia 1.10's
+/// meaning), set by `jl_init` from the default heap's `mark_threads`.
+#[no_mangle]
+pub static jl_n_gcthreads: AtomicI32 = AtomicI32::new(0);
+
+/// The version `jl_ver_string` reports (Julia's format, our build tag).
+const VERSION: &std::ffi::CStr = c"1.6.0-gccore";
+
+/// Julia versions before this one marked on one thread.
+const PARALLEL_MARK_SINCE: (c_int, c_int) = (1, 10);
+
+/// What `jl_init()` expands to in the prefix's `julia.h`: `jl_init` for a client compiled
+/// against Julia `major.minor`. A client written for a Julia before 1.10 gets one mark
+/// thread (its mark functions may keep state in globals, as GAP 4.12's do) unless
+/// `GC_CORE_MARK_THREADS` asks for more: parallel marking is then an explicit opt-in.
+#[no_mangle]
+pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
+    if (major, minor) < PARALLEL_MARK_SINCE && std::env::var_os("GC_CORE_MARK_THREADS").is_none() {
+        super::set_default_mark_threads(1);
+    }
+    init_default();
+}
+
+/// `jl_init` proper: the default heap, the calling thread attached (finalizers run at its
+/// safepoints), the built-in types published.
+pub(super) fn init_default() {
+    let heap = gc_default_heap();
+    if mutator::current().is_null() {
+        // SAFETY: the default heap is live for the process.
+        let m = unsafe { gc_thread_attach(heap) };
+        if !m.is_null() {
+            // SAFETY: the mutator just attached.
+            unsafe { gc_set_finalizers_at_safepoints(m, 1) };
+        }
+    }
+    static TYPES: Once = Once::new();
+    TYPES.call_once(publish_types);
+    update_thread_count();
+}
+
+/// Sets `jl_any_type`, `jl_datatype_type`, `jl_weakref_type` and `jl_n_gcthreads`.
+fn publish_types() {
+    // SAFETY: the default heap is live for the process.
+    let Some(heap) = (unsafe { gc_heap_t::from_ptr(gc_default_heap(), "jl_init") }) else {
+        return;
+    };
+    let any = heap.new_foreign_type(ForeignTypeSpec {
+        name: "Any",
+        mark: MarkProc::None,
+        sweep: SweepProc::None,
+        has_pointers: false,
+        large: false,
+    });
+    match any {
+        Ok(t) => {
+            let p = t.as_obj().as_ptr().cast::<jl_datatype_t>();
+            jl_any_type.store(p, Ordering::Release);
+            // SAFETY: a type object is a live, permanent object of the heap.
+            let meta = unsafe { gc_typeof(p.cast()) };
+            jl_datatype_type.store(meta.cast(), Ordering::Release);
+        }
+        Err(e) => set_error(format!("jl_init: creating the type Any: {e}")),
+    }
+    let weak = heap
+        .weak_ref_type()
+        .as_obj()
+        .as_ptr()
+        .cast::<jl_datatype_t>();
+    jl_weakref_type.store(weak, Ordering::Release);
+    let helpers = match heap.config().mark_threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    }
+    .saturating_sub(1);
+    jl_n_gcthreads.store(helpers.min(i32::MAX as usize) as i32, Ordering::Release);
+}
+
+/// Refreshes `jl_n_threads` from the default heap.
+pub(super) fn update_thread_count() {
+    // SAFETY: the default heap is live for the process.
+    if let Some(heap) = unsafe { gc_heap_t::from_ptr(gc_default_heap(), "jl_n_threads") } {
+        let n = heap.attached_threads().min(i32::MAX as usize) as i32;
+        jl_n_threads.store(n, Ordering::Release);
+    }
+}
+
+/// `jl_get_current_task`: the task of the calling thread's own stack (as
+/// `jl_gc_current_task`); NULL if the thread is not attached.
+#[no_mangle]
+pub extern "C" fn jl_get_current_task() -> *mut jl_task_t {
+    gc_current_task().cast()
+}
+
+/// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`: from
+/// its saved stack pointer when the task's thread is stopped or the coroutine recorded
+/// one, else the whole stack; from the caller's frame for the calling thread's own task)
+/// and the whole stack (`[total_start, total_end)`). All four are NULL for a NULL task.
+///
+/// # Safety
+/// `task` null or a registered task; the four out-pointers null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn jl_active_task_stack(
+    task: *mut jl_task_t,
+    active_start: *mut *mut c_char,
+    active_end: *mut *mut c_char,
+    total_start: *mut *mut c_char,
+    total_end: *mut *mut c_char,
+) {
+    let (mut a0, mut a1, mut t0, mut t1) = (0usize, 0usize, 0usize, 0usize);
+    if task.is_null() {
+        set_error("jl_active_task_stack: task is NULL");
+    } else {
+        // SAFETY: a registered task per the caller.
+        let t = unsafe { &*(task as *const Task) };
+        (t0, t1) = t.stack_bounds();
+        let own = task == jl_get_current_task();
+        let sp = if own {
+            // The caller's frame is below this one's locals.
+            let here = 0u8;
+            std::ptr::addr_of!(here) as usize
+        } else {
+            t.saved_sp()
+        };
+        a0 = if sp > t0 && sp < t1 { sp } else { t0 };
+        a1 = t1;
+    }
+    for (out, v) in [
+        (active_start, a0),
+        (active_end, a1),
+        (total_start, t0),
+        (total_end, t1),
+    ] {
+        if !out.is_null() {
+            // SAFETY: writable when non-null (caller).
+            unsafe { *out = v as *mut c_char };
+        }
+    }
+}
+
+/// `jl_jmp_buf`: a `sigjmp_buf` (`jl_setjmp` is `sigsetjmp`); opaque here.
+pub type jl_jmp_buf = c_void;
+
+thread_local! {
+    /// The calling thread's restore point (`jl_set_safe_restore`), read by the fault
+    /// handler: a const-initialised cell with no destructor, a plain TLS slot.
+    static SAFE_RESTORE: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// `jl_get_safe_restore`: the calling thread's restore point, NULL if none.
+#[no_mangle]
+pub extern "C" fn jl_get_safe_restore() -> *mut jl_jmp_buf {
+    SAFE_RESTORE.with(|c| c.get())
+}
+
+/// `jl_set_safe_restore`: while `buf` (a `jl_jmp_buf`, i.e. a `sigjmp_buf` filled by
+/// `jl_setjmp`) is set, a SIGSEGV or SIGBUS on the calling thread jumps there
+/// (`siglongjmp(buf, 1)`) instead of killing the process: how Julia's clients read
+/// memory that may be unmapped (GAP scans other tasks' stacks towards their guard
+/// pages). NULL clears it. The handler is installed at the first non-NULL call and
+/// passes every other fault on to the handler it replaced (or the default action).
+///
+/// # Safety
+/// `buf` null or a `sigjmp_buf` filled by `sigsetjmp` in a frame that is still active
+/// whenever a fault can happen.
+#[no_mangle]
+pub unsafe extern "C" fn jl_set_safe_restore(buf: *mut jl_jmp_buf) {
+    if !buf.is_null() {
+        install_fault_handler();
+    }
+    SAFE_RESTORE.with(|c| c.set(buf));
+}
+
+/// The SIGSEGV and SIGBUS actions the fault handler replaced (it passes them faults
+/// that are not its own).
+static PREVIOUS: std::sync::OnceLock<[libc::sigaction; 2]> = std::sync::OnceLock::new();
+
+extern "C" {
+    /// glibc's `siglongjmp` (the libc crate does not bind it; kept out of the
+    /// generated header by tests/headers.rs).
+    fn siglongjmp(env: *mut c_void, val: c_int) -> !;
+}
+
+fn install_fault_handler() {
+    PREVIOUS.get_or_init(|| {
+        // SAFETY: sigaction with zeroed structs filled in here: first the current
+        // actions are read (and published before the handler can run), then ours is
+        // installed.
+        unsafe {
+            let mut prev: [libc::sigaction; 2] = std::mem::zeroed();
+            libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut prev[0]);
+            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut prev[1]);
+            prev
+        }
+    });
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        // SAFETY: installing a handler described by a zeroed struct filled in here.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_fault as *const () as usize;
+            // SA_NODEFER: the signal stays unblocked in the handler, so that jumping out
+            // of it leaves the thread's mask as it was (sigsetjmp(buf, 0) saves none).
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+    });
+}
+
+/// The fault handler: to the restore point if the thread set one, else on to the
+/// handler it replaced.
+extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    let restore = SAFE_RESTORE.with(|c| c.get());
+    if !restore.is_null() {
+        SAFE_RESTORE.with(|c| c.set(std::ptr::null_mut()));
+        // SAFETY: the thread's restore point, set with jl_set_safe_restore by a frame
+        // that is still active (its contract); only C frames and this handler lie above.
+        unsafe { siglongjmp(restore, 1) };
+    }
+    let Some(prev) = PREVIOUS.get() else {
+        return;
+    };
+    let prev = &prev[(sig == libc::SIGBUS) as usize];
+    let h = prev.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Back to the previous disposition; returning re-runs the faulting instruction,
+        // which then takes the default action (a core dump naming the signal).
+        // SAFETY: restoring a disposition read from the kernel.
+        unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
+        return;
+    }
+    if prev.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler's own type, as the kernel would have called it.
+        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, ctx);
+    } else {
+        // SAFETY: as above, a plain handler.
+        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// `jl_ver_string`: the Julia version this library stands in for, with a build tag
+/// (`1.6.0-gccore`).
+#[no_mangle]
+pub extern "C" fn jl_ver_string() -> *const c_char {
+    VERSION.as_ptr()
+}
+
+/// `jl_set_const`: nothing to do. Julia binds `value` in `module` (which also keeps it
+/// alive); here modules are opaque and every type stays alive with its heap.
+#[no_mangle]
+pub extern "C" fn jl_set_const(
+    _module: *mut jl_module_t,
+    _name: *mut jl_sym_t,
+    _value: *mut jl_value_t,
+) {
+}
+
+/// `jl_atexit_hook`: runs every pending and registered finalizer of the calling
+/// thread's heap, as Julia's does at exit (`status` is the exit status, unused). Does
+/// nothing on a thread that is not attached.
+#[no_mangle]
+pub extern "C" fn jl_atexit_hook(_status: c_int) {
+    if mutator::current().is_null() {
+        return;
+    }
+    // SAFETY: the calling thread's attached mutator (a failure is left for
+    // jl_gc_last_error).
+    unsafe { gc_run_all_finalizers(cur()) };
+}
