@@ -459,6 +459,15 @@ void gc_wb_back(struct gc_mutator_t *m, void *parent);
 int gc_schedule_sweep(struct gc_mutator_t *m, void *obj);
 
 /**
+ * The calling thread's own `ptls` while it marks (a collector helper thread's record,
+ * or the collecting thread's mutator while its marker is set), NULL otherwise. The
+ * compat header's inline `jl_gc_mark_queue_obj` caches it per thread, so that a
+ * reference queued with another thread's `ptls` (GAP passes a saved one from mark
+ * functions that run on every collector thread) needs no call out of line.
+ */
+void *gc_marking_ptls(void);
+
+/**
  * Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
  * or on error (outside the mark phase, wrong thread).
  *

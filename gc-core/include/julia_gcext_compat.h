@@ -87,9 +87,11 @@ void jl_gc_set_cb_notify_external_free(jl_gc_cb_notify_external_free_t cb, int e
 /* ---- Marking -------------------------------------------------------------------- */
 
 /* Queues obj for marking; returns non-zero if obj is young (not yet promoted). A mark
- * function counts the non-zero results and returns the count, so the collector can put
- * an old object with young children into its remembered set. NULL is ignored (0).
- * Outside the mark phase, or with another thread's ptls: 0 and an error. */
+ * function counts the non-zero results and returns the count, as the seed says; the
+ * collector also counts them itself while the mark function runs, so that an old
+ * object with young children enters the remembered set even if the returned count is
+ * wrong (kept in a global that several mark threads share, or Julia's "newly marked"
+ * semantics). NULL is ignored (0). Outside the mark phase: 0 and an error. */
 int jl_gc_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj);
 
 /* Queues the nobjs references at objs (an array inside parent, never on a stack or in
@@ -101,10 +103,13 @@ void jl_gc_mark_queue_objarray(jl_ptls_t ptls, jl_value_t *parent,
 /* ---- Foreign types -------------------------------------------------------------- */
 
 /* A mark function queues obj's children with jl_gc_mark_queue_obj(ptls, child) and
- * returns how many of them are young (non-zero results). It may run on any collector
- * thread (HeapConfig::mark_threads, GC_CORE_MARK_THREADS; default one per core) and
- * concurrently with other mark functions: it gets the ptls of the thread it runs on
- * (queue through that one only) and must keep no unsynchronised state of its own. */
+ * returns how many of them are young (non-zero results; the collector counts them too,
+ * see jl_gc_mark_queue_obj). It may run on any collector thread (HeapConfig::
+ * mark_threads, GC_CORE_MARK_THREADS; default one per core, but one for clients of
+ * the Julia-compatibility prefix, see jl_gc_compat_init) and concurrently with other
+ * mark functions: it gets the ptls of the thread it runs on (a ptls saved from another
+ * thread also works: the call queues on the calling collector thread) and must keep
+ * no unsynchronised state of its own besides that count. */
 typedef uintptr_t (*jl_markfunc_t)(jl_ptls_t ptls, jl_value_t *obj);
 typedef void (*jl_sweepfunc_t)(jl_value_t *obj);
 
@@ -315,6 +320,10 @@ typedef struct gc_tls_head_t {
     uint8_t checked;     /* verify mode: entry points check their arguments */
 } gc_tls_head_t;
 
+/* The calling thread's own ptls while it marks (a collector helper thread's record, or
+ * the collecting thread's), NULL otherwise; for the inline jl_gc_mark_queue_obj. */
+void *gc_marking_ptls(void);
+
 #define GC_TLS_MUTATOR_MAGIC 0x4D555441544F5221ull
 #define GC_TLS_HELPER_MAGIC 0x474348454C504552ull
 
@@ -330,6 +339,7 @@ typedef struct gc_mark_fast_t {
     uintptr_t old_want;
     uintptr_t young_marked;
     uint64_t marked;
+    uint64_t young;      /* young results since the current mark function started */
 } gc_mark_fast_t;
 
 #ifndef GC_CORE_CHECKED
@@ -363,17 +373,39 @@ static inline jl_ptls_t gc_compat_get_ptls(void)
     return p;
 }
 
+/* The calling thread's own ptls while it marks (gc_marking_ptls), cached per thread. */
+static inline const gc_tls_head_t *gc_compat_own_marking_head(uintptr_t self)
+{
+    static __thread const gc_tls_head_t *own;
+    const gc_tls_head_t *h = own;
+    if (__builtin_expect(h != NULL && h->thread == self && h->marker != NULL, 1))
+        return h;
+    h = (const gc_tls_head_t *)gc_marking_ptls();
+    own = h;
+    return h;
+}
+
 /* jl_gc_mark_queue_obj: mark and push onto the calling collector thread's own stack. */
 static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
 {
     if (obj == NULL)
         return 0;
     const gc_tls_head_t *hd = (const gc_tls_head_t *)ptls;
-    gc_mark_fast_t *mk = hd ? (gc_mark_fast_t *)hd->marker : NULL;
+    if (__builtin_expect(hd == NULL, 0))
+        return (jl_gc_mark_queue_obj)(ptls, obj);
+    uintptr_t self = gc_compat_self();
     /* Another thread's ptls (GAP passes the collecting thread's, kept in a global, from
-     * mark functions that run on every collector thread): out of line, which queues on
-     * the calling collector thread's own stack. */
-    if (__builtin_expect(mk == NULL || mk->slow != 0 || hd->thread != gc_compat_self(), 0))
+     * mark functions that run on every collector thread): the calling collector thread's
+     * own stack instead (its ptls cached per thread); out of line if it does not mark. */
+    if (__builtin_expect(hd->thread != self, 0)) {
+        const gc_tls_head_t *own = gc_compat_own_marking_head(self);
+        if (own == NULL)
+            return (jl_gc_mark_queue_obj)(ptls, obj);
+        hd = own;
+        ptls = (jl_ptls_t)own;
+    }
+    gc_mark_fast_t *mk = (gc_mark_fast_t *)hd->marker;
+    if (__builtin_expect(mk == NULL || mk->slow != 0, 0))
         return (jl_gc_mark_queue_obj)(ptls, obj);
     uintptr_t *hp = (uintptr_t *)obj - 1;
     uintptr_t h = *hp;
@@ -387,13 +419,16 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
         mk->marked++;
         return 0;
     }
-    if ((h & 5) == mk->young_marked)
+    if ((h & 5) == mk->young_marked) {
+        mk->young++;
         return 1;
+    }
     if (__builtin_expect((h & 4) != 0 || mk->top == mk->limit, 0))
         return (jl_gc_mark_queue_obj)(ptls, obj);
     *hp = h | mk->young_marked;
     *mk->top++ = (uintptr_t)obj;
     mk->marked++;
+    mk->young++;
     return 1;
 }
 

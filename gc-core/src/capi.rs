@@ -397,7 +397,7 @@ extern "C" fn write_default_stats() {
         big_bytes += size as u64;
     });
     let json = format!(
-        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}}}\n",
+        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"total_mark_ms\": {:.3}, \"total_sweep_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}}}\n",
         s.full_collections,
         s.partial_collections,
         s.objects_allocated,
@@ -412,6 +412,8 @@ extern "C" fn write_default_stats() {
         ms(s.p50_pause),
         ms(s.p99_pause),
         ms(s.total_weak_time),
+        ms(s.total_mark_time),
+        ms(s.total_sweep_time),
         s.sweep_functions_run,
         s.weak_refs_cleared,
         s.verify_errors,
@@ -1100,6 +1102,16 @@ fn own_marking_head<'a>() -> Option<&'a TlsHead> {
     // SAFETY: the calling thread's attached mutator is alive while attached.
     let head = unsafe { &(*cur).head };
     (!head.marker.load(Ordering::Acquire).is_null()).then_some(head)
+}
+
+/// The calling thread's own `ptls` while it marks (a collector helper thread's record,
+/// or the collecting thread's mutator while its marker is set), NULL otherwise. The
+/// compat header's inline `jl_gc_mark_queue_obj` caches it per thread, so that a
+/// reference queued with another thread's `ptls` (GAP passes a saved one from mark
+/// functions that run on every collector thread) needs no call out of line.
+#[no_mangle]
+pub extern "C" fn gc_marking_ptls() -> *mut c_void {
+    own_marking_head().map_or(std::ptr::null_mut(), |h| h as *const TlsHead as *mut c_void)
 }
 
 /// Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL

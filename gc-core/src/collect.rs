@@ -489,6 +489,8 @@ fn run(
     st.finalizers_queued += weak.finalizable;
     st.tokens_queued += weak.tokens;
     st.total_weak_time += weak_time;
+    st.total_mark_time += mark_time;
+    st.total_sweep_time += sweep_time;
     st.record_pause(pause);
     tracing::debug!(
         allocd,

@@ -125,6 +125,12 @@ pub struct MarkFast {
     pub young_marked: usize,
     /// Objects marked by this marker.
     pub marked: u64,
+    /// Young results of queueing since the marker started the current object's mark
+    /// function: the marker counts an object's young children itself, so that a mark
+    /// function's return value (a count it may get wrong: a global shared by several
+    /// mark threads, or Julia's "newly marked" semantics) cannot lose a remembered-set
+    /// entry.
+    pub young: u64,
 }
 
 /// The part of a collector thread's `ptls` that C code reads (`gc_tls_head_t`): the
@@ -255,6 +261,7 @@ impl<'h> Marker<'h> {
                 old_want,
                 young_marked: AGE | young_parity,
                 marked: 0,
+                young: 0,
             },
             base,
             buf,
@@ -399,12 +406,14 @@ impl<'h> Marker<'h> {
             }
             false
         } else if h & (AGE | MARK) == self.fast.young_marked {
+            self.fast.young += 1;
             true
         } else if h & AGE != 0 {
             self.promote(obj, h)
         } else {
             hdr.store(h | self.fast.young_marked, Ordering::Relaxed);
             self.fast.marked += 1;
+            self.fast.young += 1;
             self.push_if_scannable(obj, h);
             true
         }
@@ -444,6 +453,7 @@ impl<'h> Marker<'h> {
                 if young && self.verify_first_young.is_none() {
                     self.verify_first_young = Some(obj);
                 }
+                self.fast.young += young as u64;
                 young
             }
             Mode::MarkKeepYoung => {
@@ -470,6 +480,7 @@ impl<'h> Marker<'h> {
                     };
                     self.push_if_scannable(obj, h);
                 }
+                self.fast.young += 1;
                 true
             }
         }
@@ -648,18 +659,26 @@ impl<'h> Marker<'h> {
                 }
                 young
             }
-            _ => match desc.mark {
-                MarkProc::None => 0,
-                // SAFETY: m is valid and unaliased during the call (caller's contract).
-                MarkProc::Rust(f) => f(unsafe { &mut *m }, obj),
-                MarkProc::C(f) => {
-                    // SAFETY: reading the ptls field; no borrow is kept across the call.
-                    let ptls = unsafe { (*m).ptls };
-                    // SAFETY: a C mark function of the seed's signature, called with this
-                    // collector thread's ptls and a live object of its type.
-                    unsafe { f(ptls, obj.as_ptr().cast()) }
-                }
-            },
+            _ => {
+                // The young children are counted here as the mark function queues them
+                // (`MarkFast::young`); its own count only adds to that.
+                // SAFETY: m is valid (caller); no borrow is kept across the calls.
+                unsafe { (*m).fast.young = 0 };
+                let returned = match desc.mark {
+                    MarkProc::None => 0,
+                    // SAFETY: m is valid and unaliased during the call (caller's contract).
+                    MarkProc::Rust(f) => f(unsafe { &mut *m }, obj),
+                    MarkProc::C(f) => {
+                        // SAFETY: reading the ptls field; no borrow is kept across the call.
+                        let ptls = unsafe { (*m).ptls };
+                        // SAFETY: a C mark function of the seed's signature, called with
+                        // this collector thread's ptls and a live object of its type.
+                        unsafe { f(ptls, obj.as_ptr().cast()) }
+                    }
+                };
+                // SAFETY: as above; the call has returned.
+                returned.max(unsafe { (*m).fast.young } as usize)
+            }
         };
         // SAFETY: as above; the call has returned.
         unsafe { (*m).after_scan(obj, young) };

@@ -48,6 +48,11 @@ pub struct GcStats {
     pub tokens_queued: u64,
     /// Total time in the weak phase (hooks, weak references, finalizers, queue).
     pub total_weak_time: Duration,
+    /// Total time marking (roots, scanners, the mark stack), inside the pauses.
+    pub total_mark_time: Duration,
+    /// Total time sweeping inside the pauses (sweep functions, big objects, and the pool
+    /// pages the lazy sweep did not leave for later).
+    pub total_sweep_time: Duration,
 }
 
 /// What one collection did ([`crate::Mutator::collect`]).
@@ -101,6 +106,8 @@ pub(crate) struct StatsAcc {
     pub finalizers_queued: u64,
     pub tokens_queued: u64,
     pub total_weak_time: Duration,
+    pub total_mark_time: Duration,
+    pub total_sweep_time: Duration,
 }
 
 const MAX_PAUSE_SAMPLES: usize = 1 << 16;
@@ -143,6 +150,8 @@ impl StatsAcc {
             finalizer_panics: 0,
             tokens_queued: self.tokens_queued,
             total_weak_time: self.total_weak_time,
+            total_mark_time: self.total_mark_time,
+            total_sweep_time: self.total_sweep_time,
         };
     }
 

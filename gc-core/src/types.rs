@@ -18,7 +18,8 @@ use std::ffi::{c_void, CString};
 
 /// A mark function written in Rust: queue every child with [`Marker::queue`] (or an
 /// array of them with [`Marker::queue_array`]) and return how many `queue` calls
-/// returned `true` (young children).
+/// returned `true` (young children). The marker counts those itself too, so a wrong
+/// count cannot lose a remembered-set entry.
 pub type MarkFn = fn(&mut Marker<'_>, ObjRef) -> usize;
 /// A sweep function written in Rust: called once, during the sweep phase, for an object
 /// whose sweep was scheduled and which was found dead. It must not touch the heap.

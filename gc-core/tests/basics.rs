@@ -627,3 +627,52 @@ fn the_leaf_bitmap_word_is_the_page_bitmap() {
         );
     }
 }
+
+/// Queues the child in slot 0 and reports no young children, as a mark function that
+/// counts in a global shared by several mark threads, or one with Julia's "newly
+/// marked" semantics, may.
+fn mark_underreporting(m: &mut Marker<'_>, obj: ObjRef) -> usize {
+    // SAFETY: objects of this type have a reference slot at 0.
+    let child = ObjRef::from_addr(unsafe { obj.read_slot(0) });
+    m.queue_opt(child);
+    0
+}
+
+/// The collector counts an object's young children itself: an old parent whose mark
+/// function under-reports them stays in the remembered set, so partial collections keep
+/// its young child (which was freed while still referenced when the return value alone
+/// decided).
+#[test]
+fn a_mark_function_that_underreports_young_children_loses_none() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let holder = heap
+        .new_foreign_type(ForeignTypeSpec {
+            name: "Holder",
+            mark: MarkProc::Rust(mark_underreporting),
+            sweep: SweepProc::None,
+            has_pointers: true,
+            large: false,
+        })
+        .unwrap();
+    let leaf = heap.new_layout_type("Leaf", 16, &[]).unwrap();
+    let parent = m.alloc_typed(16, holder).unwrap();
+    let root = heap.root(parent);
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    // SAFETY: parent is rooted, so alive.
+    assert!(!unsafe { parent.is_young() }, "two collections promote it");
+    let child = m.alloc_typed(16, leaf).unwrap();
+    // SAFETY: live objects of this heap; slot 0 is the holder's reference.
+    unsafe { m.store_ref(parent, 0, Some(child)) };
+    let weak = heap.new_weak_ref(child);
+    for i in 0..3 {
+        m.collect(CollectionKind::Partial).unwrap();
+        assert_eq!(
+            weak.get(),
+            Some(child),
+            "partial collection {i} freed the child its old parent references"
+        );
+    }
+    drop(root);
+}

@@ -316,6 +316,7 @@ fn fast_path_layouts_match_the_rust_side() {
             offset_of!(MarkFast, young_marked),
         ),
         ("gc_mark_fast_t", "marked", offset_of!(MarkFast, marked)),
+        ("gc_mark_fast_t", "young", offset_of!(MarkFast, young)),
     ];
     let mut src = String::from(
         "#include <stddef.h>\n#include \"julia_gcext_compat.h\"\n\

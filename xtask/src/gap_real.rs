@@ -408,18 +408,10 @@ pub struct FileResult {
     pub gasman_pause_ms: Option<u64>,
 }
 
-/// One GAP process's outcome.
+/// One GAP process's run of test files.
 pub struct RunOutcome {
     pub files: Vec<FileResult>,
-    pub wall: Duration,
-    /// Peak resident set of the process, in KiB (`ru_maxrss`).
-    pub max_rss_kb: u64,
-    /// The process's exit status (as `wait4` gives it).
-    pub status: i32,
-    /// gc-core's statistics at exit (`GC_CORE_STATS_FILE`), for our builds.
-    pub gc_stats: Option<serde_json::Value>,
-    /// The output, for reports.
-    pub log: PathBuf,
+    pub raw: RawRun,
 }
 
 impl RunOutcome {
@@ -472,6 +464,155 @@ fn driver(files: &[PathBuf]) -> String {
     )
 }
 
+/// What one GAP process did.
+pub struct RawRun {
+    /// Its standard output.
+    pub stdout: String,
+    pub wall: Duration,
+    /// Peak resident set of the process, in KiB (`ru_maxrss`).
+    pub max_rss_kb: u64,
+    /// The process's wait status (`wait4`).
+    pub status: i32,
+    /// gc-core's statistics at exit (`GC_CORE_STATS_FILE`), for our builds.
+    pub gc_stats: Option<serde_json::Value>,
+    /// GASMAN builds run with `gasman_pauses`: the wall time of each collection, from the
+    /// moment its message started (`#G  FULL`/`#G  PART` on stderr) to its end (`free`).
+    pub gasman_pauses: Vec<(bool, Duration)>,
+    /// Where the output is kept.
+    pub log: PathBuf,
+}
+
+/// Runs `script` (GAP code) in one process of `build`, with `env`, stopped after
+/// `timeout`. With `gasman_pauses` (GASMAN builds), GAP prints a message at the start
+/// and end of every collection (`-g -g`) on its standard error, which is read here and
+/// timestamped to give the pauses.
+pub fn run_gap(
+    build: &Build,
+    script: &str,
+    env: &[(&str, String)],
+    tag: &str,
+    timeout: Duration,
+    gasman_pauses: bool,
+) -> Result<RawRun> {
+    let runs = work_dir().join("runs");
+    fs::create_dir_all(&runs)?;
+    let stem = format!("{}-{tag}", build.variant.name());
+    let script_path = runs.join(format!("{stem}.g"));
+    let log = runs.join(format!("{stem}.log"));
+    let stats = runs.join(format!("{stem}.stats.json"));
+    let _ = fs::remove_file(&stats);
+    fs::write(&script_path, script)?;
+    let mut cmd = Command::new(build.dir.join("gap"));
+    cmd.arg("-l")
+        .arg(format!("{GAP_ROOT};{}", build.dir.display()))
+        .args(["-q", "--nointeract"]);
+    if gasman_pauses {
+        cmd.args(["-g", "-g"]);
+    }
+    cmd.arg(&script_path)
+        .stdin(Stdio::null())
+        .stdout(fs::File::create(&log)?)
+        .stderr(if gasman_pauses {
+            Stdio::piped()
+        } else {
+            Stdio::from(fs::File::options().append(true).open(&log)?)
+        })
+        .env("GC_CORE_STATS_FILE", &stats)
+        // GAP's test output is compared as text; no colours.
+        .env("TERM", "dumb");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", build.dir.join("gap").display()))?;
+    let reader = child.stderr.take().map(|err| {
+        let log = log.clone();
+        std::thread::spawn(move || gasman_messages(err, &log))
+    });
+    let pid = child.id() as i32;
+    let (status, rss) = wait_with_timeout(pid, timeout, &log)?;
+    let wall = t0.elapsed();
+    let gasman_pauses = match reader {
+        Some(r) => r.join().unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut stdout = String::new();
+    fs::File::open(&log)?.read_to_string(&mut stdout)?;
+    let gc_stats = fs::read_to_string(&stats)
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok());
+    Ok(RawRun {
+        stdout,
+        wall,
+        max_rss_kb: rss,
+        status,
+        gc_stats,
+        gasman_pauses,
+        log,
+    })
+}
+
+/// Reads GAP's standard error as it comes, timestamping GASMAN's collection messages:
+/// `#G  FULL ` / `#G  PART ` when a collection starts, `... free` at its end. Other
+/// text is appended to `log`.
+fn gasman_messages(mut err: impl Read, log: &Path) -> Vec<(bool, Duration)> {
+    let mut pauses = Vec::new();
+    let mut other = Vec::new();
+    let mut open: Option<(bool, Instant)> = None;
+    let mut pending = String::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match err.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let now = Instant::now();
+        pending.push_str(&String::from_utf8_lossy(&buf[..n]));
+        loop {
+            if open.is_none() {
+                let full = pending.find("#G  FULL ");
+                let part = pending.find("#G  PART ");
+                let at = match (full, part) {
+                    (Some(f), Some(p)) => Some((f.min(p), f < p)),
+                    (Some(f), None) => Some((f, true)),
+                    (None, Some(p)) => Some((p, false)),
+                    (None, None) => None,
+                };
+                let Some((i, is_full)) = at else {
+                    // Keep a possible message start split across reads.
+                    let keep = pending.len().saturating_sub(8);
+                    let keep = (0..=keep)
+                        .rev()
+                        .find(|&k| pending.is_char_boundary(k))
+                        .unwrap_or(0);
+                    other.extend_from_slice(&pending.as_bytes()[..keep]);
+                    pending.drain(..keep);
+                    break;
+                };
+                other.extend_from_slice(&pending.as_bytes()[..i]);
+                pending.drain(..i + 9);
+                open = Some((is_full, now));
+            } else if let Some(i) = pending.find("free\n") {
+                let (is_full, start) = open.take().expect("open message");
+                pauses.push((is_full, now - start));
+                pending.drain(..i + 5);
+            } else {
+                break;
+            }
+        }
+    }
+    other.extend_from_slice(pending.as_bytes());
+    if !other.is_empty() {
+        if let Ok(mut f) = fs::File::options().append(true).open(log) {
+            use std::io::Write;
+            let _ = f.write_all(&other);
+        }
+    }
+    pauses
+}
+
 /// Runs `files` (relative to `tst/testinstall`) in one GAP process of `build` with the
 /// environment `env`, stopping it after `timeout`.
 pub fn run_files(
@@ -480,42 +621,13 @@ pub fn run_files(
     env: &[(&str, String)],
     tag: &str,
     timeout: Duration,
+    gasman_pauses: bool,
 ) -> Result<RunOutcome> {
-    let runs = work_dir().join("runs");
-    fs::create_dir_all(&runs)?;
-    let stem = format!("{}-{tag}", build.variant.name());
-    let script = runs.join(format!("{stem}.g"));
-    let log = runs.join(format!("{stem}.log"));
-    let stats = runs.join(format!("{stem}.stats.json"));
-    let _ = fs::remove_file(&stats);
     let paths: Vec<PathBuf> = files
         .iter()
         .map(|f| build.dir.join("tst/testinstall").join(f))
         .collect();
-    fs::write(&script, driver(&paths))?;
-    let mut cmd = Command::new(build.dir.join("gap"));
-    cmd.arg("-l")
-        .arg(format!("{GAP_ROOT};{}", build.dir.display()))
-        .args(["-q", "--nointeract"])
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stdout(fs::File::create(&log)?)
-        .stderr(Stdio::from(fs::File::options().append(true).open(&log)?))
-        .env("GC_CORE_STATS_FILE", &stats)
-        // GAP's test output is compared as text; no colours.
-        .env("TERM", "dumb");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let t0 = Instant::now();
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", build.dir.join("gap").display()))?;
-    let pid = child.id() as i32;
-    let (status, rss) = wait_with_timeout(pid, timeout, &log)?;
-    let wall = t0.elapsed();
-    let mut text = String::new();
-    fs::File::open(&log)?.read_to_string(&mut text)?;
+    let raw = run_gap(build, &driver(&paths), env, tag, timeout, gasman_pauses)?;
     let mut results: Vec<FileResult> = files
         .iter()
         .map(|f| FileResult {
@@ -526,7 +638,7 @@ pub fn run_files(
             gasman_pause_ms: None,
         })
         .collect();
-    for line in text.lines() {
+    for line in raw.stdout.lines() {
         let Some(rest) = line.strip_prefix("gap-real: result ") else {
             continue;
         };
@@ -543,16 +655,9 @@ pub fn run_files(
         r.gc_ms = n[3].max(0) as u64;
         r.gasman_pause_ms = (n[4] >= 0).then(|| n[4].max(n[5]) as u64);
     }
-    let gc_stats = fs::read_to_string(&stats)
-        .ok()
-        .and_then(|s| serde_json::from_str(&s).ok());
     Ok(RunOutcome {
         files: results,
-        wall,
-        max_rss_kb: rss,
-        status,
-        gc_stats,
-        log,
+        raw,
     })
 }
 
@@ -586,7 +691,7 @@ fn wait_with_timeout(pid: i32, timeout: Duration, log: &Path) -> Result<(i32, u6
                 log.display()
             );
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -676,9 +781,10 @@ pub fn run_mode(mode: &str, full: bool) -> Result<()> {
         &env,
         &tag,
         Duration::from_secs(timeout_min * 60),
+        false,
     )?;
     let v = verdict(&out);
-    let stats = out.gc_stats.as_ref();
+    let stats = out.raw.gc_stats.as_ref();
     let num = |k: &str| stats.and_then(|s| s[k].as_f64()).unwrap_or(f64::NAN);
     println!(
         "gap-real: {} passed, {} failed{} ({:.1} s wall, GAP's own figures {} ms, {} ms in GC; \
@@ -699,26 +805,26 @@ pub fn run_mode(mode: &str, full: bool) -> Result<()> {
                     .join(", ")
             )
         },
-        out.wall.as_secs_f64(),
+        out.raw.wall.as_secs_f64(),
         out.gap_ms(),
         out.gap_gc_ms(),
         num("full_collections"),
         num("partial_collections"),
         num("max_pause_ms"),
         num("verify_errors"),
-        out.max_rss_kb / 1024,
+        out.raw.max_rss_kb / 1024,
     );
     let mut problems: Vec<String> = v
         .failed
         .iter()
         .map(|(f, why)| format!("{f}: {why}"))
         .collect();
-    if out.status != 0 {
+    if out.raw.status != 0 {
         problems.push(format!(
             "GAP exited with wait status {:#x}{}",
-            out.status,
-            if libc::WIFSIGNALED(out.status) {
-                format!(" (signal {})", libc::WTERMSIG(out.status))
+            out.raw.status,
+            if libc::WIFSIGNALED(out.raw.status) {
+                format!(" (signal {})", libc::WTERMSIG(out.raw.status))
             } else {
                 String::new()
             }
@@ -736,7 +842,7 @@ pub fn run_mode(mode: &str, full: bool) -> Result<()> {
         bail!(
             "real GAP on gc-core, mode {mode}: {}; GAP's output is in {}",
             problems.join("; "),
-            out.log.display()
+            out.raw.log.display()
         );
     }
     Ok(())

@@ -4,6 +4,7 @@
 
 mod frame_hooks;
 mod gap;
+mod gap_real;
 mod gc;
 mod gil;
 mod loader;
@@ -42,6 +43,11 @@ Suite {
     name: "gap",
     what: "the minigap kernel on our GC vs on Boehm GC: group orders, factorial sum, array benchmark (total, GC time, max pause, peak RSS)",
     run: gap::run,
+},
+Suite {
+    name: "gap-real",
+    what: "GAP 4.12.1's real kernel on our GC vs on GASMAN, same source and flags: testinstall and computational workloads (total, GC time, max pause, collections, peak RSS)",
+    run: gap_real::run,
 },
 Suite {
     name: "loader",
