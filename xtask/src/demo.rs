@@ -19,6 +19,11 @@ const SCENARIOS: &[Scenario] = &[
         run: Some(crate::demo_gap::run),
     },
     Scenario {
+        name: "gap-real",
+        what: "GAP 4.12.1's own kernel (julia_gc.c unmodified) on gc-core + gc-conservative through the Julia-compatibility prefix",
+        run: Some(crate::demo_gap_real::run),
+    },
+    Scenario {
         name: "numpy",
         what: "several CPython 3.11 interpreters in one process, each a libpython copy loaded by elf-loader, running numpy",
         run: Some(crate::demo_multipy::run),

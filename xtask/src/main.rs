@@ -14,6 +14,7 @@ mod bench;
 mod demo;
 mod demo_cext;
 mod demo_gap;
+mod demo_gap_real;
 mod demo_multipy;
 mod gap_real;
 mod julia_prefix;
