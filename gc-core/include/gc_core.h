@@ -13,7 +13,13 @@
 #include <stdlib.h>
 
 /**
- * `gc_set_callback` kinds.
+ * `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
+ * the collecting thread with the world stopped, once the collection is decided full or
+ * partial (`full`) and before anything is marked. The threads' remembered sets are
+ * merged after the pre-GC callbacks (Julia's order), so a write barrier one issues
+ * counts for the collection it runs in: `gc_wb_back` on an old object the program
+ * stored young references into without barriers (GAP's PreGCHook does this for its
+ * current local-variables bag) keeps them alive in that partial collection.
  */
 #define GC_CB_PRE_GC 0
 

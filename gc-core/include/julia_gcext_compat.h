@@ -75,7 +75,12 @@ typedef void (*jl_gc_cb_notify_external_free_t)(void *addr);
  * with an error); enable == 0 removes it. pre_gc and post_gc run once per collection
  * with the world stopped; root_scanner at the start of marking; task_scanner once per
  * registered task; notify_external_alloc/free for external (big) objects, with the
- * object pointer and its payload size. */
+ * object pointer and its payload size.
+ * pre_gc runs on the collecting thread once the collection is decided full or partial
+ * (its argument) and before anything is marked; the threads' remembered sets are merged
+ * after it (Julia's order), so a write barrier it issues counts for that collection:
+ * GAP's PreGCHook calls jl_gc_wb_back (CHANGED_BAG) on its current local-variables bag,
+ * which it stores young references into without barriers. */
 void jl_gc_set_cb_root_scanner(jl_gc_cb_root_scanner_t cb, int enable);
 void jl_gc_set_cb_task_scanner(jl_gc_cb_task_scanner_t cb, int enable);
 void jl_gc_set_cb_pre_gc(jl_gc_cb_pre_gc_t cb, int enable);

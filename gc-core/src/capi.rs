@@ -179,7 +179,13 @@ pub type gc_markfunc_t =
 /// Sweep function: called once when a sweep finds a scheduled object dead.
 pub type gc_sweepfunc_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
 
-/// `gc_set_callback` kinds.
+/// `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
+/// the collecting thread with the world stopped, once the collection is decided full or
+/// partial (`full`) and before anything is marked. The threads' remembered sets are
+/// merged after the pre-GC callbacks (Julia's order), so a write barrier one issues
+/// counts for the collection it runs in: `gc_wb_back` on an old object the program
+/// stored young references into without barriers (GAP's PreGCHook does this for its
+/// current local-variables bag) keeps them alive in that partial collection.
 pub const GC_CB_PRE_GC: c_int = 0;
 /// post_gc.
 pub const GC_CB_POST_GC: c_int = 1;
@@ -1854,7 +1860,8 @@ pub type jl_gc_collection_t = std::ffi::c_uint;
 pub type jl_markfunc_t = Option<unsafe extern "C" fn(jl_ptls_t, *mut jl_value_t) -> usize>;
 /// `jl_sweepfunc_t`.
 pub type jl_sweepfunc_t = Option<unsafe extern "C" fn(*mut jl_value_t)>;
-/// `jl_gc_cb_pre_gc_t`.
+/// `jl_gc_cb_pre_gc_t`: see `GC_CB_PRE_GC` (a barrier it issues counts for the
+/// collection it runs in).
 pub type jl_gc_cb_pre_gc_t = Option<unsafe extern "C" fn(c_int)>;
 /// `jl_gc_cb_post_gc_t`.
 pub type jl_gc_cb_post_gc_t = Option<unsafe extern "C" fn(c_int)>;
