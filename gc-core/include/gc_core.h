@@ -254,7 +254,11 @@ typedef struct gc_stats_t {
 /**
  * A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
  * referent, and reads NULL once a collection found the referent unreachable. Never a
- * root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+ * root. C code reads `value` directly and may store a live object of the heap (or NULL)
+ * into it directly, from the thread that owns the object, with no barrier needed (Julia
+ * allows it; GAP's weakptr.c does it): every collection checks the referent of every
+ * weak-reference object. `gc_weakref_set` does the same store after checking `wr`'s
+ * type.
  */
 typedef struct gc_weakref_t {
   /**

@@ -182,8 +182,11 @@ void *jl_task_stack_buffer(jl_task_t *task, size_t *size, int *tid);
  * alive like any object) whose field `value` reads the referent, and reads NULL (Julia:
  * `nothing`) once a collection found the referent unreachable: cleared atomically, before
  * any finalizer of the referent runs and before the threads resume. Never a root, not
- * even for conservative scanning. Read-only for C: re-point it with gc_weakref_set
- * (gc_core.h). jl_typeof() of one is gc_weakref_type(gc_default_heap()). */
+ * even for conservative scanning. C may re-point it by storing a live object (or NULL)
+ * into `value` directly, as Julia allows (GAP's weakptr.c does `wref->value = val`): no
+ * barrier is needed, every collection checks the referent of every weak-reference
+ * object, old or young (gc_weakref_set in gc_core.h does the same store after a type
+ * check). jl_typeof() of one is gc_weakref_type(gc_default_heap()). */
 typedef struct _jl_weakref_t {
     jl_value_t *value;
 } jl_weakref_t;

@@ -1419,7 +1419,11 @@ pub unsafe extern "C" fn gc_is_young(obj: *mut c_void) -> c_int {
 
 /// A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
 /// referent, and reads NULL once a collection found the referent unreachable. Never a
-/// root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+/// root. C code reads `value` directly and may store a live object of the heap (or NULL)
+/// into it directly, from the thread that owns the object, with no barrier needed (Julia
+/// allows it; GAP's weakptr.c does it): every collection checks the referent of every
+/// weak-reference object. `gc_weakref_set` does the same store after checking `wr`'s
+/// type.
 #[repr(C)]
 pub struct gc_weakref_t {
     /// The referent, NULL once cleared.
@@ -2294,7 +2298,8 @@ pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
 }
 
 /// `jl_weakref_t`: a weak-reference object; `value` reads the referent, NULL once
-/// cleared (Julia reads `nothing`).
+/// cleared (Julia reads `nothing`). C may store into `value` directly (no barrier
+/// needed), as Julia allows.
 #[repr(C)]
 pub struct jl_weakref_t {
     /// The referent, NULL once cleared.
