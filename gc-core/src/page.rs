@@ -563,6 +563,10 @@ pub(crate) struct PageAlloc {
     plan: Option<TriggerPlan>,
     /// Number of collections that swept (`begin_sweep` calls).
     epoch: u32,
+    /// Test hook (`Heap::hold_lazy_sweep`): waiting pages are swept only by
+    /// `finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
+    /// helper threads or allocating threads.
+    pub(crate) hold: bool,
 }
 
 impl PageAlloc {
@@ -584,6 +588,7 @@ impl PageAlloc {
             totals: PoolTotals::default(),
             plan: None,
             epoch: 0,
+            hold: false,
         }
     }
 
@@ -651,6 +656,9 @@ impl PageAlloc {
                 });
             }
             // Lazy sweeping: sweep this class's waiting pages until one has free cells.
+            if self.hold {
+                break;
+            }
             match self.unswept[class].pop() {
                 Some(page) => {
                     self.n_unswept -= 1;
@@ -661,7 +669,7 @@ impl PageAlloc {
                 None => break,
             }
         }
-        if self.free.is_empty() && self.n_unswept > 0 {
+        if self.free.is_empty() && self.n_unswept > 0 && !self.hold {
             // Pages of other classes may be empty: sweep them before mapping more.
             while self.free.is_empty() {
                 let Some(page) = self.pop_unswept() else {
@@ -815,7 +823,7 @@ impl PageAlloc {
     /// As for `finish_sweep`.
     pub(crate) unsafe fn sweep_some(&mut self, max: usize, trigger: &AtomicUsize) -> usize {
         let mut n = 0;
-        while n < max {
+        while n < max && !self.hold {
             let Some(page) = self.pop_unswept() else {
                 break;
             };
