@@ -649,19 +649,7 @@ fn in_collection() -> bool {
 fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
     let addr = ty as usize;
     let heap = m.heap();
-    let page = crate::pagetable::lookup(addr).ok_or(GcError::NotAType { addr })?;
-    let Some((cell, class)) = page.cell_layout() else {
-        return Err(GcError::NotAType { addr });
-    };
-    if page.owner() != heap.id()
-        || page
-            .cell_index(addr, cell, class)
-            .map(|i| page.object_at(i, cell))
-            != Some(addr)
-    {
-        return Err(GcError::NotAType { addr });
-    }
-    if !page.is_allocated(addr) {
+    if !crate::pagetable::is_internal_object(heap.id(), addr) {
         return Err(GcError::NotAType { addr });
     }
     let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;

@@ -195,16 +195,14 @@ impl PageMeta {
         (&self.alloc()[idx >> 6], 1u64 << (idx & 63))
     }
 
-    /// Whether the cell whose payload is at `obj` (an address this page's layout yields)
-    /// holds an allocated object right now; false while the page is free.
+    /// Whether `obj` is the payload address of a cell of this page that holds an
+    /// allocated object right now; false while the page is free. The answer of
+    /// [`pagetable::is_internal_object`] for the page's owner.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        let Some((_, class)) = self.cell_layout() else {
-            return false;
-        };
-        let (word, bit) = self.alloc_bit(obj, class);
-        word.load(Ordering::Acquire) & bit != 0
+        let owner = self.owner();
+        owner != 0 && pagetable::is_internal_object(owner, obj)
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the

@@ -19,8 +19,9 @@
 //! instead of after it (see [`Bitmaps::prefetch`]): the lookup then waits for
 //! one cache miss, not two in a row.
 
+use crate::object::{ObjRef, HEADER_SIZE};
 use crate::page::PageMeta;
-use crate::sizeclass::PAGE_SHIFT;
+use crate::sizeclass::{FIRST_CELL, PAGE_SHIFT, PAGE_SIZE};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 const ADDR_BITS: usize = 48;
@@ -128,6 +129,49 @@ impl Leaf {
     pub fn bitmaps(self) -> Bitmaps {
         Bitmaps(self.bits)
     }
+
+    /// The object whose cell `p` points into (its payload's beginning, interior or one
+    /// past its end), on the page of `entry` (`self.entry(p)`), for an entry whose owner
+    /// word the caller has compared with its heap's id (so the page is in use: a free
+    /// page's owner word is 0). `None` for a free or never-used cell, the bytes of the
+    /// page before its first payload or after its last cell, and header words past their
+    /// first byte. What [`internal_object`] and gc-conservative's `base_ptr` answer.
+    ///
+    /// It reads the entry's geometry (the cache line of the owner word) and one word of
+    /// the page's allocation bitmap, the bit of the cell index the geometry's division
+    /// magic gives, nothing else. It first asks for the bitmap's first line (every
+    /// cell's for classes of 32 bytes or more), whose address needs no load beyond the
+    /// leaf's: issued under the prediction that the owner matched, that load overlaps
+    /// the entry's instead of following it. An index past the page's last cell needs no
+    /// check of its own: it never has an allocation bit.
+    ///
+    /// The geometry is read again after the bit: a page released and given another
+    /// layout between the two reads (possible only for an address that no live object
+    /// of the heap's contains, while another thread sweeps and allocates) would pair a
+    /// bit of the new layout with a cell of the old one, and is answered "no object"
+    /// instead.
+    #[inline(always)]
+    pub fn object_in_page(self, entry: &Entry, p: usize) -> Option<ObjRef> {
+        let bits = self.bitmaps();
+        bits.prefetch(p);
+        let geom = entry.geom();
+        let cell = (geom >> 32) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let off = p.checked_sub(first)?;
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        let start = idx * cell;
+        // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
+        // header word of the next cell.
+        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+            return None;
+        }
+        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        if !allocated || entry.geom() != geom {
+            return None;
+        }
+        ObjRef::from_addr(first + start)
+    }
 }
 
 /// The allocation bitmaps of one leaf's pages ([`Leaf::bitmaps`]).
@@ -230,6 +274,34 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
             unsafe { &*existing }
         }
     }
+}
+
+/// The internal (pool) object of heap `heap_id` that `p` points to the beginning,
+/// interior or one past the end of; `None` for everything else (free or never-used
+/// cells, the bytes of a page before its first payload or after its last cell, header
+/// words past their first byte, pages of other heaps or free ones, addresses no pool
+/// page was ever registered at). Any `p` is accepted, from any thread, at any time,
+/// without a lock.
+///
+/// The one answer to "is this an object of heap H" in the workspace: gc-conservative's
+/// lookups and conservative scans and gc-core's own object checks
+/// ([`is_internal_object`], `PageMeta::is_allocated`) all go through
+/// [`Leaf::object_in_page`].
+#[inline]
+pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
+    let leaf = leaf(p)?;
+    let entry = leaf.entry(p);
+    if entry.owner() != heap_id as u64 {
+        return None;
+    }
+    leaf.object_in_page(entry, p)
+}
+
+/// Whether `addr` is the payload address of an allocated internal object of heap
+/// `heap_id` (see [`internal_object`]).
+#[inline]
+pub fn is_internal_object(heap_id: usize, addr: usize) -> bool {
+    internal_object(heap_id, addr).is_some_and(|o| o.addr() == addr)
 }
 
 /// The metadata of the pool page containing `addr`, if any page was ever registered
