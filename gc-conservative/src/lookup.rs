@@ -39,19 +39,12 @@ pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`: whether `p` is the start of a cell of a
-/// pool page of the heap, i.e. an allocated internal object, or memory reserved for
-/// one (a free cell, whose type field then never holds a valid type).
+/// pool page of the heap that holds an allocated internal object or is memory reserved
+/// for one (a free cell, whose type field then never holds a valid type). A cell whose
+/// object the last collection found dead, while its page waits for the lazy sweep, is
+/// answered false (its type field still names the dead object's type). gc-core's
+/// [`pagetable::is_internal_cell`].
 #[inline]
 pub fn is_internal_obj_alloc(heap_id: usize, p: usize) -> bool {
-    let Some(page) = pagetable::lookup(p) else {
-        return false;
-    };
-    if page.owner() != heap_id {
-        return false;
-    }
-    let Some((cell, class)) = page.cell_layout() else {
-        return false;
-    };
-    page.cell_index(p, cell, class)
-        .is_some_and(|i| page.object_at(i, cell) == p)
+    pagetable::is_internal_cell(heap_id, p)
 }

@@ -236,10 +236,14 @@ void jl_gc_clear_error(void);
 /* Turns on conservative scanning of every attached thread's stack and registers; may be
  * called before or after jl_init, from any thread, any number of times. */
 void jl_gc_enable_conservative_scanning(void);
-/* The object p points to the beginning, interior or one past the end of, or NULL. */
+/* The object p points to the beginning, interior or one past the end of, or NULL. An
+ * object the last collection found unreachable is not one, even while its memory waits
+ * for the lazy sweep (GC_CORE_LAZY_SWEEP): NULL from the collection on. */
 jl_value_t *jl_gc_internal_obj_base_ptr(void *p);
 /* Non-zero iff p is an allocated internal object, or memory reserved for allocating
- * internal objects whose type field then never holds a valid type. */
+ * internal objects whose type field then never holds a valid type (a free cell). The
+ * cell of an object the last collection found unreachable, while it waits for the lazy
+ * sweep, still has its type field: 0 for it (as for memory that is no pool object). */
 int jl_gc_is_internal_obj_alloc(jl_value_t *p);
 
 /* ---- Published layouts and inline fast paths ------------------------------------- */

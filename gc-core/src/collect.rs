@@ -29,14 +29,14 @@ use crate::heap::{GcState, HeapInner};
 use crate::mark::{Marker, Team};
 use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
-    header_is_allocated, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
+    header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
 use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::stats::CollectionInfo;
-use crate::weak::{is_dead, QueueInner};
+use crate::weak::QueueInner;
 use crate::CollectionKind;
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};

@@ -37,8 +37,10 @@ pub struct PageMeta {
     entry: AtomicPtr<pagetable::Entry>,
     /// Allocation bits, by cell index (`pagetable::AllocBits`): set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
-    /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
-    /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
+    /// by the collector, read by anyone (interior-pointer lookups), so lookups touch no
+    /// object memory (except a cell's header while the page waits for its sweep: its bits
+    /// still include the cells the last collection found dead, see
+    /// `pagetable::GEOM_WAITING`). They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
     /// Padding, chosen by measurement only (issue 14, fifth pass in the README). The
@@ -290,6 +292,26 @@ impl PageMeta {
                 let class = ((layout >> 16) & 0xff) as usize;
                 (owner, pagetable::pack_geom(cell, DIV_MAGIC[class]))
             }));
+        }
+    }
+
+    /// Marks the page's page-table entry as waiting for the lazy sweep of the collection
+    /// `params` describes (number `epoch`): lookups then decide a cell whose allocation
+    /// bit is set from its header (`pagetable::GEOM_WAITING`). `publish_info` clears it.
+    fn publish_waiting(&self, params: SweepParams, epoch: u32) {
+        let slot = self.entry.load(Ordering::Acquire);
+        let layout = self.layout.load(Ordering::Acquire);
+        let cell = (layout & 0xffff) as usize;
+        // SAFETY: set at registration to the page's entry, which is never freed.
+        if let (Some(slot), true) = (unsafe { slot.as_ref() }, cell != 0) {
+            let class = ((layout >> 16) & 0xff) as usize;
+            slot.set_geom(pagetable::waiting_geom(
+                pagetable::pack_geom(cell, DIV_MAGIC[class]),
+                params.full,
+                params.parity,
+                params.young_marked,
+                epoch,
+            ));
         }
     }
 
@@ -783,6 +805,9 @@ impl PageAlloc {
                         st.unswept = true;
                         self.unswept[class].push(page);
                         self.n_unswept += 1;
+                        // Lookups must not take the cells this collection found dead
+                        // for objects while the page waits.
+                        page.publish_waiting(params, self.epoch);
                     }
                     true
                 }
@@ -846,6 +871,8 @@ impl PageAlloc {
         let (prev_live, prev_old) = (st.live_cells as usize, st.old_cells as usize);
         // SAFETY: as above.
         let r = unsafe { sweep_page(page, self.params) };
+        // The new allocation bitmap is stored: lookups may read it alone again.
+        page.publish_info();
         // SAFETY: as above.
         let st = unsafe { page.state() };
         st.unswept = false;

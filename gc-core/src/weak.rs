@@ -57,7 +57,7 @@ use crate::error::GcError;
 use crate::heap::{Heap, HeapInner};
 use crate::mark::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING};
-use crate::object::{ObjRef, AGE, MARK, OLD};
+use crate::object::{ObjRef, OLD};
 use crate::types::{TypeKind, TypeRef};
 use crate::CollectionKind;
 use parking_lot::Mutex;
@@ -320,17 +320,6 @@ fn is_old(obj: ObjRef) -> bool {
     // referents stay allocated until a collection finds them dead and drops them).
     let h = unsafe { obj.header_bits() };
     h & OLD != 0
-}
-
-/// Whether an allocated object was left unmarked by this collection (`young_marked`:
-/// the `AGE | MARK` bits of a marked young object).
-#[inline]
-pub(crate) fn is_dead(h: usize, full: bool, parity: usize, young_marked: usize) -> bool {
-    if h & OLD != 0 {
-        full && h & MARK != parity
-    } else {
-        h & (AGE | MARK) != young_marked
-    }
 }
 
 /// The referent word of a weak-reference object.

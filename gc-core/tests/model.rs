@@ -611,10 +611,12 @@ impl World {
         // The heap against the model.
         let freed_big = std::mem::take(&mut *self.freed_big.lock());
         // Lazy sweeping: every other collection, the dead are looked at once the sweep is
-        // complete; in between, allocation meets pages still waiting for theirs.
+        // complete; in between, while their pages wait for it (one collector thread: no
+        // helper sweeps them; with two, the helper may be sweeping them right now), and
+        // allocation then meets pages still waiting for theirs. Either way a dead cell is
+        // no object to any lookup.
         self.checks += 1;
-        let look_at_dead = self.checks % 2 == 0;
-        if look_at_dead {
+        if self.checks % 2 == 0 {
             self.heap.complete_sweep();
         }
         let dead: Vec<usize> = self
@@ -625,11 +627,12 @@ impl World {
             .collect();
         for id in dead {
             let o = self.objs.remove(&id).unwrap();
-            if !look_at_dead && gc_core::pagetable::lookup(o.addr.addr()).is_some() {
-                continue;
-            }
             let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
-                Some(page) => page.cell_layout().is_none() || !page.is_allocated(o.addr.addr()),
+                Some(page) => {
+                    !page.is_allocated(o.addr.addr())
+                        && gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr())
+                            .is_none()
+                }
                 None => freed_big.contains(&o.addr.addr()),
             };
             assert!(
@@ -672,7 +675,11 @@ impl World {
     fn check_object(&self, id: usize, freed_big: &HashSet<usize>) {
         let o = &self.objs[&id];
         let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
-            Some(page) => page.cell_layout().is_none() || !page.is_allocated(o.addr.addr()),
+            Some(page) => {
+                !page.is_allocated(o.addr.addr())
+                    || gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr() + 8)
+                        != Some(o.addr)
+            }
             None => freed_big.contains(&o.addr.addr()),
         };
         assert!(!gone, "kept object {id} ({:?}) was freed", o.kind);
