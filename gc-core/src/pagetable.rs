@@ -22,7 +22,7 @@
 //! While a page waits for its lazy sweep, its bitmap still has the bits of the cells the
 //! last collection found dead; its entry's geometry word says so ([`GEOM_WAITING`]) and
 //! carries the sweep's parameters, and a lookup that finds a cell's bit set there decides
-//! from the cell's header ([`Leaf::object_in_waiting_page`]). [`internal_object`] and
+//! from the cell's header (`object_in_waiting_page`). [`internal_object`] and
 //! [`is_internal_cell`] are the workspace's one answer to "is this address an object of
 //! heap H".
 
@@ -217,7 +217,7 @@ impl Leaf {
     /// check of its own: it never has an allocation bit.
     ///
     /// A page waiting for its sweep ([`GEOM_WAITING`], one compare on the geometry
-    /// already loaded) goes to [`Leaf::object_in_waiting_page`], which also reads the
+    /// already loaded) goes to `object_in_waiting_page`, which also reads the
     /// cell's header. The geometry is read again after the bit: a page swept or given
     /// another layout between the two reads (a layout changes only on a page no live
     /// object of the heap's is on, while another thread sweeps and allocates) is looked
@@ -249,67 +249,71 @@ impl Leaf {
             }
         }
         // One call site for both (a second one made the function too big for callers to
-        // inline: gc-conservative's scan loop called `base_ptr` out of line, 25% slower).
-        self.object_in_waiting_page(entry, p)
+        // inline: gc-conservative's scan loop called `base_ptr` out of line, 25% slower),
+        // passing only `p` (fewer registers to keep across the call on the fast path).
+        object_in_waiting_page(p)
     }
+}
 
-    /// [`Leaf::object_in_page`] for a page waiting for its lazy sweep, or whose geometry
-    /// changed during a lookup: a cell whose allocation bit is set holds an object of
-    /// the last collection, live or dead; the cell's header (read with acquire ordering)
-    /// and the sweep's parameters in the geometry word decide, by the sweep's own rule.
-    /// Then the geometry is read again: if it changed (the page was swept meanwhile: its
-    /// new bitmap is stored before the flag is cleared, and only then can a cell of it
-    /// be allocated again), the lookup starts over.
-    ///
-    /// The header read is the one place a lookup reads object memory (the exception to
-    /// the invariant in ARCHITECTURE.md): a cell header of a pool page, which stays
-    /// mapped for the process's lifetime. Meanwhile the sweep may write a free-list link
-    /// into it (a free cell: dead, the right answer). A live object's header changes
-    /// only in the `REMEMBERED` bit (a write barrier) until the next collection marks,
-    /// and that collection first sweeps the page; a cell given out again after the
-    /// sweep holds a new object, and the geometry read after the header has changed.
-    #[cold]
-    #[inline(never)]
-    pub fn object_in_waiting_page(self, entry: &Entry, p: usize) -> Option<ObjRef> {
-        let bits = self.bitmaps();
-        loop {
-            let geom = entry.geom();
-            let cell = ((geom >> 32) & 0xffff) as usize;
-            let magic = geom & 0xffff_ffff;
-            let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-            let off = p.checked_sub(first)?;
-            let idx = ((off as u64 * magic) >> 32) as usize;
-            let start = idx * cell;
-            if off - start > cell.wrapping_sub(HEADER_SIZE) {
-                return None;
-            }
-            let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-            if !allocated {
-                return None;
-            }
-            let live = if geom >= GEOM_WAITING {
-                let hp = first + start - HEADER_SIZE;
-                // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
-                // a pool page (its entry names an owner), and pool pages are never
-                // unmapped. gc-core writes header words atomically, except when it zeroes
-                // a recycled free page for reuse (`PageAlloc::grant`, a memset after the
-                // page's new geometry is published): a lookup meets that only if it
-                // stalls here from before the page's sweep until the page was released
-                // and given out again; whatever word it reads, the geometry it reads next
-                // is the new one (x86-64 makes stores visible in order) and it looks
-                // again.
-                let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
-                live_in_waiting_page(h, geom)
+/// [`Leaf::object_in_page`] for a page waiting for its lazy sweep, or whose geometry
+/// changed during a lookup: a cell whose allocation bit is set holds an object of
+/// the last collection, live or dead; the cell's header (read with acquire ordering)
+/// and the sweep's parameters in the geometry word decide, by the sweep's own rule.
+/// Then the geometry is read again: if it changed (the page was swept meanwhile: its
+/// new bitmap is stored before the flag is cleared, and only then can a cell of it
+/// be allocated again), the lookup starts over.
+///
+/// The header read is the one place a lookup reads object memory (the exception to
+/// the invariant in ARCHITECTURE.md): a cell header of a pool page, which stays
+/// mapped for the process's lifetime. Meanwhile the sweep may write a free-list link
+/// into it (a free cell: dead, the right answer). A live object's header changes
+/// only in the `REMEMBERED` bit (a write barrier) until the next collection marks,
+/// and that collection first sweeps the page; a cell given out again after the
+/// sweep holds a new object, and the geometry read after the header has changed.
+#[cold]
+#[inline(never)]
+fn object_in_waiting_page(p: usize) -> Option<ObjRef> {
+    // The caller found the leaf and its entry (whose owner it compared): found again.
+    let leaf = leaf(p)?;
+    let entry = leaf.entry(p);
+    let bits = leaf.bitmaps();
+    loop {
+        let geom = entry.geom();
+        let cell = ((geom >> 32) & 0xffff) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let off = p.checked_sub(first)?;
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        let start = idx * cell;
+        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+            return None;
+        }
+        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        if !allocated {
+            return None;
+        }
+        let live = if geom >= GEOM_WAITING {
+            let hp = first + start - HEADER_SIZE;
+            // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
+            // a pool page (its entry names an owner), and pool pages are never
+            // unmapped. gc-core writes header words atomically, except when it zeroes
+            // a recycled free page for reuse (`PageAlloc::grant`, a memset after the
+            // page's new geometry is published): a lookup meets that only if it
+            // stalls here from before the page's sweep until the page was released
+            // and given out again; whatever word it reads, the geometry it reads next
+            // is the new one (x86-64 makes stores visible in order) and it looks
+            // again.
+            let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
+            live_in_waiting_page(h, geom)
+        } else {
+            true
+        };
+        if entry.geom() == geom {
+            return if live {
+                ObjRef::from_addr(first + start)
             } else {
-                true
+                None
             };
-            if entry.geom() == geom {
-                return if live {
-                    ObjRef::from_addr(first + start)
-                } else {
-                    None
-                };
-            }
         }
     }
 }
