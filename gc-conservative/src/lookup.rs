@@ -27,7 +27,7 @@ pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
         Some(leaf) => {
             let entry = leaf.entry(p);
             if entry.owner() == heap_id as u64 {
-                return leaf.object_in_page(entry, p);
+                return leaf.object_in_page(entry, heap_id, p);
             }
             Some(entry)
         }

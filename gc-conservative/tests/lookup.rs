@@ -560,3 +560,60 @@ fn lookups_racing_with_the_sweep_answer_right() {
         assert!(checked > 0);
     }
 }
+
+/// Lookups from a thread that is not attached run through collections (their pauses
+/// flag the pages they leave to the sweep, between a lookup's two reads of a page's
+/// geometry, and the sweeps clear the flags): the live objects are always found.
+#[test]
+fn live_objects_are_found_by_lookups_running_through_collections() {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        lazy_sweep: true,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let id = heap.id();
+    let mut live = Vec::new();
+    let mut roots = Vec::new();
+    for i in 0..200_000 {
+        let o = m.alloc_typed(8 + 8 * (i % 5), ty).unwrap();
+        if i % 3 == 0 {
+            roots.push(heap.root(o));
+            live.push(o.addr());
+        }
+    }
+    let done = AtomicBool::new(false);
+    let (checked, misses) = std::thread::scope(|s| {
+        let looker = s.spawn(|| {
+            let (mut checked, mut misses) = (0usize, Vec::new());
+            while !done.load(Ordering::Acquire) && misses.len() < 10 {
+                for &l in &live {
+                    if internal_obj_base_ptr(id, l + 8) != ObjRef::from_addr(l) {
+                        misses.push(format!("live {l:#x} not found"));
+                    }
+                    checked += 1;
+                }
+            }
+            (checked, misses)
+        });
+        for k in 0..40 {
+            let kind = if k % 3 == 0 {
+                CollectionKind::Full
+            } else {
+                CollectionKind::Partial
+            };
+            m.collect(kind).unwrap();
+            // Garbage between collections, so that their pages have dead cells.
+            for _ in 0..20_000 {
+                m.alloc_typed(24, ty).unwrap();
+            }
+        }
+        done.store(true, Ordering::Release);
+        looker.join().unwrap()
+    });
+    assert!(misses.is_empty(), "{misses:?}");
+    assert!(checked > 0);
+}

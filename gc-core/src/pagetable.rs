@@ -201,8 +201,9 @@ impl Leaf {
 
     /// The object whose cell `p` points into (its payload's beginning, interior or one
     /// past its end), on the page of `entry` (`self.entry(p)`), for an entry whose owner
-    /// word the caller has compared with its heap's id (so the page is in use: a free
-    /// page's owner word is 0). `None` for a free or never-used cell, a cell whose object
+    /// word the caller has compared with its heap's id `heap_id` (so the page is in use: a
+    /// free page's owner word is 0; the slow path compares it again at each look).
+    /// `None` for a free or never-used cell, a cell whose object
     /// the last collection found dead while the page waits for its lazy sweep, the bytes
     /// of the page before its first payload or after its last cell, and header words
     /// past their first byte. What [`internal_object`] and gc-conservative's `base_ptr`
@@ -217,51 +218,80 @@ impl Leaf {
     /// check of its own: it never has an allocation bit.
     ///
     /// A page waiting for its sweep ([`GEOM_WAITING`], one compare on the geometry
-    /// already loaded) goes to `object_in_waiting_page`, which also reads the
-    /// cell's header. The geometry is read again after the bit: a page swept or given
-    /// another layout between the two reads (a layout changes only on a page no live
-    /// object of the heap's is on, while another thread sweeps and allocates) is looked
-    /// at again, so that a bit of the new state is never paired with a cell of the old.
+    /// already loaded, the fast path's only addition for it) goes to
+    /// `object_in_waiting_page`, which also reads the cell's header. The geometry is read
+    /// again after the bit: a page flagged as waiting or given another layout between the
+    /// two reads (a layout changes only on a page no live object of the heap's is on,
+    /// while another thread sweeps and allocates) is looked at again
+    /// (`object_in_changed_page`), so that a bit of the new state is never paired with a
+    /// cell of the old.
     #[inline(always)]
-    pub fn object_in_page(self, entry: &Entry, p: usize) -> Option<ObjRef> {
+    pub fn object_in_page(self, entry: &Entry, heap_id: usize, p: usize) -> Option<ObjRef> {
         let bits = self.bitmaps();
         bits.prefetch(p);
         let geom = entry.geom();
-        if geom < GEOM_WAITING {
-            // Below GEOM_WAITING the bits above the cell size are clear (`pack_geom`).
-            let cell = (geom >> 32) as usize;
-            let magic = geom & 0xffff_ffff;
-            let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-            let off = p.checked_sub(first)?;
-            let idx = ((off as u64 * magic) >> 32) as usize;
-            let start = idx * cell;
-            // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in
-            // the header word of the next cell.
-            if off - start > cell.wrapping_sub(HEADER_SIZE) {
-                return None;
-            }
-            let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-            if !allocated {
-                return None;
-            }
-            if entry.geom() == geom {
-                return ObjRef::from_addr(first + start);
-            }
+        if geom >= GEOM_WAITING {
+            return object_in_waiting_page(heap_id, p);
         }
-        // One call site for both (a second one made the function too big for callers to
-        // inline: gc-conservative's scan loop called `base_ptr` out of line, 25% slower),
-        // passing only `p` (fewer registers to keep across the call on the fast path).
-        object_in_waiting_page(p)
+        // Below GEOM_WAITING the bits above the cell size are clear (`pack_geom`).
+        let cell = (geom >> 32) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let off = p.checked_sub(first)?;
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        let start = idx * cell;
+        // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
+        // header word of the next cell.
+        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+            return None;
+        }
+        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        if !allocated {
+            return None;
+        }
+        if entry.geom() != geom {
+            // Given the cell's start rather than `p`, which is then dead after the
+            // offset's computation: the fast path keeps no more registers than before.
+            return object_in_changed_page(first + start, geom);
+        }
+        ObjRef::from_addr(first + start)
     }
 }
 
-/// [`Leaf::object_in_page`] for a page waiting for its lazy sweep, or whose geometry
-/// changed during a lookup: a cell whose allocation bit is set holds an object of
-/// the last collection, live or dead; the cell's header (read with acquire ordering)
-/// and the sweep's parameters in the geometry word decide, by the sweep's own rule.
-/// Then the geometry is read again: if it changed (the page was swept meanwhile: its
-/// new bitmap is stored before the flag is cleared, and only then can a cell of it
-/// be allocated again), the lookup starts over.
+/// [`Leaf::object_in_page`] when the geometry word changed between its two reads, given
+/// the start `obj` of the cell the first one gave (for the address looked up) and that
+/// geometry: `obj` and the geometry are all the fast path keeps (the heap's id would be
+/// one more register to save there). With the same cell size (the page's heap flagged it
+/// as waiting for its sweep, in a collection's pause), `obj` is in the same cell as the
+/// address and is looked up anew, for the page's owner now. With another one, the page
+/// was released meanwhile: the address pointed to no object then, the answer. (Like the
+/// fast path's owner test before its geometry read, this trusts that the page did not
+/// pass to another heap during the few instructions between the two reads: that takes
+/// a sweep that releases it, an allocation that takes it and, here, a collection of the
+/// other heap, all while the looking thread stalls.)
+#[cold]
+#[inline(never)]
+fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
+    let entry = entry(obj)?;
+    let owner = entry.owner();
+    let now = entry.geom();
+    if (now >> 32) & 0xffff != (old >> 32) & 0xffff {
+        return None;
+    }
+    if owner == 0 {
+        return None;
+    }
+    object_in_waiting_page(owner as usize, obj)
+}
+
+/// [`Leaf::object_in_page`] for a page of heap `heap_id` waiting for its lazy sweep (or
+/// whose geometry changed during a lookup, [`object_in_changed_page`]): a cell whose
+/// allocation bit is set holds an object of the last collection, live or dead; the
+/// cell's header (read with acquire ordering) and the sweep's parameters in the geometry
+/// word decide, by the sweep's own rule. Then the geometry and the owner are read again:
+/// if either changed (the page was swept meanwhile: its new bitmap is stored before the
+/// flag is cleared, and only then can a cell of it be allocated again; or released), the
+/// lookup starts over.
 ///
 /// The header read is the one place a lookup reads object memory (the exception to
 /// the invariant in ARCHITECTURE.md): a cell header of a pool page, which stays
@@ -272,12 +302,17 @@ impl Leaf {
 /// sweep holds a new object, and the geometry read after the header has changed.
 #[cold]
 #[inline(never)]
-fn object_in_waiting_page(p: usize) -> Option<ObjRef> {
-    // The caller found the leaf and its entry (whose owner it compared): found again.
+fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
+    // The caller found the leaf and its entry: found again.
     let leaf = leaf(p)?;
     let entry = leaf.entry(p);
     let bits = leaf.bitmaps();
     loop {
+        // The owner first (the caller compared it too, but this may be a second look):
+        // a geometry read after it is at least as recent as the heap's layout.
+        if entry.owner() != heap_id as u64 {
+            return None;
+        }
         let geom = entry.geom();
         let cell = ((geom >> 32) & 0xffff) as usize;
         let magic = geom & 0xffff_ffff;
@@ -308,7 +343,9 @@ fn object_in_waiting_page(p: usize) -> Option<ObjRef> {
         } else {
             true
         };
-        if entry.geom() == geom {
+        // A page swept meanwhile (or released: its owner word changes too) is looked at
+        // again.
+        if entry.geom() == geom && entry.owner() == heap_id as u64 {
             return if live {
                 ObjRef::from_addr(first + start)
             } else {
@@ -438,7 +475,7 @@ pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
     if entry.owner() != heap_id as u64 {
         return None;
     }
-    leaf.object_in_page(entry, p)
+    leaf.object_in_page(entry, heap_id, p)
 }
 
 /// Whether `addr` is the payload address of an allocated internal object of heap
@@ -478,7 +515,7 @@ pub fn is_internal_cell(heap_id: usize, p: usize) -> bool {
         }
         let allocated =
             leaf.bitmaps().alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        let answer = !allocated || leaf.object_in_page(entry, p).is_some();
+        let answer = !allocated || leaf.object_in_page(entry, heap_id, p).is_some();
         // A page swept or laid out again meanwhile: look again.
         if entry.geom() == geom {
             return answer;
