@@ -329,15 +329,14 @@ fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
         }
         let live = if geom >= GEOM_WAITING {
             let hp = first + start - HEADER_SIZE;
+            // gc-core writes header words atomically, except when it zeroes a recycled
+            // free page for reuse (`PageAlloc::grant`, a memset after the page's new
+            // geometry is published): a lookup meets that only if it stalls here from
+            // before the page's sweep until the page was released and given out
+            // again; whatever word it reads, the geometry it reads next is the new one
+            // (x86-64 makes stores visible in order) and it looks again.
             // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
-            // a pool page (its entry names an owner), and pool pages are never
-            // unmapped. gc-core writes header words atomically, except when it zeroes
-            // a recycled free page for reuse (`PageAlloc::grant`, a memset after the
-            // page's new geometry is published): a lookup meets that only if it
-            // stalls here from before the page's sweep until the page was released
-            // and given out again; whatever word it reads, the geometry it reads next
-            // is the new one (x86-64 makes stores visible in order) and it looks
-            // again.
+            // a pool page (its entry names an owner), never unmapped.
             let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
             live_in_waiting_page(h, geom)
         } else {
