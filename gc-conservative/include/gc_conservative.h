@@ -30,7 +30,9 @@ int gc_enable_conservative_scanning(gc_heap_t *heap);
 
 /**
  * The object of `heap` (internal or external) that `p` points to the beginning,
- * interior or one past the end of; NULL otherwise. Any `p` is accepted.
+ * interior or one past the end of; NULL otherwise (an object the last collection found
+ * unreachable included, while its memory waits for the lazy sweep). Any `p` is
+ * accepted.
  *
  * # Safety
  * `heap` is null or a live heap.
@@ -47,7 +49,9 @@ void *gc_internal_obj_base_ptr(gc_heap_t *heap, void *p);
 
 /**
  * Non-zero iff `p` is the start of an internal object of `heap` or of a cell reserved
- * for one (whose type field is then never a valid type).
+ * for one (whose type field is then never a valid type). 0 for the cell of an object
+ * the last collection found unreachable while it waits for the lazy sweep (its type
+ * field still names the dead object's type).
  *
  * # Safety
  * `heap` is null or a live heap.

@@ -33,7 +33,9 @@ pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -
 }
 
 /// The object of `heap` (internal or external) that `p` points to the beginning,
-/// interior or one past the end of; NULL otherwise. Any `p` is accepted.
+/// interior or one past the end of; NULL otherwise (an object the last collection found
+/// unreachable included, while its memory waits for the lazy sweep). Any `p` is
+/// accepted.
 ///
 /// # Safety
 /// `heap` is null or a live heap.
@@ -63,7 +65,9 @@ pub unsafe extern "C" fn gc_internal_obj_base_ptr(
 }
 
 /// Non-zero iff `p` is the start of an internal object of `heap` or of a cell reserved
-/// for one (whose type field is then never a valid type).
+/// for one (whose type field is then never a valid type). 0 for the cell of an object
+/// the last collection found unreachable while it waits for the lazy sweep (its type
+/// field still names the dead object's type).
 ///
 /// # Safety
 /// `heap` is null or a live heap.

@@ -6,7 +6,9 @@
 //! system with raw pointers in its stack frames (GAP) can use the collector.
 //!
 //! - [`internal_obj_base_ptr`] / [`is_internal_obj_alloc`]: the seed's lookups, O(1)
-//!   through gc-core's page table; free cells are never reported.
+//!   through gc-core's page table (`gc_core::pagetable::internal_object`, the one place
+//!   that decides); free cells are never reported, nor the cells of objects the last
+//!   collection found dead while their page waits for its lazy sweep.
 //! - [`base_ptr`]: the same for external (big) objects too, through an address-ordered
 //!   index fed by gc-core's notify_external_alloc/free callbacks.
 //! - [`scan_range`], [`scan_task`]: conservative scanning; [`scan_task_filtered`] keeps

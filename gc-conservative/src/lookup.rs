@@ -3,70 +3,31 @@
 //! index for external ones.
 
 use crate::index;
-use gc_core::object::HEADER_SIZE;
-use gc_core::sizeclass::{FIRST_CELL, PAGE_SIZE};
 use gc_core::{pagetable, ObjRef};
-use std::sync::atomic::Ordering;
 
 /// The internal object of heap `heap_id` that `p` points to the beginning, interior or
 /// one past the end of; `None` for everything else (free or never-used cells, the bytes
 /// of a page before its first object or after its last cell, header words past their
-/// first byte, pages of other heaps, unmapped or foreign memory).
+/// first byte, pages of other heaps, unmapped or foreign memory). gc-core's
+/// [`pagetable::internal_object`], the one place that decides it.
 #[inline]
 pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let leaf = pagetable::leaf(p)?;
-    let entry = leaf.entry(p);
-    if entry.owner() != heap_id as u64 {
-        return None;
-    }
-    in_page(leaf, entry, p)
-}
-
-/// The lookup proper, for a page-table entry that names the heap as the page's owner
-/// (so the page is in use: a free page's owner word is 0): it reads that entry's
-/// geometry (the cache line of the owner word) and one word of the page's allocation
-/// bitmap, the bit of the cell index the geometry's division magic gives, nothing else.
-/// It first asks for the bitmap's first line (every cell's for classes of 32 bytes or
-/// more), whose address needs no load beyond the leaf's: issued under the prediction that the owner
-/// matched, that load overlaps the entry's instead of following it. An index past the
-/// page's last cell needs no check of its own: it never has an allocation bit.
-///
-/// The geometry is read again after the bit: a page released and given another layout
-/// between the two reads (possible only for an address that no live object of the
-/// heap's contains, while another thread sweeps and allocates) would pair a bit of the
-/// new layout with a cell of the old one, and is answered "no object" instead.
-#[inline(always)]
-fn in_page(leaf: pagetable::Leaf, entry: &pagetable::Entry, p: usize) -> Option<ObjRef> {
-    let bits = leaf.bitmaps();
-    bits.prefetch(p);
-    let geom = entry.geom();
-    let cell = (geom >> 32) as usize;
-    let magic = geom & 0xffff_ffff;
-    let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-    let off = p.checked_sub(first)?;
-    let idx = ((off as u64 * magic) >> 32) as usize;
-    let start = idx * cell;
-    // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
-    // header word of the next cell.
-    if off - start > cell.wrapping_sub(HEADER_SIZE) {
-        return None;
-    }
-    let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-    if !allocated || entry.geom() != geom {
-        return None;
-    }
-    ObjRef::from_addr(first + start)
+    pagetable::internal_object(heap_id, p)
 }
 
 /// Like [`internal_obj_base_ptr`], and for external (big) objects of the heap too
 /// (beginning, interior or one past the end of the payload).
-#[inline]
+///
+/// Always inlined: the conservative scan's loop calls it once per word (called out of
+/// line, the scan was 25% slower; the flag test for pages waiting for their sweep had
+/// made it too big for the compiler's own choice).
+#[inline(always)]
 pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
     let entry = match pagetable::leaf(p) {
         Some(leaf) => {
             let entry = leaf.entry(p);
             if entry.owner() == heap_id as u64 {
-                return in_page(leaf, entry, p);
+                return leaf.object_in_page(entry, heap_id, p);
             }
             Some(entry)
         }
@@ -82,19 +43,12 @@ pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`: whether `p` is the start of a cell of a
-/// pool page of the heap, i.e. an allocated internal object, or memory reserved for
-/// one (a free cell, whose type field then never holds a valid type).
+/// pool page of the heap that holds an allocated internal object or is memory reserved
+/// for one (a free cell, whose type field then never holds a valid type). A cell whose
+/// object the last collection found dead, while its page waits for the lazy sweep, is
+/// answered false (its type field still names the dead object's type). gc-core's
+/// [`pagetable::is_internal_cell`].
 #[inline]
 pub fn is_internal_obj_alloc(heap_id: usize, p: usize) -> bool {
-    let Some(page) = pagetable::lookup(p) else {
-        return false;
-    };
-    if page.owner() != heap_id {
-        return false;
-    }
-    let Some((cell, class)) = page.cell_layout() else {
-        return false;
-    };
-    page.cell_index(p, cell, class)
-        .is_some_and(|i| page.object_at(i, cell) == p)
+    pagetable::is_internal_cell(heap_id, p)
 }

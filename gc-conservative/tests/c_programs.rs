@@ -1,7 +1,8 @@
 //! C programs against the headers and `libgc_conservative.so` (which carries gc-core's C
 //! ABI too), each run as a child process (the default heap is process-global):
 //! conservative scanning of a local variable, of a callee-saved register and of two
-//! threads' stacks (each with scanning on, and off so that the test can fail), misuse
+//! threads' stacks (each with scanning on, and off so that the test can fail), lookups
+//! of dead objects on pages waiting for their lazy sweep (`unswept`), misuse
 //! of the compat API (`misuse.c`), and GCBench with no precise roots at all under the collect-every-N stress mode. With
 //! `GC_CONSERVATIVE_VALGRIND=1` (set by `cargo xtask test`) GCBench also runs under
 //! valgrind, which must report no error.
@@ -116,6 +117,19 @@ fn object_only_in_a_callee_saved_register_survives_with_scanning_and_dies_withou
 fn two_threads_hold_objects_on_their_stacks_while_the_other_collects() {
     let out = run(Command::new(conservative()).args(["threads", "on"]));
     assert!(out.contains("threads: ok"), "{out}");
+}
+
+/// Dead objects on pages waiting for their lazy sweep are not objects for
+/// `jl_gc_internal_obj_base_ptr` and `gc_base_ptr` (they were 8 times in 10 before), live
+/// ones next to them are; one collector thread, so that no helper thread sweeps the
+/// pages before the program looks.
+#[test]
+fn dead_objects_on_pages_waiting_for_their_sweep_are_not_found_from_c() {
+    let out = run(Command::new(conservative())
+        .arg("unswept")
+        .env("GC_CORE_MARK_THREADS", "1")
+        .env("GC_CORE_LAZY_SWEEP", "1"));
+    assert!(out.contains("unswept: ok"), "{out}");
 }
 
 #[test]

@@ -9,6 +9,7 @@ use gc_conservative::{
 };
 use gc_core::sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 static STATIC_DATA: [u64; 64] = [7; 64];
 
@@ -111,8 +112,34 @@ fn every_size_class_interior_and_one_past_end() {
 /// own stack does not retain the objects whose freeing is being checked.
 const MASK: usize = 0x5A5A_5A5A_5A5A_5A5A;
 
+/// Runs `f` in frames laid on zeroed stack memory. A test's thread may run on the
+/// recycled stack of an earlier test's thread, and the never-written slots of its frames
+/// then hold that test's words (pointers into malloc'd memory the big objects here may
+/// reuse): conservative roots that kept one big object of this test alive in about 1
+/// run in 10 once the lookup tests below were added.
+#[inline(never)]
+fn on_a_scrubbed_stack(f: fn()) {
+    scrub_stack_below();
+    run_fn(f)
+}
+
+#[inline(never)]
+fn scrub_stack_below() {
+    let mut buf = [0u8; 256 << 10];
+    std::hint::black_box(&mut buf);
+}
+
+#[inline(never)]
+fn run_fn(f: fn()) {
+    f()
+}
+
 #[test]
 fn large_objects_are_found_through_the_index_and_forgotten_when_freed() {
+    on_a_scrubbed_stack(large_objects_found_and_forgotten)
+}
+
+fn large_objects_found_and_forgotten() {
     let heap = heap();
     enable_conservative_scanning(&heap).unwrap();
     let sizes = [2025usize, 4096, 10_000, 65_536, 1 << 20, 3 << 20];
@@ -293,4 +320,300 @@ fn freed_page_resolves_to_nothing_then_to_its_new_class() {
         got.is_none_or(|g| g.addr() <= first && first <= g.addr() + big),
         "{got:?} for {first:#x}"
     );
+}
+
+/// What every lookup answers for the objects of one page: `dead` are not objects (no
+/// offset of theirs resolves), `live` are. `is_internal_obj_alloc` reports a dead
+/// object's cell as memory reserved for objects once swept (a free cell: its header is
+/// a free-list link, never a type), and as nothing while its page waits (`waiting`: its
+/// header still names the dead object's type, which the seed promises a reserved cell's
+/// never does).
+fn assert_page_answers(
+    heap: &Heap,
+    dead: &[(ObjRef, usize)],
+    live: &[(ObjRef, usize)],
+    waiting: bool,
+    when: &str,
+) {
+    let id = heap.id();
+    for &(o, size) in dead {
+        for off in [0, 8, size / 2, size] {
+            let p = o.addr() + off;
+            assert_eq!(
+                internal_obj_base_ptr(id, p),
+                None,
+                "{when}: dead {o:?} +{off}"
+            );
+            assert_eq!(base_ptr(id, p), None, "{when}: dead {o:?} +{off}");
+        }
+        assert!(
+            !gc_core::pagetable::is_internal_object(id, o.addr()),
+            "{when}: dead {o:?}"
+        );
+        let page = gc_core::pagetable::lookup(o.addr()).unwrap();
+        assert!(!page.is_allocated(o.addr()), "{when}: dead {o:?}");
+        assert_eq!(
+            is_internal_obj_alloc(id, o.addr()),
+            !waiting,
+            "{when}: dead {o:?}, is_internal_obj_alloc"
+        );
+    }
+    for &(o, size) in live {
+        for off in [0, 8, size / 2, size] {
+            let p = o.addr() + off;
+            assert_eq!(
+                internal_obj_base_ptr(id, p),
+                Some(o),
+                "{when}: live {o:?} +{off}"
+            );
+            assert_eq!(base_ptr(id, p), Some(o), "{when}: live {o:?} +{off}");
+        }
+        assert!(
+            gc_core::pagetable::is_internal_object(id, o.addr()),
+            "{when}: live {o:?}"
+        );
+        assert!(is_internal_obj_alloc(id, o.addr()), "{when}: live {o:?}");
+    }
+}
+
+/// A collection leaves its dead objects' cells to the lazy sweep, which runs later on a
+/// helper thread or an allocating thread. Until a page is swept, every lookup must answer
+/// "no object" for its dead cells (a conservative scan or a mutator using the answer
+/// would resurrect an object whose children are already freed: GAP issue 3412's bug
+/// class) and still find the live objects next to them: old objects dead in a full
+/// collection, young ones dead in a partial one; an old object unreachable at a partial
+/// collection is still allocated (only a full collection frees it).
+#[test]
+fn dead_objects_on_pages_waiting_for_their_sweep_are_not_found() {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        lazy_sweep: true,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    heap.hold_lazy_sweep(true);
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let sizes = [8usize, 40, 200, 2024];
+    // Per size: a dead object, a live one and another dead one, side by side on a page.
+    let mut dead = Vec::new();
+    let mut live = Vec::new();
+    let mut roots = Vec::new();
+    for &size in &sizes {
+        let a = m.alloc_typed(size, ty).unwrap();
+        let b = m.alloc_typed(size, ty).unwrap();
+        let c = m.alloc_typed(size, ty).unwrap();
+        roots.push(heap.root(b));
+        dead.extend([(a, size), (c, size)]);
+        live.push((b, size));
+    }
+    assert_page_answers(&heap, &[], &live, false, "before collecting");
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(heap.hold_lazy_sweep(true) > 0, "pages wait for their sweep");
+    assert_page_answers(&heap, &dead, &live, true, "full collection, pages waiting");
+    heap.complete_sweep();
+    assert_page_answers(&heap, &dead, &live, false, "full collection, pages swept");
+
+    // The live objects are promoted by a second collection; young objects then take
+    // the free cells of their pages (swept, so listed), next to old ones.
+    m.collect(CollectionKind::Partial).unwrap();
+    heap.complete_sweep();
+    // SAFETY: rooted.
+    assert!(live.iter().all(|&(b, _)| !unsafe { b.is_young() }));
+    let mut young_dead = Vec::new();
+    let mut young_live = Vec::new();
+    for &size in &sizes {
+        let y = m.alloc_typed(size, ty).unwrap();
+        let z = m.alloc_typed(size, ty).unwrap();
+        roots.push(heap.root(z));
+        young_dead.push((y, size));
+        young_live.push((z, size));
+    }
+    let same_page = |o: ObjRef, p: ObjRef| o.addr() / PAGE_SIZE == p.addr() / PAGE_SIZE;
+    assert!(
+        young_live
+            .iter()
+            .zip(&live)
+            .any(|(&(z, _), &(b, _))| same_page(z, b)),
+        "young objects share a page with old ones"
+    );
+    // The first old object becomes unreachable: a partial collection keeps it.
+    let unreachable_old = live.remove(0);
+    roots.remove(0);
+    m.collect(CollectionKind::Partial).unwrap();
+    assert!(heap.hold_lazy_sweep(true) > 0, "pages wait for their sweep");
+    let mut kept = live.clone();
+    kept.push(unreachable_old);
+    kept.extend(&young_live);
+    assert_page_answers(
+        &heap,
+        &young_dead,
+        &kept,
+        true,
+        "partial collection, pages waiting",
+    );
+    heap.complete_sweep();
+    assert_page_answers(
+        &heap,
+        &young_dead,
+        &kept,
+        false,
+        "partial collection, pages swept",
+    );
+    // A full collection frees it.
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(heap.hold_lazy_sweep(true) > 0, "pages wait for their sweep");
+    let mut live_now = live.clone();
+    live_now.extend(&young_live);
+    assert_page_answers(
+        &heap,
+        &[unreachable_old],
+        &live_now,
+        true,
+        "full collection, pages waiting",
+    );
+    heap.complete_sweep();
+    assert_page_answers(
+        &heap,
+        &[unreachable_old],
+        &live_now,
+        false,
+        "full collection, pages swept",
+    );
+    heap.hold_lazy_sweep(false);
+}
+
+/// Lookups from another thread while the pages are swept: a live object is always found
+/// (a lookup that meets its page being swept looks again), a dead one never (nothing
+/// allocates meanwhile, so its cell stays free). Even rounds hold the pages waiting and
+/// sweep them on this thread while the other looks; odd rounds leave them to the helper
+/// thread's background sweep (which may be over before the lookups start).
+#[test]
+fn lookups_racing_with_the_sweep_answer_right() {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        lazy_sweep: true,
+        mark_threads: 2,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let id = heap.id();
+    // The first collection starts the helper thread (after its pause).
+    m.collect(CollectionKind::Full).unwrap();
+    for round in 0..6 {
+        let mut live = Vec::new();
+        let mut dead = Vec::new();
+        let mut roots = Vec::new();
+        for i in 0..300_000 {
+            let o = m.alloc_typed(24, ty).unwrap();
+            if i % 2 == 0 {
+                roots.push(heap.root(o));
+                live.push(o.addr());
+            } else {
+                dead.push(o.addr());
+            }
+        }
+        let held = round % 2 == 0;
+        heap.hold_lazy_sweep(held);
+        m.collect(CollectionKind::Full).unwrap();
+        let waiting = heap.hold_lazy_sweep(false);
+        assert!(!held || waiting > 0, "round {round}: held pages wait");
+        let done = AtomicBool::new(false);
+        let looking = AtomicBool::new(false);
+        let (checked, misses) = std::thread::scope(|s| {
+            let looker = s.spawn(|| {
+                let (mut checked, mut misses) = (0usize, Vec::new());
+                while !done.load(Ordering::Acquire) || checked == 0 {
+                    for (&l, &d) in live.iter().zip(&dead) {
+                        if internal_obj_base_ptr(id, l + 8) != ObjRef::from_addr(l) {
+                            misses.push(format!("live {l:#x} not found"));
+                        }
+                        if internal_obj_base_ptr(id, d + 8).is_some() {
+                            misses.push(format!("dead {d:#x} found"));
+                        }
+                        checked += 1;
+                        looking.store(true, Ordering::Release);
+                    }
+                    if misses.len() > 10 {
+                        break;
+                    }
+                }
+                (checked, misses)
+            });
+            while !looking.load(Ordering::Acquire) && !looker.is_finished() {
+                std::hint::spin_loop();
+            }
+            // Sweep what still waits (all of it in the held rounds) while the other
+            // thread looks.
+            heap.complete_sweep();
+            done.store(true, Ordering::Release);
+            looker.join().unwrap()
+        });
+        assert!(
+            misses.is_empty(),
+            "round {round} ({waiting} pages waiting): {misses:?}"
+        );
+        assert!(checked > 0);
+    }
+}
+
+/// Lookups from a thread that is not attached run through collections (their pauses
+/// flag the pages they leave to the sweep, between a lookup's two reads of a page's
+/// geometry, and the sweeps clear the flags): the live objects are always found.
+#[test]
+fn live_objects_are_found_by_lookups_running_through_collections() {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        lazy_sweep: true,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
+    let id = heap.id();
+    let mut live = Vec::new();
+    let mut roots = Vec::new();
+    for i in 0..200_000 {
+        let o = m.alloc_typed(8 + 8 * (i % 5), ty).unwrap();
+        if i % 3 == 0 {
+            roots.push(heap.root(o));
+            live.push(o.addr());
+        }
+    }
+    let done = AtomicBool::new(false);
+    let (checked, misses) = std::thread::scope(|s| {
+        let looker = s.spawn(|| {
+            let (mut checked, mut misses) = (0usize, Vec::new());
+            while !done.load(Ordering::Acquire) && misses.len() < 10 {
+                for &l in &live {
+                    if internal_obj_base_ptr(id, l + 8) != ObjRef::from_addr(l) {
+                        misses.push(format!("live {l:#x} not found"));
+                    }
+                    checked += 1;
+                }
+            }
+            (checked, misses)
+        });
+        for k in 0..40 {
+            let kind = if k % 3 == 0 {
+                CollectionKind::Full
+            } else {
+                CollectionKind::Partial
+            };
+            m.collect(kind).unwrap();
+            // Garbage between collections, so that their pages have dead cells.
+            for _ in 0..20_000 {
+                m.alloc_typed(24, ty).unwrap();
+            }
+        }
+        done.store(true, Ordering::Release);
+        looker.join().unwrap()
+    });
+    assert!(misses.is_empty(), "{misses:?}");
+    assert!(checked > 0);
 }

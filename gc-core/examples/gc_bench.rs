@@ -23,7 +23,8 @@
 //!   - `weak_ref_new_ns` / `weak_obj_new_ns`: making a weak handle / weak-reference object;
 //!   - `weak_ref_full_ns` / `weak_obj_full_ns`: per live weak reference (old referent) in
 //!     a full collection; `weak_ref_partial_ns` / `weak_obj_partial_ns`: the same in a
-//!     partial collection (old entries are not looked at: about 0);
+//!     partial collection (old handles are not looked at: about 0; the referents of old
+//!     weak-reference objects are, since C may store into `value` directly);
 //!   - `weak_ref_clear_ns`: per weak handle cleared when its young referent dies in a
 //!     partial collection;
 //!   - `finalizer_register_ns`, `finalizer_gc_ns` (the two collections: the one that finds

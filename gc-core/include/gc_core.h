@@ -13,7 +13,13 @@
 #include <stdlib.h>
 
 /**
- * `gc_set_callback` kinds.
+ * `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
+ * the collecting thread with the world stopped, once the collection is decided full or
+ * partial (`full`) and before anything is marked. The threads' remembered sets are
+ * merged after the pre-GC callbacks (Julia's order), so a write barrier one issues
+ * counts for the collection it runs in: `gc_wb_back` on an old object the program
+ * stored young references into without barriers (GAP's PreGCHook does this for its
+ * current local-variables bag) keeps them alive in that partial collection.
  */
 #define GC_CB_PRE_GC 0
 
@@ -248,7 +254,11 @@ typedef struct gc_stats_t {
 /**
  * A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
  * referent, and reads NULL once a collection found the referent unreachable. Never a
- * root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+ * root. C code reads `value` directly and may store a live object of the heap (or NULL)
+ * into it directly, from the thread that owns the object, with no barrier needed (Julia
+ * allows it; GAP's weakptr.c does it): every collection checks the referent of every
+ * weak-reference object. `gc_weakref_set` does the same store after checking `wr`'s
+ * type.
  */
 typedef struct gc_weakref_t {
   /**

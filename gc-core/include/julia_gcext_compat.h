@@ -76,7 +76,12 @@ typedef void (*jl_gc_cb_notify_external_free_t)(void *addr);
  * with an error); enable == 0 removes it. pre_gc and post_gc run once per collection
  * with the world stopped; root_scanner at the start of marking; task_scanner once per
  * registered task; notify_external_alloc/free for external (big) objects, with the
- * object pointer and its payload size. */
+ * object pointer and its payload size.
+ * pre_gc runs on the collecting thread once the collection is decided full or partial
+ * (its argument) and before anything is marked; the threads' remembered sets are merged
+ * after it (Julia's order), so a write barrier it issues counts for that collection:
+ * GAP's PreGCHook calls jl_gc_wb_back (CHANGED_BAG) on its current local-variables bag,
+ * which it stores young references into without barriers. */
 void jl_gc_set_cb_root_scanner(jl_gc_cb_root_scanner_t cb, int enable);
 void jl_gc_set_cb_task_scanner(jl_gc_cb_task_scanner_t cb, int enable);
 void jl_gc_set_cb_pre_gc(jl_gc_cb_pre_gc_t cb, int enable);
@@ -183,8 +188,11 @@ void *jl_task_stack_buffer(jl_task_t *task, size_t *size, int *tid);
  * alive like any object) whose field `value` reads the referent, and reads NULL (Julia:
  * `nothing`) once a collection found the referent unreachable: cleared atomically, before
  * any finalizer of the referent runs and before the threads resume. Never a root, not
- * even for conservative scanning. Read-only for C: re-point it with gc_weakref_set
- * (gc_core.h). jl_typeof() of one is gc_weakref_type(gc_default_heap()). */
+ * even for conservative scanning. C may re-point it by storing a live object (or NULL)
+ * into `value` directly, as Julia allows (GAP's weakptr.c does `wref->value = val`): no
+ * barrier is needed, every collection checks the referent of every weak-reference
+ * object, old or young (gc_weakref_set in gc_core.h does the same store after a type
+ * check). jl_typeof() of one is gc_weakref_type(gc_default_heap()). */
 typedef struct _jl_weakref_t {
     jl_value_t *value;
 } jl_weakref_t;
@@ -234,10 +242,14 @@ void jl_gc_clear_error(void);
 /* Turns on conservative scanning of every attached thread's stack and registers; may be
  * called before or after jl_init, from any thread, any number of times. */
 void jl_gc_enable_conservative_scanning(void);
-/* The object p points to the beginning, interior or one past the end of, or NULL. */
+/* The object p points to the beginning, interior or one past the end of, or NULL. An
+ * object the last collection found unreachable is not one, even while its memory waits
+ * for the lazy sweep (GC_CORE_LAZY_SWEEP): NULL from the collection on. */
 jl_value_t *jl_gc_internal_obj_base_ptr(void *p);
 /* Non-zero iff p is an allocated internal object, or memory reserved for allocating
- * internal objects whose type field then never holds a valid type. */
+ * internal objects whose type field then never holds a valid type (a free cell). The
+ * cell of an object the last collection found unreachable, while it waits for the lazy
+ * sweep, still has its type field: 0 for it (as for memory that is no pool object). */
 int jl_gc_is_internal_obj_alloc(jl_value_t *p);
 
 /* Julia's jl_gc_enable_conservative_gc_support: lookups always work here, so this only

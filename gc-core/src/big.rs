@@ -58,15 +58,9 @@ pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
     if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
         return false;
     }
-    if let Some(page) = crate::pagetable::lookup(addr) {
-        return match page.cell_layout() {
-            Some((cell, class)) if page.owner() == heap_id => {
-                page.cell_index(addr, cell, class)
-                    .is_some_and(|i| page.object_at(i, cell) == addr)
-                    && page.is_allocated(addr)
-            }
-            _ => false,
-        };
+    if crate::pagetable::lookup(addr).is_some() {
+        // A pool page (of this heap, another or none) holds no big object.
+        return crate::pagetable::is_internal_object(heap_id, addr);
     }
     // The bookkeeping header in front of `addr`, copied by the kernel: memory that is not
     // mapped (or, under valgrind, not ours) is then a failed read, not a fault.

@@ -33,7 +33,11 @@ pub type WeakHookFn = dyn Fn(&mut Marker<'_>, CollectionKind) + Send + Sync;
 
 /// A callback of one of the seven kinds, Rust closure or C function.
 pub enum Callback {
-    /// Called once per collection with the world stopped, before marking.
+    /// Called once per collection with the world stopped, once it is decided full or
+    /// partial (the argument) and before marking. The threads' remembered sets are
+    /// merged after the pre-GC callbacks (Julia's order): a write barrier one issues on
+    /// the collecting thread (e.g. `jl_gc_wb_back` through the C API) counts for this
+    /// collection.
     PreGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
     /// Called once per collection after sweeping, before the world resumes.
     PostGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),

@@ -181,7 +181,13 @@ pub type gc_markfunc_t =
 /// Sweep function: called once when a sweep finds a scheduled object dead.
 pub type gc_sweepfunc_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
 
-/// `gc_set_callback` kinds.
+/// `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
+/// the collecting thread with the world stopped, once the collection is decided full or
+/// partial (`full`) and before anything is marked. The threads' remembered sets are
+/// merged after the pre-GC callbacks (Julia's order), so a write barrier one issues
+/// counts for the collection it runs in: `gc_wb_back` on an old object the program
+/// stored young references into without barriers (GAP's PreGCHook does this for its
+/// current local-variables bag) keeps them alive in that partial collection.
 pub const GC_CB_PRE_GC: c_int = 0;
 /// post_gc.
 pub const GC_CB_POST_GC: c_int = 1;
@@ -728,19 +734,7 @@ fn in_collection() -> bool {
 fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
     let addr = ty as usize;
     let heap = m.heap();
-    let page = crate::pagetable::lookup(addr).ok_or(GcError::NotAType { addr })?;
-    let Some((cell, class)) = page.cell_layout() else {
-        return Err(GcError::NotAType { addr });
-    };
-    if page.owner() != heap.id()
-        || page
-            .cell_index(addr, cell, class)
-            .map(|i| page.object_at(i, cell))
-            != Some(addr)
-    {
-        return Err(GcError::NotAType { addr });
-    }
-    if !page.is_allocated(addr) {
+    if !crate::pagetable::is_internal_object(heap.id(), addr) {
         return Err(GcError::NotAType { addr });
     }
     let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;
@@ -1508,7 +1502,11 @@ pub unsafe extern "C" fn gc_is_young(obj: *mut c_void) -> c_int {
 
 /// A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
 /// referent, and reads NULL once a collection found the referent unreachable. Never a
-/// root. C code reads `value` directly; it changes it only with `gc_weakref_set`.
+/// root. C code reads `value` directly and may store a live object of the heap (or NULL)
+/// into it directly, from the thread that owns the object, with no barrier needed (Julia
+/// allows it; GAP's weakptr.c does it): every collection checks the referent of every
+/// weak-reference object. `gc_weakref_set` does the same store after checking `wr`'s
+/// type.
 #[repr(C)]
 pub struct gc_weakref_t {
     /// The referent, NULL once cleared.
@@ -1949,7 +1947,8 @@ pub type jl_gc_collection_t = std::ffi::c_uint;
 pub type jl_markfunc_t = Option<unsafe extern "C" fn(jl_ptls_t, *mut jl_value_t) -> usize>;
 /// `jl_sweepfunc_t`.
 pub type jl_sweepfunc_t = Option<unsafe extern "C" fn(*mut jl_value_t)>;
-/// `jl_gc_cb_pre_gc_t`.
+/// `jl_gc_cb_pre_gc_t`: see `GC_CB_PRE_GC` (a barrier it issues counts for the
+/// collection it runs in).
 pub type jl_gc_cb_pre_gc_t = Option<unsafe extern "C" fn(c_int)>;
 /// `jl_gc_cb_post_gc_t`.
 pub type jl_gc_cb_post_gc_t = Option<unsafe extern "C" fn(c_int)>;
@@ -2377,7 +2376,8 @@ pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
 }
 
 /// `jl_weakref_t`: a weak-reference object; `value` reads the referent, NULL once
-/// cleared (Julia reads `nothing`).
+/// cleared (Julia reads `nothing`). C may store into `value` directly (no barrier
+/// needed), as Julia allows.
 #[repr(C)]
 pub struct jl_weakref_t {
     /// The referent, NULL once cleared.

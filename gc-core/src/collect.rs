@@ -3,8 +3,11 @@
 //! Phases, each a `tracing` span with its figures:
 //! 1. **stop**: set the safepoint flag; wait until every other attached thread is
 //!    parked at a safepoint or inside a GC-safe region.
-//! 2. **prepare**: take back every thread's allocation pages and merge its remembered
-//!    set, scheduled sweeps and young big objects; decide full or partial; pre_gc.
+//! 2. **prepare**: take back every thread's allocation pages, scheduled sweeps and young
+//!    big objects; decide full or partial; run the pre-GC callbacks (with that
+//!    decision); then merge every thread's remembered set, so that a write barrier a
+//!    pre-GC callback issues counts for this collection (Julia's order: GAP's PreGCHook
+//!    calls `jl_gc_wb_back` on a bag it stored into without barriers).
 //! 3. **verify** (verify mode, partial collections): no old object outside the
 //!    remembered set may reference a young one.
 //! 4. **mark**: persistent roots, types (full), root scanners, task scanners (once per
@@ -26,14 +29,14 @@ use crate::heap::{GcState, HeapInner};
 use crate::mark::{Marker, Team};
 use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
-    header_is_allocated, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
+    header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
 use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::stats::CollectionInfo;
-use crate::weak::{is_dead, QueueInner};
+use crate::weak::QueueInner;
 use crate::CollectionKind;
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
@@ -184,7 +187,8 @@ fn start_background_sweep(heap: &HeapInner) {
 }
 
 /// Merges the threads' allocation state into the heap: pages become unheld (the sweep
-/// rebuilds their free lists from the headers), buffers are appended.
+/// rebuilds their free lists from the headers), buffers are appended. The remembered
+/// sets are merged later, by `merge_remembered_sets`, after the pre-GC callbacks.
 fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<MutatorShared>]) {
     let _pages = heap.pages.lock();
     let mut objects = 0;
@@ -203,7 +207,6 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
             pool.bump = 0;
             pool.bump_end = 0;
         }
-        gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
         weak.objs_young.append(&mut local.weak_objs);
         weak.objs_dirty |= std::mem::take(&mut local.weak_dirty);
@@ -219,6 +222,21 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
     }
     gc.stats.objects_allocated += objects;
     gc.stats.bytes_allocated += bytes;
+}
+
+/// Appends every thread's remembered set to the heap's. Called after the pre-GC
+/// callbacks (Julia's order): a barrier one of them issues (GAP's PreGCHook calls
+/// `jl_gc_wb_back` on its current local-variables bag, which it stores into without
+/// barriers) lands in the collecting thread's remembered set and must count for this
+/// collection.
+fn merge_remembered_sets(gc: &mut GcState, mutators: &[Arc<MutatorShared>]) {
+    for m in mutators {
+        // SAFETY: every thread is stopped (or is us, between callbacks), so we have
+        // exclusive access to its allocation state; the world handshake ordered its
+        // writes before our reads.
+        let local = unsafe { &mut *m.local.get() };
+        gc.remset.append(&mut local.remset);
+    }
 }
 
 fn run(
@@ -270,6 +288,8 @@ fn run(
     let span =
         tracing::debug_span!("gc", n, kind = if full { "full" } else { "partial" }).entered();
     invoke_simple(heap, CallbackKind::PreGc, full);
+    // After the pre-GC callbacks: the barriers they issue count for this collection.
+    merge_remembered_sets(&mut gc, mutators);
 
     // ---- mark ----
     let t_mark = Instant::now();

@@ -787,6 +787,18 @@ impl Heap {
         unsafe { self.0.pages.lock().finish_sweep(&self.0.trigger) }
     }
 
+    /// Test hook: while `hold` is on, the pool pages a collection leaves to the lazy
+    /// sweep wait for it: the helper threads and allocating threads do not sweep them
+    /// (allocation takes fresh pages instead); a collection, [`Heap::complete_sweep`] and
+    /// [`Heap::stats`] still do. For tests of what the heap answers about the cells of a
+    /// page waiting for its sweep. Returns the number of pages waiting now.
+    #[doc(hidden)]
+    pub fn hold_lazy_sweep(&self, hold: bool) -> usize {
+        let mut pages = self.0.pages.lock();
+        pages.hold = hold;
+        pages.unswept_pages()
+    }
+
     /// Turns the stress mode on (collect every `n` allocations per thread) or off.
     pub fn set_stress(&self, every: Option<u64>) -> Result<(), GcError> {
         if every == Some(0) {

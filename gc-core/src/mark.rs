@@ -1033,15 +1033,8 @@ impl<'h> Marker<'h> {
         let a = obj.addr();
         let ok = if a % 16 != 0 {
             false
-        } else if let Some(page) = pagetable::lookup(a) {
-            match page.cell_layout() {
-                Some((cell, class)) if page.owner() == self.heap.id() => {
-                    page.cell_index(a, cell, class)
-                        .is_some_and(|i| page.object_at(i, cell) == a)
-                        && page.is_allocated(a)
-                }
-                _ => false,
-            }
+        } else if pagetable::lookup(a).is_some() {
+            pagetable::is_internal_object(self.heap.id(), a)
         } else {
             self.big_set.as_ref().is_some_and(|s| s.contains(&a)) && {
                 // SAFETY: a registered big object of this heap is live.

@@ -149,3 +149,18 @@ impl fmt::Debug for ObjRef {
 pub fn header_is_allocated(h: usize) -> bool {
     h != 0 && h & FREE == 0
 }
+
+/// Whether the allocated object with header word `h` was left unmarked by a collection
+/// (`full`, with the old-mark `parity` and `young_marked`, the `AGE | MARK` bits of a
+/// marked young object): an old object dies only in a full collection, when its mark bit
+/// differs from the parity; a young one unless it has exactly `young_marked`. The rule of
+/// the sweep (`page.rs` `sweep_page`), of the weak phase and of lookups on pages waiting
+/// for their sweep (`pagetable.rs`).
+#[inline]
+pub(crate) fn is_dead(h: usize, full: bool, parity: usize, young_marked: usize) -> bool {
+    if h & OLD != 0 {
+        full && h & MARK != parity
+    } else {
+        h & (AGE | MARK) != young_marked
+    }
+}

@@ -37,8 +37,10 @@ pub struct PageMeta {
     entry: AtomicPtr<pagetable::Entry>,
     /// Allocation bits, by cell index (`pagetable::AllocBits`): set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
-    /// by the collector, read by anyone (interior-pointer lookups), so lookups never touch
-    /// object memory. They live in the page table's leaf (`pagetable::AllocBits`), where
+    /// by the collector, read by anyone (interior-pointer lookups), so lookups touch no
+    /// object memory (except a cell's header while the page waits for its sweep: its bits
+    /// still include the cells the last collection found dead, see
+    /// `pagetable::GEOM_WAITING`). They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
     /// Padding, chosen by measurement only (issue 14, fifth pass in the README). The
@@ -195,16 +197,14 @@ impl PageMeta {
         (&self.alloc()[idx >> 6], 1u64 << (idx & 63))
     }
 
-    /// Whether the cell whose payload is at `obj` (an address this page's layout yields)
-    /// holds an allocated object right now; false while the page is free.
+    /// Whether `obj` is the payload address of a cell of this page that holds an
+    /// allocated object right now; false while the page is free. The answer of
+    /// [`pagetable::is_internal_object`] for the page's owner.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        let Some((_, class)) = self.cell_layout() else {
-            return false;
-        };
-        let (word, bit) = self.alloc_bit(obj, class);
-        word.load(Ordering::Acquire) & bit != 0
+        let owner = self.owner();
+        owner != 0 && pagetable::is_internal_object(owner, obj)
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the
@@ -292,6 +292,26 @@ impl PageMeta {
                 let class = ((layout >> 16) & 0xff) as usize;
                 (owner, pagetable::pack_geom(cell, DIV_MAGIC[class]))
             }));
+        }
+    }
+
+    /// Marks the page's page-table entry as waiting for the lazy sweep of the collection
+    /// `params` describes (number `epoch`): lookups then decide a cell whose allocation
+    /// bit is set from its header (`pagetable::GEOM_WAITING`). `publish_info` clears it.
+    fn publish_waiting(&self, params: SweepParams, epoch: u32) {
+        let slot = self.entry.load(Ordering::Acquire);
+        let layout = self.layout.load(Ordering::Acquire);
+        let cell = (layout & 0xffff) as usize;
+        // SAFETY: set at registration to the page's entry, which is never freed.
+        if let (Some(slot), true) = (unsafe { slot.as_ref() }, cell != 0) {
+            let class = ((layout >> 16) & 0xff) as usize;
+            slot.set_geom(pagetable::waiting_geom(
+                pagetable::pack_geom(cell, DIV_MAGIC[class]),
+                params.full,
+                params.parity,
+                params.young_marked,
+                epoch,
+            ));
         }
     }
 
@@ -563,6 +583,10 @@ pub(crate) struct PageAlloc {
     plan: Option<TriggerPlan>,
     /// Number of collections that swept (`begin_sweep` calls).
     epoch: u32,
+    /// Test hook (`Heap::hold_lazy_sweep`): waiting pages are swept only by
+    /// `finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
+    /// helper threads or allocating threads.
+    pub(crate) hold: bool,
 }
 
 impl PageAlloc {
@@ -584,6 +608,7 @@ impl PageAlloc {
             totals: PoolTotals::default(),
             plan: None,
             epoch: 0,
+            hold: false,
         }
     }
 
@@ -651,6 +676,9 @@ impl PageAlloc {
                 });
             }
             // Lazy sweeping: sweep this class's waiting pages until one has free cells.
+            if self.hold {
+                break;
+            }
             match self.unswept[class].pop() {
                 Some(page) => {
                     self.n_unswept -= 1;
@@ -661,7 +689,7 @@ impl PageAlloc {
                 None => break,
             }
         }
-        if self.free.is_empty() && self.n_unswept > 0 {
+        if self.free.is_empty() && self.n_unswept > 0 && !self.hold {
             // Pages of other classes may be empty: sweep them before mapping more.
             while self.free.is_empty() {
                 let Some(page) = self.pop_unswept() else {
@@ -777,6 +805,9 @@ impl PageAlloc {
                         st.unswept = true;
                         self.unswept[class].push(page);
                         self.n_unswept += 1;
+                        // Lookups must not take the cells this collection found dead
+                        // for objects while the page waits.
+                        page.publish_waiting(params, self.epoch);
                     }
                     true
                 }
@@ -815,7 +846,7 @@ impl PageAlloc {
     /// As for `finish_sweep`.
     pub(crate) unsafe fn sweep_some(&mut self, max: usize, trigger: &AtomicUsize) -> usize {
         let mut n = 0;
-        while n < max {
+        while n < max && !self.hold {
             let Some(page) = self.pop_unswept() else {
                 break;
             };
@@ -840,6 +871,8 @@ impl PageAlloc {
         let (prev_live, prev_old) = (st.live_cells as usize, st.old_cells as usize);
         // SAFETY: as above.
         let r = unsafe { sweep_page(page, self.params) };
+        // The new allocation bitmap is stored: lookups may read it alone again.
+        page.publish_info();
         // SAFETY: as above.
         let st = unsafe { page.state() };
         st.unswept = false;

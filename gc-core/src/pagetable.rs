@@ -18,10 +18,18 @@
 //! an interior-pointer lookup can start loading the bitmap in parallel with the entry
 //! instead of after it (see [`Bitmaps::prefetch`]): the lookup then waits for
 //! one cache miss, not two in a row.
+//!
+//! While a page waits for its lazy sweep, its bitmap still has the bits of the cells the
+//! last collection found dead; its entry's geometry word says so ([`GEOM_WAITING`]) and
+//! carries the sweep's parameters, and a lookup that finds a cell's bit set there decides
+//! from the cell's header (`object_in_waiting_page`). [`internal_object`] and
+//! [`is_internal_cell`] are the workspace's one answer to "is this address an object of
+//! heap H".
 
+use crate::object::{header_is_allocated, is_dead, ObjRef, AGE, HEADER_SIZE, MARK};
 use crate::page::PageMeta;
-use crate::sizeclass::PAGE_SHIFT;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sizeclass::{FIRST_CELL, PAGE_SHIFT, PAGE_SIZE};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const ADDR_BITS: usize = 48;
 const LEAF_SHIFT: usize = 30;
@@ -72,6 +80,11 @@ impl Entry {
         self.geom.load(Ordering::Acquire)
     }
 
+    /// Replaces the geometry word alone (the page waits for its sweep: [`waiting_geom`]).
+    pub(crate) fn set_geom(&self, geom: u64) {
+        self.geom.store(geom, Ordering::Release);
+    }
+
     /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
     /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
     /// a free page keeps its last geometry.
@@ -88,10 +101,67 @@ impl Entry {
 }
 
 /// Packs a cell size (header included, below 2^16) with its division magic
-/// ([`crate::sizeclass::div_magic`], below 2^32): magic in bits 0..32, cell size above.
+/// ([`crate::sizeclass::div_magic`], below 2^32): magic in bits 0..32, cell size in bits
+/// 32..48. The bits above are clear: they are set only while the page waits for its lazy
+/// sweep ([`GEOM_WAITING`]).
 pub fn pack_geom(cell: usize, magic: u64) -> u64 {
     debug_assert!(magic < 1 << 32 && cell < 1 << 16);
     magic | (cell as u64) << 32
+}
+
+/// Set in a page's geometry word (bit 63) while the page waits for the lazy sweep of the
+/// last collection: its allocation bitmap still has the bits of the cells that
+/// collection found dead, so a lookup that finds a cell's bit set decides from the
+/// cell's header, with the sweep's parameters that the bits below carry (bit 62: the
+/// collection was full; bit 61: its old-mark parity; bit 60: the `MARK` bit of its
+/// young-marked state; bits 48..60: the low bits of the collection's number, so that a
+/// lookup that slept through two collections sees the word change). Published by
+/// `PageAlloc::begin_sweep` for every page it leaves to the sweep, with the world
+/// stopped; cleared when the page is swept, after its new bitmap is stored.
+pub const GEOM_WAITING: u64 = 1 << 63;
+const WAIT_FULL: u64 = 1 << 62;
+const WAIT_PARITY: u64 = 1 << 61;
+const WAIT_YOUNG_PARITY: u64 = 1 << 60;
+const WAIT_EPOCH_SHIFT: u32 = 48;
+const WAIT_EPOCH_MASK: u64 = 0xfff;
+
+/// The geometry word of a page of geometry `geom` ([`pack_geom`]) waiting for the sweep
+/// of a collection (`full`, old-mark `parity`, `young_marked` as in
+/// [`crate::object::is_dead`]; `epoch` its number).
+pub(crate) fn waiting_geom(
+    geom: u64,
+    full: bool,
+    parity: usize,
+    young_marked: usize,
+    epoch: u32,
+) -> u64 {
+    debug_assert!(geom < 1 << WAIT_EPOCH_SHIFT);
+    debug_assert!(parity & !MARK == 0 && young_marked & !(AGE | MARK) == 0);
+    let mut g = geom | GEOM_WAITING | (epoch as u64 & WAIT_EPOCH_MASK) << WAIT_EPOCH_SHIFT;
+    if full {
+        g |= WAIT_FULL;
+    }
+    if parity & MARK != 0 {
+        g |= WAIT_PARITY;
+    }
+    if young_marked & MARK != 0 {
+        g |= WAIT_YOUNG_PARITY;
+    }
+    g
+}
+
+/// Whether the allocated object with header word `h` is live on a page whose geometry
+/// word is the waiting `geom` (the sweep's rule, [`crate::object::is_dead`]).
+#[inline]
+fn live_in_waiting_page(h: usize, geom: u64) -> bool {
+    let parity = if geom & WAIT_PARITY != 0 { MARK } else { 0 };
+    let young_marked = AGE
+        | if geom & WAIT_YOUNG_PARITY != 0 {
+            MARK
+        } else {
+            0
+        };
+    header_is_allocated(h) && !is_dead(h, geom & WAIT_FULL != 0, parity, young_marked)
 }
 
 /// The entries of one GiB of pages (2 MiB).
@@ -127,6 +197,160 @@ impl Leaf {
     #[inline(always)]
     pub fn bitmaps(self) -> Bitmaps {
         Bitmaps(self.bits)
+    }
+
+    /// The object whose cell `p` points into (its payload's beginning, interior or one
+    /// past its end), on the page of `entry` (`self.entry(p)`), for an entry whose owner
+    /// word the caller has compared with its heap's id `heap_id` (so the page is in use: a
+    /// free page's owner word is 0; the slow path compares it again at each look).
+    /// `None` for a free or never-used cell, a cell whose object
+    /// the last collection found dead while the page waits for its lazy sweep, the bytes
+    /// of the page before its first payload or after its last cell, and header words
+    /// past their first byte. What [`internal_object`] and gc-conservative's `base_ptr`
+    /// answer.
+    ///
+    /// It reads the entry's geometry (the cache line of the owner word) and one word of
+    /// the page's allocation bitmap, the bit of the cell index the geometry's division
+    /// magic gives, nothing else. It first asks for the bitmap's first line (every
+    /// cell's for classes of 32 bytes or more), whose address needs no load beyond the
+    /// leaf's: issued under the prediction that the owner matched, that load overlaps
+    /// the entry's instead of following it. An index past the page's last cell needs no
+    /// check of its own: it never has an allocation bit.
+    ///
+    /// A page waiting for its sweep ([`GEOM_WAITING`], one compare on the geometry
+    /// already loaded, the fast path's only addition for it) goes to
+    /// `object_in_waiting_page`, which also reads the cell's header. The geometry is read
+    /// again after the bit: a page flagged as waiting or given another layout between the
+    /// two reads (a layout changes only on a page no live object of the heap's is on,
+    /// while another thread sweeps and allocates) is looked at again
+    /// (`object_in_changed_page`), so that a bit of the new state is never paired with a
+    /// cell of the old.
+    #[inline(always)]
+    pub fn object_in_page(self, entry: &Entry, heap_id: usize, p: usize) -> Option<ObjRef> {
+        let bits = self.bitmaps();
+        bits.prefetch(p);
+        let geom = entry.geom();
+        if geom >= GEOM_WAITING {
+            return object_in_waiting_page(heap_id, p);
+        }
+        // Below GEOM_WAITING the bits above the cell size are clear (`pack_geom`).
+        let cell = (geom >> 32) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let off = p.checked_sub(first)?;
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        let start = idx * cell;
+        // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
+        // header word of the next cell.
+        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+            return None;
+        }
+        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        if !allocated {
+            return None;
+        }
+        if entry.geom() != geom {
+            // Given the cell's start rather than `p`, which is then dead after the
+            // offset's computation: the fast path keeps no more registers than before.
+            return object_in_changed_page(first + start, geom);
+        }
+        ObjRef::from_addr(first + start)
+    }
+}
+
+/// [`Leaf::object_in_page`] when the geometry word changed between its two reads, given
+/// the start `obj` of the cell the first one gave (for the address looked up) and that
+/// geometry: `obj` and the geometry are all the fast path keeps (the heap's id would be
+/// one more register to save there). With the same cell size (the page's heap flagged it
+/// as waiting for its sweep, in a collection's pause), `obj` is in the same cell as the
+/// address and is looked up anew, for the page's owner now. With another one, the page
+/// was released meanwhile: the address pointed to no object then, the answer. (Like the
+/// fast path's owner test before its geometry read, this trusts that the page did not
+/// pass to another heap during the few instructions between the two reads: that takes
+/// a sweep that releases it, an allocation that takes it and, here, a collection of the
+/// other heap, all while the looking thread stalls.)
+#[cold]
+#[inline(never)]
+fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
+    let entry = entry(obj)?;
+    let owner = entry.owner();
+    let now = entry.geom();
+    if (now >> 32) & 0xffff != (old >> 32) & 0xffff {
+        return None;
+    }
+    if owner == 0 {
+        return None;
+    }
+    object_in_waiting_page(owner as usize, obj)
+}
+
+/// [`Leaf::object_in_page`] for a page of heap `heap_id` waiting for its lazy sweep (or
+/// whose geometry changed during a lookup, [`object_in_changed_page`]): a cell whose
+/// allocation bit is set holds an object of the last collection, live or dead; the
+/// cell's header (read with acquire ordering) and the sweep's parameters in the geometry
+/// word decide, by the sweep's own rule. Then the geometry and the owner are read again:
+/// if either changed (the page was swept meanwhile: its new bitmap is stored before the
+/// flag is cleared, and only then can a cell of it be allocated again; or released), the
+/// lookup starts over.
+///
+/// The header read is the one place a lookup reads object memory (the exception to
+/// the invariant in ARCHITECTURE.md): a cell header of a pool page, which stays
+/// mapped for the process's lifetime. Meanwhile the sweep may write a free-list link
+/// into it (a free cell: dead, the right answer). A live object's header changes
+/// only in the `REMEMBERED` bit (a write barrier) until the next collection marks,
+/// and that collection first sweeps the page; a cell given out again after the
+/// sweep holds a new object, and the geometry read after the header has changed.
+#[cold]
+#[inline(never)]
+fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
+    // The caller found the leaf and its entry: found again.
+    let leaf = leaf(p)?;
+    let entry = leaf.entry(p);
+    let bits = leaf.bitmaps();
+    loop {
+        // The owner first (the caller compared it too, but this may be a second look):
+        // a geometry read after it is at least as recent as the heap's layout.
+        if entry.owner() != heap_id as u64 {
+            return None;
+        }
+        let geom = entry.geom();
+        let cell = ((geom >> 32) & 0xffff) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let off = p.checked_sub(first)?;
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        let start = idx * cell;
+        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+            return None;
+        }
+        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        if !allocated {
+            return None;
+        }
+        let live = if geom >= GEOM_WAITING {
+            let hp = first + start - HEADER_SIZE;
+            // gc-core writes header words atomically, except when it zeroes a recycled
+            // free page for reuse (`PageAlloc::grant`, a memset after the page's new
+            // geometry is published): a lookup meets that only if it stalls here from
+            // before the page's sweep until the page was released and given out
+            // again; whatever word it reads, the geometry it reads next is the new one
+            // (x86-64 makes stores visible in order) and it looks again.
+            // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
+            // a pool page (its entry names an owner), never unmapped.
+            let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
+            live_in_waiting_page(h, geom)
+        } else {
+            true
+        };
+        // A page swept meanwhile (or released: its owner word changes too) is looked at
+        // again.
+        if entry.geom() == geom && entry.owner() == heap_id as u64 {
+            return if live {
+                ObjRef::from_addr(first + start)
+            } else {
+                None
+            };
+        }
     }
 }
 
@@ -228,6 +452,72 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
             unsafe { libc::munmap(p, size) };
             // SAFETY: as above.
             unsafe { &*existing }
+        }
+    }
+}
+
+/// The internal (pool) object of heap `heap_id` that `p` points to the beginning,
+/// interior or one past the end of; `None` for everything else (free or never-used
+/// cells, the bytes of a page before its first payload or after its last cell, header
+/// words past their first byte, pages of other heaps or free ones, addresses no pool
+/// page was ever registered at). Any `p` is accepted, from any thread, at any time,
+/// without a lock.
+///
+/// The one answer to "is this an object of heap H" in the workspace: gc-conservative's
+/// lookups and conservative scans and gc-core's own object checks
+/// ([`is_internal_object`], `PageMeta::is_allocated`) all go through
+/// [`Leaf::object_in_page`].
+#[inline]
+pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
+    let leaf = leaf(p)?;
+    let entry = leaf.entry(p);
+    if entry.owner() != heap_id as u64 {
+        return None;
+    }
+    leaf.object_in_page(entry, heap_id, p)
+}
+
+/// Whether `addr` is the payload address of an allocated internal object of heap
+/// `heap_id` (see [`internal_object`]).
+#[inline]
+pub fn is_internal_object(heap_id: usize, addr: usize) -> bool {
+    internal_object(heap_id, addr).is_some_and(|o| o.addr() == addr)
+}
+
+/// The seed's `jl_gc_is_internal_obj_alloc` for heap `heap_id`: whether `p` is the
+/// payload address of a cell of one of the heap's pool pages that holds an allocated
+/// object or is free (memory reserved for objects, whose header is a free-list link or
+/// 0, never a valid type: the seed's guarantee, which its type check
+/// `jl_gc_internal_obj_base_ptr(jl_typeof(p)) != NULL` relies on). A cell whose object
+/// the last collection found dead while its page waits for the lazy sweep is neither:
+/// its header still names the dead object's type, so it is answered false, as for
+/// memory that is no pool object at all (the answer the seed's guarantee allows).
+pub fn is_internal_cell(heap_id: usize, p: usize) -> bool {
+    let Some(leaf) = leaf(p) else {
+        return false;
+    };
+    let entry = leaf.entry(p);
+    if entry.owner() != heap_id as u64 {
+        return false;
+    }
+    loop {
+        let geom = entry.geom();
+        let cell = ((geom >> 32) & 0xffff) as usize;
+        let magic = geom & 0xffff_ffff;
+        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
+        let Some(off) = p.checked_sub(first) else {
+            return false;
+        };
+        let idx = ((off as u64 * magic) >> 32) as usize;
+        if idx * cell != off || FIRST_CELL + (idx + 1) * cell > PAGE_SIZE {
+            return false;
+        }
+        let allocated =
+            leaf.bitmaps().alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        let answer = !allocated || leaf.object_in_page(entry, heap_id, p).is_some();
+        // A page swept or laid out again meanwhile: look again.
+        if entry.geom() == geom {
+            return answer;
         }
     }
 }

@@ -35,9 +35,16 @@
 //! collections (an old object cannot die in a partial one). New entries start young; an
 //! entry moves to the old list once the collector sees its objects promoted. Setting a
 //! weak-reference object (old) to a young referent puts it back on the young list
-//! (duplicates are harmless and removed at the next full collection), so an old weak
-//! reference pointing at a young object is cleared by the partial collection that frees
-//! the object, without any write barrier.
+//! (duplicates are harmless and removed at the next full collection).
+//!
+//! One exception: the referents of weak-reference objects are checked on both lists by
+//! every collection (as Julia checks every weak reference in every collection), because
+//! C may store into a weak-reference object's `value` directly (Julia allows it; GAP's
+//! weakptr.c does `wref->value = val` followed by a barrier that names another object),
+//! and such a store records nothing. So an old weak reference pointing at a young object
+//! is cleared by the partial collection that frees the object, however it was set and
+//! without any write barrier. The lists still decide which weak-reference objects
+//! themselves may have died (old ones only in full collections).
 //!
 //! # Conservative scanning
 //! A weak reference is never a root: a weak-reference object's type has no reference
@@ -50,7 +57,7 @@ use crate::error::GcError;
 use crate::heap::{Heap, HeapInner};
 use crate::mark::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING};
-use crate::object::{ObjRef, AGE, MARK, OLD};
+use crate::object::{ObjRef, OLD};
 use crate::types::{TypeKind, TypeRef};
 use crate::CollectionKind;
 use parking_lot::Mutex;
@@ -315,17 +322,6 @@ fn is_old(obj: ObjRef) -> bool {
     h & OLD != 0
 }
 
-/// Whether an allocated object was left unmarked by this collection (`young_marked`:
-/// the `AGE | MARK` bits of a marked young object).
-#[inline]
-pub(crate) fn is_dead(h: usize, full: bool, parity: usize, young_marked: usize) -> bool {
-    if h & OLD != 0 {
-        full && h & MARK != parity
-    } else {
-        h & (AGE | MARK) != young_marked
-    }
-}
-
 /// The referent word of a weak-reference object.
 ///
 /// # Safety
@@ -389,13 +385,12 @@ pub(crate) unsafe fn process(
         }
         let ws = &mut *ws;
         // Clear weak-reference objects (dead or alive: one may survive through a
-        // finalizer marked below, and must not keep a dead referent).
-        let lists: [&[ObjRef]; 2] = if full {
-            [&ws.objs_young, &ws.objs_old]
-        } else {
-            [&ws.objs_young, &[]]
-        };
-        for &wr in lists.into_iter().flatten() {
+        // finalizer marked below, and must not keep a dead referent). Both lists, in
+        // every collection: C may store a young referent into an old weak-reference
+        // object's value directly (Julia allows it; GAP's weakptr.c does it), which no
+        // list records. In a partial collection an old referent reads marked, so only a
+        // young dead one is cleared.
+        for &wr in ws.objs_young.iter().chain(ws.objs_old.iter()) {
             // SAFETY: listed weak-reference objects are allocated until dropped below.
             let word = unsafe { value_word(wr) };
             if let Some(v) = ObjRef::from_addr(word.load(Ordering::Relaxed)) {
@@ -863,7 +858,9 @@ impl Mutator {
     }
 
     /// Points the weak-reference object `wr` at `target` (or at nothing). No write
-    /// barrier is needed.
+    /// barrier is needed. (A plain store into the object's payload word, as C does
+    /// through `jl_weakref_t::value`, is correct too: every collection checks every
+    /// weak-reference object's referent.)
     ///
     /// # Safety
     /// `wr` is a live object of this heap; `target` is null or a live object of it.

@@ -59,6 +59,40 @@ fn objects_of_another_heap_or_no_object_are_refused() {
     mb.collect(Full).unwrap();
 }
 
+/// An object a collection found dead is refused while its page waits for the lazy sweep
+/// too (rooting it would resurrect an object whose children may be freed already), and
+/// the live object next to it is accepted.
+#[test]
+fn a_dead_object_on_a_page_waiting_for_its_sweep_is_refused() {
+    let heap = Heap::new(HeapConfig {
+        lazy_sweep: true,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    heap.hold_lazy_sweep(true);
+    let ty = leaf_type(&heap);
+    let mut m = heap.attach().unwrap();
+    let dead = m.alloc_typed(16, ty).unwrap();
+    let live = m.alloc_typed(16, ty).unwrap();
+    let r = heap.root(live);
+    m.collect(Full).unwrap();
+    assert!(heap.hold_lazy_sweep(true) > 0, "pages wait for their sweep");
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(heap.root(dead))))
+        .unwrap_err();
+    let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("not an allocated object"), "{msg}");
+    let page = gc_core::pagetable::lookup(dead.addr()).unwrap();
+    assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
+    assert!(!gc_core::pagetable::is_internal_object(
+        heap.id(),
+        dead.addr()
+    ));
+    drop(heap.new_weak_ref(live));
+    heap.complete_sweep();
+    assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
+    drop(r);
+}
+
 /// A thread that leaks its Mutator (`mem::forget`, safe) and exits is detached at exit:
 /// later collections do not wait for it.
 #[test]

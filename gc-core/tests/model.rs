@@ -3,7 +3,8 @@
 //! Random sequences of operations run against the heap and against a plain model of the
 //! object graph: allocate objects of random types and sizes, store references through the
 //! write barrier or in bulk with the backward barrier, add and drop roots, make
-//! weak-reference objects (held by roots or by other objects) and re-point them, make
+//! weak-reference objects (held by roots or by other objects) and re-point them (with
+//! `weak_object_set` or by a plain store into the value word, as C may), make
 //! and drop weak handles, register finalizers (some resurrecting their object) and
 //! reference-queue tokens, run finalizers, finalize objects now, drain the queue, and run
 //! partial, full and automatic collections.
@@ -82,6 +83,9 @@ enum Op {
     SetWeakObject {
         weak: usize,
         target: Option<usize>,
+        /// A plain store into the payload word, as C does (`jl_weakref_t::value`),
+        /// instead of `weak_object_set`.
+        direct: bool,
     },
     NewHandle {
         target: usize,
@@ -113,7 +117,7 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(|root| Op::DropRoot { root }),
         2 => (0..3u8).prop_map(|kind| Op::Collect { kind }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(target, root)| Op::NewWeakObject { target, root }),
-        1 => (any::<usize>(), opt()).prop_map(|(weak, target)| Op::SetWeakObject { weak, target }),
+        1 => (any::<usize>(), opt(), any::<bool>()).prop_map(|(weak, target, direct)| Op::SetWeakObject { weak, target, direct }),
         1 => any::<usize>().prop_map(|target| Op::NewHandle { target }),
         1 => any::<usize>().prop_map(|handle| Op::DropHandle { handle }),
         2 => (any::<usize>(), any::<bool>()).prop_map(|(obj, resurrect)| Op::AddFinalizer { obj, resurrect }),
@@ -433,14 +437,25 @@ impl World {
                     self.roots.push((id, self.heap.root(w)));
                 }
             }
-            Op::SetWeakObject { weak, target } => {
+            Op::SetWeakObject {
+                weak,
+                target,
+                direct,
+            } => {
                 let Some(w) = self.pick(weak).filter(|w| self.objs[w].kind == Kind::Weak) else {
                     return;
                 };
                 let t = target.and_then(|t| self.pick(t));
                 let taddr = t.map(|t| self.objs[&t].addr);
-                // SAFETY: both are live objects of the heap.
-                unsafe { self.m.weak_object_set(self.objs[&w].addr, taddr) }.unwrap();
+                let waddr = self.objs[&w].addr;
+                if direct {
+                    // SAFETY: a live weak-reference object, whose payload word is its
+                    // referent; a plain store, as C does (no bookkeeping, no barrier).
+                    unsafe { waddr.write_slot(0, taddr.map_or(0, |a| a.addr())) };
+                } else {
+                    // SAFETY: both are live objects of the heap.
+                    unsafe { self.m.weak_object_set(waddr, taddr) }.unwrap();
+                }
                 self.objs.get_mut(&w).unwrap().target = t;
             }
             Op::NewHandle { target } => {
@@ -596,10 +611,12 @@ impl World {
         // The heap against the model.
         let freed_big = std::mem::take(&mut *self.freed_big.lock());
         // Lazy sweeping: every other collection, the dead are looked at once the sweep is
-        // complete; in between, allocation meets pages still waiting for theirs.
+        // complete; in between, while their pages wait for it (one collector thread: no
+        // helper sweeps them; with two, the helper may be sweeping them right now), and
+        // allocation then meets pages still waiting for theirs. Either way a dead cell is
+        // no object to any lookup.
         self.checks += 1;
-        let look_at_dead = self.checks % 2 == 0;
-        if look_at_dead {
+        if self.checks % 2 == 0 {
             self.heap.complete_sweep();
         }
         let dead: Vec<usize> = self
@@ -610,11 +627,12 @@ impl World {
             .collect();
         for id in dead {
             let o = self.objs.remove(&id).unwrap();
-            if !look_at_dead && gc_core::pagetable::lookup(o.addr.addr()).is_some() {
-                continue;
-            }
             let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
-                Some(page) => page.cell_layout().is_none() || !page.is_allocated(o.addr.addr()),
+                Some(page) => {
+                    !page.is_allocated(o.addr.addr())
+                        && gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr())
+                            .is_none()
+                }
                 None => freed_big.contains(&o.addr.addr()),
             };
             assert!(
@@ -657,7 +675,11 @@ impl World {
     fn check_object(&self, id: usize, freed_big: &HashSet<usize>) {
         let o = &self.objs[&id];
         let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
-            Some(page) => page.cell_layout().is_none() || !page.is_allocated(o.addr.addr()),
+            Some(page) => {
+                !page.is_allocated(o.addr.addr())
+                    || gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr() + 8)
+                        != Some(o.addr)
+            }
             None => freed_big.contains(&o.addr.addr()),
         };
         assert!(!gone, "kept object {id} ({:?}) was freed", o.kind);

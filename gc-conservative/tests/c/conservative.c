@@ -9,6 +9,11 @@
  *                                 root area scanned with gc_scan_range from a root
  *                                 scanner, and objects kept only by the body of an
  *                                 object whose type is scanned conservatively
+ *   conservative unswept          dead objects on pages waiting for their lazy sweep
+ *                                 (run with GC_CORE_MARK_THREADS=1: no helper thread
+ *                                 sweeps them): jl_gc_internal_obj_base_ptr and
+ *                                 gc_base_ptr answer NULL for them before and after the
+ *                                 sweep, and find the live objects next to them
  *
  * With "on" the object must survive the collections (its sweep function never runs and
  * its contents are intact); with "off" (conservative scanning never enabled) it must be
@@ -201,15 +206,116 @@ static int native(void)
     return 0;
 }
 
+/* ---- dead objects on pages waiting for their sweep ---- */
+#define NKEPT 16
+static jl_value_t *kept[NKEPT]; /* rooted by a root scanner (no conservative scanning) */
+static void kept_roots(int full)
+{
+    (void)full;
+    jl_ptls_t ptls = jl_get_ptls_states();
+    for (int i = 0; i < NKEPT; i++)
+        if (kept[i]) jl_gc_mark_queue_obj(ptls, kept[i]);
+}
+
+/* Checks the dead objects (addresses only) and the live ones (kept[from..to)); `swept`:
+ * whether their pages must have been swept already (else: must still wait). */
+static int check_unswept(const char *when, const uintptr_t *dead, int ndead, int from, int to,
+                         int swept_now)
+{
+    int bad = 0;
+    for (int i = 0; i < ndead; i++) {
+        uintptr_t p = dead[i];
+        uintptr_t h = ((const uintptr_t *)p)[-1]; /* the cell's header word */
+        /* Waiting: the header still names the type; swept: a free-list link (bit 3), the
+         * page keeping live neighbours. */
+        int waiting = (h & ~(uintptr_t)15) == (uintptr_t)ty;
+        if (waiting == swept_now) {
+            fprintf(stderr, "FAIL unswept/%s: dead %#lx header %#lx: the page %s\n", when,
+                    (unsigned long)p, (unsigned long)h, swept_now ? "still waits" : "was swept");
+            return 2;
+        }
+        for (int off = 0; off <= (int)sizeof(obj_t); off += 4) {
+            if (jl_gc_internal_obj_base_ptr((void *)(p + off)) != NULL ||
+                gc_base_ptr(gc_default_heap(), (void *)(p + off)) != NULL) {
+                fprintf(stderr, "FAIL unswept/%s: dead object %#lx (+%d) found\n", when,
+                        (unsigned long)p, off);
+                bad++;
+            }
+        }
+        /* Swept: a free cell, memory reserved for objects whose type field is never a
+         * valid type (the seed's check rejects it). Waiting: its type field still names
+         * the dead object's type, so it is not reported as reserved memory either. */
+        if (jl_gc_is_internal_obj_alloc((jl_value_t *)p) != swept_now) {
+            fprintf(stderr, "FAIL unswept/%s: jl_gc_is_internal_obj_alloc(dead %#lx) = %d\n", when,
+                    (unsigned long)p, !swept_now);
+            bad++;
+        }
+        if (swept_now && jl_gc_internal_obj_base_ptr(jl_typeof((jl_value_t *)p)) != NULL) {
+            fprintf(stderr, "FAIL unswept/%s: free cell %#lx passes the type check\n", when,
+                    (unsigned long)p);
+            bad++;
+        }
+    }
+    for (int i = from; i < to; i++) {
+        char *o = (char *)kept[i];
+        for (int off = 0; off <= (int)sizeof(obj_t); off += 4)
+            if (jl_gc_internal_obj_base_ptr(o + off) != (jl_value_t *)o ||
+                gc_base_ptr(gc_default_heap(), o + off) != o) {
+                fprintf(stderr, "FAIL unswept/%s: live object %p (+%d) not found\n", when, o, off);
+                bad++;
+            }
+        if (!jl_gc_is_internal_obj_alloc((jl_value_t *)o)) bad++;
+    }
+    return bad ? 1 : 0;
+}
+
+static int unswept(void)
+{
+    jl_gc_set_cb_root_scanner(kept_roots, 1);
+    /* Old objects: dead, live, dead, ... side by side on one page; a full collection. */
+    uintptr_t dead[8];
+    for (int i = 0; i < 4; i++) {
+        dead[2 * i] = (uintptr_t)make(i);
+        kept[i] = make(42);
+        dead[2 * i + 1] = (uintptr_t)make(i);
+    }
+    jl_gc_collect(JL_GC_FULL);
+    int r = check_unswept("full", dead, 8, 0, 4, 0);
+    if (r) return r;
+    if (atomic_load(&swept) != 8) {
+        fprintf(stderr, "FAIL unswept: %d sweep functions ran, not 8\n", atomic_load(&swept));
+        return 1;
+    }
+    gc_stats_t st;
+    gc_stats(gc_default_heap(), &st); /* completes the sweep */
+    if ((r = check_unswept("full, swept", dead, 8, 0, 4, 1))) return r;
+    /* Young objects (the old ones are promoted by the second collection): a partial one. */
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    gc_stats(gc_default_heap(), &st);
+    for (int i = 0; i < 4; i++) {
+        dead[2 * i] = (uintptr_t)make(i);
+        kept[4 + i] = make(42);
+        dead[2 * i + 1] = (uintptr_t)make(i);
+    }
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    if ((r = check_unswept("partial", dead, 8, 0, 8, 0))) return r;
+    gc_stats(gc_default_heap(), &st);
+    if ((r = check_unswept("partial, swept", dead, 8, 0, 8, 1))) return r;
+    printf("unswept: ok (%d sweep functions)\n", atomic_load(&swept));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "local";
     int on = argc > 2 ? strcmp(argv[2], "off") != 0 : 1;
     if (strcmp(mode, "native") == 0) return native();
+    if (strcmp(mode, "unswept") == 0) on = 0; /* roots through a root scanner only */
     if (on) jl_gc_enable_conservative_scanning(); /* before jl_init, as the seed allows */
     jl_init();
     ty = jl_new_foreign_type(jl_symbol("Obj"), NULL, NULL, NULL, sweep, 0, 0);
     if (!ty) { fprintf(stderr, "type: %s\n", jl_gc_last_error()); return 2; }
+    if (strcmp(mode, "unswept") == 0) return unswept();
 
     if (strcmp(mode, "local") == 0) {
         obj_t *volatile local = make(42);

@@ -12,6 +12,8 @@
  * - Many objects moved between stacks, with collections of every kind between moves.
  * - At the end: full and partial collections both happened, no root was corrupted,
  *   every scheduled sweep ran exactly once, and only for objects that were dead.
+ * - GAP's PreGCHook: a young child stored without a barrier into an old bag that a pre-GC
+ *   callback passes to jl_gc_wb_back survives the partial collection.
  * - Bad use through the C ABI gets an error, not a crash.
  *
  * Usage: gcext [ITERATIONS]. Exit status 0 on success; failures print "FAIL: ...".
@@ -245,6 +247,48 @@ static void task_scanner(jl_task_t *task, int full)
 static void ext_alloc(void *addr, size_t size) { (void)addr; (void)size; ext_allocs++; }
 static void ext_free(void *addr) { (void)addr; ext_frees++; }
 
+/* ---- GAP's PreGCHook: CHANGED_BAG(CurrLVars) from a pre-GC callback ----------------- */
+
+/* GAP stores into its current local-variables bag without barriers and calls
+ * jl_gc_wb_back on it from its pre-GC callback. Julia runs the pre-GC callbacks before it
+ * merges the remembered sets, so that barrier counts for the collection it runs in. */
+static stack_t_ *curr_lvars;
+
+static void pre_gc_changed_bag(int full)
+{
+    (void)full;
+    if (curr_lvars) jl_gc_wb_back(curr_lvars);
+}
+
+static void changed_bag_in_pre_gc(jl_ptls_t ptls)
+{
+    stack_t_ *lv = jl_gc_alloc_typed(ptls, sizeof(stack_t_), stack_type);
+    CHECK(lv != NULL, "lvars allocation: %s", jl_gc_last_error());
+    lv->buf = NULL;
+    aux_roots[0] = (jl_value_t *)lv; /* a root (through the root scanner) */
+    jl_gc_collect(JL_GC_FULL);
+    jl_gc_collect(JL_GC_FULL); /* lv is old now */
+    jl_gc_set_cb_pre_gc(pre_gc_changed_bag, 1);
+    curr_lvars = lv;
+    buffer_t *b = new_buffer(ptls, 4);
+    jl_value_t *d = new_data(ptls, 0);
+    uint64_t id = ((data_t *)d)->id;
+    live[id] = 1;
+    b->items[b->used++] = d; /* b is young: no barrier needed */
+    lv->buf = b;             /* old -> young without a barrier, as GAP's interpreter does */
+    size_t before = partial_gcs;
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    CHECK(partial_gcs == before + 2, "%zu partial collections, not 2", partial_gcs - before);
+    CHECK(swept[id] == 0, "the young child of the bag the pre-GC callback remembered was freed");
+    CHECK(lv->buf == b && b->used == 1 && b->items[0] == d, "lvars changed");
+    check_data(d, "child of the remembered bag");
+    jl_gc_set_cb_pre_gc(pre_gc_changed_bag, 0);
+    curr_lvars = NULL;
+    aux_roots[0] = NULL;
+    live[id] = 0;
+}
+
 /* ---- Bad use --------------------------------------------------------------------- */
 
 static void *unattached_thread(void *arg)
@@ -394,6 +438,7 @@ int main(int argc, char **argv)
     jl_gc_collect(JL_GC_AUTO);
     CHECK(counted_calls == 2, "removed callback still runs (%zu)", counted_calls);
 
+    changed_bag_in_pre_gc(ptls);
     bad_use(ptls);
     CHECK(aux_roots[NAUX - 1] != NULL, "the detached thread's object is gone");
 

@@ -198,6 +198,31 @@ int main(int argc, char **argv)
     jl_gc_collect(JL_GC_INCREMENTAL);
     CHECK(((jl_weakref_t *)holder->a)->value == NULL, "partial collection left it set");
 
+    /* GAP's weakptr.c stores into value directly (Julia allows it), with a barrier that
+     * names another object than the referent: an old weak ref with an old referent,
+     * re-pointed at a young object that then dies in a partial collection, reads NULL. */
+    roots[4000] = (jl_value_t *)new_pair(ptls, next_id++);
+    jl_weakref_t *dw = jl_gc_new_weakref(roots[4000]);
+    roots[4001] = (jl_value_t *)dw;
+    jl_gc_collect(JL_GC_FULL);
+    jl_gc_collect(JL_GC_FULL); /* the weak ref and its referent are old */
+    pair_t *young = new_pair(ptls, next_id++);
+    dw->value = (jl_value_t *)young;
+    jl_gc_wb(dw, roots[4000]);
+    CHECK(gc_weakref_get((gc_weakref_t *)dw) == (void *)young, "a direct store is read back");
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    CHECK(dw->value == NULL, "the young referent of a direct store died, the weak ref still reads %p",
+          (void *)dw->value);
+    /* A directly stored young referent that lives stays, and is cleared when it dies. */
+    roots[4002] = (jl_value_t *)new_pair(ptls, next_id++);
+    dw->value = roots[4002];
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    CHECK(dw->value == roots[4002], "a live young referent of a direct store was cleared");
+    roots[4002] = NULL;
+    jl_gc_collect(JL_GC_INCREMENTAL);
+    CHECK(dw->value == NULL, "its young referent died, the weak ref still reads %p", (void *)dw->value);
+    roots[4000] = roots[4001] = NULL;
+
     /* Weak handles. */
     roots[4] = (jl_value_t *)new_pair(ptls, next_id++);
     gc_weak_handle_t *h = gc_weak_handle_new(heap, roots[4]);

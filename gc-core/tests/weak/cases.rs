@@ -168,6 +168,53 @@ fn an_old_weak_object_pointing_at_a_young_object_is_cleared_by_a_partial_collect
     no_verify_errors(&heap);
 }
 
+/// C may store into a weak-reference object's `value` directly (GAP's weakptr.c does
+/// `wref->value = val; jl_gc_wb(wref, BAG_HEADER(val))`, as Julia allows): an old weak
+/// reference with an old referent, re-pointed by a plain store at a young object that
+/// then dies in a partial collection, reads null afterwards (Julia checks every weak
+/// reference in every collection).
+#[test]
+fn a_direct_store_into_an_old_weak_object_is_cleared_when_its_young_referent_dies() {
+    let (heap, mut m, ty) = setup();
+    let target = node(&mut m, ty, 1);
+    let _rt = heap.root(target);
+    let w = m.new_weak_object(Some(target)).unwrap();
+    let _rw = heap.root(w);
+    collect(&mut m, CollectionKind::Full);
+    collect(&mut m, CollectionKind::Full);
+    // SAFETY: both rooted.
+    assert!(!unsafe { w.is_young() } && !unsafe { target.is_young() });
+    let y = node(&mut m, ty, 2);
+    // SAFETY: `w` is a live weak-reference object, whose payload word is its referent: a
+    // plain store, as C does (no `weak_object_set`, no barrier).
+    unsafe { w.write_slot(0, y.addr()) };
+    // SAFETY: live weak-reference object.
+    assert_eq!(unsafe { heap.weak_object_get(w) }.unwrap(), Some(y));
+    collect(&mut m, CollectionKind::Partial);
+    // SAFETY: as above.
+    let now = unsafe { heap.weak_object_get(w) }.unwrap();
+    assert_eq!(
+        now, None,
+        "the young referent died: the weak reference dangles"
+    );
+    assert!(!allocated(y));
+    // A young referent stored directly that lives stays, and is cleared when it dies.
+    let z = node(&mut m, ty, 3);
+    let rz = heap.root(z);
+    // SAFETY: as above.
+    unsafe { w.write_slot(0, z.addr()) };
+    collect(&mut m, CollectionKind::Partial);
+    // SAFETY: as above.
+    assert_eq!(unsafe { heap.weak_object_get(w) }.unwrap(), Some(z));
+    assert_eq!(id(z), 3);
+    drop(rz);
+    collect(&mut m, CollectionKind::Partial);
+    // SAFETY: as above.
+    assert_eq!(unsafe { heap.weak_object_get(w) }.unwrap(), None);
+    assert!(!allocated(z));
+    no_verify_errors(&heap);
+}
+
 #[test]
 fn weak_reference_objects_are_refused_to_alloc_typed_and_checked_on_use() {
     let (heap, mut m, ty) = setup();
