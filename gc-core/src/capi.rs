@@ -371,6 +371,7 @@ fn set_default_mark_threads(n: usize) {
 /// core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
 /// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
 /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
+/// `GC_CORE_MAX_INTERVAL` (bytes),
 /// `GC_CORE_RESIDENT_REUSE` and `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those
 /// names), `GC_CORE_STRESS` (collect every N allocations per thread) and
 /// `GC_CORE_VERIFY` (0 or 1). A value that does not parse or is out of range is reported
@@ -482,6 +483,17 @@ fn config_from_env() -> HeapConfig {
         v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
     }) {
         config.full_growth = f;
+    }
+    if let Some(m) = env_knob(
+        "GC_CORE_MAX_INTERVAL",
+        "a byte count from 64 KiB to 1 TiB",
+        |v| {
+            v.parse::<usize>()
+                .ok()
+                .filter(|m| (64 << 10..=1 << 40).contains(m))
+        },
+    ) {
+        config.max_interval = m;
     }
     if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
         v.parse::<u64>().ok().filter(|n| *n >= 1)

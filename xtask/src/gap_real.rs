@@ -454,7 +454,7 @@ fn driver(files: &[PathBuf]) -> String {
                if IsBound(s.full) then full := s.full.time; fi;\n\
                if IsBound(s.partial) then part := s.partial.time; fi;\n\
              fi;\n\
-             Print(\"gap-real: result \", i, \" \", n, \" \", t, \" \", g, \" \", full, \" \", part, \"\\n\");\n\
+             Print(\"\\ngap-real: result \", i, \" \", n, \" \", t, \" \", g, \" \", full, \" \", part, \"\\n\");\n\
            od;\n\
            STOP_TEST := stop;\n\
          end;;\n\
@@ -639,9 +639,11 @@ pub fn run_files(
         })
         .collect();
     for line in raw.stdout.lines() {
-        let Some(rest) = line.strip_prefix("gap-real: result ") else {
+        // A test may leave a partial line on standard output; the marker can follow it.
+        let Some(at) = line.find("gap-real: result ") else {
             continue;
         };
+        let rest = &line[at + "gap-real: result ".len()..];
         let n: Vec<i64> = rest
             .split_whitespace()
             .filter_map(|x| x.parse().ok())
