@@ -320,6 +320,7 @@ int gc_heap_delete(struct gc_heap_t *heap);
  * core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
  * `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
  * `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
+ * `GC_CORE_MAX_INTERVAL` (bytes),
  * `GC_CORE_RESIDENT_REUSE` and `GC_CORE_FULL_GROWTH` (the `HeapConfig` fields of those
  * names), `GC_CORE_STRESS` (collect every N allocations per thread) and
  * `GC_CORE_VERIFY` (0 or 1). A value that does not parse or is out of range is reported

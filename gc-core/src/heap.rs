@@ -70,7 +70,13 @@ pub struct HeapConfig {
     /// heap before collecting; with it 32-33, see the README). The factor bounds what a
     /// large transient peak can do: pages beyond it stay idle and are returned to the OS.
     pub resident_reuse: f64,
-    /// Upper bound of the interval between collections.
+    /// Upper bound of the interval between collections (default 32 MiB): the young
+    /// generation's size. The formula above grows the interval with the old generation,
+    /// which suits a small heap; on a large one it let the heap double between
+    /// collections. Full collections come from the old generation's growth
+    /// (`full_growth`), whatever this bound. Real GAP 4.12.1 (48 testinstall files): with
+    /// 1 GiB, 13 partial collections and a peak RSS of 692 MB; with 32 MiB, 85 and
+    /// 360-378 MB, in the same time (9.9-10.3 s against 11.1 s).
     pub max_interval: usize,
     /// An automatic collection is full when the old generation has grown by this factor
     /// since the last full collection (1.0 = doubled).
@@ -109,7 +115,7 @@ impl Default for HeapConfig {
             young_weight: 0.0,
             headroom: 32 << 20,
             resident_reuse: 2.0,
-            max_interval: 1 << 30,
+            max_interval: 32 << 20,
             full_growth: 1.0,
             stress_every: None,
             verify: false,
