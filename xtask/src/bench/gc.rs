@@ -10,6 +10,9 @@
 //! - the same GCBench written against the proposal's API verbatim (`-DFOREIGN_TYPES`: a
 //!   foreign node type with a C mark function calling `jl_gc_mark_queue_obj`,
 //!   `jl_get_ptls_states()` per allocation, `jl_gc_wb` per store), same runs;
+//! - GCBench as a new user writes it from the seed's API alone
+//!   (`gc-conservative/benches/c/gcbench_user.c`: no gc-core knowledge, no tuning; its
+//!   GC figures come from `GC_CORE_STATS_FILE`), same runs;
 //! - the same GCBench with a finalizer and a weak reference on every short-lived tree
 //!   (`-DWITH_WEAK`), ours (conservative roots) and Boehm's, in the same interleaved runs;
 //! - allocation of 16-byte objects from C (`gc_alloc` vs `GC_MALLOC`);
@@ -173,6 +176,16 @@ pub fn run_gc() -> Result<()> {
             compile(src, "gcbench_weak", &["-DWITH_WEAK"], true, false)?,
         ),
         (
+            "_user",
+            compile(
+                "gc-conservative/benches/c/gcbench_user.c",
+                "gcbench_user",
+                &[],
+                true,
+                false,
+            )?,
+        ),
+        (
             "_boehm_weak",
             compile(
                 src,
@@ -184,9 +197,27 @@ pub fn run_gc() -> Result<()> {
         ),
     ];
     let mut samples: HashMap<(String, &str), Vec<f64>> = HashMap::new();
+    let stats_file = root().join("target/bench/gcbench_user.stats.json");
     for run in 0..GCBENCH_RUNS {
         for (suffix, exe) in &variants {
-            let f = figures(&mut Command::new(exe))?;
+            let mut cmd = Command::new(exe);
+            if *suffix == "_user" {
+                // A new user's program prints no GC figures; gc-core writes them.
+                cmd.env("GC_CORE_STATS_FILE", &stats_file);
+            }
+            let mut f = figures(&mut cmd)?;
+            if *suffix == "_user" {
+                let text = std::fs::read_to_string(&stats_file)
+                    .context("gc-core wrote no statistics for gcbench_user")?;
+                let s: serde_json::Value = serde_json::from_str(&text)?;
+                let get = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
+                f.insert("gc_ms".into(), get("total_pause_ms").to_string());
+                f.insert("max_pause_ms".into(), get("max_pause_ms").to_string());
+                f.insert(
+                    "collections".into(),
+                    (get("full_collections") + get("partial_collections")).to_string(),
+                );
+            }
             if f.get("result").map(String::as_str) != Some("ok") {
                 bail!("GCBench{suffix} computed a wrong result: {f:?}");
             }
@@ -312,6 +343,30 @@ pub fn run_gc() -> Result<()> {
     r.compare(
         "GCBench foreign types: collections vs Boehm",
         "collections_foreign",
+        "collections_boehm",
+        None,
+    );
+    r.compare(
+        "GCBench as a new user writes it (seed's API) vs Boehm",
+        "gcbench_ms_user",
+        "gcbench_ms_boehm",
+        Some(0.8),
+    );
+    r.compare(
+        "GCBench new user: max pause vs Boehm",
+        "max_pause_ms_user",
+        "max_pause_ms_boehm",
+        None,
+    );
+    r.compare(
+        "GCBench new user: peak RSS vs Boehm",
+        "peak_rss_mb_user",
+        "peak_rss_mb_boehm",
+        Some(1.1),
+    );
+    r.compare(
+        "GCBench new user: collections vs Boehm",
+        "collections_user",
         "collections_boehm",
         None,
     );
