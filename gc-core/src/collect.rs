@@ -510,6 +510,7 @@ fn run(
     st.tokens_queued += weak.tokens;
     st.total_weak_time += weak_time;
     st.total_mark_time += mark_time;
+    st.objects_marked += objects_marked;
     st.total_sweep_time += sweep_time;
     st.record_pause(pause);
     tracing::debug!(

@@ -50,6 +50,8 @@ pub struct GcStats {
     pub total_weak_time: Duration,
     /// Total time marking (roots, scanners, the mark stack), inside the pauses.
     pub total_mark_time: Duration,
+    /// Objects marked, all collections together.
+    pub objects_marked: u64,
     /// Total time sweeping inside the pauses (sweep functions, big objects, and the pool
     /// pages the lazy sweep did not leave for later).
     pub total_sweep_time: Duration,
@@ -107,6 +109,7 @@ pub(crate) struct StatsAcc {
     pub tokens_queued: u64,
     pub total_weak_time: Duration,
     pub total_mark_time: Duration,
+    pub objects_marked: u64,
     pub total_sweep_time: Duration,
 }
 
@@ -151,6 +154,7 @@ impl StatsAcc {
             tokens_queued: self.tokens_queued,
             total_weak_time: self.total_weak_time,
             total_mark_time: self.total_mark_time,
+            objects_marked: self.objects_marked,
             total_sweep_time: self.total_sweep_time,
         };
     }
