@@ -42,7 +42,8 @@ fn scan_words_filtered<F: FnMut(ObjRef) -> bool>(
                 continue;
             }
             found += 1;
-            young += m.queue(obj) as usize;
+            // SAFETY: base_ptr found an allocated object of the heap at this word.
+            young += unsafe { m.queue(obj) } as usize;
         }
     }
     (found, young)

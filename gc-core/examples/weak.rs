@@ -112,8 +112,11 @@ fn main() -> Result<(), gc_core::GcError> {
     let t = table.clone();
     heap.add_callback(Callback::WeakProcessing(Arc::new(move |mk, _| {
         for &(k, v) in t.lock().iter() {
-            if mk.is_marked(k) {
-                mk.queue(v);
+            // SAFETY: the key is rooted, and the value is kept alive by this hook for as
+            // long as its key lives, so both are live objects of the heap.
+            if unsafe { mk.is_marked(k) } {
+                // SAFETY: as above.
+                unsafe { mk.queue(v) };
             }
         }
     })))?;

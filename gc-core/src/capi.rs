@@ -924,7 +924,8 @@ extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
         return -1;
     };
     #[cfg(not(target_arch = "x86_64"))]
-    mutator::save_registers(ms.head.regs.get());
+    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
+    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
     ms.enter_safe_saved() as i8
 }
 
@@ -954,7 +955,8 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
         ));
         return -1;
     }
-    mutator::save_registers(ms.head.regs.get());
+    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
+    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
     // SAFETY: the register buffer belongs to the calling thread's own mutator.
     unsafe { (*ms.head.regs.get())[mutator::SAVED_REGS - 1] = sp };
     ms.enter_safe_saved() as i8
@@ -1132,7 +1134,8 @@ pub unsafe extern "C" fn gc_mark_queue_obj(m: *mut gc_mutator_t, obj: *mut c_voi
         return 0;
     };
     match active_marker(m, "gc_mark_queue_obj") {
-        Some(mk) => mk.queue(o) as c_int,
+        // SAFETY: a live object of the marker's heap (the caller's contract).
+        Some(mk) => (unsafe { mk.queue(o) }) as c_int,
         None => 0,
     }
 }
@@ -1913,7 +1916,8 @@ pub unsafe extern "C" fn gc_is_marked(m: *mut gc_mutator_t, obj: *mut c_void) ->
         return 0;
     };
     match active_marker(m, "gc_is_marked") {
-        Some(mk) => mk.is_marked(o) as c_int,
+        // SAFETY: a live object of the marker's heap (the caller's contract).
+        Some(mk) => (unsafe { mk.is_marked(o) }) as c_int,
         None => 0,
     }
 }

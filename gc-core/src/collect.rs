@@ -105,7 +105,9 @@ pub(crate) fn collect(
     drop(w);
     let time_to_safepoint = t0.elapsed();
 
-    save_registers(me.head.regs.get());
+    // SAFETY: the collecting thread's own register buffer; the others are stopped and
+    // nothing reads it before the collection starts.
+    save_registers(unsafe { &mut *me.head.regs.get() });
     me.task.record_stop(&me.saved_registers());
     me.in_collection.store(true, Ordering::Relaxed);
     let (info, notify) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

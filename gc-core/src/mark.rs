@@ -330,8 +330,12 @@ impl<'h> Marker<'h> {
     /// Whether `obj` (a live object of the heap being collected) is marked so far: it
     /// survives this collection if so. In a partial collection every old object counts
     /// as marked (only the young generation is collected).
+    ///
+    /// # Safety
+    /// `obj` is an allocated object of this heap (its header is read): an `ObjRef` is
+    /// only an address, and the marker cannot check one cheaply.
     #[inline]
-    pub fn is_marked(&self, obj: ObjRef) -> bool {
+    pub unsafe fn is_marked(&self, obj: ObjRef) -> bool {
         // SAFETY: the caller hands us an allocated object of this heap.
         let h = unsafe { obj.header_bits() };
         if h & OLD != 0 {
@@ -421,10 +425,24 @@ impl<'h> Marker<'h> {
     /// Queues `obj` for marking (the seed's `jl_gc_mark_queue_obj`) and returns whether
     /// it is young (after this collection). A mark function counts the `true` results
     /// and returns the count.
+    ///
+    /// # Safety
+    /// `obj` is an allocated object of this heap (a reference read from a live object's
+    /// reference slot, a root): its header is read and written. An `ObjRef` is only an
+    /// address, and checking one on this hot path would cost a page-table lookup per
+    /// reference (verify mode does check every queued reference). Safe code cannot
+    /// queue an arbitrary address:
+    ///
+    /// ```compile_fail,E0133
+    /// fn mark(m: &mut gc_core::Marker<'_>, obj: gc_core::ObjRef) -> usize {
+    ///     m.queue(obj) as usize
+    /// }
+    /// ```
     #[inline]
-    pub fn queue(&mut self, obj: ObjRef) -> bool {
+    pub unsafe fn queue(&mut self, obj: ObjRef) -> bool {
         if self.fast.slow != 0 {
-            return self.queue_slow(obj);
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.queue_slow(obj) };
         }
         // SAFETY: the caller hands us a reference to a live object of this heap.
         let hdr = unsafe { obj.header() };
@@ -463,9 +481,12 @@ impl<'h> Marker<'h> {
     }
 
     /// The out-of-line queue: verify and keep-young modes.
+    ///
+    /// # Safety
+    /// As for [`Marker::queue`] (verify mode checks `obj` first).
     #[cold]
     #[inline(never)]
-    pub(crate) fn queue_slow(&mut self, obj: ObjRef) -> bool {
+    pub(crate) unsafe fn queue_slow(&mut self, obj: ObjRef) -> bool {
         if self.big_set.is_some() && !self.valid_object(obj) {
             return false;
         }
@@ -476,7 +497,8 @@ impl<'h> Marker<'h> {
         match self.mode {
             Mode::Mark => {
                 self.fast.slow = 0;
-                let r = self.queue(obj);
+                // SAFETY: queue_slow's caller guarantees a live object of this heap.
+                let r = unsafe { self.queue(obj) };
                 self.fast.slow = 1;
                 r
             }
@@ -492,7 +514,8 @@ impl<'h> Marker<'h> {
                     // Old objects are marked as usual (only in full collections can one
                     // be unmarked here).
                     self.fast.slow = 0;
-                    let r = self.queue(obj);
+                    // SAFETY: as above.
+                    let r = unsafe { self.queue(obj) };
                     self.fast.slow = 1;
                     return r;
                 }
@@ -535,9 +558,13 @@ impl<'h> Marker<'h> {
     }
 
     /// Queues an optional reference; `None` (a null slot) is ignored.
+    ///
+    /// # Safety
+    /// As for [`Marker::queue`].
     #[inline]
-    pub fn queue_opt(&mut self, obj: Option<ObjRef>) -> bool {
-        obj.is_some_and(|o| self.queue(o))
+    pub unsafe fn queue_opt(&mut self, obj: Option<ObjRef>) -> bool {
+        // SAFETY: forwarded from the caller.
+        obj.is_some_and(|o| unsafe { self.queue(o) })
     }
 
     /// Queues the `n` references at `objs` that belong to `parent` (the seed's
@@ -603,7 +630,9 @@ impl<'h> Marker<'h> {
                 }
             }
             if let Some(child) = ObjRef::from_addr(v) {
-                young += self.queue(child) as usize;
+                // SAFETY: a non-null reference of a live object's reference array (the
+                // caller's contract), so a live object of this heap.
+                young += unsafe { self.queue(child) } as usize;
             }
             // SAFETY: still within or one past the caller's range.
             cur = unsafe { cur.add(1) };

@@ -171,9 +171,14 @@ unsafe impl Send for MutatorShared {}
 /// Copies the callee-saved registers and the stack pointer into `buf`.
 ///
 /// Inlined into the caller, so the values are those of the frame that stays live while
-/// the thread is stopped.
+/// the thread is stopped. It writes only into `buf` (a raw pointer is not accepted):
+///
+/// ```compile_fail,E0308
+/// gc_core::mutator::save_registers(std::ptr::null_mut());
+/// ```
 #[inline(always)]
-pub fn save_registers(buf: *mut [usize; SAVED_REGS]) {
+pub fn save_registers(buf: &mut [usize; SAVED_REGS]) {
+    let buf: *mut [usize; SAVED_REGS] = buf;
     #[cfg(target_arch = "x86_64")]
     // SAFETY: only stores to the 56-byte buffer the caller owns; no other effect.
     unsafe {
@@ -230,7 +235,9 @@ impl MutatorShared {
     /// lock held and a collection running.
     #[inline(never)]
     pub(crate) fn park(&self, w: &mut MutexGuard<'_, World>) {
-        save_registers(self.head.regs.get());
+        // SAFETY: the calling thread's own register buffer; nothing reads it while the
+        // thread runs.
+        save_registers(unsafe { &mut *self.head.regs.get() });
         self.record_stop();
         let heap = self.heap();
         self.state.store(SAFE, Ordering::SeqCst);
@@ -882,7 +889,8 @@ impl Mutator {
     /// not hold them up. `f` cannot touch the heap (it cannot reach this mutator).
     #[inline(always)]
     pub fn gc_safe<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        save_registers(self.shared.head.regs.get());
+        // SAFETY: the owning thread's register buffer; nothing reads it while it runs.
+        save_registers(unsafe { &mut *self.shared.head.regs.get() });
         let old = self.shared.enter_safe_saved();
         let r = f();
         self.shared.leave_safe(old);

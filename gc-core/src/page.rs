@@ -557,9 +557,8 @@ impl TriggerPlan {
         } else {
             self.min.saturating_mul(LARGE_HEAP_FLOOR)
         };
-        // `max` wins over the floor (`max_interval >= min_interval` is all a
-        // configuration promises).
-        interval.max(floor as f64).min(self.max as f64) as usize
+        // The floor wins over `max` where a configuration puts it higher.
+        interval.min(self.max as f64).max(floor as f64) as usize
     }
 }
 

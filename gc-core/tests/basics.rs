@@ -417,7 +417,8 @@ fn mark_calling_stats(m: &mut Marker<'_>, obj: ObjRef) -> usize {
     // SAFETY: a live object of the type below, whose slot 0 holds a reference or 0.
     let child = unsafe { obj.read_slot(0) };
     if let Some(c) = ObjRef::from_addr(child) {
-        m.queue(c);
+        // SAFETY: a reference held by a live object of the heap: a live object.
+        unsafe { m.queue(c) };
     }
     0
 }
@@ -694,7 +695,8 @@ fn the_leaf_bitmap_word_is_the_page_bitmap() {
 fn mark_underreporting(m: &mut Marker<'_>, obj: ObjRef) -> usize {
     // SAFETY: objects of this type have a reference slot at 0.
     let child = ObjRef::from_addr(unsafe { obj.read_slot(0) });
-    m.queue_opt(child);
+    // SAFETY: a reference held by a live object of the heap (or null).
+    unsafe { m.queue_opt(child) };
     0
 }
 

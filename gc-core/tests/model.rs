@@ -157,7 +157,8 @@ fn mark_foreign(m: &mut Marker<'_>, obj: ObjRef) -> usize {
         for s in 0..REFS {
             // SAFETY: as above.
             let r = unsafe { obj.read_slot(ref_off(s)) };
-            young += m.queue_opt(ObjRef::from_addr(r)) as usize;
+            // SAFETY: a reference slot of a live object: null or a live object.
+            young += unsafe { m.queue_opt(ObjRef::from_addr(r)) } as usize;
         }
         young
     }

@@ -806,7 +806,9 @@ impl Inner {
             let i = i as u32;
             if st.table.is_strong_entry(i, e) {
                 if let Some(o) = ObjRef::from_addr(e.obj) {
-                    m.queue(o);
+                    // SAFETY: a strong entry's object is kept alive by this root scanner
+                    // (and was allocated by the bridge's heap), so it is a live object.
+                    unsafe { m.queue(o) };
                 }
             } else if self.debug.is_some()
                 && st.table.entries[i as usize].obj != 0
@@ -817,7 +819,8 @@ impl Inner {
             }
         }
         for &o in &st.pinned {
-            m.queue(o);
+            // SAFETY: pinned objects are kept alive by this root scanner.
+            unsafe { m.queue(o) };
         }
         for (i, c) in over_released {
             let op = st.table.tagged(i);

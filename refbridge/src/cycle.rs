@@ -889,7 +889,9 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     let mut seen = vec![false; items.len()];
     let mut stack = Vec::new();
     for (i, (_, w)) in items.iter().enumerate() {
-        let alive = w.get().is_some_and(|o| marker.is_marked(o));
+        // SAFETY: a weak reference that still reads its object during the weak phase
+        // names an allocated object of the heap (it is cleared before that is freed).
+        let alive = w.get().is_some_and(|o| unsafe { marker.is_marked(o) });
         if refs[i] > 0 || alive {
             seen[i] = true;
             stack.push(i);
@@ -898,7 +900,8 @@ pub(crate) fn weak_hook(inner: &Inner, marker: &mut Marker<'_>) {
     while let Some(i) = stack.pop() {
         let (it, w) = items[i];
         if let Some(o) = w.get() {
-            marker.queue(o);
+            // SAFETY: as above.
+            unsafe { marker.queue(o) };
         }
         if !is_stub(it.op) {
             // SAFETY: as above.
