@@ -4,7 +4,7 @@
 use crate::steps::cargo;
 use anyhow::{bail, Result};
 
-/// One end-to-end scenario of DESIGN.md and whether it exists yet.
+/// One end-to-end scenario (ARCHITECTURE.md, integration-tests) and whether it exists yet.
 struct Scenario {
     name: &'static str,
     what: &'static str,

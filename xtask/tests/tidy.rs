@@ -2,7 +2,10 @@
 //! - every `.rs` file starts with a `//!` module doc;
 //! - every unsafe block and unsafe impl has a `// SAFETY:` comment within the three
 //!   lines above it (or on its own line);
-//! - no `dbg!`, `todo!` or `unimplemented!` outside tests.
+//! - no `dbg!`, `todo!` or `unimplemented!` outside tests;
+//! - ARCHITECTURE.md's dependency table holds for every crate's `Cargo.toml` (and every
+//!   crate has a row);
+//! - every repository path ARCHITECTURE.md cites exists.
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -217,4 +220,234 @@ fn placeholder_check_allows_tests_only() {
     assert!(check_no_placeholders(&format!("let y = {dbg};\n"), false).is_err());
     let in_comment = format!("// never write {todo} here\n");
     assert!(check_no_placeholders(&in_comment, false).is_ok());
+}
+
+// ---- The architecture, as ARCHITECTURE.md states it -------------------------------
+
+/// The crates of ARCHITECTURE.md's dependency table with the workspace crates each may
+/// depend on (`all of the above`: every crate listed before it).
+fn dependency_table(architecture: &str) -> Result<Vec<(String, Vec<String>)>, String> {
+    let start = architecture
+        .find("## Crates and their dependencies")
+        .ok_or("ARCHITECTURE.md has no \"## Crates and their dependencies\" section")?;
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    for line in architecture[start..].lines().skip(1) {
+        if line.starts_with("## ") {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        if cells.len() < 4 || !cells[1].starts_with('`') {
+            continue;
+        }
+        let name = cells[1].trim_matches('`').to_string();
+        let deps_text = cells[3];
+        let deps: Vec<String> = if deps_text.starts_with("all of the above") {
+            rows.iter().map(|(n, _)| n.clone()).collect()
+        } else if deps_text.starts_with("none") {
+            Vec::new()
+        } else {
+            deps_text
+                .split(',')
+                .map(|d| d.trim().trim_matches('`').to_string())
+                .collect()
+        };
+        rows.push((name, deps));
+    }
+    if rows.is_empty() {
+        return Err("the dependency table has no rows".into());
+    }
+    Ok(rows)
+}
+
+/// The workspace crates a `Cargo.toml` depends on in `[dependencies]` and
+/// `[build-dependencies]` (dev-dependencies may also name `test-support`).
+fn cargo_workspace_deps(manifest: &str, crates: &[String]) -> Vec<String> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = t.to_string();
+            continue;
+        }
+        let normal = section == "[dependencies]"
+            || section == "[build-dependencies]"
+            || section.starts_with("[target.") && section.ends_with(".dependencies]");
+        let dev = section == "[dev-dependencies]";
+        let Some(name) = t.split(['=', '.', ' ']).next() else {
+            continue;
+        };
+        if crates.iter().any(|c| c == name) && (normal || dev && name != "test-support") {
+            out.push(name.to_string());
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every crate of the table exists with a `Cargo.toml`, and depends on no workspace crate
+/// the table does not allow it.
+fn check_dependency_table(
+    architecture: &str,
+    manifests: &[(String, String)],
+) -> Result<(), String> {
+    let table = dependency_table(architecture)?;
+    let crates: Vec<String> = table.iter().map(|(n, _)| n.clone()).collect();
+    let mut errors = Vec::new();
+    for (name, allowed) in &table {
+        let Some((_, manifest)) = manifests.iter().find(|(n, _)| n == name) else {
+            errors.push(format!("{name} is in the table but has no Cargo.toml"));
+            continue;
+        };
+        for dep in cargo_workspace_deps(manifest, &crates) {
+            if !allowed.contains(&dep) {
+                errors.push(format!(
+                    "{name} depends on {dep}, which ARCHITECTURE.md's table does not allow"
+                ));
+            }
+        }
+    }
+    for (name, _) in manifests {
+        if !crates.contains(name) {
+            errors.push(format!(
+                "{name} has a Cargo.toml but no row in ARCHITECTURE.md's table"
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// Paths ARCHITECTURE.md cites in backquotes that name a file or folder of the
+/// repository (they contain a `/` and start with a top-level folder) and do not exist.
+fn missing_cited_paths(architecture: &str, exists: impl Fn(&str) -> bool) -> Vec<String> {
+    let tops = [
+        "gc-core/",
+        "gc-conservative/",
+        "frame-hooks/",
+        "elf-loader/",
+        "refbridge/",
+        "gil/",
+        "integration-tests/",
+        "xtask/",
+        "test-support/",
+        "docs/",
+        ".ci/",
+    ];
+    let mut missing = Vec::new();
+    for (i, part) in architecture.split('`').enumerate() {
+        if i % 2 == 0 {
+            continue;
+        }
+        let path = part.split_whitespace().next().unwrap_or("");
+        let path = path.trim_end_matches([',', '.', ';', ':']);
+        if !tops.iter().any(|t| path.starts_with(t))
+            || path.contains('*')
+            || path.contains('{')
+            || path.contains('<')
+        {
+            continue;
+        }
+        if !exists(path) {
+            missing.push(path.to_string());
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    missing
+}
+
+fn workspace_manifests() -> Vec<(String, String)> {
+    let root = workspace_root();
+    let mut out = Vec::new();
+    let mut dirs = vec![root.clone()];
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_dir() {
+            dirs.push(p);
+        }
+    }
+    for dir in dirs {
+        let manifest = dir.join("Cargo.toml");
+        if dir == root || !manifest.is_file() {
+            continue;
+        }
+        let text = std::fs::read_to_string(&manifest).unwrap();
+        let Some(name) = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("name = "))
+            .map(|n| n.trim_matches('"').to_string())
+        else {
+            continue;
+        };
+        out.push((name, text));
+    }
+    out
+}
+
+#[test]
+fn architecture_dependency_table_holds() {
+    let architecture = std::fs::read_to_string(workspace_root().join("ARCHITECTURE.md")).unwrap();
+    if let Err(e) = check_dependency_table(&architecture, &workspace_manifests()) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn paths_architecture_md_cites_exist() {
+    let root = workspace_root();
+    let architecture = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let missing = missing_cited_paths(&architecture, |p| root.join(p).exists());
+    assert!(
+        missing.is_empty(),
+        "ARCHITECTURE.md cites paths that do not exist: {missing:?}"
+    );
+}
+
+#[test]
+fn dependency_table_check_fails_on_a_broken_tree() {
+    let arch = "## Crates and their dependencies\n\n| crate | concern | depends on |\n|---|---|---|\n\
+                | `core` | a | none |\n| `addon` | b | core |\n| `all` | c | all of the above |\n\n## Next\n";
+    let ok = vec![
+        ("core".to_string(), "[package]\nname = \"core\"\n".to_string()),
+        (
+            "addon".to_string(),
+            "[package]\nname = \"addon\"\n[dependencies]\ncore.workspace = true\n".to_string(),
+        ),
+        (
+            "all".to_string(),
+            "[package]\nname = \"all\"\n[dependencies]\ncore.workspace = true\naddon = { path = \"../addon\" }\n"
+                .to_string(),
+        ),
+    ];
+    assert_eq!(check_dependency_table(arch, &ok), Ok(()));
+    // core must not depend on addon.
+    let mut bad = ok.clone();
+    bad[0]
+        .1
+        .push_str("[dependencies]\naddon.workspace = true\n");
+    let err = check_dependency_table(arch, &bad).unwrap_err();
+    assert!(err.contains("core depends on addon"), "{err}");
+    // A dev-dependency counts too.
+    let mut bad = ok.clone();
+    bad[0]
+        .1
+        .push_str("[dev-dependencies]\naddon.workspace = true\n");
+    assert!(check_dependency_table(arch, &bad).is_err());
+    // A crate missing from the table.
+    let mut bad = ok.clone();
+    bad.push(("stray".into(), "[package]\nname = \"stray\"\n".into()));
+    let err = check_dependency_table(arch, &bad).unwrap_err();
+    assert!(err.contains("stray has a Cargo.toml but no row"), "{err}");
+}
+
+#[test]
+fn cited_path_check_fails_on_a_missing_path() {
+    let arch = "`gc-core/src/mark.rs` the marker; `gc-core/src/gone.rs` nothing; `Marker::queue`";
+    let missing = missing_cited_paths(arch, |p| p == "gc-core/src/mark.rs");
+    assert_eq!(missing, vec!["gc-core/src/gone.rs".to_string()]);
 }
