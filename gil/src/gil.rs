@@ -253,9 +253,11 @@ impl Gil {
         let ts = self
             .current_state()
             .expect("ensure_raw attached the calling thread");
+        self.shared.guard_enter(&ts);
         Ok(EnsureGuard {
             handle: self.handle(ts),
             state,
+            done: false,
         })
     }
 

@@ -43,17 +43,37 @@ impl ThreadHandle {
     /// Releases the GIL if `acquired` (what [`acquire`](Self::acquire) returned); with
     /// waiters it goes straight to the next one. Releasing a GIL the thread does not hold
     /// is an error ([`GilError::NotHolder`]), except after a stop or shutdown took it.
+    /// While a guard of the thread ([`lock`](Self::lock), [`Gil::ensure`]) is alive the
+    /// release is deferred to the last guard, which releases the GIL when it goes.
     #[inline]
     pub fn release(&self, acquired: bool) -> Result<(), GilError> {
         self.gil.shared.release(&self.ts, acquired)
     }
 
-    /// Takes the GIL for the guard's lifetime (released on drop only if this call took it).
+    /// Takes the GIL for the guard's lifetime: while any guard of the thread is alive the
+    /// thread holds the GIL. Guards may nest and go in any order: the GIL is released
+    /// when the last of them goes (if one of them, or a raw [`acquire`](Self::acquire)
+    /// whose [`release`](Self::release) came meanwhile, took it). Use
+    /// [`GilGuard::release`] instead of dropping to see a release error.
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let outer = h.lock()?;
+    /// let inner = h.lock()?;
+    /// drop(outer); // the inner guard is alive: the GIL stays held
+    /// assert!(h.holds_gil());
+    /// inner.release()?; // the last guard releases it
+    /// assert!(!h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     pub fn lock(&self) -> Result<GilGuard<'_>, GilError> {
         let acquired = self.acquire()?;
+        self.gil.shared.guard_enter(&self.ts);
         Ok(GilGuard {
             handle: self,
             acquired,
+            done: false,
         })
     }
 
@@ -209,10 +229,17 @@ impl<R> From<RegionError<R>> for GilError {
     }
 }
 
-/// Holds the GIL while alive; releases it on drop if its `lock` call took it.
+/// Holds the GIL while alive ([`ThreadHandle::lock`]). Guards are bound to their thread
+/// (neither `Send` nor `Sync`) and counted per thread: whatever order they go in, the
+/// GIL is released when the thread's last guard goes, so a live guard means the thread
+/// holds the GIL. Two exceptions, both on the thread itself: inside a blocking region
+/// ([`ThreadHandle::allow_threads`]) and while a `poll` or `yield_now` has handed the GIL
+/// to another thread. Detaching the thread (or shutting the GIL down from it) ends the hold of its
+/// live guards.
 pub struct GilGuard<'a> {
     handle: &'a ThreadHandle,
     acquired: bool,
+    done: bool,
 }
 
 impl GilGuard<'_> {
@@ -221,12 +248,36 @@ impl GilGuard<'_> {
     pub fn acquired(&self) -> bool {
         self.acquired
     }
+
+    /// The handle of the guard's thread.
+    pub fn handle(&self) -> &ThreadHandle {
+        self.handle
+    }
+
+    /// Drops the guard and reports what dropping would only log: releasing the GIL
+    /// (when this is the thread's last guard and the GIL was taken by it or by an
+    /// acquisition released meanwhile) can fail, e.g. with [`GilError::InsideAction`].
+    pub fn release(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.handle
+            .gil
+            .shared
+            .guard_exit(&self.handle.ts, self.acquired)
+    }
 }
 
 impl Drop for GilGuard<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.handle.release(self.acquired) {
-            tracing::error!(error = %e, "releasing the GIL from a guard failed");
+        if self.done {
+            return;
+        }
+        if let Err(e) = self
+            .handle
+            .gil
+            .shared
+            .guard_exit(&self.handle.ts, self.acquired)
+        {
+            tracing::error!(error = %e, "releasing the GIL from a guard failed (use GilGuard::release to see the error)");
         }
     }
 }
@@ -242,10 +293,13 @@ pub struct EnsureState {
 }
 
 /// Holds the GIL for a thread that may not have been attached before (`ensure`); on
-/// drop, releases it and detaches the thread if `ensure` attached it.
+/// drop, releases it and detaches the thread if `ensure` attached it. It counts as a
+/// guard of its thread, like [`GilGuard`] (the GIL is released when the thread's last
+/// guard goes).
 pub struct EnsureGuard {
     pub(crate) handle: ThreadHandle,
     pub(crate) state: EnsureState,
+    pub(crate) done: bool,
 }
 
 impl EnsureGuard {
@@ -258,12 +312,32 @@ impl EnsureGuard {
     pub fn state(&self) -> EnsureState {
         self.state
     }
+
+    /// Drops the guard and reports what dropping would only log (see
+    /// [`GilGuard::release`]).
+    pub fn release(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.finish()
+    }
+
+    fn finish(&self) -> Result<(), GilError> {
+        let shared = &self.handle.gil.shared;
+        let result = shared.guard_exit(&self.handle.ts, self.state.acquired);
+        if self.state.attached {
+            crate::tls::remove(shared);
+            shared.detach(&self.handle.ts);
+        }
+        result
+    }
 }
 
 impl Drop for EnsureGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.handle.gil.ensure_release(self.state) {
-            tracing::error!(error = %e, "releasing an ensure guard failed");
+        if self.done {
+            return;
+        }
+        if let Err(e) = self.finish() {
+            tracing::error!(error = %e, "releasing an ensure guard failed (use EnsureGuard::release to see the error)");
         }
     }
 }

@@ -245,3 +245,37 @@ fn loom_action_reaches_blocking_region() {
         drop(main);
     });
 }
+
+/// Two nested guards dropped outer-first: while the inner one is alive no other thread
+/// holds the GIL; the other thread gets it once the inner one goes.
+#[test]
+fn loom_nested_guards_dropped_outer_first() {
+    model(|| {
+        let gil = model_gil(false);
+        let main = gil.attach("main").unwrap();
+        let outer = main.lock().unwrap();
+        let inner = main.lock().unwrap();
+        let inner_alive = Arc::new(AtomicBool::new(true));
+        let t = {
+            let gil = gil.clone();
+            let inner_alive = inner_alive.clone();
+            thread::spawn(move || {
+                let h = gil.attach("other").unwrap();
+                let g = h.lock().unwrap();
+                assert!(
+                    !inner_alive.load(Ordering::SeqCst),
+                    "took the GIL while another thread's guard was alive"
+                );
+                drop(g);
+                h.detach();
+            })
+        };
+        drop(outer);
+        thread::yield_now();
+        assert!(main.holds_gil(), "a live guard means the GIL is held");
+        inner_alive.store(false, Ordering::SeqCst);
+        drop(inner);
+        t.join().unwrap();
+        assert_eq!(gil.shared.lock.load(Ordering::SeqCst), 0);
+    });
+}

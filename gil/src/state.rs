@@ -74,6 +74,10 @@ pub(crate) struct ThreadState {
     prio_refill_ns: AtomicI64,
     /// Start of the current priority hold, or -1.
     prio_hold_start_ns: AtomicI64,
+    /// Live guards of this thread (`GilGuard`, `EnsureGuard`); owner-thread only.
+    guards: AtomicU32,
+    /// A release came while guards were alive: the last guard to go releases the GIL.
+    release_deferred: AtomicBool,
 }
 
 impl ThreadState {
@@ -235,6 +239,8 @@ impl Shared {
             prio_budget_ns: AtomicI64::new(burst),
             prio_refill_ns: AtomicI64::new(self.now_ns()),
             prio_hold_start_ns: AtomicI64::new(-1),
+            guards: AtomicU32::new(0),
+            release_deferred: AtomicBool::new(false),
         });
         st.threads.push(ts.clone());
         drop(st);
@@ -342,11 +348,54 @@ impl Shared {
     }
 
     /// `release(acquired)`: releases only if `acquired` (the value `acquire` returned).
+    /// While a guard of the thread is alive the release is deferred to the last guard
+    /// (a live guard means the GIL is held).
     #[inline]
     pub(crate) fn release(&self, ts: &Arc<ThreadState>, acquired: bool) -> Result<(), GilError> {
         if !acquired {
             return Ok(());
         }
+        if ts.guards.load(Ordering::Relaxed) != 0 && self.holds(ts) {
+            self.check_not_in_action(ts, "release")?;
+            ts.release_deferred.store(true, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.release_now(ts)
+    }
+
+    /// A guard of `ts`'s thread is made (after its `acquire`).
+    #[inline]
+    pub(crate) fn guard_enter(&self, ts: &ThreadState) {
+        let n = ts.guards.load(Ordering::Relaxed);
+        ts.guards.store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// A guard of `ts`'s thread goes; `acquired`: its `acquire` took the GIL. The last
+    /// guard releases the GIL if any release was deferred to it; an earlier one that took
+    /// the GIL defers its release to the last.
+    pub(crate) fn guard_exit(&self, ts: &Arc<ThreadState>, acquired: bool) -> Result<(), GilError> {
+        let n = ts.guards.load(Ordering::Relaxed).saturating_sub(1);
+        ts.guards.store(n, Ordering::Relaxed);
+        if n != 0 {
+            if acquired {
+                ts.release_deferred.store(true, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let deferred = ts.release_deferred.load(Ordering::Relaxed);
+        if deferred {
+            ts.release_deferred.store(false, Ordering::Relaxed);
+        }
+        if acquired || deferred {
+            self.release_now(ts)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Releases the GIL `ts` took, now (guards or not).
+    #[inline]
+    fn release_now(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         let me = (ts.id as usize) << 1;
         if ts.flags.load(Ordering::Relaxed) == 0
             && !ts.in_priority_hold()
@@ -645,7 +694,7 @@ impl Shared {
         }
         let held = self.holds(ts);
         if held {
-            self.release(ts, true)?;
+            self.release_now(ts)?;
         }
         if let Some(i) = interrupter {
             *lock_std(&ts.interrupter) = Some(i);

@@ -480,3 +480,59 @@ fn a_panicking_region_retakes_the_gil() {
     assert!(h.holds_gil(), "the GIL was re-taken while unwinding");
     h.release(true).unwrap();
 }
+
+/// Two nested guards dropped outer-first: the outer one's release waits for the inner
+/// one, so a live guard always means the GIL is held (another thread stays queued).
+#[test]
+fn nested_guards_dropped_outer_first_keep_the_gil_until_the_last_one() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let outer = h.lock().unwrap();
+    let inner = h.lock().unwrap();
+    assert!(outer.acquired() && !inner.acquired());
+    let took = Arc::new(AtomicBool::new(false));
+    let t = {
+        let took = took.clone();
+        gil.spawn("other", move |h| {
+            let g = h.lock().unwrap();
+            took.store(true, Ordering::SeqCst);
+            drop(g);
+        })
+        .unwrap()
+    };
+    wait_until("the other thread to queue", || gil.waiters() == 1);
+    drop(outer);
+    assert!(
+        h.holds_gil(),
+        "the inner guard is alive: the GIL stays held"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
+    assert_eq!(gil.holder(), Some(h.id()));
+    drop(inner);
+    t.join_timeout(BOUND).unwrap();
+    assert!(took.load(Ordering::SeqCst));
+    assert!(!h.holds_gil());
+}
+
+/// `release(true)` of a raw acquisition while a guard of the thread is alive waits for
+/// that guard: the GIL is released when the guard goes.
+#[test]
+fn a_raw_release_under_a_live_guard_waits_for_the_guard() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let acquired = h.acquire().unwrap();
+    let g = h.lock().unwrap();
+    h.release(acquired).unwrap();
+    assert!(h.holds_gil(), "the guard is alive: the GIL stays held");
+    drop(g);
+    assert!(!h.holds_gil(), "the last guard released it");
+    assert_eq!(gil.holder(), None);
+    // Guards in order still release at the outer one, and a nested ensure guard counts.
+    let outer = h.lock().unwrap();
+    let e = gil.ensure().unwrap();
+    drop(outer);
+    assert!(h.holds_gil(), "the ensure guard is alive");
+    drop(e);
+    assert!(!h.holds_gil());
+}
