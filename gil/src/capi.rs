@@ -47,6 +47,8 @@ pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = -11;
 pub const GIL_ERR_INSIDE_ACTION: i32 = -12;
 /// Not allowed inside an `on_block` / `on_unblock` hook.
 pub const GIL_ERR_INSIDE_HOOK: i32 = -13;
+/// Not allowed inside a blocking region (taking the GIL, a second region).
+pub const GIL_ERR_INSIDE_REGION: i32 = -14;
 
 /// Action target meaning every attached thread.
 pub const GIL_ALL_THREADS: u64 = 0;
@@ -147,6 +149,7 @@ fn code_of(e: &GilError) -> i32 {
         GilError::InvalidConfig { .. } => GIL_ERR_INVALID_CONFIG,
         GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
         GilError::InsideHook { .. } => GIL_ERR_INSIDE_HOOK,
+        GilError::InsideRegion { .. } => GIL_ERR_INSIDE_REGION,
     }
 }
 

@@ -115,6 +115,18 @@ pub enum GilError {
         /// The call that was refused.
         call: &'static str,
     },
+    /// A GIL call made inside a blocking region, where the thread does not hold the GIL
+    /// and is reported blocked (a GC counts it as stopped): take the GIL or open a second
+    /// region. Leave the region first.
+    #[error("thread {thread} called {call} on GIL {gil} inside a blocking region")]
+    InsideRegion {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+        /// The call that was refused.
+        call: &'static str,
+    },
     /// A configuration value is out of range.
     #[error("invalid GIL configuration: {what}")]
     InvalidConfig {

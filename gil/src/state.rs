@@ -15,7 +15,9 @@
 //! # Per-thread flags
 //! Each thread has one flag word that `poll()` loads with a relaxed load: `DROP` (a
 //! waiter asked the holder to let go), `ACTION` (safepoint actions pending), `STOP` (the
-//! thread was asked to stop) and `INVALID` (shutdown or detach invalidated it).
+//! thread was asked to stop) and `INVALID` (shutdown or detach invalidated it), and the
+//! thread's own `IN_ACTION`, `IN_HOOK` and `IN_REGION`, which send its GIL calls to the
+//! slow paths that refuse them.
 
 use crate::action::ActionInner;
 use crate::hooks::{BlockReason, GilHooks};
@@ -45,6 +47,10 @@ pub(crate) const F_IN_ACTION: u32 = 16;
 /// The thread is inside an embedder hook (`on_block` / `on_unblock`): GIL calls from
 /// there would call the hook again, without end.
 pub(crate) const F_IN_HOOK: u32 = 32;
+/// The thread is inside a blocking region (set and cleared by the thread itself): it
+/// does not hold the GIL and is reported blocked, so taking the GIL or opening a second
+/// region is refused (it makes `acquire` take its slow path, which refuses).
+pub(crate) const F_IN_REGION: u32 = 64;
 
 /// Status: attached, not blocked (it may or may not hold the GIL).
 pub(crate) const S_RUNNING: u8 = 0;
@@ -316,6 +322,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Refuses `call` inside a blocking region.
+    fn check_not_in_region(&self, ts: &ThreadState, call: &'static str) -> Result<(), GilError> {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION != 0 {
+            return Err(GilError::InsideRegion {
+                gil: self.label.clone(),
+                thread: ts.label(),
+                call,
+            });
+        }
+        Ok(())
+    }
+
     /// `acquire()`: `Ok(true)` if this call took the GIL, `Ok(false)` if the thread
     /// already held it.
     #[inline]
@@ -418,6 +436,7 @@ impl Shared {
         already_blocked: bool,
     ) -> Result<(), GilError> {
         self.check_not_in_action(ts, "acquire")?;
+        self.check_not_in_region(ts, "acquire")?;
         let me = (ts.id as usize) << 1;
         let mut st = self.state.lock();
         let f = ts.flags.load(Ordering::Acquire);
@@ -688,6 +707,7 @@ impl Shared {
         interrupter: Option<Interrupter>,
     ) -> Result<bool, GilError> {
         self.check_not_in_action(ts, "a blocking region")?;
+        self.check_not_in_region(ts, "a blocking region")?;
         let f = ts.flags.load(Ordering::Acquire);
         if f & (F_STOP | F_INVALID) != 0 {
             return Err(self.refusal(ts, f));
@@ -699,6 +719,7 @@ impl Shared {
         if let Some(i) = interrupter {
             *lock_std(&ts.interrupter) = Some(i);
         }
+        ts.flags.fetch_or(F_IN_REGION, Ordering::Relaxed);
         ts.status.store(S_BLOCKING, Ordering::SeqCst);
         self.hook_block(ts, BlockReason::BlockingRegion);
         // An action submitted while the status still said "running" did not call the
@@ -716,6 +737,7 @@ impl Shared {
         if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);
         }
+        ts.flags.fetch_and(!F_IN_REGION, Ordering::Relaxed);
         let f = ts.flags.load(Ordering::Acquire);
         let result = if f & (F_STOP | F_INVALID) != 0 {
             Err(self.refusal(ts, f))

@@ -536,3 +536,32 @@ fn a_raw_release_under_a_live_guard_waits_for_the_guard() {
     drop(e);
     assert!(!h.holds_gil());
 }
+
+/// Inside a blocking region the thread does not hold the GIL and is reported blocked
+/// (a GC hook counts it as stopped): taking the GIL there, through any call, or opening
+/// a second region, is refused with an error.
+#[test]
+fn taking_the_gil_inside_a_blocking_region_is_refused() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let (acquire, lock, ensure, nested, held) = h
+        .allow_threads(|| {
+            let acquire = h.acquire().map_err(|e| e.to_string());
+            let lock = h.lock().map(|g| g.acquired()).map_err(|e| e.to_string());
+            let ensure = gil.ensure().map(|_| ()).map_err(|e| e.to_string());
+            let nested = h.allow_threads(|| ()).map_err(|e| e.error.to_string());
+            (acquire, lock, ensure, nested, h.holds_gil())
+        })
+        .unwrap();
+    for r in [acquire.map(|_| ()), lock.map(|_| ()), ensure, nested] {
+        let e = r.unwrap_err();
+        assert!(e.contains("inside a blocking region"), "{e}");
+    }
+    assert!(!held, "the region never held the GIL");
+    assert!(!h.holds_gil());
+    assert!(
+        h.acquire().unwrap(),
+        "after the region the GIL can be taken"
+    );
+    h.release(true).unwrap();
+}
