@@ -234,7 +234,8 @@ impl<R> From<RegionError<R>> for GilError {
 /// GIL is released when the thread's last guard goes, so a live guard means the thread
 /// holds the GIL. Two exceptions, both on the thread itself: inside a blocking region
 /// ([`ThreadHandle::allow_threads`]) and while a `poll` or `yield_now` has handed the GIL
-/// to another thread. Detaching the thread (or shutting the GIL down from it) ends the hold of its
+/// to another thread; a [`GilCell`](crate::GilCell) borrow checks that its thread holds
+/// the GIL. Detaching the thread (or shutting the GIL down from it) ends the hold of its
 /// live guards.
 pub struct GilGuard<'a> {
     handle: &'a ThreadHandle,

@@ -40,6 +40,7 @@
 
 mod action;
 pub mod capi;
+mod cell;
 mod config;
 mod error;
 mod gil;
@@ -55,6 +56,7 @@ mod tls;
 mod loom_tests;
 
 pub use action::{Action, ActionContext, ActionOutcome, ActionReport, ActionTarget};
+pub use cell::{BorrowError, GilCell, GilRef, GilRefMut};
 pub use config::Config;
 pub use error::GilError;
 pub use gil::{Gil, GilStats, ThreadId, ThreadInfo, ThreadStatus};

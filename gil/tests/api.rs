@@ -3,7 +3,7 @@
 //! requests only while someone waits, the fair handoff, the convoy-effect fix and its
 //! budget, thread death while holding, several GILs per thread.
 
-use gil::{BlockReason, Config, Gil, GilError, GilHooks, ThreadId};
+use gil::{BlockReason, BorrowError, Config, Gil, GilCell, GilError, GilHooks, ThreadId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -564,4 +564,132 @@ fn taking_the_gil_inside_a_blocking_region_is_refused() {
         "after the region the GIL can be taken"
     );
     h.release(true).unwrap();
+}
+
+/// `GilCell`: threads serialised by the GIL update Rust data through their guards, with
+/// no `unsafe`; the count and the per-thread log come out exact.
+#[test]
+fn gil_cell_protects_rust_data() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 500;
+    let gil = Gil::new();
+    let state = Arc::new(GilCell::new(&gil, (0u64, Vec::new())));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let state = state.clone();
+            gil.spawn(&format!("cell-{t}"), move |h| {
+                for i in 0..ROUNDS {
+                    let g = h.lock().unwrap();
+                    {
+                        let mut s = state.borrow_mut(&g);
+                        let c = s.0;
+                        std::hint::black_box(&c);
+                        s.0 = c + 1;
+                        s.1.push(t);
+                    }
+                    h.poll().unwrap();
+                    if i % 97 == 0 {
+                        h.allow_threads(std::thread::yield_now).unwrap();
+                    }
+                }
+            })
+            .unwrap()
+        })
+        .collect();
+    for w in workers {
+        w.join_timeout(BOUND).unwrap();
+    }
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    let s = state.borrow(&g);
+    assert_eq!(s.0, (THREADS * ROUNDS) as u64);
+    for t in 0..THREADS {
+        assert_eq!(s.1.iter().filter(|&&x| x == t).count(), ROUNDS);
+    }
+}
+
+/// Borrows are checked like `RefCell`'s (a second guard of the same thread cannot alias
+/// a mutable borrow), and a guard proves the GIL only for its own GIL and while its
+/// thread holds it.
+#[test]
+fn gil_cell_refuses_conflicting_borrows_and_foreign_guards() {
+    let gil = Gil::new();
+    let cell = GilCell::new(&gil, 1u32);
+    let h = gil.attach("main").unwrap();
+    let g1 = h.lock().unwrap();
+    let g2 = h.lock().unwrap();
+    {
+        let a = cell.borrow(&g1);
+        let b = cell.borrow(&g2);
+        assert_eq!(*a + *b, 2, "shared borrows coexist");
+        assert_eq!(cell.try_borrow_mut(&g2).unwrap_err(), BorrowError::Borrowed);
+    }
+    {
+        let mut w = cell.borrow_mut(&g1);
+        *w = 5;
+        assert_eq!(cell.try_borrow(&g2).unwrap_err(), BorrowError::BorrowedMut);
+        assert_eq!(
+            cell.try_borrow_mut(&g2).unwrap_err(),
+            BorrowError::BorrowedMut
+        );
+    }
+    assert_eq!(*cell.borrow(&g2), 5, "free again once the borrows are gone");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _w = cell.borrow_mut(&g1);
+        let _r = cell.borrow(&g2);
+    }));
+    assert!(panicked.is_err(), "borrow panics where try_borrow refuses");
+    assert_eq!(*cell.borrow(&g1), 5, "a panic released the borrow");
+
+    // A guard of another GIL proves nothing about this cell's.
+    let other = Gil::new();
+    let ho = other.attach("main").unwrap();
+    let go = ho.lock().unwrap();
+    assert!(matches!(
+        cell.try_borrow(&go),
+        Err(BorrowError::OtherGil { .. })
+    ));
+    assert!(!cell.is_protected_by(&other) && cell.is_protected_by(&gil));
+    drop(go);
+
+    // Detaching the thread under its guards ends their hold: borrows are refused.
+    h.clone().detach();
+    let e = cell.try_borrow(&g1).unwrap_err();
+    assert!(matches!(e, BorrowError::NotHeld { .. }), "{e}");
+    drop((g1, g2));
+    let mut cell = cell;
+    *cell.get_mut() += 1;
+    assert_eq!(cell.into_inner(), 6);
+}
+
+/// A mutable borrow kept across a switch (`yield_now` hands the GIL to a waiter): the
+/// other thread's borrow is refused instead of aliasing it.
+#[test]
+fn gil_cell_borrow_kept_across_a_switch_is_not_aliased() {
+    let gil = Gil::new();
+    let cell = Arc::new(GilCell::new(&gil, 0u32));
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    let mut w = cell.borrow_mut(&g);
+    *w = 1;
+    let t = {
+        let cell = cell.clone();
+        gil.spawn("other", move |h| {
+            let g = h.lock().unwrap();
+            let seen = cell.try_borrow(&g).map(|r| *r);
+            drop(g);
+            seen
+        })
+        .unwrap()
+    };
+    wait_until("the other thread to queue", || gil.waiters() == 1);
+    h.yield_now().unwrap();
+    assert!(h.holds_gil(), "the GIL came back");
+    assert_eq!(
+        t.join_timeout(BOUND).unwrap(),
+        Err(BorrowError::BorrowedMut)
+    );
+    *w += 1;
+    drop(w);
+    assert_eq!(*cell.borrow(&g), 2);
 }
