@@ -8,14 +8,13 @@
 //! names and types, struct fields and constants must match.
 #![allow(non_camel_case_types)]
 
-use crate::action::ActionContext;
-use crate::hooks::{BlockReason, GilHooks};
-use crate::state::{S_BLOCKING, S_RUNNING};
-use crate::{Action, ActionTarget, Config, EnsureState, Gil, GilError, ThreadFate, ThreadId};
+use crate::{
+    Action, ActionContext, ActionTarget, BlockReason, Config, EnsureState, Gil, GilError, GilHooks,
+    ThreadFate, ThreadId,
+};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Success.
@@ -150,6 +149,7 @@ fn code_of(e: &GilError) -> i32 {
         GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
         GilError::InsideHook { .. } => GIL_ERR_INSIDE_HOOK,
         GilError::InsideRegion { .. } => GIL_ERR_INSIDE_REGION,
+        GilError::NotInRegion { .. } => GIL_ERR_INVALID_ARGUMENT,
     }
 }
 
@@ -500,10 +500,12 @@ pub unsafe extern "C" fn gil_blocking_enter(gil: *mut gil_t, token_out: *mut i32
         let Some(h) = gil.current() else {
             return invalid_not_attached(gil, "gil_blocking_enter");
         };
-        if h.ts.status.load(Ordering::SeqCst) != S_RUNNING {
-            return invalid("gil_blocking_enter: the thread is already in a blocking region");
-        }
-        match gil.shared.enter_blocking(&h.ts, None) {
+        let entered = h.enter_blocking().map(|region| {
+            let held = region.held_gil();
+            region.keep_open();
+            held
+        });
+        match entered {
             Ok(held) => {
                 // SAFETY: non-null and writable per the contract.
                 unsafe { token_out.write(TOKEN_MAGIC | i32::from(held)) };
@@ -534,10 +536,8 @@ pub unsafe extern "C" fn gil_blocking_leave(gil: *mut gil_t, token: i32) -> i32 
         let Some(h) = gil.current() else {
             return invalid_not_attached(gil, "gil_blocking_leave");
         };
-        if h.ts.status.load(Ordering::SeqCst) != S_BLOCKING {
-            return invalid("gil_blocking_leave: the thread is not in a blocking region");
-        }
-        match gil.shared.leave_blocking(&h.ts, token & 1 == 1) {
+        let left = h.current_region().and_then(|region| region.leave());
+        match left {
             Ok(()) => GIL_OK,
             Err(e) => fail(e),
         }

@@ -127,6 +127,14 @@ pub enum GilError {
         /// The call that was refused.
         call: &'static str,
     },
+    /// A blocking region was left (or looked up) on a thread that is not in one.
+    #[error("thread {thread} is not in a blocking region of GIL {gil}")]
+    NotInRegion {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+    },
     /// A configuration value is out of range.
     #[error("invalid GIL configuration: {what}")]
     InvalidConfig {

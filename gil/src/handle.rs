@@ -134,40 +134,72 @@ impl ThreadHandle {
         self.region(Some(std::sync::Arc::new(interrupt)), f)
     }
 
+    /// Enters a blocking region, the split-phase form of
+    /// [`allow_threads`](Self::allow_threads): the GIL is released (if held) until the
+    /// returned token's [`leave`](BlockingRegion::leave) (or drop) re-takes it, with
+    /// priority. In between the thread is reported blocked (hooks: `on_block` now,
+    /// `on_unblock` at leave) and must not touch what the GIL protects; taking the GIL
+    /// or entering a second region is refused ([`GilError::InsideRegion`]).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let g = h.lock()?;
+    /// let region = h.enter_blocking()?; // Py_BEGIN_ALLOW_THREADS
+    /// assert!(!h.holds_gil());
+    /// std::thread::sleep(std::time::Duration::from_millis(1)); // blocking work
+    /// region.leave()?; // Py_END_ALLOW_THREADS
+    /// assert!(h.holds_gil());
+    /// # drop(g);
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
+    pub fn enter_blocking(&self) -> Result<BlockingRegion<'_>, GilError> {
+        self.enter(None)
+    }
+
+    /// [`enter_blocking`](Self::enter_blocking) with an interrupter, as in
+    /// [`allow_threads_interruptible`](Self::allow_threads_interruptible).
+    pub fn enter_blocking_interruptible(
+        &self,
+        interrupt: impl Fn() + Send + Sync + 'static,
+    ) -> Result<BlockingRegion<'_>, GilError> {
+        self.enter(Some(std::sync::Arc::new(interrupt)))
+    }
+
+    /// The blocking region this thread is in, as a token again: for a layer (a C ABI)
+    /// whose region outlives the token it got from
+    /// [`enter_blocking`](Self::enter_blocking) (see [`BlockingRegion::keep_open`]).
+    /// [`GilError::NotInRegion`] if the thread is in none.
+    pub fn current_region(&self) -> Result<BlockingRegion<'_>, GilError> {
+        self.gil.shared.region_state(&self.ts)?;
+        Ok(BlockingRegion {
+            handle: self,
+            done: false,
+        })
+    }
+
+    fn enter(
+        &self,
+        interrupter: Option<crate::state::Interrupter>,
+    ) -> Result<BlockingRegion<'_>, GilError> {
+        self.gil.shared.enter_blocking(&self.ts, interrupter)?;
+        Ok(BlockingRegion {
+            handle: self,
+            done: false,
+        })
+    }
+
     fn region<R>(
         &self,
         interrupter: Option<crate::state::Interrupter>,
         f: impl FnOnce() -> R,
     ) -> Result<R, RegionError<R>> {
-        let shared = &self.gil.shared;
-        let held = shared
-            .enter_blocking(&self.ts, interrupter)
+        let region = self
+            .enter(interrupter)
             .map_err(|error| RegionError { error, value: None })?;
-        // Re-takes the GIL if `f` unwinds.
-        struct Unwind<'a> {
-            handle: &'a ThreadHandle,
-            held: bool,
-            armed: bool,
-        }
-        impl Drop for Unwind<'_> {
-            fn drop(&mut self) {
-                if self.armed {
-                    let _ = self
-                        .handle
-                        .gil
-                        .shared
-                        .leave_blocking(&self.handle.ts, self.held);
-                }
-            }
-        }
-        let mut guard = Unwind {
-            handle: self,
-            held,
-            armed: true,
-        };
+        // If `f` unwinds, dropping the token re-takes the GIL.
         let value = f();
-        guard.armed = false;
-        match shared.leave_blocking(&self.ts, held) {
+        match region.leave() {
             Ok(()) => Ok(value),
             Err(error) => Err(RegionError {
                 error,
@@ -194,6 +226,67 @@ impl std::fmt::Debug for ThreadHandle {
         f.debug_struct("ThreadHandle")
             .field("gil", &self.gil.shared.label)
             .field("thread", &self.ts.label())
+            .finish()
+    }
+}
+
+/// A blocking region the thread is in ([`ThreadHandle::enter_blocking`]): leaving it
+/// ([`leave`](Self::leave), or dropping the token, which logs an error it cannot return)
+/// runs pending actions and re-takes the GIL if it was held at entry. Bound to its
+/// thread. A guard of the thread that goes inside the region ends its hold there: the
+/// region then does not re-take the GIL for it.
+#[must_use = "dropping the token leaves the region at once"]
+pub struct BlockingRegion<'a> {
+    handle: &'a ThreadHandle,
+    done: bool,
+}
+
+impl BlockingRegion<'_> {
+    /// Whether leaving re-takes the GIL (it was held at entry and is still wanted).
+    pub fn held_gil(&self) -> bool {
+        self.handle
+            .gil
+            .shared
+            .region_state(&self.handle.ts)
+            .unwrap_or(false)
+    }
+
+    /// Leaves the region: runs the actions still pending (without the GIL), then re-takes
+    /// the GIL if [`held_gil`](Self::held_gil). Errors if the thread was stopped or the
+    /// GIL shut down meanwhile (the GIL is then not re-taken).
+    pub fn leave(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.handle.gil.shared.leave_blocking(&self.handle.ts)
+    }
+
+    /// Ends this token without leaving: the thread stays in the region until a token
+    /// from [`ThreadHandle::current_region`] leaves it. For a layer whose region spans
+    /// calls (the C ABI's `gil_blocking_enter` / `gil_blocking_leave`).
+    pub fn keep_open(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for BlockingRegion<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Err(e) = self.handle.gil.shared.leave_blocking(&self.handle.ts) {
+            if std::thread::panicking() {
+                tracing::debug!(error = %e, "leaving a blocking region while unwinding");
+            } else {
+                tracing::error!(error = %e, "leaving a blocking region from its token's drop failed (use BlockingRegion::leave to see the error)");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for BlockingRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingRegion")
+            .field("thread", &self.handle.ts.label())
+            .field("held_gil", &self.held_gil())
             .finish()
     }
 }

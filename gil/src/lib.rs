@@ -60,7 +60,7 @@ pub use cell::{BorrowError, GilCell, GilRef, GilRefMut};
 pub use config::Config;
 pub use error::GilError;
 pub use gil::{Gil, GilStats, ThreadId, ThreadInfo, ThreadStatus};
-pub use handle::{EnsureGuard, EnsureState, GilGuard, RegionError, ThreadHandle};
+pub use handle::{BlockingRegion, EnsureGuard, EnsureState, GilGuard, RegionError, ThreadHandle};
 pub use hooks::{BlockReason, GilHooks};
 pub use shutdown::{ShutdownReport, ThreadFate, ThreadOutcome};
 pub use spawn::{GilJoinHandle, JoinError};

@@ -84,6 +84,9 @@ pub(crate) struct ThreadState {
     guards: AtomicU32,
     /// A release came while guards were alive: the last guard to go releases the GIL.
     release_deferred: AtomicBool,
+    /// Inside a blocking region: the GIL is re-taken when the region ends (it was held
+    /// at entry and a guard or acquisition still wants it); owner-thread only.
+    region_held: AtomicBool,
 }
 
 impl ThreadState {
@@ -247,6 +250,7 @@ impl Shared {
             prio_hold_start_ns: AtomicI64::new(-1),
             guards: AtomicU32::new(0),
             release_deferred: AtomicBool::new(false),
+            region_held: AtomicBool::new(false),
         });
         st.threads.push(ts.clone());
         drop(st);
@@ -404,11 +408,16 @@ impl Shared {
         if deferred {
             ts.release_deferred.store(false, Ordering::Relaxed);
         }
-        if acquired || deferred {
-            self.release_now(ts)
-        } else {
-            Ok(())
+        if !(acquired || deferred) {
+            return Ok(());
         }
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION != 0 {
+            // The last guard goes inside a blocking region, which released the GIL for
+            // it: the region no longer re-takes it.
+            ts.region_held.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.release_now(ts)
     }
 
     /// Releases the GIL `ts` took, now (guards or not).
@@ -700,7 +709,8 @@ impl Shared {
 
     // ----- blocking regions ------------------------------------------------------------
 
-    /// Enters a blocking region: releases the GIL if held; returns whether it was held.
+    /// Enters a blocking region: releases the GIL if held (to be re-taken by
+    /// `leave_blocking`); returns whether it was held. Refused inside a region or action.
     pub(crate) fn enter_blocking(
         &self,
         ts: &Arc<ThreadState>,
@@ -719,6 +729,7 @@ impl Shared {
         if let Some(i) = interrupter {
             *lock_std(&ts.interrupter) = Some(i);
         }
+        ts.region_held.store(held, Ordering::Relaxed);
         ts.flags.fetch_or(F_IN_REGION, Ordering::Relaxed);
         ts.status.store(S_BLOCKING, Ordering::SeqCst);
         self.hook_block(ts, BlockReason::BlockingRegion);
@@ -730,9 +741,23 @@ impl Shared {
         Ok(held)
     }
 
-    /// Leaves a blocking region: runs pending actions (without the GIL), then re-takes
-    /// the GIL if it was held at entry, with priority (the convoy-effect fix).
-    pub(crate) fn leave_blocking(&self, ts: &Arc<ThreadState>, held: bool) -> Result<(), GilError> {
+    /// Whether the thread is inside a blocking region and, if so, whether leaving it
+    /// re-takes the GIL.
+    pub(crate) fn region_state(&self, ts: &ThreadState) -> Result<bool, GilError> {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION == 0 {
+            return Err(GilError::NotInRegion {
+                gil: self.label.clone(),
+                thread: ts.label(),
+            });
+        }
+        Ok(ts.region_held.load(Ordering::Relaxed))
+    }
+
+    /// Leaves the blocking region the thread is in: runs pending actions (without the
+    /// GIL), then re-takes the GIL if it was held at entry (and is still wanted), with
+    /// priority (the convoy-effect fix).
+    pub(crate) fn leave_blocking(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
+        let held = self.region_state(ts)?;
         *lock_std(&ts.interrupter) = None;
         if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);

@@ -693,3 +693,58 @@ fn gil_cell_borrow_kept_across_a_switch_is_not_aliased() {
     drop(w);
     assert_eq!(*cell.borrow(&g), 2);
 }
+
+/// A guard that goes inside a blocking region ends its hold there: the region does not
+/// re-take the GIL for it (it used to, leaving the thread holding a GIL nobody would
+/// release).
+#[test]
+fn a_guard_dropped_inside_a_region_is_not_retaken() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    h.allow_threads(move || drop(g)).unwrap();
+    assert!(!h.holds_gil(), "nobody holds a guard: the GIL is free");
+    assert_eq!(gil.holder(), None);
+    // A guard that stays alive gets the GIL back after the region.
+    let g = h.lock().unwrap();
+    h.allow_threads(|| ()).unwrap();
+    assert!(h.holds_gil());
+    g.release().unwrap();
+    assert!(!h.holds_gil());
+}
+
+/// The split-phase form of a blocking region: `enter_blocking` returns a token whose
+/// `leave` re-takes the GIL (if it was held); a token left open (as the C layer's is)
+/// is found again with `current_region`; dropping a token leaves the region.
+#[test]
+fn blocking_region_tokens() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    assert!(h.acquire().unwrap());
+    let region = h.enter_blocking().unwrap();
+    assert!(region.held_gil() && !h.holds_gil());
+    assert_eq!(
+        gil.threads()[0].status,
+        gil::ThreadStatus::Blocking,
+        "reported blocked"
+    );
+    let e = h.enter_blocking().map(|_| ()).unwrap_err();
+    assert!(matches!(e, GilError::InsideRegion { .. }), "{e}");
+    region.leave().unwrap();
+    assert!(h.holds_gil(), "re-taken at leave");
+
+    h.enter_blocking().unwrap().keep_open();
+    assert!(!h.holds_gil(), "still inside the region");
+    let region = h.current_region().unwrap();
+    assert!(region.held_gil());
+    drop(region);
+    assert!(h.holds_gil(), "dropping the token left the region");
+    let e = h.current_region().map(|_| ()).unwrap_err();
+    assert!(matches!(e, GilError::NotInRegion { .. }), "{e}");
+    h.release(true).unwrap();
+
+    let region = h.enter_blocking().unwrap();
+    assert!(!region.held_gil(), "entered without the GIL");
+    region.leave().unwrap();
+    assert!(!h.holds_gil(), "not taken at leave either");
+}
