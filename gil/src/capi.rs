@@ -745,11 +745,12 @@ pub unsafe extern "C" fn gil_set_hooks(
         if on_block.is_none() && on_unblock.is_none() {
             gil.set_hooks(None);
         } else {
-            gil.set_hooks(Some(std::sync::Arc::new(CHooks {
+            let hooks: Box<dyn GilHooks> = Box::new(CHooks {
                 on_block,
                 on_unblock,
                 data,
-            })));
+            });
+            gil.set_hooks(Some(hooks.into()));
         }
         GIL_OK
     })

@@ -61,27 +61,25 @@ pub enum BorrowError {
 ///
 /// ```
 /// use gil::{Gil, GilCell};
-/// use std::sync::Arc;
 ///
 /// let gil = Gil::new();
-/// let log = Arc::new(GilCell::new(&gil, Vec::new()));
-/// let workers: Vec<_> = (0..2)
-///     .map(|i| {
-///         let log = log.clone();
-///         gil.spawn(&format!("w{i}"), move |h| {
+/// let log = GilCell::new(&gil, Vec::new());
+/// std::thread::scope(|s| {
+///     for i in 0..2 {
+///         let (gil, log) = (&gil, &log);
+///         s.spawn(move || {
+///             let h = gil.attach(&format!("w{i}"))?;
 ///             for _ in 0..100 {
 ///                 let g = h.lock()?;
 ///                 log.borrow_mut(&g).push(i);
-///                 h.poll()?; // no borrow is alive here
+///                 drop(g);
+///                 h.poll()?; // a safepoint; no borrow is alive here
 ///             }
+///             h.detach();
 ///             Ok::<_, gil::GilError>(())
-///         })
-///         .unwrap()
-///     })
-///     .collect();
-/// for w in workers {
-///     w.join().unwrap()?;
-/// }
+///         });
+///     }
+/// });
 /// let h = gil.attach("main")?;
 /// let g = h.lock()?;
 /// assert_eq!(log.borrow(&g).len(), 200);

@@ -5,7 +5,7 @@
 use crate::action::{Action, ActionContext, ActionInner, ActionTarget};
 use crate::handle::{EnsureGuard, EnsureState, RegionError, ThreadHandle};
 use crate::hooks::GilHooks;
-use crate::primitive::{Arc, Ordering};
+use crate::primitive::{Arc, Ordering, StdArc};
 use crate::state::{Shared, ThreadState, F_ACTION, F_STOP, S_BLOCKING, S_DETACHED, S_WAITING};
 use crate::{Config, GilError};
 use std::marker::PhantomData;
@@ -292,15 +292,15 @@ impl Gil {
     pub fn stats(&self) -> GilStats {
         let s = &self.shared.stats;
         GilStats {
-            handoffs: s.handoffs.load(Ordering::Relaxed),
-            switch_requests: s.switch_requests.load(Ordering::Relaxed),
-            priority_grants: s.priority_grants.load(Ordering::Relaxed),
-            actions_run: s.actions_run.load(Ordering::Relaxed),
+            handoffs: s.handoffs.get(),
+            switch_requests: s.switch_requests.get(),
+            priority_grants: s.priority_grants.get(),
+            actions_run: s.actions_run.get(),
         }
     }
 
     /// Installs (or with `None` removes) the embedder's block/unblock hooks.
-    pub fn set_hooks(&self, hooks: Option<std::sync::Arc<dyn GilHooks>>) {
+    pub fn set_hooks(&self, hooks: Option<StdArc<dyn GilHooks>>) {
         self.shared.set_hooks(hooks);
     }
 

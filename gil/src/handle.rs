@@ -1,7 +1,7 @@
 //! The per-thread API: a [`ThreadHandle`] is what an attached thread uses to take, drop
 //! and poll the GIL without a thread-local lookup, and the guards built on it.
 
-use crate::primitive::{Arc, Ordering};
+use crate::primitive::{Arc, Ordering, StdArc};
 use crate::state::{ThreadState, F_STOP};
 use crate::{Gil, GilError, ThreadId};
 use std::marker::PhantomData;
@@ -131,7 +131,7 @@ impl ThreadHandle {
         interrupt: impl Fn() + Send + Sync + 'static,
         f: impl FnOnce() -> R,
     ) -> Result<R, RegionError<R>> {
-        self.region(Some(std::sync::Arc::new(interrupt)), f)
+        self.region(Some(StdArc::new(interrupt)), f)
     }
 
     /// Enters a blocking region, the split-phase form of
@@ -163,7 +163,7 @@ impl ThreadHandle {
         &self,
         interrupt: impl Fn() + Send + Sync + 'static,
     ) -> Result<BlockingRegion<'_>, GilError> {
-        self.enter(Some(std::sync::Arc::new(interrupt)))
+        self.enter(Some(StdArc::new(interrupt)))
     }
 
     /// The blocking region this thread is in, as a token again: for a layer (a C ABI)

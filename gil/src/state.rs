@@ -22,12 +22,11 @@
 use crate::action::ActionInner;
 use crate::hooks::{BlockReason, GilHooks};
 use crate::primitive::{
-    spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8, AtomicUsize, Mutex,
-    MutexGuard, Ordering, Parker,
+    next_gil_id, spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8,
+    AtomicUsize, Counter, Mutex, MutexGuard, Ordering, Parker, StdArc,
 };
 use crate::{Config, GilError, ThreadId};
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64 as StatCounter;
 use std::time::Instant;
 
 /// Lock-word bit: at least one thread is queued for the GIL.
@@ -62,17 +61,17 @@ pub(crate) const S_BLOCKING: u8 = 2;
 pub(crate) const S_DETACHED: u8 = 3;
 
 /// Interrupts a blocking region so that its thread can run actions or stop.
-pub(crate) type Interrupter = std::sync::Arc<dyn Fn() + Send + Sync>;
+pub(crate) type Interrupter = StdArc<dyn Fn() + Send + Sync>;
 
 /// One attached thread, shared between the thread itself and everyone who signals it.
 pub(crate) struct ThreadState {
     pub(crate) id: u64,
-    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) name: StdArc<str>,
     pub(crate) flags: AtomicU32,
     pub(crate) status: AtomicU8,
     pub(crate) parker: Parker,
     pub(crate) actions: Mutex<Vec<Arc<ActionInner>>>,
-    pub(crate) interrupter: std::sync::Mutex<Option<Interrupter>>,
+    pub(crate) interrupter: Mutex<Option<Interrupter>>,
     /// The thread returned an error because of shutdown or a stop request.
     pub(crate) acknowledged: AtomicBool,
     /// Priority token bucket (nanoseconds, may go negative), owner-thread only.
@@ -110,10 +109,10 @@ impl ThreadState {
 /// Counters kept for [`GilStats`](crate::GilStats).
 #[derive(Default)]
 pub(crate) struct Stats {
-    pub(crate) handoffs: StatCounter,
-    pub(crate) switch_requests: StatCounter,
-    pub(crate) priority_grants: StatCounter,
-    pub(crate) actions_run: StatCounter,
+    pub(crate) handoffs: Counter,
+    pub(crate) switch_requests: Counter,
+    pub(crate) priority_grants: Counter,
+    pub(crate) actions_run: Counter,
 }
 
 /// What the state mutex protects.
@@ -171,17 +170,16 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
     epoch: Instant,
-    hooks: std::sync::Mutex<Option<std::sync::Arc<dyn GilHooks>>>,
-    has_hooks: std::sync::atomic::AtomicBool,
+    hooks: Mutex<Option<StdArc<dyn GilHooks>>>,
+    has_hooks: AtomicBool,
     pub(crate) shut_down: AtomicBool,
     pub(crate) stats: Stats,
 }
 
 impl Shared {
     pub(crate) fn new(config: Config) -> Self {
-        static NEXT_GIL_ID: StatCounter = StatCounter::new(1);
         Shared {
-            id: NEXT_GIL_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_gil_id(),
             label: config.name.clone(),
             lock: AtomicUsize::new(0),
             state: Mutex::new(State {
@@ -194,8 +192,8 @@ impl Shared {
             }),
             config,
             epoch: Instant::now(),
-            hooks: std::sync::Mutex::new(None),
-            has_hooks: std::sync::atomic::AtomicBool::new(false),
+            hooks: Mutex::new(None),
+            has_hooks: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             stats: Stats::default(),
         }
@@ -243,7 +241,7 @@ impl Shared {
             status: AtomicU8::new(S_RUNNING),
             parker: Parker::new(),
             actions: Mutex::new(Vec::new()),
-            interrupter: std::sync::Mutex::new(None),
+            interrupter: Mutex::new(None),
             acknowledged: AtomicBool::new(false),
             prio_budget_ns: AtomicI64::new(burst),
             prio_refill_ns: AtomicI64::new(self.now_ns()),
@@ -481,7 +479,7 @@ impl Shared {
             let holder = self.owner();
             if let Some(h) = st.find(holder) {
                 h.flags.fetch_or(F_DROP, Ordering::Release);
-                self.stats.switch_requests.fetch_add(1, Ordering::Relaxed);
+                self.stats.switch_requests.bump();
             }
             tracing::trace!(gil = %self.label, thread = %ts.label(), holder,
                 "priority switch request (returning from a blocking region)");
@@ -499,7 +497,7 @@ impl Shared {
         if result.is_ok() && priority {
             ts.prio_hold_start_ns
                 .store(self.now_ns(), Ordering::Relaxed);
-            self.stats.priority_grants.fetch_add(1, Ordering::Relaxed);
+            self.stats.priority_grants.bump();
         }
         if !already_blocked {
             self.hook_unblock(ts, BlockReason::WaitingForGil);
@@ -547,7 +545,7 @@ impl Shared {
                 st.switch_number += 1;
                 drop(st);
                 next.parker.unpark();
-                self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                self.stats.handoffs.bump();
                 tracing::trace!(gil = %self.label, from = from.id, to = next.id, reason, "GIL handoff");
             }
             None => {
@@ -628,7 +626,7 @@ impl Shared {
         let holder = self.owner();
         if let Some(h) = st.find(holder) {
             h.flags.fetch_or(F_DROP, Ordering::Release);
-            self.stats.switch_requests.fetch_add(1, Ordering::Relaxed);
+            self.stats.switch_requests.bump();
             tracing::debug!(gil = %self.label, waiter = ts.id, holder, "switch request after the interval");
         }
     }
@@ -698,7 +696,7 @@ impl Shared {
         ts.status.store(S_WAITING, Ordering::SeqCst);
         drop(st);
         next.parker.unpark();
-        self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+        self.stats.handoffs.bump();
         tracing::trace!(gil = %self.label, from = ts.id, to = next.id, reason = "switch", "GIL handoff");
         self.hook_block(ts, BlockReason::WaitingForGil);
         let result = self.wait_for_grant(ts, seen);
@@ -726,16 +724,19 @@ impl Shared {
         if held {
             self.release_now(ts)?;
         }
-        if let Some(i) = interrupter {
-            *lock_std(&ts.interrupter) = Some(i);
+        {
+            // Published under the interrupter's mutex, which `wake` takes too.
+            let mut slot = ts.interrupter.lock();
+            *slot = interrupter;
+            ts.region_held.store(held, Ordering::Relaxed);
+            ts.flags.fetch_or(F_IN_REGION, Ordering::Relaxed);
+            ts.status.store(S_BLOCKING, Ordering::SeqCst);
         }
-        ts.region_held.store(held, Ordering::Relaxed);
-        ts.flags.fetch_or(F_IN_REGION, Ordering::Relaxed);
-        ts.status.store(S_BLOCKING, Ordering::SeqCst);
         self.hook_block(ts, BlockReason::BlockingRegion);
-        // An action submitted while the status still said "running" did not call the
-        // interrupter: run it now, at the start of the region (without the GIL).
-        if ts.flags.load(Ordering::SeqCst) & F_ACTION != 0 {
+        // An action whose `wake` took the mutex before the region was published did
+        // not call the interrupter, and its flag is visible here (set before that
+        // `wake`): run it now, at the start of the region (without the GIL).
+        if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);
         }
         Ok(held)
@@ -758,7 +759,7 @@ impl Shared {
     /// priority (the convoy-effect fix).
     pub(crate) fn leave_blocking(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         let held = self.region_state(ts)?;
-        *lock_std(&ts.interrupter) = None;
+        *ts.interrupter.lock() = None;
         if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);
         }
@@ -822,7 +823,7 @@ impl Shared {
         ts.flags.fetch_or(F_IN_ACTION, Ordering::Relaxed);
         for action in pending {
             action.run_on(ts, holds_gil);
-            self.stats.actions_run.fetch_add(1, Ordering::Relaxed);
+            self.stats.actions_run.bump();
         }
         ts.flags.fetch_and(!F_IN_ACTION, Ordering::Relaxed);
     }
@@ -831,33 +832,42 @@ impl Shared {
     ///
     /// Callers set the thread's flag (under the state mutex) before calling this. A
     /// running thread needs no wake-up: it sees the flag at its next poll. A thread that
-    /// starts waiting does so under the state mutex and checks its flags before parking,
-    /// and one entering a region sets its status (SeqCst) and then checks its flags, so
-    /// no wake-up is lost.
+    /// starts waiting does so under the state mutex and checks its flags before parking;
+    /// one entering a region publishes its status and interrupter under the
+    /// interrupter's mutex, which this takes, and checks its flags after: either this
+    /// sees the region and interrupts it, or the entry sees the flag. So no wake-up is
+    /// lost, by mutexes alone (no store-load ordering between two atomics, which the
+    /// loom models could not check: loom treats SeqCst accesses as AcqRel).
     pub(crate) fn wake(&self, ts: &ThreadState) {
-        let status = ts.status.load(Ordering::SeqCst);
+        let (status, interrupter) = {
+            let slot = ts.interrupter.lock();
+            let status = ts.status.load(Ordering::SeqCst);
+            let interrupter = if status == S_BLOCKING {
+                slot.clone()
+            } else {
+                None
+            };
+            (status, interrupter)
+        };
         if status != S_RUNNING {
             ts.parker.unpark();
         }
-        if status == S_BLOCKING {
-            let interrupter = lock_std(&ts.interrupter).clone();
-            if let Some(interrupt) = interrupter {
-                interrupt();
-            }
+        if let Some(interrupt) = interrupter {
+            interrupt();
         }
     }
 
     // ----- hooks -----------------------------------------------------------------------
 
-    pub(crate) fn set_hooks(&self, hooks: Option<std::sync::Arc<dyn GilHooks>>) {
+    pub(crate) fn set_hooks(&self, hooks: Option<StdArc<dyn GilHooks>>) {
         let present = hooks.is_some();
-        *lock_std(&self.hooks) = hooks;
+        *self.hooks.lock() = hooks;
         self.has_hooks.store(present, Ordering::Release);
     }
 
-    fn hook(&self) -> Option<std::sync::Arc<dyn GilHooks>> {
+    fn hook(&self) -> Option<StdArc<dyn GilHooks>> {
         if self.has_hooks.load(Ordering::Acquire) {
-            lock_std(&self.hooks).clone()
+            self.hooks.lock().clone()
         } else {
             None
         }
@@ -888,9 +898,4 @@ impl Shared {
             }
         }
     }
-}
-
-/// Locks a std mutex, ignoring poisoning (the data are plain options).
-pub(crate) fn lock_std<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
