@@ -34,7 +34,20 @@ impl ThreadHandle {
 
     /// Takes the GIL: `Ok(true)` if this call took it, `Ok(false)` if the thread already
     /// held it (never deadlocks on itself). Pass the result to [`release`](Self::release).
-    /// Errors if the thread was stopped or the GIL shut down.
+    /// Errors if the thread was stopped or the GIL shut down, and inside a blocking
+    /// region ([`GilError::InsideRegion`]).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let acquired = h.acquire()?; // true: this call took it
+    /// let again = h.acquire()?; // false: the thread already held it
+    /// h.release(again)?; // a no-op
+    /// assert!(h.holds_gil());
+    /// h.release(acquired)?;
+    /// assert!(!h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     #[inline]
     pub fn acquire(&self) -> Result<bool, GilError> {
         self.gil.shared.acquire(&self.ts)
@@ -115,7 +128,21 @@ impl ThreadHandle {
     /// Inside, `f` must not touch state the GIL protects; it may call
     /// [`poll`](Self::poll) to run pending actions. Actions still pending when `f`
     /// returns run before the GIL is re-taken. If `f` panics the GIL is re-taken before
-    /// the panic continues.
+    /// the panic continues. Inside, taking the GIL or a second region is refused
+    /// ([`GilError::InsideRegion`]); a guard of the thread that goes inside ends its hold
+    /// there (the GIL is then not re-taken for it).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let _g = h.lock()?;
+    /// let n = h.allow_threads(|| {
+    ///     std::thread::sleep(std::time::Duration::from_millis(1)); // I/O, a lock, ...
+    ///     42
+    /// })?;
+    /// assert!(n == 42 && h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     pub fn allow_threads<R>(&self, f: impl FnOnce() -> R) -> Result<R, RegionError<R>> {
         self.region(None, f)
     }
