@@ -34,6 +34,7 @@ extern "C" {
 #define GIL_ERR_ALREADY_SHUT_DOWN -11 /* shutdown was already called */
 #define GIL_ERR_INSIDE_ACTION -12     /* not allowed inside a safepoint action */
 #define GIL_ERR_INSIDE_HOOK -13       /* not allowed inside an on_block/on_unblock hook */
+#define GIL_ERR_INSIDE_REGION -14     /* not allowed inside a blocking region */
 
 /* gil_submit_action target: every attached thread. */
 #define GIL_ALL_THREADS 0
@@ -104,7 +105,8 @@ int32_t gil_detach(gil_t *gil);
 int32_t gil_current_thread(const gil_t *gil, uint64_t *thread_id_out);
 
 /* Takes the GIL: *acquired_out = 1 if this call took it, 0 if the thread already held it
- * (never deadlocks on itself). Pass the value to gil_release. */
+ * (never deadlocks on itself). Pass the value to gil_release. Inside a blocking region:
+ * GIL_ERR_INSIDE_REGION (leave the region first). */
 int32_t gil_acquire(gil_t *gil, int32_t *acquired_out);
 /* Releases the GIL if acquired is non-zero; with waiters it goes to the next one. */
 int32_t gil_release(gil_t *gil, int32_t acquired);
@@ -119,7 +121,8 @@ int32_t gil_poll(gil_t *gil);
 int32_t gil_holds(const gil_t *gil);
 
 /* Blocking region (Py_BEGIN_ALLOW_THREADS): releases the GIL if held. Between enter and
- * leave, touch nothing the GIL protects; gil_poll runs pending actions. */
+ * leave, touch nothing the GIL protects; gil_poll runs pending actions; taking the GIL
+ * (gil_acquire, gil_ensure) or a second gil_blocking_enter is GIL_ERR_INSIDE_REGION. */
 int32_t gil_blocking_enter(gil_t *gil, int32_t *token_out);
 /* Leaves it: runs pending actions and re-takes the GIL if it was held at enter. */
 int32_t gil_blocking_leave(gil_t *gil, int32_t token);

@@ -4,7 +4,7 @@
 //! blocking region runs them when the region calls `poll()`, when its interrupter makes
 //! it return, or at the latest when it leaves the region (before re-taking the GIL).
 
-use crate::primitive::{Arc, Condvar, Mutex, Ordering};
+use crate::primitive::{Arc, Condvar, Mutex, Ordering, StdArc};
 use crate::state::ThreadState;
 use crate::{GilError, ThreadId};
 use std::time::{Duration, Instant};
@@ -88,7 +88,7 @@ impl ActionReport {
 struct Progress {
     outcomes: Vec<(ThreadId, ActionOutcome)>,
     /// Target id and name (the label is only built for a timeout message).
-    pending: Vec<(ThreadId, std::sync::Arc<str>)>,
+    pending: Vec<(ThreadId, StdArc<str>)>,
 }
 
 /// The shared part of an action: the closure and its progress.

@@ -8,14 +8,13 @@
 //! names and types, struct fields and constants must match.
 #![allow(non_camel_case_types)]
 
-use crate::action::ActionContext;
-use crate::hooks::{BlockReason, GilHooks};
-use crate::state::{S_BLOCKING, S_RUNNING};
-use crate::{Action, ActionTarget, Config, EnsureState, Gil, GilError, ThreadFate, ThreadId};
+use crate::{
+    Action, ActionContext, ActionTarget, BlockReason, Config, EnsureState, Gil, GilError, GilHooks,
+    ThreadFate, ThreadId,
+};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// Success.
@@ -47,6 +46,8 @@ pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = -11;
 pub const GIL_ERR_INSIDE_ACTION: i32 = -12;
 /// Not allowed inside an `on_block` / `on_unblock` hook.
 pub const GIL_ERR_INSIDE_HOOK: i32 = -13;
+/// Not allowed inside a blocking region (taking the GIL, a second region).
+pub const GIL_ERR_INSIDE_REGION: i32 = -14;
 
 /// Action target meaning every attached thread.
 pub const GIL_ALL_THREADS: u64 = 0;
@@ -147,6 +148,8 @@ fn code_of(e: &GilError) -> i32 {
         GilError::InvalidConfig { .. } => GIL_ERR_INVALID_CONFIG,
         GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
         GilError::InsideHook { .. } => GIL_ERR_INSIDE_HOOK,
+        GilError::InsideRegion { .. } => GIL_ERR_INSIDE_REGION,
+        GilError::NotInRegion { .. } => GIL_ERR_INVALID_ARGUMENT,
     }
 }
 
@@ -497,10 +500,12 @@ pub unsafe extern "C" fn gil_blocking_enter(gil: *mut gil_t, token_out: *mut i32
         let Some(h) = gil.current() else {
             return invalid_not_attached(gil, "gil_blocking_enter");
         };
-        if h.ts.status.load(Ordering::SeqCst) != S_RUNNING {
-            return invalid("gil_blocking_enter: the thread is already in a blocking region");
-        }
-        match gil.shared.enter_blocking(&h.ts, None) {
+        let entered = h.enter_blocking().map(|region| {
+            let held = region.held_gil();
+            region.keep_open();
+            held
+        });
+        match entered {
             Ok(held) => {
                 // SAFETY: non-null and writable per the contract.
                 unsafe { token_out.write(TOKEN_MAGIC | i32::from(held)) };
@@ -531,10 +536,8 @@ pub unsafe extern "C" fn gil_blocking_leave(gil: *mut gil_t, token: i32) -> i32 
         let Some(h) = gil.current() else {
             return invalid_not_attached(gil, "gil_blocking_leave");
         };
-        if h.ts.status.load(Ordering::SeqCst) != S_BLOCKING {
-            return invalid("gil_blocking_leave: the thread is not in a blocking region");
-        }
-        match gil.shared.leave_blocking(&h.ts, token & 1 == 1) {
+        let left = h.current_region().and_then(|region| region.leave());
+        match left {
             Ok(()) => GIL_OK,
             Err(e) => fail(e),
         }
@@ -742,11 +745,12 @@ pub unsafe extern "C" fn gil_set_hooks(
         if on_block.is_none() && on_unblock.is_none() {
             gil.set_hooks(None);
         } else {
-            gil.set_hooks(Some(std::sync::Arc::new(CHooks {
+            let hooks: Box<dyn GilHooks> = Box::new(CHooks {
                 on_block,
                 on_unblock,
                 data,
-            })));
+            });
+            gil.set_hooks(Some(hooks.into()));
         }
         GIL_OK
     })

@@ -115,6 +115,26 @@ pub enum GilError {
         /// The call that was refused.
         call: &'static str,
     },
+    /// A GIL call made inside a blocking region, where the thread does not hold the GIL
+    /// and is reported blocked (a GC counts it as stopped): take the GIL or open a second
+    /// region. Leave the region first.
+    #[error("thread {thread} called {call} on GIL {gil} inside a blocking region")]
+    InsideRegion {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+        /// The call that was refused.
+        call: &'static str,
+    },
+    /// A blocking region was left (or looked up) on a thread that is not in one.
+    #[error("thread {thread} is not in a blocking region of GIL {gil}")]
+    NotInRegion {
+        /// The GIL's label.
+        gil: String,
+        /// The thread.
+        thread: String,
+    },
     /// A configuration value is out of range.
     #[error("invalid GIL configuration: {what}")]
     InvalidConfig {

@@ -5,7 +5,7 @@
 use crate::action::{Action, ActionContext, ActionInner, ActionTarget};
 use crate::handle::{EnsureGuard, EnsureState, RegionError, ThreadHandle};
 use crate::hooks::GilHooks;
-use crate::primitive::{Arc, Ordering};
+use crate::primitive::{Arc, Ordering, StdArc};
 use crate::state::{Shared, ThreadState, F_ACTION, F_STOP, S_BLOCKING, S_DETACHED, S_WAITING};
 use crate::{Config, GilError};
 use std::marker::PhantomData;
@@ -247,15 +247,32 @@ impl Gil {
         result
     }
 
-    /// [`ensure_raw`](Self::ensure_raw) as a guard.
+    /// [`ensure_raw`](Self::ensure_raw) as a guard (it counts as a guard of its thread,
+    /// like [`GilGuard`](crate::GilGuard)).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let g = gil.clone();
+    /// std::thread::spawn(move || {
+    ///     // a thread the runtime did not create
+    ///     let e = g.ensure().unwrap();
+    ///     assert!(e.state().attached && e.handle().holds_gil());
+    ///     e.release().unwrap(); // releases and detaches
+    ///     assert!(g.current().is_none());
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// ```
     pub fn ensure(&self) -> Result<EnsureGuard, GilError> {
         let state = self.ensure_raw()?;
         let ts = self
             .current_state()
             .expect("ensure_raw attached the calling thread");
+        self.shared.guard_enter(&ts);
         Ok(EnsureGuard {
             handle: self.handle(ts),
             state,
+            done: false,
         })
     }
 
@@ -290,15 +307,39 @@ impl Gil {
     pub fn stats(&self) -> GilStats {
         let s = &self.shared.stats;
         GilStats {
-            handoffs: s.handoffs.load(Ordering::Relaxed),
-            switch_requests: s.switch_requests.load(Ordering::Relaxed),
-            priority_grants: s.priority_grants.load(Ordering::Relaxed),
-            actions_run: s.actions_run.load(Ordering::Relaxed),
+            handoffs: s.handoffs.get(),
+            switch_requests: s.switch_requests.get(),
+            priority_grants: s.priority_grants.get(),
+            actions_run: s.actions_run.get(),
         }
     }
 
     /// Installs (or with `None` removes) the embedder's block/unblock hooks.
-    pub fn set_hooks(&self, hooks: Option<std::sync::Arc<dyn GilHooks>>) {
+    ///
+    /// ```
+    /// use gil::{BlockReason, Gil, GilHooks, ThreadId};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// #[derive(Default)]
+    /// struct Blocked(AtomicUsize); // what a GC would count as stopped
+    /// impl GilHooks for Blocked {
+    ///     fn on_block(&self, _: ThreadId, _: BlockReason) {
+    ///         self.0.fetch_add(1, Ordering::SeqCst);
+    ///     }
+    ///     fn on_unblock(&self, _: ThreadId, _: BlockReason) {
+    ///         self.0.fetch_sub(1, Ordering::SeqCst);
+    ///     }
+    /// }
+    /// let gil = Gil::new();
+    /// let blocked = Arc::new(Blocked::default());
+    /// gil.set_hooks(Some(blocked.clone()));
+    /// let h = gil.attach("main")?;
+    /// h.allow_threads(|| assert_eq!(blocked.0.load(Ordering::SeqCst), 1))?;
+    /// assert_eq!(blocked.0.load(Ordering::SeqCst), 0);
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
+    pub fn set_hooks(&self, hooks: Option<StdArc<dyn GilHooks>>) {
         self.shared.set_hooks(hooks);
     }
 
@@ -309,6 +350,21 @@ impl Gil {
     /// the latest when it leaves the region; an attached thread outside the GIL runs it
     /// when it next takes the GIL. A thread that detaches first skips it. Returns a
     /// handle to wait for it.
+    ///
+    /// ```
+    /// use gil::{ActionTarget, Gil};
+    /// use std::time::Duration;
+    ///
+    /// let gil = Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let _g = h.lock()?;
+    /// let action = gil.submit(ActionTarget::Thread(h.id()), |ctx| {
+    ///     assert!(ctx.holds_gil); // the holder runs it at its poll
+    /// })?;
+    /// h.poll()?;
+    /// assert_eq!(action.wait(Duration::from_secs(1))?.ran(), 1);
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     pub fn submit<F>(&self, target: ActionTarget, f: F) -> Result<Action, GilError>
     where
         F: Fn(&ActionContext<'_>) + Send + Sync + 'static,

@@ -1,7 +1,7 @@
 //! The per-thread API: a [`ThreadHandle`] is what an attached thread uses to take, drop
 //! and poll the GIL without a thread-local lookup, and the guards built on it.
 
-use crate::primitive::{Arc, Ordering};
+use crate::primitive::{Arc, Ordering, StdArc};
 use crate::state::{ThreadState, F_STOP};
 use crate::{Gil, GilError, ThreadId};
 use std::marker::PhantomData;
@@ -34,7 +34,20 @@ impl ThreadHandle {
 
     /// Takes the GIL: `Ok(true)` if this call took it, `Ok(false)` if the thread already
     /// held it (never deadlocks on itself). Pass the result to [`release`](Self::release).
-    /// Errors if the thread was stopped or the GIL shut down.
+    /// Errors if the thread was stopped or the GIL shut down, and inside a blocking
+    /// region ([`GilError::InsideRegion`]).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let acquired = h.acquire()?; // true: this call took it
+    /// let again = h.acquire()?; // false: the thread already held it
+    /// h.release(again)?; // a no-op
+    /// assert!(h.holds_gil());
+    /// h.release(acquired)?;
+    /// assert!(!h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     #[inline]
     pub fn acquire(&self) -> Result<bool, GilError> {
         self.gil.shared.acquire(&self.ts)
@@ -43,17 +56,37 @@ impl ThreadHandle {
     /// Releases the GIL if `acquired` (what [`acquire`](Self::acquire) returned); with
     /// waiters it goes straight to the next one. Releasing a GIL the thread does not hold
     /// is an error ([`GilError::NotHolder`]), except after a stop or shutdown took it.
+    /// While a guard of the thread ([`lock`](Self::lock), [`Gil::ensure`]) is alive the
+    /// release is deferred to the last guard, which releases the GIL when it goes.
     #[inline]
     pub fn release(&self, acquired: bool) -> Result<(), GilError> {
         self.gil.shared.release(&self.ts, acquired)
     }
 
-    /// Takes the GIL for the guard's lifetime (released on drop only if this call took it).
+    /// Takes the GIL for the guard's lifetime: while any guard of the thread is alive the
+    /// thread holds the GIL. Guards may nest and go in any order: the GIL is released
+    /// when the last of them goes (if one of them, or a raw [`acquire`](Self::acquire)
+    /// whose [`release`](Self::release) came meanwhile, took it). Use
+    /// [`GilGuard::release`] instead of dropping to see a release error.
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let outer = h.lock()?;
+    /// let inner = h.lock()?;
+    /// drop(outer); // the inner guard is alive: the GIL stays held
+    /// assert!(h.holds_gil());
+    /// inner.release()?; // the last guard releases it
+    /// assert!(!h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     pub fn lock(&self) -> Result<GilGuard<'_>, GilError> {
         let acquired = self.acquire()?;
+        self.gil.shared.guard_enter(&self.ts);
         Ok(GilGuard {
             handle: self,
             acquired,
+            done: false,
         })
     }
 
@@ -95,7 +128,21 @@ impl ThreadHandle {
     /// Inside, `f` must not touch state the GIL protects; it may call
     /// [`poll`](Self::poll) to run pending actions. Actions still pending when `f`
     /// returns run before the GIL is re-taken. If `f` panics the GIL is re-taken before
-    /// the panic continues.
+    /// the panic continues. Inside, taking the GIL or a second region is refused
+    /// ([`GilError::InsideRegion`]); a guard of the thread that goes inside ends its hold
+    /// there (the GIL is then not re-taken for it).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let _g = h.lock()?;
+    /// let n = h.allow_threads(|| {
+    ///     std::thread::sleep(std::time::Duration::from_millis(1)); // I/O, a lock, ...
+    ///     42
+    /// })?;
+    /// assert!(n == 42 && h.holds_gil());
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
     pub fn allow_threads<R>(&self, f: impl FnOnce() -> R) -> Result<R, RegionError<R>> {
         self.region(None, f)
     }
@@ -111,7 +158,62 @@ impl ThreadHandle {
         interrupt: impl Fn() + Send + Sync + 'static,
         f: impl FnOnce() -> R,
     ) -> Result<R, RegionError<R>> {
-        self.region(Some(std::sync::Arc::new(interrupt)), f)
+        self.region(Some(StdArc::new(interrupt)), f)
+    }
+
+    /// Enters a blocking region, the split-phase form of
+    /// [`allow_threads`](Self::allow_threads): the GIL is released (if held) until the
+    /// returned token's [`leave`](BlockingRegion::leave) (or drop) re-takes it, with
+    /// priority. In between the thread is reported blocked (hooks: `on_block` now,
+    /// `on_unblock` at leave) and must not touch what the GIL protects; taking the GIL
+    /// or entering a second region is refused ([`GilError::InsideRegion`]).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let h = gil.attach("main")?;
+    /// let g = h.lock()?;
+    /// let region = h.enter_blocking()?; // Py_BEGIN_ALLOW_THREADS
+    /// assert!(!h.holds_gil());
+    /// std::thread::sleep(std::time::Duration::from_millis(1)); // blocking work
+    /// region.leave()?; // Py_END_ALLOW_THREADS
+    /// assert!(h.holds_gil());
+    /// # drop(g);
+    /// # Ok::<(), gil::GilError>(())
+    /// ```
+    pub fn enter_blocking(&self) -> Result<BlockingRegion<'_>, GilError> {
+        self.enter(None)
+    }
+
+    /// [`enter_blocking`](Self::enter_blocking) with an interrupter, as in
+    /// [`allow_threads_interruptible`](Self::allow_threads_interruptible).
+    pub fn enter_blocking_interruptible(
+        &self,
+        interrupt: impl Fn() + Send + Sync + 'static,
+    ) -> Result<BlockingRegion<'_>, GilError> {
+        self.enter(Some(StdArc::new(interrupt)))
+    }
+
+    /// The blocking region this thread is in, as a token again: for a layer (a C ABI)
+    /// whose region outlives the token it got from
+    /// [`enter_blocking`](Self::enter_blocking) (see [`BlockingRegion::keep_open`]).
+    /// [`GilError::NotInRegion`] if the thread is in none.
+    pub fn current_region(&self) -> Result<BlockingRegion<'_>, GilError> {
+        self.gil.shared.region_state(&self.ts)?;
+        Ok(BlockingRegion {
+            handle: self,
+            done: false,
+        })
+    }
+
+    fn enter(
+        &self,
+        interrupter: Option<crate::state::Interrupter>,
+    ) -> Result<BlockingRegion<'_>, GilError> {
+        self.gil.shared.enter_blocking(&self.ts, interrupter)?;
+        Ok(BlockingRegion {
+            handle: self,
+            done: false,
+        })
     }
 
     fn region<R>(
@@ -119,35 +221,12 @@ impl ThreadHandle {
         interrupter: Option<crate::state::Interrupter>,
         f: impl FnOnce() -> R,
     ) -> Result<R, RegionError<R>> {
-        let shared = &self.gil.shared;
-        let held = shared
-            .enter_blocking(&self.ts, interrupter)
+        let region = self
+            .enter(interrupter)
             .map_err(|error| RegionError { error, value: None })?;
-        // Re-takes the GIL if `f` unwinds.
-        struct Unwind<'a> {
-            handle: &'a ThreadHandle,
-            held: bool,
-            armed: bool,
-        }
-        impl Drop for Unwind<'_> {
-            fn drop(&mut self) {
-                if self.armed {
-                    let _ = self
-                        .handle
-                        .gil
-                        .shared
-                        .leave_blocking(&self.handle.ts, self.held);
-                }
-            }
-        }
-        let mut guard = Unwind {
-            handle: self,
-            held,
-            armed: true,
-        };
+        // If `f` unwinds, dropping the token re-takes the GIL.
         let value = f();
-        guard.armed = false;
-        match shared.leave_blocking(&self.ts, held) {
+        match region.leave() {
             Ok(()) => Ok(value),
             Err(error) => Err(RegionError {
                 error,
@@ -174,6 +253,67 @@ impl std::fmt::Debug for ThreadHandle {
         f.debug_struct("ThreadHandle")
             .field("gil", &self.gil.shared.label)
             .field("thread", &self.ts.label())
+            .finish()
+    }
+}
+
+/// A blocking region the thread is in ([`ThreadHandle::enter_blocking`]): leaving it
+/// ([`leave`](Self::leave), or dropping the token, which logs an error it cannot return)
+/// runs pending actions and re-takes the GIL if it was held at entry. Bound to its
+/// thread. A guard of the thread that goes inside the region ends its hold there: the
+/// region then does not re-take the GIL for it.
+#[must_use = "dropping the token leaves the region at once"]
+pub struct BlockingRegion<'a> {
+    handle: &'a ThreadHandle,
+    done: bool,
+}
+
+impl BlockingRegion<'_> {
+    /// Whether leaving re-takes the GIL (it was held at entry and is still wanted).
+    pub fn held_gil(&self) -> bool {
+        self.handle
+            .gil
+            .shared
+            .region_state(&self.handle.ts)
+            .unwrap_or(false)
+    }
+
+    /// Leaves the region: runs the actions still pending (without the GIL), then re-takes
+    /// the GIL if [`held_gil`](Self::held_gil). Errors if the thread was stopped or the
+    /// GIL shut down meanwhile (the GIL is then not re-taken).
+    pub fn leave(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.handle.gil.shared.leave_blocking(&self.handle.ts)
+    }
+
+    /// Ends this token without leaving: the thread stays in the region until a token
+    /// from [`ThreadHandle::current_region`] leaves it. For a layer whose region spans
+    /// calls (the C ABI's `gil_blocking_enter` / `gil_blocking_leave`).
+    pub fn keep_open(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for BlockingRegion<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Err(e) = self.handle.gil.shared.leave_blocking(&self.handle.ts) {
+            if std::thread::panicking() {
+                tracing::debug!(error = %e, "leaving a blocking region while unwinding");
+            } else {
+                tracing::error!(error = %e, "leaving a blocking region from its token's drop failed (use BlockingRegion::leave to see the error)");
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for BlockingRegion<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingRegion")
+            .field("thread", &self.handle.ts.label())
+            .field("held_gil", &self.held_gil())
             .finish()
     }
 }
@@ -209,10 +349,18 @@ impl<R> From<RegionError<R>> for GilError {
     }
 }
 
-/// Holds the GIL while alive; releases it on drop if its `lock` call took it.
+/// Holds the GIL while alive ([`ThreadHandle::lock`]). Guards are bound to their thread
+/// (neither `Send` nor `Sync`) and counted per thread: whatever order they go in, the
+/// GIL is released when the thread's last guard goes, so a live guard means the thread
+/// holds the GIL. Two exceptions, both on the thread itself: inside a blocking region
+/// ([`ThreadHandle::allow_threads`]) and while a `poll` or `yield_now` has handed the GIL
+/// to another thread; a [`GilCell`](crate::GilCell) borrow checks that its thread holds
+/// the GIL. Detaching the thread (or shutting the GIL down from it) ends the hold of its
+/// live guards.
 pub struct GilGuard<'a> {
     handle: &'a ThreadHandle,
     acquired: bool,
+    done: bool,
 }
 
 impl GilGuard<'_> {
@@ -221,12 +369,36 @@ impl GilGuard<'_> {
     pub fn acquired(&self) -> bool {
         self.acquired
     }
+
+    /// The handle of the guard's thread.
+    pub fn handle(&self) -> &ThreadHandle {
+        self.handle
+    }
+
+    /// Drops the guard and reports what dropping would only log: releasing the GIL
+    /// (when this is the thread's last guard and the GIL was taken by it or by an
+    /// acquisition released meanwhile) can fail, e.g. with [`GilError::InsideAction`].
+    pub fn release(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.handle
+            .gil
+            .shared
+            .guard_exit(&self.handle.ts, self.acquired)
+    }
 }
 
 impl Drop for GilGuard<'_> {
     fn drop(&mut self) {
-        if let Err(e) = self.handle.release(self.acquired) {
-            tracing::error!(error = %e, "releasing the GIL from a guard failed");
+        if self.done {
+            return;
+        }
+        if let Err(e) = self
+            .handle
+            .gil
+            .shared
+            .guard_exit(&self.handle.ts, self.acquired)
+        {
+            tracing::error!(error = %e, "releasing the GIL from a guard failed (use GilGuard::release to see the error)");
         }
     }
 }
@@ -242,10 +414,13 @@ pub struct EnsureState {
 }
 
 /// Holds the GIL for a thread that may not have been attached before (`ensure`); on
-/// drop, releases it and detaches the thread if `ensure` attached it.
+/// drop, releases it and detaches the thread if `ensure` attached it. It counts as a
+/// guard of its thread, like [`GilGuard`] (the GIL is released when the thread's last
+/// guard goes).
 pub struct EnsureGuard {
     pub(crate) handle: ThreadHandle,
     pub(crate) state: EnsureState,
+    pub(crate) done: bool,
 }
 
 impl EnsureGuard {
@@ -258,12 +433,32 @@ impl EnsureGuard {
     pub fn state(&self) -> EnsureState {
         self.state
     }
+
+    /// Drops the guard and reports what dropping would only log (see
+    /// [`GilGuard::release`]).
+    pub fn release(mut self) -> Result<(), GilError> {
+        self.done = true;
+        self.finish()
+    }
+
+    fn finish(&self) -> Result<(), GilError> {
+        let shared = &self.handle.gil.shared;
+        let result = shared.guard_exit(&self.handle.ts, self.state.acquired);
+        if self.state.attached {
+            crate::tls::remove(shared);
+            shared.detach(&self.handle.ts);
+        }
+        result
+    }
 }
 
 impl Drop for EnsureGuard {
     fn drop(&mut self) {
-        if let Err(e) = self.handle.gil.ensure_release(self.state) {
-            tracing::error!(error = %e, "releasing an ensure guard failed");
+        if self.done {
+            return;
+        }
+        if let Err(e) = self.finish() {
+            tracing::error!(error = %e, "releasing an ensure guard failed (use EnsureGuard::release to see the error)");
         }
     }
 }

@@ -12,34 +12,71 @@
 //! keeps CPU-bound threads' share fair.
 //!
 //! ```
-//! use gil::{Gil, ActionTarget};
+//! use gil::{Gil, GilCell, ActionTarget};
+//! use std::sync::Arc;
 //! use std::time::Duration;
 //!
 //! let gil = Gil::new();
-//! let main = gil.attach("main").unwrap();
-//! let worker = gil
-//!     .spawn("worker", |h| {
-//!         for _ in 0..1000 {
-//!             let _g = h.lock().unwrap(); // hold the GIL while touching shared state
-//!             h.poll().unwrap();          // a safepoint: switch requests, actions
-//!         }
-//!         h.allow_threads(|| std::thread::sleep(Duration::from_millis(1))).unwrap();
-//!     })
-//!     .unwrap();
+//! let counter = Arc::new(GilCell::new(&gil, 0u64)); // Rust data the GIL protects
+//! let main = gil.attach("main")?;
+//! let c = counter.clone();
+//! let worker = gil.spawn("worker", move |h| {
+//!     for _ in 0..1000 {
+//!         let g = h.lock()?;          // hold the GIL while touching shared state
+//!         *c.borrow_mut(&g) += 1;
+//!         drop(g);
+//!         h.poll()?;                   // a safepoint: switch requests, actions
+//!     }
+//!     // release the GIL around blocking work; re-taken (with priority) afterwards
+//!     h.allow_threads(|| std::thread::sleep(Duration::from_millis(1)))?;
+//!     Ok::<_, gil::GilError>(())
+//! })?;
 //! let action = gil.submit(ActionTarget::AllThreads, |ctx| {
 //!     let _ = (ctx.thread, ctx.holds_gil);
-//! }).unwrap();
-//! action.wait(Duration::from_secs(5)).unwrap();
-//! worker.join_timeout(Duration::from_secs(10)).unwrap();
-//! assert!(main.acquire().unwrap());
-//! main.release(true).unwrap();
+//! })?;
+//! action.wait(Duration::from_secs(5))?;
+//! worker.join_timeout(Duration::from_secs(10)).unwrap()?;
+//! let g = main.lock()?;
+//! assert_eq!(*counter.borrow(&g), 1000);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The README has the state machine, the rules for embedders and the C usage
-//! (`include/gil.h`, the [`capi`] module).
+//! # The API
+//!
+//! - [`Gil`]: one GIL (one per interpreter; several per process). [`Gil::attach`]
+//!   registers the calling thread and returns its [`ThreadHandle`]; [`Gil::ensure`] does
+//!   it for threads the runtime did not create (`PyGILState_Ensure`); [`Gil::spawn`]
+//!   starts attached threads with a bounded join.
+//! - Holding the GIL: [`ThreadHandle::acquire`] / [`release`](ThreadHandle::release)
+//!   (GraalPy's `acquire() -> bool`), or a [`GilGuard`] from [`ThreadHandle::lock`]:
+//!   while a guard of a thread is alive, that thread holds the GIL.
+//! - Data the GIL protects: [`GilCell`], borrowed with a guard.
+//! - Safepoints: [`ThreadHandle::poll`] (one relaxed load when nothing is pending) honours
+//!   switch requests, runs safepoint actions ([`Gil::submit`]) and reports stop requests
+//!   ([`Gil::request_stop`]) and shutdown.
+//! - Blocking regions: [`ThreadHandle::allow_threads`] (a closure) or
+//!   [`ThreadHandle::enter_blocking`] (a [`BlockingRegion`] token, the split-phase form).
+//! - Embedder hooks ([`GilHooks`], [`Gil::set_hooks`]): told when a thread blocks and
+//!   unblocks, so a GC can count it as stopped.
+//! - [`Gil::shutdown`]: ends everything within a bound and accounts for every thread
+//!   ([`ShutdownReport`]).
+//! - Errors are [`GilError`] values naming the GIL and the thread.
+//!
+//! # C
+//!
+//! The crate's `cdylib` (`libgil.so`) exports the C ABI declared in `include/gil.h`
+//! (`gil_new`, `gil_attach`, `gil_acquire`, `gil_blocking_enter`, ...): each function
+//! converts its arguments, calls the API above on the calling thread's attachment, and
+//! returns `GIL_OK` or a `GIL_ERR_*` code with a message for `gil_last_error()`; no
+//! panic crosses it. A Rust program linking this crate also links those symbols (a C
+//! part of it can call them).
+//!
+//! The README has the state machine, the rules for embedders, the C usage and the
+//! measured figures.
 
 mod action;
-pub mod capi;
+mod capi;
+mod cell;
 mod config;
 mod error;
 mod gil;
@@ -55,10 +92,11 @@ mod tls;
 mod loom_tests;
 
 pub use action::{Action, ActionContext, ActionOutcome, ActionReport, ActionTarget};
+pub use cell::{BorrowError, GilCell, GilRef, GilRefMut};
 pub use config::Config;
 pub use error::GilError;
 pub use gil::{Gil, GilStats, ThreadId, ThreadInfo, ThreadStatus};
-pub use handle::{EnsureGuard, EnsureState, GilGuard, RegionError, ThreadHandle};
+pub use handle::{BlockingRegion, EnsureGuard, EnsureState, GilGuard, RegionError, ThreadHandle};
 pub use hooks::{BlockReason, GilHooks};
 pub use shutdown::{ShutdownReport, ThreadFate, ThreadOutcome};
 pub use spawn::{GilJoinHandle, JoinError};

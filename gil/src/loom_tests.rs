@@ -8,7 +8,7 @@ use crate::primitive::Ordering;
 use crate::state::WaitKind;
 use crate::{ActionTarget, Config, Gil, GilError};
 use loom::sync::atomic::{AtomicBool, AtomicUsize};
-use loom::sync::Arc;
+use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use std::time::Duration;
 
@@ -242,6 +242,100 @@ fn loom_action_reaches_blocking_region() {
         assert_eq!(report.ran(), 1);
         assert_eq!(report.panicked(), 0);
         t.join().unwrap();
+        drop(main);
+    });
+}
+
+/// Two nested guards dropped outer-first: while the inner one is alive no other thread
+/// holds the GIL; the other thread gets it once the inner one goes.
+#[test]
+fn loom_nested_guards_dropped_outer_first() {
+    model(|| {
+        let gil = model_gil(false);
+        let main = gil.attach("main").unwrap();
+        let outer = main.lock().unwrap();
+        let inner = main.lock().unwrap();
+        let inner_alive = Arc::new(AtomicBool::new(true));
+        let t = {
+            let gil = gil.clone();
+            let inner_alive = inner_alive.clone();
+            thread::spawn(move || {
+                let h = gil.attach("other").unwrap();
+                let g = h.lock().unwrap();
+                assert!(
+                    !inner_alive.load(Ordering::SeqCst),
+                    "took the GIL while another thread's guard was alive"
+                );
+                drop(g);
+                h.detach();
+            })
+        };
+        drop(outer);
+        thread::yield_now();
+        assert!(main.holds_gil(), "a live guard means the GIL is held");
+        inner_alive.store(false, Ordering::SeqCst);
+        drop(inner);
+        t.join().unwrap();
+        assert_eq!(gil.shared.lock.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// An action for a thread entering an interruptible region (the split-phase form):
+/// submitted before the region's status says "blocking" it runs at the region's start,
+/// after it the interrupter (behind the thread state's mutex) is called and the region
+/// polls; either way the blocking call ends and the action runs once, without the GIL.
+#[test]
+fn loom_action_reaches_interruptible_region() {
+    model(|| {
+        let gil = model_gil(false);
+        let main = gil.attach("submitter").unwrap();
+        let id = Arc::new(AtomicUsize::new(0));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let gil = gil.clone();
+            let id = id.clone();
+            let ran = ran.clone();
+            thread::spawn(move || {
+                let h = gil.attach("region").unwrap();
+                id.store(h.id().as_u64() as usize, Ordering::SeqCst);
+                // The blocking call waits on a condition variable the interrupter
+                // signals (or returns at once if the action already ran at the region's
+                // start, when there was nothing to interrupt).
+                let wakeup = Arc::new((Mutex::new(false), Condvar::new()));
+                let signal = wakeup.clone();
+                let region = h
+                    .enter_blocking_interruptible(move || {
+                        *signal.0.lock().unwrap() = true;
+                        signal.1.notify_all();
+                    })
+                    .unwrap();
+                let mut interrupted = wakeup.0.lock().unwrap();
+                while !*interrupted && ran.load(Ordering::SeqCst) == 0 {
+                    interrupted = wakeup.1.wait(interrupted).unwrap();
+                }
+                drop(interrupted);
+                h.poll().unwrap();
+                region.leave().unwrap();
+                h.detach();
+            })
+        };
+        let target = loop {
+            match id.load(Ordering::SeqCst) {
+                0 => thread::yield_now(),
+                n => break crate::ThreadId(n as u64),
+            }
+        };
+        let counter = ran.clone();
+        let action = gil
+            .submit(ActionTarget::Thread(target), move |ctx| {
+                assert!(!ctx.holds_gil, "runs without the GIL");
+                counter.fetch_add(1, Ordering::SeqCst);
+            })
+            .unwrap();
+        let report = action.wait(Duration::from_secs(3600)).unwrap();
+        assert_eq!(report.ran(), 1);
+        t.join().unwrap();
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
         drop(main);
     });
 }

@@ -1,10 +1,14 @@
 //! Synchronisation primitives behind one interface: `std` atomics and `parking_lot`
 //! locks in normal builds, `loom`'s model-checked versions under `cfg(loom)`.
 //!
-//! Everything in the crate that is shared between threads goes through this module, so
-//! the loom models in `loom_tests` exercise the real acquire/release, handoff and
-//! action-delivery code. Under loom, timed waits ignore their deadline (loom has no
-//! clock): models configure no switch interval and no spinning.
+//! Everything in the crate that is shared between threads goes through this module (no
+//! other file names `std::sync`), so the loom models in `loom_tests` exercise the real
+//! acquire/release, handoff, region, hook and action-delivery code. Under loom, timed
+//! waits ignore their deadline (loom has no clock): models configure no switch interval
+//! and no spinning. Three things stay `std` under loom, on purpose: [`StdArc`] (values
+//! the public API takes or gives: hooks, interrupters, and immutable thread names),
+//! [`Counter`] (statistics nobody synchronises on) and [`next_gil_id`] (a process-wide
+//! id counter).
 
 use std::time::Instant;
 
@@ -19,6 +23,36 @@ pub(crate) use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU8, 
 pub(crate) use loom::sync::Arc;
 
 pub(crate) use std::sync::atomic::Ordering;
+
+/// `std::sync::Arc` in every build: for what the public API takes or hands out (hooks,
+/// interrupters) and immutable shared data (thread names). Sharing these is no part of
+/// the protocol the models check; the GIL's own shared state uses [`Arc`].
+pub(crate) use std::sync::Arc as StdArc;
+
+/// A statistics counter (relaxed adds and loads): never read by the protocol, so it is
+/// `std` under loom too, where it adds no interleavings.
+#[derive(Default)]
+pub(crate) struct Counter(std::sync::atomic::AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The count.
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A process-unique GIL id (never 0): keys the per-thread registry and ties a
+/// `GilCell` to its GIL.
+pub(crate) fn next_gil_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A mutex whose `lock` never fails (poisoning is not meaningful for the GIL's short
 /// critical sections, which never run user code).

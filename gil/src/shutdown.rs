@@ -90,7 +90,27 @@ const RETRY: Duration = Duration::from_millis(10);
 impl Gil {
     /// Shuts the GIL down, waiting at most `timeout` for threads to leave it. After this
     /// every call on this GIL fails ([`GilError::ShutDown`]) and no thread can attach.
-    /// The caller (attached or not) is not waited for; if it held the GIL it is released.
+    /// The caller (attached or not) is not waited for; if it held the GIL it is released
+    /// (ending the hold of its live guards).
+    ///
+    /// ```
+    /// use gil::{Gil, GilError};
+    /// use std::time::Duration;
+    ///
+    /// let gil = Gil::new();
+    /// let worker = gil.spawn("worker", |h| loop {
+    ///     let _g = h.lock()?;
+    ///     h.poll()?; // returns ShutDown once shutdown starts
+    /// })?;
+    /// while gil.threads().is_empty() {
+    ///     std::thread::yield_now(); // until the worker is attached
+    /// }
+    /// let report = gil.shutdown(Duration::from_secs(5))?.into_result()?;
+    /// assert!(report.is_clean());
+    /// let left: Result<(), GilError> = worker.join_timeout(Duration::from_secs(5))?;
+    /// assert!(matches!(left, Err(GilError::ShutDown { .. })));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport, GilError> {
         let span = tracing::info_span!("gil shutdown", gil = %self.shared.label);
         let _enter = span.enter();

@@ -1,8 +1,9 @@
 //! Threads started attached to a GIL, with a bounded join: the embedder never blocks
-//! forever on a thread that does not finish.
+//! forever on a thread that does not finish. (The threads are `std` threads: the loom
+//! models do not spawn through here.)
 
+use crate::primitive::{Arc, Condvar, Mutex};
 use crate::{Gil, GilError, ThreadHandle};
-use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// Why a join did not produce the thread's result.
@@ -47,7 +48,7 @@ struct SignalOnDrop(Arc<(Mutex<bool>, Condvar)>);
 impl Drop for SignalOnDrop {
     fn drop(&mut self) {
         let (m, cv) = &*self.0;
-        *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        *m.lock() = true;
         cv.notify_all();
     }
 }
@@ -60,23 +61,19 @@ impl<T> GilJoinHandle<T> {
 
     /// Whether the thread has finished.
     pub fn is_finished(&self) -> bool {
-        *self.done.0.lock().unwrap_or_else(|e| e.into_inner())
+        *self.done.0.lock()
     }
 
     /// Waits at most `timeout` for the thread to finish; true if it did.
     pub fn wait(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let (m, cv) = &*self.done;
-        let mut done = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = m.lock();
         while !*done {
-            let now = Instant::now();
-            if now >= deadline {
+            if Instant::now() >= deadline {
                 return false;
             }
-            done = cv
-                .wait_timeout(done, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
+            done = cv.wait_until(done, Some(deadline));
         }
         true
     }

@@ -15,17 +15,18 @@
 //! # Per-thread flags
 //! Each thread has one flag word that `poll()` loads with a relaxed load: `DROP` (a
 //! waiter asked the holder to let go), `ACTION` (safepoint actions pending), `STOP` (the
-//! thread was asked to stop) and `INVALID` (shutdown or detach invalidated it).
+//! thread was asked to stop) and `INVALID` (shutdown or detach invalidated it), and the
+//! thread's own `IN_ACTION`, `IN_HOOK` and `IN_REGION`, which send its GIL calls to the
+//! slow paths that refuse them.
 
 use crate::action::ActionInner;
 use crate::hooks::{BlockReason, GilHooks};
 use crate::primitive::{
-    spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8, AtomicUsize, Mutex,
-    MutexGuard, Ordering, Parker,
+    next_gil_id, spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8,
+    AtomicUsize, Counter, Mutex, MutexGuard, Ordering, Parker, StdArc,
 };
 use crate::{Config, GilError, ThreadId};
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64 as StatCounter;
 use std::time::Instant;
 
 /// Lock-word bit: at least one thread is queued for the GIL.
@@ -45,6 +46,10 @@ pub(crate) const F_IN_ACTION: u32 = 16;
 /// The thread is inside an embedder hook (`on_block` / `on_unblock`): GIL calls from
 /// there would call the hook again, without end.
 pub(crate) const F_IN_HOOK: u32 = 32;
+/// The thread is inside a blocking region (set and cleared by the thread itself): it
+/// does not hold the GIL and is reported blocked, so taking the GIL or opening a second
+/// region is refused (it makes `acquire` take its slow path, which refuses).
+pub(crate) const F_IN_REGION: u32 = 64;
 
 /// Status: attached, not blocked (it may or may not hold the GIL).
 pub(crate) const S_RUNNING: u8 = 0;
@@ -56,17 +61,17 @@ pub(crate) const S_BLOCKING: u8 = 2;
 pub(crate) const S_DETACHED: u8 = 3;
 
 /// Interrupts a blocking region so that its thread can run actions or stop.
-pub(crate) type Interrupter = std::sync::Arc<dyn Fn() + Send + Sync>;
+pub(crate) type Interrupter = StdArc<dyn Fn() + Send + Sync>;
 
 /// One attached thread, shared between the thread itself and everyone who signals it.
 pub(crate) struct ThreadState {
     pub(crate) id: u64,
-    pub(crate) name: std::sync::Arc<str>,
+    pub(crate) name: StdArc<str>,
     pub(crate) flags: AtomicU32,
     pub(crate) status: AtomicU8,
     pub(crate) parker: Parker,
     pub(crate) actions: Mutex<Vec<Arc<ActionInner>>>,
-    pub(crate) interrupter: std::sync::Mutex<Option<Interrupter>>,
+    pub(crate) interrupter: Mutex<Option<Interrupter>>,
     /// The thread returned an error because of shutdown or a stop request.
     pub(crate) acknowledged: AtomicBool,
     /// Priority token bucket (nanoseconds, may go negative), owner-thread only.
@@ -74,6 +79,13 @@ pub(crate) struct ThreadState {
     prio_refill_ns: AtomicI64,
     /// Start of the current priority hold, or -1.
     prio_hold_start_ns: AtomicI64,
+    /// Live guards of this thread (`GilGuard`, `EnsureGuard`); owner-thread only.
+    guards: AtomicU32,
+    /// A release came while guards were alive: the last guard to go releases the GIL.
+    release_deferred: AtomicBool,
+    /// Inside a blocking region: the GIL is re-taken when the region ends (it was held
+    /// at entry and a guard or acquisition still wants it); owner-thread only.
+    region_held: AtomicBool,
 }
 
 impl ThreadState {
@@ -97,10 +109,10 @@ impl ThreadState {
 /// Counters kept for [`GilStats`](crate::GilStats).
 #[derive(Default)]
 pub(crate) struct Stats {
-    pub(crate) handoffs: StatCounter,
-    pub(crate) switch_requests: StatCounter,
-    pub(crate) priority_grants: StatCounter,
-    pub(crate) actions_run: StatCounter,
+    pub(crate) handoffs: Counter,
+    pub(crate) switch_requests: Counter,
+    pub(crate) priority_grants: Counter,
+    pub(crate) actions_run: Counter,
 }
 
 /// What the state mutex protects.
@@ -158,17 +170,16 @@ pub(crate) struct Shared {
     pub(crate) state: Mutex<State>,
     pub(crate) config: Config,
     epoch: Instant,
-    hooks: std::sync::Mutex<Option<std::sync::Arc<dyn GilHooks>>>,
-    has_hooks: std::sync::atomic::AtomicBool,
+    hooks: Mutex<Option<StdArc<dyn GilHooks>>>,
+    has_hooks: AtomicBool,
     pub(crate) shut_down: AtomicBool,
     pub(crate) stats: Stats,
 }
 
 impl Shared {
     pub(crate) fn new(config: Config) -> Self {
-        static NEXT_GIL_ID: StatCounter = StatCounter::new(1);
         Shared {
-            id: NEXT_GIL_ID.fetch_add(1, Ordering::Relaxed),
+            id: next_gil_id(),
             label: config.name.clone(),
             lock: AtomicUsize::new(0),
             state: Mutex::new(State {
@@ -181,8 +192,8 @@ impl Shared {
             }),
             config,
             epoch: Instant::now(),
-            hooks: std::sync::Mutex::new(None),
-            has_hooks: std::sync::atomic::AtomicBool::new(false),
+            hooks: Mutex::new(None),
+            has_hooks: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             stats: Stats::default(),
         }
@@ -230,11 +241,14 @@ impl Shared {
             status: AtomicU8::new(S_RUNNING),
             parker: Parker::new(),
             actions: Mutex::new(Vec::new()),
-            interrupter: std::sync::Mutex::new(None),
+            interrupter: Mutex::new(None),
             acknowledged: AtomicBool::new(false),
             prio_budget_ns: AtomicI64::new(burst),
             prio_refill_ns: AtomicI64::new(self.now_ns()),
             prio_hold_start_ns: AtomicI64::new(-1),
+            guards: AtomicU32::new(0),
+            release_deferred: AtomicBool::new(false),
+            region_held: AtomicBool::new(false),
         });
         st.threads.push(ts.clone());
         drop(st);
@@ -310,6 +324,18 @@ impl Shared {
         Ok(())
     }
 
+    /// Refuses `call` inside a blocking region.
+    fn check_not_in_region(&self, ts: &ThreadState, call: &'static str) -> Result<(), GilError> {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION != 0 {
+            return Err(GilError::InsideRegion {
+                gil: self.label.clone(),
+                thread: ts.label(),
+                call,
+            });
+        }
+        Ok(())
+    }
+
     /// `acquire()`: `Ok(true)` if this call took the GIL, `Ok(false)` if the thread
     /// already held it.
     #[inline]
@@ -342,11 +368,59 @@ impl Shared {
     }
 
     /// `release(acquired)`: releases only if `acquired` (the value `acquire` returned).
+    /// While a guard of the thread is alive the release is deferred to the last guard
+    /// (a live guard means the GIL is held).
     #[inline]
     pub(crate) fn release(&self, ts: &Arc<ThreadState>, acquired: bool) -> Result<(), GilError> {
         if !acquired {
             return Ok(());
         }
+        if ts.guards.load(Ordering::Relaxed) != 0 && self.holds(ts) {
+            self.check_not_in_action(ts, "release")?;
+            ts.release_deferred.store(true, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.release_now(ts)
+    }
+
+    /// A guard of `ts`'s thread is made (after its `acquire`).
+    #[inline]
+    pub(crate) fn guard_enter(&self, ts: &ThreadState) {
+        let n = ts.guards.load(Ordering::Relaxed);
+        ts.guards.store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// A guard of `ts`'s thread goes; `acquired`: its `acquire` took the GIL. The last
+    /// guard releases the GIL if any release was deferred to it; an earlier one that took
+    /// the GIL defers its release to the last.
+    pub(crate) fn guard_exit(&self, ts: &Arc<ThreadState>, acquired: bool) -> Result<(), GilError> {
+        let n = ts.guards.load(Ordering::Relaxed).saturating_sub(1);
+        ts.guards.store(n, Ordering::Relaxed);
+        if n != 0 {
+            if acquired {
+                ts.release_deferred.store(true, Ordering::Relaxed);
+            }
+            return Ok(());
+        }
+        let deferred = ts.release_deferred.load(Ordering::Relaxed);
+        if deferred {
+            ts.release_deferred.store(false, Ordering::Relaxed);
+        }
+        if !(acquired || deferred) {
+            return Ok(());
+        }
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION != 0 {
+            // The last guard goes inside a blocking region, which released the GIL for
+            // it: the region no longer re-takes it.
+            ts.region_held.store(false, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.release_now(ts)
+    }
+
+    /// Releases the GIL `ts` took, now (guards or not).
+    #[inline]
+    fn release_now(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
         let me = (ts.id as usize) << 1;
         if ts.flags.load(Ordering::Relaxed) == 0
             && !ts.in_priority_hold()
@@ -369,6 +443,7 @@ impl Shared {
         already_blocked: bool,
     ) -> Result<(), GilError> {
         self.check_not_in_action(ts, "acquire")?;
+        self.check_not_in_region(ts, "acquire")?;
         let me = (ts.id as usize) << 1;
         let mut st = self.state.lock();
         let f = ts.flags.load(Ordering::Acquire);
@@ -404,7 +479,7 @@ impl Shared {
             let holder = self.owner();
             if let Some(h) = st.find(holder) {
                 h.flags.fetch_or(F_DROP, Ordering::Release);
-                self.stats.switch_requests.fetch_add(1, Ordering::Relaxed);
+                self.stats.switch_requests.bump();
             }
             tracing::trace!(gil = %self.label, thread = %ts.label(), holder,
                 "priority switch request (returning from a blocking region)");
@@ -422,7 +497,7 @@ impl Shared {
         if result.is_ok() && priority {
             ts.prio_hold_start_ns
                 .store(self.now_ns(), Ordering::Relaxed);
-            self.stats.priority_grants.fetch_add(1, Ordering::Relaxed);
+            self.stats.priority_grants.bump();
         }
         if !already_blocked {
             self.hook_unblock(ts, BlockReason::WaitingForGil);
@@ -470,7 +545,7 @@ impl Shared {
                 st.switch_number += 1;
                 drop(st);
                 next.parker.unpark();
-                self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                self.stats.handoffs.bump();
                 tracing::trace!(gil = %self.label, from = from.id, to = next.id, reason, "GIL handoff");
             }
             None => {
@@ -551,7 +626,7 @@ impl Shared {
         let holder = self.owner();
         if let Some(h) = st.find(holder) {
             h.flags.fetch_or(F_DROP, Ordering::Release);
-            self.stats.switch_requests.fetch_add(1, Ordering::Relaxed);
+            self.stats.switch_requests.bump();
             tracing::debug!(gil = %self.label, waiter = ts.id, holder, "switch request after the interval");
         }
     }
@@ -621,7 +696,7 @@ impl Shared {
         ts.status.store(S_WAITING, Ordering::SeqCst);
         drop(st);
         next.parker.unpark();
-        self.stats.handoffs.fetch_add(1, Ordering::Relaxed);
+        self.stats.handoffs.bump();
         tracing::trace!(gil = %self.label, from = ts.id, to = next.id, reason = "switch", "GIL handoff");
         self.hook_block(ts, BlockReason::WaitingForGil);
         let result = self.wait_for_grant(ts, seen);
@@ -632,41 +707,63 @@ impl Shared {
 
     // ----- blocking regions ------------------------------------------------------------
 
-    /// Enters a blocking region: releases the GIL if held; returns whether it was held.
+    /// Enters a blocking region: releases the GIL if held (to be re-taken by
+    /// `leave_blocking`); returns whether it was held. Refused inside a region or action.
     pub(crate) fn enter_blocking(
         &self,
         ts: &Arc<ThreadState>,
         interrupter: Option<Interrupter>,
     ) -> Result<bool, GilError> {
         self.check_not_in_action(ts, "a blocking region")?;
+        self.check_not_in_region(ts, "a blocking region")?;
         let f = ts.flags.load(Ordering::Acquire);
         if f & (F_STOP | F_INVALID) != 0 {
             return Err(self.refusal(ts, f));
         }
         let held = self.holds(ts);
         if held {
-            self.release(ts, true)?;
+            self.release_now(ts)?;
         }
-        if let Some(i) = interrupter {
-            *lock_std(&ts.interrupter) = Some(i);
+        {
+            // Published under the interrupter's mutex, which `wake` takes too.
+            let mut slot = ts.interrupter.lock();
+            *slot = interrupter;
+            ts.region_held.store(held, Ordering::Relaxed);
+            ts.flags.fetch_or(F_IN_REGION, Ordering::Relaxed);
+            ts.status.store(S_BLOCKING, Ordering::SeqCst);
         }
-        ts.status.store(S_BLOCKING, Ordering::SeqCst);
         self.hook_block(ts, BlockReason::BlockingRegion);
-        // An action submitted while the status still said "running" did not call the
-        // interrupter: run it now, at the start of the region (without the GIL).
-        if ts.flags.load(Ordering::SeqCst) & F_ACTION != 0 {
+        // An action whose `wake` took the mutex before the region was published did
+        // not call the interrupter, and its flag is visible here (set before that
+        // `wake`): run it now, at the start of the region (without the GIL).
+        if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);
         }
         Ok(held)
     }
 
-    /// Leaves a blocking region: runs pending actions (without the GIL), then re-takes
-    /// the GIL if it was held at entry, with priority (the convoy-effect fix).
-    pub(crate) fn leave_blocking(&self, ts: &Arc<ThreadState>, held: bool) -> Result<(), GilError> {
-        *lock_std(&ts.interrupter) = None;
+    /// Whether the thread is inside a blocking region and, if so, whether leaving it
+    /// re-takes the GIL.
+    pub(crate) fn region_state(&self, ts: &ThreadState) -> Result<bool, GilError> {
+        if ts.flags.load(Ordering::Relaxed) & F_IN_REGION == 0 {
+            return Err(GilError::NotInRegion {
+                gil: self.label.clone(),
+                thread: ts.label(),
+            });
+        }
+        Ok(ts.region_held.load(Ordering::Relaxed))
+    }
+
+    /// Leaves the blocking region the thread is in: runs pending actions (without the
+    /// GIL), then re-takes the GIL if it was held at entry (and is still wanted), with
+    /// priority (the convoy-effect fix).
+    pub(crate) fn leave_blocking(&self, ts: &Arc<ThreadState>) -> Result<(), GilError> {
+        let held = self.region_state(ts)?;
+        *ts.interrupter.lock() = None;
         if ts.flags.load(Ordering::Acquire) & F_ACTION != 0 {
             self.run_actions(ts, false);
         }
+        ts.flags.fetch_and(!F_IN_REGION, Ordering::Relaxed);
         let f = ts.flags.load(Ordering::Acquire);
         let result = if f & (F_STOP | F_INVALID) != 0 {
             Err(self.refusal(ts, f))
@@ -726,7 +823,7 @@ impl Shared {
         ts.flags.fetch_or(F_IN_ACTION, Ordering::Relaxed);
         for action in pending {
             action.run_on(ts, holds_gil);
-            self.stats.actions_run.fetch_add(1, Ordering::Relaxed);
+            self.stats.actions_run.bump();
         }
         ts.flags.fetch_and(!F_IN_ACTION, Ordering::Relaxed);
     }
@@ -735,33 +832,42 @@ impl Shared {
     ///
     /// Callers set the thread's flag (under the state mutex) before calling this. A
     /// running thread needs no wake-up: it sees the flag at its next poll. A thread that
-    /// starts waiting does so under the state mutex and checks its flags before parking,
-    /// and one entering a region sets its status (SeqCst) and then checks its flags, so
-    /// no wake-up is lost.
+    /// starts waiting does so under the state mutex and checks its flags before parking;
+    /// one entering a region publishes its status and interrupter under the
+    /// interrupter's mutex, which this takes, and checks its flags after: either this
+    /// sees the region and interrupts it, or the entry sees the flag. So no wake-up is
+    /// lost, by mutexes alone (no store-load ordering between two atomics, which the
+    /// loom models could not check: loom treats SeqCst accesses as AcqRel).
     pub(crate) fn wake(&self, ts: &ThreadState) {
-        let status = ts.status.load(Ordering::SeqCst);
+        let (status, interrupter) = {
+            let slot = ts.interrupter.lock();
+            let status = ts.status.load(Ordering::SeqCst);
+            let interrupter = if status == S_BLOCKING {
+                slot.clone()
+            } else {
+                None
+            };
+            (status, interrupter)
+        };
         if status != S_RUNNING {
             ts.parker.unpark();
         }
-        if status == S_BLOCKING {
-            let interrupter = lock_std(&ts.interrupter).clone();
-            if let Some(interrupt) = interrupter {
-                interrupt();
-            }
+        if let Some(interrupt) = interrupter {
+            interrupt();
         }
     }
 
     // ----- hooks -----------------------------------------------------------------------
 
-    pub(crate) fn set_hooks(&self, hooks: Option<std::sync::Arc<dyn GilHooks>>) {
+    pub(crate) fn set_hooks(&self, hooks: Option<StdArc<dyn GilHooks>>) {
         let present = hooks.is_some();
-        *lock_std(&self.hooks) = hooks;
+        *self.hooks.lock() = hooks;
         self.has_hooks.store(present, Ordering::Release);
     }
 
-    fn hook(&self) -> Option<std::sync::Arc<dyn GilHooks>> {
+    fn hook(&self) -> Option<StdArc<dyn GilHooks>> {
         if self.has_hooks.load(Ordering::Acquire) {
-            lock_std(&self.hooks).clone()
+            self.hooks.lock().clone()
         } else {
             None
         }
@@ -792,9 +898,4 @@ impl Shared {
             }
         }
     }
-}
-
-/// Locks a std mutex, ignoring poisoning (the data are plain options).
-pub(crate) fn lock_std<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -3,7 +3,7 @@
 //! requests only while someone waits, the fair handoff, the convoy-effect fix and its
 //! budget, thread death while holding, several GILs per thread.
 
-use gil::{BlockReason, Config, Gil, GilError, GilHooks, ThreadId};
+use gil::{BlockReason, BorrowError, Config, Gil, GilCell, GilError, GilHooks, ThreadId};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -479,4 +479,272 @@ fn a_panicking_region_retakes_the_gil() {
     assert!(r.is_err());
     assert!(h.holds_gil(), "the GIL was re-taken while unwinding");
     h.release(true).unwrap();
+}
+
+/// Two nested guards dropped outer-first: the outer one's release waits for the inner
+/// one, so a live guard always means the GIL is held (another thread stays queued).
+#[test]
+fn nested_guards_dropped_outer_first_keep_the_gil_until_the_last_one() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let outer = h.lock().unwrap();
+    let inner = h.lock().unwrap();
+    assert!(outer.acquired() && !inner.acquired());
+    let took = Arc::new(AtomicBool::new(false));
+    let t = {
+        let took = took.clone();
+        gil.spawn("other", move |h| {
+            let g = h.lock().unwrap();
+            took.store(true, Ordering::SeqCst);
+            drop(g);
+        })
+        .unwrap()
+    };
+    wait_until("the other thread to queue", || gil.waiters() == 1);
+    drop(outer);
+    assert!(
+        h.holds_gil(),
+        "the inner guard is alive: the GIL stays held"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
+    assert_eq!(gil.holder(), Some(h.id()));
+    drop(inner);
+    t.join_timeout(BOUND).unwrap();
+    assert!(took.load(Ordering::SeqCst));
+    assert!(!h.holds_gil());
+}
+
+/// `release(true)` of a raw acquisition while a guard of the thread is alive waits for
+/// that guard: the GIL is released when the guard goes.
+#[test]
+fn a_raw_release_under_a_live_guard_waits_for_the_guard() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let acquired = h.acquire().unwrap();
+    let g = h.lock().unwrap();
+    h.release(acquired).unwrap();
+    assert!(h.holds_gil(), "the guard is alive: the GIL stays held");
+    drop(g);
+    assert!(!h.holds_gil(), "the last guard released it");
+    assert_eq!(gil.holder(), None);
+    // Guards in order still release at the outer one, and a nested ensure guard counts.
+    let outer = h.lock().unwrap();
+    let e = gil.ensure().unwrap();
+    drop(outer);
+    assert!(h.holds_gil(), "the ensure guard is alive");
+    drop(e);
+    assert!(!h.holds_gil());
+}
+
+/// Inside a blocking region the thread does not hold the GIL and is reported blocked
+/// (a GC hook counts it as stopped): taking the GIL there, through any call, or opening
+/// a second region, is refused with an error.
+#[test]
+fn taking_the_gil_inside_a_blocking_region_is_refused() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let (acquire, lock, ensure, nested, held) = h
+        .allow_threads(|| {
+            let acquire = h.acquire().map_err(|e| e.to_string());
+            let lock = h.lock().map(|g| g.acquired()).map_err(|e| e.to_string());
+            let ensure = gil.ensure().map(|_| ()).map_err(|e| e.to_string());
+            let nested = h.allow_threads(|| ()).map_err(|e| e.error.to_string());
+            (acquire, lock, ensure, nested, h.holds_gil())
+        })
+        .unwrap();
+    for r in [acquire.map(|_| ()), lock.map(|_| ()), ensure, nested] {
+        let e = r.unwrap_err();
+        assert!(e.contains("inside a blocking region"), "{e}");
+    }
+    assert!(!held, "the region never held the GIL");
+    assert!(!h.holds_gil());
+    assert!(
+        h.acquire().unwrap(),
+        "after the region the GIL can be taken"
+    );
+    h.release(true).unwrap();
+}
+
+/// `GilCell`: threads serialised by the GIL update Rust data through their guards, with
+/// no `unsafe`; the count and the per-thread log come out exact.
+#[test]
+fn gil_cell_protects_rust_data() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 500;
+    let gil = Gil::new();
+    let state = Arc::new(GilCell::new(&gil, (0u64, Vec::new())));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let state = state.clone();
+            gil.spawn(&format!("cell-{t}"), move |h| {
+                for i in 0..ROUNDS {
+                    let g = h.lock().unwrap();
+                    {
+                        let mut s = state.borrow_mut(&g);
+                        let c = s.0;
+                        std::hint::black_box(&c);
+                        s.0 = c + 1;
+                        s.1.push(t);
+                    }
+                    h.poll().unwrap();
+                    if i % 97 == 0 {
+                        h.allow_threads(std::thread::yield_now).unwrap();
+                    }
+                }
+            })
+            .unwrap()
+        })
+        .collect();
+    for w in workers {
+        w.join_timeout(BOUND).unwrap();
+    }
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    let s = state.borrow(&g);
+    assert_eq!(s.0, (THREADS * ROUNDS) as u64);
+    for t in 0..THREADS {
+        assert_eq!(s.1.iter().filter(|&&x| x == t).count(), ROUNDS);
+    }
+}
+
+/// Borrows are checked like `RefCell`'s (a second guard of the same thread cannot alias
+/// a mutable borrow), and a guard proves the GIL only for its own GIL and while its
+/// thread holds it.
+#[test]
+fn gil_cell_refuses_conflicting_borrows_and_foreign_guards() {
+    let gil = Gil::new();
+    let cell = GilCell::new(&gil, 1u32);
+    let h = gil.attach("main").unwrap();
+    let g1 = h.lock().unwrap();
+    let g2 = h.lock().unwrap();
+    {
+        let a = cell.borrow(&g1);
+        let b = cell.borrow(&g2);
+        assert_eq!(*a + *b, 2, "shared borrows coexist");
+        assert_eq!(cell.try_borrow_mut(&g2).unwrap_err(), BorrowError::Borrowed);
+    }
+    {
+        let mut w = cell.borrow_mut(&g1);
+        *w = 5;
+        assert_eq!(cell.try_borrow(&g2).unwrap_err(), BorrowError::BorrowedMut);
+        assert_eq!(
+            cell.try_borrow_mut(&g2).unwrap_err(),
+            BorrowError::BorrowedMut
+        );
+    }
+    assert_eq!(*cell.borrow(&g2), 5, "free again once the borrows are gone");
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _w = cell.borrow_mut(&g1);
+        let _r = cell.borrow(&g2);
+    }));
+    assert!(panicked.is_err(), "borrow panics where try_borrow refuses");
+    assert_eq!(*cell.borrow(&g1), 5, "a panic released the borrow");
+
+    // A guard of another GIL proves nothing about this cell's.
+    let other = Gil::new();
+    let ho = other.attach("main").unwrap();
+    let go = ho.lock().unwrap();
+    assert!(matches!(
+        cell.try_borrow(&go),
+        Err(BorrowError::OtherGil { .. })
+    ));
+    assert!(!cell.is_protected_by(&other) && cell.is_protected_by(&gil));
+    drop(go);
+
+    // Detaching the thread under its guards ends their hold: borrows are refused.
+    h.clone().detach();
+    let e = cell.try_borrow(&g1).unwrap_err();
+    assert!(matches!(e, BorrowError::NotHeld { .. }), "{e}");
+    drop((g1, g2));
+    let mut cell = cell;
+    *cell.get_mut() += 1;
+    assert_eq!(cell.into_inner(), 6);
+}
+
+/// A mutable borrow kept across a switch (`yield_now` hands the GIL to a waiter): the
+/// other thread's borrow is refused instead of aliasing it.
+#[test]
+fn gil_cell_borrow_kept_across_a_switch_is_not_aliased() {
+    let gil = Gil::new();
+    let cell = Arc::new(GilCell::new(&gil, 0u32));
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    let mut w = cell.borrow_mut(&g);
+    *w = 1;
+    let t = {
+        let cell = cell.clone();
+        gil.spawn("other", move |h| {
+            let g = h.lock().unwrap();
+            let seen = cell.try_borrow(&g).map(|r| *r);
+            drop(g);
+            seen
+        })
+        .unwrap()
+    };
+    wait_until("the other thread to queue", || gil.waiters() == 1);
+    h.yield_now().unwrap();
+    assert!(h.holds_gil(), "the GIL came back");
+    assert_eq!(
+        t.join_timeout(BOUND).unwrap(),
+        Err(BorrowError::BorrowedMut)
+    );
+    *w += 1;
+    drop(w);
+    assert_eq!(*cell.borrow(&g), 2);
+}
+
+/// A guard that goes inside a blocking region ends its hold there: the region does not
+/// re-take the GIL for it (it used to, leaving the thread holding a GIL nobody would
+/// release).
+#[test]
+fn a_guard_dropped_inside_a_region_is_not_retaken() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    let g = h.lock().unwrap();
+    h.allow_threads(move || drop(g)).unwrap();
+    assert!(!h.holds_gil(), "nobody holds a guard: the GIL is free");
+    assert_eq!(gil.holder(), None);
+    // A guard that stays alive gets the GIL back after the region.
+    let g = h.lock().unwrap();
+    h.allow_threads(|| ()).unwrap();
+    assert!(h.holds_gil());
+    g.release().unwrap();
+    assert!(!h.holds_gil());
+}
+
+/// The split-phase form of a blocking region: `enter_blocking` returns a token whose
+/// `leave` re-takes the GIL (if it was held); a token left open (as the C layer's is)
+/// is found again with `current_region`; dropping a token leaves the region.
+#[test]
+fn blocking_region_tokens() {
+    let gil = Gil::new();
+    let h = gil.attach("main").unwrap();
+    assert!(h.acquire().unwrap());
+    let region = h.enter_blocking().unwrap();
+    assert!(region.held_gil() && !h.holds_gil());
+    assert_eq!(
+        gil.threads()[0].status,
+        gil::ThreadStatus::Blocking,
+        "reported blocked"
+    );
+    let e = h.enter_blocking().map(|_| ()).unwrap_err();
+    assert!(matches!(e, GilError::InsideRegion { .. }), "{e}");
+    region.leave().unwrap();
+    assert!(h.holds_gil(), "re-taken at leave");
+
+    h.enter_blocking().unwrap().keep_open();
+    assert!(!h.holds_gil(), "still inside the region");
+    let region = h.current_region().unwrap();
+    assert!(region.held_gil());
+    drop(region);
+    assert!(h.holds_gil(), "dropping the token left the region");
+    let e = h.current_region().map(|_| ()).unwrap_err();
+    assert!(matches!(e, GilError::NotInRegion { .. }), "{e}");
+    h.release(true).unwrap();
+
+    let region = h.enter_blocking().unwrap();
+    assert!(!region.held_gil(), "entered without the GIL");
+    region.leave().unwrap();
+    assert!(!h.holds_gil(), "not taken at leave either");
 }

@@ -164,6 +164,13 @@ int main(void) {
     CHECK(gil_release(g, 1) == GIL_ERR_NOT_HOLDER);
     CHECK(strstr(gil_last_error(), "does not hold") != NULL);
     CHECK(gil_blocking_leave(g, 12345) == GIL_ERR_INVALID_ARGUMENT);
+    /* Inside a blocking region the thread is reported blocked: no GIL, no second region. */
+    int token = -1, second = -1;
+    CHECK(gil_blocking_enter(g, &token) == GIL_OK);
+    CHECK(gil_acquire(g, &acquired) == GIL_ERR_INSIDE_REGION && gil_holds(g) == 0);
+    CHECK(strstr(gil_last_error(), "inside a blocking region") != NULL);
+    CHECK(gil_blocking_enter(g, &second) != GIL_OK);
+    CHECK(gil_blocking_leave(g, token) == GIL_OK && gil_holds(g) == 0);
     CHECK(gil_request_stop(g, 999999) == GIL_ERR_UNKNOWN_THREAD);
 
     /* Foreign threads serialised by the GIL: the racy counter comes out exact. */
