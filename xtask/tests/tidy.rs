@@ -5,7 +5,9 @@
 //! - no `dbg!`, `todo!` or `unimplemented!` outside tests;
 //! - ARCHITECTURE.md's dependency table holds for every crate's `Cargo.toml` (and every
 //!   crate has a row);
-//! - every repository path ARCHITECTURE.md cites exists.
+//! - every repository path ARCHITECTURE.md cites exists;
+//! - in a crate whose loom models check a sync shim (gil), no other file names
+//!   `std::sync` or `parking_lot` in code.
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -450,4 +452,63 @@ fn cited_path_check_fails_on_a_missing_path() {
     let arch = "`gc-core/src/mark.rs` the marker; `gc-core/src/gone.rs` nothing; `Marker::queue`";
     let missing = missing_cited_paths(arch, |p| p == "gc-core/src/mark.rs");
     assert_eq!(missing, vec!["gc-core/src/gone.rs".to_string()]);
+}
+
+/// Synchronisation in a crate whose loom models check its shim must go through the shim:
+/// a code line (not a comment) of another file naming `std::sync` or `parking_lot` is an
+/// error. (gil: `gil/src/primitive.rs` swaps std/parking_lot for loom under `cfg(loom)`.)
+fn check_sync_through_shim(text: &str) -> Result<(), String> {
+    let bad: Vec<String> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            let t = l.trim_start();
+            !t.starts_with("//") && {
+                let code = code_part(l);
+                code.contains("std::sync") || code.contains("parking_lot")
+            }
+        })
+        .map(|(i, _)| format!("line {}", i + 1))
+        .collect();
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "uses std::sync or parking_lot outside the loom shim: {}",
+            bad.join(", ")
+        ))
+    }
+}
+
+/// The crates whose synchronisation goes through a loom shim, and the shim.
+const SYNC_SHIMS: &[(&str, &str)] = &[("gil/src", "primitive.rs")];
+
+#[test]
+fn synchronisation_goes_through_the_loom_shims() {
+    let root = workspace_root();
+    let mut errors = Vec::new();
+    for (dir, shim) in SYNC_SHIMS {
+        let mut files = Vec::new();
+        rust_files(&root.join(dir), &mut files);
+        for f in files {
+            if f.file_name()
+                .is_some_and(|n| n == *shim || n == "loom_tests.rs")
+            {
+                continue;
+            }
+            let text = std::fs::read_to_string(&f).unwrap();
+            if let Err(e) = check_sync_through_shim(&text) {
+                errors.push(format!("{}: {e}", f.display()));
+            }
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn sync_shim_check_fails_on_a_std_mutex() {
+    assert!(check_sync_through_shim("//! doc\n/// use std::sync::Arc;\nfn f() {}\n").is_ok());
+    let err = check_sync_through_shim("use std::sync::Mutex;\n").unwrap_err();
+    assert!(err.contains("line 1"), "{err}");
+    assert!(check_sync_through_shim("let m = parking_lot::Mutex::new(0);\n").is_err());
 }
