@@ -541,7 +541,8 @@ void gc_root_delete(struct gc_root_t *root);
  * Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
  *
  * # Safety
- * `heap` null or live.
+ * `heap` null or live; `[lo, hi)` readable memory for as long as the task stays
+ * registered (conservative scanning reads it).
  */
 struct gc_task_t *gc_register_task(struct gc_heap_t *heap, void *lo, void *hi);
 

@@ -172,7 +172,8 @@ void jl_gc_safe_leave(jl_ptls_t ptls, int8_t state);
 
 /* ---- Tasks (stacks) ---------------------------------------------------------------- */
 
-/* Registers a coroutine stack [lo, hi); attached threads' stacks are registered
+/* Registers a coroutine stack [lo, hi), which must stay readable memory while it is
+ * registered (conservative scanning reads it); attached threads' stacks are registered
  * automatically. task_scanner callbacks run once per registered task. */
 jl_task_t *jl_gc_register_task(void *lo, void *hi);
 /* -1 if the task is unknown or is a thread's own stack. */

@@ -1314,7 +1314,8 @@ pub unsafe extern "C" fn gc_root_delete(root: *mut gc_root_t) {
 /// Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
 ///
 /// # Safety
-/// `heap` null or live.
+/// `heap` null or live; `[lo, hi)` readable memory for as long as the task stays
+/// registered (conservative scanning reads it).
 #[no_mangle]
 pub unsafe extern "C" fn gc_register_task(
     heap: *mut gc_heap_t,
@@ -1324,7 +1325,8 @@ pub unsafe extern "C" fn gc_register_task(
     let Some(heap) = heap_ref(heap, "gc_register_task") else {
         return std::ptr::null_mut();
     };
-    match heap.register_task(lo as usize, hi as usize) {
+    // SAFETY: the C contract of gc_register_task: [lo, hi) stays mapped while registered.
+    match unsafe { heap.register_task(lo as usize, hi as usize) } {
         Ok(t) => task_ptr(&t),
         Err(e) => fail(e, std::ptr::null_mut()),
     }

@@ -711,7 +711,19 @@ impl Heap {
 
     /// Registers a stack `[lo, hi)` (a coroutine's; attached threads' stacks are
     /// registered automatically) so that task scanners see it.
-    pub fn register_task(&self, lo: usize, hi: usize) -> Result<Arc<Task>, GcError> {
+    ///
+    /// # Safety
+    /// `[lo, hi)` is readable memory for as long as the task stays registered (or until
+    /// [`Task::set_stack_bounds`] moves it): conservative scanning (gc-conservative) reads
+    /// every word of its live part at each collection, and bounds cannot be checked
+    /// cheaply. An empty or reversed range is an error. Safe code cannot register
+    /// arbitrary bounds:
+    ///
+    /// ```compile_fail,E0133
+    /// let heap = gc_core::Heap::default();
+    /// let _ = heap.register_task(0x1000, 0x2000);
+    /// ```
+    pub unsafe fn register_task(&self, lo: usize, hi: usize) -> Result<Arc<Task>, GcError> {
         if lo >= hi {
             return Err(GcError::BadStackBounds { lo, hi });
         }

@@ -46,7 +46,11 @@ impl Task {
     }
 
     /// Moves the stack bounds (for a coroutine whose stack is reused).
-    pub fn set_stack_bounds(&self, lo: usize, hi: usize) {
+    ///
+    /// # Safety
+    /// As for [`crate::Heap::register_task`]: `[lo, hi)` stays readable while the task is
+    /// registered with these bounds.
+    pub unsafe fn set_stack_bounds(&self, lo: usize, hi: usize) {
         self.stack_lo.store(lo, Ordering::Release);
         self.stack_hi.store(hi, Ordering::Release);
     }
