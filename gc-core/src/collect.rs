@@ -61,6 +61,9 @@ pub(crate) fn abort_after_panic(thread: &str, payload: &(dyn std::any::Any + Sen
     std::process::abort()
 }
 
+/// How long a collection waits for the other threads before it says which it waits for.
+const STOP_WARNING: Duration = Duration::from_secs(10);
+
 /// Runs a collection from mutator `me` (which must be running managed code).
 pub(crate) fn collect(
     me: &MutatorShared,
@@ -86,16 +89,30 @@ pub(crate) fn collect(
     w.collecting = true;
     heap.gc_flag.store(1, Ordering::SeqCst);
     let stop_span = tracing::trace_span!("gc_stop").entered();
+    let mut warned = false;
     loop {
-        let waiting = w
-            .mutators
-            .iter()
-            .filter(|m| {
-                !std::ptr::eq(Arc::as_ptr(m), me) && m.state.load(Ordering::SeqCst) == RUNNING
-            })
-            .count();
+        let running = |m: &&Arc<MutatorShared>| {
+            !std::ptr::eq(Arc::as_ptr(m), me) && m.state.load(Ordering::SeqCst) == RUNNING
+        };
+        let waiting = w.mutators.iter().filter(running).count();
         if waiting == 0 {
             break;
+        }
+        if !warned && t0.elapsed() >= STOP_WARNING {
+            warned = true;
+            let names: Vec<String> = w
+                .mutators
+                .iter()
+                .filter(running)
+                .map(|m| m.name.clone())
+                .collect();
+            let msg = format!(
+                "gc-core: a collection has waited {} s for {} to reach a safepoint; a thread attached to the heap must poll (safepoint) in long loops and enter a GC-safe region around every blocking call (join, I/O, waiting for a lock another attached thread holds)",
+                STOP_WARNING.as_secs(),
+                names.join(", ")
+            );
+            tracing::warn!("{msg}");
+            eprintln!("{msg}");
         }
         // The timeout only guards against a lost notification; threads notify.
         heap.cv_stopped.wait_for(&mut w, Duration::from_millis(1));

@@ -863,8 +863,10 @@ impl Heap {
         self.0.config.lock().clone()
     }
 
-    /// Calls `f(object, payload_size)` for every external (big) object of the heap.
-    /// Refused from inside a collection on the collecting thread.
+    /// Calls `f(object, payload_size)` for every external (big) object of the heap (those
+    /// allocated before the call; `f` may allocate, and a collection it causes may free
+    /// objects not yet visited: their `ObjRef`s are then only addresses). Refused from
+    /// inside a collection on the collecting thread.
     pub fn for_each_big_object(&self, mut f: impl FnMut(ObjRef, usize)) -> Result<(), GcError> {
         let me = crate::mutator::current();
         // SAFETY: the current thread's mutator is alive while attached.
@@ -873,10 +875,20 @@ impl Heap {
                 what: "for_each_big_object",
             });
         }
-        let lists = self.0.big.lock();
-        for &obj in lists.young.iter().chain(lists.old.iter()) {
-            // SAFETY: objects on the big lists are allocated.
-            f(obj, unsafe { crate::big::size(obj) });
+        // The list is copied first: `f` runs under no lock of the heap, so it may
+        // allocate (a big object allocated inside used to deadlock on this lock).
+        let objects: Vec<(ObjRef, usize)> = {
+            let lists = self.0.big.lock();
+            lists
+                .young
+                .iter()
+                .chain(lists.old.iter())
+                // SAFETY: objects on the big lists are allocated.
+                .map(|&obj| (obj, unsafe { crate::big::size(obj) }))
+                .collect()
+        };
+        for (obj, size) in objects {
+            f(obj, size);
         }
         Ok(())
     }

@@ -159,6 +159,8 @@ pub struct MutatorShared {
     pub(crate) local: UnsafeCell<Local>,
     pub(crate) task: Arc<Task>,
     pub(crate) in_collection: AtomicBool,
+    /// The attaching thread's name and OS thread id, for diagnostics.
+    pub(crate) name: String,
 }
 
 // SAFETY: the UnsafeCell fields are accessed by the owning thread, or by the collector
@@ -797,6 +799,12 @@ impl Mutator {
             }),
             task: task.clone(),
             in_collection: AtomicBool::new(false),
+            name: {
+                let t = std::thread::current();
+                // SAFETY: gettid has no arguments and cannot fail.
+                let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+                format!("thread '{}' (tid {tid})", t.name().unwrap_or("unnamed"))
+            },
         };
         let shared = {
             let mut spare = SPARE.lock();

@@ -194,3 +194,75 @@ fn resident_reuse_out_of_range_is_refused() {
     })
     .is_ok());
 }
+
+/// `for_each_big_object` runs its closure under no lock of the heap: a closure that
+/// allocates a big object finishes (it deadlocked on the big-object lock).
+#[test]
+fn for_each_big_object_may_allocate_in_its_closure() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let heap = gc_core::Heap::default();
+        let mut m = heap.attach().unwrap();
+        let blob = heap.new_layout_type("Blob", 8, &[]).unwrap();
+        let first = m.alloc_typed(10_000, blob).unwrap();
+        let keep = heap.root(first);
+        let mut seen = 0;
+        heap.for_each_big_object(|_, _| {
+            seen += 1;
+            m.alloc_typed(20_000, blob).unwrap();
+        })
+        .unwrap();
+        drop(keep);
+        tx.send(seen).unwrap();
+    });
+    let seen = rx
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("for_each_big_object with an allocating closure did not finish");
+    assert_eq!(
+        seen, 1,
+        "only the objects allocated before the call are visited"
+    );
+}
+
+/// A collection that waits for a thread that never reaches a safepoint (blocked without a
+/// GC-safe region, here sleeping as a `join` would) says which thread it waits for,
+/// after 10 s, on standard error (it used to hang with no word).
+#[test]
+fn a_collection_waiting_for_a_blocked_thread_names_it() {
+    if std::env::var("GC_CORE_MISUSE_BLOCKED").is_ok() {
+        let heap = Heap::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h2 = heap.clone();
+        let blocked = std::thread::Builder::new()
+            .name("sleeps-attached".into())
+            .spawn(move || {
+                let _m = h2.attach().unwrap();
+                tx.send(()).unwrap();
+                // Blocking while attached, outside any GC-safe region: the misuse.
+                std::thread::sleep(std::time::Duration::from_secs(12));
+            })
+            .unwrap();
+        rx.recv().unwrap();
+        let mut m = heap.attach().unwrap();
+        m.collect(Full).unwrap();
+        blocked.join().unwrap();
+        println!("collection finished");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_collection_waiting_for_a_blocked_thread_names_it",
+            "--nocapture",
+        ])
+        .env("GC_CORE_MISUSE_BLOCKED", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("has waited 10 s for thread 'sleeps-attached'"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("collection finished"));
+}
