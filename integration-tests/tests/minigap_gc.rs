@@ -206,19 +206,16 @@ fn young_bag_reachable_from_an_old_bag_survives_after_its_root_is_dropped() {
         out.contains("YOUNG_LOST false VERIFY_ERRORS 0"),
         "{out}\n{err}"
     );
-    // Counting "newly marked" instead of "young" (Julia's return value): the old bag
-    // leaves the remembered set while it references a young bag, which verify mode
-    // reports (asserted: the test can fail); the young bag is then usually freed (not
-    // asserted: a stale stack word can keep it alive conservatively).
+    // Counting "newly marked" instead of "young" (Julia's return value, the trap GAP
+    // works around): gc-core counts the young children itself while the mark function
+    // runs, so the old bag stays in the remembered set all the same: nothing is lost and
+    // verify mode finds nothing (before, the old bag left the remembered set while it
+    // referenced a young bag, which verify mode reported).
     let (out, err, ok) = run_child("young_newly_marked", false);
     assert!(ok, "{out}\n{err}");
     assert!(
-        out.contains("YOUNG_LOST") && !out.contains("VERIFY_ERRORS 0"),
-        "verify mode must see the missing remembered-set entry: {out}"
-    );
-    eprintln!(
-        "with newly-marked counting: {}",
-        out.lines().find(|l| l.starts_with("YOUNG")).unwrap_or("?")
+        out.contains("YOUNG_LOST false VERIFY_ERRORS 0"),
+        "a mark function's wrong count must not lose a remembered-set entry: {out}\n{err}"
     );
 }
 

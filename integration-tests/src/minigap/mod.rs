@@ -97,7 +97,8 @@ pub struct Config {
     pub track_bags: bool,
     /// gc-core's verify mode.
     pub verify: bool,
-    /// Count young children as Julia's "newly marked" (the young-counting test fails).
+    /// Count young children as Julia's "newly marked": a wrong count, which gc-core's own
+    /// count of young children makes harmless (the young-counting test checks it).
     pub debug_newly_marked: bool,
     /// Skip other threads' stacks in partial collections (GAP.jl #1032; the stopped-
     /// stack test fails).
