@@ -18,6 +18,23 @@
 //! - [`new_conservative_type`]: a foreign type whose objects' bodies are scanned
 //!   conservatively, for objects without a mark function of their own.
 //!
+//! # Quick start
+//! ```
+//! use gc_conservative::{base_ptr, enable_conservative_scanning, internal_obj_base_ptr};
+//! use gc_core::{CollectionKind, Heap, HeapConfig};
+//!
+//! let heap = Heap::new(HeapConfig::default()).unwrap();
+//! enable_conservative_scanning(&heap).unwrap(); // every attached thread's stack is a root
+//! let mut m = heap.attach().unwrap();
+//! let blob = heap.new_layout_type("Blob", 64, &[]).unwrap();
+//! let obj = std::hint::black_box(m.alloc_typed(64, blob).unwrap()); // kept by this local
+//! m.collect(CollectionKind::Full).unwrap();
+//! // Any word inside the object (or one past its end) finds it.
+//! assert_eq!(internal_obj_base_ptr(heap.id(), obj.addr() + 40), Some(obj));
+//! assert_eq!(base_ptr(heap.id(), obj.addr()), Some(obj));
+//! assert_eq!(base_ptr(heap.id(), 0x10), None);
+//! ```
+//!
 //! The C ABI (`include/gc_conservative.h`, and the seed's `jl_gc_enable_conservative_scanning`,
 //! `jl_gc_internal_obj_base_ptr`, `jl_gc_is_internal_obj_alloc` declared in gc-core's
 //! `julia_gcext_compat.h`) is in [`capi`]; this crate's `libgc_conservative.so`/`.a` also
