@@ -13,7 +13,7 @@
  * Link with libgc_core (precise roots only) or with libgc_conservative, which also
  * provides the conservative-scanning functions at the end of this header.
  *
- * This header is checked against the Rust side by gc-core's tests (tests/headers.rs):
+ * This header is checked against the Rust side by gc-core's tests (tests/it/headers.rs):
  * a declaration that drifts from the exported function fails to compile there.
  *
  * Fast paths. jl_get_ptls_states, jl_gc_mark_queue_obj, jl_gc_wb, jl_gc_wb_back and
@@ -324,7 +324,7 @@ void jl_atexit_hook(int status);
 /* ---- Published layouts and inline fast paths ------------------------------------- */
 
 /* The first fields of every ptls (an attached thread's, or a collector helper thread's
- * while it marks). Checked against the Rust side by tests/headers.rs. */
+ * while it marks). Checked against the Rust side by tests/it/headers.rs. */
 typedef struct gc_tls_head_t {
     uintptr_t regs[7];   /* callee-saved registers and stack pointer at the last stop */
     uint64_t magic;      /* GC_TLS_MUTATOR_MAGIC, GC_TLS_HELPER_MAGIC, or dead */

@@ -59,13 +59,20 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
 
     let mut gc_valgrind = cargo();
     gc_valgrind
-        .args(["test", "-p", "gc-core", "--test", "c_programs"])
+        .args(["test", "-p", "gc-core", "--test", "it", "c_programs::"])
         .env("GC_CORE_VALGRIND", "1");
     plan.push(("gc-core C test program under valgrind", gc_valgrind));
 
     let mut cons_valgrind = cargo();
     cons_valgrind
-        .args(["test", "-p", "gc-conservative", "--test", "c_programs"])
+        .args([
+            "test",
+            "-p",
+            "gc-conservative",
+            "--test",
+            "it",
+            "c_programs::",
+        ])
         .env("GC_CONSERVATIVE_VALGRIND", "1");
     plan.push((
         "gc-conservative GCBench (conservative roots only, stress mode) under valgrind",

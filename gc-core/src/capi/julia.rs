@@ -240,7 +240,7 @@ static PREVIOUS: std::sync::OnceLock<[libc::sigaction; 2]> = std::sync::OnceLock
 
 extern "C" {
     /// glibc's `siglongjmp` (the libc crate does not bind it; kept out of the
-    /// generated header by tests/headers.rs).
+    /// generated header by tests/it/headers.rs).
     fn siglongjmp(env: *mut c_void, val: c_int) -> !;
 }
 

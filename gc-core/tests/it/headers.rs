@@ -2,7 +2,7 @@
 //!
 //! - `include/gc_core.h` is generated from `src/capi.rs` by cbindgen; this test
 //!   regenerates it and fails on any difference (`UPDATE_HEADERS=1 cargo test -p gc-core
-//!   --test headers` rewrites it).
+//!   --test it headers` rewrites it).
 //! - `include/julia_gcext_compat.h` is written by hand with the seed's names. This test
 //!   has cbindgen declare the Rust `jl_*` functions and compiles both declarations in
 //!   one C translation unit: a parameter or return type that differs is a "conflicting
@@ -133,7 +133,7 @@ fn native_header() -> String {
     exclude.push("jl_sym_t".into());
     let body = generate(exclude);
     format!(
-        "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
+        "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test it headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
         body.trim_end()
     )
 }
@@ -148,7 +148,7 @@ fn gc_core_h_is_generated_from_the_rust_side() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "include/gc_core.h is out of date with src/capi.rs; run UPDATE_HEADERS=1 cargo test -p gc-core --test headers"
+        "include/gc_core.h is out of date with src/capi.rs; run UPDATE_HEADERS=1 cargo test -p gc-core --test it headers"
     );
 }
 

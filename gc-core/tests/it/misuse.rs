@@ -154,7 +154,7 @@ fn a_panic_inside_a_collection_aborts_with_a_message() {
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "a_panic_inside_a_collection_aborts_with_a_message",
+                "misuse::a_panic_inside_a_collection_aborts_with_a_message",
                 "--nocapture",
             ])
             .env("GC_CORE_MISUSE_CHILD", which)
@@ -252,7 +252,7 @@ fn a_collection_waiting_for_a_blocked_thread_names_it() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "a_collection_waiting_for_a_blocked_thread_names_it",
+            "misuse::a_collection_waiting_for_a_blocked_thread_names_it",
             "--nocapture",
         ])
         .env("GC_CORE_MISUSE_BLOCKED", "1")

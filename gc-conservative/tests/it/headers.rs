@@ -1,5 +1,5 @@
 //! `include/gc_conservative.h` is generated from `src/capi.rs` by cbindgen and must
-//! match (`UPDATE_HEADERS=1 cargo test -p gc-conservative --test headers` rewrites it);
+//! match (`UPDATE_HEADERS=1 cargo test -p gc-conservative --test it headers` rewrites it);
 //! the seed's three conservative-scanning functions, declared by hand in gc-core's
 //! `julia_gcext_compat.h`, must agree with their Rust definitions here (compiled together
 //! in one C translation unit, where a difference is a "conflicting types" error).
@@ -49,7 +49,7 @@ fn gc_conservative_h_is_generated_from_the_rust_side() {
         .collect();
     let body = generate(jl, vec!["gc_core.h".into()]);
     let fresh = format!(
-        "/*\n * gc_conservative.h: conservative scanning for gc-core heaps. Generated from\n * src/capi.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-conservative\n * --test headers). Link with libgc_conservative, which also carries gc_core.h's API.\n */\n#ifndef GC_CONSERVATIVE_H\n#define GC_CONSERVATIVE_H\n\n{}\n#endif /* GC_CONSERVATIVE_H */\n",
+        "/*\n * gc_conservative.h: conservative scanning for gc-core heaps. Generated from\n * src/capi.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-conservative\n * --test it headers). Link with libgc_conservative, which also carries gc_core.h's API.\n */\n#ifndef GC_CONSERVATIVE_H\n#define GC_CONSERVATIVE_H\n\n{}\n#endif /* GC_CONSERVATIVE_H */\n",
         body.trim_end()
     );
     let path = crate_dir().join("include/gc_conservative.h");
@@ -57,7 +57,7 @@ fn gc_conservative_h_is_generated_from_the_rust_side() {
         std::fs::write(&path, &fresh).unwrap();
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(committed == fresh, "include/gc_conservative.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-conservative --test headers");
+    assert!(committed == fresh, "include/gc_conservative.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-conservative --test it headers");
 }
 
 #[test]

@@ -3,5 +3,7 @@
 
 const PARALLEL: bool = true;
 
+// The same cases, compiled twice: with PARALLEL false here and true in the other module.
+#[allow(clippy::duplicate_mod)]
 #[path = "weak/cases.rs"]
 mod cases;
