@@ -8,7 +8,7 @@
  * gil_last_error() holds a message naming the thread, GIL and problem. NULL pointers and
  * misuse are reported, never crash.
  *
- * Checked against gil/src/capi.rs by gil/tests/header.rs: keep them in step.
+ * Checked against gil/src/capi.rs by gil/tests/it/header.rs: keep them in step.
  */
 #ifndef GIL_H
 #define GIL_H

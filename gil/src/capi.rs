@@ -4,7 +4,7 @@
 //! panics never cross the boundary. Functions act on the calling thread (found through
 //! its thread-local attachment), so C code needs no per-thread handle.
 //!
-//! The header is checked against this file by `tests/header.rs`: names, parameter
+//! The header is checked against this file by `tests/it/header.rs`: names, parameter
 //! names and types, struct fields and constants must match.
 #![allow(non_camel_case_types)]
 

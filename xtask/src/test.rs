@@ -120,7 +120,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     // gil: the C program against include/gil.h again, valgrind required this time.
     let mut valgrind = cargo();
     valgrind
-        .args(["test", "-p", "gil", "--test", "c_api"])
+        .args(["test", "-p", "gil", "--test", "it", "c_api::"])
         .env("GIL_VALGRIND", "1");
     plan.push(("gil: C ABI program under valgrind", valgrind));
 

@@ -1,6 +1,6 @@
 //! The `handoff` example's output, as an insta snapshot (times filtered out).
 
-#[path = "../examples/handoff.rs"]
+#[path = "../../examples/handoff.rs"]
 mod handoff;
 
 #[test]
