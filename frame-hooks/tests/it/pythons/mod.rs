@@ -34,7 +34,12 @@ pub fn run_child(case: &str, minor: u32) -> Option<String> {
         }
     };
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "cpython::child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("FRAME_HOOKS_CASE", case)
         .env("FRAME_HOOKS_LIBPYTHON", &lib)
         .output()

@@ -3,7 +3,7 @@
 //! calls on CPython 3.11, 3.12 and 3.13 for a script with recursion, generators, a
 //! coroutine, comprehensions, lambdas, exceptions and threads.
 
-mod pythons;
+use crate::pythons;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

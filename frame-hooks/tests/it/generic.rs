@@ -1,4 +1,4 @@
-//! The generic layer on a small bytecode interpreter (`tests/vm`): Pyjion's algorithm
+//! The generic layer on a small bytecode interpreter (`tests/it/generic/vm`): Pyjion's algorithm
 //! from the PEP, a call tracer, a breakpoint by code identity, chaining, the recursion
 //! guard, skip marks, the throw flag, code extras, and lazy frames.
 

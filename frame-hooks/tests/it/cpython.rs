@@ -1,7 +1,7 @@
 //! The CPython backend on the machine's real CPython 3.11, 3.12 and 3.13 (each case in a
 //! child process per version; an absent version is skipped with the reason printed).
 
-mod pythons;
+use crate::pythons;
 
 use frame_hooks::cpython::{
     layout, Api, CodeExtra, CodeRef, Error, EvalResult, Frame, FrameHook, Installed, Layout,
