@@ -53,7 +53,10 @@ pub mod consts {
     pub const DT_RUNPATH: u64 = 29;
     pub const DT_FLAGS: u64 = 30;
     pub const DT_PREINIT_ARRAY: u64 = 32;
+    pub const DT_RELSZ: u64 = 18;
+    pub const DT_RELRSZ: u64 = 35;
     pub const DT_RELR: u64 = 36;
+    pub const DT_RELRENT: u64 = 37;
     pub const DT_GNU_HASH: u64 = 0x6fff_fef5;
     pub const DT_TLSDESC_PLT: u64 = 0x6fff_fef6;
     pub const DT_RELACOUNT: u64 = 0x6fff_fff9;
@@ -66,6 +69,8 @@ pub mod consts {
     pub const DF_TEXTREL: u64 = 4;
     pub const DF_STATIC_TLS: u64 = 0x10;
     pub const DF_1_NODELETE: u64 = 0x8;
+    pub const DF_1_NOOPEN: u64 = 0x40;
+    pub const DF_1_PIE: u64 = 0x0800_0000;
 
     pub const STB_LOCAL: u8 = 0;
     pub const STB_GLOBAL: u8 = 1;
@@ -92,6 +97,8 @@ pub mod consts {
     pub const R_X86_64_DTPOFF64: u32 = 17;
     pub const R_X86_64_TPOFF64: u32 = 18;
     pub const R_X86_64_PC64: u32 = 24;
+    pub const R_X86_64_SIZE32: u32 = 32;
+    pub const R_X86_64_SIZE64: u32 = 33;
     pub const R_X86_64_TLSDESC: u32 = 36;
     pub const R_X86_64_IRELATIVE: u32 = 37;
     pub const R_X86_64_RELATIVE64: u32 = 38;
@@ -113,6 +120,8 @@ pub fn reloc_name(kind: u32) -> String {
         R_X86_64_DTPOFF64 => "R_X86_64_DTPOFF64".into(),
         R_X86_64_TPOFF64 => "R_X86_64_TPOFF64".into(),
         R_X86_64_PC64 => "R_X86_64_PC64".into(),
+        R_X86_64_SIZE32 => "R_X86_64_SIZE32".into(),
+        R_X86_64_SIZE64 => "R_X86_64_SIZE64".into(),
         R_X86_64_TLSDESC => "R_X86_64_TLSDESC".into(),
         R_X86_64_IRELATIVE => "R_X86_64_IRELATIVE".into(),
         R_X86_64_RELATIVE64 => "R_X86_64_RELATIVE64".into(),
@@ -286,6 +295,8 @@ pub struct ElfInfo {
     pub relacount: u64,
     /// `DT_JMPREL` relocations.
     pub jmprel: Table,
+    /// `DT_RELR` packed relative relocations (8-byte entries; see [`walk_relr`]).
+    pub relr: Table,
     /// `DT_INIT`.
     pub init: Option<u64>,
     /// `DT_FINI`.
@@ -296,6 +307,9 @@ pub struct ElfInfo {
     pub fini_array: Table,
     /// `DF_STATIC_TLS`: the object uses the initial-exec TLS model.
     pub static_tls: bool,
+    /// `DT_TEXTREL` or `DF_TEXTREL`: relocations may target non-writable segments,
+    /// which are made writable while the library is relocated (as glibc does).
+    pub textrel: bool,
     /// `DF_1_NODELETE` (linked with `-z nodelete`): never unloaded by `dlclose`.
     pub nodelete: bool,
 }
@@ -584,11 +598,13 @@ impl ElfInfo {
             rela: Table::default(),
             relacount: 0,
             jmprel: Table::default(),
+            relr: Table::default(),
             init: None,
             fini: None,
             init_array: Table::default(),
             fini_array: Table::default(),
             static_tls: false,
+            textrel: false,
             nodelete: false,
         };
         if let Some(t) = info.tls {
@@ -718,39 +734,37 @@ impl ElfInfo {
                 _ => "dynamic entry",
             }
         };
+        // Every tag glibc 2.36 acts on for a shared object on x86-64 is handled here or
+        // below; unknown tags are ignored, as glibc ignores them. Refused (each naming
+        // the entry) is only what glibc refuses too.
         for (i, tag, val) in &entries {
             match *tag {
-                DT_REL => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_REL relocations (x86_64 uses DT_RELA)"),
-                    ))
+                DT_FLAGS => {
+                    self.textrel |= val & DF_TEXTREL != 0;
+                    self.static_tls |= val & DF_STATIC_TLS != 0;
                 }
-                DT_RELR => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_RELR packed relocations"),
-                    ))
+                DT_TEXTREL => self.textrel = true,
+                DT_FLAGS_1 => {
+                    // glibc's dlopen refuses both (every load here is a dlopen).
+                    if val & DF_1_PIE != 0 {
+                        return Err(Error::unsupported(
+                            &path,
+                            format!("dynamic entry {i}: DT_FLAGS_1 has DF_1_PIE: cannot dynamically load a position-independent executable"),
+                        ));
+                    }
+                    if val & DF_1_NOOPEN != 0 {
+                        return Err(Error::unsupported(
+                            &path,
+                            format!("dynamic entry {i}: DT_FLAGS_1 has DF_1_NOOPEN: the shared object cannot be dlopen()ed"),
+                        ));
+                    }
+                    self.nodelete |= val & DF_1_NODELETE != 0;
                 }
-                DT_TEXTREL => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_TEXTREL (text relocations)"),
-                    ))
-                }
-                DT_FLAGS if val & DF_TEXTREL != 0 => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DF_TEXTREL (text relocations)"),
-                    ))
-                }
-                DT_FLAGS if val & DF_STATIC_TLS != 0 => self.static_tls = true,
-                DT_FLAGS_1 if val & DF_1_NODELETE != 0 => self.nodelete = true,
+                // glibc asserts these (a fatal "Inconsistency detected by ld.so").
                 DT_PLTREL if *val != DT_RELA => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_PLTREL = {val} (only DT_RELA)"),
-                    ))
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_PLTREL = {val} (x86-64 has only DT_RELA)"
+                    )))
                 }
                 DT_SYMENT if *val != 24 => {
                     return Err(bad(format!(
@@ -762,11 +776,18 @@ impl ElfInfo {
                         "dynamic entry {i}: DT_RELAENT = {val} (expected 24)"
                     )))
                 }
+                DT_RELRENT if *val != 8 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_RELRENT = {val} (expected 8)"
+                    )))
+                }
+                // glibc on x86-64 never processes DT_REL (ELF_MACHINE_NO_REL) and runs
+                // DT_PREINIT_ARRAY only for the executable: both are ignored, as there.
+                DT_REL if get(DT_RELSZ).unwrap_or(0) != 0 => {
+                    tracing::warn!(library = %path.display(), "dynamic entry {i}: DT_REL relocations are ignored on x86-64 (as glibc ignores them)");
+                }
                 DT_PREINIT_ARRAY => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_PREINIT_ARRAY in a shared object"),
-                    ))
+                    tracing::debug!(library = %path.display(), "dynamic entry {i}: DT_PREINIT_ARRAY of a shared object is not run (as with glibc)");
                 }
                 _ => {}
             }
@@ -997,6 +1018,13 @@ impl ElfInfo {
             }
             self.jmprel = self.table(r, addr, sz, Placement::Any, name(DT_JMPREL))?;
         }
+        if let Some(addr) = get(DT_RELR) {
+            let sz = get(DT_RELRSZ).ok_or_else(|| bad("DT_RELR without DT_RELRSZ".into()))?;
+            if sz % 8 != 0 {
+                return Err(bad(format!("DT_RELRSZ {sz:#x} is not a multiple of 8")));
+            }
+            self.relr = self.table(r, addr, sz, Placement::Any, "DT_RELR")?;
+        }
         self.init = get(DT_INIT);
         self.fini = get(DT_FINI);
         for (a, s, slot, what) in [
@@ -1162,6 +1190,17 @@ impl ElfInfo {
         Ok(())
     }
 
+    /// The link-time ranges `[start, end)` that relocations may write: the writable
+    /// `PT_LOAD` segments, and for a `DT_TEXTREL` library every `PT_LOAD` (the others
+    /// are made writable while it is relocated, as glibc does).
+    pub fn reloc_ranges(&self) -> Vec<(u64, u64)> {
+        self.loads
+            .iter()
+            .filter(|l| self.textrel || l.flags & PF_W != 0)
+            .map(|l| (l.vaddr, l.vaddr + l.memsz))
+            .collect()
+    }
+
     /// Whether the link-time address `vaddr` lies inside an executable `PT_LOAD`.
     pub fn is_code(&self, vaddr: u64) -> bool {
         self.loads
@@ -1238,7 +1277,7 @@ impl ElfInfo {
 pub struct CheckSummary {
     /// Number of dynamic symbols.
     pub symbols: u32,
-    /// Number of relocations (DT_RELA + DT_JMPREL).
+    /// Number of relocations (DT_RELA + DT_JMPREL + the words DT_RELR relocates).
     pub relocations: usize,
     /// `DT_NEEDED` names.
     pub needed: Vec<String>,
@@ -1275,7 +1314,13 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             }
         }
     }
-    let mut relocations = 0;
+    let ranges = info.reloc_ranges();
+    let relr = |k: usize| {
+        let o = (info.relr.file_off + 8 * k as u64) as usize;
+        data.get(o..o + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
+    let mut relocations = walk_relr(path, (info.relr.len / 8) as usize, relr, &ranges, |_| {})?;
     for table in [info.rela, info.jmprel] {
         for r in info.file_relocs(data, table) {
             relocations += 1;
@@ -1293,10 +1338,11 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             }
             let size = match r.kind {
                 R_X86_64_NONE => continue,
-                R_X86_64_32 | R_X86_64_PC32 => 4,
+                R_X86_64_32 | R_X86_64_PC32 | R_X86_64_SIZE32 => 4,
                 R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
                 | R_X86_64_RELATIVE | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE
-                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => 8,
+                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 | R_X86_64_SIZE64 => 8,
+                R_X86_64_TLSDESC => 16,
                 other => {
                     return Err(Error::Relocation {
                         path: path.to_path_buf(),
@@ -1307,12 +1353,8 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                     })
                 }
             };
-            let ok = info.loads.iter().any(|l| {
-                l.flags & PF_W != 0
-                    && r.offset >= l.vaddr
-                    && r.offset
-                        .checked_add(size)
-                        .is_some_and(|e| e <= l.vaddr + l.memsz)
+            let ok = ranges.iter().any(|&(start, end)| {
+                r.offset >= start && r.offset.checked_add(size).is_some_and(|e| e <= end)
             });
             if !ok {
                 return Err(Error::Relocation {
@@ -1340,6 +1382,93 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
         needed: info.needed.clone(),
         has_tls: info.tls.is_some(),
     })
+}
+
+/// Walks a `DT_RELR` table (glibc 2.36, binutils 2.38 `-z pack-relative-relocs`): `f` is
+/// called with the link-time address of every word to relocate (by adding the load
+/// bias), in table order, after that word has been checked to lie in one of `ranges`
+/// (link-time `[start, end)`, see [`ElfInfo::reloc_ranges`]). `count` entries are read
+/// through `entry`. An even entry is the address of a word to relocate; an odd entry is
+/// a bitmap of the 63 words after the previous entry's last word (bit `i + 1` for word
+/// `i`), each set bit a word to relocate. Returns the number of words.
+///
+/// A bitmap before any address, an address outside the ranges, or a set bit whose word
+/// runs past the segment is an error naming the entry: nothing outside the library's
+/// segments is ever written.
+pub fn walk_relr(
+    path: &Path,
+    count: usize,
+    entry: impl Fn(usize) -> u64,
+    ranges: &[(u64, u64)],
+    mut f: impl FnMut(u64),
+) -> Result<usize> {
+    // Whether the words [lo, hi) lie in one range.
+    let inside = |lo: u64, hi: u64| ranges.iter().any(|&(s, e)| lo >= s && hi <= e && lo < hi);
+    let bad = |k: usize, what: String| Error::malformed(path, format!("DT_RELR entry {k}: {what}"));
+    // The link-time address of the word after the last one an entry covered.
+    let mut next: Option<u64> = None;
+    let mut words = 0;
+    for k in 0..count {
+        let e = entry(k);
+        if e & 1 == 0 {
+            match e.checked_add(8) {
+                Some(end) if inside(e, end) => {}
+                _ => {
+                    return Err(bad(
+                        k,
+                        format!("address {e:#x} is not inside a writable segment"),
+                    ))
+                }
+            }
+            f(e);
+            words += 1;
+            next = Some(e + 8);
+            continue;
+        }
+        let Some(base) = next else {
+            return Err(bad(
+                k,
+                format!("bitmap {e:#x} with no address entry before it"),
+            ));
+        };
+        let bits = e >> 1;
+        if bits != 0 {
+            // Set bits are words base + 8 * i for i in [low, high]; 63 bits at most,
+            // so these cannot overflow unless `base` is near the top of the space.
+            let low = u64::from(bits.trailing_zeros());
+            let high = u64::from(63 - bits.leading_zeros());
+            let first = base.checked_add(8 * low);
+            let end = base.checked_add(8 * high + 8);
+            let ok = matches!((first, end), (Some(a), Some(b)) if inside(a, b));
+            if !ok {
+                // Not all in one segment: the first word that is in none names the error.
+                let mut b = bits;
+                while b != 0 {
+                    let i = u64::from(b.trailing_zeros());
+                    let w = base.checked_add(8 * i);
+                    if !w.is_some_and(|w| w.checked_add(8).is_some_and(|x| inside(w, x))) {
+                        return Err(bad(
+                            k,
+                            format!(
+                                "bitmap {e:#x} (bit {}) relocates the word at {:#x}, past the writable segment",
+                                i + 1,
+                                base.wrapping_add(8 * i)
+                            ),
+                        ));
+                    }
+                    b &= b - 1;
+                }
+            }
+            let mut b = bits;
+            while b != 0 {
+                f(base + 8 * u64::from(b.trailing_zeros()));
+                words += 1;
+                b &= b - 1;
+            }
+        }
+        next = base.checked_add(63 * 8);
+    }
+    Ok(words)
 }
 
 /// Why an `R_X86_64_IRELATIVE` relocation with this addend is refused.

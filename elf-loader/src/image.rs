@@ -30,7 +30,8 @@ pub(crate) struct Image {
     pub raw_phdrs: Box<[libc::Elf64_Phdr]>,
     /// The dynamic symbol table in the mapping.
     pub tab: SymTab,
-    /// Writable segments' runtime ranges (relocation targets must lie inside).
+    /// Link-time ranges relocation targets must lie inside: the writable segments (and
+    /// for a `DT_TEXTREL` library every segment, see `ElfInfo::reloc_ranges`).
     pub writable: Vec<(u64, u64)>,
     /// Our TLS module id, if the library has PT_TLS.
     pub tls_module: Option<u64>,
@@ -284,7 +285,21 @@ impl Image {
     /// already resolved take a few instructions each ([`Image::relocate_table`]); every
     /// other entry (first use of a symbol, TLS, ifuncs, rare types, anything out of
     /// bounds) goes through the general [`Image::apply`], which checks and reports.
+    ///
+    /// `DT_RELR` comes first, as with glibc. A `DT_TEXTREL` library's read-only segments
+    /// are writable (keeping their other permissions) while it is relocated, its ifunc
+    /// resolvers included, as glibc does.
     pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
+        if !self.info.textrel {
+            return self.relocate_all(scope);
+        }
+        self.map.text_writable(&self.info, true)?;
+        let r = self.relocate_all(scope);
+        self.map.text_writable(&self.info, false)?;
+        r
+    }
+
+    fn relocate_all(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
         let mut stats = RelocStats::default();
         // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
         // per symbol, so that relocating libpython touches few fresh heap pages.
@@ -301,6 +316,7 @@ impl Image {
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
+        stats.relative += self.relocate_relr()?;
         // Fast path: the leading RELATIVE relocations (DT_RELACOUNT), in a tight loop
         // over the raw table; anything unexpected goes to the general path.
         let table = self.addr(self.info.rela.vaddr) as *const u8;
@@ -426,6 +442,40 @@ impl Image {
         true
     }
 
+    /// Entry `k` of the `DT_RELR` table in the mapping.
+    fn relr_entry(&self, k: usize) -> u64 {
+        // SAFETY: callers pass k below the entry count of DT_RELR, which the parser
+        // checked to lie inside a mapped, readable segment.
+        unsafe {
+            std::ptr::read_unaligned(self.ptr(self.info.relr.vaddr + 8 * k as u64) as *const u64)
+        }
+    }
+
+    /// Applies `DT_RELR` (packed relative relocations: each word gets the load bias
+    /// added); every word is checked to lie in a relocatable segment first (see
+    /// [`crate::elf::walk_relr`]). Returns the number of words relocated.
+    fn relocate_relr(&self) -> Result<usize> {
+        let count = (self.info.relr.len / 8) as usize;
+        if count == 0 {
+            return Ok(0);
+        }
+        let bias = self.map.bias;
+        crate::elf::walk_relr(
+            &self.path,
+            count,
+            |k| self.relr_entry(k),
+            &self.writable,
+            |a| {
+                let p = bias.wrapping_add(a as usize) as *mut usize;
+                // SAFETY: `walk_relr` checked that the 8-byte word at `a` lies inside one
+                // of this image's relocatable (writable) segments.
+                unsafe {
+                    std::ptr::write_unaligned(p, std::ptr::read_unaligned(p).wrapping_add(bias))
+                };
+            },
+        )
+    }
+
     /// Makes the pages that relocation will write private and present before it writes
     /// them, with `MADV_POPULATE_WRITE` over each run of such pages (Linux 5.14+; on
     /// older kernels, or on any error, nothing happens and the writes fault as usual).
@@ -503,6 +553,15 @@ impl Image {
         for k in 0..(self.info.jmprel.len / 24) as usize {
             mark(off_at(jmprel, k));
         }
+        // DT_RELR's words (a malformed table is reported by the relocation that follows;
+        // only words inside a segment are marked).
+        let _ = crate::elf::walk_relr(
+            &self.path,
+            (self.info.relr.len / 8) as usize,
+            |k| self.relr_entry(k),
+            writable,
+            &mut mark,
+        );
         let mut populated = 0;
         let mut p = 0;
         let set = |p: usize| bits[p / 64] & (1 << (p % 64)) != 0;
@@ -587,10 +646,11 @@ impl Image {
                     // taken here.
                     if let Some(&v) = cx.cache.get(sym) {
                         if v != UNRESOLVED {
-                            let a = if kind == R_X86_64_64 { addend } else { 0 };
+                            // glibc adds the addend for all three (linkers write 0
+                            // for GLOB_DAT and JUMP_SLOT).
                             // SAFETY: as above.
                             unsafe {
-                                std::ptr::write_unaligned(target, v.wrapping_add(a as usize))
+                                std::ptr::write_unaligned(target, v.wrapping_add(addend as usize))
                             };
                             symbolic += 1;
                             continue;
@@ -665,11 +725,8 @@ impl Image {
                 };
                 let p = self.check_target(r, size)?;
                 stats.symbolic += 1;
-                let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
-                    0
-                } else {
-                    r.addend
-                };
+                // As glibc: symbol + addend for GLOB_DAT and JUMP_SLOT too.
+                let addend = r.addend;
                 let base = if r.sym == 0 {
                     0
                 } else if cache[r.sym as usize] != UNRESOLVED {
@@ -776,6 +833,45 @@ impl Image {
                         }
                         _ => std::ptr::write_unaligned(p as *mut usize, value),
                     }
+                }
+                Ok(())
+            }
+            R_X86_64_SIZE32 | R_X86_64_SIZE64 => {
+                // The size of the symbol's definition, plus the addend (glibc's reading).
+                let size = if r.kind == R_X86_64_SIZE32 { 4 } else { 8 };
+                let p = self.check_target(r, size)?;
+                stats.symbolic += 1;
+                let def = if r.sym == 0 {
+                    None
+                } else {
+                    self.resolve(r, scope, self_first)?
+                };
+                let sym_size = match def {
+                    None => 0,
+                    Some(Def::Own(s)) => s.size,
+                    Some(Def::Custom(img, s)) => {
+                        if !Arc::ptr_eq(&img, self) {
+                            record_binding(bound, &img);
+                        }
+                        s.size
+                    }
+                    Some(Def::Addr(a)) => system_symbol_size(a).ok_or_else(|| {
+                        self.reloc_err(r, &self.sym_name(r.sym), "the size of the system library's definition is unknown (dladdr1 found no symbol table entry)")
+                    })?,
+                    Some(Def::SystemTls(_)) => {
+                        return Err(self.reloc_err(r, &self.sym_name(r.sym), "size of a system library's TLS symbol"))
+                    }
+                };
+                let value = sym_size.wrapping_add(r.addend as u64);
+                if size == 4 {
+                    let v32 = u32::try_from(value).map_err(|_| {
+                        self.reloc_err(r, &self.sym_name(r.sym), "value overflows 32 bits")
+                    })?;
+                    // SAFETY: checked 4-byte target in a relocatable segment.
+                    unsafe { std::ptr::write_unaligned(p as *mut u32, v32) };
+                } else {
+                    // SAFETY: checked 8-byte target in a relocatable segment.
+                    unsafe { std::ptr::write_unaligned(p as *mut u64, value) };
                 }
                 Ok(())
             }
@@ -1015,6 +1111,22 @@ impl Image {
             f();
         }
     }
+}
+
+/// The `st_size` of the system loader's symbol at exactly `addr` (`dladdr1`).
+fn system_symbol_size(addr: usize) -> Option<u64> {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    // SAFETY: Dl_info is plain data; all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; dladdr1 only reads the system loader's tables.
+    let ok = unsafe { libc::dladdr1(addr as *const _, &mut info, &mut sym, RTLD_DL_SYMENT) };
+    if ok == 0 || sym.is_null() || info.dli_saddr as usize != addr {
+        return None;
+    }
+    // SAFETY: with RTLD_DL_SYMENT, `sym` points at the symbol's Elf64_Sym in the
+    // system loader's (mapped, readable) symbol table.
+    Some(unsafe { (*(sym as *const libc::Elf64_Sym)).st_size })
 }
 
 /// Notes that relocations bound to `other` (once per image).

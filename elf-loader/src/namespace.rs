@@ -534,12 +534,7 @@ impl NsInner {
                 align: t.align.max(1) as usize,
             })
         });
-        let writable = info
-            .loads
-            .iter()
-            .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
-            .map(|l| (l.vaddr, l.vaddr + l.memsz))
-            .collect();
+        let writable = info.reloc_ranges();
         let raw_phdrs = info
             .phdrs
             .iter()
