@@ -58,6 +58,13 @@ pub(crate) struct Image {
     pub unloading: AtomicBool,
     /// Other custom images this one bound symbols of (relocations, `dlsym`).
     pub reldeps: parking_lot::Mutex<Vec<Weak<Image>>>,
+    /// The arguments of this image's dynamic TLS descriptors (`R_X86_64_TLSDESC`),
+    /// which its code reads as long as it is mapped.
+    #[expect(
+        clippy::vec_box,
+        reason = "descriptors point at each TlsIndex: they must not move when the Vec grows"
+    )]
+    pub tlsdesc_args: parking_lot::Mutex<Vec<Box<TlsIndex>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -432,7 +439,7 @@ impl Image {
                     // to the lookup.
                     _ => continue,
                 },
-                Planned::Abs(a) => a,
+                Planned::Abs(a) => self.near_entry(a),
             };
             if let Some(slot) = cache.get_mut(i as usize) {
                 *slot = value;
@@ -440,6 +447,18 @@ impl Image {
             }
         }
         true
+    }
+
+    /// `v`, or for the loader's `__tls_get_addr` the copy of its fast path next to
+    /// this image (see `tls::near_entries`: a call to code in another 4 GiB region costs
+    /// a few cycles).
+    #[inline]
+    fn near_entry(&self, v: usize) -> usize {
+        if v == tls::tls_get_addr_entry() {
+            tls::near_entries(self.map.start).tls_get_addr
+        } else {
+            v
+        }
     }
 
     /// Entry `k` of the `DT_RELR` table in the mapping.
@@ -803,6 +822,7 @@ impl Image {
                             ));
                         }
                     };
+                    let v = self.near_entry(v);
                     cache[r.sym as usize] = v;
                     v
                 };
@@ -875,42 +895,66 @@ impl Image {
                 }
                 Ok(())
             }
+            R_X86_64_TLSDESC => {
+                // A descriptor {function, argument} (see tls.rs), as glibc makes them:
+                // static TLS -> return the offset; dynamic -> look the block up.
+                let p = self.check_target(r, 16)?;
+                stats.tls += 1;
+                let def = self.tls_def(r, scope, self_first, bound)?;
+                let name = self.sym_name(r.sym);
+                let entries = tls::near_entries(self.map.start);
+                let dynamic = |ti: TlsIndex| {
+                    let b = Box::new(ti);
+                    let d = tls::tlsdesc_dynamic(&entries, &b);
+                    self.tlsdesc_args.lock().push(b);
+                    d
+                };
+                let desc = match def {
+                    None => tls::tlsdesc_undefweak(&entries, r.addend as u64),
+                    Some(Def::Custom(img, s)) => {
+                        let module = img.tls_module.ok_or_else(|| {
+                            self.reloc_err(r, &name, "defining library has no PT_TLS")
+                        })?;
+                        dynamic(TlsIndex {
+                            module,
+                            offset: s.value.wrapping_add(r.addend as u64),
+                        })
+                    }
+                    Some(Def::SystemTls(ti)) => {
+                        let static_off = (ti.module & tls::OUR_MODULE == 0)
+                            .then(|| tls::static_tls_offset(tls::address_in_thread(&ti)))
+                            .flatten();
+                        match static_off {
+                            Some(off) => {
+                                tls::tlsdesc_static(&entries, off.wrapping_add(r.addend as u64))
+                            }
+                            None => dynamic(TlsIndex {
+                                module: ti.module,
+                                offset: ti.offset.wrapping_add(r.addend as u64),
+                            }),
+                        }
+                    }
+                    Some(_) => {
+                        return Err(self.reloc_err(
+                            r,
+                            &name,
+                            "symbol resolved to a non-TLS definition",
+                        ))
+                    }
+                };
+                // SAFETY: checked 16-byte target in a relocatable segment. The argument
+                // is written before the function, as glibc does (nothing runs the
+                // library's code during relocation anyway).
+                unsafe {
+                    std::ptr::write_unaligned((p as *mut u64).add(1), desc[1]);
+                    std::ptr::write_unaligned(p as *mut u64, desc[0]);
+                }
+                Ok(())
+            }
             R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => {
                 let p = self.check_target(r, 8)?;
                 stats.tls += 1;
-                let def = if r.sym == 0 {
-                    // Local-dynamic / local symbol: this module.
-                    Some(Def::Custom(
-                        self.clone(),
-                        Sym {
-                            name: 0,
-                            info: STT_TLS,
-                            other: 0,
-                            shndx: 1,
-                            value: 0,
-                            size: 0,
-                        },
-                    ))
-                } else {
-                    let s = self.sym(r.sym);
-                    if s.kind() != STT_TLS {
-                        return Err(self.reloc_err(
-                            r,
-                            &self.sym_name(r.sym),
-                            "TLS relocation against a non-TLS symbol",
-                        ));
-                    }
-                    match self.resolve(r, scope, self_first)? {
-                        Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
-                        Some(Def::Custom(other, s)) => {
-                            if !Arc::ptr_eq(&other, self) {
-                                record_binding(bound, &other);
-                            }
-                            Some(Def::Custom(other, s))
-                        }
-                        d => d,
-                    }
-                };
+                let def = self.tls_def(r, scope, self_first, bound)?;
                 let name = self.sym_name(r.sym);
                 let value: u64 = match (r.kind, def) {
                     (_, None) => 0,
@@ -942,11 +986,6 @@ impl Image {
                 unsafe { std::ptr::write_unaligned(p as *mut u64, value) };
                 Ok(())
             }
-            R_X86_64_TLSDESC => Err(self.reloc_err(
-                r,
-                &self.sym_name(r.sym),
-                "TLS descriptors are not supported; build with -mtls-dialect=gnu",
-            )),
             R_X86_64_COPY => Err(self.reloc_err(
                 r,
                 &self.sym_name(r.sym),
@@ -954,6 +993,50 @@ impl Image {
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
         }
+    }
+
+    /// The definition a TLS relocation refers to: symbol 0 is this module itself
+    /// (local-dynamic, or a local symbol folded into the addend); a defined TLS symbol of
+    /// a custom library as `Def::Custom` (its binding recorded); a system library's as
+    /// `Def::SystemTls`; `None` for a weak undefined one.
+    fn tls_def(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+        bound: &mut Vec<Arc<Image>>,
+    ) -> Result<Option<Def>> {
+        if r.sym == 0 {
+            return Ok(Some(Def::Custom(
+                self.clone(),
+                Sym {
+                    name: 0,
+                    info: STT_TLS,
+                    other: 0,
+                    shndx: 1,
+                    value: 0,
+                    size: 0,
+                },
+            )));
+        }
+        let s = self.sym(r.sym);
+        if s.kind() != STT_TLS {
+            return Err(self.reloc_err(
+                r,
+                &self.sym_name(r.sym),
+                "TLS relocation against a non-TLS symbol",
+            ));
+        }
+        Ok(match self.resolve(r, scope, self_first)? {
+            Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+            Some(Def::Custom(other, s)) => {
+                if !Arc::ptr_eq(&other, self) {
+                    record_binding(bound, &other);
+                }
+                Some(Def::Custom(other, s))
+            }
+            d => d,
+        })
     }
 
     /// Records that this image uses symbols of `others` (which then stay loaded as long

@@ -572,6 +572,7 @@ impl NsInner {
             unloading: Default::default(),
             reldeps: Default::default(),
             eh_frame: Default::default(),
+            tlsdesc_args: Default::default(),
             ns: Arc::downgrade(self),
         });
         IMAGES.write().insert(

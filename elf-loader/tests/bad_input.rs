@@ -326,9 +326,9 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
         "writable segment",
     ));
     cases.push((
-        "TLSDESC".into(),
+        "TLSDESC against a function".into(),
         Box::new(move |b: &mut Vec<u8>| put_u32(b, first_jump + 8, R_X86_64_TLSDESC)),
-        "TLS descriptors",
+        "R_X86_64_TLSDESC at offset",
     ));
 
     // An init array entry relocated to something that is not the library's code.

@@ -15,7 +15,9 @@
 //! - `max_copies` vs `max_copies_dlmopen`: copies of libpython loaded and initialised
 //!   (each runs code) in one process;
 //! - `tls_ns` vs `tls_ns_system`: a `__thread` access in a custom-loaded library vs the
-//!   same library loaded by the system.
+//!   same library loaded by the system (general dynamic; `tls_ld_*` local dynamic,
+//!   `tls_desc_*` and `tls_desc_ld_*` the same through TLS descriptors), medians of 21
+//!   interleaved rounds, with the median per-round ratio and its 10th/90th percentiles.
 
 use super::report::Report;
 use crate::steps::{cargo, root};
@@ -220,8 +222,18 @@ pub fn run_suite() -> Result<()> {
     if !ok {
         bail!("TLS measurement failed");
     }
-    r.value("tls_ns", num(&kv, "tls_ns", "tls")?);
-    r.value("tls_ns_system", num(&kv, "tls_ns_system", "tls")?);
+    for case in ["tls", "tls_ld", "tls_desc", "tls_desc_ld"] {
+        for suffix in [
+            "_ns",
+            "_ns_system",
+            "_ratio_paired",
+            "_ratio_p10",
+            "_ratio_p90",
+        ] {
+            let key = format!("{case}{suffix}");
+            r.value(&key, num(&kv, &key, "tls")?);
+        }
+    }
 
     // (Each comparison records `<ours>_ratio`; the targeted one goes last so that
     // `load_us_ratio` in the JSON file is the ratio to dlopen.)
@@ -268,9 +280,27 @@ pub fn run_suite() -> Result<()> {
         Some(1.1),
     );
     r.compare(
-        "TLS access: ours / system __tls_get_addr",
+        "TLS access, general dynamic: ours / system __tls_get_addr",
         "tls_ns",
         "tls_ns_system",
+        Some(1.1),
+    );
+    r.compare(
+        "TLS access, local dynamic: ours / system __tls_get_addr",
+        "tls_ld_ns",
+        "tls_ld_ns_system",
+        Some(1.1),
+    );
+    r.compare(
+        "TLS access, descriptor (gnu2), general dynamic: ours / system",
+        "tls_desc_ns",
+        "tls_desc_ns_system",
+        None,
+    );
+    r.compare(
+        "TLS access, descriptor (gnu2), local dynamic: ours / system",
+        "tls_desc_ld_ns",
+        "tls_desc_ld_ns_system",
         None,
     );
     // Higher is better for copies, so these put ours in the denominator.
