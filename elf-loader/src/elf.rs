@@ -70,6 +70,7 @@ pub mod consts {
     pub const DF_STATIC_TLS: u64 = 0x10;
     pub const DF_1_NODELETE: u64 = 0x8;
     pub const DF_1_NOOPEN: u64 = 0x40;
+    pub const DF_1_NODEFLIB: u64 = 0x800;
     pub const DF_1_PIE: u64 = 0x0800_0000;
 
     pub const STB_LOCAL: u8 = 0;
@@ -312,6 +313,9 @@ pub struct ElfInfo {
     pub textrel: bool,
     /// `DF_1_NODELETE` (linked with `-z nodelete`): never unloaded by `dlclose`.
     pub nodelete: bool,
+    /// `DF_1_NODEFLIB` (linked with `-z nodeflib`): its `dlopen`s and dependencies are
+    /// not searched in the cache or the default directories.
+    pub nodeflib: bool,
 }
 
 /// Where a validated table must live.
@@ -606,6 +610,7 @@ impl ElfInfo {
             static_tls: false,
             textrel: false,
             nodelete: false,
+            nodeflib: false,
         };
         if let Some(t) = info.tls {
             if t.filesz > t.memsz
@@ -759,6 +764,7 @@ impl ElfInfo {
                         ));
                     }
                     self.nodelete |= val & DF_1_NODELETE != 0;
+                    self.nodeflib |= val & DF_1_NODEFLIB != 0;
                 }
                 // glibc asserts these (a fatal "Inconsistency detected by ld.so").
                 DT_PLTREL if *val != DT_RELA => {

@@ -43,6 +43,14 @@ pub enum Error {
         /// The directories searched, in order.
         searched: String,
     },
+    /// A library given by name (no `/`) was found nowhere `dlopen` would look.
+    #[error("{name}: cannot open shared object file: not found (searched: {searched})")]
+    NotFound {
+        /// The name.
+        name: String,
+        /// The directories and files searched, in order.
+        searched: String,
+    },
     /// The system loader refused a library (`dlopen` failed).
     #[error("system loader could not open {name}: {message}")]
     SystemLoad {

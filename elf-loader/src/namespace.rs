@@ -70,17 +70,6 @@ const ALWAYS_SYSTEM: &[&str] = &[
     "libgomp.so",
 ];
 
-/// The system library directories searched after RPATH, `LD_LIBRARY_PATH` and RUNPATH.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-    "/usr/local/lib",
-];
-
 impl Default for DependencyPolicy {
     fn default() -> Self {
         DependencyPolicy {
@@ -788,52 +777,23 @@ pub(crate) fn parse_and_map(
     Ok((info, map))
 }
 
-/// Finds `name` like the system loader does: the requester's DT_RPATH (if it has no
-/// DT_RUNPATH), `LD_LIBRARY_PATH`, the requester's DT_RUNPATH, then the system
-/// directories; `$ORIGIN` expands to the requester's directory. Returns the path and
-/// whether it was found in a system directory, or the list of places searched.
+/// Finds `name` (no `/`) as glibc's `dlopen` from `requester` does (see `search.rs`;
+/// from the main program when `requester` is `None`). Returns the path and whether it
+/// was found in the cache or a default directory, or the list of places searched.
 fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool)>, String) {
-    let origin = requester
-        .and_then(|r| r.path.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    let expand = |list: &str| -> Vec<PathBuf> {
-        list.split(':')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                let o = origin.to_string_lossy();
-                PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
-            })
-            .collect()
+    let sp = match requester {
+        Some(r) => crate::search::SearchPath::of_library(
+            r.info.rpath.as_deref(),
+            r.info.runpath.as_deref(),
+            r.path.parent().unwrap_or(Path::new(".")),
+            r.info.nodeflib,
+        ),
+        None => crate::search::SearchPath::of_program(),
     };
-    let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
-    if let Some(r) = requester {
-        if r.info.runpath.is_none() {
-            if let Some(rp) = &r.info.rpath {
-                dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
-            }
-        }
+    match sp.find(name) {
+        Ok(f) => (Some((f.path, f.system)), String::new()),
+        Err(searched) => (None, searched),
     }
-    if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
-        dirs.extend(expand(&ld).into_iter().map(|d| (d, false)));
-    }
-    if let Some(r) = requester {
-        if let Some(rp) = &r.info.runpath {
-            dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
-        }
-    }
-    dirs.extend(SYSTEM_DIRS.iter().map(|d| (PathBuf::from(d), true)));
-    for (d, sys) in &dirs {
-        let p = d.join(name);
-        if p.is_file() {
-            return (Some((p, *sys)), String::new());
-        }
-    }
-    let searched = dirs
-        .iter()
-        .map(|(d, _)| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    (None, searched)
 }
 
 fn global_scope() -> Arc<SystemLibrary> {
@@ -987,15 +947,37 @@ impl CustomLibrary {
                 self.path.display()
             )));
         }
-        let img = self
-            .ns
-            .inner
-            .load_image(&self.path, pending.clone(), true)?;
+        let path = self.resolve_path()?;
+        let img = self.ns.inner.load_image(&path, pending.clone(), true)?;
         // A load through the API is an open that is never closed: the library leaves
         // with its namespace.
         img.opens.fetch_add(1, Ordering::AcqRel);
         let _ = self.loaded.set(img);
         Ok(())
+    }
+
+    /// The file to load: the path as given, or for a bare name (no `/`) the file
+    /// glibc's `dlopen` from the program would open (the executable's `DT_RPATH`,
+    /// `LD_LIBRARY_PATH`, its `DT_RUNPATH`, `/etc/ld.so.cache`, the default
+    /// directories). A name not found is an error listing what was searched; the C
+    /// runtime's own libraries (`libc.so.6`, `ld-linux`, ...), which cannot exist twice
+    /// in a process, are refused by name.
+    fn resolve_path(&self) -> Result<PathBuf> {
+        let Some(name) = self.path.to_str().filter(|n| !n.contains('/')) else {
+            return Ok(self.path.clone());
+        };
+        if crate::system::is_runtime_library(name) {
+            return Err(Error::Usage(format!(
+                "{name}: the C runtime's libraries cannot be loaded a second time (use SystemLibrary for the process's own)"
+            )));
+        }
+        match search_paths(name, None) {
+            (Some((p, _)), _) => Ok(p),
+            (None, searched) => Err(Error::NotFound {
+                name: name.to_string(),
+                searched,
+            }),
+        }
     }
 
     fn image(&self) -> Option<&Arc<Image>> {
