@@ -162,18 +162,17 @@ fn dlopen_by_name_from_custom_code() {
     assert!(!open(c"libz.so.1".as_ptr()).is_null());
     let nodeflib = nodeflib_opener();
     let lib = Namespace::new("opener-nodeflib").load(&nodeflib).unwrap();
+    type Open = extern "C" fn(*const c_char) -> *mut c_void;
+    type Error = extern "C" fn() -> *const c_char;
+    let (o, e) = (
+        lib.sym("open_name").unwrap(),
+        lib.sym("open_error").unwrap(),
+    );
     // SAFETY: as above, and `const char *open_error(void)`.
-    let (open, error): (
-        extern "C" fn(*const c_char) -> *mut c_void,
-        extern "C" fn() -> *const c_char,
-    ) = unsafe {
+    let (open, error) = unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> *mut c_void>(
-                lib.sym("open_name").unwrap(),
-            ),
-            std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(
-                lib.sym("open_error").unwrap(),
-            ),
+            std::mem::transmute::<usize, Open>(o),
+            std::mem::transmute::<usize, Error>(e),
         )
     };
     assert!(
