@@ -21,6 +21,9 @@ pub mod consts {
     pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
     pub const PT_GNU_STACK: u32 = 0x6474_e551;
     pub const PT_GNU_RELRO: u32 = 0x6474_e552;
+    pub const PT_GNU_PROPERTY: u32 = 0x6474_e553;
+    pub const NT_GNU_PROPERTY_TYPE_0: u32 = 5;
+    pub const GNU_PROPERTY_X86_ISA_1_NEEDED: u32 = 0xc000_8002;
     pub const PF_X: u32 = 1;
     pub const PF_W: u32 = 2;
     pub const PF_R: u32 = 4;
@@ -262,6 +265,11 @@ pub struct ElfInfo {
     pub eh_frame_hdr: Option<Phdr>,
     /// `PT_GNU_RELRO`, if present.
     pub relro: Option<Phdr>,
+    /// `PT_GNU_PROPERTY`, if present.
+    pub property: Option<Phdr>,
+    /// The x86 ISA levels the object needs (`GNU_PROPERTY_X86_ISA_1_NEEDED`: bit 0
+    /// baseline, 1 x86-64-v2, 2 v3, 3 v4), 0 if it does not say.
+    pub isa_needed: u32,
     /// Lowest `PT_LOAD` address, page-aligned down.
     pub min_vaddr: u64,
     /// End of the highest `PT_LOAD` (memsz), page-aligned up.
@@ -501,6 +509,7 @@ impl ElfInfo {
         let mut tls = None;
         let mut eh_frame_hdr = None;
         let mut relro = None;
+        let mut property = None;
         const LIMIT: u64 = 1 << 40; // no sane library spans a terabyte
         for (i, p) in phdrs.iter().enumerate() {
             match p.kind {
@@ -552,6 +561,7 @@ impl ElfInfo {
                 PT_TLS => tls = Some(*p),
                 PT_GNU_EH_FRAME => eh_frame_hdr = Some(*p),
                 PT_GNU_RELRO => relro = Some(*p),
+                PT_GNU_PROPERTY => property = Some(*p),
                 PT_INTERP => {
                     return Err(Error::unsupported(
                         path,
@@ -585,6 +595,8 @@ impl ElfInfo {
             tls,
             eh_frame_hdr,
             relro,
+            property,
+            isa_needed: 0,
             min_vaddr,
             max_vaddr,
             max_align,
@@ -691,6 +703,63 @@ impl ElfInfo {
         ))
     }
 
+    /// Reads `GNU_PROPERTY_X86_ISA_1_NEEDED` from `PT_GNU_PROPERTY` (when that lies in a
+    /// loaded segment; malformed notes are ignored, as they say nothing) and refuses an
+    /// object that needs an ISA level this CPU lacks, as glibc does ("CPU ISA level is
+    /// lower than required").
+    fn check_isa_level(&mut self, r: &Reader<'_>) -> Result<()> {
+        let Some(p) = self.property else {
+            return Ok(());
+        };
+        let Ok(t) = self.table(
+            r,
+            p.vaddr,
+            p.filesz.min(4096),
+            Placement::Any,
+            "PT_GNU_PROPERTY",
+        ) else {
+            return Ok(());
+        };
+        let Ok(notes) = r.bytes(t.file_off, t.len, "PT_GNU_PROPERTY") else {
+            return Ok(());
+        };
+        let u32_at = |b: &[u8], o: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+        };
+        let mut at = 0usize;
+        while let (Some(namesz), Some(descsz), Some(kind)) = (
+            u32_at(notes, at),
+            u32_at(notes, at + 4),
+            u32_at(notes, at + 8),
+        ) {
+            let name_end = at + 12 + (namesz as usize).next_multiple_of(4);
+            let desc = name_end.next_multiple_of(8);
+            let end = desc.saturating_add(descsz as usize);
+            let Some(d) = notes.get(desc..end) else { break };
+            if kind == NT_GNU_PROPERTY_TYPE_0 && notes.get(at + 12..at + 16) == Some(b"GNU\0") {
+                let mut q = 0usize;
+                while let (Some(pt), Some(sz)) = (u32_at(d, q), u32_at(d, q + 4)) {
+                    if pt == GNU_PROPERTY_X86_ISA_1_NEEDED && sz == 4 {
+                        self.isa_needed = u32_at(d, q + 8).unwrap_or(0);
+                    }
+                    q = (q + 8).saturating_add(sz as usize).next_multiple_of(8);
+                }
+            }
+            at = end.next_multiple_of(8);
+        }
+        let have = cpu_isa_levels();
+        if self.isa_needed & have != self.isa_needed {
+            return Err(Error::unsupported(
+                &self.path,
+                format!(
+                    "CPU ISA level is lower than required (GNU_PROPERTY_X86_ISA_1_NEEDED {:#x}, this CPU has {have:#x}: bit 0 baseline, 1 x86-64-v2, 2 v3, 3 v4), as glibc refuses it",
+                    self.isa_needed
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The second phase: the dynamic section and every table it points to, read through
     /// `r` (the whole file, or its mapped segments).
     pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
@@ -739,6 +808,7 @@ impl ElfInfo {
                 _ => "dynamic entry",
             }
         };
+        self.check_isa_level(r)?;
         // Every tag glibc 2.36 acts on for a shared object on x86-64 is handled here or
         // below; unknown tags are ignored, as glibc ignores them. Refused (each naming
         // the entry) is only what glibc refuses too.
@@ -1475,6 +1545,36 @@ pub fn walk_relr(
         next = base.checked_add(63 * 8);
     }
     Ok(words)
+}
+
+/// The x86-64 ISA levels of this CPU, as glibc counts them for
+/// `GNU_PROPERTY_X86_ISA_1_NEEDED`: bit 0 baseline, 1 x86-64-v2, 2 v3, 3 v4 (each level
+/// only with the ones below it).
+pub fn cpu_isa_levels() -> u32 {
+    use std::arch::is_x86_feature_detected as has;
+    let v2 = has!("cmpxchg16b")
+        && has!("popcnt")
+        && has!("sse3")
+        && has!("sse4.1")
+        && has!("sse4.2")
+        && has!("ssse3");
+    let v3 = v2
+        && has!("avx")
+        && has!("avx2")
+        && has!("bmi1")
+        && has!("bmi2")
+        && has!("f16c")
+        && has!("fma")
+        && has!("lzcnt")
+        && has!("movbe")
+        && has!("xsave");
+    let v4 = v3
+        && has!("avx512f")
+        && has!("avx512bw")
+        && has!("avx512cd")
+        && has!("avx512dq")
+        && has!("avx512vl");
+    1 | u32::from(v2) << 1 | u32::from(v3) << 2 | u32::from(v4) << 3
 }
 
 /// Why an `R_X86_64_IRELATIVE` relocation with this addend is refused.

@@ -2,7 +2,8 @@
 //! the system loader running the same file: text relocations (`DT_TEXTREL`: the code
 //! segment written while relocating, then given back its protection), `R_X86_64_SIZE64`
 //! and `R_X86_64_SIZE32`, and a `DT_REL` table (which glibc ignores on x86-64) or a
-//! `DT_PREINIT_ARRAY` (which glibc runs only for the executable) that do not stop a load.
+//! `DT_PREINIT_ARRAY` (which glibc runs only for the executable) that do not stop a load;
+//! and what glibc refuses, refused alike: an x86 ISA level the CPU lacks.
 
 mod common;
 
@@ -187,4 +188,53 @@ fn ignored_dt_rel_and_preinit_array_as_glibc() {
         let initialized = unsafe { *(lib.sym("initialized").unwrap() as *const c_int) };
         assert_eq!(initialized, 42);
     }
+}
+
+/// What glibc refuses is refused: a library whose `GNU_PROPERTY_X86_ISA_1_NEEDED` asks
+/// for an ISA level the CPU lacks (bit 4: no level any CPU has) fails with glibc's
+/// words, under both loaders; one that needs levels this CPU has loads under both.
+#[test]
+fn an_isa_level_the_cpu_lacks_is_refused_as_glibc() {
+    let levels = elf_loader::elf::cpu_isa_levels();
+    let too_high = common::build_so("isa_high", &["isa.c"], &["-DISA_NEEDED=0x10"]);
+    let ours = common::build_so(
+        "isa_ours",
+        &["isa.c"],
+        &[&format!("-DISA_NEEDED={levels:#x}")],
+    );
+    let data = std::fs::read(&too_high).unwrap();
+    assert!(
+        elf_loader::elf::check_bytes(&too_high, &data).is_err(),
+        "the oracle agrees"
+    );
+    let e = Namespace::new("isa-high")
+        .load(&too_high)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("CPU ISA level is lower than required") && e.contains("0x10"),
+        "{e}"
+    );
+    let c = CString::new(too_high.to_str().unwrap()).unwrap();
+    // SAFETY: plain dlopen/dlerror.
+    let glibc = unsafe {
+        assert!(
+            libc::dlopen(c.as_ptr(), libc::RTLD_NOW).is_null(),
+            "glibc refuses it too"
+        );
+        std::ffi::CStr::from_ptr(libc::dlerror())
+            .to_string_lossy()
+            .into_owned()
+    };
+    assert!(
+        glibc.contains("CPU ISA level is lower than required"),
+        "{glibc}"
+    );
+    let info = ElfInfo::parse(&ours, &std::fs::read(&ours).unwrap()).unwrap();
+    assert_eq!(info.isa_needed, levels);
+    let lib = Namespace::new("isa-ours").load(&ours).unwrap();
+    let ok = f!(lib, "isa_ok", extern "C" fn() -> c_int);
+    assert_eq!(ok(), 1);
+    assert_ne!(system_sym(&ours, "isa_ok"), 0);
 }
