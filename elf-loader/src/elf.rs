@@ -206,6 +206,8 @@ pub struct VersionName {
     pub file: Option<String>,
     /// For a defined version: whether it is the base (the file's own name) entry.
     pub is_base: bool,
+    /// For a needed version: `VER_FLG_WEAK` (its absence is not an error).
+    pub weak: bool,
 }
 
 /// A contiguous table, as a file offset (for parsing) and a link-time address (for the
@@ -1191,6 +1193,7 @@ impl ElfInfo {
                             name,
                             file: None,
                             is_base: flags & 1 != 0,
+                            weak: false,
                         },
                     );
                 }
@@ -1234,6 +1237,7 @@ impl ElfInfo {
                         Placement::Any,
                         format_args!("DT_VERNEED entry {n} aux {k}"),
                     )?;
+                    let vna_flags = r.u16(a.file_off + 4, "vna_flags")?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;
                     let name_off = r.u32(a.file_off + 8, "vna_name")?;
                     let name = string(
@@ -1246,6 +1250,7 @@ impl ElfInfo {
                             name,
                             file: Some(file.clone()),
                             is_base: false,
+                            weak: vna_flags & 2 != 0,
                         },
                     );
                     let anext = r.u32(a.file_off + 12, "vna_next")?;

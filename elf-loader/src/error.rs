@@ -59,6 +59,17 @@ pub enum Error {
         /// `dlerror()`'s text.
         message: String,
     },
+    /// A version the library needs (`DT_VERNEED`, not weak) is not defined by the
+    /// dependency it names (glibc's "version `X' not found").
+    #[error("{file}: version `{version}' not found (required by {path})")]
+    VersionNotFound {
+        /// The library that needs it.
+        path: PathBuf,
+        /// The version name.
+        version: String,
+        /// The dependency (`vn_file`) that should define it.
+        file: String,
+    },
     /// A strong undefined symbol was found in no provider.
     #[error("{path}: undefined symbol {symbol}{version} (relocation at offset {offset:#x})")]
     UndefinedSymbol {

@@ -618,6 +618,7 @@ impl NsInner {
         for name in img.info.needed.clone() {
             deps.push(self.load_dependency(&name, Some(img))?);
         }
+        check_versions(img, &deps)?;
         let _ = img.deps.set(deps);
         let scope = self.scope_for(img);
         let stats = img.relocate(&scope)?;
@@ -634,6 +635,42 @@ impl NsInner {
         img.run_init();
         Ok(stats)
     }
+}
+
+/// Checks, as glibc's `_dl_check_map_versions` does, that every version `img` needs
+/// (`DT_VERNEED`, not weak) is defined by the dependency it names (`deps[i]` is the
+/// library of `img.info.needed[i]`); a dependency not among them is not checked.
+fn check_versions(img: &Image, deps: &[Dep]) -> Result<()> {
+    for v in img.info.versions.iter().flatten() {
+        let Some(file) = &v.file else { continue };
+        if v.weak {
+            continue;
+        }
+        let Some(k) = img.info.needed.iter().position(|n| n == file) else {
+            continue;
+        };
+        let defined = match deps.get(k) {
+            Some(Dep::Custom(w)) => match w.upgrade() {
+                Some(d) => d
+                    .info
+                    .versions
+                    .iter()
+                    .flatten()
+                    .any(|d| d.file.is_none() && d.name == v.name),
+                None => true,
+            },
+            Some(Dep::System(lib)) => lib.symtab().is_none_or(|t| t.defines_version(&v.name)),
+            None => true,
+        };
+        if !defined {
+            return Err(Error::VersionNotFound {
+                path: img.path.clone(),
+                version: v.name.clone(),
+                file: file.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Registers, once, the process-exit handler that runs the fini functions of every

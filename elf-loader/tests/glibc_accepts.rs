@@ -238,3 +238,63 @@ fn an_isa_level_the_cpu_lacks_is_refused_as_glibc() {
     assert_eq!(ok(), 1);
     assert_ne!(system_sym(&ours, "isa_ok"), 0);
 }
+
+/// A version the library needs from a dependency that does not define it is refused
+/// before anything is relocated, in glibc's words: the counter fixture's `DT_VERNEED`
+/// entry for libc.so.6 renamed to `bump` (a string of its own `.dynstr`).
+#[test]
+fn a_version_the_dependency_lacks_is_refused_as_glibc() {
+    let so = common::build_so("counter", &["counter.c"], &[]);
+    let mut data = std::fs::read(&so).unwrap();
+    let info = ElfInfo::parse(&so, &data).unwrap();
+    let d = info.dynamic;
+    let verneed = (0..d.filesz / 16)
+        .map(|i| (d.offset + 16 * i) as usize)
+        .find(|&o| u64::from_le_bytes(data[o..o + 8].try_into().unwrap()) == 0x6fff_fffe)
+        .map(|o| u64::from_le_bytes(data[o + 8..o + 16].try_into().unwrap()))
+        .unwrap();
+    let seg = info
+        .loads
+        .iter()
+        .find(|l| verneed >= l.vaddr && verneed < l.vaddr + l.filesz)
+        .unwrap();
+    let vn = (seg.offset + verneed - seg.vaddr) as usize;
+    let u32_at = |d: &[u8], o: usize| u32::from_le_bytes(d[o..o + 4].try_into().unwrap());
+    let file = info
+        .file_str(&data, u32_at(&data, vn + 4))
+        .unwrap()
+        .to_vec();
+    assert_eq!(file, b"libc.so.6");
+    let aux = vn + u32_at(&data, vn + 8) as usize;
+    let strtab =
+        &data[info.strtab.file_off as usize..(info.strtab.file_off + info.strtab.len) as usize];
+    let bump = strtab.windows(6).position(|w| w == b"\0bump\0").unwrap() + 1;
+    data[aux + 8..aux + 12].copy_from_slice(&(bump as u32).to_le_bytes());
+    let patched = common::out_dir().join("libcounter_badversion.so");
+    std::fs::write(&patched, &data).unwrap();
+    let e = Namespace::new("badversion")
+        .load(&patched)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        e.contains("libc.so.6: version `bump' not found (required by")
+            && e.contains("libcounter_badversion.so"),
+        "{e}"
+    );
+    let c = CString::new(patched.to_str().unwrap()).unwrap();
+    // SAFETY: plain dlopen/dlerror.
+    let glibc = unsafe {
+        assert!(
+            libc::dlopen(c.as_ptr(), libc::RTLD_NOW).is_null(),
+            "glibc refuses it too"
+        );
+        std::ffi::CStr::from_ptr(libc::dlerror())
+            .to_string_lossy()
+            .into_owned()
+    };
+    assert!(
+        glibc.contains("version `bump' not found (required by"),
+        "{glibc}"
+    );
+}
