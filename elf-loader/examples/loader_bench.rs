@@ -13,7 +13,9 @@
 //! - `max ours|dlmopen LIB CAP`: loads and initialises CAP copies of libpython,
 //!   printing `copies=` after each one that works.
 //! - `tls`: `tls_ns=` for a TLS access in a custom-loaded library, `tls_ns_system=` for
-//!   the same library loaded by the system.
+//!   the same library loaded by the system (general dynamic; `tls_ld_*` local dynamic,
+//!   `tls_desc_*`/`tls_desc_ld_*` through TLS descriptors), with `*_ratio_paired` (the
+//!   median of the per-round ratios) and `*_ratio_p10`/`*_ratio_p90`.
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
 use std::ffi::{c_char, c_int, c_void, CString};
@@ -335,56 +337,120 @@ fn max(how: &str, lib: &str, cap: usize) {
     std::mem::forget(keep);
 }
 
+/// Nanoseconds per call of `f`, over `iters` calls. One function (not inlined) times
+/// both loaders' copies, so that the calling loop's code and its placement (which moves
+/// such small figures by a fraction of a nanosecond) are the same for both.
+#[inline(never)]
+fn time_calls(f: extern "C" fn() -> c_int, iters: usize) -> f64 {
+    let f = black_box(f);
+    let t = Instant::now();
+    for _ in 0..iters {
+        black_box(f());
+    }
+    t.elapsed().as_secs_f64() * 1e9 / iters as f64
+}
+
 fn tls() {
     let dir = std::env::temp_dir().join("elf-loader-bench");
     std::fs::create_dir_all(&dir).expect("temp dir");
     let src = dir.join("tlsbench.c");
     std::fs::write(
         &src,
-        "__thread int tls_counter;\nint tls_bump(void) { return ++tls_counter; }\n",
+        "__thread int tls_counter;\nstatic __thread int tls_local;\n\
+         int tls_bump(void) { return ++tls_counter; }\n\
+         int tls_bump_ld(void) { return ++tls_local; }\n",
     )
     .expect("write source");
-    let so = dir.join("libtlsbench.so");
-    let status = cc::Build::new()
-        .cargo_metadata(false)
-        .cargo_warnings(false)
-        .target("x86_64-unknown-linux-gnu")
-        .host("x86_64-unknown-linux-gnu")
-        .opt_level(2)
-        .get_compiler()
-        .to_command()
-        .args(["-shared", "-fPIC", "-o"])
-        .arg(&so)
-        .arg(&src)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed");
-    let ours = Namespace::new("tls").load(&so).expect("load");
-    // SAFETY: `int tls_bump(void)`.
-    let f_ours: extern "C" fn() -> c_int =
-        unsafe { std::mem::transmute(ours.sym("tls_bump").expect("sym")) };
-    let c = cstr(so.to_str().expect("utf-8 path"));
-    // SAFETY: plain dlopen/dlsym.
-    let f_sys: extern "C" fn() -> c_int = unsafe {
-        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
-        assert!(!h.is_null(), "dlopen: {}", dl_error());
-        std::mem::transmute(libc::dlsym(h, c"tls_bump".as_ptr()))
+    // The default TLS dialect (__tls_get_addr) and TLS descriptors (gnu2).
+    let build = |name: &str, extra: &[&str]| {
+        let so = dir.join(name);
+        let status = cc::Build::new()
+            .cargo_metadata(false)
+            .cargo_warnings(false)
+            .target("x86_64-unknown-linux-gnu")
+            .host("x86_64-unknown-linux-gnu")
+            .opt_level(2)
+            .get_compiler()
+            .to_command()
+            .args(["-shared", "-fPIC"])
+            .args(extra)
+            .arg("-o")
+            .arg(&so)
+            .arg(&src)
+            .status()
+            .expect("run cc");
+        assert!(status.success(), "cc failed");
+        so
     };
-    let iters = 5_000_000;
-    let mut best = (f64::MAX, f64::MAX);
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(f_ours());
+    let gd = build("libtlsbench.so", &[]);
+    let desc = build("libtlsbench_desc.so", &["-mtls-dialect=gnu2"]);
+    let ns = Namespace::new("tls");
+    let ours = [ns.load(&gd).expect("load"), ns.load(&desc).expect("load")];
+    let sys: Vec<*mut libc::c_void> = [&gd, &desc]
+        .iter()
+        .map(|p| {
+            let c = cstr(p.to_str().expect("utf-8 path"));
+            // SAFETY: plain dlopen.
+            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
+            assert!(!h.is_null(), "dlopen: {}", dl_error());
+            h
+        })
+        .collect();
+    type Bump = extern "C" fn() -> c_int;
+    let ours_fn = |k: usize, name: &str| -> Bump {
+        // SAFETY: `int f(void)` in the source above.
+        unsafe { std::mem::transmute(ours[k].sym(name).expect("sym")) }
+    };
+    let sys_fn = |k: usize, name: &str| -> Bump {
+        let c = cstr(name);
+        // SAFETY: plain dlsym of `int f(void)`.
+        unsafe { std::mem::transmute(libc::dlsym(sys[k], c.as_ptr())) }
+    };
+    // (key, ours, system): general dynamic and local dynamic through __tls_get_addr,
+    // and the same two through TLS descriptors.
+    let cases: Vec<(&str, Bump, Bump)> = [
+        ("tls", 0, "tls_bump"),
+        ("tls_ld", 0, "tls_bump_ld"),
+        ("tls_desc", 1, "tls_bump"),
+        ("tls_desc_ld", 1, "tls_bump_ld"),
+    ]
+    .into_iter()
+    .map(|(key, k, name)| (key, ours_fn(k, name), sys_fn(k, name)))
+    .collect();
+    // Rounds of 1M calls each, ours and the system's alternating (which goes first
+    // changes every round) and the cases rotating, so that drifting machine noise hits
+    // both alike; medians, and the median of the per-round ratios with its spread.
+    let rounds = 21;
+    let iters = 1_000_000;
+    let mut t: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); cases.len()];
+    for round in 0..rounds {
+        for i in 0..cases.len() {
+            let c = (i + round) % cases.len();
+            let (_, o, s) = cases[c];
+            if round % 2 == 0 {
+                t[c].0.push(time_calls(o, iters));
+                t[c].1.push(time_calls(s, iters));
+            } else {
+                t[c].1.push(time_calls(s, iters));
+                t[c].0.push(time_calls(o, iters));
+            }
         }
-        best.0 = best.0.min(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
-        let t = Instant::now();
-        for _ in 0..iters {
-            black_box(f_sys());
-        }
-        best.1 = best.1.min(t.elapsed().as_secs_f64() * 1e9 / iters as f64);
     }
-    println!("tls_ns={}", best.0);
-    println!("tls_ns_system={}", best.1);
+    let sorted = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v
+    };
+    for (c, (key, _, _)) in cases.iter().enumerate() {
+        let (o, s) = &t[c];
+        let ratios = sorted(o.iter().zip(s).map(|(a, b)| a / b).collect());
+        let (o, s) = (sorted(o.clone()), sorted(s.clone()));
+        let n = ratios.len();
+        println!("{key}_ns={}", o[n / 2]);
+        println!("{key}_ns_system={}", s[n / 2]);
+        println!("{key}_ratio_paired={}", ratios[n / 2]);
+        // The 10th and 90th percentiles of the per-round ratios.
+        println!("{key}_ratio_p10={}", ratios[n / 10]);
+        println!("{key}_ratio_p90={}", ratios[n - 1 - n / 10]);
+    }
     std::mem::forget(ours);
 }

@@ -69,6 +69,12 @@ void *elf_loader_library_sym(const elf_loader_library *lib, const char *name);
 /* TLS index of the thread-local symbol name, stored in *out. */
 int elf_loader_library_tls_sym(const elf_loader_library *lib, const char *name, elf_loader_tls_index *out);
 
+/* The calling thread's address of the thread-local variable ti (from
+ * elf_loader_library_tls_sym) names, as the library's own code sees it (the thread's
+ * block is allocated on its first access); NULL for NULL or for a variable of a
+ * library that is no longer loaded. */
+void *elf_loader_tls_get_addr(const elf_loader_tls_index *ti);
+
 /* Releases a library handle (its namespace unloads once no handle remains). */
 int elf_loader_library_delete(elf_loader_library *lib);
 

@@ -462,6 +462,33 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
     })
 }
 
+/// The calling thread's address of the thread-local variable that `ti` (from
+/// `elf_loader_library_tls_sym`) names: what the library's own code reaches through
+/// `__tls_get_addr` (the thread's block is allocated on its first access). NULL, with a
+/// message, for NULL or for a variable of a library that is no longer loaded.
+///
+/// # Safety
+/// `ti` must be NULL or point to a readable `elf_loader_tls_index` that
+/// `elf_loader_library_tls_sym` filled in.
+#[no_mangle]
+pub unsafe extern "C" fn elf_loader_tls_get_addr(ti: *const elf_loader_tls_index) -> *mut c_void {
+    entry("elf_loader_tls_get_addr", std::ptr::null_mut(), || {
+        if ti.is_null() {
+            set_error("elf_loader_tls_get_addr: ti is NULL");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: checked non-NULL; caller's contract says readable.
+        let elf_loader_tls_index { module, offset } = unsafe { std::ptr::read(ti) };
+        let a = crate::tls::address_in_thread(&TlsIndex { module, offset });
+        if a == 0 {
+            set_error(format!(
+                "elf_loader_tls_get_addr: module {module:#x} is not loaded"
+            ));
+        }
+        a as *mut c_void
+    })
+}
+
 /// Releases a library handle (its namespace unloads once no handle remains).
 ///
 /// # Safety

@@ -21,6 +21,9 @@ pub mod consts {
     pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
     pub const PT_GNU_STACK: u32 = 0x6474_e551;
     pub const PT_GNU_RELRO: u32 = 0x6474_e552;
+    pub const PT_GNU_PROPERTY: u32 = 0x6474_e553;
+    pub const NT_GNU_PROPERTY_TYPE_0: u32 = 5;
+    pub const GNU_PROPERTY_X86_ISA_1_NEEDED: u32 = 0xc000_8002;
     pub const PF_X: u32 = 1;
     pub const PF_W: u32 = 2;
     pub const PF_R: u32 = 4;
@@ -53,7 +56,10 @@ pub mod consts {
     pub const DT_RUNPATH: u64 = 29;
     pub const DT_FLAGS: u64 = 30;
     pub const DT_PREINIT_ARRAY: u64 = 32;
+    pub const DT_RELSZ: u64 = 18;
+    pub const DT_RELRSZ: u64 = 35;
     pub const DT_RELR: u64 = 36;
+    pub const DT_RELRENT: u64 = 37;
     pub const DT_GNU_HASH: u64 = 0x6fff_fef5;
     pub const DT_TLSDESC_PLT: u64 = 0x6fff_fef6;
     pub const DT_RELACOUNT: u64 = 0x6fff_fff9;
@@ -66,6 +72,9 @@ pub mod consts {
     pub const DF_TEXTREL: u64 = 4;
     pub const DF_STATIC_TLS: u64 = 0x10;
     pub const DF_1_NODELETE: u64 = 0x8;
+    pub const DF_1_NOOPEN: u64 = 0x40;
+    pub const DF_1_NODEFLIB: u64 = 0x800;
+    pub const DF_1_PIE: u64 = 0x0800_0000;
 
     pub const STB_LOCAL: u8 = 0;
     pub const STB_GLOBAL: u8 = 1;
@@ -92,6 +101,8 @@ pub mod consts {
     pub const R_X86_64_DTPOFF64: u32 = 17;
     pub const R_X86_64_TPOFF64: u32 = 18;
     pub const R_X86_64_PC64: u32 = 24;
+    pub const R_X86_64_SIZE32: u32 = 32;
+    pub const R_X86_64_SIZE64: u32 = 33;
     pub const R_X86_64_TLSDESC: u32 = 36;
     pub const R_X86_64_IRELATIVE: u32 = 37;
     pub const R_X86_64_RELATIVE64: u32 = 38;
@@ -113,6 +124,8 @@ pub fn reloc_name(kind: u32) -> String {
         R_X86_64_DTPOFF64 => "R_X86_64_DTPOFF64".into(),
         R_X86_64_TPOFF64 => "R_X86_64_TPOFF64".into(),
         R_X86_64_PC64 => "R_X86_64_PC64".into(),
+        R_X86_64_SIZE32 => "R_X86_64_SIZE32".into(),
+        R_X86_64_SIZE64 => "R_X86_64_SIZE64".into(),
         R_X86_64_TLSDESC => "R_X86_64_TLSDESC".into(),
         R_X86_64_IRELATIVE => "R_X86_64_IRELATIVE".into(),
         R_X86_64_RELATIVE64 => "R_X86_64_RELATIVE64".into(),
@@ -193,6 +206,8 @@ pub struct VersionName {
     pub file: Option<String>,
     /// For a defined version: whether it is the base (the file's own name) entry.
     pub is_base: bool,
+    /// For a needed version: `VER_FLG_WEAK` (its absence is not an error).
+    pub weak: bool,
 }
 
 /// A contiguous table, as a file offset (for parsing) and a link-time address (for the
@@ -252,6 +267,11 @@ pub struct ElfInfo {
     pub eh_frame_hdr: Option<Phdr>,
     /// `PT_GNU_RELRO`, if present.
     pub relro: Option<Phdr>,
+    /// `PT_GNU_PROPERTY`, if present.
+    pub property: Option<Phdr>,
+    /// The x86 ISA levels the object needs (`GNU_PROPERTY_X86_ISA_1_NEEDED`: bit 0
+    /// baseline, 1 x86-64-v2, 2 v3, 3 v4), 0 if it does not say.
+    pub isa_needed: u32,
     /// Lowest `PT_LOAD` address, page-aligned down.
     pub min_vaddr: u64,
     /// End of the highest `PT_LOAD` (memsz), page-aligned up.
@@ -286,6 +306,8 @@ pub struct ElfInfo {
     pub relacount: u64,
     /// `DT_JMPREL` relocations.
     pub jmprel: Table,
+    /// `DT_RELR` packed relative relocations (8-byte entries; see [`walk_relr`]).
+    pub relr: Table,
     /// `DT_INIT`.
     pub init: Option<u64>,
     /// `DT_FINI`.
@@ -296,8 +318,14 @@ pub struct ElfInfo {
     pub fini_array: Table,
     /// `DF_STATIC_TLS`: the object uses the initial-exec TLS model.
     pub static_tls: bool,
+    /// `DT_TEXTREL` or `DF_TEXTREL`: relocations may target non-writable segments,
+    /// which are made writable while the library is relocated (as glibc does).
+    pub textrel: bool,
     /// `DF_1_NODELETE` (linked with `-z nodelete`): never unloaded by `dlclose`.
     pub nodelete: bool,
+    /// `DF_1_NODEFLIB` (linked with `-z nodeflib`): its `dlopen`s and dependencies are
+    /// not searched in the cache or the default directories.
+    pub nodeflib: bool,
 }
 
 /// Where a validated table must live.
@@ -483,6 +511,7 @@ impl ElfInfo {
         let mut tls = None;
         let mut eh_frame_hdr = None;
         let mut relro = None;
+        let mut property = None;
         const LIMIT: u64 = 1 << 40; // no sane library spans a terabyte
         for (i, p) in phdrs.iter().enumerate() {
             match p.kind {
@@ -534,6 +563,7 @@ impl ElfInfo {
                 PT_TLS => tls = Some(*p),
                 PT_GNU_EH_FRAME => eh_frame_hdr = Some(*p),
                 PT_GNU_RELRO => relro = Some(*p),
+                PT_GNU_PROPERTY => property = Some(*p),
                 PT_INTERP => {
                     return Err(Error::unsupported(
                         path,
@@ -567,6 +597,8 @@ impl ElfInfo {
             tls,
             eh_frame_hdr,
             relro,
+            property,
+            isa_needed: 0,
             min_vaddr,
             max_vaddr,
             max_align,
@@ -584,12 +616,15 @@ impl ElfInfo {
             rela: Table::default(),
             relacount: 0,
             jmprel: Table::default(),
+            relr: Table::default(),
             init: None,
             fini: None,
             init_array: Table::default(),
             fini_array: Table::default(),
             static_tls: false,
+            textrel: false,
             nodelete: false,
+            nodeflib: false,
         };
         if let Some(t) = info.tls {
             if t.filesz > t.memsz
@@ -670,6 +705,63 @@ impl ElfInfo {
         ))
     }
 
+    /// Reads `GNU_PROPERTY_X86_ISA_1_NEEDED` from `PT_GNU_PROPERTY` (when that lies in a
+    /// loaded segment; malformed notes are ignored, as they say nothing) and refuses an
+    /// object that needs an ISA level this CPU lacks, as glibc does ("CPU ISA level is
+    /// lower than required").
+    fn check_isa_level(&mut self, r: &Reader<'_>) -> Result<()> {
+        let Some(p) = self.property else {
+            return Ok(());
+        };
+        let Ok(t) = self.table(
+            r,
+            p.vaddr,
+            p.filesz.min(4096),
+            Placement::Any,
+            "PT_GNU_PROPERTY",
+        ) else {
+            return Ok(());
+        };
+        let Ok(notes) = r.bytes(t.file_off, t.len, "PT_GNU_PROPERTY") else {
+            return Ok(());
+        };
+        let u32_at = |b: &[u8], o: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+        };
+        let mut at = 0usize;
+        while let (Some(namesz), Some(descsz), Some(kind)) = (
+            u32_at(notes, at),
+            u32_at(notes, at + 4),
+            u32_at(notes, at + 8),
+        ) {
+            let name_end = at + 12 + (namesz as usize).next_multiple_of(4);
+            let desc = name_end.next_multiple_of(8);
+            let end = desc.saturating_add(descsz as usize);
+            let Some(d) = notes.get(desc..end) else { break };
+            if kind == NT_GNU_PROPERTY_TYPE_0 && notes.get(at + 12..at + 16) == Some(b"GNU\0") {
+                let mut q = 0usize;
+                while let (Some(pt), Some(sz)) = (u32_at(d, q), u32_at(d, q + 4)) {
+                    if pt == GNU_PROPERTY_X86_ISA_1_NEEDED && sz == 4 {
+                        self.isa_needed = u32_at(d, q + 8).unwrap_or(0);
+                    }
+                    q = (q + 8).saturating_add(sz as usize).next_multiple_of(8);
+                }
+            }
+            at = end.next_multiple_of(8);
+        }
+        let have = cpu_isa_levels();
+        if self.isa_needed & have != self.isa_needed {
+            return Err(Error::unsupported(
+                &self.path,
+                format!(
+                    "CPU ISA level is lower than required (GNU_PROPERTY_X86_ISA_1_NEEDED {:#x}, this CPU has {have:#x}: bit 0 baseline, 1 x86-64-v2, 2 v3, 3 v4), as glibc refuses it",
+                    self.isa_needed
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The second phase: the dynamic section and every table it points to, read through
     /// `r` (the whole file, or its mapped segments).
     pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
@@ -718,39 +810,39 @@ impl ElfInfo {
                 _ => "dynamic entry",
             }
         };
+        self.check_isa_level(r)?;
+        // Every tag glibc 2.36 acts on for a shared object on x86-64 is handled here or
+        // below; unknown tags are ignored, as glibc ignores them. Refused (each naming
+        // the entry) is only what glibc refuses too.
         for (i, tag, val) in &entries {
             match *tag {
-                DT_REL => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_REL relocations (x86_64 uses DT_RELA)"),
-                    ))
+                DT_FLAGS => {
+                    self.textrel |= val & DF_TEXTREL != 0;
+                    self.static_tls |= val & DF_STATIC_TLS != 0;
                 }
-                DT_RELR => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_RELR packed relocations"),
-                    ))
+                DT_TEXTREL => self.textrel = true,
+                DT_FLAGS_1 => {
+                    // glibc's dlopen refuses both (every load here is a dlopen).
+                    if val & DF_1_PIE != 0 {
+                        return Err(Error::unsupported(
+                            &path,
+                            format!("dynamic entry {i}: DT_FLAGS_1 has DF_1_PIE: cannot dynamically load a position-independent executable"),
+                        ));
+                    }
+                    if val & DF_1_NOOPEN != 0 {
+                        return Err(Error::unsupported(
+                            &path,
+                            format!("dynamic entry {i}: DT_FLAGS_1 has DF_1_NOOPEN: the shared object cannot be dlopen()ed"),
+                        ));
+                    }
+                    self.nodelete |= val & DF_1_NODELETE != 0;
+                    self.nodeflib |= val & DF_1_NODEFLIB != 0;
                 }
-                DT_TEXTREL => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_TEXTREL (text relocations)"),
-                    ))
-                }
-                DT_FLAGS if val & DF_TEXTREL != 0 => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DF_TEXTREL (text relocations)"),
-                    ))
-                }
-                DT_FLAGS if val & DF_STATIC_TLS != 0 => self.static_tls = true,
-                DT_FLAGS_1 if val & DF_1_NODELETE != 0 => self.nodelete = true,
+                // glibc asserts these (a fatal "Inconsistency detected by ld.so").
                 DT_PLTREL if *val != DT_RELA => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_PLTREL = {val} (only DT_RELA)"),
-                    ))
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_PLTREL = {val} (x86-64 has only DT_RELA)"
+                    )))
                 }
                 DT_SYMENT if *val != 24 => {
                     return Err(bad(format!(
@@ -762,11 +854,18 @@ impl ElfInfo {
                         "dynamic entry {i}: DT_RELAENT = {val} (expected 24)"
                     )))
                 }
+                DT_RELRENT if *val != 8 => {
+                    return Err(bad(format!(
+                        "dynamic entry {i}: DT_RELRENT = {val} (expected 8)"
+                    )))
+                }
+                // glibc on x86-64 never processes DT_REL (ELF_MACHINE_NO_REL) and runs
+                // DT_PREINIT_ARRAY only for the executable: both are ignored, as there.
+                DT_REL if get(DT_RELSZ).unwrap_or(0) != 0 => {
+                    tracing::warn!(library = %path.display(), "dynamic entry {i}: DT_REL relocations are ignored on x86-64 (as glibc ignores them)");
+                }
                 DT_PREINIT_ARRAY => {
-                    return Err(Error::unsupported(
-                        &path,
-                        format!("dynamic entry {i}: DT_PREINIT_ARRAY in a shared object"),
-                    ))
+                    tracing::debug!(library = %path.display(), "dynamic entry {i}: DT_PREINIT_ARRAY of a shared object is not run (as with glibc)");
                 }
                 _ => {}
             }
@@ -997,6 +1096,13 @@ impl ElfInfo {
             }
             self.jmprel = self.table(r, addr, sz, Placement::Any, name(DT_JMPREL))?;
         }
+        if let Some(addr) = get(DT_RELR) {
+            let sz = get(DT_RELRSZ).ok_or_else(|| bad("DT_RELR without DT_RELRSZ".into()))?;
+            if sz % 8 != 0 {
+                return Err(bad(format!("DT_RELRSZ {sz:#x} is not a multiple of 8")));
+            }
+            self.relr = self.table(r, addr, sz, Placement::Any, "DT_RELR")?;
+        }
         self.init = get(DT_INIT);
         self.fini = get(DT_FINI);
         for (a, s, slot, what) in [
@@ -1087,6 +1193,7 @@ impl ElfInfo {
                             name,
                             file: None,
                             is_base: flags & 1 != 0,
+                            weak: false,
                         },
                     );
                 }
@@ -1130,6 +1237,7 @@ impl ElfInfo {
                         Placement::Any,
                         format_args!("DT_VERNEED entry {n} aux {k}"),
                     )?;
+                    let vna_flags = r.u16(a.file_off + 4, "vna_flags")?;
                     let other = r.u16(a.file_off + 6, "vna_other")?;
                     let name_off = r.u32(a.file_off + 8, "vna_name")?;
                     let name = string(
@@ -1142,6 +1250,7 @@ impl ElfInfo {
                             name,
                             file: Some(file.clone()),
                             is_base: false,
+                            weak: vna_flags & 2 != 0,
                         },
                     );
                     let anext = r.u32(a.file_off + 12, "vna_next")?;
@@ -1160,6 +1269,17 @@ impl ElfInfo {
         }
         self.versions = versions;
         Ok(())
+    }
+
+    /// The link-time ranges `[start, end)` that relocations may write: the writable
+    /// `PT_LOAD` segments, and for a `DT_TEXTREL` library every `PT_LOAD` (the others
+    /// are made writable while it is relocated, as glibc does).
+    pub fn reloc_ranges(&self) -> Vec<(u64, u64)> {
+        self.loads
+            .iter()
+            .filter(|l| self.textrel || l.flags & PF_W != 0)
+            .map(|l| (l.vaddr, l.vaddr + l.memsz))
+            .collect()
     }
 
     /// Whether the link-time address `vaddr` lies inside an executable `PT_LOAD`.
@@ -1238,7 +1358,7 @@ impl ElfInfo {
 pub struct CheckSummary {
     /// Number of dynamic symbols.
     pub symbols: u32,
-    /// Number of relocations (DT_RELA + DT_JMPREL).
+    /// Number of relocations (DT_RELA + DT_JMPREL + the words DT_RELR relocates).
     pub relocations: usize,
     /// `DT_NEEDED` names.
     pub needed: Vec<String>,
@@ -1275,7 +1395,13 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             }
         }
     }
-    let mut relocations = 0;
+    let ranges = info.reloc_ranges();
+    let relr = |k: usize| {
+        let o = (info.relr.file_off + 8 * k as u64) as usize;
+        data.get(o..o + 8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    };
+    let mut relocations = walk_relr(path, (info.relr.len / 8) as usize, relr, &ranges, |_| {})?;
     for table in [info.rela, info.jmprel] {
         for r in info.file_relocs(data, table) {
             relocations += 1;
@@ -1293,10 +1419,11 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
             }
             let size = match r.kind {
                 R_X86_64_NONE => continue,
-                R_X86_64_32 | R_X86_64_PC32 => 4,
+                R_X86_64_32 | R_X86_64_PC32 | R_X86_64_SIZE32 => 4,
                 R_X86_64_64 | R_X86_64_PC64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT
                 | R_X86_64_RELATIVE | R_X86_64_RELATIVE64 | R_X86_64_IRELATIVE
-                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => 8,
+                | R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 | R_X86_64_SIZE64 => 8,
+                R_X86_64_TLSDESC => 16,
                 other => {
                     return Err(Error::Relocation {
                         path: path.to_path_buf(),
@@ -1307,12 +1434,8 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
                     })
                 }
             };
-            let ok = info.loads.iter().any(|l| {
-                l.flags & PF_W != 0
-                    && r.offset >= l.vaddr
-                    && r.offset
-                        .checked_add(size)
-                        .is_some_and(|e| e <= l.vaddr + l.memsz)
+            let ok = ranges.iter().any(|&(start, end)| {
+                r.offset >= start && r.offset.checked_add(size).is_some_and(|e| e <= end)
             });
             if !ok {
                 return Err(Error::Relocation {
@@ -1340,6 +1463,123 @@ pub fn check_bytes(path: &Path, data: &[u8]) -> Result<CheckSummary> {
         needed: info.needed.clone(),
         has_tls: info.tls.is_some(),
     })
+}
+
+/// Walks a `DT_RELR` table (glibc 2.36, binutils 2.38 `-z pack-relative-relocs`): `f` is
+/// called with the link-time address of every word to relocate (by adding the load
+/// bias), in table order, after that word has been checked to lie in one of `ranges`
+/// (link-time `[start, end)`, see [`ElfInfo::reloc_ranges`]). `count` entries are read
+/// through `entry`. An even entry is the address of a word to relocate; an odd entry is
+/// a bitmap of the 63 words after the previous entry's last word (bit `i + 1` for word
+/// `i`), each set bit a word to relocate. Returns the number of words.
+///
+/// A bitmap before any address, an address outside the ranges, or a set bit whose word
+/// runs past the segment is an error naming the entry: nothing outside the library's
+/// segments is ever written.
+pub fn walk_relr(
+    path: &Path,
+    count: usize,
+    entry: impl Fn(usize) -> u64,
+    ranges: &[(u64, u64)],
+    mut f: impl FnMut(u64),
+) -> Result<usize> {
+    // Whether the words [lo, hi) lie in one range.
+    let inside = |lo: u64, hi: u64| ranges.iter().any(|&(s, e)| lo >= s && hi <= e && lo < hi);
+    let bad = |k: usize, what: String| Error::malformed(path, format!("DT_RELR entry {k}: {what}"));
+    // The link-time address of the word after the last one an entry covered.
+    let mut next: Option<u64> = None;
+    let mut words = 0;
+    for k in 0..count {
+        let e = entry(k);
+        if e & 1 == 0 {
+            match e.checked_add(8) {
+                Some(end) if inside(e, end) => {}
+                _ => {
+                    return Err(bad(
+                        k,
+                        format!("address {e:#x} is not inside a writable segment"),
+                    ))
+                }
+            }
+            f(e);
+            words += 1;
+            next = Some(e + 8);
+            continue;
+        }
+        let Some(base) = next else {
+            return Err(bad(
+                k,
+                format!("bitmap {e:#x} with no address entry before it"),
+            ));
+        };
+        let bits = e >> 1;
+        if bits != 0 {
+            // Set bits are words base + 8 * i for i in [low, high]; 63 bits at most,
+            // so these cannot overflow unless `base` is near the top of the space.
+            let low = u64::from(bits.trailing_zeros());
+            let high = u64::from(63 - bits.leading_zeros());
+            let first = base.checked_add(8 * low);
+            let end = base.checked_add(8 * high + 8);
+            let ok = matches!((first, end), (Some(a), Some(b)) if inside(a, b));
+            if !ok {
+                // Not all in one segment: the first word that is in none names the error.
+                let mut b = bits;
+                while b != 0 {
+                    let i = u64::from(b.trailing_zeros());
+                    let w = base.checked_add(8 * i);
+                    if !w.is_some_and(|w| w.checked_add(8).is_some_and(|x| inside(w, x))) {
+                        return Err(bad(
+                            k,
+                            format!(
+                                "bitmap {e:#x} (bit {}) relocates the word at {:#x}, past the writable segment",
+                                i + 1,
+                                base.wrapping_add(8 * i)
+                            ),
+                        ));
+                    }
+                    b &= b - 1;
+                }
+            }
+            let mut b = bits;
+            while b != 0 {
+                f(base + 8 * u64::from(b.trailing_zeros()));
+                words += 1;
+                b &= b - 1;
+            }
+        }
+        next = base.checked_add(63 * 8);
+    }
+    Ok(words)
+}
+
+/// The x86-64 ISA levels of this CPU, as glibc counts them for
+/// `GNU_PROPERTY_X86_ISA_1_NEEDED`: bit 0 baseline, 1 x86-64-v2, 2 v3, 3 v4 (each level
+/// only with the ones below it).
+pub fn cpu_isa_levels() -> u32 {
+    use std::arch::is_x86_feature_detected as has;
+    let v2 = has!("cmpxchg16b")
+        && has!("popcnt")
+        && has!("sse3")
+        && has!("sse4.1")
+        && has!("sse4.2")
+        && has!("ssse3");
+    let v3 = v2
+        && has!("avx")
+        && has!("avx2")
+        && has!("bmi1")
+        && has!("bmi2")
+        && has!("f16c")
+        && has!("fma")
+        && has!("lzcnt")
+        && has!("movbe")
+        && has!("xsave");
+    let v4 = v3
+        && has!("avx512f")
+        && has!("avx512bw")
+        && has!("avx512cd")
+        && has!("avx512dq")
+        && has!("avx512vl");
+    1 | u32::from(v2) << 1 | u32::from(v3) << 2 | u32::from(v4) << 3
 }
 
 /// Why an `R_X86_64_IRELATIVE` relocation with this addend is refused.

@@ -43,6 +43,14 @@ pub enum Error {
         /// The directories searched, in order.
         searched: String,
     },
+    /// A library given by name (no `/`) was found nowhere `dlopen` would look.
+    #[error("{name}: cannot open shared object file: not found (searched: {searched})")]
+    NotFound {
+        /// The name.
+        name: String,
+        /// The directories and files searched, in order.
+        searched: String,
+    },
     /// The system loader refused a library (`dlopen` failed).
     #[error("system loader could not open {name}: {message}")]
     SystemLoad {
@@ -50,6 +58,17 @@ pub enum Error {
         name: String,
         /// `dlerror()`'s text.
         message: String,
+    },
+    /// A version the library needs (`DT_VERNEED`, not weak) is not defined by the
+    /// dependency it names (glibc's "version `X' not found").
+    #[error("{file}: version `{version}' not found (required by {path})")]
+    VersionNotFound {
+        /// The library that needs it.
+        path: PathBuf,
+        /// The version name.
+        version: String,
+        /// The dependency (`vn_file`) that should define it.
+        file: String,
     },
     /// A strong undefined symbol was found in no provider.
     #[error("{path}: undefined symbol {symbol}{version} (relocation at offset {offset:#x})")]

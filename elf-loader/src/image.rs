@@ -30,7 +30,8 @@ pub(crate) struct Image {
     pub raw_phdrs: Box<[libc::Elf64_Phdr]>,
     /// The dynamic symbol table in the mapping.
     pub tab: SymTab,
-    /// Writable segments' runtime ranges (relocation targets must lie inside).
+    /// Link-time ranges relocation targets must lie inside: the writable segments (and
+    /// for a `DT_TEXTREL` library every segment, see `ElfInfo::reloc_ranges`).
     pub writable: Vec<(u64, u64)>,
     /// Our TLS module id, if the library has PT_TLS.
     pub tls_module: Option<u64>,
@@ -57,6 +58,13 @@ pub(crate) struct Image {
     pub unloading: AtomicBool,
     /// Other custom images this one bound symbols of (relocations, `dlsym`).
     pub reldeps: parking_lot::Mutex<Vec<Weak<Image>>>,
+    /// The arguments of this image's dynamic TLS descriptors (`R_X86_64_TLSDESC`),
+    /// which its code reads as long as it is mapped.
+    #[expect(
+        clippy::vec_box,
+        reason = "descriptors point at each TlsIndex: they must not move when the Vec grows"
+    )]
+    pub tlsdesc_args: parking_lot::Mutex<Vec<Box<TlsIndex>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
     /// The namespace this image belongs to.
@@ -284,7 +292,21 @@ impl Image {
     /// already resolved take a few instructions each ([`Image::relocate_table`]); every
     /// other entry (first use of a symbol, TLS, ifuncs, rare types, anything out of
     /// bounds) goes through the general [`Image::apply`], which checks and reports.
+    ///
+    /// `DT_RELR` comes first, as with glibc. A `DT_TEXTREL` library's read-only segments
+    /// are writable (keeping their other permissions) while it is relocated, its ifunc
+    /// resolvers included, as glibc does.
     pub fn relocate(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
+        if !self.info.textrel {
+            return self.relocate_all(scope);
+        }
+        self.map.text_writable(&self.info, true)?;
+        let r = self.relocate_all(scope);
+        self.map.text_writable(&self.info, false)?;
+        r
+    }
+
+    fn relocate_all(self: &Arc<Self>, scope: &[ScopeItem]) -> Result<RelocStats> {
         let mut stats = RelocStats::default();
         // Resolved symbol values by symbol index (usize::MAX: not resolved yet); 8 bytes
         // per symbol, so that relocating libpython touches few fresh heap pages.
@@ -301,6 +323,7 @@ impl Image {
         let total = (self.info.rela.len / 24) as usize;
         let relacount = (self.info.relacount as usize).min(total);
         stats.prefaulted_pages = self.prefault_targets(relacount);
+        stats.relative += self.relocate_relr()?;
         // Fast path: the leading RELATIVE relocations (DT_RELACOUNT), in a tight loop
         // over the raw table; anything unexpected goes to the general path.
         let table = self.addr(self.info.rela.vaddr) as *const u8;
@@ -416,7 +439,7 @@ impl Image {
                     // to the lookup.
                     _ => continue,
                 },
-                Planned::Abs(a) => a,
+                Planned::Abs(a) => self.near_entry(a),
             };
             if let Some(slot) = cache.get_mut(i as usize) {
                 *slot = value;
@@ -424,6 +447,52 @@ impl Image {
             }
         }
         true
+    }
+
+    /// `v`, or for the loader's `__tls_get_addr` the copy of its fast path next to
+    /// this image (see `tls::near_entries`: a call to code in another 4 GiB region costs
+    /// a few cycles).
+    #[inline]
+    fn near_entry(&self, v: usize) -> usize {
+        if v == tls::tls_get_addr_entry() {
+            tls::near_entries(self.map.start).tls_get_addr
+        } else {
+            v
+        }
+    }
+
+    /// Entry `k` of the `DT_RELR` table in the mapping.
+    fn relr_entry(&self, k: usize) -> u64 {
+        // SAFETY: callers pass k below the entry count of DT_RELR, which the parser
+        // checked to lie inside a mapped, readable segment.
+        unsafe {
+            std::ptr::read_unaligned(self.ptr(self.info.relr.vaddr + 8 * k as u64) as *const u64)
+        }
+    }
+
+    /// Applies `DT_RELR` (packed relative relocations: each word gets the load bias
+    /// added); every word is checked to lie in a relocatable segment first (see
+    /// [`crate::elf::walk_relr`]). Returns the number of words relocated.
+    fn relocate_relr(&self) -> Result<usize> {
+        let count = (self.info.relr.len / 8) as usize;
+        if count == 0 {
+            return Ok(0);
+        }
+        let bias = self.map.bias;
+        crate::elf::walk_relr(
+            &self.path,
+            count,
+            |k| self.relr_entry(k),
+            &self.writable,
+            |a| {
+                let p = bias.wrapping_add(a as usize) as *mut usize;
+                // SAFETY: `walk_relr` checked that the 8-byte word at `a` lies inside one
+                // of this image's relocatable (writable) segments.
+                unsafe {
+                    std::ptr::write_unaligned(p, std::ptr::read_unaligned(p).wrapping_add(bias))
+                };
+            },
+        )
     }
 
     /// Makes the pages that relocation will write private and present before it writes
@@ -503,6 +572,15 @@ impl Image {
         for k in 0..(self.info.jmprel.len / 24) as usize {
             mark(off_at(jmprel, k));
         }
+        // DT_RELR's words (a malformed table is reported by the relocation that follows;
+        // only words inside a segment are marked).
+        let _ = crate::elf::walk_relr(
+            &self.path,
+            (self.info.relr.len / 8) as usize,
+            |k| self.relr_entry(k),
+            writable,
+            &mut mark,
+        );
         let mut populated = 0;
         let mut p = 0;
         let set = |p: usize| bits[p / 64] & (1 << (p % 64)) != 0;
@@ -587,10 +665,11 @@ impl Image {
                     // taken here.
                     if let Some(&v) = cx.cache.get(sym) {
                         if v != UNRESOLVED {
-                            let a = if kind == R_X86_64_64 { addend } else { 0 };
+                            // glibc adds the addend for all three (linkers write 0
+                            // for GLOB_DAT and JUMP_SLOT).
                             // SAFETY: as above.
                             unsafe {
-                                std::ptr::write_unaligned(target, v.wrapping_add(a as usize))
+                                std::ptr::write_unaligned(target, v.wrapping_add(addend as usize))
                             };
                             symbolic += 1;
                             continue;
@@ -665,11 +744,8 @@ impl Image {
                 };
                 let p = self.check_target(r, size)?;
                 stats.symbolic += 1;
-                let addend = if matches!(r.kind, R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT) {
-                    0
-                } else {
-                    r.addend
-                };
+                // As glibc: symbol + addend for GLOB_DAT and JUMP_SLOT too.
+                let addend = r.addend;
                 let base = if r.sym == 0 {
                     0
                 } else if cache[r.sym as usize] != UNRESOLVED {
@@ -746,6 +822,7 @@ impl Image {
                             ));
                         }
                     };
+                    let v = self.near_entry(v);
                     cache[r.sym as usize] = v;
                     v
                 };
@@ -779,42 +856,105 @@ impl Image {
                 }
                 Ok(())
             }
+            R_X86_64_SIZE32 | R_X86_64_SIZE64 => {
+                // The size of the symbol's definition, plus the addend (glibc's reading).
+                let size = if r.kind == R_X86_64_SIZE32 { 4 } else { 8 };
+                let p = self.check_target(r, size)?;
+                stats.symbolic += 1;
+                let def = if r.sym == 0 {
+                    None
+                } else {
+                    self.resolve(r, scope, self_first)?
+                };
+                let sym_size = match def {
+                    None => 0,
+                    Some(Def::Own(s)) => s.size,
+                    Some(Def::Custom(img, s)) => {
+                        if !Arc::ptr_eq(&img, self) {
+                            record_binding(bound, &img);
+                        }
+                        s.size
+                    }
+                    Some(Def::Addr(a)) => system_symbol_size(a).ok_or_else(|| {
+                        self.reloc_err(r, &self.sym_name(r.sym), "the size of the system library's definition is unknown (dladdr1 found no symbol table entry)")
+                    })?,
+                    Some(Def::SystemTls(_)) => {
+                        return Err(self.reloc_err(r, &self.sym_name(r.sym), "size of a system library's TLS symbol"))
+                    }
+                };
+                let value = sym_size.wrapping_add(r.addend as u64);
+                if size == 4 {
+                    let v32 = u32::try_from(value).map_err(|_| {
+                        self.reloc_err(r, &self.sym_name(r.sym), "value overflows 32 bits")
+                    })?;
+                    // SAFETY: checked 4-byte target in a relocatable segment.
+                    unsafe { std::ptr::write_unaligned(p as *mut u32, v32) };
+                } else {
+                    // SAFETY: checked 8-byte target in a relocatable segment.
+                    unsafe { std::ptr::write_unaligned(p as *mut u64, value) };
+                }
+                Ok(())
+            }
+            R_X86_64_TLSDESC => {
+                // A descriptor {function, argument} (see tls.rs), as glibc makes them:
+                // static TLS -> return the offset; dynamic -> look the block up.
+                let p = self.check_target(r, 16)?;
+                stats.tls += 1;
+                let def = self.tls_def(r, scope, self_first, bound)?;
+                let name = self.sym_name(r.sym);
+                let entries = tls::near_entries(self.map.start);
+                let dynamic = |ti: TlsIndex| {
+                    let b = Box::new(ti);
+                    let d = tls::tlsdesc_dynamic(&entries, &b);
+                    self.tlsdesc_args.lock().push(b);
+                    d
+                };
+                let desc = match def {
+                    None => tls::tlsdesc_undefweak(&entries, r.addend as u64),
+                    Some(Def::Custom(img, s)) => {
+                        let module = img.tls_module.ok_or_else(|| {
+                            self.reloc_err(r, &name, "defining library has no PT_TLS")
+                        })?;
+                        dynamic(TlsIndex {
+                            module,
+                            offset: s.value.wrapping_add(r.addend as u64),
+                        })
+                    }
+                    Some(Def::SystemTls(ti)) => {
+                        let static_off = (ti.module & tls::OUR_MODULE == 0)
+                            .then(|| tls::static_tls_offset(tls::address_in_thread(&ti)))
+                            .flatten();
+                        match static_off {
+                            Some(off) => {
+                                tls::tlsdesc_static(&entries, off.wrapping_add(r.addend as u64))
+                            }
+                            None => dynamic(TlsIndex {
+                                module: ti.module,
+                                offset: ti.offset.wrapping_add(r.addend as u64),
+                            }),
+                        }
+                    }
+                    Some(_) => {
+                        return Err(self.reloc_err(
+                            r,
+                            &name,
+                            "symbol resolved to a non-TLS definition",
+                        ))
+                    }
+                };
+                // SAFETY: checked 16-byte target in a relocatable segment. The argument
+                // is written before the function, as glibc does (nothing runs the
+                // library's code during relocation anyway).
+                unsafe {
+                    std::ptr::write_unaligned((p as *mut u64).add(1), desc[1]);
+                    std::ptr::write_unaligned(p as *mut u64, desc[0]);
+                }
+                Ok(())
+            }
             R_X86_64_DTPMOD64 | R_X86_64_DTPOFF64 | R_X86_64_TPOFF64 => {
                 let p = self.check_target(r, 8)?;
                 stats.tls += 1;
-                let def = if r.sym == 0 {
-                    // Local-dynamic / local symbol: this module.
-                    Some(Def::Custom(
-                        self.clone(),
-                        Sym {
-                            name: 0,
-                            info: STT_TLS,
-                            other: 0,
-                            shndx: 1,
-                            value: 0,
-                            size: 0,
-                        },
-                    ))
-                } else {
-                    let s = self.sym(r.sym);
-                    if s.kind() != STT_TLS {
-                        return Err(self.reloc_err(
-                            r,
-                            &self.sym_name(r.sym),
-                            "TLS relocation against a non-TLS symbol",
-                        ));
-                    }
-                    match self.resolve(r, scope, self_first)? {
-                        Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
-                        Some(Def::Custom(other, s)) => {
-                            if !Arc::ptr_eq(&other, self) {
-                                record_binding(bound, &other);
-                            }
-                            Some(Def::Custom(other, s))
-                        }
-                        d => d,
-                    }
-                };
+                let def = self.tls_def(r, scope, self_first, bound)?;
                 let name = self.sym_name(r.sym);
                 let value: u64 = match (r.kind, def) {
                     (_, None) => 0,
@@ -846,11 +986,6 @@ impl Image {
                 unsafe { std::ptr::write_unaligned(p as *mut u64, value) };
                 Ok(())
             }
-            R_X86_64_TLSDESC => Err(self.reloc_err(
-                r,
-                &self.sym_name(r.sym),
-                "TLS descriptors are not supported; build with -mtls-dialect=gnu",
-            )),
             R_X86_64_COPY => Err(self.reloc_err(
                 r,
                 &self.sym_name(r.sym),
@@ -858,6 +993,50 @@ impl Image {
             )),
             _ => Err(self.reloc_err(r, &self.sym_name(r.sym), "unsupported relocation type")),
         }
+    }
+
+    /// The definition a TLS relocation refers to: symbol 0 is this module itself
+    /// (local-dynamic, or a local symbol folded into the addend); a defined TLS symbol of
+    /// a custom library as `Def::Custom` (its binding recorded); a system library's as
+    /// `Def::SystemTls`; `None` for a weak undefined one.
+    fn tls_def(
+        self: &Arc<Self>,
+        r: &Rela,
+        scope: &[ScopeItem],
+        self_first: bool,
+        bound: &mut Vec<Arc<Image>>,
+    ) -> Result<Option<Def>> {
+        if r.sym == 0 {
+            return Ok(Some(Def::Custom(
+                self.clone(),
+                Sym {
+                    name: 0,
+                    info: STT_TLS,
+                    other: 0,
+                    shndx: 1,
+                    value: 0,
+                    size: 0,
+                },
+            )));
+        }
+        let s = self.sym(r.sym);
+        if s.kind() != STT_TLS {
+            return Err(self.reloc_err(
+                r,
+                &self.sym_name(r.sym),
+                "TLS relocation against a non-TLS symbol",
+            ));
+        }
+        Ok(match self.resolve(r, scope, self_first)? {
+            Some(Def::Own(s)) => Some(Def::Custom(self.clone(), s)),
+            Some(Def::Custom(other, s)) => {
+                if !Arc::ptr_eq(&other, self) {
+                    record_binding(bound, &other);
+                }
+                Some(Def::Custom(other, s))
+            }
+            d => d,
+        })
     }
 
     /// Records that this image uses symbols of `others` (which then stay loaded as long
@@ -1015,6 +1194,22 @@ impl Image {
             f();
         }
     }
+}
+
+/// The `st_size` of the system loader's symbol at exactly `addr` (`dladdr1`).
+fn system_symbol_size(addr: usize) -> Option<u64> {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    // SAFETY: Dl_info is plain data; all-zero is a valid value.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; dladdr1 only reads the system loader's tables.
+    let ok = unsafe { libc::dladdr1(addr as *const _, &mut info, &mut sym, RTLD_DL_SYMENT) };
+    if ok == 0 || sym.is_null() || info.dli_saddr as usize != addr {
+        return None;
+    }
+    // SAFETY: with RTLD_DL_SYMENT, `sym` points at the symbol's Elf64_Sym in the
+    // system loader's (mapped, readable) symbol table.
+    Some(unsafe { (*(sym as *const libc::Elf64_Sym)).st_size })
 }
 
 /// Notes that relocations bound to `other` (once per image).

@@ -36,6 +36,7 @@ mod map;
 mod namespace;
 mod phdr;
 mod plan;
+mod search;
 mod symtab;
 mod system;
 mod thread_atexit;
@@ -45,7 +46,8 @@ pub mod capi;
 
 pub use error::{Error, Result};
 pub use image::RelocStats;
-pub use namespace::{loaded_image_count, CustomLibrary, DependencyPolicy, Namespace, SYSTEM_DIRS};
+pub use namespace::{loaded_image_count, CustomLibrary, DependencyPolicy, Namespace};
 pub use plan::set_relocation_plans;
+pub use search::{LD_SO_CACHE, SYSTEM_DIRS};
 pub use system::{SymbolProvider, SystemLibrary};
 pub use tls::{live_blocks as tls_live_blocks, TlsIndex};

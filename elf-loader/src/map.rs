@@ -230,6 +230,32 @@ impl Mapping {
         Ok(())
     }
 
+    /// For a `DT_TEXTREL` library: makes every non-writable `PT_LOAD` writable too
+    /// (`on`, before relocation; its other permissions kept, as glibc does), or gives
+    /// them back their own permissions (after relocation).
+    pub fn text_writable(&self, info: &ElfInfo, on: bool) -> Result<()> {
+        for l in info.loads.iter().filter(|l| l.flags & PF_W == 0) {
+            let start = self.bias.wrapping_add(l.vaddr as usize) & !(PAGE as usize - 1);
+            let end = self.bias.wrapping_add((l.vaddr + l.memsz) as usize);
+            let end = (end + PAGE as usize - 1) & !(PAGE as usize - 1);
+            let p = prot(l.flags) | if on { libc::PROT_WRITE } else { 0 };
+            // SAFETY: whole pages of one PT_LOAD of our own private mapping; only the
+            // protection changes.
+            let rc = unsafe { libc::mprotect(start as *mut _, end - start, p) };
+            if rc != 0 {
+                return Err(os_err(
+                    &info.path,
+                    if on {
+                        "make a segment writable for text relocations (mprotect)"
+                    } else {
+                        "restore a segment's protection after text relocations (mprotect)"
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Makes the `PT_GNU_RELRO` range read-only (after relocation).
     pub fn protect_relro(&self, info: &ElfInfo) -> Result<()> {
         let Some(r) = info.relro else { return Ok(()) };

@@ -70,17 +70,6 @@ const ALWAYS_SYSTEM: &[&str] = &[
     "libgomp.so",
 ];
 
-/// The system library directories searched after RPATH, `LD_LIBRARY_PATH` and RUNPATH.
-pub const SYSTEM_DIRS: &[&str] = &[
-    "/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu",
-    "/lib64",
-    "/usr/lib64",
-    "/lib",
-    "/usr/lib",
-    "/usr/local/lib",
-];
-
 impl Default for DependencyPolicy {
     fn default() -> Self {
         DependencyPolicy {
@@ -534,12 +523,7 @@ impl NsInner {
                 align: t.align.max(1) as usize,
             })
         });
-        let writable = info
-            .loads
-            .iter()
-            .filter(|l| l.flags & crate::elf::consts::PF_W != 0)
-            .map(|l| (l.vaddr, l.vaddr + l.memsz))
-            .collect();
+        let writable = info.reloc_ranges();
         let raw_phdrs = info
             .phdrs
             .iter()
@@ -577,6 +561,7 @@ impl NsInner {
             unloading: Default::default(),
             reldeps: Default::default(),
             eh_frame: Default::default(),
+            tlsdesc_args: Default::default(),
             ns: Arc::downgrade(self),
         });
         IMAGES.write().insert(
@@ -633,6 +618,7 @@ impl NsInner {
         for name in img.info.needed.clone() {
             deps.push(self.load_dependency(&name, Some(img))?);
         }
+        check_versions(img, &deps)?;
         let _ = img.deps.set(deps);
         let scope = self.scope_for(img);
         let stats = img.relocate(&scope)?;
@@ -649,6 +635,42 @@ impl NsInner {
         img.run_init();
         Ok(stats)
     }
+}
+
+/// Checks, as glibc's `_dl_check_map_versions` does, that every version `img` needs
+/// (`DT_VERNEED`, not weak) is defined by the dependency it names (`deps[i]` is the
+/// library of `img.info.needed[i]`); a dependency not among them is not checked.
+fn check_versions(img: &Image, deps: &[Dep]) -> Result<()> {
+    for v in img.info.versions.iter().flatten() {
+        let Some(file) = &v.file else { continue };
+        if v.weak {
+            continue;
+        }
+        let Some(k) = img.info.needed.iter().position(|n| n == file) else {
+            continue;
+        };
+        let defined = match deps.get(k) {
+            Some(Dep::Custom(w)) => match w.upgrade() {
+                Some(d) => d
+                    .info
+                    .versions
+                    .iter()
+                    .flatten()
+                    .any(|d| d.file.is_none() && d.name == v.name),
+                None => true,
+            },
+            Some(Dep::System(lib)) => lib.symtab().is_none_or(|t| t.defines_version(&v.name)),
+            None => true,
+        };
+        if !defined {
+            return Err(Error::VersionNotFound {
+                path: img.path.clone(),
+                version: v.name.clone(),
+                file: file.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Registers, once, the process-exit handler that runs the fini functions of every
@@ -792,52 +814,23 @@ pub(crate) fn parse_and_map(
     Ok((info, map))
 }
 
-/// Finds `name` like the system loader does: the requester's DT_RPATH (if it has no
-/// DT_RUNPATH), `LD_LIBRARY_PATH`, the requester's DT_RUNPATH, then the system
-/// directories; `$ORIGIN` expands to the requester's directory. Returns the path and
-/// whether it was found in a system directory, or the list of places searched.
+/// Finds `name` (no `/`) as glibc's `dlopen` from `requester` does (see `search.rs`;
+/// from the main program when `requester` is `None`). Returns the path and whether it
+/// was found in the cache or a default directory, or the list of places searched.
 fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool)>, String) {
-    let origin = requester
-        .and_then(|r| r.path.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    let expand = |list: &str| -> Vec<PathBuf> {
-        list.split(':')
-            .filter(|s| !s.is_empty())
-            .map(|s| {
-                let o = origin.to_string_lossy();
-                PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o))
-            })
-            .collect()
+    let sp = match requester {
+        Some(r) => crate::search::SearchPath::of_library(
+            r.info.rpath.as_deref(),
+            r.info.runpath.as_deref(),
+            r.path.parent().unwrap_or(Path::new(".")),
+            r.info.nodeflib,
+        ),
+        None => crate::search::SearchPath::of_program(),
     };
-    let mut dirs: Vec<(PathBuf, bool)> = Vec::new();
-    if let Some(r) = requester {
-        if r.info.runpath.is_none() {
-            if let Some(rp) = &r.info.rpath {
-                dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
-            }
-        }
+    match sp.find(name) {
+        Ok(f) => (Some((f.path, f.system)), String::new()),
+        Err(searched) => (None, searched),
     }
-    if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
-        dirs.extend(expand(&ld).into_iter().map(|d| (d, false)));
-    }
-    if let Some(r) = requester {
-        if let Some(rp) = &r.info.runpath {
-            dirs.extend(expand(rp).into_iter().map(|d| (d, false)));
-        }
-    }
-    dirs.extend(SYSTEM_DIRS.iter().map(|d| (PathBuf::from(d), true)));
-    for (d, sys) in &dirs {
-        let p = d.join(name);
-        if p.is_file() {
-            return (Some((p, *sys)), String::new());
-        }
-    }
-    let searched = dirs
-        .iter()
-        .map(|(d, _)| d.display().to_string())
-        .collect::<Vec<_>>()
-        .join(":");
-    (None, searched)
 }
 
 fn global_scope() -> Arc<SystemLibrary> {
@@ -991,15 +984,37 @@ impl CustomLibrary {
                 self.path.display()
             )));
         }
-        let img = self
-            .ns
-            .inner
-            .load_image(&self.path, pending.clone(), true)?;
+        let path = self.resolve_path()?;
+        let img = self.ns.inner.load_image(&path, pending.clone(), true)?;
         // A load through the API is an open that is never closed: the library leaves
         // with its namespace.
         img.opens.fetch_add(1, Ordering::AcqRel);
         let _ = self.loaded.set(img);
         Ok(())
+    }
+
+    /// The file to load: the path as given, or for a bare name (no `/`) the file
+    /// glibc's `dlopen` from the program would open (the executable's `DT_RPATH`,
+    /// `LD_LIBRARY_PATH`, its `DT_RUNPATH`, `/etc/ld.so.cache`, the default
+    /// directories). A name not found is an error listing what was searched; the C
+    /// runtime's own libraries (`libc.so.6`, `ld-linux`, ...), which cannot exist twice
+    /// in a process, are refused by name.
+    fn resolve_path(&self) -> Result<PathBuf> {
+        let Some(name) = self.path.to_str().filter(|n| !n.contains('/')) else {
+            return Ok(self.path.clone());
+        };
+        if crate::system::is_runtime_library(name) {
+            return Err(Error::Usage(format!(
+                "{name}: the C runtime's libraries cannot be loaded a second time (use SystemLibrary for the process's own)"
+            )));
+        }
+        match search_paths(name, None) {
+            (Some((p, _)), _) => Ok(p),
+            (None, searched) => Err(Error::NotFound {
+                name: name.to_string(),
+                searched,
+            }),
+        }
     }
 
     fn image(&self) -> Option<&Arc<Image>> {

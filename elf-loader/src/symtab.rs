@@ -312,6 +312,11 @@ impl SymTab {
         self.versions.get(v as usize)?.as_deref()
     }
 
+    /// Whether the object defines (`DT_VERDEF`) the version `name`.
+    pub fn defines_version(&self, name: &str) -> bool {
+        self.versions.iter().flatten().any(|v| v == name)
+    }
+
     fn version_ok(&self, i: u32, version: Option<&str>) -> bool {
         let Some(vs) = self.versym(i) else {
             return true;

@@ -191,8 +191,15 @@ fn build_c_program() -> PathBuf {
 #[test]
 fn c_program_builds_against_the_header_and_runs() {
     let so = common::build_so("counter", &["counter.c"], &[]);
+    let tls = common::build_so("tls", &["tls.c"], &[]);
+    let tls_desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
     let exe = build_c_program();
-    let out = Command::new(&exe).arg(&so).output().unwrap();
+    let out = Command::new(&exe)
+        .arg(&so)
+        .arg(&tls)
+        .arg(&tls_desc)
+        .output()
+        .unwrap();
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}");
@@ -205,11 +212,15 @@ fn c_program_is_clean_under_valgrind() {
         panic!("valgrind is not installed (cargo xtask test installs it)");
     }
     let so = common::build_so("counter", &["counter.c"], &[]);
+    let tls = common::build_so("tls", &["tls.c"], &[]);
+    let tls_desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
     let exe = build_c_program();
     let out = Command::new("valgrind")
         .args(["--quiet", "--error-exitcode=97", "--track-origins=yes"])
         .arg(&exe)
         .arg(&so)
+        .arg(&tls)
+        .arg(&tls_desc)
         .output()
         .unwrap();
     let text =

@@ -40,10 +40,46 @@ fn fresh_thread_view(t: &Tls) {
     assert_eq!((t.ptr_ok)(), 1, "pointer in the init image was relocated");
 }
 
+/// Held by every test of this binary: some count live TLS blocks (a process-wide
+/// count) or check that a freed module slot is reused, which another test loading a
+/// TLS library at the same time would disturb.
+static BLOCKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn tls_per_thread_and_per_copy() {
     let so = common::build_so("tls", &["tls.c"], &[]);
     let use_so = common::build_so("tlsuse", &["tlsuse.c"], &["-ltls", "-Wl,-rpath,$ORIGIN"]);
+    per_thread_and_per_copy(&so, &use_so, "");
+}
+
+/// The same with TLS descriptors (`-mtls-dialect=gnu2`: `R_X86_64_TLSDESC` for the
+/// exported variable, the local-dynamic ones and another library's variable), which
+/// the loader points at its own descriptor functions.
+#[test]
+fn tls_descriptors_per_thread_and_per_copy() {
+    let gnu2 = "-mtls-dialect=gnu2";
+    let so = common::build_so("tlsdesc", &["tls.c"], &[gnu2]);
+    let use_so = common::build_so(
+        "tlsdescuse",
+        &["tlsuse.c"],
+        &[gnu2, "-ltlsdesc", "-Wl,-rpath,$ORIGIN"],
+    );
+    for f in [&so, &use_so] {
+        let data = std::fs::read(f).unwrap();
+        let info = elf_loader::elf::ElfInfo::parse(f, &data).unwrap();
+        let mut relocs = info.file_relocs(&data, info.rela);
+        relocs.extend(info.file_relocs(&data, info.jmprel));
+        assert!(
+            relocs.iter().any(|r| r.kind == 36) && !relocs.iter().any(|r| r.kind == 16),
+            "{}: TLSDESC and no DTPMOD64",
+            f.display()
+        );
+    }
+    per_thread_and_per_copy(&so, &use_so, "desc-");
+}
+
+fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefix: &str) {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let base_blocks = tls_live_blocks();
 
     // A thread that exists before the libraries are loaded.
@@ -58,10 +94,10 @@ fn tls_per_thread_and_per_copy() {
         done_tx.send(()).unwrap();
     });
 
-    let ns_a = Namespace::new("tls-a");
-    let a = ns_a.load(&use_so).unwrap();
-    let b = Namespace::new("tls-b").load(&so).unwrap();
-    let a_tls = CustomLibrary::create_in(&ns_a, &so);
+    let ns_a = Namespace::new(&format!("{prefix}tls-a"));
+    let a = ns_a.load(use_so).unwrap();
+    let b = Namespace::new(&format!("{prefix}tls-b")).load(so).unwrap();
+    let a_tls = CustomLibrary::create_in(&ns_a, so);
     // The same file in the same namespace is the same library: loading returns it.
     a_tls.load().unwrap();
     assert_eq!(ns_a.library_count(), 2);
@@ -132,6 +168,7 @@ fn tls_per_thread_and_per_copy() {
 
 #[test]
 fn initial_exec_tls_is_refused_with_the_symbol_named() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let so = common::build_so("tlsie", &["tlsie.c"], &[]);
     let err = Namespace::new("ie")
         .load(&so)
@@ -155,6 +192,7 @@ fn errno_now() -> i32 {
 
 #[test]
 fn system_tls_through_initial_exec_and_general_dynamic() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let ie = common::build_so("systls", &["systls.c"], &[]);
     let gd = common::build_so("systls_gd", &["systls_gd.c"], &[]);
     let a = Namespace::new("systls").load(&ie).unwrap();
@@ -188,6 +226,7 @@ fn system_tls_through_initial_exec_and_general_dynamic() {
 
 #[test]
 fn tls_of_a_dlopened_system_library() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
     let gd = common::build_so("sysvar_gd", &["sysvar_user.c"], &[]);
     let ie = common::build_so("sysvar_ie", &["sysvar_user.c"], &["-DINITIAL_EXEC"]);
@@ -226,4 +265,271 @@ fn tls_of_a_dlopened_system_library() {
             && err.contains("not in the system's static TLS block"),
         "{err}"
     );
+}
+
+/// TLS descriptors for the system's thread-local variables: libc's `errno` (static TLS:
+/// the descriptor returns its constant offset) and a variable of a library the system
+/// loader `dlopen`ed (dynamic TLS: the descriptor asks the system's `__tls_get_addr`),
+/// per thread.
+#[test]
+fn tls_descriptors_for_system_variables() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let gnu2 = "-mtls-dialect=gnu2";
+    let gd = common::build_so("systls_gd_desc", &["systls_gd.c"], &[gnu2]);
+    let b = Namespace::new("systls-desc").load(&gd).unwrap();
+    // SAFETY: signatures as in systls_gd.c.
+    let (set_gd, get_gd) = unsafe {
+        (
+            std::mem::transmute::<usize, extern "C" fn(i32)>(b.sym("set_errno_gd").unwrap()),
+            std::mem::transmute::<usize, extern "C" fn() -> i32>(b.sym("get_errno_gd").unwrap()),
+        )
+    };
+    let check = move |v: i32| {
+        set_gd(v);
+        assert_eq!(
+            errno_now(),
+            v,
+            "the descriptor reached this thread's libc errno"
+        );
+        // SAFETY: this thread's errno.
+        unsafe { *__errno_location() = v + 1 };
+        assert_eq!(get_gd(), v + 1);
+    };
+    check(51);
+    std::thread::spawn(move || check(2000)).join().unwrap();
+    assert_eq!(errno_now(), 52, "the other thread did not touch ours");
+
+    let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
+    let user = common::build_so("sysvar_desc", &["sysvar_user.c"], &[gnu2]);
+    let provider = elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW).unwrap();
+    // SAFETY: `void sysvar_set(int)` in sysvar.c.
+    let set: extern "C" fn(i32) =
+        unsafe { std::mem::transmute(provider.sym("sysvar_set").unwrap()) };
+    let ns = Namespace::new("sysvar-desc");
+    ns.add_search_library(provider.clone());
+    let lib = ns.load(&user).unwrap();
+    // SAFETY: `int sysvar_user_get(void)` in sysvar_user.c.
+    let get: extern "C" fn() -> i32 =
+        unsafe { std::mem::transmute(lib.sym("sysvar_user_get").unwrap()) };
+    assert_eq!(get(), 7);
+    set(9);
+    assert_eq!(get(), 9, "the same variable as the system library's");
+    assert_eq!(
+        std::thread::spawn(move || get()).join().unwrap(),
+        7,
+        "per thread"
+    );
+}
+
+type KeepGpXmm = extern "C" fn(*const [u8; 16], *mut [u8; 16], *mut u64) -> usize;
+type KeepYmm = extern "C" fn(*const [u8; 32], *mut [u8; 32], i32) -> usize;
+
+/// A TLS descriptor call leaves every register but %rax as it was, on its slow path (a
+/// thread's first access: the block is allocated and initialised by Rust code, glibc's
+/// memcpy and memset, which use vector registers) and on its fast path: the general
+/// registers a normal call may clobber, xmm0-15, the upper halves of ymm0-15 (AVX) and
+/// ymm16-31 (AVX-512VL), where the CPU has them. An undefined weak variable's address
+/// through a descriptor is NULL.
+#[test]
+fn tls_descriptors_preserve_registers() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let so = common::build_so("tlsdesc_regs", &["tlsdesc_regs.c"], &["-mtls-dialect=gnu2"]);
+    let copies: Vec<_> = (0..2)
+        .map(|i| {
+            let ns = Namespace::new(&format!("tlsdesc-regs-{i}"));
+            let lib = ns.load(&so).unwrap();
+            (ns, lib)
+        })
+        .collect();
+    let avx = std::arch::is_x86_feature_detected!("avx");
+    let avx512 = std::arch::is_x86_feature_detected!("avx512vl");
+    let check = move |lib: &CustomLibrary, round: u8| -> usize {
+        // SAFETY: signatures as in tlsdesc_regs.c.
+        let (keep, keep_ymm, weak): (KeepGpXmm, KeepYmm, extern "C" fn() -> usize) = unsafe {
+            (
+                std::mem::transmute::<usize, KeepGpXmm>(lib.sym("desc_keep_gp_xmm").unwrap()),
+                std::mem::transmute::<usize, KeepYmm>(lib.sym("desc_keep_ymm").unwrap()),
+                std::mem::transmute::<usize, extern "C" fn() -> usize>(
+                    lib.sym("desc_weak_addr").unwrap(),
+                ),
+            )
+        };
+        let input: Vec<[u8; 16]> = (0..16u8)
+            .map(|r| std::array::from_fn(|i| r.wrapping_mul(31) ^ (i as u8) ^ round))
+            .collect();
+        let mut out = vec![[0u8; 16]; 16];
+        let mut gp = [0u64; 8];
+        let addr = keep(input.as_ptr(), out.as_mut_ptr(), gp.as_mut_ptr());
+        assert_eq!(out, input, "xmm0-15 preserved (round {round})");
+        assert_eq!(
+            gp,
+            [0x1111, 0x2222, 0x3333, 0x4444, 0x5555, 0x6666, 0x7777, 0x8888],
+            "rcx rdx rsi rdi r8-r11 preserved"
+        );
+        // SAFETY: `long desc_var = 7` of this copy, in this thread's block.
+        assert!(unsafe { *(addr as *const i64) } >= 7);
+        // SAFETY: as above.
+        unsafe { *(addr as *mut i64) += 1 };
+        if avx {
+            let input: Vec<[u8; 32]> = (0..32u8)
+                .map(|r| std::array::from_fn(|i| r.wrapping_mul(17) ^ (i as u8) ^ round ^ 0x5a))
+                .collect();
+            let mut out = vec![[0u8; 32]; 32];
+            let a2 = keep_ymm(input.as_ptr(), out.as_mut_ptr(), i32::from(avx512));
+            let n = if avx512 { 32 } else { 16 };
+            assert_eq!(
+                out[..n],
+                input[..n],
+                "ymm registers preserved (round {round})"
+            );
+            assert_eq!(a2, addr);
+        }
+        assert_eq!(weak(), 0, "an undefined weak variable is at NULL");
+        addr
+    };
+    for (_, lib) in &copies {
+        // A fresh thread: the first call takes the slow path, the second the fast one.
+        let (a1, a2) =
+            std::thread::scope(|s| s.spawn(|| (check(lib, 1), check(lib, 2))).join().unwrap());
+        assert_eq!(a1, a2);
+        let here = check(lib, 3);
+        assert_ne!(here, a1, "each thread has its own block");
+        assert_eq!(check(lib, 4), here);
+    }
+    let addrs: Vec<usize> = copies.iter().map(|(_, l)| check(l, 5)).collect();
+    assert_ne!(addrs[0], addrs[1], "each copy has its own variable");
+}
+
+/// 80 copies (40 through `__tls_get_addr`, 40 through TLS descriptors: 80 modules) and
+/// 2,000 threads, 50 at a time, each touching four copies: every thread sees fresh
+/// variables in every copy and only its own writes. Then copies are unloaded while
+/// threads that used them are alive and parked (their blocks freed with the module;
+/// the threads' later exit must not touch them), new copies take the freed slots under
+/// new ids, and the parked threads see fresh variables there, not their stale dtv
+/// entries. Live blocks return to where they started.
+#[test]
+fn thousands_of_threads_80_copies_and_unload_under_live_threads() {
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let base_blocks = tls_live_blocks();
+    let gd = common::build_so("tls", &["tls.c"], &[]);
+    let desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
+    let load = |i: usize| {
+        let ns = Namespace::new(&format!("tls-many-{i}"));
+        let lib = ns.load(if i % 2 == 0 { &gd } else { &desc }).unwrap();
+        let t = fns(&lib);
+        (ns, lib, t)
+    };
+    let mut copies: Vec<_> = (0..80).map(load).collect();
+    let ids: std::collections::HashSet<u64> = copies
+        .iter()
+        .map(|(_, l, _)| l.tls_module().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 80, "80 modules");
+    {
+        let views: Vec<&Tls> = copies.iter().map(|(_, _, t)| t).collect();
+        for batch in 0..40 {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..50)
+                    .map(|k| {
+                        let views = &views;
+                        s.spawn(move || {
+                            let n = batch * 50 + k;
+                            let mine: Vec<usize> =
+                                (0..4).map(|j| (n * 7 + j * 19) % views.len()).collect();
+                            for &c in &mine {
+                                let t = views[c];
+                                assert_eq!((t.gd_get)(), 5, "fresh in thread {n}, copy {c}");
+                                assert_eq!((t.ld_bump)(), 1);
+                                (t.gd_set)(n as i32 * 100 + c as i32);
+                            }
+                            for &c in &mine {
+                                assert_eq!((views[c].gd_get)(), n as i32 * 100 + c as i32);
+                            }
+                        })
+                    })
+                    .collect();
+                for h in handles {
+                    h.join().unwrap();
+                }
+            });
+        }
+    }
+    assert_eq!(
+        tls_live_blocks(),
+        base_blocks,
+        "every thread's blocks freed at its exit"
+    );
+
+    // Threads alive across an unload: each uses copies 0..8, then waits.
+    let views: Vec<usize> = copies
+        .iter()
+        .map(|(_, _, t)| t as *const Tls as usize)
+        .collect();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let mut resume = Vec::new();
+    let mut parked = Vec::new();
+    for k in 0..8 {
+        let (tx, rx) = mpsc::channel::<Vec<usize>>();
+        resume.push(tx);
+        let ready = ready_tx.clone();
+        let first = views.clone();
+        parked.push(std::thread::spawn(move || {
+            // SAFETY: the Tls views of copies 0..8 are alive until this thread is
+            // told to go on (the test keeps them).
+            let v = |i: usize| unsafe { &*(first[i] as *const Tls) };
+            for c in 0..8 {
+                assert_eq!((v(c).gd_get)(), 5);
+                (v(c).gd_set)(1000 + k);
+            }
+            ready.send(()).unwrap();
+            // The new copies, loaded into the freed slots.
+            let new = rx.recv().unwrap();
+            for &p in &new {
+                // SAFETY: views of the new copies, alive until this thread is joined.
+                let t = unsafe { &*(p as *const Tls) };
+                assert_eq!((t.gd_get)(), 5, "a new copy in a reused slot is fresh");
+                (t.gd_set)(2000 + k);
+                assert_eq!((t.gd_get)(), 2000 + k);
+            }
+        }));
+    }
+    for _ in 0..8 {
+        ready_rx.recv().unwrap();
+    }
+    assert_eq!(tls_live_blocks(), base_blocks + 64);
+    // Unload copies 0..4 while the threads live: their 32 blocks go with them.
+    let old_ids: Vec<u64> = copies[..4]
+        .iter()
+        .map(|(_, l, _)| l.tls_module().unwrap())
+        .collect();
+    copies.drain(..4);
+    assert_eq!(tls_live_blocks(), base_blocks + 32);
+    // New copies take the freed slots, under new ids.
+    let fresh: Vec<_> = (100..104).map(load).collect();
+    for (_, l, _) in &fresh {
+        let id = l.tls_module().unwrap();
+        assert!(!old_ids.contains(&id), "ids are never reused");
+        assert!(
+            old_ids.iter().any(|o| o & 0xffff_ffff == id & 0xffff_ffff),
+            "a freed slot is reused"
+        );
+    }
+    let new_views: Vec<usize> = fresh
+        .iter()
+        .map(|(_, _, t)| t as *const Tls as usize)
+        .collect();
+    for tx in &resume {
+        tx.send(new_views.clone()).unwrap();
+    }
+    for t in parked {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        tls_live_blocks(),
+        base_blocks,
+        "the parked threads' blocks freed at exit"
+    );
+    drop(fresh);
+    drop(copies);
+    assert_eq!(tls_live_blocks(), base_blocks);
 }

@@ -1,7 +1,9 @@
 //! Model-based random test of TLS across loads, unloads and threads: random sequences
-//! of "load copy k", "unload copy k", "use copy k's TLS on the main thread" and "use it
-//! on a new thread that then exits" are checked against a model of the values each
-//! thread must see and of the number of live TLS blocks. Its own test binary (it counts
+//! of "load copy k", "unload copy k", "use copy k's TLS on the main thread" (through the
+//! library's code, or through the C ABI's `elf_loader_tls_get_addr` with the index
+//! `tls_sym` gives) and "use it on a new thread that then exits" are checked against a
+//! model of the values each thread must see and of the number of live TLS blocks. Even
+//! copies use `__tls_get_addr`, odd ones TLS descriptors. Its own test binary (it counts
 //! live blocks process-wide).
 
 mod common;
@@ -15,15 +17,17 @@ enum Op {
     Load(usize),
     Unload(usize),
     Main(usize, i32),
+    Api(usize, i32),
     Thread(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0..3usize).prop_map(Op::Load),
-        (0..3usize).prop_map(Op::Unload),
-        (0..3usize, 0..1000i32).prop_map(|(k, v)| Op::Main(k, v)),
-        (0..3usize).prop_map(Op::Thread),
+        (0..4usize).prop_map(Op::Load),
+        (0..4usize).prop_map(Op::Unload),
+        (0..4usize, 0..1000i32).prop_map(|(k, v)| Op::Main(k, v)),
+        (0..4usize, 0..1000i32).prop_map(|(k, v)| Op::Api(k, v)),
+        (0..4usize).prop_map(Op::Thread),
     ]
 }
 
@@ -47,6 +51,7 @@ proptest! {
     #[test]
     fn tls_matches_the_model(ops in proptest::collection::vec(op(), 1..24)) {
         let so = common::build_so("tls", &["tls.c"], &[]);
+        let desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
         let base = tls_live_blocks();
         let mut copies: HashMap<usize, Copy> = HashMap::new();
         // Model: the main thread's value per loaded copy, if it has touched it.
@@ -56,7 +61,7 @@ proptest! {
                 Op::Load(k) => {
                     copies.entry(k).or_insert_with(|| {
                         let ns = Namespace::new(&format!("model{k}"));
-                        let lib = ns.load(&so).unwrap();
+                        let lib = ns.load(if k % 2 == 0 { &so } else { &desc }).unwrap();
                         Copy { _ns: ns, lib }
                     });
                 }
@@ -70,6 +75,22 @@ proptest! {
                         let want = *main_value.get(&k).unwrap_or(&5);
                         prop_assert_eq!(get(), want, "main thread sees its own value of copy {}", k);
                         set(v);
+                        main_value.insert(k, v);
+                    }
+                }
+                Op::Api(k, v) => {
+                    if let Some(c) = copies.get(&k) {
+                        let ti = c.lib.tls_sym("tls_gd").unwrap();
+                        let index = elf_loader::capi::elf_loader_tls_index { module: ti.module, offset: ti.offset };
+                        // SAFETY: a valid index from tls_sym.
+                        let p = unsafe { elf_loader::capi::elf_loader_tls_get_addr(&index) } as *mut i32;
+                        prop_assert!(!p.is_null());
+                        let want = *main_value.get(&k).unwrap_or(&5);
+                        // SAFETY: this thread's `int tls_gd` of copy k.
+                        prop_assert_eq!(unsafe { *p }, want, "the C ABI's address holds copy {}'s value", k);
+                        // SAFETY: as above.
+                        unsafe { *p = v };
+                        prop_assert_eq!(get_set(&c.lib).0(), v, "the library sees the C ABI's write");
                         main_value.insert(k, v);
                     }
                 }

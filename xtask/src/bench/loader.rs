@@ -15,7 +15,9 @@
 //! - `max_copies` vs `max_copies_dlmopen`: copies of libpython loaded and initialised
 //!   (each runs code) in one process;
 //! - `tls_ns` vs `tls_ns_system`: a `__thread` access in a custom-loaded library vs the
-//!   same library loaded by the system.
+//!   same library loaded by the system (general dynamic; `tls_ld_*` local dynamic,
+//!   `tls_desc_*` and `tls_desc_ld_*` the same through TLS descriptors), medians of 21
+//!   interleaved rounds, with the median per-round ratio and its 10th/90th percentiles.
 
 use super::report::Report;
 use crate::steps::{cargo, root};
@@ -71,8 +73,18 @@ fn driver() -> Result<PathBuf> {
 /// Runs the driver with `args`; returns its `key=value` lines (the last value of each
 /// key wins) and whether it exited successfully.
 fn run(exe: &PathBuf, args: &[&str]) -> Result<(HashMap<String, String>, bool)> {
+    run_env(exe, args, &[])
+}
+
+/// [`run`] with extra environment variables.
+fn run_env(
+    exe: &PathBuf,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<(HashMap<String, String>, bool)> {
     let out = Command::new(exe)
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .with_context(|| format!("run loader_bench {}", args.join(" ")))?;
     let mut kv = HashMap::new();
@@ -220,8 +232,35 @@ pub fn run_suite() -> Result<()> {
     if !ok {
         bail!("TLS measurement failed");
     }
-    r.value("tls_ns", num(&kv, "tls_ns", "tls")?);
-    r.value("tls_ns_system", num(&kv, "tls_ns_system", "tls")?);
+    for case in ["tls", "tls_ld", "tls_desc", "tls_desc_ld"] {
+        for suffix in [
+            "_ns",
+            "_ns_system",
+            "_ratio_paired",
+            "_ratio_p10",
+            "_ratio_p90",
+        ] {
+            let key = format!("{case}{suffix}");
+            r.value(&key, num(&kv, &key, "tls")?);
+        }
+    }
+    // glibc gives a dlopened library's TLS descriptors a slot of its surplus static
+    // TLS while there is room (a descriptor then returns a constant); without that
+    // surplus, its descriptors take the dynamic path, the one ours always takes.
+    let (kv, ok) = run_env(
+        &exe,
+        &["tls"],
+        &[("GLIBC_TUNABLES", "glibc.rtld.optional_static_tls=0")],
+    )?;
+    if !ok {
+        bail!("TLS measurement without optional static TLS failed");
+    }
+    for case in ["tls_desc", "tls_desc_ld"] {
+        for suffix in ["_ns", "_ns_system", "_ratio_paired"] {
+            let key = format!("{case}{suffix}");
+            r.value(&format!("{key}_dynamic"), num(&kv, &key, "tls (dynamic)")?);
+        }
+    }
 
     // (Each comparison records `<ours>_ratio`; the targeted one goes last so that
     // `load_us_ratio` in the JSON file is the ratio to dlopen.)
@@ -268,9 +307,33 @@ pub fn run_suite() -> Result<()> {
         Some(1.1),
     );
     r.compare(
-        "TLS access: ours / system __tls_get_addr",
+        "TLS access, general dynamic: ours / system __tls_get_addr",
         "tls_ns",
         "tls_ns_system",
+        Some(1.1),
+    );
+    r.compare(
+        "TLS access, local dynamic: ours / system __tls_get_addr",
+        "tls_ld_ns",
+        "tls_ld_ns_system",
+        Some(1.1),
+    );
+    r.compare(
+        "TLS access, descriptor (gnu2), general dynamic: ours / system",
+        "tls_desc_ns",
+        "tls_desc_ns_system",
+        None,
+    );
+    r.compare(
+        "TLS access, descriptor (gnu2), local dynamic: ours / system",
+        "tls_desc_ld_ns",
+        "tls_desc_ld_ns_system",
+        None,
+    );
+    r.compare(
+        "TLS descriptor, glibc without optional static TLS: ours / system",
+        "tls_desc_ns_dynamic",
+        "tls_desc_ns_system_dynamic",
         None,
     );
     // Higher is better for copies, so these put ours in the denominator.

@@ -7,6 +7,7 @@ mod gap;
 mod gap_real;
 mod gc;
 mod gil;
+mod interp_speed;
 mod loader;
 mod multipy;
 mod refbridge;
@@ -58,6 +59,11 @@ Suite {
     name: "multipy",
     what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
     run: multipy::run,
+},
+Suite {
+    name: "interp-speed",
+    what: "Python workloads (pyperformance-style bodies, issue 25's) in one multipy interpreter vs a python process, CPython 3.10-3.13",
+    run: interp_speed::run,
 },
 Suite {
     name: "frame-hooks",
