@@ -184,11 +184,11 @@ fn main() {
         unsafe { capi::Py_DecRef(p) };
     }
     drop(mholder);
-    let before = capi::deallocs();
+    let before = refbridge::deallocs();
     let t = Instant::now();
     m.collect(CollectionKind::Full).unwrap();
     let gc_and_drain = t.elapsed().as_nanos() as f64;
-    let freed = capi::deallocs() - before;
+    let freed = refbridge::deallocs() - before;
     assert_eq!(
         freed as usize, n,
         "every native object freed through the queue"

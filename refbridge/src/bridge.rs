@@ -255,7 +255,6 @@ unsafe impl Send for Replicated {}
 pub(crate) struct Local {
     /// Sentinel of the list of tracked GC objects.
     pub gc_list: *mut crate::abi::PyGCHead,
-    pub tracked: Cell<usize>,
     pub gc_allocs: Cell<usize>,
     pub cycle_threshold: Cell<usize>,
     pub error: RefCell<Option<CString>>,
@@ -269,7 +268,6 @@ pub(crate) struct Local {
     /// `deferred` may be non-empty (set when a deallocation is deferred).
     pub any_deferred: Cell<bool>,
     pub in_pressure: Cell<bool>,
-    pub trigger: Cell<usize>,
     pub transitions: Cell<u64>,
     pub cycle_pending: Cell<bool>,
     /// The cycle collector's work vectors, kept between collections.
@@ -284,6 +282,28 @@ unsafe impl Sync for LocalCell {}
 // SAFETY: as above; the raw pointers are native memory owned by the bridge.
 unsafe impl Send for LocalCell {}
 
+/// A figure only the owner thread writes (a load and a store: no locked instruction on
+/// its paths) and any thread may read (`Bridge::stats`).
+#[derive(Default)]
+pub(crate) struct OwnerCount(AtomicUsize);
+
+impl OwnerCount {
+    pub(crate) fn new(v: usize) -> Self {
+        OwnerCount(AtomicUsize::new(v))
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Owner thread only.
+    #[inline]
+    pub(crate) fn set(&self, v: usize) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+}
+
 /// The shared inside of a [`Bridge`].
 pub(crate) struct Inner {
     pub heap: Heap,
@@ -293,6 +313,10 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub repl: Mutex<Replicated>,
     pub local: LocalCell,
+    /// Objects in the tracked list (written by the owner thread only).
+    pub tracked: OwnerCount,
+    /// The current native-memory trigger (written by the owner thread only).
+    pub trigger: OwnerCount,
     pub account: Arc<MemAccount>,
     pub mirror_type: TypeRef,
     pub edges_small: TypeRef,
@@ -411,7 +435,6 @@ impl Bridge {
             repl: Mutex::new(Replicated::default()),
             local: LocalCell(Local {
                 gc_list: sentinel,
-                tracked: Cell::new(0),
                 gc_allocs: Cell::new(0),
                 cycle_threshold: Cell::new(config.cycle_threshold.unwrap_or(usize::MAX)),
                 error: RefCell::new(None),
@@ -423,12 +446,13 @@ impl Bridge {
                 deferred: RefCell::new(Vec::new()),
                 any_deferred: Cell::new(false),
                 in_pressure: Cell::new(false),
-                trigger: Cell::new(config.native_trigger),
                 transitions: Cell::new(0),
                 cycle_pending: Cell::new(false),
                 cycle_work: RefCell::new(cycle::CycleWork::default()),
                 enter_depth: Cell::new(0),
             }),
+            tracked: OwnerCount::new(0),
+            trigger: OwnerCount::new(config.native_trigger),
             account: Arc::new(MemAccount::new()),
             mirror_type,
             edges_small,
@@ -465,6 +489,22 @@ impl Bridge {
         })));
         tracing::debug!(heap = format_args!("{:#x}", heap.id()), "bridge created");
         Ok(Bridge(inner))
+    }
+
+    /// The bridge entered on the calling thread (the innermost live [`EnterGuard`]'s), if
+    /// any: the one the C API and the functions acting on the entered bridge
+    /// ([`crate::decref`], [`crate::gc_new`], ...) use.
+    pub fn current() -> Option<Bridge> {
+        let p = CURRENT.with(|c| c.get());
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: the pointer was made by `Arc::as_ptr` of the Arc an EnterGuard holds,
+        // which keeps it alive until the guard restores the previous value.
+        unsafe {
+            Arc::increment_strong_count(p);
+            Some(Bridge(Arc::from_raw(p)))
+        }
     }
 
     /// The managed heap.
@@ -563,7 +603,7 @@ impl Bridge {
         // SAFETY: forwarded.
         let op = unsafe { self.to_native(obj)? };
         // SAFETY: a live stub of ours.
-        unsafe { crate::capi::Py_IncRef(op) };
+        unsafe { crate::cpython::incref(op) };
         Ok(op)
     }
 
@@ -689,9 +729,9 @@ impl Bridge {
             cycle_garbage: c.cycle_garbage.load(Ordering::Relaxed),
             replicated: c.replicated.load(Ordering::Relaxed),
             pressure_collections: c.pressure_collections.load(Ordering::Relaxed),
-            tracked: self.0.local.0.tracked.get(),
+            tracked: self.0.tracked.get(),
             native_bytes: self.0.account.bytes(),
-            native_trigger: self.0.local.0.trigger.get(),
+            native_trigger: self.0.trigger.get(),
             unraisable: c.unraisable.load(Ordering::Relaxed),
         }
     }
@@ -741,6 +781,24 @@ impl Bridge {
     pub fn clear_error(&self) -> Result<(), BridgeError> {
         self.inner()?.local.0.error.borrow_mut().take();
         Ok(())
+    }
+
+    /// Native objects tracked by the cycle collector now (`PyObject_GC_Track`).
+    pub fn tracked(&self) -> usize {
+        self.0.tracked.get()
+    }
+
+    /// Debug mode: the number of reports so far (0 when the mode is off).
+    pub fn debug_report_count(&self) -> usize {
+        self.0.debug.as_ref().map_or(0, |d| d.lock().reports.len())
+    }
+
+    /// Debug mode: report `i` (in the order they were made), if there is one.
+    pub fn debug_report(&self, i: usize) -> Option<DebugReport> {
+        self.0
+            .debug
+            .as_ref()
+            .and_then(|d| d.lock().reports.get(i).cloned())
     }
 
     /// Debug mode: the reports so far (empty when the mode is off).
@@ -1233,7 +1291,7 @@ impl Inner {
         }
         l.dealloc_depth.set(depth + 1);
         // SAFETY: forwarded.
-        unsafe { call_dealloc(op) };
+        unsafe { crate::cpython::call_dealloc(op) };
         l.dealloc_depth.set(depth);
         if depth == 0 && l.any_deferred.get() {
             // SAFETY: forwarded (depth 0).
@@ -1253,7 +1311,7 @@ impl Inner {
             let Some(op) = next else { break };
             l.dealloc_depth.set(1);
             // SAFETY: deferred objects have count 0 and are alive.
-            unsafe { call_dealloc(op) };
+            unsafe { crate::cpython::call_dealloc(op) };
             l.dealloc_depth.set(0);
         }
         l.any_deferred.set(false);
@@ -1370,7 +1428,7 @@ impl Inner {
         let before = (
             self.counters.tokens.load(Ordering::Relaxed),
             self.counters.stubs_freed.load(Ordering::Relaxed),
-            crate::capi::deallocs(),
+            crate::cpython::deallocs(),
         );
         let mut report = CollectReport::default();
         self.drain();
@@ -1410,7 +1468,7 @@ impl Inner {
         report.tokens = (self.counters.tokens.load(Ordering::Relaxed) - before.0) as usize;
         report.stubs_freed =
             (self.counters.stubs_freed.load(Ordering::Relaxed) - before.1) as usize;
-        report.native_freed = (crate::capi::deallocs() - before.2) as usize;
+        report.native_freed = (crate::cpython::deallocs() - before.2) as usize;
         tracing::debug!(?report, "refbridge collection");
         Ok(report)
     }
@@ -1495,23 +1553,6 @@ impl Inner {
 
 /// Nesting of deallocations before the rest is deferred to the outermost one.
 pub const TRASHCAN_DEPTH: u32 = 64;
-
-/// Calls `tp_dealloc` (or frees the object if the type has none).
-///
-/// # Safety
-/// `op` is a live native object whose count is 0.
-#[inline]
-pub(crate) unsafe fn call_dealloc(op: *mut PyObject) {
-    crate::capi::count_dealloc();
-    // SAFETY: a live object has a valid type (caller).
-    unsafe {
-        let ty = (*op).ob_type;
-        match (*ty).tp_dealloc {
-            Some(f) => f(op),
-            None => crate::capi::rb_default_dealloc(op),
-        }
-    }
-}
 
 impl Drop for Inner {
     fn drop(&mut self) {

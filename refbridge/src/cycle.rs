@@ -300,7 +300,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     debug_assert!(ctx.cands.is_empty() && ctx.stack.is_empty() && ctx.edges.is_empty());
     // (tracked objects, then stubs: at most the entries in use)
     ctx.cands
-        .reserve(l.tracked.get() + inner.state.lock().table.used);
+        .reserve(inner.tracked.get() + inner.state.lock().table.used);
     let mut any_mirrored = false;
     // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
     // SAFETY: the tracked list is only changed by the owner thread, which is here; its
@@ -568,7 +568,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     };
     // Threshold for the next automatic collection (CPython: a quarter of the live).
     if let Some(base) = inner.config.cycle_threshold {
-        l.cycle_threshold.set(base.max(l.tracked.get() / 4));
+        l.cycle_threshold.set(base.max(inner.tracked.get() / 4));
     }
     l.gc_allocs.set(0);
     tracing::debug!(?report, "native cycle collection");
@@ -630,7 +630,7 @@ unsafe fn delete_garbage(inner: &Inner, u: *mut PyGCHead) {
             if let Some(clear) = (*(*op).ob_type).tp_clear {
                 (*op).ob_refcnt += 1;
                 clear(op);
-                crate::capi::Py_DecRef(op);
+                crate::cpython::decref(op);
             }
             if (*u).gc_next == g as usize {
                 list_remove(g);

@@ -19,14 +19,17 @@
 //! - **Memory pressure** from native allocations forces collections ([`pressure`]).
 //! - A **debug mode** reports use after free, counts below zero, dead stubs and leaks
 //!   with backtraces ([`debug`]).
-//! - The C API (`include/refbridge_python.h`) has CPython's names, types and macro
-//!   semantics for the memory-management subset, with the count fast paths inline in the
-//!   header ([`capi`]).
+//! - The refcount and object operations are a Rust API ([`incref`], [`decref`],
+//!   [`type_ready`], [`gc_new`], [`gc_track`], [`mem_alloc`], ...) acting on the bridge
+//!   entered on the calling thread; the C API (`include/refbridge_python.h`, [`capi`])
+//!   has CPython's names, types and macro semantics for the memory-management subset,
+//!   with the count fast paths inline in the header, and each of its functions only
+//!   converts and calls that Rust API.
 //!
 //! # Quick start
 //! ```
 //! use gc_core::{Heap, HeapConfig};
-//! use refbridge::{abi::PyTypeObject, capi, Bridge, BridgeConfig};
+//! use refbridge::{abi::PyTypeObject, Bridge, BridgeConfig};
 //!
 //! let heap = Heap::new(HeapConfig::default()).unwrap();
 //! let mut m = heap.attach().unwrap();
@@ -38,7 +41,7 @@
 //! let native_pair = Box::leak(Box::new(PyTypeObject::new(c"Pair", 24, 0)));
 //! // SAFETY: the type object is leaked, so it outlives the bridge.
 //! unsafe {
-//!     assert_eq!(capi::PyType_Ready(native_pair), 0);
+//!     refbridge::type_ready(native_pair).unwrap();
 //!     bridge.register_managed_type(pair, native_pair).unwrap();
 //! }
 //! let obj = m.alloc_typed(16, pair).unwrap();
@@ -48,9 +51,9 @@
 //!     let op = bridge.to_native(root.get()).unwrap();
 //!     assert_eq!((*refbridge::abi::untag(op)).ob_refcnt, refbridge::abi::MANAGED_REFCNT);
 //!     assert_eq!(bridge.to_native(root.get()).unwrap(), op); // pointer identity
-//!     capi::Py_IncRef(op); // native code keeps it: the entry is strong now
+//!     refbridge::incref(op); // native code keeps it: the entry is strong now
 //!     assert_eq!(bridge.is_strong(op), Some(true));
-//!     capi::Py_DecRef(op);
+//!     refbridge::decref(op);
 //!     assert_eq!(bridge.is_strong(op), Some(false));
 //!     assert_eq!(bridge.to_managed(&mut m, op).unwrap(), root.get());
 //! }
@@ -59,14 +62,23 @@
 pub mod abi;
 mod bridge;
 pub mod capi;
+mod cpython;
 pub mod cycle;
 pub mod debug;
 pub mod error;
 pub mod handles;
 pub mod mem;
 pub mod pressure;
+mod standalone;
 
 pub use bridge::{Bridge, BridgeConfig, BridgeStats, CollectReport, EnterGuard, TRASHCAN_DEPTH};
+pub use cpython::{
+    clear_pending_error, collect, dealloc, deallocs, decref, default_dealloc, gc_del, gc_new,
+    gc_new_var, gc_track, gc_untrack, incref, mem_alloc, mem_free, mem_realloc, native_bytes,
+    object_new, pending_error, set_pending_error, set_pending_error_from, type_ready,
+    type_ready_with, with_pending_error, DefaultSlots,
+};
 pub use cycle::CycleReport;
 pub use debug::{DebugReport, ReportKind};
 pub use error::BridgeError;
+pub use standalone::Standalone;
