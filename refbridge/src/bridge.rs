@@ -102,8 +102,10 @@ pub struct BridgeStats {
     pub stubs_freed: u64,
     /// Stubs alive now.
     pub stubs_live: usize,
-    /// Handle-table entries that are strong now.
-    pub strong_entries: usize,
+    /// Handle-table entries that are strong now; `None` when read from a thread that has
+    /// not entered the bridge (strength is read from the stubs' counts, which only the
+    /// owner thread's native code writes).
+    pub strong_entries: Option<usize>,
     /// Mirrors made (`to_managed` of a native object without one, and replication).
     pub mirrors_made: u64,
     /// Mirrors alive now (registered).
@@ -339,7 +341,27 @@ pub(crate) const MIRROR_EDGES: usize = 8;
 pub(crate) static DEBUG_BRIDGES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
+    /// The bridge entered on this thread: the innermost live guard's (read on every path
+    /// of the C API that needs the bridge; a `const` cell with no destructor, so it can
+    /// be read while the thread's locals are being destroyed).
     static CURRENT: Cell<*const Inner> = const { Cell::new(std::ptr::null()) };
+    /// This thread's live guards, innermost last: each guard's number and bridge. It
+    /// keeps each bridge alive while its guard lives, so `CURRENT`, the last one's,
+    /// always points to a live bridge this thread owns, whatever order the guards are
+    /// dropped in.
+    static ENTERED: Entered = const { Entered(RefCell::new(Vec::new())) };
+    static NEXT_GUARD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// This thread's live guards (see `ENTERED`).
+struct Entered(RefCell<Vec<(u64, Arc<Inner>)>>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        // The thread is ending with guards still alive (leaked, or in locals destroyed
+        // later): nothing is entered any more.
+        let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
+    }
 }
 
 use crate::mem::thread_token;
@@ -348,8 +370,10 @@ use crate::mem::thread_token;
 #[inline]
 pub(crate) fn current<'a>() -> Option<&'a Inner> {
     let p = CURRENT.with(|c| c.get());
-    // SAFETY: the pointer is set by an EnterGuard, which keeps the Inner alive (it holds
-    // an Arc) until it restores the previous value.
+    // SAFETY: CURRENT is null or the bridge of the innermost live guard of this thread,
+    // which `ENTERED` keeps alive while the guard lives (the guard's drop moves CURRENT
+    // before releasing it). The reference must not be held across a call that could
+    // drop that guard.
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
@@ -358,10 +382,26 @@ pub(crate) fn current<'a>() -> Option<&'a Inner> {
 #[derive(Clone)]
 pub struct Bridge(pub(crate) Arc<Inner>);
 
-/// Keeps the bridge entered on this thread (see [`Bridge::enter`]).
+/// Keeps the bridge entered on this thread (see [`Bridge::enter`]). Not `Send`: it
+/// belongs to the thread that entered.
+///
+/// Guards may be dropped in any order: the bridge the C API uses on the thread is
+/// always the one of the innermost guard still alive, and a bridge stays alive while a
+/// guard of it does.
+///
+/// ```compile_fail,E0277
+/// # use gc_core::{Heap, HeapConfig};
+/// # use refbridge::{Bridge, BridgeConfig};
+/// # let heap = Heap::new(HeapConfig::default()).unwrap();
+/// let bridge = Bridge::new(&heap, BridgeConfig::default()).unwrap();
+/// let guard = bridge.enter().unwrap();
+/// std::thread::spawn(move || drop(guard)); // error: `*const ()` cannot be sent
+/// ```
 pub struct EnterGuard {
     inner: Arc<Inner>,
-    prev: *const Inner,
+    /// Its number in `ENTERED`.
+    id: u64,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnterGuard {
@@ -373,7 +413,22 @@ impl Drop for EnterGuard {
             self.inner.account.set_owner(false);
             self.inner.owner.store(0, Ordering::Release);
         }
-        CURRENT.with(|c| c.set(self.prev));
+        let removed = ENTERED.try_with(|e| {
+            let mut e = e.0.borrow_mut();
+            let removed = e
+                .iter()
+                .rposition(|(id, _)| *id == self.id)
+                .map(|k| e.remove(k));
+            let top = e.last().map_or(std::ptr::null(), |(_, i)| Arc::as_ptr(i));
+            CURRENT.with(|c| c.set(top));
+            removed
+        });
+        if removed.is_err() {
+            // The thread's locals are being destroyed (`Entered::drop` cleared CURRENT).
+            let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
+        }
+        // (a bridge whose last handle this was is dropped here, after CURRENT moved on)
+        drop(removed);
     }
 }
 
@@ -495,16 +550,10 @@ impl Bridge {
     /// any: the one the C API and the functions acting on the entered bridge
     /// ([`crate::decref`], [`crate::gc_new`], ...) use.
     pub fn current() -> Option<Bridge> {
-        let p = CURRENT.with(|c| c.get());
-        if p.is_null() {
-            return None;
-        }
-        // SAFETY: the pointer was made by `Arc::as_ptr` of the Arc an EnterGuard holds,
-        // which keeps it alive until the guard restores the previous value.
-        unsafe {
-            Arc::increment_strong_count(p);
-            Some(Bridge(Arc::from_raw(p)))
-        }
+        ENTERED
+            .try_with(|e| e.0.borrow().last().map(|(_, i)| Bridge(i.clone())))
+            .ok()
+            .flatten()
     }
 
     /// The managed heap.
@@ -539,10 +588,13 @@ impl Bridge {
             // blocks instead).
             self.0.account.set_owner(true);
         }
-        let prev = CURRENT.with(|c| c.replace(Arc::as_ptr(&self.0)));
+        let id = NEXT_GUARD.with(|n| n.replace(n.get() + 1));
+        ENTERED.with(|e| e.0.borrow_mut().push((id, self.0.clone())));
+        CURRENT.with(|c| c.set(Arc::as_ptr(&self.0)));
         Ok(EnterGuard {
             inner: self.0.clone(),
-            prev,
+            id,
+            _not_send: std::marker::PhantomData,
         })
     }
 
@@ -635,7 +687,7 @@ impl Bridge {
     /// reference is not consumed.
     ///
     /// Errors: a stub whose managed object died, an object being deallocated (count 0),
-    /// a freed object (debug mode), a null pointer.
+    /// a freed object (debug mode), a null pointer, a mutator of another heap.
     ///
     /// # Safety
     /// `op` is a live object (or stub) of this bridge that the caller holds a reference
@@ -692,14 +744,21 @@ impl Bridge {
     /// drained; and once more if replicated cycles left native remains (objects whose
     /// mirror died, still referenced by other dead native objects). Every garbage
     /// object, whichever side holds it, is freed when this returns.
+    ///
+    /// Errors: the bridge is not entered on this thread ([`BridgeError::NotEntered`]),
+    /// `m` is not attached to the bridge's heap ([`BridgeError::WrongHeap`]), the managed
+    /// collection failed.
     pub fn collect(&self, m: &mut Mutator) -> Result<CollectReport, BridgeError> {
-        self.inner()?.collect(m)
+        let inner = self.inner()?;
+        inner.check_mutator(m, "collect")?;
+        inner.collect(m)
     }
 
     /// Only the native cycle collection (with replication), without the managed
     /// collections around it.
     pub fn collect_cycles(&self, m: &mut Mutator) -> Result<cycle::CycleReport, BridgeError> {
         let inner = self.inner()?;
+        inner.check_mutator(m, "collect_cycles")?;
         inner.drain();
         if inner.local.0.collecting.get() {
             return Ok(cycle::CycleReport::default());
@@ -720,7 +779,7 @@ impl Bridge {
             stubs_made: c.stubs_made.load(Ordering::Relaxed),
             stubs_freed: c.stubs_freed.load(Ordering::Relaxed),
             stubs_live: st.table.used,
-            strong_entries: st.table.strong_count(),
+            strong_entries: self.0.is_owner().then(|| st.table.strong_count()),
             mirrors_made: c.mirrors_made.load(Ordering::Relaxed),
             mirrors_live: st.by_native.live(),
             queue_deallocs: c.queue_deallocs.load(Ordering::Relaxed),
@@ -751,9 +810,14 @@ impl Bridge {
         self.0.state.lock().table.capacity()
     }
 
-    /// Whether handle-table entry of stub `op` is strong (its managed object a root).
-    /// `None` if `op` is not a live stub of this bridge.
+    /// Whether the handle-table entry of stub `op` is strong (its managed object a root).
+    /// `None` if `op` is not a live stub of this bridge (checked without reading through
+    /// it), or the calling thread has not entered the bridge (the stub's count is the
+    /// owner thread's to read).
     pub fn is_strong(&self, op: *const PyObject) -> Option<bool> {
+        if !self.0.is_owner() {
+            return None;
+        }
         let st = self.0.state.lock();
         let idx = st.table.index_of(op)?;
         Some(st.table.is_strong(idx))
@@ -811,9 +875,10 @@ impl Bridge {
     }
 
     /// Debug mode: checks the quarantine (uses of freed objects since the last check);
-    /// returns the number of new reports.
-    pub fn debug_check(&self) -> usize {
-        self.0.debug_check()
+    /// returns the number of new reports (0 when the mode is off). Only on the thread
+    /// that entered the bridge (it reads memory the native code there writes).
+    pub fn debug_check(&self) -> Result<usize, BridgeError> {
+        Ok(self.inner()?.debug_check())
     }
 
     /// Teardown: a full collection, then (debug mode) the leak check: every native
@@ -821,6 +886,7 @@ impl Bridge {
     /// bytes not freed are reported. Returns the leak reports (empty when the debug mode
     /// is off).
     pub fn shutdown(&self, m: &mut Mutator) -> Result<Vec<DebugReport>, BridgeError> {
+        self.inner()?.check_mutator(m, "shutdown")?;
         self.collect(m)?;
         self.0.shut_down.store(true, Ordering::Relaxed);
         Ok(self.0.leak_check())
@@ -850,6 +916,21 @@ impl Inner {
     #[inline]
     pub(crate) fn is_owner(&self) -> bool {
         self.owner.load(Ordering::Relaxed) == thread_token()
+    }
+
+    /// Refuses a mutator of another heap than the bridge's (`m` allocates the bridge's
+    /// mirrors and runs its collections).
+    pub(crate) fn check_mutator(&self, m: &Mutator, what: &'static str) -> Result<(), BridgeError> {
+        let (mutator_heap, bridge_heap) = (m.heap().serial(), self.heap.serial());
+        if mutator_heap == bridge_heap {
+            Ok(())
+        } else {
+            Err(BridgeError::WrongHeap {
+                what,
+                mutator_heap,
+                bridge_heap,
+            })
+        }
     }
 
     pub(crate) fn set_error(&self, msg: &str) {
@@ -976,6 +1057,7 @@ impl Inner {
         if let Some(m) = self.mirror_of(op) {
             return Ok(m);
         }
+        self.check_mutator(m, "to_managed")?;
         let mirror = m.alloc_typed(MIRROR_SIZE, self.mirror_type)?;
         if let Some(existing) = self.mirror_of(op) {
             // Made meanwhile by a deallocator run from the collection of our allocation.

@@ -317,7 +317,7 @@ pub extern "C" fn rb_debug_report(i: usize) -> *const c_char {
 /// Checks the debug mode's quarantine now; returns the number of new reports.
 #[no_mangle]
 pub extern "C" fn rb_debug_check() -> usize {
-    Bridge::current().map_or(0, |b| b.debug_check())
+    Bridge::current().map_or(0, |b| b.debug_check().unwrap_or(0))
 }
 
 /// `rb_init` flag: debug mode.

@@ -167,7 +167,8 @@ unsafe fn dealloc_unentered(op: *mut PyObject) {
         let msg = format!(
             "SystemError: Py_DECREF dropped the last reference to {:#x} of type {} on a thread with no refbridge entered; GC objects are deallocated only with their bridge entered (left alone)",
             op as usize,
-            tp.name()
+            // SAFETY: a live object's type has a C string or NULL as its name (caller).
+            unsafe { tp.name() }
         );
         eprintln!("refbridge: {msg}");
         set_pending_error(&msg);
@@ -367,7 +368,8 @@ pub unsafe fn type_ready_with(
     }
     let invalid = |t: &PyTypeObject, reason: String| BridgeError::InvalidType {
         what: "PyType_Ready",
-        type_name: t.name(),
+        // SAFETY: tp_name is NULL or a C string (caller).
+        type_name: unsafe { t.name() },
         reason,
     };
     if t.tp_name.is_null() {
@@ -416,7 +418,8 @@ unsafe fn check_type(
     let t = unsafe { &*tp };
     let invalid = |reason: String| BridgeError::InvalidType {
         what,
-        type_name: t.name(),
+        // SAFETY: tp_name is NULL or a C string (caller).
+        type_name: unsafe { t.name() },
         reason,
     };
     if t.tp_flags & PY_TPFLAGS_READY == 0 {
@@ -556,7 +559,8 @@ unsafe fn gc_checked<'a>(op: *mut PyObject, what: &'static str) -> Result<&'a In
         return Err(BridgeError::NotGcObject {
             what,
             addr: op as usize,
-            type_name: tp.name(),
+            // SAFETY: a live object's type has a C string or NULL as its name (caller).
+            type_name: unsafe { tp.name() },
         });
     }
     let inner = current().ok_or(BridgeError::NoneEntered { what })?;
@@ -566,7 +570,8 @@ unsafe fn gc_checked<'a>(op: *mut PyObject, what: &'static str) -> Result<&'a In
         return Err(BridgeError::OtherBridge {
             what,
             addr: op as usize,
-            type_name: tp.name(),
+            // SAFETY: a live object's type has a C string or NULL as its name (caller).
+            type_name: unsafe { tp.name() },
         });
     }
     Ok(inner)

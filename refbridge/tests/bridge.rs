@@ -52,7 +52,7 @@ fn the_entry_is_strong_exactly_while_native_references_exist() {
     incref(op);
     incref(op);
     assert_eq!(e.bridge.is_strong(op), Some(true));
-    assert_eq!(e.bridge.stats().strong_entries, 1);
+    assert_eq!(e.bridge.stats().strong_entries, Some(1));
     drop(r);
     // Native references keep the managed object alive.
     e.m.collect(CollectionKind::Full).unwrap();

@@ -60,7 +60,7 @@ fn an_incref_of_a_freed_object_is_found_by_the_next_check() {
     decref(n);
     incref(n); // use after free: the count moves
     assert!(kinds(&e).is_empty(), "an incref is not a slow path");
-    assert_eq!(e.bridge.debug_check(), 1);
+    assert_eq!(e.bridge.debug_check(), Ok(1));
     assert_eq!(kinds(&e), vec![ReportKind::UseAfterFree]);
     assert!(e.bridge.debug_reports()[0].message.contains("count 2"));
     // Collections check too; the poison was restored, so nothing new.
@@ -97,7 +97,7 @@ fn a_stub_kept_without_a_reference_is_reported_when_used_after_its_object_died()
     assert_eq!(e.bridge.stats().stubs_live, 0, "the stub was freed");
     decref(stale); // the poison (count 1) reaches 0: reported at once
     incref(stale); // found by the next check
-    assert_eq!(e.bridge.debug_check(), 1);
+    assert_eq!(e.bridge.debug_check(), Ok(1));
     // SAFETY: the pointer is checked, not dereferenced blindly.
     let err = unsafe { e.bridge.to_managed(&mut e.m, stale) }.unwrap_err();
     assert!(

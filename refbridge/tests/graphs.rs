@@ -237,7 +237,7 @@ fn check(e: &mut Env, g: &Graph, base: u64) {
             s.native_bytes,
             s.strong_entries
         ),
-        (0, 0, 0, 0, 0),
+        (0, 0, 0, 0, Some(0)),
         "{g:?}: {s:?}"
     );
 }

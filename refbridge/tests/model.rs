@@ -401,7 +401,7 @@ impl World {
                 s.native_bytes,
                 s.strong_entries
             ),
-            (0, 0, 0, 0, 0),
+            (0, 0, 0, 0, Some(0)),
             "{s:?}"
         );
         let leaks = self.e.bridge.shutdown(&mut self.e.m).unwrap();

@@ -195,14 +195,7 @@ impl Env {
 
     /// A native node (count 1, tracked).
     pub fn native(&mut self, id: u64) -> *mut PyObject {
-        // SAFETY: the node type is ready.
-        unsafe {
-            let op = _PyObject_GC_New(NODE_TYPE.0.get());
-            assert!(!op.is_null(), "{:?}", self.bridge.pending_error());
-            (*(op as *mut NodeObj)).id = id;
-            PyObject_GC_Track(op as *mut c_void);
-            op
-        }
+        native_node(id)
     }
 
     /// A native leaf owning `size` bytes of PyMem_Malloc memory (count 1).
@@ -263,6 +256,19 @@ impl Env {
     pub fn count(op: *mut PyObject) -> isize {
         // SAFETY: tests pass live objects.
         unsafe { (*untag(op)).ob_refcnt }
+    }
+}
+
+/// A native node (count 1, tracked) of the bridge entered on this thread.
+pub fn native_node(id: u64) -> *mut PyObject {
+    ready_types();
+    // SAFETY: the node type is ready.
+    unsafe {
+        let op = _PyObject_GC_New(NODE_TYPE.0.get());
+        assert!(!op.is_null(), "{:?}", refbridge::pending_error());
+        (*(op as *mut NodeObj)).id = id;
+        PyObject_GC_Track(op as *mut c_void);
+        op
     }
 }
 
