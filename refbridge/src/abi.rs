@@ -129,7 +129,7 @@ impl PyTypeObject {
     /// address, which reading it as a string would then trust.
     ///
     /// ```compile_fail,E0133
-    /// use refbridge::abi::PyTypeObject;
+    /// use refbridge::PyTypeObject;
     /// let mut t = PyTypeObject::new(c"Pair", 24, 0);
     /// t.tp_name = 0x10 as *const std::ffi::c_char; // safe code, any address
     /// let _ = t.name(); // error: call to unsafe function requires an unsafe block
@@ -155,7 +155,7 @@ impl PyTypeObject {
 
 /// `PyGC_Head`: two words before every object of a GC type. `gc_next` is 0 while the
 /// object is not tracked; the low 4 bits of `gc_prev` hold flags (pointers are 16-byte
-/// aligned), see [`GC_MIRRORED`]. Aligned to 16 on the Rust side too, so that heads the
+/// aligned: the bridge's own, such as "has a live mirror"). Aligned to 16 on the Rust side too, so that heads the
 /// bridge makes itself (the tracked list's sentinel, the garbage list's head on the
 /// stack) keep those bits free; the size stays CPython's 16 bytes.
 #[repr(C, align(16))]

@@ -13,10 +13,10 @@
 
 #![allow(non_snake_case)]
 
-use crate::abi::{PyObject, PySsizeT, PyTypeObject, PyVarObject};
 use crate::{
     clear_pending_error, deallocs, native_bytes, set_pending_error, set_pending_error_from,
-    with_pending_error, Bridge, BridgeConfig, BridgeError, DefaultSlots, Standalone,
+    with_pending_error, Bridge, BridgeConfig, BridgeError, DefaultSlots, PyObject, PySsizeT,
+    PyTypeObject, PyVarObject, Standalone,
 };
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};

@@ -13,8 +13,8 @@
 mod common;
 use common::*;
 use gc_core::{ObjRef, Root, WeakRef};
-use refbridge::abi::PyObject;
 use refbridge::BridgeConfig;
+use refbridge::PyObject;
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug)]

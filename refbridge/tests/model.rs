@@ -22,8 +22,8 @@ use common::*;
 use gc_core::{CollectionKind, ObjRef, Root, WeakRef};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm};
-use refbridge::abi::PyObject;
 use refbridge::BridgeConfig;
+use refbridge::PyObject;
 use std::collections::HashSet;
 
 #[derive(Clone, Debug)]

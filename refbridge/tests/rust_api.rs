@@ -3,7 +3,7 @@
 //! names forward to, used here without any C name. One rule per test; each failure is an
 //! `Err` naming the function and the object, and leaves the pending error alone.
 
-use refbridge::abi::{
+use refbridge::{
     is_stub, PyObject, PyTypeObject, PyVarObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC,
     PY_TPFLAGS_READY,
 };
@@ -24,7 +24,7 @@ thread_local! {
 
 unsafe extern "C" fn cell_traverse(
     op: *mut PyObject,
-    visit: refbridge::abi::VisitProc,
+    visit: refbridge::VisitProc,
     arg: *mut c_void,
 ) -> c_int {
     // SAFETY: a live cell (Py_VISIT).
