@@ -204,7 +204,10 @@ fn alloc(size: usize, zero: bool) -> Result<NonNull<u8>, BridgeError> {
         None => {
             // SAFETY: the global account is static.
             let p = unsafe { mem::alloc(&mem::GLOBAL, size, zero) };
-            NonNull::new(p).ok_or(BridgeError::OutOfMemory { size })
+            match NonNull::new(p) {
+                Some(p) => Ok(p),
+                None => Err(BridgeError::OutOfMemory { size }),
+            }
         }
     }
 }
@@ -213,6 +216,7 @@ fn alloc(size: usize, zero: bool) -> Result<NonNull<u8>, BridgeError> {
 /// entered bridge (subject to its pressure policy: a collection when the trigger is
 /// crossed, [`BridgeError::MemoryCap`] over the cap) or, with none entered, to the
 /// process-wide account. 16-byte aligned; free with [`mem_free`].
+#[inline]
 pub fn mem_alloc(size: usize) -> Result<NonNull<u8>, BridgeError> {
     alloc(size, false)
 }
@@ -240,7 +244,10 @@ pub unsafe fn mem_realloc(p: *mut u8, size: usize) -> Result<NonNull<u8>, Bridge
     let account = inner.map_or(&mem::GLOBAL as *const _, |i| &*i.account as *const _);
     // SAFETY: forwarded; the account outlives its blocks.
     let n = unsafe { mem::realloc(account, p, size) };
-    NonNull::new(n).ok_or(BridgeError::OutOfMemory { size })
+    match NonNull::new(n) {
+        Some(n) => Ok(n),
+        None => Err(BridgeError::OutOfMemory { size }),
+    }
 }
 
 /// CPython's `PyMem_Free` and `PyObject_Free` (`PyObject_Del`): frees a block of
@@ -249,6 +256,7 @@ pub unsafe fn mem_realloc(p: *mut u8, size: usize) -> Result<NonNull<u8>, Bridge
 ///
 /// # Safety
 /// `p` is NULL or a live block of these allocators that nobody uses any more.
+#[inline]
 pub unsafe fn mem_free(p: *mut u8) {
     if p.is_null() {
         return;
@@ -442,13 +450,16 @@ unsafe fn check_type(
 /// # Safety
 /// `tp` is a ready GC type.
 unsafe fn gc_alloc(tp: *mut PyTypeObject, size: usize) -> Result<NonNull<PyObject>, BridgeError> {
-    let inner = current().ok_or(BridgeError::NoneEntered {
-        what: "PyObject_GC_New",
-    })?;
+    // (no `ok_or(error)` on these paths: the error would be made and dropped on success)
+    let Some(inner) = current() else {
+        return Err(BridgeError::NoneEntered {
+            what: "PyObject_GC_New",
+        });
+    };
     crate::cycle::maybe_auto_collect(inner);
-    let total = size
-        .checked_add(std::mem::size_of::<PyGCHead>())
-        .ok_or(BridgeError::OutOfMemory { size })?;
+    let Some(total) = size.checked_add(std::mem::size_of::<PyGCHead>()) else {
+        return Err(BridgeError::OutOfMemory { size });
+    };
     let g = inner.alloc_native(total, true)?.as_ptr() as *mut PyGCHead;
     let op = from_gc_head(g);
     // SAFETY: a fresh zeroed block of `total` bytes.
@@ -499,10 +510,12 @@ pub unsafe fn gc_new_var(
     // SAFETY: forwarded.
     unsafe { check_type(tp, true, "PyObject_GC_NewVar")? };
     // SAFETY: a ready type.
-    let size = var_size(unsafe { &*tp }, n).ok_or(BridgeError::BadItemCount {
-        what: "PyObject_GC_NewVar",
-        count: n,
-    })?;
+    let Some(size) = var_size(unsafe { &*tp }, n) else {
+        return Err(BridgeError::BadItemCount {
+            what: "PyObject_GC_NewVar",
+            count: n,
+        });
+    };
     // SAFETY: a ready GC type.
     let op = unsafe { gc_alloc(tp, size)? }.cast::<PyVarObject>();
     // SAFETY: a fresh var object.
@@ -539,42 +552,64 @@ pub unsafe fn object_new(tp: *mut PyTypeObject) -> Result<NonNull<PyObject>, Bri
 /// [`gc_del`]): not NULL, not a stub, of a GC type, and allocated by the bridge entered
 /// on this thread (its list and counts are that bridge's: unlinking an object of another
 /// bridge, or of none, would corrupt both). On failure the caller leaves the object
-/// alone (a leak, never corruption).
+/// alone (a leak, never corruption). Inline, the error made out of line: these run once
+/// or twice per deallocated object.
 ///
 /// # Safety
 /// `op` is NULL or points to a live object.
+#[inline]
 unsafe fn gc_checked<'a>(op: *mut PyObject, what: &'static str) -> Result<&'a Inner, BridgeError> {
+    if !op.is_null() && !is_stub(op) {
+        // SAFETY: an object has a type (caller).
+        if unsafe { &*(*op).ob_type }.is_gc() {
+            if let Some(inner) = current() {
+                // SAFETY: a GC object's block starts at its head.
+                let owner = unsafe { mem::block_account(gc_head(op) as *const u8) };
+                if owner == std::sync::Arc::as_ptr(&inner.account) as usize {
+                    return Ok(inner);
+                }
+            }
+        }
+    }
+    // SAFETY: as above (caller).
+    Err(unsafe { gc_refusal(op, what) })
+}
+
+/// Why [`gc_checked`] refused `op`.
+///
+/// # Safety
+/// As [`gc_checked`].
+#[cold]
+#[inline(never)]
+unsafe fn gc_refusal(op: *mut PyObject, what: &'static str) -> BridgeError {
     if op.is_null() {
-        return Err(BridgeError::NullObject { what });
+        return BridgeError::NullObject { what };
     }
     if is_stub(op) {
-        return Err(BridgeError::StubNotAllowed {
+        return BridgeError::StubNotAllowed {
             what,
             addr: op as usize,
-        });
+        };
     }
     // SAFETY: an object has a type (caller).
     let tp = unsafe { &*(*op).ob_type };
+    // SAFETY: a live object's type has a C string or NULL as its name (caller).
+    let type_name = unsafe { tp.name() };
     if !tp.is_gc() {
-        return Err(BridgeError::NotGcObject {
+        return BridgeError::NotGcObject {
             what,
             addr: op as usize,
-            // SAFETY: a live object's type has a C string or NULL as its name (caller).
-            type_name: unsafe { tp.name() },
-        });
+            type_name,
+        };
     }
-    let inner = current().ok_or(BridgeError::NoneEntered { what })?;
-    // SAFETY: a GC object's block starts at its head.
-    let owner = unsafe { mem::block_account(gc_head(op) as *const u8) };
-    if owner != std::sync::Arc::as_ptr(&inner.account) as usize {
-        return Err(BridgeError::OtherBridge {
-            what,
-            addr: op as usize,
-            // SAFETY: a live object's type has a C string or NULL as its name (caller).
-            type_name: unsafe { tp.name() },
-        });
+    if current().is_none() {
+        return BridgeError::NoneEntered { what };
     }
-    Ok(inner)
+    BridgeError::OtherBridge {
+        what,
+        addr: op as usize,
+        type_name,
+    }
 }
 
 /// CPython's `PyObject_GC_Track`: the cycle collector considers the object from now on.
@@ -583,6 +618,7 @@ unsafe fn gc_checked<'a>(op: *mut PyObject, what: &'static str) -> Result<&'a In
 /// # Safety
 /// `op` is NULL or a live object; if it is of a GC type, [`gc_new`] or [`gc_new_var`]
 /// made it, and its references are initialised (its `tp_traverse` may run from now on).
+#[inline]
 pub unsafe fn gc_track(op: *mut PyObject) -> Result<(), BridgeError> {
     // SAFETY: forwarded (caller).
     let inner = unsafe { gc_checked(op, "PyObject_GC_Track")? };
@@ -629,6 +665,7 @@ pub unsafe fn gc_track(op: *mut PyObject) -> Result<(), BridgeError> {
 ///
 /// # Safety
 /// `g` is the head of a tracked object of `inner`'s list.
+#[inline]
 unsafe fn unlink(inner: &Inner, g: *mut PyGCHead) {
     // SAFETY: a tracked object's neighbours are list members (caller).
     unsafe {
@@ -647,6 +684,7 @@ unsafe fn unlink(inner: &Inner, g: *mut PyGCHead) {
 ///
 /// # Safety
 /// `op` is NULL or a live object.
+#[inline]
 pub unsafe fn gc_untrack(op: *mut PyObject) -> Result<(), BridgeError> {
     // SAFETY: forwarded (caller).
     let inner = unsafe { gc_checked(op, "PyObject_GC_UnTrack")? };
@@ -665,6 +703,7 @@ pub unsafe fn gc_untrack(op: *mut PyObject) -> Result<(), BridgeError> {
 ///
 /// # Safety
 /// `op` is NULL or a live object nobody references any more.
+#[inline]
 pub unsafe fn gc_del(op: *mut PyObject) -> Result<(), BridgeError> {
     if op.is_null() {
         return Ok(());
@@ -738,9 +777,11 @@ pub unsafe extern "C" fn default_dealloc(op: *mut PyObject) {
 /// not attached to the heap (or is in a GC-safe region). Returns the number of native
 /// objects deallocated.
 pub fn collect() -> Result<usize, BridgeError> {
-    let inner = current().ok_or(BridgeError::NoneEntered {
-        what: "PyGC_Collect",
-    })?;
+    let Some(inner) = current() else {
+        return Err(BridgeError::NoneEntered {
+            what: "PyGC_Collect",
+        });
+    };
     match inner.heap.current_mutator() {
         Ok(mut m) => inner.collect(&mut m).map(|r| r.native_freed),
         Err(_) => {

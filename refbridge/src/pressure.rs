@@ -56,7 +56,10 @@ impl Inner {
         }
         // SAFETY: the account lives as long as the bridge, and longer while blocks remain.
         let p = unsafe { mem::alloc(&*self.account, size, zero) };
-        NonNull::new(p).ok_or(BridgeError::OutOfMemory { size })
+        match NonNull::new(p) {
+            Some(p) => Ok(p),
+            None => Err(BridgeError::OutOfMemory { size }),
+        }
     }
 
     /// One collection forced by memory pressure (skipped where none may run).
