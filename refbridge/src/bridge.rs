@@ -1643,6 +1643,7 @@ pub const TRASHCAN_DEPTH: u32 = 64;
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        cycle::leave_work(std::mem::take(self.local.0.cycle_work.get_mut()));
         for id in self.callbacks.get_mut().drain(..) {
             let _ = self.heap.remove_callback(id);
         }
