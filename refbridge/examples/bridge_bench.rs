@@ -15,9 +15,10 @@
 //! `RB_BENCH_N` sets the number of objects per measurement (default 100,000).
 
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef, Root};
-use refbridge::abi::{PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC};
-use refbridge::capi;
-use refbridge::{Bridge, BridgeConfig};
+use refbridge::{
+    Bridge, BridgeConfig, BridgeError, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT,
+    PY_TPFLAGS_HAVE_GC,
+};
 use std::ffi::{c_int, c_void};
 use std::time::Instant;
 
@@ -29,7 +30,7 @@ struct Node {
 
 unsafe extern "C" fn traverse(
     op: *mut PyObject,
-    visit: refbridge::abi::VisitProc,
+    visit: refbridge::VisitProc,
     arg: *mut c_void,
 ) -> c_int {
     // SAFETY: a live node; Py_VISIT.
@@ -42,13 +43,20 @@ unsafe extern "C" fn traverse(
     0
 }
 
+/// A failure as the pending error, as the C API reports it.
+fn or_pending(r: Result<(), BridgeError>) {
+    if let Err(e) = r {
+        refbridge::set_pending_error_from(&e);
+    }
+}
+
 unsafe extern "C" fn dealloc(op: *mut PyObject) {
     // SAFETY: a node whose count reached 0.
     unsafe {
-        capi::PyObject_GC_UnTrack(op as *mut c_void);
+        or_pending(refbridge::gc_untrack(op));
         let n = std::mem::replace(&mut (*(op as *mut Node)).next, std::ptr::null_mut());
-        capi::Py_DecRef(n);
-        capi::PyObject_GC_Del(op as *mut c_void);
+        refbridge::decref(n);
+        or_pending(refbridge::gc_del(op));
     }
 }
 
@@ -83,8 +91,8 @@ fn main() {
     node_ty.tp_dealloc = Some(dealloc);
     // SAFETY: leaked type objects outlive the bridge.
     unsafe {
-        assert_eq!(capi::PyType_Ready(native_m), 0);
-        assert_eq!(capi::PyType_Ready(node_ty), 0);
+        refbridge::type_ready(native_m).unwrap();
+        refbridge::type_ready(node_ty).unwrap();
         bridge.register_managed_type(mty, native_m).unwrap();
     }
 
@@ -139,18 +147,18 @@ fn main() {
         std::hint::black_box(p);
     }
     let to_native_again = t.elapsed().as_nanos() as f64 / n as f64;
-    let stub_native = std::mem::size_of::<refbridge::abi::Stub>() as f64;
+    let stub_native = std::mem::size_of::<refbridge::Stub>() as f64;
     let stub_total = stub_native + (table_after - table_before) as f64 / n as f64;
 
     // Native objects: a chain, so that one reference keeps them all.
     let mut natives = Vec::with_capacity(n);
     for _ in 0..n {
         // SAFETY: a ready GC type.
-        let p = unsafe { capi::_PyObject_GC_New(node_ty) };
+        let p = unsafe { refbridge::gc_new(node_ty).unwrap().as_ptr() };
         // SAFETY: a fresh node.
         unsafe {
             (*(p as *mut Node)).next = std::ptr::null_mut();
-            capi::PyObject_GC_Track(p as *mut c_void);
+            refbridge::gc_track(p).unwrap();
         }
         natives.push(p);
     }
@@ -181,14 +189,14 @@ fn main() {
     // drop the mirrors' holder: one collection, then the drain frees them all.
     for &p in &natives {
         // SAFETY: our own reference.
-        unsafe { capi::Py_DecRef(p) };
+        unsafe { refbridge::decref(p) };
     }
     drop(mholder);
-    let before = capi::deallocs();
+    let before = refbridge::deallocs();
     let t = Instant::now();
     m.collect(CollectionKind::Full).unwrap();
     let gc_and_drain = t.elapsed().as_nanos() as f64;
-    let freed = capi::deallocs() - before;
+    let freed = refbridge::deallocs() - before;
     assert_eq!(
         freed as usize, n,
         "every native object freed through the queue"

@@ -1,16 +1,17 @@
 //! A tour of the bridge: a managed type and how native code sees it (a stub), a native
-//! container type written against the C ABI, objects referring to each other across the
+//! container type written in Rust against the crate's API for CPython's operations (what
+//! the C names `Py_DECREF`, `PyObject_GC_New`, ... call), objects referring to each other across the
 //! boundary, a cycle through both sides freed by one collection, and the debug mode
 //! catching a use after free. `RUST_LOG=refbridge=debug` shows the collections.
 //!
 //! `cargo run -p refbridge --example refbridge_tour`
 
 use gc_core::{Heap, HeapConfig};
-use refbridge::abi::{
-    is_stub, untag, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC,
+use refbridge::{decref, incref};
+use refbridge::{
+    is_stub, untag, Bridge, BridgeConfig, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT,
+    PY_TPFLAGS_HAVE_GC,
 };
-use refbridge::capi::{self, Py_DecRef, Py_IncRef};
-use refbridge::{Bridge, BridgeConfig};
 use std::ffi::{c_int, c_void};
 
 /// A native container with one reference, as a C extension would define it.
@@ -23,7 +24,7 @@ struct Cell {
 
 unsafe extern "C" fn cell_traverse(
     op: *mut PyObject,
-    visit: refbridge::abi::VisitProc,
+    visit: refbridge::VisitProc,
     arg: *mut c_void,
 ) -> c_int {
     // SAFETY: a live cell (Py_VISIT).
@@ -41,7 +42,7 @@ unsafe extern "C" fn cell_clear(op: *mut PyObject) -> c_int {
     // SAFETY: a live cell (Py_CLEAR).
     unsafe {
         let item = std::mem::replace(&mut (*(op as *mut Cell)).item, std::ptr::null_mut());
-        Py_DecRef(item);
+        decref(item);
     }
     0
 }
@@ -50,9 +51,9 @@ unsafe extern "C" fn cell_dealloc(op: *mut PyObject) {
     // SAFETY: a cell whose count reached 0.
     unsafe {
         println!("  tp_dealloc({})", (*(op as *mut Cell)).name);
-        capi::PyObject_GC_UnTrack(op as *mut c_void);
+        refbridge::gc_untrack(op).expect("a cell of the entered bridge");
         cell_clear(op);
-        capi::PyObject_GC_Del(op as *mut c_void);
+        refbridge::gc_del(op).expect("a cell of the entered bridge");
     }
 }
 
@@ -60,13 +61,12 @@ unsafe extern "C" fn cell_dealloc(op: *mut PyObject) {
 fn new_cell(ty: *mut PyTypeObject, name: &'static str, item: *mut PyObject) -> *mut PyObject {
     // SAFETY: a ready GC type; the fresh object is initialised before it is tracked.
     unsafe {
-        let op = capi::_PyObject_GC_New(ty);
-        assert!(!op.is_null());
-        Py_IncRef(item);
+        let op = refbridge::gc_new(ty).expect("PyObject_GC_New").as_ptr();
+        incref(item);
         let c = op as *mut Cell;
         std::ptr::addr_of_mut!((*c).item).write(item);
         std::ptr::addr_of_mut!((*c).name).write(name);
-        capi::PyObject_GC_Track(op as *mut c_void);
+        refbridge::gc_track(op).expect("PyObject_GC_Track");
         op
     }
 }
@@ -112,8 +112,8 @@ fn main() {
     cellty.tp_dealloc = Some(cell_dealloc);
     // SAFETY: leaked type objects outlive the bridge.
     unsafe {
-        assert_eq!(capi::PyType_Ready(native_box), 0);
-        assert_eq!(capi::PyType_Ready(cellty), 0);
+        refbridge::type_ready(native_box).expect("PyType_Ready");
+        refbridge::type_ready(cellty).expect("PyType_Ready");
         bridge
             .register_managed_type(boxty, native_box)
             .expect("register");
@@ -129,7 +129,7 @@ fn main() {
         is_stub(stub),
         count(stub),
         // SAFETY: a live stub.
-        unsafe { refbridge::debug::type_name_of(untag(stub)) },
+        unsafe { refbridge::type_name_of(untag(stub)) },
         // SAFETY: rooted.
         unsafe { bridge.to_native(root.get()).expect("to_native") } == stub
     );
@@ -158,7 +158,7 @@ fn main() {
 
     println!("4. Everything dropped: a cycle box -> mirror(cell) -> cell -> stub(box)");
     // SAFETY: our reference.
-    unsafe { Py_DecRef(cell) };
+    unsafe { decref(cell) };
     drop(root);
     let weak = heap.new_weak_ref(b);
     let r = bridge.collect(&mut m).expect("collect");
@@ -175,10 +175,10 @@ fn main() {
     let c = new_cell(cellty, "c", a);
     // SAFETY: a is live; a <- c, then a -> c.
     unsafe {
-        Py_IncRef(c);
+        incref(c);
         (*(a as *mut Cell)).item = c;
-        Py_DecRef(a);
-        Py_DecRef(c);
+        decref(a);
+        decref(c);
     }
     let r = bridge.collect(&mut m).expect("collect");
     println!("  native garbage: {}", r.native_garbage);
@@ -187,8 +187,8 @@ fn main() {
     let x = new_cell(cellty, "x", std::ptr::null_mut());
     // SAFETY: our reference, then a use after free (the debug mode keeps the memory).
     unsafe {
-        Py_DecRef(x);
-        Py_DecRef(x);
+        decref(x);
+        decref(x);
     }
     for report in bridge.debug_reports() {
         println!("  {:?}: {}", report.kind, report.message);

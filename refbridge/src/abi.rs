@@ -123,12 +123,25 @@ impl PyTypeObject {
         }
     }
 
-    /// The type's name (`tp_name`), or `"<unnamed>"`.
-    pub fn name(&self) -> String {
+    /// The type's name (`tp_name`), or `"<unnamed>"` when it is NULL.
+    ///
+    /// Unsafe because `tp_name` is a public raw pointer: safe code can set it to any
+    /// address, which reading it as a string would then trust.
+    ///
+    /// ```compile_fail,E0133
+    /// use refbridge::PyTypeObject;
+    /// let mut t = PyTypeObject::new(c"Pair", 24, 0);
+    /// t.tp_name = 0x10 as *const std::ffi::c_char; // safe code, any address
+    /// let _ = t.name(); // error: call to unsafe function requires an unsafe block
+    /// ```
+    ///
+    /// # Safety
+    /// `tp_name` is NULL or points to a NUL-terminated string that lives across the call.
+    pub unsafe fn name(&self) -> String {
         if self.tp_name.is_null() {
             return "<unnamed>".into();
         }
-        // SAFETY: tp_name is a NUL-terminated string by the type's contract.
+        // SAFETY: tp_name is a NUL-terminated string (caller).
         unsafe { std::ffi::CStr::from_ptr(self.tp_name) }
             .to_string_lossy()
             .into_owned()
@@ -142,7 +155,7 @@ impl PyTypeObject {
 
 /// `PyGC_Head`: two words before every object of a GC type. `gc_next` is 0 while the
 /// object is not tracked; the low 4 bits of `gc_prev` hold flags (pointers are 16-byte
-/// aligned), see [`GC_MIRRORED`]. Aligned to 16 on the Rust side too, so that heads the
+/// aligned: the bridge's own, such as "has a live mirror"). Aligned to 16 on the Rust side too, so that heads the
 /// bridge makes itself (the tracked list's sentinel, the garbage list's head on the
 /// stack) keep those bits free; the size stays CPython's 16 bytes.
 #[repr(C, align(16))]

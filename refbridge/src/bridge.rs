@@ -35,7 +35,14 @@ use std::sync::{Arc, Weak};
 /// Tuning and modes of a bridge.
 #[derive(Clone, Debug)]
 pub struct BridgeConfig {
-    /// Debug mode (see [`crate::debug`]): off by default.
+    /// Debug mode: off by default. On, every native object and stub records where it
+    /// was made; freed objects are kept poisoned in a quarantine ([`crate::QUARANTINE`]
+    /// frees long), so a later `Py_DECREF` is reported at once and any other use at the
+    /// next check ([`Bridge::debug_check`], each collection, shutdown); counts below
+    /// zero, stubs used after their object died, double tracking and errors raised by
+    /// deallocators are reported, and [`Bridge::shutdown`] reports every leak
+    /// ([`DebugReport`]s with backtraces). Off, it costs nothing on the header's fast
+    /// paths and one branch on the slow ones.
     pub debug: bool,
     /// GC-a-lot: a full collection (managed, native cycles, queue) every N transitions.
     pub gc_a_lot: Option<u32>,
@@ -102,8 +109,10 @@ pub struct BridgeStats {
     pub stubs_freed: u64,
     /// Stubs alive now.
     pub stubs_live: usize,
-    /// Handle-table entries that are strong now.
-    pub strong_entries: usize,
+    /// Handle-table entries that are strong now; `None` when read from a thread that has
+    /// not entered the bridge (strength is read from the stubs' counts, which only the
+    /// owner thread's native code writes).
+    pub strong_entries: Option<usize>,
     /// Mirrors made (`to_managed` of a native object without one, and replication).
     pub mirrors_made: u64,
     /// Mirrors alive now (registered).
@@ -255,7 +264,6 @@ unsafe impl Send for Replicated {}
 pub(crate) struct Local {
     /// Sentinel of the list of tracked GC objects.
     pub gc_list: *mut crate::abi::PyGCHead,
-    pub tracked: Cell<usize>,
     pub gc_allocs: Cell<usize>,
     pub cycle_threshold: Cell<usize>,
     pub error: RefCell<Option<CString>>,
@@ -269,7 +277,6 @@ pub(crate) struct Local {
     /// `deferred` may be non-empty (set when a deallocation is deferred).
     pub any_deferred: Cell<bool>,
     pub in_pressure: Cell<bool>,
-    pub trigger: Cell<usize>,
     pub transitions: Cell<u64>,
     pub cycle_pending: Cell<bool>,
     /// The cycle collector's work vectors, kept between collections.
@@ -284,6 +291,28 @@ unsafe impl Sync for LocalCell {}
 // SAFETY: as above; the raw pointers are native memory owned by the bridge.
 unsafe impl Send for LocalCell {}
 
+/// A figure only the owner thread writes (a load and a store: no locked instruction on
+/// its paths) and any thread may read (`Bridge::stats`).
+#[derive(Default)]
+pub(crate) struct OwnerCount(AtomicUsize);
+
+impl OwnerCount {
+    pub(crate) fn new(v: usize) -> Self {
+        OwnerCount(AtomicUsize::new(v))
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Owner thread only.
+    #[inline]
+    pub(crate) fn set(&self, v: usize) {
+        self.0.store(v, Ordering::Relaxed)
+    }
+}
+
 /// The shared inside of a [`Bridge`].
 pub(crate) struct Inner {
     pub heap: Heap,
@@ -293,6 +322,10 @@ pub(crate) struct Inner {
     pub state: Mutex<State>,
     pub repl: Mutex<Replicated>,
     pub local: LocalCell,
+    /// Objects in the tracked list (written by the owner thread only).
+    pub tracked: OwnerCount,
+    /// The current native-memory trigger (written by the owner thread only).
+    pub trigger: OwnerCount,
     pub account: Arc<MemAccount>,
     pub mirror_type: TypeRef,
     pub edges_small: TypeRef,
@@ -315,7 +348,27 @@ pub(crate) const MIRROR_EDGES: usize = 8;
 pub(crate) static DEBUG_BRIDGES: AtomicUsize = AtomicUsize::new(0);
 
 thread_local! {
+    /// The bridge entered on this thread: the innermost live guard's (read on every path
+    /// of the C API that needs the bridge; a `const` cell with no destructor, so it can
+    /// be read while the thread's locals are being destroyed).
     static CURRENT: Cell<*const Inner> = const { Cell::new(std::ptr::null()) };
+    /// This thread's live guards, innermost last: each guard's number and bridge. It
+    /// keeps each bridge alive while its guard lives, so `CURRENT`, the last one's,
+    /// always points to a live bridge this thread owns, whatever order the guards are
+    /// dropped in.
+    static ENTERED: Entered = const { Entered(RefCell::new(Vec::new())) };
+    static NEXT_GUARD: Cell<u64> = const { Cell::new(0) };
+}
+
+/// This thread's live guards (see `ENTERED`).
+struct Entered(RefCell<Vec<(u64, Arc<Inner>)>>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        // The thread is ending with guards still alive (leaked, or in locals destroyed
+        // later): nothing is entered any more.
+        let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
+    }
 }
 
 use crate::mem::thread_token;
@@ -324,8 +377,8 @@ use crate::mem::thread_token;
 #[inline]
 pub(crate) fn current<'a>() -> Option<&'a Inner> {
     let p = CURRENT.with(|c| c.get());
-    // SAFETY: the pointer is set by an EnterGuard, which keeps the Inner alive (it holds
-    // an Arc) until it restores the previous value.
+    // SAFETY: null or the innermost live guard's bridge, kept alive by `ENTERED` while
+    // that guard lives (callers do not hold it across a call that could drop the guard).
     (!p.is_null()).then(|| unsafe { &*p })
 }
 
@@ -334,10 +387,26 @@ pub(crate) fn current<'a>() -> Option<&'a Inner> {
 #[derive(Clone)]
 pub struct Bridge(pub(crate) Arc<Inner>);
 
-/// Keeps the bridge entered on this thread (see [`Bridge::enter`]).
+/// Keeps the bridge entered on this thread (see [`Bridge::enter`]). Not `Send`: it
+/// belongs to the thread that entered.
+///
+/// Guards may be dropped in any order: the bridge the C API uses on the thread is
+/// always the one of the innermost guard still alive, and a bridge stays alive while a
+/// guard of it does.
+///
+/// ```compile_fail,E0277
+/// # use gc_core::{Heap, HeapConfig};
+/// # use refbridge::{Bridge, BridgeConfig};
+/// # let heap = Heap::new(HeapConfig::default()).unwrap();
+/// let bridge = Bridge::new(&heap, BridgeConfig::default()).unwrap();
+/// let guard = bridge.enter().unwrap();
+/// std::thread::spawn(move || drop(guard)); // error: `*const ()` cannot be sent
+/// ```
 pub struct EnterGuard {
     inner: Arc<Inner>,
-    prev: *const Inner,
+    /// Its number in `ENTERED`.
+    id: u64,
+    _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for EnterGuard {
@@ -349,7 +418,22 @@ impl Drop for EnterGuard {
             self.inner.account.set_owner(false);
             self.inner.owner.store(0, Ordering::Release);
         }
-        CURRENT.with(|c| c.set(self.prev));
+        let removed = ENTERED.try_with(|e| {
+            let mut e = e.0.borrow_mut();
+            let removed = e
+                .iter()
+                .rposition(|(id, _)| *id == self.id)
+                .map(|k| e.remove(k));
+            let top = e.last().map_or(std::ptr::null(), |(_, i)| Arc::as_ptr(i));
+            CURRENT.with(|c| c.set(top));
+            removed
+        });
+        if removed.is_err() {
+            // The thread's locals are being destroyed (`Entered::drop` cleared CURRENT).
+            let _ = CURRENT.try_with(|c| c.set(std::ptr::null()));
+        }
+        // (a bridge whose last handle this was is dropped here, after CURRENT moved on)
+        drop(removed);
     }
 }
 
@@ -411,7 +495,6 @@ impl Bridge {
             repl: Mutex::new(Replicated::default()),
             local: LocalCell(Local {
                 gc_list: sentinel,
-                tracked: Cell::new(0),
                 gc_allocs: Cell::new(0),
                 cycle_threshold: Cell::new(config.cycle_threshold.unwrap_or(usize::MAX)),
                 error: RefCell::new(None),
@@ -423,12 +506,13 @@ impl Bridge {
                 deferred: RefCell::new(Vec::new()),
                 any_deferred: Cell::new(false),
                 in_pressure: Cell::new(false),
-                trigger: Cell::new(config.native_trigger),
                 transitions: Cell::new(0),
                 cycle_pending: Cell::new(false),
                 cycle_work: RefCell::new(cycle::CycleWork::default()),
                 enter_depth: Cell::new(0),
             }),
+            tracked: OwnerCount::new(0),
+            trigger: OwnerCount::new(config.native_trigger),
             account: Arc::new(MemAccount::new()),
             mirror_type,
             edges_small,
@@ -467,6 +551,16 @@ impl Bridge {
         Ok(Bridge(inner))
     }
 
+    /// The bridge entered on the calling thread (the innermost live [`EnterGuard`]'s), if
+    /// any: the one the C API and the functions acting on the entered bridge
+    /// ([`crate::decref`], [`crate::gc_new`], ...) use.
+    pub fn current() -> Option<Bridge> {
+        ENTERED
+            .try_with(|e| e.0.borrow().last().map(|(_, i)| Bridge(i.clone())))
+            .ok()
+            .flatten()
+    }
+
     /// The managed heap.
     pub fn heap(&self) -> &Heap {
         &self.0.heap
@@ -499,10 +593,13 @@ impl Bridge {
             // blocks instead).
             self.0.account.set_owner(true);
         }
-        let prev = CURRENT.with(|c| c.replace(Arc::as_ptr(&self.0)));
+        let id = NEXT_GUARD.with(|n| n.replace(n.get() + 1));
+        ENTERED.with(|e| e.0.borrow_mut().push((id, self.0.clone())));
+        CURRENT.with(|c| c.set(Arc::as_ptr(&self.0)));
         Ok(EnterGuard {
             inner: self.0.clone(),
-            prev,
+            id,
+            _not_send: std::marker::PhantomData,
         })
     }
 
@@ -563,7 +660,7 @@ impl Bridge {
         // SAFETY: forwarded.
         let op = unsafe { self.to_native(obj)? };
         // SAFETY: a live stub of ours.
-        unsafe { crate::capi::Py_IncRef(op) };
+        unsafe { crate::cpython::incref(op) };
         Ok(op)
     }
 
@@ -595,7 +692,7 @@ impl Bridge {
     /// reference is not consumed.
     ///
     /// Errors: a stub whose managed object died, an object being deallocated (count 0),
-    /// a freed object (debug mode), a null pointer.
+    /// a freed object (debug mode), a null pointer, a mutator of another heap.
     ///
     /// # Safety
     /// `op` is a live object (or stub) of this bridge that the caller holds a reference
@@ -652,14 +749,21 @@ impl Bridge {
     /// drained; and once more if replicated cycles left native remains (objects whose
     /// mirror died, still referenced by other dead native objects). Every garbage
     /// object, whichever side holds it, is freed when this returns.
+    ///
+    /// Errors: the bridge is not entered on this thread ([`BridgeError::NotEntered`]),
+    /// `m` is not attached to the bridge's heap ([`BridgeError::WrongHeap`]), the managed
+    /// collection failed.
     pub fn collect(&self, m: &mut Mutator) -> Result<CollectReport, BridgeError> {
-        self.inner()?.collect(m)
+        let inner = self.inner()?;
+        inner.check_mutator(m, "collect")?;
+        inner.collect(m)
     }
 
     /// Only the native cycle collection (with replication), without the managed
     /// collections around it.
     pub fn collect_cycles(&self, m: &mut Mutator) -> Result<cycle::CycleReport, BridgeError> {
         let inner = self.inner()?;
+        inner.check_mutator(m, "collect_cycles")?;
         inner.drain();
         if inner.local.0.collecting.get() {
             return Ok(cycle::CycleReport::default());
@@ -680,7 +784,7 @@ impl Bridge {
             stubs_made: c.stubs_made.load(Ordering::Relaxed),
             stubs_freed: c.stubs_freed.load(Ordering::Relaxed),
             stubs_live: st.table.used,
-            strong_entries: st.table.strong_count(),
+            strong_entries: self.0.is_owner().then(|| st.table.strong_count()),
             mirrors_made: c.mirrors_made.load(Ordering::Relaxed),
             mirrors_live: st.by_native.live(),
             queue_deallocs: c.queue_deallocs.load(Ordering::Relaxed),
@@ -689,9 +793,9 @@ impl Bridge {
             cycle_garbage: c.cycle_garbage.load(Ordering::Relaxed),
             replicated: c.replicated.load(Ordering::Relaxed),
             pressure_collections: c.pressure_collections.load(Ordering::Relaxed),
-            tracked: self.0.local.0.tracked.get(),
+            tracked: self.0.tracked.get(),
             native_bytes: self.0.account.bytes(),
-            native_trigger: self.0.local.0.trigger.get(),
+            native_trigger: self.0.trigger.get(),
             unraisable: c.unraisable.load(Ordering::Relaxed),
         }
     }
@@ -711,9 +815,14 @@ impl Bridge {
         self.0.state.lock().table.capacity()
     }
 
-    /// Whether handle-table entry of stub `op` is strong (its managed object a root).
-    /// `None` if `op` is not a live stub of this bridge.
+    /// Whether the handle-table entry of stub `op` is strong (its managed object a root).
+    /// `None` if `op` is not a live stub of this bridge (checked without reading through
+    /// it), or the calling thread has not entered the bridge (the stub's count is the
+    /// owner thread's to read).
     pub fn is_strong(&self, op: *const PyObject) -> Option<bool> {
+        if !self.0.is_owner() {
+            return None;
+        }
         let st = self.0.state.lock();
         let idx = st.table.index_of(op)?;
         Some(st.table.is_strong(idx))
@@ -743,6 +852,24 @@ impl Bridge {
         Ok(())
     }
 
+    /// Native objects tracked by the cycle collector now (`PyObject_GC_Track`).
+    pub fn tracked(&self) -> usize {
+        self.0.tracked.get()
+    }
+
+    /// Debug mode: the number of reports so far (0 when the mode is off).
+    pub fn debug_report_count(&self) -> usize {
+        self.0.debug.as_ref().map_or(0, |d| d.lock().reports.len())
+    }
+
+    /// Debug mode: report `i` (in the order they were made), if there is one.
+    pub fn debug_report(&self, i: usize) -> Option<DebugReport> {
+        self.0
+            .debug
+            .as_ref()
+            .and_then(|d| d.lock().reports.get(i).cloned())
+    }
+
     /// Debug mode: the reports so far (empty when the mode is off).
     pub fn debug_reports(&self) -> Vec<DebugReport> {
         self.0
@@ -753,9 +880,10 @@ impl Bridge {
     }
 
     /// Debug mode: checks the quarantine (uses of freed objects since the last check);
-    /// returns the number of new reports.
-    pub fn debug_check(&self) -> usize {
-        self.0.debug_check()
+    /// returns the number of new reports (0 when the mode is off). Only on the thread
+    /// that entered the bridge (it reads memory the native code there writes).
+    pub fn debug_check(&self) -> Result<usize, BridgeError> {
+        Ok(self.inner()?.debug_check())
     }
 
     /// Teardown: a full collection, then (debug mode) the leak check: every native
@@ -763,6 +891,7 @@ impl Bridge {
     /// bytes not freed are reported. Returns the leak reports (empty when the debug mode
     /// is off).
     pub fn shutdown(&self, m: &mut Mutator) -> Result<Vec<DebugReport>, BridgeError> {
+        self.inner()?.check_mutator(m, "shutdown")?;
         self.collect(m)?;
         self.0.shut_down.store(true, Ordering::Relaxed);
         Ok(self.0.leak_check())
@@ -792,6 +921,21 @@ impl Inner {
     #[inline]
     pub(crate) fn is_owner(&self) -> bool {
         self.owner.load(Ordering::Relaxed) == thread_token()
+    }
+
+    /// Refuses a mutator of another heap than the bridge's (`m` allocates the bridge's
+    /// mirrors and runs its collections).
+    pub(crate) fn check_mutator(&self, m: &Mutator, what: &'static str) -> Result<(), BridgeError> {
+        let (mutator_heap, bridge_heap) = (m.heap().serial(), self.heap.serial());
+        if mutator_heap == bridge_heap {
+            Ok(())
+        } else {
+            Err(BridgeError::WrongHeap {
+                what,
+                mutator_heap,
+                bridge_heap,
+            })
+        }
     }
 
     pub(crate) fn set_error(&self, msg: &str) {
@@ -918,6 +1062,7 @@ impl Inner {
         if let Some(m) = self.mirror_of(op) {
             return Ok(m);
         }
+        self.check_mutator(m, "to_managed")?;
         let mirror = m.alloc_typed(MIRROR_SIZE, self.mirror_type)?;
         if let Some(existing) = self.mirror_of(op) {
             // Made meanwhile by a deallocator run from the collection of our allocation.
@@ -1233,7 +1378,7 @@ impl Inner {
         }
         l.dealloc_depth.set(depth + 1);
         // SAFETY: forwarded.
-        unsafe { call_dealloc(op) };
+        unsafe { crate::cpython::call_dealloc(op) };
         l.dealloc_depth.set(depth);
         if depth == 0 && l.any_deferred.get() {
             // SAFETY: forwarded (depth 0).
@@ -1253,7 +1398,7 @@ impl Inner {
             let Some(op) = next else { break };
             l.dealloc_depth.set(1);
             // SAFETY: deferred objects have count 0 and are alive.
-            unsafe { call_dealloc(op) };
+            unsafe { crate::cpython::call_dealloc(op) };
             l.dealloc_depth.set(0);
         }
         l.any_deferred.set(false);
@@ -1370,7 +1515,7 @@ impl Inner {
         let before = (
             self.counters.tokens.load(Ordering::Relaxed),
             self.counters.stubs_freed.load(Ordering::Relaxed),
-            crate::capi::deallocs(),
+            crate::cpython::deallocs(),
         );
         let mut report = CollectReport::default();
         self.drain();
@@ -1410,7 +1555,7 @@ impl Inner {
         report.tokens = (self.counters.tokens.load(Ordering::Relaxed) - before.0) as usize;
         report.stubs_freed =
             (self.counters.stubs_freed.load(Ordering::Relaxed) - before.1) as usize;
-        report.native_freed = (crate::capi::deallocs() - before.2) as usize;
+        report.native_freed = (crate::cpython::deallocs() - before.2) as usize;
         tracing::debug!(?report, "refbridge collection");
         Ok(report)
     }
@@ -1496,25 +1641,9 @@ impl Inner {
 /// Nesting of deallocations before the rest is deferred to the outermost one.
 pub const TRASHCAN_DEPTH: u32 = 64;
 
-/// Calls `tp_dealloc` (or frees the object if the type has none).
-///
-/// # Safety
-/// `op` is a live native object whose count is 0.
-#[inline]
-pub(crate) unsafe fn call_dealloc(op: *mut PyObject) {
-    crate::capi::count_dealloc();
-    // SAFETY: a live object has a valid type (caller).
-    unsafe {
-        let ty = (*op).ob_type;
-        match (*ty).tp_dealloc {
-            Some(f) => f(op),
-            None => crate::capi::rb_default_dealloc(op),
-        }
-    }
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
+        cycle::leave_work(std::mem::take(self.local.0.cycle_work.get_mut()));
         for id in self.callbacks.get_mut().drain(..) {
             let _ = self.heap.remove_callback(id);
         }

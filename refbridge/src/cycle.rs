@@ -51,6 +51,7 @@ use crate::bridge::{Inner, RItem, MIRROR_EDGES, MIRROR_SIZE};
 use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
 use gc_core::{Marker, Mutator, ObjRef, WeakRef};
 use rustc_hash::FxHashMap as HashMap;
+use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -97,6 +98,28 @@ pub(crate) struct CycleWork {
     stub_cand: Vec<u32>,
     stack: Vec<usize>,
     edges: Vec<u32>,
+}
+
+impl CycleWork {
+    const EMPTY: CycleWork = CycleWork {
+        cands: Vec::new(),
+        stub_cand: Vec::new(),
+        stack: Vec::new(),
+        edges: Vec::new(),
+    };
+}
+
+thread_local! {
+    /// The work vectors of the last bridge dropped on this thread, for the first
+    /// collection of the next bridge here: a program that makes a bridge per task (a
+    /// benchmark's runs) then reuses them too, instead of faulting in fresh memory
+    /// whenever the allocator gave the freed ones back to the system.
+    static SPARE_WORK: RefCell<CycleWork> = const { RefCell::new(CycleWork::EMPTY) };
+}
+
+/// A dropped bridge's work vectors, kept for the next bridge on this thread.
+pub(crate) fn leave_work(work: CycleWork) {
+    let _ = SPARE_WORK.try_with(|s| *s.borrow_mut() = work);
 }
 
 /// The stub index (all zeros) kept with its length, its capacity capped at twice `used`.
@@ -290,7 +313,13 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     let items = reset_replicated(inner);
     let l = &inner.local.0;
     let sentinel = l.gc_list;
-    let work = std::mem::take(&mut *l.cycle_work.borrow_mut());
+    let mut work = std::mem::take(&mut *l.cycle_work.borrow_mut());
+    if work.cands.capacity() == 0 {
+        // The bridge's first collection: a dropped bridge's vectors, if any.
+        if let Ok(spare) = SPARE_WORK.try_with(|s| std::mem::take(&mut *s.borrow_mut())) {
+            work = spare;
+        }
+    }
     let mut ctx = Ctx {
         cands: work.cands,
         stub_cand: work.stub_cand,
@@ -300,7 +329,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     debug_assert!(ctx.cands.is_empty() && ctx.stack.is_empty() && ctx.edges.is_empty());
     // (tracked objects, then stubs: at most the entries in use)
     ctx.cands
-        .reserve(l.tracked.get() + inner.state.lock().table.used);
+        .reserve(inner.tracked.get() + inner.state.lock().table.used);
     let mut any_mirrored = false;
     // 1. Candidates: tracked objects (their gc_prev holds the index while we work)...
     // SAFETY: the tracked list is only changed by the owner thread, which is here; its
@@ -568,7 +597,7 @@ pub(crate) fn collect_cycles(inner: &Inner, m: Option<&mut Mutator>) -> CycleRep
     };
     // Threshold for the next automatic collection (CPython: a quarter of the live).
     if let Some(base) = inner.config.cycle_threshold {
-        l.cycle_threshold.set(base.max(l.tracked.get() / 4));
+        l.cycle_threshold.set(base.max(inner.tracked.get() / 4));
     }
     l.gc_allocs.set(0);
     tracing::debug!(?report, "native cycle collection");
@@ -630,7 +659,7 @@ unsafe fn delete_garbage(inner: &Inner, u: *mut PyGCHead) {
             if let Some(clear) = (*(*op).ob_type).tp_clear {
                 (*op).ob_refcnt += 1;
                 clear(op);
-                crate::capi::Py_DecRef(op);
+                crate::cpython::decref(op);
             }
             if (*u).gc_next == g as usize {
                 list_remove(g);
@@ -982,4 +1011,67 @@ pub(crate) fn maybe_auto_collect(inner: &Inner) {
     settle(inner);
     l.collecting.set(false);
     inner.drain();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BridgeConfig, PyTypeObject, Standalone, PY_TPFLAGS_HAVE_GC};
+
+    unsafe extern "C" fn no_refs(_: *mut PyObject, _: crate::VisitProc, _: *mut c_void) -> c_int {
+        0
+    }
+
+    fn spare_capacity() -> usize {
+        SPARE_WORK.with(|s| s.borrow().cands.capacity())
+    }
+
+    /// One collection with one tracked object (left alive), on a fresh bridge.
+    fn collect_one(ty: *mut PyTypeObject) -> Standalone {
+        let s = Standalone::new(BridgeConfig {
+            cycle_threshold: None,
+            ..BridgeConfig::default()
+        })
+        .unwrap();
+        // SAFETY: a ready GC type without references; the object stays alive (count 1)
+        // until the bridge's shutdown reports it (a leak, with the debug mode off: none).
+        unsafe { crate::gc_track(crate::gc_new(ty).unwrap().as_ptr()).unwrap() };
+        crate::collect().unwrap();
+        s
+    }
+
+    #[test]
+    fn a_dropped_bridges_work_vectors_serve_the_next_bridges_first_collection() {
+        let ty = Box::leak(Box::new(PyTypeObject::new(
+            c"t.Obj",
+            16,
+            PY_TPFLAGS_HAVE_GC,
+        )));
+        ty.tp_traverse = Some(no_refs);
+        // SAFETY: a leaked type with a sound traverse function.
+        unsafe { crate::type_ready(ty).unwrap() };
+        SPARE_WORK.with(|s| *s.borrow_mut() = CycleWork::EMPTY);
+        let first = collect_one(ty);
+        assert_eq!(spare_capacity(), 0);
+        first.finish();
+        let left = spare_capacity();
+        assert!(left > 0, "the dropped bridge left its vectors");
+        let second = collect_one(ty);
+        assert_eq!(
+            spare_capacity(),
+            0,
+            "taken by the next bridge's first collection"
+        );
+        let kept = second
+            .bridge()
+            .0
+            .local
+            .0
+            .cycle_work
+            .borrow()
+            .cands
+            .capacity();
+        assert_eq!(kept, left, "the same vectors, kept by that bridge now");
+        second.finish();
+    }
 }

@@ -93,11 +93,28 @@ impl fmt::Display for DebugReport {
     }
 }
 
+/// The crate's source folder as it appears in backtrace locations (`refbridge/src/`):
+/// the last two components of this file's folder.
+fn own_source_dir() -> String {
+    let dir = std::path::Path::new(file!())
+        .parent()
+        .expect("a file has a folder");
+    let parts: Vec<_> = dir.components().rev().take(2).collect();
+    let mut out: String = parts
+        .iter()
+        .rev()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join("/");
+    out.push('/');
+    out
+}
+
 /// The frames of a backtrace worth showing: symbol lines followed by a file location,
-/// without the bridge's own frames (its modules and C entry points) and the standard
-/// library's.
+/// without the bridge's own frames (its modules, whose C entry points carry CPython's
+/// names, found by their source location) and the standard library's.
 pub fn short_backtrace(bt: &Backtrace) -> Vec<String> {
-    let own: Vec<&'static str> = crate::capi::symbols().into_iter().map(|(n, _)| n).collect();
+    let own_dir = own_source_dir();
     let text = bt.to_string();
     let lines: Vec<&str> = text.lines().collect();
     let mut out = Vec::new();
@@ -122,7 +139,7 @@ pub fn short_backtrace(bt: &Backtrace) -> Vec<String> {
         ]
         .iter()
         .any(|p| bare.starts_with(p))
-            || own.contains(&name)
+            || loc.contains(&own_dir)
             || loc.contains("/rustc/");
         if !skip {
             out.push(format!("{name} at {loc}"));

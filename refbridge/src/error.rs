@@ -61,6 +61,88 @@ pub enum BridgeError {
         /// The refusing function.
         what: &'static str,
     },
+    /// A function acting on the bridge entered on the calling thread was called where
+    /// none is (`Bridge::enter`, `rb_init`).
+    #[error("{what}: no refbridge is entered on this thread (Bridge::enter or rb_init)")]
+    NoneEntered {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+    },
+    /// A NULL type was passed.
+    #[error("{what}: NULL type")]
+    NullType {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+    },
+    /// A type cannot be used for this call (not ready, the wrong GC flag) or cannot be
+    /// made ready (no name, a size too small, a GC type without `tp_traverse`).
+    #[error("{what}: type {type_name} {reason}")]
+    InvalidType {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+        /// `tp_name` of the type.
+        type_name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A GC entry point (`PyObject_GC_Track`, `_UnTrack`, `_Del`) was given a NULL
+    /// object.
+    #[error("{what}: NULL object")]
+    NullObject {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+    },
+    /// A GC entry point was given a stub (a managed object's handle).
+    #[error("{what}: {addr:#x} is a handle of a managed object, not a native GC object")]
+    StubNotAllowed {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+        /// The tagged pointer.
+        addr: usize,
+    },
+    /// A GC entry point was given an object whose type is not a GC type.
+    #[error(
+        "{what}: object {addr:#x} of type {type_name} is not of a GC type (Py_TPFLAGS_HAVE_GC)"
+    )]
+    NotGcObject {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+        /// The object.
+        addr: usize,
+        /// Its type.
+        type_name: String,
+    },
+    /// A GC entry point was given an object another bridge (or none) allocated: its
+    /// list and counts are not the entered bridge's, so it is left alone.
+    #[error("{what}: object {addr:#x} of type {type_name} was allocated by another bridge than the one entered on this thread (left alone)")]
+    OtherBridge {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+        /// The object.
+        addr: usize,
+        /// Its type.
+        type_name: String,
+    },
+    /// The size of a variable-size object overflows (`PyObject_GC_NewVar`).
+    #[error("{what}: bad item count {count}")]
+    BadItemCount {
+        /// The refusing function (CPython's name).
+        what: &'static str,
+        /// The item count asked for.
+        count: isize,
+    },
+    /// A mutator of another heap than the bridge's was passed.
+    #[error(
+        "{what}: the mutator belongs to heap {mutator_heap}, the bridge to heap {bridge_heap}"
+    )]
+    WrongHeap {
+        /// The refusing method.
+        what: &'static str,
+        /// The mutator's heap (serial number).
+        mutator_heap: u64,
+        /// The bridge's heap (serial number).
+        bridge_heap: u64,
+    },
     /// Use of an object the bridge freed (debug mode).
     #[error("native object {addr:#x} was already freed")]
     Freed {
@@ -91,4 +173,20 @@ pub enum BridgeError {
     /// The managed heap refused an operation.
     #[error("managed heap: {0}")]
     Heap(#[from] gc_core::GcError),
+}
+
+impl BridgeError {
+    /// The CPython exception type the C API reports this error as (the pending error's
+    /// text is `"<exception>: <message>"`): `MemoryError` for memory, `RuntimeError`
+    /// for the managed heap and the thread discipline, `SystemError` for misuse.
+    pub fn exception(&self) -> &'static str {
+        match self {
+            BridgeError::MemoryCap { .. } | BridgeError::OutOfMemory { .. } => "MemoryError",
+            BridgeError::Heap(_)
+            | BridgeError::NotEntered
+            | BridgeError::EnteredElsewhere
+            | BridgeError::WrongHeap { .. } => "RuntimeError",
+            _ => "SystemError",
+        }
+    }
 }

@@ -49,8 +49,6 @@ pub struct Entry {
     pub obj: usize,
     /// Flags ([`USED`], [`WEAK_LIMIT`], [`IMMORTAL`]; strength comes from the stub's count).
     pub flags: u32,
-    /// During a cycle collection: candidate index + 1 (0: not a candidate).
-    pub cand: u32,
 }
 
 /// A fixed-size chunk: a slot is found with a shift and a mask, one bounds check (the
@@ -194,11 +192,7 @@ impl HandleTable {
             }
             u32::try_from(i).expect("fewer than 2^32 stubs")
         };
-        self.entries[idx as usize] = Entry {
-            obj,
-            flags: USED,
-            cand: 0,
-        };
+        self.entries[idx as usize] = Entry { obj, flags: USED };
         let stub = self.stub(idx);
         // SAFETY: the slot belongs to the entry just taken; nobody else writes it now.
         unsafe {
@@ -248,7 +242,7 @@ impl HandleTable {
     }
 
     /// Releases entry `idx` and its stub (count 0, managed object dead).
-    #[inline]
+    #[cfg(test)]
     pub fn release(&mut self, idx: u32) {
         // SAFETY: the stub of entry `idx`.
         unsafe { self.release_stub(idx, self.stub(idx)) };
@@ -332,12 +326,6 @@ impl HandleTable {
             .collect()
     }
 
-    /// Restores the poison of a freed slot.
-    pub fn repoison(&mut self, idx: u32) {
-        // SAFETY: a freed slot of this table (its memory stays allocated).
-        unsafe { (*self.stub(idx)).ob_base.ob_refcnt = 1 };
-    }
-
     /// Whether any stub is still referenced from native code or immortal.
     pub fn has_native_references(&self) -> bool {
         (1..self.entries.len() as u32)
@@ -390,6 +378,7 @@ impl AddrMap {
     }
 
     /// Stale entries waiting for the sweep.
+    #[cfg(test)]
     pub fn stale(&self) -> usize {
         self.stale
     }

@@ -10,24 +10,25 @@
 use crate::bridge::Inner;
 use crate::error::BridgeError;
 use crate::mem;
+use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 impl Inner {
     /// Allocates `size` counted bytes charged to this bridge, applying the pressure
-    /// policy; null (with the pending error set) when the cap or the system refuses.
-    pub(crate) fn alloc_native(&self, size: usize, zero: bool) -> *mut u8 {
+    /// policy; an error when the cap or the system refuses.
+    pub(crate) fn alloc_native(&self, size: usize, zero: bool) -> Result<NonNull<u8>, BridgeError> {
         let l = &self.local.0;
         let busy =
             l.in_pressure.get() || l.collecting.get() || l.draining.get() || l.in_collect.get();
         let used = self.account.bytes();
-        if !busy && used.saturating_add(size) > l.trigger.get() {
+        if !busy && used.saturating_add(size) > self.trigger.get() {
             self.pressure_collect();
-            if self.account.bytes().saturating_add(size) > l.trigger.get() {
-                let t = (l.trigger.get().saturating_mul(2)).min(self.config.native_trigger_max);
-                if t != l.trigger.get() {
+            if self.account.bytes().saturating_add(size) > self.trigger.get() {
+                let t = (self.trigger.get().saturating_mul(2)).min(self.config.native_trigger_max);
+                if t != self.trigger.get() {
                     tracing::debug!(trigger = t, "native memory trigger raised");
                 }
-                l.trigger.set(t);
+                self.trigger.set(t);
             }
         }
         let cap = self.config.native_cap;
@@ -50,19 +51,15 @@ impl Inner {
                     collections: tried,
                 };
                 tracing::warn!("{e}");
-                self.set_error(&format!("MemoryError: {e}"));
-                return std::ptr::null_mut();
+                return Err(e);
             }
         }
         // SAFETY: the account lives as long as the bridge, and longer while blocks remain.
         let p = unsafe { mem::alloc(&*self.account, size, zero) };
-        if p.is_null() {
-            self.set_error(&format!(
-                "MemoryError: {}",
-                BridgeError::OutOfMemory { size }
-            ));
+        match NonNull::new(p) {
+            Some(p) => Ok(p),
+            None => Err(BridgeError::OutOfMemory { size }),
         }
-        p
     }
 
     /// One collection forced by memory pressure (skipped where none may run).

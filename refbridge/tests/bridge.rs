@@ -6,7 +6,7 @@
 mod common;
 use common::*;
 use gc_core::CollectionKind;
-use refbridge::abi::{is_stub, untag, MANAGED_REFCNT, STUB_TAG};
+use refbridge::{is_stub, untag, MANAGED_REFCNT, STUB_TAG};
 use refbridge::{BridgeConfig, BridgeError};
 
 fn env() -> Env {
@@ -27,7 +27,7 @@ fn a_stub_starts_at_managed_refcnt_is_tagged_and_keeps_pointer_identity() {
     assert_eq!(op as usize & STUB_TAG, STUB_TAG);
     assert_eq!(Env::count(op), MANAGED_REFCNT);
     // SAFETY: untagged stub memory.
-    let handle = unsafe { (*(untag(op) as *mut refbridge::abi::Stub)).handle };
+    let handle = unsafe { (*(untag(op) as *mut refbridge::Stub)).handle };
     assert_ne!(handle, 0, "handle index 0 is never used");
     // SAFETY: rooted.
     assert_eq!(unsafe { e.bridge.to_native(r.get()).unwrap() }, op);
@@ -52,7 +52,7 @@ fn the_entry_is_strong_exactly_while_native_references_exist() {
     incref(op);
     incref(op);
     assert_eq!(e.bridge.is_strong(op), Some(true));
-    assert_eq!(e.bridge.stats().strong_entries, 1);
+    assert_eq!(e.bridge.stats().strong_entries, Some(1));
     drop(r);
     // Native references keep the managed object alive.
     e.m.collect(CollectionKind::Full).unwrap();
@@ -211,7 +211,7 @@ fn to_managed_refuses_an_object_being_deallocated_and_dead_stubs_and_nulls() {
     let err = unsafe { e.bridge.to_managed(&mut e.m, std::ptr::null_mut()) }.unwrap_err();
     assert_eq!(err, BridgeError::Null { what: "to_managed" });
     // A tagged pointer that is no stub of ours.
-    let fake = (0x1000usize | STUB_TAG) as *mut refbridge::abi::PyObject;
+    let fake = (0x1000usize | STUB_TAG) as *mut refbridge::PyObject;
     // SAFETY: checked without dereferencing.
     let err = unsafe { e.bridge.to_managed(&mut e.m, fake) }.unwrap_err();
     assert!(matches!(err, BridgeError::NotAStub { .. }), "{err}");
@@ -360,7 +360,7 @@ fn immortal_stubs_stay_strong_and_are_never_freed() {
     let w = e.heap.new_weak_ref(o);
     // SAFETY: o is alive (no allocation in between).
     let op = unsafe { e.bridge.make_immortal(o).unwrap() };
-    assert_eq!(Env::count(op), refbridge::abi::IMMORTAL_REFCNT);
+    assert_eq!(Env::count(op), refbridge::IMMORTAL_REFCNT);
     incref(op);
     decref(op);
     decref(op);

@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use refbridge::abi::MANAGED_REFCNT;
+use refbridge::MANAGED_REFCNT;
 use refbridge::{BridgeConfig, ReportKind};
 
 fn env() -> Env {
@@ -20,7 +20,7 @@ fn kinds(e: &Env) -> Vec<ReportKind> {
 
 /// A function name that must show up in the backtraces.
 #[inline(never)]
-fn make_node_here(e: &mut Env, id: u64) -> *mut refbridge::abi::PyObject {
+fn make_node_here(e: &mut Env, id: u64) -> *mut refbridge::PyObject {
     e.native(id)
 }
 
@@ -49,7 +49,7 @@ fn a_decref_of_a_freed_object_is_reported_with_where_it_was_made_and_freed() {
     assert!(text.contains("tests/debug.rs"), "{text}");
     // The memory was kept (poisoned): the freed object's type is the marker type.
     // SAFETY: quarantined memory stays allocated.
-    let name = unsafe { refbridge::debug::type_name_of(n) };
+    let name = unsafe { refbridge::type_name_of(n) };
     assert_eq!(name, "<refbridge: freed object>");
 }
 
@@ -60,7 +60,7 @@ fn an_incref_of_a_freed_object_is_found_by_the_next_check() {
     decref(n);
     incref(n); // use after free: the count moves
     assert!(kinds(&e).is_empty(), "an incref is not a slow path");
-    assert_eq!(e.bridge.debug_check(), 1);
+    assert_eq!(e.bridge.debug_check(), Ok(1));
     assert_eq!(kinds(&e), vec![ReportKind::UseAfterFree]);
     assert!(e.bridge.debug_reports()[0].message.contains("count 2"));
     // Collections check too; the poison was restored, so nothing new.
@@ -97,7 +97,7 @@ fn a_stub_kept_without_a_reference_is_reported_when_used_after_its_object_died()
     assert_eq!(e.bridge.stats().stubs_live, 0, "the stub was freed");
     decref(stale); // the poison (count 1) reaches 0: reported at once
     incref(stale); // found by the next check
-    assert_eq!(e.bridge.debug_check(), 1);
+    assert_eq!(e.bridge.debug_check(), Ok(1));
     // SAFETY: the pointer is checked, not dereferenced blindly.
     let err = unsafe { e.bridge.to_managed(&mut e.m, stale) }.unwrap_err();
     assert!(
@@ -123,7 +123,7 @@ fn tracking_twice_is_reported() {
     let mut e = env();
     let n = e.native(1);
     // SAFETY: a tracked node.
-    unsafe { refbridge::capi::PyObject_GC_Track(n as *mut std::ffi::c_void) };
+    unsafe { refbridge::gc_track(n).unwrap() };
     assert_eq!(kinds(&e), vec![ReportKind::DoubleTrack]);
     assert_eq!(e.bridge.stats().tracked, 1);
     decref(n);
@@ -139,8 +139,7 @@ fn leaks_are_reported_at_shutdown() {
     let s = unsafe { e.bridge.to_native(r.get()).unwrap() };
     incref(s); // a native reference never released
     drop(r);
-    let buf = refbridge::capi::PyMem_Malloc(100);
-    assert!(!buf.is_null());
+    let _buf = refbridge::mem_alloc(100).unwrap();
     let leaks = e.bridge.shutdown(&mut e.m).unwrap();
     let msgs: Vec<&str> = leaks.iter().map(|l| l.message.as_str()).collect();
     assert_eq!(leaks.len(), 3, "{msgs:?}");

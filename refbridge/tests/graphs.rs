@@ -13,8 +13,8 @@
 mod common;
 use common::*;
 use gc_core::{ObjRef, Root, WeakRef};
-use refbridge::abi::PyObject;
 use refbridge::BridgeConfig;
+use refbridge::PyObject;
 use std::collections::HashSet;
 
 #[derive(Clone, Copy, Debug)]
@@ -237,7 +237,7 @@ fn check(e: &mut Env, g: &Graph, base: u64) {
             s.native_bytes,
             s.strong_entries
         ),
-        (0, 0, 0, 0, 0),
+        (0, 0, 0, 0, Some(0)),
         "{g:?}: {s:?}"
     );
 }

@@ -2,16 +2,16 @@
 //! so this test keeps it from drifting from the Rust side:
 //!
 //! - the functions it declares are exactly the `extern "C"` functions of `src/capi.rs`
-//!   (and `capi::symbols()` lists the same), and cbindgen's declarations of those
+//!   (and `c_abi_symbols()` lists the same), and cbindgen's declarations of those
 //!   functions compile in one C translation unit with the header's (a parameter or
 //!   return type that differs is a "conflicting types" error);
 //! - the constants and every struct's size and field offsets are the Rust values
 //!   (`_Static_assert`s generated from `abi.rs`, compiled);
 //! - the inline `Py_INCREF`/`Py_DECREF` take their one slow path (`_Py_Dealloc`, with
-//!   the pointer as given) exactly where the Rust `Py_IncRef`/`Py_DecRef` do (a C program
+//!   the pointer as given) exactly where the Rust `incref`/`decref` do (a C program
 //!   prints, for a range of counts and both kinds of pointer, whether it was taken).
 
-use refbridge::abi::{
+use refbridge::{
     PyGCHead, PyObject, PyTypeObject, PyVarObject, Stub, IMMORTAL_REFCNT, MANAGED_REFCNT,
     PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY, STUB_TAG,
 };
@@ -39,6 +39,19 @@ fn rust_functions() -> BTreeSet<String> {
         .filter_map(|l| l.split("extern \"C\" fn ").nth(1))
         .map(|r| r.split('(').next().unwrap().to_string())
         .collect()
+}
+
+/// The value of `pub const NAME: <type> = <value>;` in capi.rs (the C ABI's own
+/// constants are not part of the Rust API).
+fn rust_constant(name: &str) -> String {
+    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let prefix = format!("pub const {name}:");
+    let line = src
+        .lines()
+        .find(|l| l.trim_start().starts_with(&prefix))
+        .unwrap_or_else(|| panic!("{name} is not a constant of src/capi.rs"));
+    let value = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
+    value.to_string()
 }
 
 /// Function names declared in the header (not typedefs, not static inline ones).
@@ -87,11 +100,11 @@ fn the_header_declares_exactly_the_exported_functions_with_their_rust_types() {
     let declared = header_functions(&header);
     let rust = rust_functions();
     assert_eq!(declared, rust, "header vs src/capi.rs");
-    let listed: BTreeSet<String> = refbridge::capi::symbols()
+    let listed: BTreeSet<String> = refbridge::c_abi_symbols()
         .into_iter()
         .map(|(n, _)| n.to_string())
         .collect();
-    assert_eq!(listed, rust, "capi::symbols() vs src/capi.rs");
+    assert_eq!(listed, rust, "c_abi_symbols() vs src/capi.rs");
 
     let config = cbindgen::Config {
         language: cbindgen::Language::C,
@@ -166,10 +179,10 @@ fn constants_sizes_and_offsets_match_the_rust_layouts() {
         format!("Py_TPFLAGS_READY == {PY_TPFLAGS_READY}UL"),
         format!("Py_TPFLAGS_HAVE_GC == {PY_TPFLAGS_HAVE_GC}UL"),
         format!("Py_TPFLAGS_DEFAULT == {PY_TPFLAGS_DEFAULT}UL"),
-        format!("RB_DEBUG == {}", refbridge::capi::RB_DEBUG),
+        format!("RB_DEBUG == {}", rust_constant("RB_DEBUG")),
         format!(
             "RB_NO_AUTO_COLLECT == {}",
-            refbridge::capi::RB_NO_AUTO_COLLECT
+            rust_constant("RB_NO_AUTO_COLLECT")
         ),
         format!("sizeof(Py_ssize_t) == {}", size_of::<isize>()),
         format!("sizeof(PyObject) == {}", size_of::<PyObject>()),
@@ -268,7 +281,7 @@ int main(void) {
         out.status.success(),
         "the tagged pointer reaches _Py_Dealloc as it is"
     );
-    // The Rust rule, as in capi::Py_IncRef / Py_DecRef: no slow path on increments, and
+    // The Rust rule, as in refbridge::incref / decref: no slow path on increments, and
     // `_Py_Dealloc` exactly when a decrement reaches 0, for native objects and stubs.
     let mut want = String::new();
     for k in 0..2 {

@@ -22,8 +22,8 @@ use common::*;
 use gc_core::{CollectionKind, ObjRef, Root, WeakRef};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm};
-use refbridge::abi::PyObject;
 use refbridge::BridgeConfig;
+use refbridge::PyObject;
 use std::collections::HashSet;
 
 #[derive(Clone, Debug)]
@@ -401,7 +401,7 @@ impl World {
                 s.native_bytes,
                 s.strong_entries
             ),
-            (0, 0, 0, 0, 0),
+            (0, 0, 0, 0, Some(0)),
             "{s:?}"
         );
         let leaks = self.e.bridge.shutdown(&mut self.e.m).unwrap();

@@ -5,8 +5,8 @@
 use super::{build_refbridge_library, Op, Outcome, HOST_SLOTS};
 use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary, TlsIndex};
 use gc_core::{Heap, HeapConfig, Mutator, ObjRef, Root, TypeRef, WeakRef};
-use refbridge::abi::{PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT};
 use refbridge::{Bridge, BridgeConfig, EnterGuard};
+use refbridge::{PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT};
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_int, c_long};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ pub struct RefbridgeSymbols(HashMap<&'static str, usize>);
 impl RefbridgeSymbols {
     /// Every function of refbridge's C ABI.
     pub fn new() -> Self {
-        RefbridgeSymbols(refbridge::capi::symbols().into_iter().collect())
+        RefbridgeSymbols(refbridge::c_abi_symbols().into_iter().collect())
     }
 }
 
@@ -198,9 +198,7 @@ impl RefbridgeHost {
         )));
         // SAFETY: a type object, leaked so it outlives the bridge.
         unsafe {
-            if refbridge::capi::PyType_Ready(native) != 0 {
-                return Err("PyType_Ready(host.Host) failed".into());
-            }
+            refbridge::type_ready(native).map_err(|e| format!("PyType_Ready(host.Host): {e}"))?;
             bridge
                 .register_managed_type(host_type, native)
                 .map_err(|e| e.to_string())?;
@@ -236,7 +234,7 @@ impl RefbridgeHost {
     fn hold(&mut self, id: i64, obj: Held) {
         match self.held.insert(id, obj) {
             // SAFETY: the driver's own reference to the replaced object.
-            Some(Held::Native(p, _)) => unsafe { refbridge::capi::Py_DecRef(p) },
+            Some(Held::Native(p, _)) => unsafe { refbridge::decref(p) },
             Some(Held::Managed(r)) => drop(r),
             None => {}
         }
@@ -348,12 +346,12 @@ impl RefbridgeHost {
                 // SAFETY: a live container; the popped reference is ours to release.
                 unsafe {
                     let x = (self.ext.pop)(cp);
-                    refbridge::capi::Py_DecRef(x);
+                    refbridge::decref(x);
                 }
             }
             Op::Drop(id) => match self.held.remove(&id) {
                 // SAFETY: the driver's own reference.
-                Some(Held::Native(p, _)) => unsafe { refbridge::capi::Py_DecRef(p) },
+                Some(Held::Native(p, _)) => unsafe { refbridge::decref(p) },
                 Some(Held::Managed(r)) => drop(r),
                 None => return Err(err("not held")),
             },
@@ -403,7 +401,7 @@ impl RefbridgeHost {
         for (_, h) in self.held.drain() {
             if let Held::Native(p, _) = h {
                 // SAFETY: the driver's own reference.
-                unsafe { refbridge::capi::Py_DecRef(p) };
+                unsafe { refbridge::decref(p) };
             }
         }
     }

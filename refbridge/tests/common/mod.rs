@@ -1,18 +1,15 @@
-//! Test support: native types written in Rust against the C ABI (a GC container with
-//! four reference slots, a leaf that owns a `PyMem_Malloc` buffer), a managed node type,
-//! and an environment (heap, attached thread, entered bridge). Freed native objects are
-//! logged per thread by id.
+//! Test support: native types written in Rust against the crate's Rust API for
+//! CPython's operations (a GC container with four reference slots, a leaf that owns a
+//! `mem_alloc` buffer), a managed node type, and an environment (heap, attached thread,
+//! entered bridge). Freed native objects are logged per thread by id. Failures inside
+//! the types' functions become the pending error, as the C API reports them.
 #![allow(dead_code)]
 
 use gc_core::{Heap, HeapConfig, Mutator, ObjRef, Root, TypeRef};
-use refbridge::abi::{
-    untag, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
+use refbridge::{
+    untag, Bridge, BridgeConfig, BridgeError, EnterGuard, PyObject, PyTypeObject,
+    PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
 };
-use refbridge::capi::{
-    _PyObject_GC_New, _PyObject_New, PyMem_Free, PyMem_Malloc, PyObject_GC_Del, PyObject_GC_Track,
-    PyObject_GC_UnTrack, PyType_Ready, Py_DecRef, Py_IncRef,
-};
-use refbridge::{Bridge, BridgeConfig, EnterGuard};
 use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 
@@ -27,11 +24,11 @@ pub struct NodeObj {
     pub id: u64,
 }
 
-/// A native leaf (not GC) owning a buffer from PyMem_Malloc.
+/// A native leaf (not GC) owning a buffer from `mem_alloc`.
 #[repr(C)]
 pub struct LeafObj {
     pub ob_base: PyObject,
-    pub buf: *mut c_void,
+    pub buf: *mut u8,
     pub size: usize,
     pub id: u64,
 }
@@ -53,7 +50,7 @@ pub fn take_freed() -> Vec<u64> {
 
 unsafe extern "C" fn node_traverse(
     op: *mut PyObject,
-    visit: refbridge::abi::VisitProc,
+    visit: refbridge::VisitProc,
     arg: *mut c_void,
 ) -> c_int {
     let n = op as *mut NodeObj;
@@ -80,24 +77,31 @@ unsafe extern "C" fn node_clear(op: *mut PyObject) -> c_int {
             let s = (*n).slots[i];
             if !s.is_null() {
                 (*n).slots[i] = std::ptr::null_mut();
-                Py_DecRef(s);
+                refbridge::decref(s);
             }
         }
     }
     0
 }
 
+/// A failure as the pending error (what the C API does; a panic here would abort).
+fn or_pending(r: Result<(), BridgeError>) {
+    if let Err(e) = r {
+        refbridge::set_pending_error_from(&e);
+    }
+}
+
 unsafe extern "C" fn node_dealloc(op: *mut PyObject) {
     // SAFETY: a node whose count reached 0.
     unsafe {
-        PyObject_GC_UnTrack(op as *mut c_void);
+        or_pending(refbridge::gc_untrack(op));
         let id = (*(op as *mut NodeObj)).id;
         FREED.with(|f| f.borrow_mut().push(id));
         if id != 0 && RAISE.with(|r| r.get()) == id {
-            refbridge::capi::rb_err_set(c"RuntimeError: raised in tp_dealloc".as_ptr());
+            refbridge::set_pending_error("RuntimeError: raised in tp_dealloc");
         }
         node_clear(op);
-        PyObject_GC_Del(op as *mut c_void);
+        or_pending(refbridge::gc_del(op));
     }
 }
 
@@ -106,8 +110,8 @@ unsafe extern "C" fn leaf_dealloc(op: *mut PyObject) {
     unsafe {
         let l = op as *mut LeafObj;
         FREED.with(|f| f.borrow_mut().push((*l).id));
-        PyMem_Free((*l).buf);
-        refbridge::capi::PyObject_Free(op as *mut c_void);
+        refbridge::mem_free((*l).buf);
+        refbridge::mem_free(op as *mut u8);
     }
 }
 
@@ -140,11 +144,11 @@ fn ready_types() {
             (*n).tp_traverse = Some(node_traverse);
             (*n).tp_clear = Some(node_clear);
             (*n).tp_dealloc = Some(node_dealloc);
-            assert_eq!(PyType_Ready(n), 0);
+            refbridge::type_ready(n).unwrap();
             let l = LEAF_TYPE.0.get();
             (*l).tp_dealloc = Some(leaf_dealloc);
-            assert_eq!(PyType_Ready(l), 0);
-            assert_eq!(PyType_Ready(MANAGED_NATIVE_TYPE.0.get()), 0);
+            refbridge::type_ready(l).unwrap();
+            refbridge::type_ready(MANAGED_NATIVE_TYPE.0.get()).unwrap();
             assert_ne!((*n).tp_flags & PY_TPFLAGS_READY, 0);
         }
     });
@@ -195,29 +199,29 @@ impl Env {
 
     /// A native node (count 1, tracked).
     pub fn native(&mut self, id: u64) -> *mut PyObject {
-        // SAFETY: the node type is ready.
-        unsafe {
-            let op = _PyObject_GC_New(NODE_TYPE.0.get());
-            assert!(!op.is_null(), "{:?}", self.bridge.pending_error());
-            (*(op as *mut NodeObj)).id = id;
-            PyObject_GC_Track(op as *mut c_void);
-            op
-        }
+        native_node(id)
     }
 
-    /// A native leaf owning `size` bytes of PyMem_Malloc memory (count 1).
+    /// A native leaf owning `size` bytes of `mem_alloc` memory (count 1); NULL with
+    /// the pending error set when an allocation fails.
     pub fn leaf(&mut self, id: u64, size: usize) -> *mut PyObject {
         // SAFETY: the leaf type is ready.
         unsafe {
-            let op = _PyObject_New(LEAF_TYPE.0.get());
-            if op.is_null() {
-                return op;
-            }
-            let buf = PyMem_Malloc(size);
-            if buf.is_null() {
-                refbridge::capi::PyObject_Free(op as *mut c_void);
-                return std::ptr::null_mut();
-            }
+            let op = match refbridge::object_new(LEAF_TYPE.0.get()) {
+                Ok(op) => op.as_ptr(),
+                Err(e) => {
+                    refbridge::set_pending_error_from(&e);
+                    return std::ptr::null_mut();
+                }
+            };
+            let buf = match refbridge::mem_alloc(size) {
+                Ok(b) => b.as_ptr(),
+                Err(e) => {
+                    refbridge::mem_free(op as *mut u8);
+                    refbridge::set_pending_error_from(&e);
+                    return std::ptr::null_mut();
+                }
+            };
             let l = op as *mut LeafObj;
             (*l).buf = buf;
             (*l).size = size;
@@ -243,10 +247,10 @@ impl Env {
     pub fn set_native_slot(&mut self, n: *mut PyObject, k: usize, v: *mut PyObject) {
         // SAFETY: a live node; v a live object or stub.
         unsafe {
-            Py_IncRef(v);
+            refbridge::incref(v);
             let s = &mut (*(n as *mut NodeObj)).slots[k];
             let old = std::mem::replace(s, v);
-            Py_DecRef(old);
+            refbridge::decref(old);
         }
     }
 
@@ -266,6 +270,18 @@ impl Env {
     }
 }
 
+/// A native node (count 1, tracked) of the bridge entered on this thread.
+pub fn native_node(id: u64) -> *mut PyObject {
+    ready_types();
+    // SAFETY: the node type is ready; the node is initialised (zeroed) when tracked.
+    unsafe {
+        let op = refbridge::gc_new(NODE_TYPE.0.get()).unwrap().as_ptr();
+        (*(op as *mut NodeObj)).id = id;
+        refbridge::gc_track(op).unwrap();
+        op
+    }
+}
+
 /// The id of a native node.
 pub fn node_id(op: *mut PyObject) -> u64 {
     // SAFETY: tests pass live nodes.
@@ -275,13 +291,13 @@ pub fn node_id(op: *mut PyObject) -> u64 {
 /// Decref from Rust.
 pub fn decref(op: *mut PyObject) {
     // SAFETY: tests own the reference they release.
-    unsafe { Py_DecRef(op) }
+    unsafe { refbridge::decref(op) }
 }
 
 /// Incref from Rust.
 pub fn incref(op: *mut PyObject) {
     // SAFETY: tests pass live objects.
-    unsafe { Py_IncRef(op) }
+    unsafe { refbridge::incref(op) }
 }
 
 /// The managed id of a managed node.
