@@ -7,7 +7,9 @@
 //!   crate has a row);
 //! - every repository path ARCHITECTURE.md cites exists;
 //! - in a crate whose loom models check a sync shim (gil), no other file names
-//!   `std::sync` or `parking_lot` in code.
+//!   `std::sync` or `parking_lot` in code;
+//! - no module cycle in any crate beyond `KNOWN_MODULE_CYCLES` (a list that may only
+//!   shrink).
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -511,4 +513,325 @@ fn sync_shim_check_fails_on_a_std_mutex() {
     let err = check_sync_through_shim("use std::sync::Mutex;\n").unwrap_err();
     assert!(err.contains("line 1"), "{err}");
     assert!(check_sync_through_shim("let m = parking_lot::Mutex::new(0);\n").is_err());
+}
+
+// ---------------------------------------------------------------------------------------
+// Module cycles.
+//
+// A crate's top-level modules (`src/foo.rs` or `src/foo/`) are the nodes; a path
+// `crate::foo...` (or `crate::Name` where `lib.rs` re-exports `Name` from `foo`) in code
+// of module `m` is an edge m -> foo. Test modules (from a `#[cfg(test)]` line on) and
+// comments are ignored. A strongly connected component of two or more modules is a
+// cycle. Cycles that exist today are listed in `KNOWN_MODULE_CYCLES`; the list may only
+// shrink: a new cycle, a grown one, or a listed one that no longer exists all fail.
+
+/// Identifiers after `crate::` in one line of code: `crate::a::b` gives `a`,
+/// `crate::{a::x, b}` gives `a` and `b` (the first segment of each item of the group).
+fn crate_path_heads(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = code;
+    while let Some(i) = rest.find("crate::") {
+        let before = rest[..i].chars().last();
+        rest = &rest[i + "crate::".len()..];
+        if before.is_some_and(|c| c.is_alphanumeric() || c == '_') {
+            continue; // e.g. `my_crate::`
+        }
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 0usize;
+            let mut item = String::new();
+            let mut at_item_start = true;
+            for c in group.chars() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        at_item_start = true;
+                        continue;
+                    }
+                    _ => {}
+                }
+                if depth == 0 && at_item_start {
+                    if c.is_alphanumeric() || c == '_' {
+                        item.push(c);
+                        continue;
+                    }
+                    if !item.is_empty() {
+                        out.push(std::mem::take(&mut item));
+                        at_item_start = false;
+                    }
+                }
+            }
+            if !item.is_empty() {
+                out.push(item);
+            }
+        } else {
+            let head: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !head.is_empty() {
+                out.push(head);
+            }
+        }
+    }
+    out
+}
+
+/// The code lines of a file up to its test module, comments removed.
+fn non_test_code(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("#[cfg(test)]") {
+            break;
+        }
+        let t = line.trim_start();
+        if t.starts_with("//") {
+            continue;
+        }
+        out.push(code_part(line));
+    }
+    out
+}
+
+/// `pub use m::{A, B}` / `pub use m::A` lines of a `lib.rs`: re-exported name -> module.
+fn reexports(lib_rs: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let joined = non_test_code(lib_rs).join(" ");
+    for part in joined.split("pub use ").skip(1) {
+        let stmt = part.split(';').next().unwrap_or("");
+        let stmt = stmt
+            .trim()
+            .trim_start_matches("crate::")
+            .trim_start_matches("self::");
+        let Some((module, items)) = stmt.split_once("::") else {
+            continue;
+        };
+        let items = items.trim().trim_start_matches('{').trim_end_matches('}');
+        for item in items.split(',') {
+            // `a::B`, `B as C`, `B`: the exported name is the last identifier.
+            let name = item.split(" as ").last().unwrap_or("").trim();
+            let name = name.rsplit("::").next().unwrap_or("").trim();
+            if !name.is_empty() {
+                out.push((name.to_string(), module.trim().to_string()));
+            }
+        }
+    }
+    out
+}
+
+/// The module graph of one crate: (module, its files' texts) plus lib.rs; returns edges.
+fn module_edges(lib_rs: &str, modules: &[(String, String)]) -> Vec<(String, String)> {
+    let names: std::collections::BTreeSet<&str> = modules.iter().map(|(m, _)| m.as_str()).collect();
+    let reexported = reexports(lib_rs);
+    let mut edges = std::collections::BTreeSet::new();
+    for (module, text) in modules {
+        for line in non_test_code(text) {
+            for head in crate_path_heads(&line) {
+                let target = if names.contains(head.as_str()) {
+                    Some(head.clone())
+                } else {
+                    reexported
+                        .iter()
+                        .find(|(name, _)| *name == head)
+                        .map(|(_, m)| m.clone())
+                };
+                if let Some(t) = target {
+                    if t != *module {
+                        edges.insert((module.clone(), t));
+                    }
+                }
+            }
+        }
+    }
+    edges.into_iter().collect()
+}
+
+/// Strongly connected components of two or more nodes, each sorted, in sorted order.
+fn cycles(edges: &[(String, String)]) -> Vec<Vec<String>> {
+    let mut nodes: Vec<&str> = edges
+        .iter()
+        .flat_map(|(a, b)| [a.as_str(), b.as_str()])
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    // reach[i][j]: j reachable from i (the graphs are tens of modules: a closure is fine).
+    let n = nodes.len();
+    let idx = |s: &str| nodes.binary_search(&s).unwrap();
+    let mut reach = vec![vec![false; n]; n];
+    for (a, b) in edges {
+        reach[idx(a)][idx(b)] = true;
+    }
+    for k in 0..n {
+        for i in 0..n {
+            if reach[i][k] {
+                for j in 0..n {
+                    if reach[k][j] {
+                        reach[i][j] = true;
+                    }
+                }
+            }
+        }
+    }
+    let mut seen = vec![false; n];
+    let mut out = Vec::new();
+    for i in 0..n {
+        if seen[i] {
+            continue;
+        }
+        let comp: Vec<usize> = (0..n)
+            .filter(|&j| j == i || (reach[i][j] && reach[j][i]))
+            .collect();
+        for &j in &comp {
+            seen[j] = true;
+        }
+        if comp.len() > 1 {
+            out.push(comp.iter().map(|&j| nodes[j].to_string()).collect());
+        }
+    }
+    out
+}
+
+/// A crate's `src` as modules: `src/foo.rs` and every file under `src/foo/` are `foo`.
+fn crate_modules(src: &Path) -> (String, Vec<(String, String)>) {
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
+    let mut by_module: std::collections::BTreeMap<String, String> = Default::default();
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    for f in files {
+        let rel = f.strip_prefix(src).unwrap();
+        let first = rel
+            .components()
+            .next()
+            .unwrap()
+            .as_os_str()
+            .to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" || module == "main" || module == "bin" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        let entry = by_module.entry(module).or_default();
+        entry.push_str(&text);
+        entry.push('\n');
+    }
+    (lib, by_module.into_iter().collect())
+}
+
+/// Module cycles that exist today (crate, sorted modules). Fixing one means deleting its
+/// line; the test fails while a listed cycle is gone or a cycle is not listed.
+const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
+    (
+        "gc-core",
+        &[
+            "callbacks",
+            "collect",
+            "heap",
+            "mark",
+            "mutator",
+            "par",
+            "task",
+            "types",
+            "weak",
+        ],
+    ),
+    ("gc-core", &["page", "pagetable"]),
+    (
+        "elf-loader",
+        &[
+            "debug",
+            "dlfcn",
+            "image",
+            "namespace",
+            "phdr",
+            "plan",
+            "system",
+            "thread_atexit",
+        ],
+    ),
+    ("gil", &["action", "gil", "handle", "hooks", "state", "tls"]),
+    ("refbridge", &["bridge", "cpython", "cycle"]),
+];
+
+#[test]
+fn no_module_cycles_beyond_the_known_list() {
+    let root = workspace_root();
+    let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    for (name, _) in workspace_manifests() {
+        let Some(dir) = crate_dir(&root, &name) else {
+            continue;
+        };
+        let src = dir.join("src");
+        if !src.join("lib.rs").is_file() {
+            continue;
+        }
+        let (lib, modules) = crate_modules(&src);
+        for c in cycles(&module_edges(&lib, &modules)) {
+            found.push((name.clone(), c));
+        }
+    }
+    let known: Vec<(String, Vec<String>)> = KNOWN_MODULE_CYCLES
+        .iter()
+        .map(|(c, ms)| (c.to_string(), ms.iter().map(|m| m.to_string()).collect()))
+        .collect();
+    let new: Vec<_> = found.iter().filter(|c| !known.contains(c)).collect();
+    let gone: Vec<_> = known.iter().filter(|c| !found.contains(c)).collect();
+    assert!(
+        new.is_empty() && gone.is_empty(),
+        "module cycles not in KNOWN_MODULE_CYCLES: {new:?}\nlisted cycles that no longer \
+         exist (delete their line): {gone:?}"
+    );
+}
+
+/// The folder of the workspace crate named `name` (its manifest's directory).
+fn crate_dir(root: &Path, name: &str) -> Option<PathBuf> {
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let manifest = dir.join("Cargo.toml");
+        if manifest.is_file() && dir != root {
+            let text = std::fs::read_to_string(&manifest).unwrap();
+            if text
+                .lines()
+                .any(|l| l.trim() == format!("name = \"{name}\""))
+            {
+                return Some(dir);
+            }
+        }
+        for entry in std::fs::read_dir(&dir).ok()?.flatten() {
+            let p = entry.path();
+            let n = entry.file_name();
+            if p.is_dir() && !SKIP_DIRS.contains(&n.to_string_lossy().as_ref()) && n != "src" {
+                stack.push(p);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn module_cycle_check_finds_a_cycle_and_reexports() {
+    let lib = "pub use b::Thing;\npub use c::{X, Y as Z};\n";
+    let modules = vec![
+        ("a".to_string(), "use crate::Thing;\n".to_string()),
+        ("b".to_string(), "fn f() { crate::a::g(); }\n".to_string()),
+        (
+            "c".to_string(),
+            "use crate::{a::h, b};\n#[cfg(test)]\nuse crate::d;\n".to_string(),
+        ),
+        (
+            "d".to_string(),
+            "// crate::c::X\nuse crate::Z;\n".to_string(),
+        ),
+    ];
+    let edges = module_edges(lib, &modules);
+    assert!(edges.contains(&("a".into(), "b".into())), "{edges:?}");
+    assert!(edges.contains(&("d".into(), "c".into())), "{edges:?}");
+    assert!(
+        !edges.contains(&("c".into(), "d".into())),
+        "test code is not an edge"
+    );
+    assert_eq!(cycles(&edges), vec![vec!["a".to_string(), "b".to_string()]]);
+    // Without b -> a there is no cycle.
+    let acyclic = module_edges(lib, &modules[..1]);
+    assert!(cycles(&acyclic).is_empty());
 }
