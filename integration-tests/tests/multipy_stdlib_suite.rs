@@ -20,8 +20,6 @@
 //!
 //! The plain run is unchanged.
 
-mod multipy_common;
-
 use integration_tests::multipy::{Config, Error, Interpreter};
 use std::collections::BTreeSet;
 use std::process::Command;

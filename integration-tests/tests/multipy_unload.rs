@@ -4,6 +4,7 @@
 //! outlive every view whatever order interpreters are dropped in. Its own test binary:
 //! it compares process-wide counts, so nothing else runs beside it.
 
+#[path = "it/multipy_common/mod.rs"]
 mod multipy_common;
 
 use integration_tests::multipy::{thread_count, SharedBuffer};

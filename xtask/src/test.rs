@@ -11,7 +11,7 @@ pub fn run(full: bool) -> Result<()> {
     install_system_tools()?;
     // The minigap scenario builds its kernel on Boehm GC too (integration-tests' build.rs).
     crate::bench::ensure_boehm()?;
-    // The numpy scenario's tests (integration-tests/tests/multipy_*) need it.
+    // The numpy scenario's tests (integration-tests/tests/it/multipy_* and tests/multipy_*) need it.
     crate::venv::ensure()?;
 
     let mut plan = plan(full);
@@ -132,8 +132,8 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
             "-p",
             "integration-tests",
             "--test",
-            "minigap_gc",
-            "short_stress_run_is_valgrind_clean",
+            "it",
+            "minigap_gc::short_stress_run_is_valgrind_clean",
         ])
         .env("MINIGAP_VALGRIND", "1");
     plan.push((

@@ -3,10 +3,8 @@
 //! profiler counts exactly interpreter 0's calls, interpreter 1 keeps its default
 //! evaluator and its calls are never seen; uninstalling restores interpreter 0's own.
 
-mod multipy_common;
-
+use crate::multipy_common::interp;
 use frame_hooks::cpython::profiler::Profiler;
-use multipy_common::interp;
 use std::sync::Arc;
 
 #[test]

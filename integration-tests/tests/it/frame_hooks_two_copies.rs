@@ -92,7 +92,12 @@ fn in_child(minor: u32) {
         }
     };
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "frame_hooks_two_copies::child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("FRAME_HOOKS_TWO_COPIES_LIB", &path)
         .output()
         .unwrap();

@@ -24,7 +24,7 @@ fn run_child(case: &str, valgrind: bool) -> (String, String, bool) {
         Command::new(&exe)
     };
     cmd.args([
-        &format!("child_{case}"),
+        &format!("minigap_gc::child_{case}"),
         "--exact",
         "--nocapture",
         "--test-threads=1",

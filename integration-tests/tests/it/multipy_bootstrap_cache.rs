@@ -33,7 +33,7 @@ fn run_child(cache: &Path) -> String {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_two_interpreters",
+            "multipy_bootstrap_cache::child_two_interpreters",
             "--nocapture",
             "--test-threads=1",
         ])

@@ -2,8 +2,6 @@
 //! insta snapshot, ids and timings filtered), `-m` and FILE modes with arguments, the
 //! exit status when one interpreter raises, and usage errors.
 
-mod multipy_common;
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -65,7 +63,7 @@ fn filters() -> Vec<(&'static str, &'static str)> {
 
 #[test]
 fn seed_example_in_two_interpreters() {
-    let venv = multipy_common::venv();
+    let venv = crate::multipy_common::venv();
     let out = run(&[
         "--interpreters",
         "2",

@@ -13,9 +13,7 @@
 //! `-p no:cacheprovider` (both would write the same `.pytest_cache`). Two tests that
 //! need 6 and 18 GB of free memory are deselected in both runs (see `DESELECTED`).
 
-mod multipy_common;
-
-use multipy_common::{interp, venv};
+use crate::multipy_common::{interp, venv};
 use std::collections::BTreeMap;
 use std::process::Command;
 

@@ -3,10 +3,8 @@
 //! own OpenBLAS copy (numpy.libs is loaded per namespace) running one BLAS thread, and
 //! concurrent matmuls in every interpreter give correct results.
 
-mod multipy_common;
-
+use crate::multipy_common::interp;
 use integration_tests::multipy::{thread_count, Interpreter};
-use multipy_common::interp;
 
 /// One test function: the thread counts below are process-wide, so the two parts must
 /// not run beside each other.

@@ -3,10 +3,8 @@
 //! values that leave the other interpreters running, the main thread, `sys.executable`
 //! and subprocesses, `argv`, `call`, and errors for bad input.
 
-mod multipy_common;
-
+use crate::multipy_common::{interp, venv};
 use integration_tests::multipy::{Config, Error, Interpreter, PythonSpec, Stream};
-use multipy_common::{interp, venv};
 use serde_json::json;
 use std::sync::{Arc, Mutex};
 
