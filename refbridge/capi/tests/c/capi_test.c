@@ -142,7 +142,8 @@ static PyTypeObject BadType = {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1000;
     CHECK(rb_init(RB_DEBUG | RB_NO_AUTO_COLLECT) == 0);
-    CHECK(rb_init(0) == -1); /* once per thread */
+    CHECK(rb_init(0) == RB_ERR_STATE); /* once per thread (a shared status code) */
+    CHECK(RB_ERR_STATE == RT_ERR_STATE && RB_OK == RT_OK && RB_ERR_STATE < 0);
     CHECK(rb_last_error() && strstr(rb_last_error(), "already initialised"));
     rb_err_clear();
 
@@ -234,7 +235,8 @@ int main(int argc, char **argv) {
     (void)leak;
     int leaks = rb_fini();
     CHECK(leaks == 2);
-    CHECK(rb_fini() == -1);
+    CHECK(rb_fini() == RB_ERR_STATE);
+    CHECK(rb_last_error() && strstr(rb_last_error(), "rb_init was not called"));
 
     printf("capi_test: %d pairs, %d leaves, %d failures, %s\n", freed_pairs, freed_leaves,
            failures, failures ? "FAILED" : "ok");
