@@ -339,7 +339,8 @@ pub fn header_functions(text: &str) -> BTreeSet<String> {
             continue;
         }
         depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
-        if depth > 0 || t.starts_with('}') {
+        if depth > 0 || t.starts_with('}') || t.ends_with('}') {
+            // Inside or at the end of a body (a one-line `static inline` function too).
             decl.clear();
             continue;
         }
