@@ -3,7 +3,7 @@
  * CPython's extension style: a GC container type with tp_traverse/tp_clear and a
  * variable-size GC type, a leaf type owning a PyMem_Malloc buffer. It checks counts,
  * cycle collection, errors and the debug mode, and exits non-zero on any failure.
- * Run by tests/c_programs.rs, also under valgrind.
+ * Run by tests/it/c_programs.rs, also under valgrind.
  */
 #include <Python.h>
 #include <stdio.h>
