@@ -797,3 +797,56 @@ pub unsafe extern "C" fn gil_shutdown(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last_error() -> String {
+        // SAFETY: the thread's message, valid until its next failure.
+        unsafe { CStr::from_ptr(gil_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_in_an_entry_is_gil_err_panic_with_a_message() {
+        std::panic::set_hook(Box::new(|_| {}));
+        assert_eq!(guarded("gil_poll", || panic!("boom")), GIL_ERR_PANIC);
+        assert_eq!(
+            last_error(),
+            "gil_poll: internal panic (caught at the C boundary): boom"
+        );
+    }
+
+    #[test]
+    fn handles_are_checked_and_the_codes_keep_their_values() {
+        let mut g: *mut gil_t = std::ptr::null_mut();
+        // SAFETY: a NULL name and a writable out pointer.
+        assert_eq!(unsafe { gil_new(std::ptr::null(), 0, &mut g) }, GIL_OK);
+        assert_eq!(gil_poll(g.cast()), GIL_ERR_NOT_ATTACHED);
+        let action = g.cast::<gil_action_t>();
+        // SAFETY: a pointer the registry checks; no report to write.
+        let rc = unsafe { gil_action_wait(action, 0, std::ptr::null_mut()) };
+        assert_eq!(rc, GIL_ERR_INVALID_ARGUMENT);
+        assert!(
+            last_error().contains("is a GIL handle where a action handle is expected"),
+            "{}",
+            last_error()
+        );
+        gil_delete(g);
+        assert_eq!(gil_poll(g), GIL_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("not a live GIL handle"));
+        // The values C programs compiled against the old header see.
+        assert_eq!(
+            [
+                GIL_ERR_SHUT_DOWN,
+                GIL_ERR_UNKNOWN_THREAD,
+                GIL_ERR_PANIC,
+                GIL_ERR_INSIDE_REGION
+            ],
+            [-2, -7, -9, -14]
+        );
+    }
+}

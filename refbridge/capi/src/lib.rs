@@ -531,3 +531,34 @@ pub fn symbols() -> Vec<(&'static str, usize)> {
         rb_fini,
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_an_entry_is_an_error_return_and_a_system_error() {
+        std::panic::set_hook(Box::new(|_| {}));
+        clear_pending_error();
+        let p: *mut c_void = entry("PyMem_Malloc", std::ptr::null_mut(), || panic!("boom"));
+        assert!(p.is_null());
+        let pending = refbridge::pending_error().expect("a pending error");
+        assert_eq!(
+            pending,
+            "SystemError: PyMem_Malloc: internal panic (caught at the C boundary): boom"
+        );
+        assert_eq!(ffi_support::last_status(), Status::Panic);
+        assert_eq!(entry("rb_init", RB_ERR_PANIC, || panic!("x")), RB_ERR_PANIC);
+        rb_err_clear();
+        assert_eq!(refbridge::pending_error(), None);
+        assert_eq!(ffi_support::last_status(), Status::Ok);
+    }
+
+    #[test]
+    fn rb_fini_without_rb_init_is_a_state_error() {
+        assert_eq!(rb_fini(), RB_ERR_STATE);
+        assert_eq!(ffi_support::last_status(), Status::State);
+        assert!(refbridge::pending_error().is_some_and(|e| e.contains("rb_init was not called")));
+        assert_eq!(RB_ERR_STATE, -15);
+    }
+}
