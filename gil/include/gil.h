@@ -125,7 +125,8 @@ int32_t gil_new(const char *name, uint64_t switch_interval_us, gil_t **out);
  * (gil_release and gil_detach included). A thread blocked inside a call at that moment
  * finishes it (the GIL's state lives until no thread needs it). So: gil_shutdown first,
  * which ends the threads, then gil_delete once every thread has detached. NULL is
- * ignored. */
+ * ignored. Handles are checked: a call with a deleted (or unknown) handle, a second
+ * delete included, gets GIL_ERR_INVALID_ARGUMENT, unless a new handle reuses the address. */
 void gil_delete(gil_t *gil);
 
 /* Attaches the calling thread (name may be NULL); thread_id_out may be NULL. */

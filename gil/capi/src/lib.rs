@@ -246,7 +246,9 @@ pub unsafe extern "C" fn gil_new(
 /// (`gil_release` and `gil_detach` included); a thread blocked inside a call at that
 /// moment finishes it (the GIL's state lives until no thread needs it). Call
 /// `gil_shutdown` first, then delete once every thread has detached. NULL is ignored; a
-/// deleted or unknown handle is left alone with a message for `gil_last_error()`.
+/// deleted or unknown handle is left alone with a message for `gil_last_error()` (and a
+/// later call with a deleted handle gets `GIL_ERR_INVALID_ARGUMENT`, unless a new handle
+/// reuses the address).
 #[no_mangle]
 pub extern "C" fn gil_delete(gil: *mut gil_t) {
     if gil.is_null() {
