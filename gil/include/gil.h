@@ -2,39 +2,70 @@
  * gil.h: C interface of the `gil` crate, a global interpreter lock with switch
  * requests, safepoint actions, blocking regions and clean shutdown.
  *
- * Link with -lgil (the crate's cdylib, libgil.so). Every function acts on the calling
- * thread, found through its thread-local attachment: C code needs no per-thread handle.
- * Functions returning int32_t return GIL_OK or a GIL_ERR_* code; on failure
- * gil_last_error() holds a message naming the thread, GIL and problem. NULL pointers and
- * misuse are reported, never crash.
+ * Link with -lgil (libgil.so, built from gil/capi by `cargo build --release`). Every
+ * function acts on the calling thread, found through its thread-local attachment: C code
+ * needs no per-thread handle. Functions returning int32_t return GIL_OK or a GIL_ERR_*
+ * code (aliases of the workspace's shared RT_* status codes); on failure gil_last_error()
+ * holds a message naming the thread, GIL and problem. NULL pointers, deleted or unknown
+ * handles and misuse are reported, never crash; no panic crosses the boundary.
  *
- * Checked against gil/src/capi.rs by gil/tests/it/header.rs: keep them in step.
+ * Checked against gil/capi/src/lib.rs by gil/capi/tests/it/header.rs: keep them in step.
  */
 #ifndef GIL_H
 #define GIL_H
 
 #include <stdint.h>
 
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#endif
+/* END rt_status */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Return codes. */
-#define GIL_OK 0
-#define GIL_ERR_INVALID_ARGUMENT -1   /* a NULL pointer or a value out of range */
-#define GIL_ERR_SHUT_DOWN -2          /* the GIL is shut down: leave */
-#define GIL_ERR_STOPPED -3            /* the thread was asked to stop: unwind */
-#define GIL_ERR_NOT_ATTACHED -4       /* the calling thread is not attached */
-#define GIL_ERR_ALREADY_ATTACHED -5   /* the calling thread is already attached */
-#define GIL_ERR_NOT_HOLDER -6         /* released a GIL the thread does not hold */
-#define GIL_ERR_UNKNOWN_THREAD -7     /* no attached thread has that id */
-#define GIL_ERR_TIMEOUT -8            /* an action or shutdown wait ran out of time */
-#define GIL_ERR_PANIC -9              /* an internal panic, caught at the boundary */
-#define GIL_ERR_INVALID_CONFIG -10    /* a configuration value is out of range */
-#define GIL_ERR_ALREADY_SHUT_DOWN -11 /* shutdown was already called */
-#define GIL_ERR_INSIDE_ACTION -12     /* not allowed inside a safepoint action */
-#define GIL_ERR_INSIDE_HOOK -13       /* not allowed inside an on_block/on_unblock hook */
-#define GIL_ERR_INSIDE_REGION -14     /* not allowed inside a blocking region */
+/* Return codes: the workspace's shared status codes (the block below, the same in every
+ * header of the toolkit), under gil's own names. */
+#define GIL_OK RT_OK
+#define GIL_ERR_INVALID_ARGUMENT RT_ERR_ARG         /* a NULL pointer, a bad handle, a value out of range */
+#define GIL_ERR_SHUT_DOWN RT_ERR_SHUT_DOWN          /* the GIL is shut down: leave */
+#define GIL_ERR_STOPPED RT_ERR_STOPPED              /* the thread was asked to stop: unwind */
+#define GIL_ERR_NOT_ATTACHED RT_ERR_NOT_ATTACHED    /* the calling thread is not attached */
+#define GIL_ERR_ALREADY_ATTACHED RT_ERR_ALREADY_ATTACHED /* the calling thread is already attached */
+#define GIL_ERR_NOT_HOLDER RT_ERR_NOT_HOLDER        /* released a GIL the thread does not hold */
+#define GIL_ERR_UNKNOWN_THREAD RT_ERR_NOT_FOUND     /* no attached thread has that id */
+#define GIL_ERR_TIMEOUT RT_ERR_TIMEOUT              /* an action or shutdown wait ran out of time */
+#define GIL_ERR_PANIC RT_ERR_PANIC                  /* an internal panic, caught at the boundary */
+#define GIL_ERR_INVALID_CONFIG RT_ERR_CONFIG        /* a configuration value is out of range */
+#define GIL_ERR_ALREADY_SHUT_DOWN RT_ERR_ALREADY_SHUT_DOWN /* shutdown was already called */
+#define GIL_ERR_INSIDE_ACTION RT_ERR_INSIDE_ACTION  /* not allowed inside a safepoint action */
+#define GIL_ERR_INSIDE_HOOK RT_ERR_INSIDE_HOOK      /* not allowed inside an on_block/on_unblock hook */
+#define GIL_ERR_INSIDE_REGION RT_ERR_INSIDE_REGION  /* not allowed inside a blocking region */
 
 /* gil_submit_action target: every attached thread. */
 #define GIL_ALL_THREADS 0
@@ -94,7 +125,8 @@ int32_t gil_new(const char *name, uint64_t switch_interval_us, gil_t **out);
  * (gil_release and gil_detach included). A thread blocked inside a call at that moment
  * finishes it (the GIL's state lives until no thread needs it). So: gil_shutdown first,
  * which ends the threads, then gil_delete once every thread has detached. NULL is
- * ignored. */
+ * ignored. Handles are checked: a call with a deleted (or unknown) handle, a second
+ * delete included, gets GIL_ERR_INVALID_ARGUMENT, unless a new handle reuses the address. */
 void gil_delete(gil_t *gil);
 
 /* Attaches the calling thread (name may be NULL); thread_id_out may be NULL. */

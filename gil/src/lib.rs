@@ -64,18 +64,18 @@
 //!
 //! # C
 //!
-//! The crate's `cdylib` (`libgil.so`) exports the C ABI declared in `include/gil.h`
-//! (`gil_new`, `gil_attach`, `gil_acquire`, `gil_blocking_enter`, ...): each function
-//! converts its arguments, calls the API above on the calling thread's attachment, and
-//! returns `GIL_OK` or a `GIL_ERR_*` code with a message for `gil_last_error()`; no
-//! panic crosses it. A Rust program linking this crate also links those symbols (a C
-//! part of it can call them).
+//! The C ABI declared in `include/gil.h` (`gil_new`, `gil_attach`, `gil_acquire`,
+//! `gil_blocking_enter`, ...) is the `gil-capi` crate (`capi/`), built as `libgil.so` by
+//! `capi/artifact`: each function converts its arguments, calls the API above on the
+//! calling thread's attachment, and returns `GIL_OK` or a `GIL_ERR_*` code (the
+//! workspace's shared status codes) with a message for `gil_last_error()`; no panic
+//! crosses it. This crate is only the Rust library: a Rust program that also has C parts
+//! calling `gil_*` links `gil-capi`.
 //!
 //! The README has the state machine, the rules for embedders, the C usage and the
 //! measured figures.
 
 mod action;
-mod capi;
 mod cell;
 mod config;
 mod error;

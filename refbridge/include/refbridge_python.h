@@ -23,10 +23,14 @@
  * RB_MANAGED_REFCNT (the collector reads the counts).
  *
  * A thread uses these functions while a bridge is entered on it (Bridge::enter in Rust,
- * rb_init for a C program). Failures return NULL or -1 and set the pending error,
- * read with rb_last_error().
+ * rb_init for a C program). CPython's names fail as CPython's do: NULL or -1 and the
+ * pending error, read with rb_last_error(). The rb_* functions that can fail return the
+ * workspace's shared status codes (RB_OK, RB_ERR_*: aliases of RT_*). No panic crosses
+ * the boundary: it becomes the function's error return and a SystemError.
  *
- * tests/header_drift.rs checks this file against the Rust side.
+ * Link with -lrefbridge (librefbridge.so, built from refbridge/capi by
+ * `cargo build --release`). refbridge/capi/tests/it/header_drift.rs checks this file
+ * against the Rust side.
  */
 #ifndef REFBRIDGE_PYTHON_H
 #define REFBRIDGE_PYTHON_H
@@ -34,6 +38,35 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#endif
+/* END rt_status */
 
 #ifdef __cplusplus
 extern "C" {
@@ -231,6 +264,14 @@ const char *rb_debug_report(size_t i);
 size_t rb_debug_check(void);
 #define RB_DEBUG 1
 #define RB_NO_AUTO_COLLECT 2
+/* rb_init and rb_fini return the workspace's shared status codes (the rt_status block
+ * above): RB_OK, or RB_ERR_STATE (rb_init twice on a thread, rb_fini without rb_init),
+ * RB_ERR_INIT (the heap or bridge could not be made), RB_ERR_PANIC; rb_last_error() has
+ * the message. rb_fini returns the number of leak reports (>= 0) on success. */
+#define RB_OK RT_OK
+#define RB_ERR_STATE RT_ERR_STATE
+#define RB_ERR_INIT RT_ERR_CONFIG
+#define RB_ERR_PANIC RT_ERR_PANIC
 int rb_init(int flags);
 int rb_fini(void);
 

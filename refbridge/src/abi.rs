@@ -1,5 +1,5 @@
 //! The memory layouts native code sees, with CPython 3.11's names and field types
-//! (`include/refbridge_python.h` declares the same structs; `tests/header_drift.rs`
+//! (`include/refbridge_python.h` declares the same structs; `capi/tests/it/header_drift.rs`
 //! checks sizes, offsets and constants against this file).
 //!
 //! # Stub tagging

@@ -4,7 +4,7 @@
 //! thread ([`crate::Bridge::enter`]), as CPython's act on the current interpreter; the
 //! memory functions and `decref` also work with none entered.
 //!
-//! The C ABI (`capi.rs`, CPython's names) calls these functions and only converts: a
+//! The C ABI (the `refbridge-capi` crate, CPython's names) calls these functions and only converts: a
 //! failure here is an `Err(BridgeError)`, which the C layer turns into NULL / -1 and the
 //! pending error ([`set_pending_error_from`]). Rust code calls them directly (native
 //! types written in Rust, hosts releasing the references they hold).

@@ -156,19 +156,20 @@
 //!
 //! # C
 //!
-//! The crate's `cdylib` (`librefbridge.so`) exports the C ABI declared by
-//! `include/refbridge_python.h` (through `include/compat/Python.h`: `#include
-//! <Python.h>`): CPython's names, types and macro semantics for the memory-management
-//! subset (`Py_INCREF`/`Py_DECREF` inline in the header, `PyObject_GC_New`,
-//! `PyType_Ready`, `PyMem_Malloc`, `PyGC_Collect`, ...) plus `rb_*` functions
-//! (`rb_init`/`rb_fini`, `rb_last_error`, ...). Each converts its arguments and calls the
-//! API above; failures return NULL / -1 and set the pending error. A loader resolving a
-//! C extension's symbols itself gets them from [`c_abi_symbols`]. The README has the C
-//! quick start, the guarantees, the limits and the figures.
+//! The C ABI declared by `include/refbridge_python.h` (through `include/compat/Python.h`:
+//! `#include <Python.h>`) is the `refbridge-capi` crate (`capi/`), built as
+//! `librefbridge.so` by `capi/artifact`: CPython's names, types and macro semantics for
+//! the memory-management subset (`Py_INCREF`/`Py_DECREF` inline in the header,
+//! `PyObject_GC_New`, `PyType_Ready`, `PyMem_Malloc`, `PyGC_Collect`, ...) plus `rb_*`
+//! functions (`rb_init`/`rb_fini`, `rb_last_error`, ...). Each converts its arguments and
+//! calls the API above; CPython's names fail with NULL / -1 and the pending error, the
+//! `rb_*` ones with the workspace's shared status codes. A loader resolving a C
+//! extension's symbols itself gets them from `refbridge_capi::symbols()`. This crate is
+//! only the Rust library. The README has the C quick start, the guarantees, the limits
+//! and the figures.
 
 mod abi;
 mod bridge;
-mod capi;
 mod cpython;
 mod cycle;
 mod debug;
@@ -185,7 +186,6 @@ pub use abi::{
     PY_TPFLAGS_READY, STUB_TAG,
 };
 pub use bridge::{Bridge, BridgeConfig, BridgeStats, CollectReport, EnterGuard, TRASHCAN_DEPTH};
-pub use capi::symbols as c_abi_symbols;
 pub use cpython::{
     clear_pending_error, collect, dealloc, deallocs, decref, default_dealloc, gc_del, gc_new,
     gc_new_var, gc_track, gc_untrack, incref, mem_alloc, mem_free, mem_realloc, native_bytes,

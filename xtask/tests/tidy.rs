@@ -338,7 +338,7 @@ fn missing_cited_paths(architecture: &str, exists: impl Fn(&str) -> bool) -> Vec
         "gil/",
         "integration-tests/",
         "xtask/",
-        "test-support/",
+        "support/",
         "docs/",
         ".ci/",
     ];
@@ -365,22 +365,27 @@ fn missing_cited_paths(architecture: &str, exists: impl Fn(&str) -> bool) -> Vec
     missing
 }
 
+/// The folders of the workspace's members, as the root `Cargo.toml` lists them.
+fn workspace_members(root_manifest: &str) -> Vec<String> {
+    let Some(start) = root_manifest.find("members = [") else {
+        return Vec::new();
+    };
+    let list = &root_manifest[start + "members = [".len()..];
+    let list = &list[..list.find(']').unwrap_or(list.len())];
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
 fn workspace_manifests() -> Vec<(String, String)> {
     let root = workspace_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     let mut out = Vec::new();
-    let mut dirs = vec![root.clone()];
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            dirs.push(p);
-        }
-    }
-    for dir in dirs {
-        let manifest = dir.join("Cargo.toml");
-        if dir == root || !manifest.is_file() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&manifest).unwrap();
+    for member in workspace_members(&root_manifest) {
+        let manifest = root.join(&member).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest)
+            .unwrap_or_else(|e| panic!("workspace member {member}: {e}"));
         let Some(name) = text
             .lines()
             .find_map(|l| l.trim().strip_prefix("name = "))
@@ -391,6 +396,23 @@ fn workspace_manifests() -> Vec<(String, String)> {
         out.push((name, text));
     }
     out
+}
+
+#[test]
+fn workspace_members_are_read_from_the_root_manifest() {
+    let manifest = "[workspace]\nmembers = [\n    \"gc-core\",\n    \"gil/capi\",\n    \"support/ffi\",\n]\nexclude = [\"x\"]\n";
+    assert_eq!(
+        workspace_members(manifest),
+        ["gc-core", "gil/capi", "support/ffi"].map(String::from)
+    );
+    // Every member, nested ones included, is found in the real workspace.
+    let names: Vec<String> = workspace_manifests().into_iter().map(|(n, _)| n).collect();
+    for crate_name in ["gil-capi", "refbridge-capi", "ffi-support", "test-support"] {
+        assert!(
+            names.iter().any(|n| n == crate_name),
+            "{crate_name} in {names:?}"
+        );
+    }
 }
 
 #[test]

@@ -18,7 +18,7 @@ pub struct RefbridgeSymbols(HashMap<&'static str, usize>);
 impl RefbridgeSymbols {
     /// Every function of refbridge's C ABI.
     pub fn new() -> Self {
-        RefbridgeSymbols(refbridge::c_abi_symbols().into_iter().collect())
+        RefbridgeSymbols(refbridge_capi::symbols().into_iter().collect())
     }
 }
 

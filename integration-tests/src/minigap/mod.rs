@@ -18,11 +18,11 @@
 
 mod ffi;
 
-// The C kernel calls gc-core's, gc-conservative's and gil's C ABI: link the crates even
-// though no Rust item of theirs is named here.
+// The C kernel calls gc-core's, gc-conservative's and gil's C ABI (gil's is the gil-capi
+// crate): link the crates even though no Rust item of theirs is named here.
 extern crate gc_conservative;
 extern crate gc_core;
-extern crate gil;
+extern crate gil_capi;
 
 use std::any::Any;
 use std::ffi::{c_char, c_void, CStr, CString};

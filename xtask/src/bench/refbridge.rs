@@ -61,13 +61,20 @@ fn cc(args: &[String], what: &str) -> Result<()> {
     Ok(())
 }
 
-/// The two builds of the C loop: against refbridge (linked with its release cdylib) and
+/// The two builds of the C loop: against refbridge (linked with `librefbridge.so`, the
+/// release build of `refbridge/capi/artifact`) and
 /// against CPython 3.11 (linked with libpython, never called: counts never reach 0).
 fn loop_programs(dir: &Path) -> Result<(PathBuf, PathBuf)> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "refbridge", "--lib"]);
+    build.args([
+        "build",
+        "--release",
+        "-p",
+        "refbridge-capi-artifact",
+        "--lib",
+    ]);
     if !build.status()?.success() {
-        bail!("cargo build --release -p refbridge failed");
+        bail!("cargo build --release -p refbridge-capi-artifact failed");
     }
     let lib = root().join("target/release");
     let src = root().join("refbridge/benches/c/refcount_loop.c");

@@ -1,5 +1,6 @@
-//! The C programs `tests/c/capi_test.c` and `tests/c/misuse.c`, built with `cc` against the header (through
-//! `include/compat/Python.h`) and the crate's shared library, run as a child process.
+//! The C programs `tests/c/capi_test.c` and `tests/c/misuse.c`, built with `cc` against
+//! the header (through `refbridge/include/compat/Python.h`) and `librefbridge.so` (the
+//! `artifact/` crate's cdylib), run as a child process.
 //! With `REFBRIDGE_VALGRIND=1` (set by `cargo xtask test`) it also runs under valgrind,
 //! which must report no error.
 
@@ -9,13 +10,16 @@ use test_support::{cdylib_dir, run_ok, valgrind, valgrind_requested, CProgram};
 
 fn build(source: &str, name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    let lib = cdylib_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/artifact"),
+        env!("CARGO_TARGET_TMPDIR"),
+    );
     CProgram::new(
         crate_dir.join(source),
         std::env::temp_dir().join(format!("refbridge-{name}-{}", std::process::id())),
     )
     .flags(&["-Wno-cast-function-type"])
-    .include(crate_dir.join("include/compat"))
+    .include(crate_dir.join("../include/compat"))
     .link(lib, "refbridge")
     .build()
 }

@@ -229,7 +229,27 @@ int main(void) {
     CHECK(strstr(gil_last_error(), "shut down") != NULL);
     CHECK(gil_shutdown(g, 1000, NULL) == GIL_ERR_ALREADY_SHUT_DOWN);
     CHECK(gil_detach(g) == GIL_OK);
+
+    /* Handles are checked: an action handle is not a GIL, a deleted GIL is not a GIL. */
+    static atomic_int late_runs;
+    gil_action_t *late = NULL;
+    gil_t *other = NULL;
+    CHECK(gil_new("other", 0, &other) == GIL_OK);
+    CHECK(gil_submit_action(other, GIL_ALL_THREADS, count_action, &late_runs, NULL, &late) ==
+          GIL_OK);
+    CHECK(gil_poll((gil_t *)late) == GIL_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(gil_last_error(), "is a action handle where a GIL handle is expected") != NULL);
+    CHECK(gil_action_wait((gil_action_t *)other, 0, NULL) == GIL_ERR_INVALID_ARGUMENT);
+    gil_action_delete(late);
+    gil_action_delete(late); /* twice: reported, not a double free */
+    CHECK(strstr(gil_last_error(), "not a live action handle") != NULL);
+    CHECK(RT_ERR_ARG == GIL_ERR_INVALID_ARGUMENT && GIL_OK == RT_OK);
     gil_delete(g);
+    CHECK(gil_poll(g) == GIL_ERR_INVALID_ARGUMENT); /* deleted: an error, not a crash */
+    CHECK(strstr(gil_last_error(), "not a live GIL handle") != NULL);
+    gil_delete(g);
+    CHECK(gil_holds(g) == 0);
+    gil_delete(other);
     printf("c-abi: all checks passed (%d threads x %d rounds, %d blocks)\n", THREADS, ROUNDS,
            atomic_load(&blocks));
     return 0;

@@ -3,7 +3,7 @@
  * CPython's extension style: a GC container type with tp_traverse/tp_clear and a
  * variable-size GC type, a leaf type owning a PyMem_Malloc buffer. It checks counts,
  * cycle collection, errors and the debug mode, and exits non-zero on any failure.
- * Run by tests/c_programs.rs, also under valgrind.
+ * Run by tests/it/c_programs.rs, also under valgrind.
  */
 #include <Python.h>
 #include <stdio.h>
@@ -142,7 +142,8 @@ static PyTypeObject BadType = {
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1000;
     CHECK(rb_init(RB_DEBUG | RB_NO_AUTO_COLLECT) == 0);
-    CHECK(rb_init(0) == -1); /* once per thread */
+    CHECK(rb_init(0) == RB_ERR_STATE); /* once per thread (a shared status code) */
+    CHECK(RB_ERR_STATE == RT_ERR_STATE && RB_OK == RT_OK && RB_ERR_STATE < 0);
     CHECK(rb_last_error() && strstr(rb_last_error(), "already initialised"));
     rb_err_clear();
 
@@ -234,7 +235,8 @@ int main(int argc, char **argv) {
     (void)leak;
     int leaks = rb_fini();
     CHECK(leaks == 2);
-    CHECK(rb_fini() == -1);
+    CHECK(rb_fini() == RB_ERR_STATE);
+    CHECK(rb_last_error() && strstr(rb_last_error(), "rb_init was not called"));
 
     printf("capi_test: %d pairs, %d leaves, %d failures, %s\n", freed_pairs, freed_leaves,
            failures, failures ? "FAILED" : "ok");

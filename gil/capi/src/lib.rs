@@ -1,53 +1,59 @@
-//! The C ABI (`include/gil.h`): a thin layer over the Rust API. Every function returns a
-//! `GIL_OK`/`GIL_ERR_*` code (a few return a plain value) and leaves a message for
-//! `gil_last_error()` on failure; null pointers and misuse are errors, never crashes;
-//! panics never cross the boundary. Functions act on the calling thread (found through
-//! its thread-local attachment), so C code needs no per-thread handle.
+//! `gil-capi`: the C ABI of the `gil` crate (`gil/include/gil.h`), a thin layer over
+//! gil's public Rust API in the workspace's one C convention (`ffi-support`): every
+//! function returns a status (`GIL_OK`/`GIL_ERR_*`, aliases of the shared `RT_*` codes;
+//! a few return a plain value) and leaves a message for `gil_last_error()` on failure;
+//! handles (`gil_t`, `gil_action_t`) live in a registry that checks each one (NULL,
+//! deleted or wrong-kind handles are `GIL_ERR_INVALID_ARGUMENT`, never dereferenced);
+//! every entry runs through the shared panic guard, so no panic crosses. Functions act
+//! on the calling thread (found through its thread-local attachment), so C code needs
+//! no per-thread handle.
 //!
-//! The header is checked against this file by `tests/it/header.rs`: names, parameter
-//! names and types, struct fields and constants must match.
+//! This crate is an rlib (Rust programs with C parts, such as integration-tests' minigap
+//! kernel, link it); `artifact/` builds it as `libgil.so`. The header is checked against
+//! this file by `tests/it/header.rs`: names, parameter names and types, struct fields,
+//! constants and the shared status block must match.
 #![allow(non_camel_case_types)]
 
-use crate::{
+use ffi_support::{fail, guard, Handle, HandleRegistry, Status};
+use gil::{
     Action, ActionContext, ActionTarget, BlockReason, Config, EnsureState, Gil, GilError, GilHooks,
     ThreadFate, ThreadId,
 };
-use std::cell::RefCell;
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_void, CStr};
+use std::sync::Arc;
 use std::time::Duration;
 
-/// Success.
-pub const GIL_OK: i32 = 0;
-/// A pointer argument was null or a value out of range.
-pub const GIL_ERR_INVALID_ARGUMENT: i32 = -1;
-/// The GIL is shut down; the thread must leave.
-pub const GIL_ERR_SHUT_DOWN: i32 = -2;
-/// The thread was asked to stop; it must unwind.
-pub const GIL_ERR_STOPPED: i32 = -3;
-/// The calling thread is not attached.
-pub const GIL_ERR_NOT_ATTACHED: i32 = -4;
-/// The calling thread is already attached.
-pub const GIL_ERR_ALREADY_ATTACHED: i32 = -5;
-/// The calling thread released a GIL it does not hold.
-pub const GIL_ERR_NOT_HOLDER: i32 = -6;
-/// No attached thread has the given id.
-pub const GIL_ERR_UNKNOWN_THREAD: i32 = -7;
-/// A wait ran out of time (actions, shutdown).
-pub const GIL_ERR_TIMEOUT: i32 = -8;
-/// A panic inside the library was caught at the boundary.
-pub const GIL_ERR_PANIC: i32 = -9;
-/// A configuration value is out of range.
-pub const GIL_ERR_INVALID_CONFIG: i32 = -10;
-/// The GIL was already shut down.
-pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = -11;
-
-/// The call is not allowed inside a safepoint action.
-pub const GIL_ERR_INSIDE_ACTION: i32 = -12;
-/// Not allowed inside an `on_block` / `on_unblock` hook.
-pub const GIL_ERR_INSIDE_HOOK: i32 = -13;
-/// Not allowed inside a blocking region (taking the GIL, a second region).
-pub const GIL_ERR_INSIDE_REGION: i32 = -14;
+/// Success (`RT_OK`).
+pub const GIL_OK: i32 = Status::Ok.code();
+/// A pointer argument was null, a handle invalid, or a value out of range (`RT_ERR_ARG`).
+pub const GIL_ERR_INVALID_ARGUMENT: i32 = Status::Arg.code();
+/// The GIL is shut down; the thread must leave (`RT_ERR_SHUT_DOWN`).
+pub const GIL_ERR_SHUT_DOWN: i32 = Status::ShutDown.code();
+/// The thread was asked to stop; it must unwind (`RT_ERR_STOPPED`).
+pub const GIL_ERR_STOPPED: i32 = Status::Stopped.code();
+/// The calling thread is not attached (`RT_ERR_NOT_ATTACHED`).
+pub const GIL_ERR_NOT_ATTACHED: i32 = Status::NotAttached.code();
+/// The calling thread is already attached (`RT_ERR_ALREADY_ATTACHED`).
+pub const GIL_ERR_ALREADY_ATTACHED: i32 = Status::AlreadyAttached.code();
+/// The calling thread released a GIL it does not hold (`RT_ERR_NOT_HOLDER`).
+pub const GIL_ERR_NOT_HOLDER: i32 = Status::NotHolder.code();
+/// No attached thread has the given id (`RT_ERR_NOT_FOUND`).
+pub const GIL_ERR_UNKNOWN_THREAD: i32 = Status::NotFound.code();
+/// A wait ran out of time (actions, shutdown) (`RT_ERR_TIMEOUT`).
+pub const GIL_ERR_TIMEOUT: i32 = Status::Timeout.code();
+/// A panic inside the library was caught at the boundary (`RT_ERR_PANIC`).
+pub const GIL_ERR_PANIC: i32 = Status::Panic.code();
+/// A configuration value is out of range (`RT_ERR_CONFIG`).
+pub const GIL_ERR_INVALID_CONFIG: i32 = Status::Config.code();
+/// The GIL was already shut down (`RT_ERR_ALREADY_SHUT_DOWN`).
+pub const GIL_ERR_ALREADY_SHUT_DOWN: i32 = Status::AlreadyShutDown.code();
+/// The call is not allowed inside a safepoint action (`RT_ERR_INSIDE_ACTION`).
+pub const GIL_ERR_INSIDE_ACTION: i32 = Status::InsideAction.code();
+/// Not allowed inside an `on_block` / `on_unblock` hook (`RT_ERR_INSIDE_HOOK`).
+pub const GIL_ERR_INSIDE_HOOK: i32 = Status::InsideHook.code();
+/// Not allowed inside a blocking region (taking the GIL, a second region)
+/// (`RT_ERR_INSIDE_REGION`).
+pub const GIL_ERR_INSIDE_REGION: i32 = Status::InsideRegion.code();
 
 /// Action target meaning every attached thread.
 pub const GIL_ALL_THREADS: u64 = 0;
@@ -59,14 +65,25 @@ pub const GIL_BLOCK_BLOCKING_REGION: i32 = 2;
 /// Marks a token returned by `gil_blocking_enter` (bit 0: the GIL was held).
 const TOKEN_MAGIC: i32 = 0x6100;
 
+/// The live `gil_t` and `gil_action_t` handles.
+static HANDLES: HandleRegistry = HandleRegistry::new();
+
 /// An opaque GIL (a reference to it; `gil_delete` drops the reference).
 pub struct gil_t {
     gil: Gil,
 }
 
+impl Handle for gil_t {
+    const KIND: &'static str = "GIL";
+}
+
 /// An opaque submitted action.
 pub struct gil_action_t {
     action: Action,
+}
+
+impl Handle for gil_action_t {
+    const KIND: &'static str = "action";
 }
 
 /// What `gil_ensure` did; pass it back to `gil_ensure_release`.
@@ -126,64 +143,51 @@ pub type gil_free_fn = unsafe extern "C" fn(data: *mut c_void);
 /// A block/unblock hook (`reason`: `GIL_BLOCK_*`).
 pub type gil_hook_fn = unsafe extern "C" fn(data: *mut c_void, thread_id: u64, reason: i32);
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_error(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
-}
-
-fn code_of(e: &GilError) -> i32 {
+/// The shared status of a [`GilError`].
+fn status_of(e: &GilError) -> Status {
     match e {
-        GilError::ShutDown { .. } => GIL_ERR_SHUT_DOWN,
-        GilError::Stopped { .. } => GIL_ERR_STOPPED,
-        GilError::NotAttached { .. } => GIL_ERR_NOT_ATTACHED,
-        GilError::AlreadyAttached { .. } => GIL_ERR_ALREADY_ATTACHED,
-        GilError::NotHolder { .. } => GIL_ERR_NOT_HOLDER,
-        GilError::UnknownThread { .. } => GIL_ERR_UNKNOWN_THREAD,
-        GilError::AlreadyShutDown { .. } => GIL_ERR_ALREADY_SHUT_DOWN,
-        GilError::ActionTimeout { .. } | GilError::ShutdownIncomplete { .. } => GIL_ERR_TIMEOUT,
-        GilError::InvalidConfig { .. } => GIL_ERR_INVALID_CONFIG,
-        GilError::InsideAction { .. } => GIL_ERR_INSIDE_ACTION,
-        GilError::InsideHook { .. } => GIL_ERR_INSIDE_HOOK,
-        GilError::InsideRegion { .. } => GIL_ERR_INSIDE_REGION,
-        GilError::NotInRegion { .. } => GIL_ERR_INVALID_ARGUMENT,
+        GilError::ShutDown { .. } => Status::ShutDown,
+        GilError::Stopped { .. } => Status::Stopped,
+        GilError::NotAttached { .. } => Status::NotAttached,
+        GilError::AlreadyAttached { .. } => Status::AlreadyAttached,
+        GilError::NotHolder { .. } => Status::NotHolder,
+        GilError::UnknownThread { .. } => Status::NotFound,
+        GilError::AlreadyShutDown { .. } => Status::AlreadyShutDown,
+        GilError::ActionTimeout { .. } | GilError::ShutdownIncomplete { .. } => Status::Timeout,
+        GilError::InvalidConfig { .. } => Status::Config,
+        GilError::InsideAction { .. } => Status::InsideAction,
+        GilError::InsideHook { .. } => Status::InsideHook,
+        GilError::InsideRegion { .. } => Status::InsideRegion,
+        GilError::NotInRegion { .. } => Status::Arg,
+        // `GilError` is non-exhaustive: a condition added later is a state error until
+        // it gets a status of its own here.
+        _ => Status::State,
     }
 }
 
-fn fail(e: GilError) -> i32 {
-    set_error(&e.to_string());
-    code_of(&e)
+/// Records `e` as the thread's last error and returns its code.
+fn fail_with(e: GilError) -> i32 {
+    fail(status_of(&e), &e.to_string())
 }
 
+/// Records an invalid argument and returns `GIL_ERR_INVALID_ARGUMENT`.
 fn invalid(msg: &str) -> i32 {
-    set_error(msg);
-    GIL_ERR_INVALID_ARGUMENT
+    fail(Status::Arg, msg)
 }
 
-/// Runs `f`, turning a panic into `GIL_ERR_PANIC`.
+/// Runs the body of the C entry `name` under the shared panic guard: a panic becomes
+/// `GIL_ERR_PANIC` and a message naming it.
 fn guarded(name: &str, f: impl FnOnce() -> i32) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(code) => code,
-        Err(_) => {
-            set_error(&format!(
-                "{name}: internal panic (caught at the C boundary)"
-            ));
-            GIL_ERR_PANIC
-        }
-    }
+    guard(name, GIL_ERR_PANIC, f)
 }
 
-/// # Safety
-/// `gil` is null or a pointer from `gil_new` not yet deleted.
-unsafe fn gil_ref<'a>(gil: *const gil_t, func: &str) -> Result<&'a Gil, i32> {
-    // SAFETY: the caller passes null or a live pointer from gil_new.
-    match unsafe { gil.as_ref() } {
-        Some(g) => Ok(&g.gil),
-        None => Err(invalid(&format!("{func}: gil is NULL"))),
-    }
+/// The GIL behind a `gil_t` handle (the `Arc` keeps it alive for the call even if
+/// another thread deletes the handle meanwhile), or `GIL_ERR_INVALID_ARGUMENT` with a
+/// message for a NULL, deleted or wrong-kind handle.
+fn gil_ref(gil: *const gil_t, func: &str) -> Result<Arc<gil_t>, i32> {
+    HANDLES
+        .get(gil)
+        .map_err(|e| invalid(&format!("{func}: {}", e.for_param("gil"))))
 }
 
 /// # Safety
@@ -200,9 +204,7 @@ unsafe fn opt_str(s: *const c_char) -> Option<String> {
 /// thread's next failing call.
 #[no_mangle]
 pub extern "C" fn gil_last_error() -> *const c_char {
-    LAST_ERROR
-        .try_with(|e| e.borrow().as_ptr())
-        .unwrap_or(c"".as_ptr())
+    ffi_support::last_error_ptr()
 }
 
 /// Creates a GIL. `switch_interval_us` 0 means no switch requests.
@@ -230,12 +232,12 @@ pub unsafe extern "C" fn gil_new(
         };
         match Gil::with_config(config) {
             Ok(gil) => {
-                let p = Box::into_raw(Box::new(gil_t { gil }));
+                let p = HANDLES.register(gil_t { gil });
                 // SAFETY: out is non-null and writable per the contract.
                 unsafe { out.write(p) };
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
@@ -243,22 +245,26 @@ pub unsafe extern "C" fn gil_new(
 /// Frees this handle: no thread may pass the pointer to any call afterwards
 /// (`gil_release` and `gil_detach` included); a thread blocked inside a call at that
 /// moment finishes it (the GIL's state lives until no thread needs it). Call
-/// `gil_shutdown` first, then delete once every thread has detached. NULL is ignored.
-///
-/// # Safety
-/// `gil` is null or from `gil_new` and not used afterwards.
+/// `gil_shutdown` first, then delete once every thread has detached. NULL is ignored; a
+/// deleted or unknown handle is left alone with a message for `gil_last_error()` (and a
+/// later call with a deleted handle gets `GIL_ERR_INVALID_ARGUMENT`, unless a new handle
+/// reuses the address).
 #[no_mangle]
-pub unsafe extern "C" fn gil_delete(gil: *mut gil_t) {
-    if !gil.is_null() {
-        // SAFETY: from Box::into_raw in gil_new, deleted once per the contract.
-        drop(unsafe { Box::from_raw(gil) });
+pub extern "C" fn gil_delete(gil: *mut gil_t) {
+    if gil.is_null() {
+        return;
     }
+    guard("gil_delete", (), || {
+        if let Err(e) = HANDLES.remove(gil) {
+            invalid(&format!("gil_delete: {}", e.for_param("gil")));
+        }
+    })
 }
 
 /// Attaches the calling thread under `name` (NULL: the OS thread name).
 ///
 /// # Safety
-/// `gil` from `gil_new`; `name` null or NUL-terminated; `thread_id_out` null or writable.
+/// `gil` any pointer (checked against the live handles); `name` null or NUL-terminated; `thread_id_out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_attach(
     gil: *mut gil_t,
@@ -266,11 +272,11 @@ pub unsafe extern "C" fn gil_attach(
     thread_id_out: *mut u64,
 ) -> i32 {
     guarded("gil_attach", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_attach") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_attach") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         // SAFETY: per the contract.
         let name = unsafe { opt_str(name) }.unwrap_or_else(|| {
             std::thread::current()
@@ -286,23 +292,21 @@ pub unsafe extern "C" fn gil_attach(
                 }
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
 /// Detaches the calling thread (releasing the GIL if it holds it).
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_detach(gil: *mut gil_t) -> i32 {
+pub extern "C" fn gil_detach(gil: *mut gil_t) -> i32 {
     guarded("gil_detach", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_detach") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_detach") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         match gil.current() {
             Some(h) => {
                 h.detach();
@@ -314,25 +318,27 @@ pub unsafe extern "C" fn gil_detach(gil: *mut gil_t) -> i32 {
 }
 
 fn invalid_not_attached(gil: &Gil, func: &str) -> i32 {
-    set_error(&format!(
-        "{func}: the calling thread is not attached to GIL {}",
-        gil.name()
-    ));
-    GIL_ERR_NOT_ATTACHED
+    fail(
+        Status::NotAttached,
+        &format!(
+            "{func}: the calling thread is not attached to GIL {}",
+            gil.name()
+        ),
+    )
 }
 
 /// The calling thread's id within the GIL.
 ///
 /// # Safety
-/// `gil` from `gil_new`; `thread_id_out` writable.
+/// `gil` any pointer (checked against the live handles); `thread_id_out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_current_thread(gil: *const gil_t, thread_id_out: *mut u64) -> i32 {
     guarded("gil_current_thread", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_current_thread") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_current_thread") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if thread_id_out.is_null() {
             return invalid("gil_current_thread: thread_id_out is NULL");
         }
@@ -350,15 +356,15 @@ pub unsafe extern "C" fn gil_current_thread(gil: *const gil_t, thread_id_out: *m
 /// Takes the GIL; `*acquired_out` is 1 if this call took it, 0 if the thread held it.
 ///
 /// # Safety
-/// `gil` from `gil_new`; `acquired_out` writable.
+/// `gil` any pointer (checked against the live handles); `acquired_out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_acquire(gil: *mut gil_t, acquired_out: *mut i32) -> i32 {
     guarded("gil_acquire", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_acquire") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_acquire") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if acquired_out.is_null() {
             return invalid("gil_acquire: acquired_out is NULL");
         }
@@ -368,26 +374,24 @@ pub unsafe extern "C" fn gil_acquire(gil: *mut gil_t, acquired_out: *mut i32) ->
                 unsafe { acquired_out.write(i32::from(a)) };
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
 /// Releases the GIL if `acquired` is non-zero (what `gil_acquire` reported).
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_release(gil: *mut gil_t, acquired: i32) -> i32 {
+pub extern "C" fn gil_release(gil: *mut gil_t, acquired: i32) -> i32 {
     guarded("gil_release", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_release") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_release") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         match gil.release(acquired != 0) {
             Ok(()) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
@@ -395,15 +399,15 @@ pub unsafe extern "C" fn gil_release(gil: *mut gil_t, acquired: i32) -> i32 {
 /// Takes the GIL from any thread, attaching it if needed (`PyGILState_Ensure`).
 ///
 /// # Safety
-/// `gil` from `gil_new`; `state_out` writable.
+/// `gil` any pointer (checked against the live handles); `state_out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_ensure(gil: *mut gil_t, state_out: *mut gil_ensure_state_t) -> i32 {
     guarded("gil_ensure", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_ensure") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_ensure") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if state_out.is_null() {
             return invalid("gil_ensure: state_out is NULL");
         }
@@ -417,23 +421,21 @@ pub unsafe extern "C" fn gil_ensure(gil: *mut gil_t, state_out: *mut gil_ensure_
                 unsafe { state_out.write(c) };
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
 /// Undoes `gil_ensure` (`PyGILState_Release`).
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_ensure_release(gil: *mut gil_t, state: gil_ensure_state_t) -> i32 {
+pub extern "C" fn gil_ensure_release(gil: *mut gil_t, state: gil_ensure_state_t) -> i32 {
     guarded("gil_ensure_release", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_ensure_release") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_ensure_release") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if state.acquired > 1 || state.attached > 1 {
             return invalid("gil_ensure_release: state was not produced by gil_ensure");
         }
@@ -443,57 +445,57 @@ pub unsafe extern "C" fn gil_ensure_release(gil: *mut gil_t, state: gil_ensure_s
         };
         match gil.ensure_release(s) {
             Ok(()) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
 /// A safepoint: runs pending actions, honours switch requests; `GIL_ERR_STOPPED` /
 /// `GIL_ERR_SHUT_DOWN` tell the thread to unwind.
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_poll(gil: *mut gil_t) -> i32 {
+pub extern "C" fn gil_poll(gil: *mut gil_t) -> i32 {
     guarded("gil_poll", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_poll") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_poll") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         match gil.poll() {
             Ok(()) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
-/// 1 if the calling thread holds the GIL, else 0 (also for a NULL gil).
-///
-/// # Safety
-/// `gil` null or from `gil_new`.
+/// 1 if the calling thread holds the GIL, else 0 (also for a NULL or invalid gil, with a
+/// message for `gil_last_error()` for an invalid one).
 #[no_mangle]
-pub unsafe extern "C" fn gil_holds(gil: *const gil_t) -> i32 {
-    // SAFETY: per the contract.
-    match unsafe { gil.as_ref() } {
-        Some(g) => i32::from(g.gil.current().is_some_and(|h| h.holds_gil())),
-        None => 0,
-    }
+pub extern "C" fn gil_holds(gil: *const gil_t) -> i32 {
+    guard("gil_holds", 0, || {
+        if gil.is_null() {
+            return 0;
+        }
+        match gil_ref(gil, "gil_holds") {
+            Ok(h) => i32::from(h.gil.current().is_some_and(|t| t.holds_gil())),
+            Err(_) => 0,
+        }
+    })
 }
 
 /// Enters a blocking region: releases the GIL if held. `*token_out` goes to
 /// `gil_blocking_leave`. Inside, call `gil_poll` to run pending actions.
 ///
 /// # Safety
-/// `gil` from `gil_new`; `token_out` writable.
+/// `gil` any pointer (checked against the live handles); `token_out` writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_blocking_enter(gil: *mut gil_t, token_out: *mut i32) -> i32 {
     guarded("gil_blocking_enter", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_blocking_enter") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_blocking_enter") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if token_out.is_null() {
             return invalid("gil_blocking_enter: token_out is NULL");
         }
@@ -511,23 +513,21 @@ pub unsafe extern "C" fn gil_blocking_enter(gil: *mut gil_t, token_out: *mut i32
                 unsafe { token_out.write(TOKEN_MAGIC | i32::from(held)) };
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
 /// Leaves a blocking region: runs pending actions and re-takes the GIL if it was held.
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_blocking_leave(gil: *mut gil_t, token: i32) -> i32 {
+pub extern "C" fn gil_blocking_leave(gil: *mut gil_t, token: i32) -> i32 {
     guarded("gil_blocking_leave", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_blocking_leave") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_blocking_leave") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if token & !1 != TOKEN_MAGIC {
             return invalid(&format!(
                 "gil_blocking_leave: token {token:#x} was not produced by gil_blocking_enter"
@@ -539,7 +539,7 @@ pub unsafe extern "C" fn gil_blocking_leave(gil: *mut gil_t, token: i32) -> i32 
         let left = h.current_region().and_then(|region| region.leave());
         match left {
             Ok(()) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
@@ -579,7 +579,7 @@ impl Drop for CAction {
 /// action is not waited for).
 ///
 /// # Safety
-/// `gil` from `gil_new`; `fn_` callable from any attached thread with `data`; `out`
+/// `gil` any pointer (checked against the live handles); `fn_` callable from any attached thread with `data`; `out`
 /// null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_submit_action(
@@ -591,11 +591,11 @@ pub unsafe extern "C" fn gil_submit_action(
     out: *mut *mut gil_action_t,
 ) -> i32 {
     guarded("gil_submit_action", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_submit_action") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_submit_action") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         let Some(f) = fn_ else {
             return invalid("gil_submit_action: fn_ is NULL");
         };
@@ -614,13 +614,13 @@ pub unsafe extern "C" fn gil_submit_action(
         match result {
             Ok(action) => {
                 if !out.is_null() {
-                    let p = Box::into_raw(Box::new(gil_action_t { action }));
+                    let p = HANDLES.register(gil_action_t { action });
                     // SAFETY: non-null and writable per the contract.
                     unsafe { out.write(p) };
                 }
                 GIL_OK
             }
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
@@ -629,7 +629,7 @@ pub unsafe extern "C" fn gil_submit_action(
 /// `*report_out` (may be NULL) either way. `GIL_ERR_TIMEOUT` if targets are pending.
 ///
 /// # Safety
-/// `action` from `gil_submit_action`; `report_out` null or writable.
+/// `action` any pointer (checked against the live handles); `report_out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_action_wait(
     action: *const gil_action_t,
@@ -637,9 +637,9 @@ pub unsafe extern "C" fn gil_action_wait(
     report_out: *mut gil_action_report_t,
 ) -> i32 {
     guarded("gil_action_wait", || {
-        // SAFETY: null or a live action per the contract.
-        let Some(a) = (unsafe { action.as_ref() }) else {
-            return invalid("gil_action_wait: action is NULL");
+        let a = match HANDLES.get(action) {
+            Ok(a) => a,
+            Err(e) => return invalid(&format!("gil_action_wait: {}", e.for_param("action"))),
         };
         let result = a.action.wait(Duration::from_micros(timeout_us));
         let r = a.action.report();
@@ -655,38 +655,38 @@ pub unsafe extern "C" fn gil_action_wait(
         }
         match result {
             Ok(_) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
 
-/// Deletes an action handle (the action still runs where pending). NULL is ignored.
-///
-/// # Safety
-/// `action` null or from `gil_submit_action`, not used afterwards.
+/// Deletes an action handle (the action still runs where pending). NULL is ignored; a
+/// deleted or unknown handle is left alone with a message for `gil_last_error()`.
 #[no_mangle]
-pub unsafe extern "C" fn gil_action_delete(action: *mut gil_action_t) {
-    if !action.is_null() {
-        // SAFETY: from Box::into_raw in gil_submit_action, deleted once.
-        drop(unsafe { Box::from_raw(action) });
+pub extern "C" fn gil_action_delete(action: *mut gil_action_t) {
+    if action.is_null() {
+        return;
     }
+    guard("gil_action_delete", (), || {
+        if let Err(e) = HANDLES.remove(action) {
+            invalid(&format!("gil_action_delete: {}", e.for_param("action")));
+        }
+    })
 }
 
 /// Asks thread `thread_id` to stop (its GIL calls then return `GIL_ERR_STOPPED`).
-///
-/// # Safety
-/// `gil` from `gil_new`.
+/// `gil` is checked against the live handles.
 #[no_mangle]
-pub unsafe extern "C" fn gil_request_stop(gil: *mut gil_t, thread_id: u64) -> i32 {
+pub extern "C" fn gil_request_stop(gil: *mut gil_t, thread_id: u64) -> i32 {
     guarded("gil_request_stop", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_request_stop") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_request_stop") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         match gil.request_stop(ThreadId::from_u64(thread_id)) {
             Ok(()) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
 }
@@ -728,7 +728,7 @@ impl GilHooks for CHooks {
 /// Installs block/unblock hooks (either may be NULL; both NULL removes them).
 ///
 /// # Safety
-/// `gil` from `gil_new`; the hooks callable from any attached thread with `data`.
+/// `gil` any pointer (checked against the live handles); the hooks callable from any attached thread with `data`.
 #[no_mangle]
 pub unsafe extern "C" fn gil_set_hooks(
     gil: *mut gil_t,
@@ -737,11 +737,11 @@ pub unsafe extern "C" fn gil_set_hooks(
     data: *mut c_void,
 ) -> i32 {
     guarded("gil_set_hooks", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_set_hooks") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_set_hooks") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         if on_block.is_none() && on_unblock.is_none() {
             gil.set_hooks(None);
         } else {
@@ -760,7 +760,7 @@ pub unsafe extern "C" fn gil_set_hooks(
 /// `*report_out` (may be NULL). `GIL_ERR_TIMEOUT` if threads are stuck inside.
 ///
 /// # Safety
-/// `gil` from `gil_new`; `report_out` null or writable.
+/// `gil` any pointer (checked against the live handles); `report_out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gil_shutdown(
     gil: *mut gil_t,
@@ -768,14 +768,14 @@ pub unsafe extern "C" fn gil_shutdown(
     report_out: *mut gil_shutdown_report_t,
 ) -> i32 {
     guarded("gil_shutdown", || {
-        // SAFETY: per the contract.
-        let gil = match unsafe { gil_ref(gil, "gil_shutdown") } {
-            Ok(g) => g,
+        let handle = match gil_ref(gil, "gil_shutdown") {
+            Ok(h) => h,
             Err(c) => return c,
         };
+        let gil = &handle.gil;
         let report = match gil.shutdown(Duration::from_micros(timeout_us)) {
             Ok(r) => r,
-            Err(e) => return fail(e),
+            Err(e) => return fail_with(e),
         };
         if !report_out.is_null() {
             let mut c = gil_shutdown_report_t {
@@ -795,7 +795,60 @@ pub unsafe extern "C" fn gil_shutdown(
         }
         match report.into_result() {
             Ok(_) => GIL_OK,
-            Err(e) => fail(e),
+            Err(e) => fail_with(e),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CStr;
+
+    fn last_error() -> String {
+        // SAFETY: the thread's message, valid until its next failure.
+        unsafe { CStr::from_ptr(gil_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn a_panic_in_an_entry_is_gil_err_panic_with_a_message() {
+        std::panic::set_hook(Box::new(|_| {}));
+        assert_eq!(guarded("gil_poll", || panic!("boom")), GIL_ERR_PANIC);
+        assert_eq!(
+            last_error(),
+            "gil_poll: internal panic (caught at the C boundary): boom"
+        );
+    }
+
+    #[test]
+    fn handles_are_checked_and_the_codes_keep_their_values() {
+        let mut g: *mut gil_t = std::ptr::null_mut();
+        // SAFETY: a NULL name and a writable out pointer.
+        assert_eq!(unsafe { gil_new(std::ptr::null(), 0, &mut g) }, GIL_OK);
+        assert_eq!(gil_poll(g.cast()), GIL_ERR_NOT_ATTACHED);
+        let action = g.cast::<gil_action_t>();
+        // SAFETY: a pointer the registry checks; no report to write.
+        let rc = unsafe { gil_action_wait(action, 0, std::ptr::null_mut()) };
+        assert_eq!(rc, GIL_ERR_INVALID_ARGUMENT);
+        assert!(
+            last_error().contains("is a GIL handle where a action handle is expected"),
+            "{}",
+            last_error()
+        );
+        gil_delete(g);
+        assert_eq!(gil_poll(g), GIL_ERR_INVALID_ARGUMENT);
+        assert!(last_error().contains("not a live GIL handle"));
+        // The values C programs compiled against the old header see.
+        assert_eq!(
+            [
+                GIL_ERR_SHUT_DOWN,
+                GIL_ERR_UNKNOWN_THREAD,
+                GIL_ERR_PANIC,
+                GIL_ERR_INSIDE_REGION
+            ],
+            [-2, -7, -9, -14]
+        );
+    }
 }

@@ -1,6 +1,7 @@
-//! Builds `tests/c/gil_prog.c` with `cc` against `include/gil.h`, links it with the
-//! crate's cdylib (`libgil.so`, built for the test) and runs it; then runs it again under valgrind
-//! (required and run when `GIL_VALGRIND=1`, as `cargo xtask test` sets; skipped otherwise).
+//! Builds `tests/c/gil_prog.c` with `cc` against `gil/include/gil.h`, links it with
+//! `libgil.so` (the `artifact/` crate's cdylib, built for the test) and runs it; then runs
+//! it again under valgrind (required and run when `GIL_VALGRIND=1`, as `cargo xtask test`
+//! sets; skipped otherwise).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,12 +10,15 @@ use test_support::{cdylib_dir, run_ok, valgrind, valgrind_requested, CProgram};
 /// Builds the program as `name` (each test its own file: tests run in parallel).
 fn build(name: &str) -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    let lib = cdylib_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/artifact"),
+        env!("CARGO_TARGET_TMPDIR"),
+    );
     CProgram::new(
         manifest.join("tests/c/gil_prog.c"),
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
     )
-    .include(manifest.join("include"))
+    .include(manifest.join("../include"))
     .link(lib, "gil")
     .build()
 }

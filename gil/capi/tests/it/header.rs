@@ -1,10 +1,21 @@
-//! `include/gil.h` must match `src/capi.rs`: the same functions with the same parameter
-//! names and types, the same structs with the same fields, the same function-pointer
-//! typedefs and the same constants. Each side is parsed and the Rust types are mapped to
-//! their C spelling; any drift fails with the item that differs.
+//! `gil/include/gil.h` must match `src/lib.rs`: the same functions with the same
+//! parameter names and types, the same structs with the same fields, the same
+//! function-pointer typedefs and the same constants (the same shared status under each
+//! name, and the values compiled). Each side is parsed and the Rust types are mapped to
+//! their C spelling; any drift fails with the item that differs. The checks every C layer
+//! shares (test-support: the status block of ffi-support verbatim, cbindgen's
+//! declarations compiled with the header's, the function lists) run here too.
 
+use ffi_support::Status;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use test_support::{
+    check_constants, check_header_block, header_functions, rust_c_functions, DeclarationCheck,
+};
+
+fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../include")
+}
 
 fn read(rel: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
@@ -189,13 +200,27 @@ fn rust_structs(src: &str) -> BTreeMap<String, Vec<(String, String)>> {
     out
 }
 
-fn rust_consts(src: &str) -> BTreeMap<String, i64> {
+/// `pub const NAME: T = value;` lines: name -> the value as C spells it (a shared status
+/// `Status::X.code()` is its `RT_*` name).
+fn rust_consts(src: &str) -> BTreeMap<String, String> {
     src.lines()
         .filter_map(|l| l.trim().strip_prefix("pub const "))
         .map(|rest| {
             let (name, v) = rest.split_once(':').unwrap();
             let value = v.split_once('=').unwrap().1.trim().trim_end_matches(';');
-            (name.trim().to_string(), value.parse().unwrap())
+            let value = match value
+                .strip_prefix("Status::")
+                .and_then(|v| v.strip_suffix(".code()"))
+            {
+                Some(variant) => Status::ALL
+                    .into_iter()
+                    .find(|s| format!("{s:?}") == variant)
+                    .unwrap_or_else(|| panic!("no status {variant}"))
+                    .c_name()
+                    .to_string(),
+                None => value.to_string(),
+            };
+            (name.trim().to_string(), value)
         })
         .collect()
 }
@@ -220,7 +245,7 @@ type Items = (
     BTreeMap<String, Sig>,
     BTreeMap<String, Sig>,
     Structs,
-    BTreeMap<String, i64>,
+    BTreeMap<String, String>,
 );
 
 fn c_items(h: &str) -> Items {
@@ -233,7 +258,7 @@ fn c_items(h: &str) -> Items {
             let mut parts = def.split_whitespace();
             let name = format!("GIL_{}", parts.next().unwrap());
             if let Some(v) = parts.next() {
-                consts.insert(name, v.parse().unwrap());
+                consts.insert(name, v.to_string());
             }
         } else if !t.starts_with('#') && t != "extern \"C\" {" && t != "}" {
             rest_lines.push(t.to_string());
@@ -274,6 +299,9 @@ fn c_items(h: &str) -> Items {
     }
     for decl in joined.split(';').map(str::trim).filter(|d| !d.is_empty()) {
         if let Some(def) = decl.strip_prefix("typedef ") {
+            if !def.contains("(*") {
+                continue; // a plain typedef (the shared block's rt_status)
+            }
             let star = def.find("(*").unwrap();
             let name_end = def[star..].find(')').unwrap() + star;
             let name = def[star + 2..name_end].trim().to_string();
@@ -298,8 +326,8 @@ fn c_items(h: &str) -> Items {
 
 #[test]
 fn header_matches_rust_side() {
-    let rust = read("src/capi.rs");
-    let header = read("include/gil.h");
+    let rust = read("src/lib.rs");
+    let header = read("../include/gil.h");
     let (c_fns, c_types, c_structs, c_consts) = c_items(&header);
 
     let r_fns = rust_functions(&rust);
@@ -310,7 +338,7 @@ fn header_matches_rust_side() {
     assert_eq!(
         r_fns.keys().collect::<Vec<_>>(),
         c_fns.keys().collect::<Vec<_>>(),
-        "function names differ between capi.rs and gil.h"
+        "function names differ between src/lib.rs and gil.h"
     );
     for (name, sig) in &r_fns {
         assert_eq!(Some(sig), c_fns.get(name), "signature of {name} differs");
@@ -326,8 +354,8 @@ fn header_matches_rust_side() {
 
 #[test]
 fn checker_catches_drift() {
-    let rust = read("src/capi.rs");
-    let header = read("include/gil.h");
+    let rust = read("src/lib.rs");
+    let header = read("../include/gil.h");
     // A changed parameter type, a changed constant and a changed field must all show.
     let (c_fns, _, c_structs, c_consts) = c_items(&header.replace(
         "int32_t gil_release(gil_t *gil, int32_t acquired);",
@@ -337,11 +365,94 @@ fn checker_catches_drift() {
         rust_functions(&rust).get("gil_release"),
         c_fns.get("gil_release")
     );
-    let (_, _, _, c_consts2) =
-        c_items(&header.replace("#define GIL_ERR_TIMEOUT -8", "#define GIL_ERR_TIMEOUT -80"));
+    let (_, _, _, c_consts2) = c_items(&header.replace(
+        "#define GIL_ERR_TIMEOUT RT_ERR_TIMEOUT",
+        "#define GIL_ERR_TIMEOUT RT_ERR_PANIC",
+    ));
     assert_ne!(rust_consts(&rust), c_consts2);
     assert_eq!(rust_consts(&rust), c_consts);
     let (_, _, c_structs2, _) = c_items(&header.replace("uint32_t stuck;", "uint64_t stuck;"));
     assert_ne!(rust_structs(&rust), c_structs2);
     assert_eq!(rust_structs(&rust), c_structs);
+}
+
+#[test]
+fn the_shared_status_block_is_ffi_supports() {
+    if let Err(e) = check_header_block(&include_dir().join("gil.h"), &ffi_support::c_block()) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn cbindgens_declarations_compile_with_the_headers() {
+    let rust = read("src/lib.rs");
+    assert_eq!(
+        header_functions(&read("../include/gil.h")),
+        rust_c_functions(&rust),
+        "gil.h vs src/lib.rs"
+    );
+    let check = DeclarationCheck::new(env!("CARGO_MANIFEST_DIR"), include_dir(), "gil.h")
+        .exclude(&[
+            "gil_t",
+            "gil_action_t",
+            "gil_ensure_state_t",
+            "gil_action_ctx_t",
+            "gil_action_report_t",
+            "gil_shutdown_report_t",
+            "Option_gil_action_fn",
+            "Option_gil_free_fn",
+            "Option_gil_hook_fn",
+        ])
+        // cbindgen spells a nullable function-pointer alias as an unknown struct.
+        .replace("Option_gil_action_fn", "gil_action_fn")
+        .replace("Option_gil_free_fn", "gil_free_fn")
+        .replace("Option_gil_hook_fn", "gil_hook_fn");
+    if let Err(e) = check.run() {
+        panic!("{e}");
+    }
+    // The check can fail: a changed return type is a conflicting declaration.
+    let wrong = check
+        .clone()
+        .replace("int32_t gil_poll(", "int64_t gil_poll(");
+    assert!(wrong.run().unwrap_err().contains("conflicting types"));
+}
+
+#[test]
+fn the_constants_have_the_rust_values() {
+    use gil_capi::*;
+    macro_rules! values {
+        ($($c:ident),* $(,)?) => { vec![$((stringify!($c).to_string(), format!("{}", $c))),*] };
+    }
+    let checks = values![
+        GIL_OK,
+        GIL_ERR_INVALID_ARGUMENT,
+        GIL_ERR_SHUT_DOWN,
+        GIL_ERR_STOPPED,
+        GIL_ERR_NOT_ATTACHED,
+        GIL_ERR_ALREADY_ATTACHED,
+        GIL_ERR_NOT_HOLDER,
+        GIL_ERR_UNKNOWN_THREAD,
+        GIL_ERR_TIMEOUT,
+        GIL_ERR_PANIC,
+        GIL_ERR_INVALID_CONFIG,
+        GIL_ERR_ALREADY_SHUT_DOWN,
+        GIL_ERR_INSIDE_ACTION,
+        GIL_ERR_INSIDE_HOOK,
+        GIL_ERR_INSIDE_REGION,
+        GIL_ALL_THREADS,
+        GIL_BLOCK_WAITING_FOR_GIL,
+        GIL_BLOCK_BLOCKING_REGION,
+    ];
+    let names: std::collections::BTreeSet<String> = checks.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(
+        names,
+        rust_consts(&read("src/lib.rs")).into_keys().collect(),
+        "every constant of src/lib.rs is checked"
+    );
+    if let Err(e) = check_constants("gil.h", &[&include_dir()], &checks) {
+        panic!("gil.h's constants differ from the Rust values:\n{e}");
+    }
+    // Values that differ fail.
+    let wrong = vec![("GIL_ERR_TIMEOUT".to_string(), "-80".to_string())];
+    assert!(check_constants("gil.h", &[&include_dir()], &wrong).is_err());
 }

@@ -1,10 +1,13 @@
-//! `include/refbridge_python.h` is written by hand (CPython's names, inline fast paths),
-//! so this test keeps it from drifting from the Rust side:
+//! `refbridge/include/refbridge_python.h` is written by hand (CPython's names, inline
+//! fast paths), so this test keeps it from drifting from the Rust side, with the checks
+//! every C layer of the workspace shares (test-support):
 //!
-//! - the functions it declares are exactly the `extern "C"` functions of `src/capi.rs`
-//!   (and `c_abi_symbols()` lists the same), and cbindgen's declarations of those
-//!   functions compile in one C translation unit with the header's (a parameter or
+//! - the functions it declares are exactly the `extern "C"` functions of `src/lib.rs`
+//!   (and `refbridge_capi::symbols()` lists the same), and cbindgen's declarations of
+//!   those functions compile in one C translation unit with the header's (a parameter or
 //!   return type that differs is a "conflicting types" error);
+//! - it carries ffi-support's status block verbatim, and its `RB_*` status names are the
+//!   Rust values;
 //! - the constants and every struct's size and field offsets are the Rust values
 //!   (`_Static_assert`s generated from `abi.rs`, compiled);
 //! - the inline `Py_INCREF`/`Py_DECREF` take their one slow path (`_Py_Dealloc`, with
@@ -19,10 +22,17 @@ use std::collections::BTreeSet;
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Command;
-use test_support::{c_syntax_check, CProgram};
+use test_support::{
+    c_syntax_check, check_constants, check_header_block, header_functions, rust_c_functions,
+    CProgram, DeclarationCheck,
+};
 
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn include_dir() -> PathBuf {
+    crate_dir().join("../include")
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -31,142 +41,80 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
-/// Names of the `extern "C"` functions defined in capi.rs.
-fn rust_functions() -> BTreeSet<String> {
-    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
-    src.lines()
-        .filter_map(|l| l.trim_start().strip_prefix("pub "))
-        .filter_map(|l| l.split("extern \"C\" fn ").nth(1))
-        .map(|r| r.split('(').next().unwrap().to_string())
-        .collect()
+fn rust_source() -> String {
+    std::fs::read_to_string(crate_dir().join("src/lib.rs")).unwrap()
 }
 
-/// The value of `pub const NAME: <type> = <value>;` in capi.rs (the C ABI's own
+/// The value of `pub const NAME: <type> = <value>;` in src/lib.rs (the C ABI's own
 /// constants are not part of the Rust API).
 fn rust_constant(name: &str) -> String {
-    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let src = rust_source();
     let prefix = format!("pub const {name}:");
     let line = src
         .lines()
         .find(|l| l.trim_start().starts_with(&prefix))
-        .unwrap_or_else(|| panic!("{name} is not a constant of src/capi.rs"));
+        .unwrap_or_else(|| panic!("{name} is not a constant of src/lib.rs"));
     let value = line.split('=').nth(1).unwrap().trim().trim_end_matches(';');
     value.to_string()
 }
 
-/// Function names declared in the header (not typedefs, not static inline ones).
-fn header_functions(text: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut decl = String::new();
-    let mut depth = 0i32;
-    let mut in_cplusplus = false;
-    for line in text.lines() {
-        let t = line.trim();
-        if t.starts_with("#ifdef __cplusplus") {
-            in_cplusplus = true;
-        }
-        if in_cplusplus {
-            in_cplusplus = !t.starts_with("#endif");
-            continue;
-        }
-        if t.starts_with('#') || t.starts_with("/*") || t.starts_with('*') || t.is_empty() {
-            continue;
-        }
-        depth += t.matches('{').count() as i32 - t.matches('}').count() as i32;
-        if depth > 0 || t.starts_with('}') {
-            decl.clear();
-            continue;
-        }
-        decl.push_str(t);
-        decl.push(' ');
-        if t.ends_with(';') {
-            if !decl.starts_with("typedef") && !decl.starts_with("static") && decl.contains('(') {
-                let before = decl.split('(').next().unwrap();
-                let name = before
-                    .rsplit(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .next()
-                    .unwrap();
-                names.insert(name.to_string());
-            }
-            decl.clear();
-        }
-    }
-    names
-}
-
 #[test]
 fn the_header_declares_exactly_the_exported_functions_with_their_rust_types() {
-    let header = std::fs::read_to_string(crate_dir().join("include/refbridge_python.h")).unwrap();
+    let header = std::fs::read_to_string(include_dir().join("refbridge_python.h")).unwrap();
     let declared = header_functions(&header);
-    let rust = rust_functions();
-    assert_eq!(declared, rust, "header vs src/capi.rs");
-    let listed: BTreeSet<String> = refbridge::c_abi_symbols()
+    let rust = rust_c_functions(&rust_source());
+    assert_eq!(declared, rust, "header vs src/lib.rs");
+    let listed: BTreeSet<String> = refbridge_capi::symbols()
         .into_iter()
         .map(|(n, _)| n.to_string())
         .collect();
-    assert_eq!(listed, rust, "c_abi_symbols() vs src/capi.rs");
+    assert_eq!(listed, rust, "symbols() vs src/lib.rs");
 
-    let config = cbindgen::Config {
-        language: cbindgen::Language::C,
-        style: cbindgen::Style::Tag,
-        usize_is_size_t: true,
-        export: cbindgen::ExportConfig {
-            exclude: [
-                "PyObject",
-                "PyVarObject",
-                "PyTypeObject",
-                "PyGCHead",
-                "Stub",
-                "PySsizeT",
-                "VisitProc",
-                "TraverseProc",
-                "Inquiry",
-                "Destructor",
-                "FreeFunc",
-                "MemAccount",
-                "RB_DEBUG",
-                "RB_NO_AUTO_COLLECT",
-            ]
-            .map(String::from)
-            .to_vec(),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    cbindgen::Builder::new()
-        .with_crate(crate_dir())
-        .with_config(config)
-        .with_parse_expand(&[] as &[&str])
-        .generate()
-        .expect("cbindgen parses the crate")
-        .write(&mut out);
-    let generated = String::from_utf8(out).unwrap();
-    // Keep only the function declarations (constants of abi.rs are checked below).
-    let decls: String = generated
-        .lines()
-        .filter(|l| !l.starts_with("#define"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    let dir = tmp("drift");
-    std::fs::write(
-        dir.join("from_rust.h"),
-        format!(
-            "typedef Py_ssize_t PySsizeT;\ntypedef struct _object PyObject_;\n#define PyGCHead PyGC_Head\n{}\n",
-            decls.replace("struct PyObject", "PyObject")
-                .replace("struct PyTypeObject", "PyTypeObject")
-                .replace("struct PyVarObject", "PyVarObject")
-        ),
-    )
-    .unwrap();
-    let checked = c_syntax_check(
-        "#include \"refbridge_python.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
-        &[&crate_dir().join("include"), &dir],
-        &[],
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    if let Err(err) = checked {
-        panic!("refbridge_python.h disagrees with src/capi.rs:\n{err}\n--- cbindgen's view ---\n{decls}");
+    let check = DeclarationCheck::new(crate_dir(), include_dir(), "refbridge_python.h")
+        .exclude(&[
+            "PyObject",
+            "PyVarObject",
+            "PyTypeObject",
+            "PyGCHead",
+            "Stub",
+            "PySsizeT",
+            "VisitProc",
+            "TraverseProc",
+            "Inquiry",
+            "Destructor",
+            "FreeFunc",
+            "MemAccount",
+        ])
+        .prelude(
+            "typedef Py_ssize_t PySsizeT;\ntypedef struct _object PyObject_;\n#define PyGCHead PyGC_Head\n",
+        )
+        .replace("struct PyObject", "PyObject")
+        .replace("struct PyTypeObject", "PyTypeObject")
+        .replace("struct PyVarObject", "PyVarObject");
+    if let Err(err) = check.run() {
+        panic!("{err}");
+    }
+}
+
+#[test]
+fn the_shared_status_block_and_codes_are_ffi_supports() {
+    if let Err(e) = check_header_block(
+        &include_dir().join("refbridge_python.h"),
+        &ffi_support::c_block(),
+    ) {
+        panic!("{e}");
+    }
+    use refbridge_capi::{RB_ERR_INIT, RB_ERR_PANIC, RB_ERR_STATE, RB_OK};
+    let checks: Vec<(String, String)> = [
+        ("RB_OK", RB_OK),
+        ("RB_ERR_STATE", RB_ERR_STATE),
+        ("RB_ERR_INIT", RB_ERR_INIT),
+        ("RB_ERR_PANIC", RB_ERR_PANIC),
+    ]
+    .map(|(n, v)| (n.to_string(), v.to_string()))
+    .to_vec();
+    if let Err(e) = check_constants("refbridge_python.h", &[&include_dir()], &checks) {
+        panic!("status names differ from the Rust values:\n{e}");
     }
 }
 
@@ -234,7 +182,7 @@ fn constants_sizes_and_offsets_match_the_rust_layouts() {
     let src = format!(
         "#include <stddef.h>\n#include \"refbridge_python.h\"\n{body}int main(void) {{ return 0; }}\n"
     );
-    if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], &[]) {
+    if let Err(err) = c_syntax_check(&src, &[&include_dir()], &[]) {
         panic!("layout drift:\n{err}");
     }
 }
@@ -273,7 +221,7 @@ int main(void) {
     std::fs::write(&c, src).unwrap();
     let exe = CProgram::new(&c, dir.join("fast"))
         .flags(&["-O2"])
-        .include(crate_dir().join("include"))
+        .include(include_dir())
         .build();
     let out = Command::new(&exe).output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();

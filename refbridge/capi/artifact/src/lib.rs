@@ -1,0 +1,5 @@
+//! `librefbridge.so`: refbridge's C ABI (the `refbridge-capi` crate) as a shared library.
+//! This crate only links it; every `extern "C"` function of `refbridge-capi` is exported
+//! from here.
+
+pub use refbridge_capi;
