@@ -10,8 +10,7 @@
 
 #![allow(clippy::needless_range_loop)] // nodes are indices into several arrays
 
-mod common;
-use common::*;
+use crate::common::*;
 use gc_core::{ObjRef, Root, WeakRef};
 use refbridge::BridgeConfig;
 use refbridge::PyObject;

@@ -3,8 +3,7 @@
 //! is checked and refused with a clear error, or the function is `unsafe` (shown by a
 //! `compile_fail` doctest on it: `PyTypeObject::name`, `EnterGuard` not `Send`).
 
-mod common;
-use common::*;
+use crate::common::*;
 use gc_core::{Heap, HeapConfig};
 use refbridge::{Bridge, BridgeConfig, BridgeError};
 

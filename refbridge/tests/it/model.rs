@@ -17,8 +17,7 @@
 //! Cases: 3,000 in `cargo test` (5 to 60 operations each, plus 300 with GC-a-lot);
 //! `REFBRIDGE_FULL=1` runs 20,000 with up to 150 operations (and 5,000 with GC-a-lot).
 
-mod common;
-use common::*;
+use crate::common::*;
 use gc_core::{CollectionKind, ObjRef, Root, WeakRef};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm};

@@ -1,8 +1,7 @@
 //! The debug mode: each misuse is reported once, with the object's type and where it
 //! was made (and freed), and the program goes on; with the mode off nothing is recorded.
 
-mod common;
-use common::*;
+use crate::common::*;
 use refbridge::MANAGED_REFCNT;
 use refbridge::{BridgeConfig, ReportKind};
 
@@ -46,7 +45,7 @@ fn a_decref_of_a_freed_object_is_reported_with_where_it_was_made_and_freed() {
         "{text}"
     );
     assert!(text.contains("make_node_here"), "{text}");
-    assert!(text.contains("tests/debug.rs"), "{text}");
+    assert!(text.contains("tests/it/debug.rs"), "{text}");
     // The memory was kept (poisoned): the freed object's type is the marker type.
     // SAFETY: quarantined memory stays allocated.
     let name = unsafe { refbridge::type_name_of(n) };

@@ -3,8 +3,7 @@
 //! deallocation, pending error kept, re-entrancy), cycles on each side and across, the
 //! trashcan, errors.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gc_core::CollectionKind;
 use refbridge::{is_stub, untag, MANAGED_REFCNT, STUB_TAG};
 use refbridge::{BridgeConfig, BridgeError};
@@ -174,7 +173,7 @@ fn queue_deallocations_keep_the_pending_error_and_drop_errors_they_raise() {
     e.m.collect(CollectionKind::Full).unwrap();
     e.bridge.set_error("ValueError: pending").unwrap();
     // The deallocator raises (a node whose id says so).
-    common::raise_in_dealloc(5);
+    crate::common::raise_in_dealloc(5);
     e.bridge.drain().unwrap();
     assert_eq!(take_freed(), vec![5]);
     assert_eq!(
@@ -187,7 +186,7 @@ fn queue_deallocations_keep_the_pending_error_and_drop_errors_they_raise() {
         .debug_reports()
         .iter()
         .any(|r| r.kind == refbridge::ReportKind::UnraisableError));
-    common::raise_in_dealloc(0);
+    crate::common::raise_in_dealloc(0);
 }
 
 #[test]

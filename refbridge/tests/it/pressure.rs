@@ -5,8 +5,7 @@
 //! stays above it; an allocation that cannot fit under the cap fails with a clear error
 //! after the configured number of collections, never an abort.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gc_core::Root;
 use refbridge::BridgeConfig;
 
