@@ -685,12 +685,11 @@ fn cycles(edges: &[(String, String)]) -> Vec<Vec<String>> {
         reach[idx(a)][idx(b)] = true;
     }
     for k in 0..n {
-        for i in 0..n {
-            if reach[i][k] {
-                for j in 0..n {
-                    if reach[k][j] {
-                        reach[i][j] = true;
-                    }
+        let via_k = reach[k].clone();
+        for row in reach.iter_mut() {
+            if row[k] {
+                for (to, &r) in row.iter_mut().zip(&via_k) {
+                    *to |= r;
                 }
             }
         }
