@@ -150,7 +150,8 @@ fn load(how: &str, lib: &str) {
     let cost = Cost::start();
     match how {
         "ours" => {
-            let l = Namespace::new("bench").load(lib).expect("load");
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let l = unsafe { Namespace::new("bench").load(lib) }.expect("load");
             cost.finish();
             std::mem::forget(l);
         }
@@ -189,7 +190,8 @@ fn exported_names(lib: &str) -> Vec<String> {
 fn sym(lib: &str) {
     let names = exported_names(lib);
     let cnames: Vec<CString> = names.iter().map(|n| cstr(n)).collect();
-    let ours = Namespace::new("bench").load(lib).expect("load");
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let ours = unsafe { Namespace::new("bench").load(lib) }.expect("load");
     let c = cstr(lib);
     // SAFETY: plain dlopen.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
@@ -248,10 +250,13 @@ fn rss(lib: &str, n: usize) {
         .map(|l| l.filesz)
         .sum();
     // A first copy, so that every read-only page is already mapped once.
-    let mut keep: Vec<CustomLibrary> = vec![Namespace::new("first").load(lib).expect("load")];
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let mut keep: Vec<CustomLibrary> =
+        vec![unsafe { Namespace::new("first").load(lib) }.expect("load")];
     let (p0, r0) = memory();
     for i in 0..n {
-        keep.push(Namespace::new(&format!("copy{i}")).load(lib).expect("load"));
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        keep.push(unsafe { Namespace::new(&format!("copy{i}")).load(lib) }.expect("load"));
     }
     let (p1, r1) = memory();
     let mb = 1024.0 * 1024.0;
@@ -273,7 +278,8 @@ fn max(how: &str, lib: &str, cap: usize) {
     for i in 0..cap {
         let (init, run, save, restore): (InitFn, RunFn, SaveFn, RestoreFn) = match how {
             "ours" => {
-                let l = match Namespace::new(&format!("py{i}")).load(lib) {
+                // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+                let l = match unsafe { Namespace::new(&format!("py{i}")).load(lib) } {
                     Ok(l) => l,
                     Err(e) => {
                         println!("stopped={e}");
@@ -385,7 +391,11 @@ fn tls() {
     let gd = build("libtlsbench.so", &[]);
     let desc = build("libtlsbench_desc.so", &["-mtls-dialect=gnu2"]);
     let ns = Namespace::new("tls");
-    let ours = [ns.load(&gd).expect("load"), ns.load(&desc).expect("load")];
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let ours = [
+        unsafe { ns.load(&gd) }.expect("load"),
+        unsafe { ns.load(&desc) }.expect("load"),
+    ];
     let sys: Vec<*mut libc::c_void> = [&gd, &desc]
         .iter()
         .map(|p| {

@@ -24,7 +24,8 @@ struct Python {
 
 impl Python {
     fn new(name: &str, libpython: &str) -> Result<Python, Box<dyn std::error::Error>> {
-        let lib = Namespace::new(name).load(libpython)?;
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { Namespace::new(name).load(libpython) }?;
         let f = |n: &str| lib.sym(n).ok_or(format!("{n} not found in {libpython}"));
         // SAFETY: these C API functions have these signatures in CPython 3.11.
         let (init, save, run, ensure, release) = unsafe {

@@ -10,13 +10,14 @@
 
 use crate::boundary::guarded;
 use crate::image::{Dep, Image, ScopeItem};
-use crate::namespace::{image_containing, NsInner};
+use crate::namespace::{image_containing, namespace_containing, NsInner};
+use crate::overrides::Overrides;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// What one of our handles stands for.
 enum Target {
@@ -106,8 +107,7 @@ fn clear_system_error() {
 }
 
 fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
-    let img = image_containing(caller)?;
-    let ns = img.ns.upgrade()?;
+    let (img, ns) = namespace_containing(caller)?;
     Some((img, ns))
 }
 
@@ -265,7 +265,7 @@ fn lookup_items(
                     return Some((a, None));
                 }
             }
-            ScopeItem::Overrides => {}
+            ScopeItem::Overrides(_) => {}
         }
     }
     if fallback {
@@ -564,20 +564,45 @@ extern "C" {
     fn elf_loader_dlvsym();
 }
 
-/// The loader's entry for `name`, if custom libraries get ours instead of the system's.
-pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
-    Some(match name {
-        b"dlopen" => elf_loader_dlopen as *const () as usize,
-        b"dlsym" => elf_loader_dlsym as *const () as usize,
-        b"dlvsym" => elf_loader_dlvsym as *const () as usize,
-        b"dlerror" => dlerror_impl as *const () as usize,
-        b"dlclose" => dlclose_impl as *const () as usize,
-        b"dladdr" => dladdr_impl as *const () as usize,
-        b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
-        b"dl_iterate_phdr" => crate::phdr::iterate_entry(),
-        b"__cxa_thread_atexit" | b"__cxa_thread_atexit_impl" => {
-            crate::thread_atexit::thread_atexit as *const () as usize
-        }
-        _ => return None,
+/// The loader's entries that custom libraries get instead of the system's, by name.
+pub(crate) fn overrides() -> &'static Overrides {
+    static TABLE: OnceLock<Overrides> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let thread_atexit = cxa_thread_atexit as *const () as usize;
+        Overrides::new(vec![
+            (b"dlopen", elf_loader_dlopen as *const () as usize),
+            (b"dlsym", elf_loader_dlsym as *const () as usize),
+            (b"dlvsym", elf_loader_dlvsym as *const () as usize),
+            (b"dlerror", dlerror_impl as *const () as usize),
+            (b"dlclose", dlclose_impl as *const () as usize),
+            (b"dladdr", dladdr_impl as *const () as usize),
+            (b"__tls_get_addr", crate::tls::tls_get_addr_entry()),
+            (b"dl_iterate_phdr", crate::iterate_phdr::iterate_entry()),
+            (b"__cxa_thread_atexit", thread_atexit),
+            (b"__cxa_thread_atexit_impl", thread_atexit),
+        ])
     })
+}
+
+/// `__cxa_thread_atexit` / `__cxa_thread_atexit_impl` for custom-loaded code: the
+/// destructor of custom code pins its image and namespace (see `thread_atexit.rs`);
+/// anything else is the system's registration as it is.
+///
+/// # Safety
+/// The contract of `__cxa_thread_atexit`: `dtor(obj)` must be callable at thread exit.
+unsafe extern "C" fn cxa_thread_atexit(
+    dtor: unsafe extern "C" fn(*mut c_void),
+    obj: *mut c_void,
+    dso: *mut c_void,
+) -> c_int {
+    guarded(
+        "__cxa_thread_atexit",
+        -1,
+        |m| eprintln!("elf-loader: {m}"),
+        || {
+            let owner = namespace_containing(dso as usize).map(|(img, ns)| (img, ns.pins.clone()));
+            // SAFETY: the caller's contract.
+            unsafe { crate::thread_atexit::register(dtor, obj, dso, owner) }
+        },
+    )
 }

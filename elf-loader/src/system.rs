@@ -13,8 +13,22 @@ extern "C" {
 
 /// Something that resolves symbol names to addresses: a system library, a custom-loaded
 /// library, or anything else a user wants to put in a library's search list.
-pub trait SymbolProvider: Send + Sync {
-    /// The address of the (non-TLS) symbol `name`, if this provider defines it.
+///
+/// `sym` answers an address, not something callable: to call a function of a library,
+/// use the typed lookups [`crate::CustomLibrary::get`], [`crate::Namespace::get`] or
+/// [`SystemLibrary::get`], whose [`crate::Symbol`] keeps the library mapped.
+///
+/// # Safety
+/// Loaded code binds its references to what a provider answers and jumps there or
+/// reads there without any check: an implementation must answer, for each name, the
+/// address of a definition of that name with the type and ABI loaded code expects (a
+/// function of the C signature, an object of the layout, a TLS index of a thread-local
+/// variable), that stays valid as long as the provider is alive (loaded code that
+/// bound to it keeps the provider alive), or `None`. Answering any other address (say
+/// `0x10`) makes a library's constructor jump there.
+pub unsafe trait SymbolProvider: Send + Sync {
+    /// The address of the (non-TLS) symbol `name`, if this provider defines it (an
+    /// address: see the typed lookups to call it).
     fn sym(&self, name: &str) -> Option<usize>;
     /// The module and offset of the thread-local symbol `name`, if defined here.
     fn tls_sym(&self, name: &str) -> Option<TlsIndex>;
@@ -26,10 +40,10 @@ pub trait SymbolProvider: Send + Sync {
     }
     /// A short description for messages and traces.
     fn describe(&self) -> String;
-    /// The provider as a [`crate::CustomLibrary`], if it is one: lets
+    /// The provider as `Any`, if it is a [`crate::CustomLibrary`]: lets
     /// `add_search_library` see the search libraries behind it and refuse a cycle.
     #[doc(hidden)]
-    fn as_custom_library(&self) -> Option<&crate::CustomLibrary> {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
 }
@@ -99,7 +113,11 @@ impl SystemLibrary {
 
     /// Opens `name` (a path or a soname) with the system loader; `dlclose`d on drop.
     /// `flags` are `dlopen` flags (`RTLD_NOW` is always added).
-    pub fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
+    ///
+    /// # Safety
+    /// As libloading's `Library::open`: the system loader runs the library's (and its
+    /// dependencies') init functions, which must be safe to run in this process.
+    pub unsafe fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
         let c = CString::new(name)
             .map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
         // SAFETY: dlopen with a NUL-terminated name; the handle is checked.
@@ -160,7 +178,9 @@ impl SystemLibrary {
     /// Opens a C runtime library with `RTLD_NODELETE` (it then stays loaded, so that
     /// [`SystemLibrary::already_loaded`] can find it safely later).
     pub(crate) fn open_runtime(name: &str) -> Result<Arc<SystemLibrary>> {
-        Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE)
+        // SAFETY: the C runtime's libraries (checked by the callers): their
+        // initialisers already ran or are the ones every program runs.
+        unsafe { Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE) }
     }
 
     /// Wraps an existing `dlopen` handle; if `steal`, it is `dlclose`d on drop.
@@ -182,6 +202,20 @@ impl SystemLibrary {
     /// The raw handle.
     pub fn handle(&self) -> *mut c_void {
         self.handle
+    }
+
+    /// The symbol `name` (`dlsym` on this library) as an `F` (a function pointer or raw
+    /// pointer type) borrowing this library, so that it cannot be used after the
+    /// library is dropped (`dlclose`d).
+    ///
+    /// # Safety
+    /// `F` must be the symbol's type (the function's exact signature, or a pointer to
+    /// the object's type), as with libloading's `Library::get`. A wrong `F` is refused
+    /// only when its size is not an address's.
+    pub unsafe fn get<F: Copy>(&self, name: &str) -> Result<crate::Symbol<'_, F>> {
+        // SAFETY: the handle stays open while `self` is borrowed; the type is the
+        // caller's contract.
+        unsafe { crate::symbol::lookup(name, || self.name.clone(), |n| self.sym(n)) }
     }
 
     /// The library's own symbol table (`None` for the global scope or when it cannot
@@ -350,7 +384,9 @@ impl Drop for SystemLibrary {
     }
 }
 
-impl SymbolProvider for SystemLibrary {
+// SAFETY: the answers are the system loader's (`dlsym`/`dlvsym`, or the library's own
+// symbol table read in place), valid while the handle is open, i.e. while `self` lives.
+unsafe impl SymbolProvider for SystemLibrary {
     fn sym(&self, name: &str) -> Option<usize> {
         self.sym_versioned(name, None)
     }

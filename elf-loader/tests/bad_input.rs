@@ -53,7 +53,8 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<(), Error> {
     let path = scratch(name);
     std::fs::write(&path, bytes).unwrap();
     let ns = Namespace::new(name);
-    let r = ns.load(&path);
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let r = unsafe { ns.load(&path) };
     let out = match r {
         Ok(lib) => {
             let bump = lib.sym("bump").expect("a library that loads exports bump");
@@ -430,7 +431,8 @@ fn ifunc_resolvers_outside_code_are_errors() {
     let load = |name: &str, b: &[u8]| {
         let path = scratch(name);
         std::fs::write(&path, b).unwrap();
-        let r = Namespace::new(name).load(&path).map(|_| ());
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let r = unsafe { Namespace::new(name).load(&path) }.map(|_| ());
         std::fs::remove_file(&path).unwrap();
         (path, r)
     };
@@ -610,7 +612,8 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
         let name = format!("bad-input-tls-align-{align:x}.so");
         let path = scratch(&name);
         std::fs::write(&path, &b).unwrap();
-        let e = Namespace::new(&name).load(&path).err();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let e = unsafe { Namespace::new(&name).load(&path) }.err();
         std::fs::remove_file(&path).unwrap();
         let msg = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(
@@ -623,11 +626,15 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
     put_u64(&mut b, at, 4096);
     let path = scratch("bad-input-tls-align-page.so");
     std::fs::write(&path, &b).unwrap();
-    let lib = Namespace::new("tls-page").load(&path).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("tls-page").load(&path) }.unwrap();
     std::fs::remove_file(&path).unwrap();
     // SAFETY: `void *gd_addr(void)` in tls.c.
-    let addr: extern "C" fn() -> usize =
-        unsafe { std::mem::transmute(lib.sym("gd_addr").unwrap()) };
+    let addr: extern "C" fn() -> usize = unsafe {
+        lib.get::<extern "C" fn() -> usize>("gd_addr")
+            .unwrap()
+            .into_raw()
+    };
     let offset = lib.tls_sym("tls_gd").unwrap().offset as usize;
     assert_eq!(
         (addr() - offset) % 4096,
@@ -801,7 +808,8 @@ proptest! {
         // (its counter in .bss) make the library's code misbehave, as with any loader.
         let path = scratch("relr-random.so");
         std::fs::write(&path, &b).unwrap();
-        let loaded = Namespace::new("relr-random").load(&path).map(drop).map_err(|e| e.to_string());
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let loaded = unsafe { Namespace::new("relr-random").load(&path) }.map(drop).map_err(|e| e.to_string());
         std::fs::remove_file(&path).unwrap();
         match (&oracle, &loaded) {
             (Ok(_), Ok(())) => {}

@@ -78,7 +78,8 @@ fn libz_by_bare_name_twice() {
         .iter()
         .map(|n| {
             let ns = Namespace::new(&format!("byname-{n}"));
-            let lib = ns.load("libz.so.1").unwrap_or_else(|e| panic!("{e}"));
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load("libz.so.1") }.unwrap_or_else(|e| panic!("{e}"));
             (ns, lib)
         })
         .collect();
@@ -100,8 +101,8 @@ fn libz_by_bare_name_twice() {
         // `int uncompress(...)` (the same signature).
         let (compress, uncompress) = unsafe {
             (
-                std::mem::transmute::<usize, Compress>(lib.sym("compress").unwrap()),
-                std::mem::transmute::<usize, Compress>(lib.sym("uncompress").unwrap()),
+                lib.get::<Compress>("compress").unwrap().into_raw(),
+                lib.get::<Compress>("uncompress").unwrap().into_raw(),
             )
         };
         let input = b"by bare name, by bare name, by bare name".repeat(20);
@@ -126,8 +127,8 @@ fn libz_by_bare_name_twice() {
 
 #[test]
 fn a_name_found_nowhere_lists_what_was_searched() {
-    let e = Namespace::new("byname-missing")
-        .load("libno_such_library_anywhere.so.7")
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("byname-missing").load("libno_such_library_anywhere.so.7") }
         .err()
         .expect("not found")
         .to_string();
@@ -142,8 +143,8 @@ fn a_name_found_nowhere_lists_what_was_searched() {
     ] {
         assert!(e.contains(part), "{part:?} in {e}");
     }
-    let e = Namespace::new("byname-libc")
-        .load("libc.so.6")
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("byname-libc").load("libc.so.6") }
         .err()
         .expect("refused")
         .to_string();
@@ -155,13 +156,18 @@ fn a_name_found_nowhere_lists_what_was_searched() {
 #[test]
 fn dlopen_by_name_from_custom_code() {
     let so = common::build_so("opener", &["opener.c"], &[]);
-    let lib = Namespace::new("opener").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("opener").load(&so) }.unwrap();
     // SAFETY: `void *open_name(const char *)` in opener.c.
-    let open: extern "C" fn(*const c_char) -> *mut c_void =
-        unsafe { std::mem::transmute(lib.sym("open_name").unwrap()) };
+    let open: extern "C" fn(*const c_char) -> *mut c_void = unsafe {
+        lib.get::<extern "C" fn(*const c_char) -> *mut c_void>("open_name")
+            .unwrap()
+            .into_raw()
+    };
     assert!(!open(c"libz.so.1".as_ptr()).is_null());
     let nodeflib = nodeflib_opener();
-    let lib = Namespace::new("opener-nodeflib").load(&nodeflib).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("opener-nodeflib").load(&nodeflib) }.unwrap();
     type Open = extern "C" fn(*const c_char) -> *mut c_void;
     type Error = extern "C" fn() -> *const c_char;
     let (o, e) = (
@@ -246,7 +252,8 @@ fn child() {
     );
     // Ours, from the API: LD_LIBRARY_PATH before the cache.
     let ns = Namespace::new("byname-ldpath");
-    let lib = ns.load("libz.so.1").unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load("libz.so.1") }.unwrap();
     assert_eq!(ns.library_paths()[0], dir.join("libz.so.1"));
     assert!(lib.sym("bump").is_some(), "the counter fixture, not zlib");
     assert!(

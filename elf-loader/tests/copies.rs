@@ -19,12 +19,14 @@ fn sixty_four_copies_are_independent_and_unload_cleanly() {
     let so = common::build_so("counter", &["counter.c"], &[]);
     // Warm up anything lazily mapped by the process (allocator arenas, the fixture
     // build) before taking the reference snapshot.
-    drop(Namespace::new("warm-up").load(&so).unwrap());
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    drop(unsafe { Namespace::new("warm-up").load(&so) }.unwrap());
     let before = common::maps_snapshot();
     let mut libs = Vec::new();
     for i in 0..64 {
         let ns = Namespace::new(&format!("copy{i}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         for _ in 0..=i {
             f(&lib, "bump")();
         }

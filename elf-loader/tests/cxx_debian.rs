@@ -83,7 +83,8 @@ impl Icu {
             .unwrap()
             .to_string();
         let ns = Namespace::new(name);
-        let lib = ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
         Icu {
             _ns: ns,
             lib,
@@ -196,7 +197,8 @@ impl Rocks {
             ..DependencyPolicy::default()
         };
         let ns = Namespace::with_policy(name, policy);
-        let lib = ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
         Rocks { _ns: ns, lib }
     }
 

@@ -21,7 +21,8 @@ fn fixture_call_once_thread_local_threads_twice() {
     let mut copies = Vec::new();
     for id in 1..=2 {
         let ns = Namespace::new(&format!("cxx-runtime-{id}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         f!(lib, "set_copy_id", extern "C" fn(i32))(id);
         copies.push((ns, lib));
     }
@@ -66,7 +67,8 @@ fn namespace_unload_waits_for_pending_thread_local_destructors() {
     let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
     let t = std::thread::spawn(move || {
         let ns = Namespace::new("cxx-pending");
-        let lib = ns.load(&so2).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so2) }.unwrap();
         f!(lib, "set_copy_id", extern "C" fn(i32))(7);
         f!(lib, "set_dtor_hook", extern "C" fn(extern "C" fn(i32)))(hook);
         let bump = f!(lib, "bump", extern "C" fn() -> i32);

@@ -63,7 +63,8 @@ struct Host {
 impl Host {
     fn load(path: &Path, name: &str) -> Host {
         let ns = Namespace::new(name);
-        let lib = ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
         let f = |n: &str| lib.sym(n).unwrap();
         // SAFETY: signatures as in unload_host.c.
         unsafe {

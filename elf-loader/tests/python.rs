@@ -50,7 +50,8 @@ macro_rules! api {
 impl Py {
     fn load(name: &str) -> Py {
         let ns = Namespace::new(name);
-        let lib = ns.load(libpython()).expect("load libpython");
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(libpython()) }.expect("load libpython");
         let init = api!(lib, "Py_InitializeEx", unsafe extern "C" fn(c_int));
         let save = api!(
             lib,

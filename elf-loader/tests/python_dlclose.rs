@@ -30,7 +30,8 @@ fn ctypes_cdll_and_dlclose_in_a_python_copy() {
     common::build_so("unload_helper", &["unload_helper.c"], &[]);
     let nodelete = common::build_so("counter", &["counter.c"], &[]);
     let ns = Namespace::new("python-dlclose");
-    let lib = ns.load(libpython()).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(libpython()) }.unwrap();
     let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
     // SAFETY: CPython's C API signatures; one thread, GIL held throughout.
     let (init, run) = unsafe {

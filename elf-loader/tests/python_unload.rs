@@ -27,7 +27,8 @@ fn maps() -> Vec<String> {
 
 fn one_life(lib_path: &str) -> usize {
     let ns = Namespace::new("python-life");
-    let lib = ns.load(lib_path).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(lib_path) }.unwrap();
     let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
     // SAFETY: CPython 3.11 C API signatures; one thread, GIL held throughout.
     unsafe {

@@ -41,9 +41,9 @@ fn two_copies(name: &str) -> [(Namespace, CustomLibrary); 2] {
     let p = relr_library(name);
     ["a", "b"].map(|n| {
         let ns = Namespace::new(&format!("relr-{name}-{n}"));
-        let lib = ns
-            .load(&p)
-            .unwrap_or_else(|e| panic!("load {} into {n}: {e}", p.display()));
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib =
+            unsafe { ns.load(&p) }.unwrap_or_else(|e| panic!("load {} into {n}: {e}", p.display()));
         (ns, lib)
     })
 }
@@ -172,7 +172,8 @@ fn packed_fixture_twice() {
     let copies: Vec<(Namespace, CustomLibrary)> = (0..2)
         .map(|i| {
             let ns = Namespace::new(&format!("relr-fixture-{i}"));
-            let lib = ns.load(&so).unwrap();
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load(&so) }.unwrap();
             (ns, lib)
         })
         .collect();

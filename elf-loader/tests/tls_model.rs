@@ -40,8 +40,10 @@ fn get_set(lib: &CustomLibrary) -> (extern "C" fn() -> i32, extern "C" fn(i32)) 
     // SAFETY: `int gd_get(void)` and `void gd_set(int)` in tls.c.
     unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(lib.sym("gd_get").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn(i32)>(lib.sym("gd_set").unwrap()),
+            lib.get::<extern "C" fn() -> i32>("gd_get")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn(i32)>("gd_set").unwrap().into_raw(),
         )
     }
 }
@@ -61,7 +63,8 @@ proptest! {
                 Op::Load(k) => {
                     copies.entry(k).or_insert_with(|| {
                         let ns = Namespace::new(&format!("model{k}"));
-                        let lib = ns.load(if k % 2 == 0 { &so } else { &desc }).unwrap();
+                        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+                        let lib = unsafe { ns.load(if k % 2 == 0 { &so } else { &desc }) }.unwrap();
                         Copy { _ns: ns, lib }
                     });
                 }
