@@ -286,14 +286,22 @@ fn max(how: &str, lib: &str, cap: usize) {
                         return;
                     }
                 };
-                let f = |n: &str| l.sym(n).expect("C API symbol");
-                // SAFETY: the C API functions have these signatures.
+                // SAFETY: the C API functions have these signatures; detached from the
+                // borrow of `l`, which `keep` holds until the copies are used no more.
                 let r = unsafe {
                     (
-                        std::mem::transmute::<usize, InitFn>(f("Py_InitializeEx")),
-                        std::mem::transmute::<usize, RunFn>(f("PyRun_SimpleString")),
-                        std::mem::transmute::<usize, SaveFn>(f("PyEval_SaveThread")),
-                        std::mem::transmute::<usize, RestoreFn>(f("PyEval_RestoreThread")),
+                        l.get::<InitFn>("Py_InitializeEx")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<RunFn>("PyRun_SimpleString")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<SaveFn>("PyEval_SaveThread")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<RestoreFn>("PyEval_RestoreThread")
+                            .expect("C API")
+                            .into_raw(),
                     )
                 };
                 keep.push(l);
@@ -408,8 +416,8 @@ fn tls() {
         .collect();
     type Bump = extern "C" fn() -> c_int;
     let ours_fn = |k: usize, name: &str| -> Bump {
-        // SAFETY: `int f(void)` in the source above.
-        unsafe { std::mem::transmute(ours[k].sym(name).expect("sym")) }
+        // SAFETY: `int f(void)` in the source above; `ours` outlives the measurements.
+        unsafe { ours[k].get::<Bump>(name).expect("sym").into_raw() }
     };
     let sys_fn = |k: usize, name: &str| -> Bump {
         let c = cstr(name);
