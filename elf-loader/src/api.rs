@@ -6,7 +6,7 @@
 use crate::dlfcn;
 use crate::error::{Error, Result};
 use crate::image::{Image, ScopeItem};
-use crate::namespace::{search_paths, DependencyPolicy, NsInner};
+use crate::namespace::{search_paths, DependencyPolicy, LoadEvent, NsInner};
 use crate::symbol::Symbol;
 use crate::system::SymbolProvider;
 use crate::tls::TlsIndex;
@@ -68,6 +68,15 @@ impl Namespace {
         // SAFETY: the caller's contract (this function's).
         unsafe { lib.load()? };
         Ok(lib)
+    }
+
+    /// Calls `f` for each library the namespace loads or unloads from now on (loads
+    /// through the API, their dependencies, `dlopen`s and `dlclose`s from loaded code),
+    /// in order, on the thread that loaded or unloaded it, after the loader's locks are
+    /// released (so `f` may load or look up; an event of a `dlopen` from an init
+    /// function waits for the outer load to finish).
+    pub fn on_event(&self, f: impl Fn(&LoadEvent<'_>) + Send + Sync + 'static) {
+        self.inner.observe(Arc::new(f));
     }
 
     /// Number of libraries this namespace has mapped.
@@ -244,7 +253,9 @@ impl CustomLibrary {
             )));
         }
         let path = self.resolve_path()?;
-        let img = self.ns.inner.load_image(&path, pending.clone(), true)?;
+        let loaded = self.ns.inner.load_image(&path, pending.clone(), true);
+        self.ns.inner.deliver_events();
+        let img = loaded?;
         // A load through the API is an open that is never closed: the library leaves
         // with its namespace.
         img.opens.fetch_add(1, Ordering::AcqRel);

@@ -118,89 +118,105 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
             // SAFETY: forwarding the caller's arguments unchanged.
             return unsafe { libc::dlopen(file, flags) };
         };
-        if file.is_null() {
-            return make_handle(&ns, 0, Target::Scope);
-        }
-        // SAFETY: dlopen's contract: a NUL-terminated file name.
-        let name = unsafe { CStr::from_ptr(file) }
-            .to_string_lossy()
-            .into_owned();
-        let global = flags & libc::RTLD_GLOBAL != 0;
-        let requester = image_containing(caller);
-        tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
-        if flags & libc::RTLD_NOLOAD != 0 {
-            // Only a library already in the namespace (or a system library already loaded).
-            let base = name.rsplit('/').next().unwrap_or(&name).to_string();
-            let found = {
-                let st = ns.state.lock();
-                let by_file = std::fs::metadata(&name)
-                    .ok()
-                    .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
-                by_file.or_else(|| st.by_soname.get(&base).cloned())
-            };
-            return match found {
-                Some(i) => {
-                    if global {
+        // SAFETY: the caller's arguments (dlopen's contract).
+        let handle = unsafe { dlopen_in(&ns, file, flags, caller) };
+        ns.deliver_events();
+        handle
+    })
+}
+
+/// `dlopen` from loaded code of the namespace `ns`.
+///
+/// # Safety
+/// `file` is NULL or a NUL-terminated string.
+unsafe fn dlopen_in(
+    ns: &Arc<NsInner>,
+    file: *const c_char,
+    flags: c_int,
+    caller: usize,
+) -> *mut c_void {
+    if file.is_null() {
+        return make_handle(ns, 0, Target::Scope);
+    }
+    // SAFETY: dlopen's contract: a NUL-terminated file name.
+    let name = unsafe { CStr::from_ptr(file) }
+        .to_string_lossy()
+        .into_owned();
+    let global = flags & libc::RTLD_GLOBAL != 0;
+    let requester = image_containing(caller);
+    tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
+    if flags & libc::RTLD_NOLOAD != 0 {
+        // Only a library already in the namespace (or a system library already loaded).
+        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let found = {
+            let st = ns.state.lock();
+            let by_file = std::fs::metadata(&name)
+                .ok()
+                .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
+            by_file.or_else(|| st.by_soname.get(&base).cloned())
+        };
+        return match found {
+            Some(i) => {
+                if global {
+                    ns.make_global(&i);
+                }
+                opened(&i, flags);
+                make_handle(ns, i.id, Target::Image(Arc::downgrade(&i)))
+            }
+            // SAFETY: forwarding the caller's arguments: the system answers for its own.
+            None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
+            None => std::ptr::null_mut(),
+        };
+    }
+    let result = if name.contains('/') && !ns.policy_is_system(&name) {
+        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+            .map(|i| Dep::Custom(Arc::downgrade(&i)))
+    } else {
+        ns.load_dependency(&name, requester.as_deref())
+            .map(|d| match d {
+                Dep::Custom(w) => {
+                    if let (true, Some(i)) = (global, w.upgrade()) {
                         ns.make_global(&i);
                     }
-                    opened(&i, flags);
-                    make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+                    Dep::Custom(w)
                 }
-                // SAFETY: forwarding the caller's arguments: the system answers for its own.
-                None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
-                None => std::ptr::null_mut(),
+                s => s,
+            })
+    };
+    match result {
+        Ok(Dep::Custom(w)) => {
+            let Some(i) = w.upgrade() else {
+                set_error(format!("{name}: library vanished while loading"));
+                return std::ptr::null_mut();
             };
+            opened(&i, flags);
+            make_handle(ns, i.id, Target::Image(Arc::downgrade(&i)))
         }
-        let result = if name.contains('/') && !ns.policy_is_system(&name) {
-            ns.load_image(std::path::Path::new(&name), Vec::new(), global)
-                .map(|i| Dep::Custom(Arc::downgrade(&i)))
-        } else {
-            ns.load_dependency(&name, requester.as_deref())
-                .map(|d| match d {
-                    Dep::Custom(w) => {
-                        if let (true, Some(i)) = (global, w.upgrade()) {
-                            ns.make_global(&i);
-                        }
-                        Dep::Custom(w)
-                    }
-                    s => s,
-                })
-        };
-        match result {
-            Ok(Dep::Custom(w)) => {
-                let Some(i) = w.upgrade() else {
-                    set_error(format!("{name}: library vanished while loading"));
-                    return std::ptr::null_mut();
-                };
-                opened(&i, flags);
-                make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
-            }
-            Ok(Dep::System(s)) => {
-                // Keep the system library open for the namespace's lifetime.
-                let h = s.handle();
-                make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
-            }
-            // The name itself was not found: glibc's wording, then where it was looked for
-            // (a missing dependency of the library found is reported as such below).
-            Err(crate::Error::MissingDependency {
-                name: missing,
-                searched,
-                ..
-            }) if missing == name => {
-                let from = requester.map_or_else(String::new, |r| {
-                    format!("dlopen from {}; ", r.path.display())
-                });
-                set_error(format!(
-                    "{name}: cannot open shared object file: not found ({from}searched: {searched})"
-                ));
-                std::ptr::null_mut()
-            }
-            Err(e) => {
-                set_error(e.to_string());
-                std::ptr::null_mut()
-            }
+        Ok(Dep::System(s)) => {
+            // Keep the system library open for the namespace's lifetime.
+            let h = s.handle();
+            make_handle(ns, h as u64 | (1 << 63), Target::System(h))
         }
-    })
+        // The name itself was not found: glibc's wording, then where it was looked for
+        // (a missing dependency of the library found is reported as such below).
+        Err(crate::Error::MissingDependency {
+            name: missing,
+            searched,
+            ..
+        }) if missing == name => {
+            let from = requester.map_or_else(String::new, |r| {
+                format!("dlopen from {}; ", r.path.display())
+            });
+            set_error(format!(
+                "{name}: cannot open shared object file: not found ({from}searched: {searched})"
+            ));
+            std::ptr::null_mut()
+        }
+        Err(e) => {
+            set_error(e.to_string());
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// Counts one more open of `img` (closed by `dlclose`); `RTLD_NODELETE` pins it.
@@ -497,6 +513,7 @@ unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
                 drop(img);
                 if let Some(ns) = ns.upgrade() {
                     ns.collect_unused();
+                    ns.deliver_events();
                 }
                 0
             }

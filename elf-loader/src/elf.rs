@@ -328,6 +328,42 @@ pub struct ElfInfo {
     pub nodeflib: bool,
 }
 
+/// The entries of a dynamic section: (index, tag, value), up to `DT_NULL`.
+struct Dynamic {
+    entries: Vec<(u64, u64, u64)>,
+}
+
+impl Dynamic {
+    /// The value of the first entry with `tag`.
+    fn get(&self, tag: u64) -> Option<u64> {
+        self.entries.iter().find(|e| e.1 == tag).map(|e| e.2)
+    }
+}
+
+/// The string table, for the names the dynamic section and version tables refer to.
+struct Strings<'a> {
+    bytes: &'a [u8],
+    size: u64,
+    path: PathBuf,
+}
+
+impl Strings<'_> {
+    /// The NUL-terminated string at `off`, or an error naming `what`.
+    fn get(&self, off: u64, what: &dyn std::fmt::Display) -> Result<String> {
+        let s = self.bytes.get(off as usize..).unwrap_or(&[]);
+        match s.iter().position(|&b| b == 0) {
+            Some(n) if off < self.size => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
+            _ => Err(Error::malformed(
+                &self.path,
+                format!(
+                    "{what}: string offset {off:#x} outside DT_STRTAB (size {:#x}) or unterminated",
+                    self.size
+                ),
+            )),
+        }
+    }
+}
+
 /// Where a validated table must live.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placement {
@@ -763,7 +799,9 @@ impl ElfInfo {
     }
 
     /// The second phase: the dynamic section and every table it points to, read through
-    /// `r` (the whole file, or its mapped segments).
+    /// `r` (the whole file, or its mapped segments), in parts: the entries and flags, the
+    /// string table and the names in it, the hash tables (which give the number of
+    /// symbols), the symbol table, the relocation tables, init/fini, the versions.
     pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
         if let Some(t) = self.tls {
             if t.filesz > 0 {
@@ -776,8 +814,30 @@ impl ElfInfo {
                 )?;
             }
         }
-        let path = self.path.clone();
-        let bad = |item: String| Error::malformed(&path, item);
+        let dynamic = self.dynamic_entries(r)?;
+        self.check_isa_level(r)?;
+        self.apply_dynamic_flags(&dynamic)?;
+        let strings = self.string_table(r, &dynamic)?;
+        self.dynamic_names(&dynamic, &strings)?;
+        if let Some(addr) = dynamic.get(DT_HASH) {
+            self.parse_sysv_hash(r, addr)?;
+        }
+        if let Some(addr) = dynamic.get(DT_GNU_HASH) {
+            self.parse_gnu_hash(r, addr)?;
+        }
+        self.parse_symtab(r, &dynamic)?;
+        self.parse_relocation_tables(r, &dynamic)?;
+        self.parse_init_fini(r, &dynamic)?;
+        self.parse_versions(r, &dynamic, &strings)
+    }
+
+    fn bad(&self, item: String) -> Error {
+        Error::malformed(&self.path, item)
+    }
+
+    /// The dynamic section's entries up to `DT_NULL`.
+    fn dynamic_entries(&self, r: &Reader<'_>) -> Result<Dynamic> {
+        let bad = |item: String| self.bad(item);
         let d = self.dynamic;
         if d.filesz % 16 != 0 || d.filesz == 0 {
             return Err(bad(format!(
@@ -787,34 +847,27 @@ impl ElfInfo {
         }
         r.bytes(d.offset, d.filesz, "PT_DYNAMIC contents")?;
         let mut entries = Vec::new();
-        let mut terminated = false;
         for i in 0..d.filesz / 16 {
             let tag = r.u64(d.offset + i * 16, "dynamic tag")?;
             let val = r.u64(d.offset + i * 16 + 8, "dynamic value")?;
             if tag == DT_NULL {
-                terminated = true;
-                break;
+                return Ok(Dynamic { entries });
             }
             entries.push((i, tag, val));
         }
-        if !terminated {
-            return Err(bad("dynamic section has no DT_NULL terminator".into()));
-        }
-        let get = |tag: u64| entries.iter().find(|e| e.1 == tag).map(|e| e.2);
-        let name = |tag: u64| -> &'static str {
-            match tag {
-                DT_STRTAB => "DT_STRTAB",
-                DT_SYMTAB => "DT_SYMTAB",
-                DT_RELA => "DT_RELA",
-                DT_JMPREL => "DT_JMPREL",
-                _ => "dynamic entry",
-            }
-        };
-        self.check_isa_level(r)?;
+        Err(bad("dynamic section has no DT_NULL terminator".into()))
+    }
+
+    /// The flags and the entries glibc checks or refuses.
+    fn apply_dynamic_flags(&mut self, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let entries = &dynamic.entries[..];
         // Every tag glibc 2.36 acts on for a shared object on x86-64 is handled here or
         // below; unknown tags are ignored, as glibc ignores them. Refused (each naming
         // the entry) is only what glibc refuses too.
-        for (i, tag, val) in &entries {
+        for (i, tag, val) in entries {
             match *tag {
                 DT_FLAGS => {
                     self.textrel |= val & DF_TEXTREL != 0;
@@ -870,18 +923,32 @@ impl ElfInfo {
                 _ => {}
             }
         }
-        let strtab_addr = get(DT_STRTAB).ok_or_else(|| bad("no DT_STRTAB".into()))?;
-        let strsz = get(DT_STRSZ).ok_or_else(|| bad("no DT_STRSZ".into()))?;
-        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, name(DT_STRTAB))?;
-        let strtab = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
-        let string = |off: u64, what: &dyn std::fmt::Display| -> Result<String> {
-            let s = strtab.get(off as usize..).unwrap_or(&[]);
-            match s.iter().position(|&b| b == 0) {
-                Some(n) if off < strsz => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
-                _ => Err(Error::malformed(&path, format!("{what}: string offset {off:#x} outside DT_STRTAB (size {strsz:#x}) or unterminated"))),
-            }
-        };
-        for (i, tag, val) in &entries {
+        Ok(())
+    }
+
+    /// `DT_STRTAB` (checked to lie in a segment) and a reader of its strings.
+    fn string_table<'r>(&mut self, r: &'r Reader<'_>, dynamic: &Dynamic) -> Result<Strings<'r>> {
+        let bad = |item: String| self.bad(item);
+        let strtab_addr = dynamic
+            .get(DT_STRTAB)
+            .ok_or_else(|| bad("no DT_STRTAB".into()))?;
+        let strsz = dynamic
+            .get(DT_STRSZ)
+            .ok_or_else(|| bad("no DT_STRSZ".into()))?;
+        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, "DT_STRTAB")?;
+        let bytes = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
+        Ok(Strings {
+            bytes,
+            size: strsz,
+            path: self.path.clone(),
+        })
+    }
+
+    /// `DT_NEEDED`, `DT_SONAME`, `DT_RPATH`, `DT_RUNPATH`.
+    fn dynamic_names(&mut self, dynamic: &Dynamic, strings: &Strings<'_>) -> Result<()> {
+        let string = |off: u64, what: &dyn std::fmt::Display| strings.get(off, what);
+        let entries = &dynamic.entries[..];
+        for (i, tag, val) in entries {
             match *tag {
                 DT_NEEDED => self.needed.push(string(
                     *val,
@@ -905,132 +972,146 @@ impl ElfInfo {
                 _ => {}
             }
         }
+        Ok(())
+    }
 
-        // Hash tables, which also give the number of symbols.
-        if let Some(addr) = get(DT_HASH) {
-            let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
-            let nbucket = r.u32(head.file_off, "DT_HASH nbucket")?;
-            let nchain = r.u32(head.file_off + 4, "DT_HASH nchain")?;
-            let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
-            let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
-            if nbucket == 0 {
-                return Err(bad("DT_HASH has zero buckets".into()));
-            }
-            // Every bucket and chain entry is a symbol index below nchain, and the
-            // chains end (at index 0). A linker puts each symbol on one chain: an index
-            // met twice is a chain that goes round a cycle or runs into another bucket's.
-            let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
-            let word = |k: u64| {
-                let k = k as usize * 4;
-                u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
-            };
-            // The bucket (+1) whose chain has passed each symbol index.
-            let mut seen_by = vec![0u32; nchain as usize];
-            for b in 0..nbucket {
-                let mut i = word(u64::from(b));
-                while i != 0 {
-                    if i >= nchain {
-                        return Err(bad(format!(
-                            "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
-                        )));
-                    }
-                    match seen_by[i as usize] {
-                        0 => seen_by[i as usize] = b + 1,
-                        o if o == b + 1 => {
-                            return Err(bad(format!(
-                                "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
-                            )))
-                        }
-                        o => {
-                            return Err(bad(format!(
-                                "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
-                                o - 1
-                            )))
-                        }
-                    }
-                    i = word(u64::from(nbucket) + u64::from(i));
-                }
-            }
-            self.sysv_hash = Some(SysvHash {
-                table,
-                nbucket,
-                nchain,
-            });
+    /// `DT_HASH` at `addr`: its header, and every chain checked to end.
+    fn parse_sysv_hash(&mut self, r: &Reader<'_>, addr: u64) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
+        let nbucket = r.u32(head.file_off, "DT_HASH nbucket")?;
+        let nchain = r.u32(head.file_off + 4, "DT_HASH nchain")?;
+        let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
+        let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
+        if nbucket == 0 {
+            return Err(bad("DT_HASH has zero buckets".into()));
         }
-        if let Some(addr) = get(DT_GNU_HASH) {
-            let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
-            let nbuckets = r.u32(head.file_off, "DT_GNU_HASH nbuckets")?;
-            let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
-            let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
-            let bloom_shift = r.u32(head.file_off + 12, "DT_GNU_HASH bloom shift")?;
-            if nbuckets == 0
-                || bloom_size == 0
-                || !bloom_size.is_power_of_two()
-                || bloom_shift >= 64
-            {
-                return Err(bad(format!(
-                    "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
-                )));
-            }
-            let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
-            let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
-            // The chain array runs from symoffset to the last symbol; find its end.
-            let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
-            let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
-            let mut max_index: Option<u32> = None;
-            for (b, chunk) in buckets.chunks_exact(4).enumerate() {
-                let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
-                if v != 0 {
-                    if v < symoffset {
-                        return Err(bad(format!(
-                            "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
-                        )));
-                    }
-                    max_index = Some(max_index.map_or(v, |m| m.max(v)));
+        // Every bucket and chain entry is a symbol index below nchain, and the
+        // chains end (at index 0). A linker puts each symbol on one chain: an index
+        // met twice is a chain that goes round a cycle or runs into another bucket's.
+        let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
+        let word = |k: u64| {
+            let k = k as usize * 4;
+            u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
+        };
+        // The bucket (+1) whose chain has passed each symbol index.
+        let mut seen_by = vec![0u32; nchain as usize];
+        for b in 0..nbucket {
+            let mut i = word(u64::from(b));
+            while i != 0 {
+                if i >= nchain {
+                    return Err(bad(format!(
+                        "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
+                    )));
                 }
-            }
-            let mut nsyms = symoffset;
-            if let Some(start) = max_index {
-                // The chain of the highest bucket runs to the last symbol: walk it over
-                // what the segment holds after the chain array's start.
-                let chains_off = buckets_off + u64::from(nbuckets) * 4;
-                let chains_vaddr = addr + (chains_off - fixed_t.file_off);
-                let seg = self
-                    .loads
-                    .iter()
-                    .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
-                    .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
-                let avail = seg.vaddr + seg.filesz - chains_vaddr;
-                let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
-                let mut i = start;
-                loop {
-                    let at = (i - symoffset) as usize * 4;
-                    let Some(word) = chains.get(at..at + 4) else {
+                match seen_by[i as usize] {
+                    0 => seen_by[i as usize] = b + 1,
+                    o if o == b + 1 => {
                         return Err(bad(format!(
-                            "DT_GNU_HASH chain from bucket value {start} runs past its segment"
-                        )));
-                    };
-                    if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
-                        break;
+                            "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
+                        )))
                     }
-                    i = i
-                        .checked_add(1)
-                        .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+                    o => {
+                        return Err(bad(format!(
+                            "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
+                            o - 1
+                        )))
+                    }
                 }
-                nsyms = i + 1;
+                i = word(u64::from(nbucket) + u64::from(i));
             }
-            let len = (chains_off_len(fixed, nsyms, symoffset))
-                .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
-            let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
-            self.gnu_hash = Some(GnuHash {
-                table,
-                nbuckets,
-                symoffset,
-                bloom_size,
-                bloom_shift,
-            });
-            self.nsyms = nsyms;
         }
+        self.sysv_hash = Some(SysvHash {
+            table,
+            nbucket,
+            nchain,
+        });
+        Ok(())
+    }
+
+    /// `DT_GNU_HASH` at `addr`: its header, buckets and chains (the last chain gives the
+    /// number of symbols).
+    fn parse_gnu_hash(&mut self, r: &Reader<'_>, addr: u64) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
+        let nbuckets = r.u32(head.file_off, "DT_GNU_HASH nbuckets")?;
+        let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
+        let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
+        let bloom_shift = r.u32(head.file_off + 12, "DT_GNU_HASH bloom shift")?;
+        if nbuckets == 0 || bloom_size == 0 || !bloom_size.is_power_of_two() || bloom_shift >= 64 {
+            return Err(bad(format!(
+                "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
+            )));
+        }
+        let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
+        let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
+        // The chain array runs from symoffset to the last symbol; find its end.
+        let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
+        let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
+        let mut max_index: Option<u32> = None;
+        for (b, chunk) in buckets.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+            if v != 0 {
+                if v < symoffset {
+                    return Err(bad(format!(
+                        "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
+                    )));
+                }
+                max_index = Some(max_index.map_or(v, |m| m.max(v)));
+            }
+        }
+        let mut nsyms = symoffset;
+        if let Some(start) = max_index {
+            // The chain of the highest bucket runs to the last symbol: walk it over
+            // what the segment holds after the chain array's start.
+            let chains_off = buckets_off + u64::from(nbuckets) * 4;
+            let chains_vaddr = addr + (chains_off - fixed_t.file_off);
+            let seg = self
+                .loads
+                .iter()
+                .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
+                .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
+            let avail = seg.vaddr + seg.filesz - chains_vaddr;
+            let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
+            let mut i = start;
+            loop {
+                let at = (i - symoffset) as usize * 4;
+                let Some(word) = chains.get(at..at + 4) else {
+                    return Err(bad(format!(
+                        "DT_GNU_HASH chain from bucket value {start} runs past its segment"
+                    )));
+                };
+                if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
+                    break;
+                }
+                i = i
+                    .checked_add(1)
+                    .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+            }
+            nsyms = i + 1;
+        }
+        let len = (chains_off_len(fixed, nsyms, symoffset))
+            .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
+        let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
+        self.gnu_hash = Some(GnuHash {
+            table,
+            nbuckets,
+            symoffset,
+            bloom_size,
+            bloom_shift,
+        });
+        self.nsyms = nsyms;
+        Ok(())
+    }
+
+    /// `DT_SYMTAB`, as long as the hash tables say, not overlapping the other tables.
+    fn parse_symtab(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let name = |_: u64| "DT_SYMTAB";
         if let Some(h) = self.sysv_hash {
             self.nsyms = self.nsyms.max(h.nchain);
         }
@@ -1072,7 +1153,21 @@ impl ElfInfo {
                 )));
             }
         }
+        Ok(())
+    }
 
+    /// `DT_RELA`, `DT_JMPREL`, `DT_RELR` and their sizes.
+    fn parse_relocation_tables(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let name = |tag: u64| -> &'static str {
+            match tag {
+                DT_RELA => "DT_RELA",
+                DT_JMPREL => "DT_JMPREL",
+                _ => "dynamic entry",
+            }
+        };
         // Relocation tables.
         if let Some(addr) = get(DT_RELA) {
             let sz = get(DT_RELASZ).ok_or_else(|| bad("DT_RELA without DT_RELASZ".into()))?;
@@ -1103,6 +1198,14 @@ impl ElfInfo {
             }
             self.relr = self.table(r, addr, sz, Placement::Any, "DT_RELR")?;
         }
+        Ok(())
+    }
+
+    /// `DT_INIT`, `DT_FINI` (checked to be code) and the init/fini arrays.
+    fn parse_init_fini(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
         self.init = get(DT_INIT);
         self.fini = get(DT_FINI);
         for (a, s, slot, what) in [
@@ -1135,7 +1238,20 @@ impl ElfInfo {
                 }
             }
         }
+        Ok(())
+    }
 
+    /// `DT_VERSYM`, `DT_VERDEF` and `DT_VERNEED`: the version names by index.
+    fn parse_versions(
+        &mut self,
+        r: &Reader<'_>,
+        dynamic: &Dynamic,
+        strings: &Strings<'_>,
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let string = |off: u64, what: &dyn std::fmt::Display| strings.get(off, what);
         // Versions.
         if let Some(addr) = get(DT_VERSYM) {
             self.versym = Some(self.table(

@@ -63,7 +63,7 @@ pub mod capi;
 pub use api::{CustomLibrary, Namespace};
 pub use error::{Error, Result};
 pub use image::RelocStats;
-pub use namespace::{loaded_image_count, DependencyPolicy};
+pub use namespace::{loaded_image_count, DependencyPolicy, LoadEvent};
 pub use plan::set_relocation_plans;
 pub use search::{LD_SO_CACHE, SYSTEM_DIRS};
 pub use symbol::Symbol;

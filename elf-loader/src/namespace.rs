@@ -74,28 +74,13 @@ pub struct DependencyPolicy {
     pub share_system_dirs: bool,
 }
 
-/// Libraries that must never be loaded twice: the C runtime and the compiler runtimes.
-const ALWAYS_SYSTEM: &[&str] = &[
-    "libc.so",
-    "libm.so",
-    "libpthread.so",
-    "libdl.so",
-    "librt.so",
-    "libutil.so",
-    "libresolv.so",
-    "libanl.so",
-    "ld-linux",
-    "libmvec.so",
-    "libstdc++.so",
-    "libgcc_s.so",
-    "libatomic.so",
-    "libgomp.so",
-];
-
 impl Default for DependencyPolicy {
     fn default() -> Self {
         DependencyPolicy {
-            system_prefixes: ALWAYS_SYSTEM.iter().map(|s| s.to_string()).collect(),
+            system_prefixes: crate::system::RUNTIME_LIBRARIES
+                .iter()
+                .map(|l| l.prefix.to_string())
+                .collect(),
             private_prefixes: Vec::new(),
             share_system_dirs: true,
         }
@@ -159,6 +144,37 @@ pub(crate) struct NsState {
     pub system: HashMap<String, Arc<SystemLibrary>>,
 }
 
+/// What a namespace tells the callbacks registered with [`crate::Namespace::on_event`].
+#[derive(Debug, Clone, Copy)]
+pub enum LoadEvent<'a> {
+    /// A library was mapped, relocated and initialised in the namespace (a load
+    /// through the API, a dependency, or a `dlopen` from loaded code).
+    Loaded {
+        /// The file it was loaded from.
+        path: &'a Path,
+        /// Its mapping, `[start, end)`.
+        start: usize,
+        /// End of the mapping.
+        end: usize,
+    },
+    /// A library that nothing used any more (after a `dlclose` from loaded code) was
+    /// finalised and unmapped. Dropping the namespace unloads the rest without events.
+    Unloaded {
+        /// The file it was loaded from.
+        path: &'a Path,
+        /// Its former mapping, `[start, end)`.
+        start: usize,
+        /// End of the former mapping.
+        end: usize,
+    },
+}
+
+/// A callback of [`crate::Namespace::on_event`].
+pub(crate) type Observer = Arc<dyn Fn(&LoadEvent<'_>) + Send + Sync>;
+
+/// An event waiting for delivery: (loaded, path, start, end).
+type Pending = (bool, PathBuf, usize, usize);
+
 /// A namespace's shared state.
 pub(crate) struct NsInner {
     pub id: u64,
@@ -176,6 +192,11 @@ pub(crate) struct NsInner {
     /// Called with the namespace's id when it is dropped (the `dlopen` family forgets
     /// the handles it gave out for it).
     pub on_drop: fn(u64),
+    /// Load-event callbacks.
+    observers: RwLock<Vec<Observer>>,
+    /// Events not delivered yet: they are delivered outside the loader's locks, by the
+    /// outermost load or unload of the thread (see [`NsInner::deliver_events`]).
+    events: Mutex<Vec<Pending>>,
 }
 
 static NEXT_NS: AtomicU64 = AtomicU64::new(1);
@@ -205,7 +226,52 @@ impl NsInner {
             pins: Default::default(),
             overrides,
             on_drop,
+            observers: RwLock::new(Vec::new()),
+            events: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Adds a load-event callback.
+    pub(crate) fn observe(&self, f: Observer) {
+        self.observers.write().push(f);
+    }
+
+    /// Queues an event for the callbacks (nothing when there are none).
+    fn note_event(&self, loaded: bool, img: &Image) {
+        if self.observers.read().is_empty() {
+            return;
+        }
+        self.events.lock().push((
+            loaded,
+            img.path.clone(),
+            img.map.start,
+            img.map.start + img.map.len,
+        ));
+    }
+
+    /// Delivers the queued events to the callbacks, unless this thread is inside a load
+    /// or unload (an init function calling `dlopen`): the outermost one delivers them,
+    /// once the loader's locks are released, so a callback may load or look up.
+    pub(crate) fn deliver_events(&self) {
+        if LOAD_LOCK.is_owned_by_current_thread() {
+            return;
+        }
+        let events = std::mem::take(&mut *self.events.lock());
+        if events.is_empty() {
+            return;
+        }
+        let observers = self.observers.read().clone();
+        for (loaded, path, start, end) in &events {
+            let (path, start, end) = (path.as_path(), *start, *end);
+            let e = if *loaded {
+                LoadEvent::Loaded { path, start, end }
+            } else {
+                LoadEvent::Unloaded { path, start, end }
+            };
+            for o in &observers {
+                o(&e);
+            }
+        }
     }
 }
 
@@ -370,6 +436,7 @@ impl NsInner {
         for img in unused.iter().rev() {
             tracing::debug!(library = %img.path.display(), namespace = %self.name, "unloaded (no references left)");
             forget_image(img);
+            self.note_event(false, img);
         }
     }
 
@@ -567,6 +634,7 @@ impl NsInner {
                     micros = started.elapsed().as_micros() as u64,
                     "loaded"
                 );
+                self.note_event(true, &img);
                 Ok(img)
             }
             Err(e) => {

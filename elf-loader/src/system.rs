@@ -48,20 +48,62 @@ pub unsafe trait SymbolProvider: Send + Sync {
     }
 }
 
-/// The C runtime's libraries: opened with RTLD_NODELETE, looked up in place.
-const RUNTIME_LIBRARIES: &[&str] = &[
-    "libc.so.",
-    "libm.so.",
-    "libpthread.so.",
-    "libdl.so.",
-    "librt.so.",
-    "libgcc_s.so.",
-    "libstdc++.so.",
+/// The one table of the runtime libraries: those that must never be loaded twice in a
+/// process (glibc's, the compiler runtimes'). Each is a name prefix; all of them are
+/// shared through the system loader by default (`DependencyPolicy::default`), and those
+/// marked `in_place` (the C runtime proper) are also refused when a library is loaded
+/// by that name, and looked up in place: found among the system loader's objects, or
+/// opened with `RTLD_NODELETE`, their symbol tables read where they are.
+pub(crate) const RUNTIME_LIBRARIES: &[RuntimeLibrary] = &[
+    RuntimeLibrary::in_place("libc.so"),
+    RuntimeLibrary::in_place("libm.so"),
+    RuntimeLibrary::in_place("libpthread.so"),
+    RuntimeLibrary::in_place("libdl.so"),
+    RuntimeLibrary::in_place("librt.so"),
+    RuntimeLibrary::shared("libutil.so"),
+    RuntimeLibrary::shared("libresolv.so"),
+    RuntimeLibrary::shared("libanl.so"),
+    RuntimeLibrary::shared("ld-linux"),
+    RuntimeLibrary::shared("libmvec.so"),
+    RuntimeLibrary::in_place("libstdc++.so"),
+    RuntimeLibrary::in_place("libgcc_s.so"),
+    RuntimeLibrary::shared("libatomic.so"),
+    RuntimeLibrary::shared("libgomp.so"),
 ];
 
-/// Whether `name` (a soname, not a path) is one of the C runtime's libraries.
+/// One entry of [`RUNTIME_LIBRARIES`].
+pub(crate) struct RuntimeLibrary {
+    /// The name prefix (`libc.so` matches `libc.so.6`).
+    pub prefix: &'static str,
+    /// The C runtime proper: refused by name, looked up in place.
+    pub in_place: bool,
+}
+
+impl RuntimeLibrary {
+    const fn in_place(prefix: &'static str) -> RuntimeLibrary {
+        RuntimeLibrary {
+            prefix,
+            in_place: true,
+        }
+    }
+    const fn shared(prefix: &'static str) -> RuntimeLibrary {
+        RuntimeLibrary {
+            prefix,
+            in_place: false,
+        }
+    }
+}
+
+/// Whether `name` (a soname such as `libc.so.6`, not a path) is one of the C runtime's
+/// libraries (an `in_place` entry of [`RUNTIME_LIBRARIES`], followed by a version).
 pub(crate) fn is_runtime_library(name: &str) -> bool {
-    !name.contains('/') && RUNTIME_LIBRARIES.iter().any(|p| name.starts_with(p))
+    !name.contains('/')
+        && RUNTIME_LIBRARIES.iter().any(|l| {
+            l.in_place
+                && name
+                    .strip_prefix(l.prefix)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
 }
 
 /// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
