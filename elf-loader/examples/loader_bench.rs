@@ -138,10 +138,16 @@ fn preload_needed(lib: &str) {
     // SAFETY: our mapping; `data` is not used any more.
     unsafe { libc::munmap(map, len) };
     for name in &needed {
-        let c = cstr(name);
-        // SAFETY: plain dlopen of a system library by name.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!h.is_null(), "dlopen {name}: {}", dl_error());
+        // SAFETY: a system library the measured one needs (its initialisers run anyway
+        // when the library is loaded); kept loaded for the rest of the process.
+        let l = unsafe {
+            libloading::os::unix::Library::open(
+                Some(name.as_str()),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        }
+        .unwrap_or_else(|e| panic!("dlopen {name}: {e}"));
+        std::mem::forget(l);
     }
 }
 
@@ -156,6 +162,8 @@ fn load(how: &str, lib: &str) {
             std::mem::forget(l);
         }
         "dlopen" => {
+            // The peer measured: a raw dlopen, as a C program calls it (not libloading,
+            // whose error handling would be counted too).
             // SAFETY: plain dlopen.
             let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             cost.finish();
@@ -193,6 +201,8 @@ fn sym(lib: &str) {
     // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
     let ours = unsafe { Namespace::new("bench").load(lib) }.expect("load");
     let c = cstr(lib);
+    // The peer measured below is a raw dlsym (libloading's `get` would add its dlerror
+    // handling to each lookup); the handle is a raw dlopen's for the same reason.
     // SAFETY: plain dlopen.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!h.is_null(), "dlopen: {}", dl_error());
@@ -404,14 +414,12 @@ fn tls() {
         unsafe { ns.load(&gd) }.expect("load"),
         unsafe { ns.load(&desc) }.expect("load"),
     ];
-    let sys: Vec<*mut libc::c_void> = [&gd, &desc]
+    let sys: Vec<libloading::os::unix::Library> = [&gd, &desc]
         .iter()
         .map(|p| {
-            let c = cstr(p.to_str().expect("utf-8 path"));
-            // SAFETY: plain dlopen.
-            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
-            assert!(!h.is_null(), "dlopen: {}", dl_error());
-            h
+            // SAFETY: the benchmark's own library, built above (no initialisers).
+            unsafe { libloading::os::unix::Library::open(Some(p.as_os_str()), libc::RTLD_NOW) }
+                .unwrap_or_else(|e| panic!("dlopen {}: {e}", p.display()))
         })
         .collect();
     type Bump = extern "C" fn() -> c_int;
@@ -420,9 +428,8 @@ fn tls() {
         unsafe { ours[k].get::<Bump>(name).expect("sym").into_raw() }
     };
     let sys_fn = |k: usize, name: &str| -> Bump {
-        let c = cstr(name);
-        // SAFETY: plain dlsym of `int f(void)`.
-        unsafe { std::mem::transmute(libc::dlsym(sys[k], c.as_ptr())) }
+        // SAFETY: `int f(void)` in the source above; `sys` outlives the measurements.
+        unsafe { *sys[k].get::<Bump>(name.as_bytes()).expect("dlsym") }
     };
     // (key, ours, system): general dynamic and local dynamic through __tls_get_addr,
     // and the same two through TLS descriptors.

@@ -6,7 +6,10 @@
 //! its namespace: a `dlopen` from a library in a namespace loads into that namespace
 //! (binding the new library to the namespace first), `dlsym(RTLD_DEFAULT)` searches the
 //! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
-//! outside any namespace are forwarded to the system loader unchanged.
+//! outside any namespace are forwarded to the system loader unchanged: by hand
+//! (`libc::dlopen`, `dlsym`, `dlvsym`, `dlclose`), not through libloading, because they
+//! are the caller's own calls with the caller's handles (the caller closes what it
+//! opened; libloading would own and close them), and libloading has no `dlvsym`.
 
 use crate::boundary::guarded;
 use crate::image::{Dep, Image, ScopeItem};

@@ -62,3 +62,17 @@ pub(crate) fn for_each_system_object(mut f: impl FnMut(&SystemObject<'_>) -> boo
 /// which caches of loaded objects such as libgcc's compare).
 pub(crate) static ADDS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static SUBS: AtomicU64 = AtomicU64::new(0);
+
+/// The address of `name` in the process's global scope (the main program, its
+/// dependencies, and libraries opened with `RTLD_GLOBAL`), through libloading's handle on
+/// the main program (`dlopen(NULL)`), or `None`. For the system loader's and the C
+/// runtime's own entry points the loader calls (`__tls_get_addr`, `__register_frame`,
+/// ...); each caller looks its name up once.
+pub(crate) fn global_symbol(name: &CStr) -> Option<usize> {
+    let this = libloading::os::unix::Library::this();
+    // SAFETY: the symbol is only taken as an address (`*mut c_void`), not called or
+    // read here; the libraries of the global scope at start-up are never unloaded.
+    let sym = unsafe { this.get::<*mut c_void>(name.to_bytes_with_nul()) }.ok()?;
+    let p: *mut c_void = *sym;
+    (!p.is_null()).then_some(p as usize)
+}

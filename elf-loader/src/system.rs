@@ -109,7 +109,8 @@ pub(crate) fn is_runtime_library(name: &str) -> bool {
 /// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
 pub struct SystemLibrary {
     handle: *mut c_void,
-    owned: bool,
+    /// The handle as a libloading library when we own it (`dlclose`d on drop).
+    _owner: Option<libloading::os::unix::Library>,
     name: String,
     /// The library's own symbol table, read from its dynamic section (not for the
     /// global scope): a fast path that avoids `dlvsym`.
@@ -128,24 +129,13 @@ unsafe impl Send for SystemLibrary {}
 // SAFETY: as above; all methods take &self and only call thread-safe dl* functions.
 unsafe impl Sync for SystemLibrary {}
 
-fn dl_error() -> String {
-    // SAFETY: dlerror returns a thread-local string or null.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: non-null dlerror results are NUL-terminated strings.
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
 impl SystemLibrary {
     /// The process's global scope: the program and every library loaded with
     /// `RTLD_GLOBAL` (`dlsym(RTLD_DEFAULT, ...)`).
     pub fn global() -> Arc<SystemLibrary> {
         Arc::new(SystemLibrary {
             handle: libc::RTLD_DEFAULT,
-            owned: false,
+            _owner: None,
             name: "the process's global scope".into(),
             tab: OnceLock::new(),
             startup_map: false,
@@ -160,19 +150,27 @@ impl SystemLibrary {
     /// As libloading's `Library::open`: the system loader runs the library's (and its
     /// dependencies') init functions, which must be safe to run in this process.
     pub unsafe fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
-        let c = CString::new(name)
-            .map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
-        // SAFETY: dlopen with a NUL-terminated name; the handle is checked.
-        let h = unsafe { libc::dlopen(c.as_ptr(), flags | libc::RTLD_NOW) };
-        if h.is_null() {
-            return Err(Error::SystemLoad {
-                name: name.into(),
-                message: dl_error(),
-            });
+        if name.contains('\0') {
+            return Err(Error::Usage(format!(
+                "library name {name:?} contains a NUL byte"
+            )));
         }
+        // SAFETY: the caller's contract (the library's initialisers are safe to run).
+        let lib =
+            unsafe { libloading::os::unix::Library::open(Some(name), flags | libc::RTLD_NOW) }
+                .map_err(|e| Error::SystemLoad {
+                    name: name.into(),
+                    // libloading's error says "dlopen failed"; its source is dlerror's text.
+                    message: std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string()),
+                })?;
+        // The raw handle, for `dlvsym` (which libloading does not offer) and the
+        // lookups below; the library is closed by `owner` on drop.
+        let h = lib.into_raw();
         Ok(Arc::new(SystemLibrary {
             handle: h,
-            owned: true,
+            // SAFETY: `h` is the live handle just opened, owned by nobody else.
+            _owner: Some(unsafe { libloading::os::unix::Library::from_raw(h) }),
             name: name.into(),
             tab: OnceLock::new(),
             startup_map: false,
@@ -209,7 +207,7 @@ impl SystemLibrary {
         let tab = unsafe { SymTab::from_dynamic(addr, dynamic as *const u64) }?;
         Some(Arc::new(SystemLibrary {
             handle: libc::RTLD_DEFAULT,
-            owned: false,
+            _owner: None,
             name: name.to_string(),
             tab: OnceLock::from(Some(tab)),
             startup_map: true,
@@ -233,7 +231,9 @@ impl SystemLibrary {
     pub unsafe fn from_handle(handle: *mut c_void, steal: bool) -> Arc<SystemLibrary> {
         Arc::new(SystemLibrary {
             handle,
-            owned: steal,
+            // SAFETY: the caller's contract: a live handle nobody else closes.
+            _owner: (steal && !handle.is_null())
+                .then(|| unsafe { libloading::os::unix::Library::from_raw(handle) }),
             name: format!("system handle {handle:p}"),
             tab: OnceLock::new(),
             startup_map: false,
@@ -296,6 +296,10 @@ impl SystemLibrary {
         }
     }
 
+    /// `dlsym`/`dlvsym` through [`SystemLibrary::dl_handle`]. By hand rather than
+    /// through libloading: libloading has no `dlvsym` and no `RTLD_DEFAULT` handle, and
+    /// this is the relocation fallback for every symbol a system library's own table
+    /// does not answer.
     pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
         let handle = self.dl_handle();
         // SAFETY: valid handle (constructor contract) and NUL-terminated strings.
@@ -415,15 +419,6 @@ pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
         false
     });
     found
-}
-
-impl Drop for SystemLibrary {
-    fn drop(&mut self) {
-        if self.owned && !self.handle.is_null() {
-            // SAFETY: we own this handle (constructor contract).
-            unsafe { libc::dlclose(self.handle) };
-        }
-    }
 }
 
 // SAFETY: the answers are the system loader's (`dlsym`/`dlvsym`, or the library's own

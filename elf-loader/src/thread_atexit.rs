@@ -111,10 +111,8 @@ type CxaThreadAtexitImpl =
 
 fn system_impl() -> Option<CxaThreadAtexitImpl> {
     static IMPL: OnceLock<usize> = OnceLock::new();
-    let a = *IMPL.get_or_init(|| {
-        // SAFETY: dlsym with a NUL-terminated name; null is checked by the caller.
-        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__cxa_thread_atexit_impl".as_ptr()) as usize }
-    });
+    let a =
+        *IMPL.get_or_init(|| crate::phdr::global_symbol(c"__cxa_thread_atexit_impl").unwrap_or(0));
     // SAFETY: glibc's __cxa_thread_atexit_impl has this signature (GLIBC_2.18).
     (a != 0).then(|| unsafe { std::mem::transmute::<usize, CxaThreadAtexitImpl>(a) })
 }
