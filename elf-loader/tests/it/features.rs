@@ -1,7 +1,7 @@
 //! Loader features on C fixtures: ifunc, weak undefined symbols, symbol versions,
 //! init/fini order, dlopen from inside a namespace, dladdr, dlsym(RTLD_DEFAULT).
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider, TlsIndex};
 use std::ffi::{c_char, CStr, CString};

@@ -2,7 +2,7 @@
 //! unloaded, `/proc/self/maps` back to where it started. Its own test binary, so that no
 //! other test maps anything meanwhile.
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
 
@@ -16,6 +16,7 @@ fn f(lib: &CustomLibrary, name: &str) -> IntFn {
 
 #[test]
 fn sixty_four_copies_are_independent_and_unload_cleanly() {
+    let _serial = crate::serial();
     let so = common::build_so("counter", &["counter.c"], &[]);
     // Warm up anything lazily mapped by the process (allocator arenas, the fixture
     // build) before taking the reference snapshot.

@@ -2,7 +2,7 @@
 //! per copy, for threads started before and after the load; blocks freed at thread exit
 //! and at unload. Its own test binary: it counts live TLS blocks process-wide.
 
-mod common;
+use crate::common;
 
 use elf_loader::{tls_live_blocks, CustomLibrary, Namespace, SymbolProvider};
 use std::sync::mpsc;
@@ -47,6 +47,7 @@ static BLOCKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn tls_per_thread_and_per_copy() {
+    let _serial = crate::serial();
     let so = common::build_so("tls", &["tls.c"], &[]);
     let use_so = common::build_so("tlsuse", &["tlsuse.c"], &["-ltls", "-Wl,-rpath,$ORIGIN"]);
     per_thread_and_per_copy(&so, &use_so, "");
@@ -57,6 +58,7 @@ fn tls_per_thread_and_per_copy() {
 /// the loader points at its own descriptor functions.
 #[test]
 fn tls_descriptors_per_thread_and_per_copy() {
+    let _serial = crate::serial();
     let gnu2 = "-mtls-dialect=gnu2";
     let so = common::build_so("tlsdesc", &["tls.c"], &[gnu2]);
     let use_so = common::build_so(
@@ -174,6 +176,7 @@ fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefi
 
 #[test]
 fn initial_exec_tls_is_refused_with_the_symbol_named() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let so = common::build_so("tlsie", &["tlsie.c"], &[]);
     // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
@@ -198,6 +201,7 @@ fn errno_now() -> i32 {
 
 #[test]
 fn system_tls_through_initial_exec_and_general_dynamic() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let ie = common::build_so("systls", &["systls.c"], &[]);
     let gd = common::build_so("systls_gd", &["systls_gd.c"], &[]);
@@ -242,6 +246,7 @@ fn system_tls_through_initial_exec_and_general_dynamic() {
 
 #[test]
 fn tls_of_a_dlopened_system_library() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
     let gd = common::build_so("sysvar_gd", &["sysvar_user.c"], &[]);
@@ -299,6 +304,7 @@ fn tls_of_a_dlopened_system_library() {
 /// per thread.
 #[test]
 fn tls_descriptors_for_system_variables() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let gnu2 = "-mtls-dialect=gnu2";
     let gd = common::build_so("systls_gd_desc", &["systls_gd.c"], &[gnu2]);
@@ -373,6 +379,7 @@ type KeepYmm = extern "C" fn(*const [u8; 32], *mut [u8; 32], i32) -> usize;
 /// through a descriptor is NULL.
 #[test]
 fn tls_descriptors_preserve_registers() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let so = common::build_so("tlsdesc_regs", &["tlsdesc_regs.c"], &["-mtls-dialect=gnu2"]);
     let copies: Vec<_> = (0..2)
@@ -451,6 +458,7 @@ fn tls_descriptors_preserve_registers() {
 /// entries. Live blocks return to where they started.
 #[test]
 fn thousands_of_threads_80_copies_and_unload_under_live_threads() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let base_blocks = tls_live_blocks();
     let gd = common::build_so("tls", &["tls.c"], &[]);

@@ -6,7 +6,7 @@
 //! copies use `__tls_get_addr`, odd ones TLS descriptors. Its own test binary (it counts
 //! live blocks process-wide).
 
-mod common;
+use crate::common;
 
 use elf_loader::{tls_live_blocks, CustomLibrary, Namespace, SymbolProvider};
 use proptest::prelude::*;
@@ -52,6 +52,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn tls_matches_the_model(ops in proptest::collection::vec(op(), 1..24)) {
+        let _serial = crate::serial();
         let so = common::build_so("tls", &["tls.c"], &[]);
         let desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
         let base = tls_live_blocks();

@@ -5,7 +5,7 @@
 //! fixture linked with `-z pack-relative-relocs` whose pointer tables exercise address
 //! entries, full and partial bitmaps and gaps longer than a bitmap, loaded twice.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{check_bytes, ElfInfo};
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};

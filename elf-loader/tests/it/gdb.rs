@@ -1,7 +1,7 @@
 //! `gdb -batch` on a program stopped inside a custom-loaded function shows that
 //! function's name in `bt`: the loader's r_debug registration at work.
 
-mod common;
+use crate::common;
 
 use elf_loader::Namespace;
 use std::process::Command;
@@ -50,7 +50,12 @@ fn gdb_backtrace_names_custom_loaded_functions() {
             "--args",
         ])
         .arg(&exe)
-        .args(["--exact", "gdb_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "gdb::gdb_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, &so)
         .output()
         .expect("run gdb");

@@ -1,6 +1,6 @@
 //! Loading real C libraries many times: globals per copy, relocations, bss, unload.
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary};
 

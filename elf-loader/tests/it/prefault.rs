@@ -4,7 +4,7 @@
 //! faults, more would make memory private that no relocation needs. Checked against the
 //! target pages computed from the file, through the `loaded` trace event.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{consts::PF_W, ElfInfo};
 use std::collections::BTreeSet;

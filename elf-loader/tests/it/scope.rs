@@ -4,7 +4,7 @@
 //! libraries' dependencies, in the same order the system loader picks (checked against
 //! the system loader running the same scenario in a child process).
 
-mod common;
+use crate::common;
 
 use elf_loader::Namespace;
 use std::ffi::{c_char, c_void, CString};

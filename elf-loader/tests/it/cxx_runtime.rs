@@ -1,6 +1,6 @@
 //! C++ libraries that use libstdc++'s thread-local state, loaded twice.
 
-mod common;
+use crate::common;
 
 use elf_loader::{Namespace, SymbolProvider};
 use std::sync::atomic::{AtomicI32, Ordering};

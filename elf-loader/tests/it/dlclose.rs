@@ -4,7 +4,7 @@
 //! and unmapped, with the dependencies only it used; libraries loaded through the API
 //! stay until their namespace goes.
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, Namespace};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};

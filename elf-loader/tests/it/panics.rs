@@ -3,7 +3,7 @@
 //! loaded code; each entry returns its error value with a message naming the entry and
 //! the panic, and the process carries on.
 
-mod common;
+use crate::common;
 
 use elf_loader::capi::{
     elf_loader_last_error, elf_loader_library_delete, elf_loader_library_load,

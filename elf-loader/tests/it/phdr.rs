@@ -3,7 +3,7 @@
 //! block), so backtrace code running inside a namespace finds custom-loaded code: a Rust
 //! cdylib's `std::backtrace` names its own functions with file and line.
 
-mod common;
+use crate::common;
 
 use elf_loader::Namespace;
 use std::ffi::{c_char, CStr};

@@ -5,7 +5,7 @@
 //! file descriptor, no registered image. Random mutations go through the parser's oracle
 //! (`elf::check_bytes`), which is what the fuzz target runs; the fuzz corpus is replayed.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{check_bytes, consts::*, ElfInfo};
 use elf_loader::{loaded_image_count, Error, Namespace, SymbolProvider};
@@ -90,6 +90,7 @@ fn assert_no_leaks(fds_before: usize) {
 
 #[test]
 fn truncated_and_corrupted_files_are_errors_without_leaks() {
+    let _serial = crate::serial();
     let so = build_locked("counter", &["counter.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -415,6 +416,7 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
 /// error naming the file and the relocation or symbol: the loader used to jump there.
 #[test]
 fn ifunc_resolvers_outside_code_are_errors() {
+    let _serial = crate::serial();
     let so = build_locked("ifunc", &["ifunc.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -497,6 +499,7 @@ fn ifunc_resolvers_outside_code_are_errors() {
 /// that do not end where the symbol table does.
 #[test]
 fn corrupt_hash_tables_are_errors() {
+    let _serial = crate::serial();
     let sysv = build_locked("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
     let gnu = build_locked("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
     let _io = io_lock();
@@ -598,6 +601,7 @@ fn corrupt_hash_tables_are_errors() {
 
 #[test]
 fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
+    let _serial = crate::serial();
     let so = build_locked("tls", &["tls.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -649,6 +653,7 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
 /// the segment, a bad entry size or table size. The oracle agrees on each.
 #[test]
 fn malformed_relr_is_an_error() {
+    let _serial = crate::serial();
     let so = build_locked("relr", &["relr.c"], &["-Wl,-z,pack-relative-relocs"]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -761,6 +766,7 @@ proptest! {
     /// bounds.
     #[test]
     fn random_mutations_never_crash_the_parser(muts in proptest::collection::vec((0usize..1usize << 16, any::<u8>()), 1..8)) {
+        let _serial = crate::serial();
         let so = build_locked("counter", &["counter.c"], &[]);
         let mut b = {
             let _io = io_lock();
@@ -782,6 +788,7 @@ proptest! {
     /// written.
     #[test]
     fn random_relr_tables_loader_and_oracle_agree(muts in proptest::collection::vec((0usize..64, any::<u64>(), 0u8..4), 1..4)) {
+        let _serial = crate::serial();
         let so = build_locked("relr", &["relr.c"], &["-Wl,-z,pack-relative-relocs"]);
         let _io = io_lock();
         let mut b = std::fs::read(&so).unwrap();
@@ -828,6 +835,7 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_replays() {
+    let _serial = crate::serial();
     let _io = io_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz")

@@ -7,7 +7,7 @@
 //! library linked with `-z nodeflib` does not search the cache or the default
 //! directories, as glibc (checked against glibc in the child).
 
-mod common;
+use crate::common;
 
 use elf_loader::{Namespace, SymbolProvider};
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
@@ -215,7 +215,7 @@ fn in_a_child_process_with_ld_library_path() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "in_a_child_process_with_ld_library_path",
+            "by_name::in_a_child_process_with_ld_library_path",
             "--nocapture",
         ])
         .env("BY_NAME_CHILD", "1")

@@ -1,7 +1,7 @@
 //! C++ exceptions thrown in one custom-loaded library, passing through a frame of
 //! another, caught in the first: the unwinder finds custom-loaded code's `.eh_frame`.
 
-mod common;
+use crate::common;
 
 use elf_loader::Namespace;
 use std::ffi::CStr;

@@ -4,7 +4,7 @@
 //! `RTLD_NODELETE` keeps it; closing a dead handle raises `OSError` with the loader's
 //! message. Its own test binary (one interpreter per copy per process).
 
-mod common;
+use crate::common;
 
 use elf_loader::{Namespace, SymbolProvider};
 use std::ffi::{c_char, c_int, CString};

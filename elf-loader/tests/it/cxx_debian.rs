@@ -6,8 +6,6 @@
 //! RocksDB also has thread-local variables of its own and background threads. Each copy
 //! computes a known result, and each has its own global state.
 
-mod common;
-
 use elf_loader::{CustomLibrary, DependencyPolicy, Namespace, SymbolProvider};
 use std::ffi::{c_char, c_int, c_uchar, c_void, CStr, CString};
 use std::path::PathBuf;

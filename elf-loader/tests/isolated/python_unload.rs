@@ -52,6 +52,7 @@ fn one_life(lib_path: &str) -> usize {
 
 #[test]
 fn python_copy_loads_finalises_and_unloads_cleanly() {
+    let _serial = crate::serial();
     let lp = libpython();
     // The first life maps what stays for the process (system libraries opened for the
     // copy: libffi is not needed here, libm stays loaded by design).

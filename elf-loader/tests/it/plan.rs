@@ -8,7 +8,7 @@
 //!
 //! One test function: plans are turned off and on process-wide.
 
-mod common;
+use crate::common;
 
 use common::{libpython, scope_fixtures as fixtures, ScopeFixtures as Fixtures};
 use elf_loader::elf::{consts::*, ElfInfo};
@@ -131,7 +131,7 @@ fn replayed_copies_are_relocated_as_looked_up_ones() {
     assert_eq!(
         got1,
         2000 + 10 + 500,
-        "the plugin's picks (as in tests/scope.rs)"
+        "the plugin's picks (as in tests/it/scope.rs)"
     );
     assert!(
         counts.iter().all(|(_, n)| *n == 0),

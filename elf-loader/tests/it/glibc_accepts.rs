@@ -5,7 +5,7 @@
 //! `DT_PREINIT_ARRAY` (which glibc runs only for the executable) that do not stop a load;
 //! and what glibc refuses, refused alike: an x86 ISA level the CPU lacks.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::ElfInfo;
 use elf_loader::{Namespace, SymbolProvider};
