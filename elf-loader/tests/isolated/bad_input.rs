@@ -57,9 +57,9 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<(), Error> {
     let r = unsafe { ns.load(&path) };
     let out = match r {
         Ok(lib) => {
-            let bump = lib.sym("bump").expect("a library that loads exports bump");
             // SAFETY: `int bump(void)` in counter.c.
-            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(bump) };
+            let f = unsafe { lib.get::<extern "C" fn() -> i32>("bump") }
+                .expect("a library that loads exports bump");
             assert_eq!(f(), 1);
             Ok(())
         }

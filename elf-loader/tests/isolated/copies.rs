@@ -4,14 +4,13 @@
 
 use crate::common;
 
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 
 type IntFn = extern "C" fn() -> i32;
 
-fn f(lib: &CustomLibrary, name: &str) -> IntFn {
-    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
+fn f<'l>(lib: &'l CustomLibrary, name: &str) -> elf_loader::Symbol<'l, IntFn> {
     // SAFETY: the fixture defines `name` as `int name(void)`.
-    unsafe { std::mem::transmute::<usize, IntFn>(a) }
+    unsafe { lib.get::<IntFn>(name) }.unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]

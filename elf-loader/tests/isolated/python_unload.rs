@@ -2,7 +2,7 @@
 //! extension modules, finalise it, drop the namespace (fini, unmap), and do it again;
 //! the process's mappings come back to where they were. Its own test binary.
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, c_int, CString};
 
 fn libpython() -> String {
@@ -29,13 +29,12 @@ fn one_life(lib_path: &str) -> usize {
     let ns = Namespace::new("python-life");
     // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
     let lib = unsafe { ns.load(lib_path) }.unwrap();
-    let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
     // SAFETY: CPython 3.11 C API signatures; one thread, GIL held throughout.
     unsafe {
-        let init: unsafe extern "C" fn(c_int) = std::mem::transmute(f("Py_InitializeEx"));
+        let init: unsafe extern "C" fn(c_int) = crate::common::function(&lib, "Py_InitializeEx");
         let run: unsafe extern "C" fn(*const c_char) -> c_int =
-            std::mem::transmute(f("PyRun_SimpleString"));
-        let fin: unsafe extern "C" fn() -> c_int = std::mem::transmute(f("Py_FinalizeEx"));
+            crate::common::function(&lib, "PyRun_SimpleString");
+        let fin: unsafe extern "C" fn() -> c_int = crate::common::function(&lib, "Py_FinalizeEx");
         init(0);
         let code = CString::new(
             "import math, _decimal, _struct, array\nassert math.factorial(10) == 3628800",

@@ -17,16 +17,15 @@ struct Tls {
 }
 
 fn fns(lib: &CustomLibrary) -> Tls {
-    let s = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n} missing"));
     // SAFETY: signatures as in tls.c.
     unsafe {
         Tls {
-            gd_get: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("gd_get")),
-            gd_set: std::mem::transmute::<usize, extern "C" fn(i32)>(s("gd_set")),
-            ld_bump: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ld_bump")),
-            big_touch: std::mem::transmute::<usize, extern "C" fn(i32, i8) -> i32>(s("big_touch")),
-            ptr_ok: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ptr_ok")),
-            gd_addr: std::mem::transmute::<usize, extern "C" fn() -> usize>(s("gd_addr")),
+            gd_get: common::function::<extern "C" fn() -> i32>(lib, "gd_get"),
+            gd_set: common::function::<extern "C" fn(i32)>(lib, "gd_set"),
+            ld_bump: common::function::<extern "C" fn() -> i32>(lib, "ld_bump"),
+            big_touch: common::function::<extern "C" fn(i32, i8) -> i32>(lib, "big_touch"),
+            ptr_ok: common::function::<extern "C" fn() -> i32>(lib, "ptr_ok"),
+            gd_addr: common::function::<extern "C" fn() -> usize>(lib, "gd_addr"),
         }
     }
 }

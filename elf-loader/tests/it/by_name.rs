@@ -170,15 +170,11 @@ fn dlopen_by_name_from_custom_code() {
     let lib = unsafe { Namespace::new("opener-nodeflib").load(&nodeflib) }.unwrap();
     type Open = extern "C" fn(*const c_char) -> *mut c_void;
     type Error = extern "C" fn() -> *const c_char;
-    let (o, e) = (
-        lib.sym("open_name").unwrap(),
-        lib.sym("open_error").unwrap(),
-    );
     // SAFETY: as above, and `const char *open_error(void)`.
     let (open, error) = unsafe {
         (
-            std::mem::transmute::<usize, Open>(o),
-            std::mem::transmute::<usize, Error>(e),
+            lib.get::<Open>("open_name").unwrap(),
+            lib.get::<Error>("open_error").unwrap(),
         )
     };
     assert!(

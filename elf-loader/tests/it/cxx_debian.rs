@@ -6,7 +6,7 @@
 //! RocksDB also has thread-local variables of its own and background threads. Each copy
 //! computes a known result, and each has its own global state.
 
-use elf_loader::{CustomLibrary, DependencyPolicy, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, DependencyPolicy, Namespace};
 use std::ffi::{c_char, c_int, c_uchar, c_void, CStr, CString};
 use std::path::PathBuf;
 
@@ -52,11 +52,8 @@ fn assert_references_once_callable(path: &std::path::Path) {
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = &$name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the library's C API function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the library's C API function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 

@@ -2,16 +2,13 @@
 
 use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 macro_rules! f {
     ($lib:expr, $name:literal, $ty:ty) => {{
-        let a = $lib
-            .sym($name)
-            .unwrap_or_else(|| panic!("{} missing", $name));
-        // SAFETY: the fixture's function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the fixture's function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>($name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 

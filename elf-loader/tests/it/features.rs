@@ -8,9 +8,9 @@ use std::ffi::{c_char, CStr, CString};
 use std::sync::{Arc, Mutex};
 
 fn call0(lib: &CustomLibrary, name: &str) -> i32 {
-    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
     // SAFETY: the fixtures define these as `int name(void)`.
-    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(a) };
+    let f = unsafe { lib.get::<extern "C" fn() -> i32>(name) }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     f()
 }
 

@@ -14,11 +14,8 @@ use std::ffi::{c_char, c_int, CString};
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = $name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the fixture's C function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the fixture's C function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 

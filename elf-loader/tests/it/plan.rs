@@ -12,7 +12,7 @@ use crate::common;
 
 use common::{libpython, scope_fixtures as fixtures, ScopeFixtures as Fixtures};
 use elf_loader::elf::{consts::*, ElfInfo};
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 
@@ -111,9 +111,8 @@ fn scenario(f: &Fixtures, name: &str) -> (Namespace, i32) {
     let root = unsafe { ns.load(&f.root) }.unwrap();
     // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
     unsafe { ns.load(&f.root2) }.unwrap();
-    let open = root.sym("root_open").unwrap();
     // SAFETY: root_open(const char *) -> int, from the fixture.
-    let open: extern "C" fn(*const c_char) -> i32 = unsafe { std::mem::transmute(open) };
+    let open = unsafe { root.get::<extern "C" fn(*const c_char) -> i32>("root_open") }.unwrap();
     let path = CString::new(f.plugin.to_str().unwrap()).unwrap();
     let got = open(path.as_ptr());
     (ns, got)
@@ -206,9 +205,8 @@ fn a_weak_symbol_found_nowhere_is_looked_up_again_by_later_copies() {
     let call = |ns: &str| {
         // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
         let lib = unsafe { Namespace::new(ns).load(&weak) }.unwrap();
-        let f = lib.sym("late_or_minus_one").unwrap();
         // SAFETY: the fixture defines `int late_or_minus_one(void)`.
-        let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+        let f = unsafe { lib.get::<extern "C" fn() -> i32>("late_or_minus_one") }.unwrap();
         f()
     };
     assert_eq!(call("weak-1"), -1, "nothing defines late_value yet");

@@ -39,11 +39,8 @@ struct Py {
 
 macro_rules! api {
     ($lib:expr, $name:literal, $ty:ty) => {{
-        let a = $lib
-            .sym($name)
-            .unwrap_or_else(|| panic!("{} missing", $name));
-        // SAFETY: the C API function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the C API function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>($name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, c_int, CString};
 
 fn libpython() -> String {
@@ -32,14 +32,14 @@ fn ctypes_cdll_and_dlclose_in_a_python_copy() {
     let ns = Namespace::new("python-dlclose");
     // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
     let lib = unsafe { ns.load(libpython()) }.unwrap();
-    let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
     // SAFETY: CPython's C API signatures; one thread, GIL held throughout.
     let (init, run) = unsafe {
         (
-            std::mem::transmute::<usize, unsafe extern "C" fn(c_int)>(f("Py_InitializeEx")),
-            std::mem::transmute::<usize, unsafe extern "C" fn(*const c_char) -> c_int>(f(
+            common::function::<unsafe extern "C" fn(c_int)>(&lib, "Py_InitializeEx"),
+            common::function::<unsafe extern "C" fn(*const c_char) -> c_int>(
+                &lib,
                 "PyRun_SimpleString",
-            )),
+            ),
         )
     };
     let code = format!(

@@ -28,11 +28,8 @@ fn relr_library(name: &str) -> PathBuf {
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = $name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the library's C function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the library's C function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 

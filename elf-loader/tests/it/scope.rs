@@ -78,11 +78,11 @@ fn global_scope_is_the_global_libraries_and_their_closures_breadth_first() {
         let b_pick = {
             let paths = ns.library_paths();
             assert!(paths.contains(&f.b), "{paths:?}");
-            let pick = ns.sym("pick").unwrap();
             // SAFETY: pick() as in the fixtures.
-            let v = unsafe { std::mem::transmute::<usize, extern "C" fn() -> i32>(pick) }();
-            assert_eq!(v, 2, "Namespace::sym finds libscope_b's pick");
-            pick
+            let pick = unsafe { ns.get::<extern "C" fn() -> i32>("pick") }.unwrap();
+            assert_eq!(pick(), 2, "Namespace::get finds libscope_b's pick");
+            assert_eq!(ns.sym("pick"), Some(pick.address()));
+            pick.address()
         };
         assert_eq!(root_default(c"pick".as_ptr()) as usize, b_pick);
         // A library loaded later by the API binds the same way.
