@@ -8,6 +8,8 @@ use crate::overrides::Overrides;
 use crate::symtab::SymTab;
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::{self, TlsIndex};
+use object::elf::Rela64;
+use object::LittleEndian;
 use std::ffi::{c_char, c_int, CString};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -360,15 +362,14 @@ impl Image {
         if let Some((lo, hi)) = primary {
             while n < relacount {
                 // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
-                // checked to lie inside a mapped segment.
-                let (offset, info, addend) = unsafe {
-                    let e = table.add(n * 24);
-                    (
-                        std::ptr::read_unaligned(e as *const u64),
-                        std::ptr::read_unaligned(e.add(8) as *const u64),
-                        std::ptr::read_unaligned(e.add(16) as *const u64),
-                    )
-                };
+                // checked to lie inside a mapped segment; `Rela64`'s fields are byte
+                // arrays (alignment 1), read in place.
+                let e = unsafe { &*(table.add(n * 24) as *const Rela64<LittleEndian>) };
+                let (offset, info, addend) = (
+                    e.r_offset.get(LittleEndian),
+                    e.r_info.get(LittleEndian),
+                    e.r_addend.get(LittleEndian) as u64,
+                );
                 if info as u32 != R_X86_64_RELATIVE || offset < lo || offset > hi.saturating_sub(8)
                 {
                     break;
@@ -666,15 +667,14 @@ impl Image {
         let (mut relative, mut symbolic) = (0, 0);
         for k in 0..count {
             // SAFETY: k < count entries of a relocation table that the parser checked to
-            // lie inside a mapped, readable segment.
-            let (offset, info, addend) = unsafe {
-                let e = table.add(k * 24);
-                (
-                    std::ptr::read_unaligned(e as *const u64),
-                    std::ptr::read_unaligned(e.add(8) as *const u64),
-                    std::ptr::read_unaligned(e.add(16) as *const i64),
-                )
-            };
+            // lie inside a mapped, readable segment; `Rela64` is read in place (byte-array
+            // fields, alignment 1).
+            let e = unsafe { &*(table.add(k * 24) as *const Rela64<LittleEndian>) };
+            let (offset, info, addend) = (
+                e.r_offset.get(LittleEndian),
+                e.r_info.get(LittleEndian),
+                e.r_addend.get(LittleEndian),
+            );
             let kind = info as u32;
             let sym = (info >> 32) as usize;
             if fast && offset.wrapping_sub(lo) <= span {

@@ -199,15 +199,16 @@ impl SymTab {
             if at == 0 {
                 break;
             }
-            // SAFETY: Elf64_Verdef entries of a loaded library.
-            let (ndx, cnt, aux, next) = unsafe {
-                (
-                    std::ptr::read_unaligned((at + 4) as *const u16),
-                    std::ptr::read_unaligned((at + 6) as *const u16),
-                    std::ptr::read_unaligned((at + 12) as *const u32),
-                    std::ptr::read_unaligned((at + 16) as *const u32),
-                )
-            };
+            // SAFETY: an Elf64_Verdef entry of a loaded library, read in place (`Verdef`'s
+            // fields are byte arrays, alignment 1).
+            let vd = unsafe { &*(at as *const object::elf::Verdef<object::LittleEndian>) };
+            let le = object::LittleEndian;
+            let (ndx, cnt, aux, next) = (
+                vd.vd_ndx.get(le).0,
+                vd.vd_cnt.get(le),
+                vd.vd_aux.get(le),
+                vd.vd_next.get(le),
+            );
             if cnt > 0 {
                 let name_off = rd32(at + aux as usize) as usize;
                 if name_off < strsz {
@@ -253,17 +254,9 @@ impl SymTab {
     pub fn sym(&self, i: u32) -> Sym {
         debug_assert!(i < self.nsyms);
         let p = self.symtab + i as usize * 24;
-        // SAFETY: i < nsyms and the table holds nsyms entries.
-        unsafe {
-            Sym {
-                name: std::ptr::read_unaligned(p as *const u32),
-                info: *((p + 4) as *const u8),
-                other: *((p + 5) as *const u8),
-                shndx: std::ptr::read_unaligned((p + 6) as *const u16),
-                value: std::ptr::read_unaligned((p + 8) as *const u64),
-                size: std::ptr::read_unaligned((p + 16) as *const u64),
-            }
-        }
+        // SAFETY: i < nsyms and the table holds nsyms entries; `Sym64`'s fields are byte
+        // arrays (alignment 1), read in place (the same loads as by hand).
+        Sym::from_object(unsafe { &*(p as *const object::elf::Sym64<object::LittleEndian>) })
     }
 
     /// The string at `off` in the string table, without its NUL.

@@ -35,8 +35,14 @@ fn nodeflib_opener() -> std::path::PathBuf {
     data[at..at + 8].copy_from_slice(&0x6fff_fffbu64.to_le_bytes());
     data[at + 8..at + 16].copy_from_slice(&0x800u64.to_le_bytes());
     let out = common::out_dir().join("libopener_nodeflib.so");
-    // Written aside and renamed: tests running at once may be reading it.
-    let tmp = common::out_dir().join(format!("libopener_nodeflib.so.{}", std::process::id()));
+    // Written aside (a name of this call's own: tests of this process run it at once
+    // too) and renamed: tests running at once may be reading it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = common::out_dir().join(format!(
+        "libopener_nodeflib.so.{}.{call}",
+        std::process::id()
+    ));
     std::fs::write(&tmp, data).unwrap();
     std::fs::rename(&tmp, &out).unwrap();
     assert!(
