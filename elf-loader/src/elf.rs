@@ -9,7 +9,7 @@
 //!
 //! The structures are `object`'s zero-copy `read::elf` types (`FileHeader64`,
 //! `ProgramHeader64`, `Dyn64`, `Sym64`, `Rela64`, the hash headers, `Verdef`,
-//! `Verneed` and their aux entries), read in place through a bounds-checked [`Reader`]
+//! `Verneed` and their aux entries), read in place through a bounds-checked `Reader`
 //! over the parts of the file at hand (the header page, then the mapped segments: the
 //! whole file is never read into memory). The validation is ours: `object`'s own
 //! `ElfFile` needs the whole file contiguous and its errors do not name the item and
