@@ -112,7 +112,9 @@ impl Namespace {
 
     /// The symbol `name` of the namespace's global scope (as [`Namespace::sym`]) as an
     /// `F` (a function pointer or raw pointer type) borrowing this namespace, so that
-    /// it cannot be used after the namespace is dropped.
+    /// it cannot be used after the namespace is dropped. (A library that loaded code
+    /// itself opened with `dlopen(RTLD_GLOBAL)` leaves when that code `dlclose`s it, as
+    /// under glibc: that is the loaded code's doing, which `load` vouched for.)
     ///
     /// # Safety
     /// `F` must be the symbol's type (the function's exact signature, or a pointer to
