@@ -718,9 +718,23 @@ mod tests {
         // versions of one name (memcpy@GLIBC_2.2.5 and memcpy@@GLIBC_2.14, ...) and
         // hidden versions.
         for name in ["libc.so.6", "libm.so.6"] {
-            let lib = crate::system::SystemLibrary::open_runtime(name).expect("open");
-            let tab = lib.symtab().expect("symbol table of a system library");
-            let (shortcut, defined) = check_exports_agrees_with_lookup(tab, name);
+            // SAFETY: the C runtime's libraries (libm may not be loaded yet: its
+            // initialisers are the C runtime's, safe to run), kept loaded (NODELETE) as
+            // the loader keeps them.
+            let lib = unsafe {
+                libloading::os::unix::Library::open(
+                    Some(name),
+                    libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
+                )
+            }
+            .expect("open");
+            let h = lib.into_raw();
+            // SAFETY: `lib` owns the live handle again and outlives the table's use.
+            let lib = unsafe { libloading::os::unix::Library::from_raw(h) };
+            // SAFETY: the handle stays open (`lib`) while `tab` is used.
+            let tab = unsafe { SymTab::from_system(h) }.expect("symbol table of a system library");
+            let (shortcut, defined) = check_exports_agrees_with_lookup(&tab, name);
+            drop(lib);
             assert!(
                 shortcut > 100 && shortcut <= defined,
                 "{name}: {shortcut} of {defined}"
@@ -739,8 +753,7 @@ mod tests {
             if p.is_file() {
                 let file = std::fs::File::open(&p).expect("open");
                 let len = file.metadata().expect("stat").len();
-                let (info, map) =
-                    crate::namespace::parse_and_map(&p, &file, len).expect("parse and map");
+                let (info, map) = crate::map::parse_and_map(&p, &file, len).expect("parse and map");
                 let tab = SymTab::from_info(&info, map.bias);
                 let (shortcut, defined) = check_exports_agrees_with_lookup(&tab, "libpython");
                 assert!(
