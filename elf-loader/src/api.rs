@@ -73,8 +73,10 @@ impl Namespace {
     /// Calls `f` for each library the namespace loads or unloads from now on (loads
     /// through the API, their dependencies, `dlopen`s and `dlclose`s from loaded code),
     /// in order, on the thread that loaded or unloaded it, after the loader's locks are
-    /// released (so `f` may load or look up; an event of a `dlopen` from an init
-    /// function waits for the outer load to finish).
+    /// released (so `f` may load or look up). A load made while the thread is inside
+    /// another load (a `dlopen` from an init function) is reported when the outer load
+    /// of the same namespace finishes; one into another namespace from there, at that
+    /// namespace's next load or unload.
     pub fn on_event(&self, f: impl Fn(&LoadEvent<'_>) + Send + Sync + 'static) {
         self.inner.observe(Arc::new(f));
     }
