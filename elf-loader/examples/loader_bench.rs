@@ -138,10 +138,16 @@ fn preload_needed(lib: &str) {
     // SAFETY: our mapping; `data` is not used any more.
     unsafe { libc::munmap(map, len) };
     for name in &needed {
-        let c = cstr(name);
-        // SAFETY: plain dlopen of a system library by name.
-        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!h.is_null(), "dlopen {name}: {}", dl_error());
+        // SAFETY: a system library the measured one needs (its initialisers run anyway
+        // when the library is loaded); kept loaded for the rest of the process.
+        let l = unsafe {
+            libloading::os::unix::Library::open(
+                Some(name.as_str()),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            )
+        }
+        .unwrap_or_else(|e| panic!("dlopen {name}: {e}"));
+        std::mem::forget(l);
     }
 }
 
@@ -150,11 +156,14 @@ fn load(how: &str, lib: &str) {
     let cost = Cost::start();
     match how {
         "ours" => {
-            let l = Namespace::new("bench").load(lib).expect("load");
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let l = unsafe { Namespace::new("bench").load(lib) }.expect("load");
             cost.finish();
             std::mem::forget(l);
         }
         "dlopen" => {
+            // The peer measured: a raw dlopen, as a C program calls it (not libloading,
+            // whose error handling would be counted too).
             // SAFETY: plain dlopen.
             let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
             cost.finish();
@@ -189,8 +198,11 @@ fn exported_names(lib: &str) -> Vec<String> {
 fn sym(lib: &str) {
     let names = exported_names(lib);
     let cnames: Vec<CString> = names.iter().map(|n| cstr(n)).collect();
-    let ours = Namespace::new("bench").load(lib).expect("load");
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let ours = unsafe { Namespace::new("bench").load(lib) }.expect("load");
     let c = cstr(lib);
+    // The peer measured below is a raw dlsym (libloading's `get` would add its dlerror
+    // handling to each lookup); the handle is a raw dlopen's for the same reason.
     // SAFETY: plain dlopen.
     let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!h.is_null(), "dlopen: {}", dl_error());
@@ -248,10 +260,13 @@ fn rss(lib: &str, n: usize) {
         .map(|l| l.filesz)
         .sum();
     // A first copy, so that every read-only page is already mapped once.
-    let mut keep: Vec<CustomLibrary> = vec![Namespace::new("first").load(lib).expect("load")];
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let mut keep: Vec<CustomLibrary> =
+        vec![unsafe { Namespace::new("first").load(lib) }.expect("load")];
     let (p0, r0) = memory();
     for i in 0..n {
-        keep.push(Namespace::new(&format!("copy{i}")).load(lib).expect("load"));
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        keep.push(unsafe { Namespace::new(&format!("copy{i}")).load(lib) }.expect("load"));
     }
     let (p1, r1) = memory();
     let mb = 1024.0 * 1024.0;
@@ -273,21 +288,30 @@ fn max(how: &str, lib: &str, cap: usize) {
     for i in 0..cap {
         let (init, run, save, restore): (InitFn, RunFn, SaveFn, RestoreFn) = match how {
             "ours" => {
-                let l = match Namespace::new(&format!("py{i}")).load(lib) {
+                // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+                let l = match unsafe { Namespace::new(&format!("py{i}")).load(lib) } {
                     Ok(l) => l,
                     Err(e) => {
                         println!("stopped={e}");
                         return;
                     }
                 };
-                let f = |n: &str| l.sym(n).expect("C API symbol");
-                // SAFETY: the C API functions have these signatures.
+                // SAFETY: the C API functions have these signatures; detached from the
+                // borrow of `l`, which `keep` holds until the copies are used no more.
                 let r = unsafe {
                     (
-                        std::mem::transmute::<usize, InitFn>(f("Py_InitializeEx")),
-                        std::mem::transmute::<usize, RunFn>(f("PyRun_SimpleString")),
-                        std::mem::transmute::<usize, SaveFn>(f("PyEval_SaveThread")),
-                        std::mem::transmute::<usize, RestoreFn>(f("PyEval_RestoreThread")),
+                        l.get::<InitFn>("Py_InitializeEx")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<RunFn>("PyRun_SimpleString")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<SaveFn>("PyEval_SaveThread")
+                            .expect("C API")
+                            .into_raw(),
+                        l.get::<RestoreFn>("PyEval_RestoreThread")
+                            .expect("C API")
+                            .into_raw(),
                     )
                 };
                 keep.push(l);
@@ -385,26 +409,27 @@ fn tls() {
     let gd = build("libtlsbench.so", &[]);
     let desc = build("libtlsbench_desc.so", &["-mtls-dialect=gnu2"]);
     let ns = Namespace::new("tls");
-    let ours = [ns.load(&gd).expect("load"), ns.load(&desc).expect("load")];
-    let sys: Vec<*mut libc::c_void> = [&gd, &desc]
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let ours = [
+        unsafe { ns.load(&gd) }.expect("load"),
+        unsafe { ns.load(&desc) }.expect("load"),
+    ];
+    let sys: Vec<libloading::os::unix::Library> = [&gd, &desc]
         .iter()
         .map(|p| {
-            let c = cstr(p.to_str().expect("utf-8 path"));
-            // SAFETY: plain dlopen.
-            let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW) };
-            assert!(!h.is_null(), "dlopen: {}", dl_error());
-            h
+            // SAFETY: the benchmark's own library, built above (no initialisers).
+            unsafe { libloading::os::unix::Library::open(Some(p.as_os_str()), libc::RTLD_NOW) }
+                .unwrap_or_else(|e| panic!("dlopen {}: {e}", p.display()))
         })
         .collect();
     type Bump = extern "C" fn() -> c_int;
     let ours_fn = |k: usize, name: &str| -> Bump {
-        // SAFETY: `int f(void)` in the source above.
-        unsafe { std::mem::transmute(ours[k].sym(name).expect("sym")) }
+        // SAFETY: `int f(void)` in the source above; `ours` outlives the measurements.
+        unsafe { ours[k].get::<Bump>(name).expect("sym").into_raw() }
     };
     let sys_fn = |k: usize, name: &str| -> Bump {
-        let c = cstr(name);
-        // SAFETY: plain dlsym of `int f(void)`.
-        unsafe { std::mem::transmute(libc::dlsym(sys[k], c.as_ptr())) }
+        // SAFETY: `int f(void)` in the source above; `sys` outlives the measurements.
+        unsafe { *sys[k].get::<Bump>(name.as_bytes()).expect("dlsym") }
     };
     // (key, ours, system): general dynamic and local dynamic through __tls_get_addr,
     // and the same two through TLS descriptors.

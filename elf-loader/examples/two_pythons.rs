@@ -6,7 +6,7 @@
 //! `RUST_LOG=elf_loader=info cargo run -p elf-loader --example two_pythons` also shows
 //! the loader's trace (each load with its relocation counts).
 
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::time::Instant;
 
@@ -24,18 +24,18 @@ struct Python {
 
 impl Python {
     fn new(name: &str, libpython: &str) -> Result<Python, Box<dyn std::error::Error>> {
-        let lib = Namespace::new(name).load(libpython)?;
-        let f = |n: &str| lib.sym(n).ok_or(format!("{n} not found in {libpython}"));
-        // SAFETY: these C API functions have these signatures in CPython 3.11.
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { Namespace::new(name).load(libpython) }?;
+        // SAFETY: these C API functions have these signatures in CPython 3.11. `run`,
+        // `ensure` and `release` are detached from the borrow of `lib`: `Python` keeps
+        // `lib` (and so the copy) as long as them.
         let (init, save, run, ensure, release) = unsafe {
             (
-                std::mem::transmute::<usize, unsafe extern "C" fn(c_int)>(f("Py_InitializeEx")?),
-                std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(f(
-                    "PyEval_SaveThread",
-                )?),
-                std::mem::transmute::<usize, RunFn>(f("PyRun_SimpleString")?),
-                std::mem::transmute::<usize, EnsureFn>(f("PyGILState_Ensure")?),
-                std::mem::transmute::<usize, ReleaseFn>(f("PyGILState_Release")?),
+                lib.get::<unsafe extern "C" fn(c_int)>("Py_InitializeEx")?,
+                lib.get::<unsafe extern "C" fn() -> *mut c_void>("PyEval_SaveThread")?,
+                lib.get::<RunFn>("PyRun_SimpleString")?.into_raw(),
+                lib.get::<EnsureFn>("PyGILState_Ensure")?.into_raw(),
+                lib.get::<ReleaseFn>("PyGILState_Release")?.into_raw(),
             )
         };
         // SAFETY: first initialisation of this copy; then give its GIL up.

@@ -7,7 +7,7 @@
  * as a library handle (or the reverse), give ELF_LOADER_ERR_ARG.
  * A panic inside the loader never unwinds into C: it gives ELF_LOADER_ERR_PANIC (or NULL)
  * and a message naming it (the handles involved may be half-changed: delete them).
- * This header is checked against the Rust signatures by tests/capi.rs. */
+ * This header is checked against the Rust signatures by tests/it/capi.rs. */
 #ifndef ELF_LOADER_H
 #define ELF_LOADER_H
 

@@ -8,7 +8,7 @@
 
 #![allow(non_camel_case_types)]
 
-use crate::namespace::{CustomLibrary, Namespace};
+use crate::api::{CustomLibrary, Namespace};
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::TlsIndex;
 use parking_lot::Mutex;
@@ -241,7 +241,8 @@ pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespa
 ///
 /// # Safety
 /// `ns` must be a live namespace handle (checked), `path` a NUL-terminated string and
-/// `out` NULL or writable.
+/// `out` NULL or writable. As with `dlopen`, the library's (and its dependencies')
+/// init functions run: they must be safe to run in this process.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_namespace_load(
     ns: *mut elf_loader_namespace,
@@ -265,7 +266,8 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
         };
         // SAFETY: checked to be a live namespace handle (a box of `elf_loader_namespace`).
         let ns = unsafe { &*ns };
-        match ns.ns.load(path) {
+        // SAFETY: the caller's contract: the library's initialisers are safe to run.
+        match unsafe { ns.ns.load(path) } {
             Ok(lib) => {
                 let h = library_handle(lib);
                 // SAFETY: checked non-NULL; caller's contract says writable.
@@ -365,14 +367,16 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
 /// Maps, relocates and initialises `lib`.
 ///
 /// # Safety
-/// `lib` must be a live library handle (checked).
+/// `lib` must be a live library handle (checked). As with `dlopen`, the library's (and
+/// its dependencies') init functions run: they must be safe to run in this process.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_load(lib: *mut elf_loader_library) -> c_int {
     entry("elf_loader_library_load", ELF_LOADER_ERR_PANIC, || {
         let Some(l) = lib_ref(lib, "library") else {
             return ELF_LOADER_ERR_ARG;
         };
-        match l.lib.load() {
+        // SAFETY: the caller's contract: the library's initialisers are safe to run.
+        match unsafe { l.lib.load() } {
             Ok(()) => ELF_LOADER_OK,
             Err(e @ crate::Error::Usage(_)) => {
                 set_error(e.to_string());

@@ -58,14 +58,10 @@ extern "C" {
 fn frame_fns() -> Option<(usize, usize)> {
     static F: OnceLock<Option<(usize, usize)>> = OnceLock::new();
     *F.get_or_init(|| {
-        // SAFETY: dlsym lookups of libgcc's frame registration functions.
-        let (r, d) = unsafe {
-            (
-                libc::dlsym(libc::RTLD_DEFAULT, c"__register_frame".as_ptr()),
-                libc::dlsym(libc::RTLD_DEFAULT, c"__deregister_frame".as_ptr()),
-            )
-        };
-        (!r.is_null() && !d.is_null()).then_some((r as usize, d as usize))
+        // libgcc's frame registration functions.
+        let r = crate::phdr::global_symbol(c"__register_frame")?;
+        let d = crate::phdr::global_symbol(c"__deregister_frame")?;
+        Some((r, d))
     })
 }
 

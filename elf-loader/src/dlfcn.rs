@@ -6,17 +6,21 @@
 //! its namespace: a `dlopen` from a library in a namespace loads into that namespace
 //! (binding the new library to the namespace first), `dlsym(RTLD_DEFAULT)` searches the
 //! namespace before the process, and `dladdr` knows custom-loaded code. Calls from
-//! outside any namespace are forwarded to the system loader unchanged.
+//! outside any namespace are forwarded to the system loader unchanged: by hand
+//! (`libc::dlopen`, `dlsym`, `dlvsym`, `dlclose`), not through libloading, because they
+//! are the caller's own calls with the caller's handles (the caller closes what it
+//! opened; libloading would own and close them), and libloading has no `dlvsym`.
 
 use crate::boundary::guarded;
 use crate::image::{Dep, Image, ScopeItem};
-use crate::namespace::{image_containing, NsInner};
+use crate::namespace::{image_containing, namespace_containing, NsInner};
+use crate::overrides::Overrides;
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 /// What one of our handles stands for.
 enum Target {
@@ -106,8 +110,7 @@ fn clear_system_error() {
 }
 
 fn namespace_of(caller: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
-    let img = image_containing(caller)?;
-    let ns = img.ns.upgrade()?;
+    let (img, ns) = namespace_containing(caller)?;
     Some((img, ns))
 }
 
@@ -118,89 +121,105 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
             // SAFETY: forwarding the caller's arguments unchanged.
             return unsafe { libc::dlopen(file, flags) };
         };
-        if file.is_null() {
-            return make_handle(&ns, 0, Target::Scope);
-        }
-        // SAFETY: dlopen's contract: a NUL-terminated file name.
-        let name = unsafe { CStr::from_ptr(file) }
-            .to_string_lossy()
-            .into_owned();
-        let global = flags & libc::RTLD_GLOBAL != 0;
-        let requester = image_containing(caller);
-        tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
-        if flags & libc::RTLD_NOLOAD != 0 {
-            // Only a library already in the namespace (or a system library already loaded).
-            let base = name.rsplit('/').next().unwrap_or(&name).to_string();
-            let found = {
-                let st = ns.state.lock();
-                let by_file = std::fs::metadata(&name)
-                    .ok()
-                    .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
-                by_file.or_else(|| st.by_soname.get(&base).cloned())
-            };
-            return match found {
-                Some(i) => {
-                    if global {
+        // SAFETY: the caller's arguments (dlopen's contract).
+        let handle = unsafe { dlopen_in(&ns, file, flags, caller) };
+        ns.deliver_events();
+        handle
+    })
+}
+
+/// `dlopen` from loaded code of the namespace `ns`.
+///
+/// # Safety
+/// `file` is NULL or a NUL-terminated string.
+unsafe fn dlopen_in(
+    ns: &Arc<NsInner>,
+    file: *const c_char,
+    flags: c_int,
+    caller: usize,
+) -> *mut c_void {
+    if file.is_null() {
+        return make_handle(ns, 0, Target::Scope);
+    }
+    // SAFETY: dlopen's contract: a NUL-terminated file name.
+    let name = unsafe { CStr::from_ptr(file) }
+        .to_string_lossy()
+        .into_owned();
+    let global = flags & libc::RTLD_GLOBAL != 0;
+    let requester = image_containing(caller);
+    tracing::debug!(namespace = %ns.name, file = %name, flags, "dlopen from loaded code");
+    if flags & libc::RTLD_NOLOAD != 0 {
+        // Only a library already in the namespace (or a system library already loaded).
+        let base = name.rsplit('/').next().unwrap_or(&name).to_string();
+        let found = {
+            let st = ns.state.lock();
+            let by_file = std::fs::metadata(&name)
+                .ok()
+                .and_then(|m| st.by_file.get(&crate::namespace::FileId::of(&m)).cloned());
+            by_file.or_else(|| st.by_soname.get(&base).cloned())
+        };
+        return match found {
+            Some(i) => {
+                if global {
+                    ns.make_global(&i);
+                }
+                opened(&i, flags);
+                make_handle(ns, i.id, Target::Image(Arc::downgrade(&i)))
+            }
+            // SAFETY: forwarding the caller's arguments: the system answers for its own.
+            None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
+            None => std::ptr::null_mut(),
+        };
+    }
+    let result = if name.contains('/') && !ns.policy_is_system(&name) {
+        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+            .map(|i| Dep::Custom(Arc::downgrade(&i)))
+    } else {
+        ns.load_dependency(&name, requester.as_deref())
+            .map(|d| match d {
+                Dep::Custom(w) => {
+                    if let (true, Some(i)) = (global, w.upgrade()) {
                         ns.make_global(&i);
                     }
-                    opened(&i, flags);
-                    make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
+                    Dep::Custom(w)
                 }
-                // SAFETY: forwarding the caller's arguments: the system answers for its own.
-                None if ns.policy_is_system(&name) => unsafe { libc::dlopen(file, flags) },
-                None => std::ptr::null_mut(),
+                s => s,
+            })
+    };
+    match result {
+        Ok(Dep::Custom(w)) => {
+            let Some(i) = w.upgrade() else {
+                set_error(format!("{name}: library vanished while loading"));
+                return std::ptr::null_mut();
             };
+            opened(&i, flags);
+            make_handle(ns, i.id, Target::Image(Arc::downgrade(&i)))
         }
-        let result = if name.contains('/') && !ns.policy_is_system(&name) {
-            ns.load_image(std::path::Path::new(&name), Vec::new(), global)
-                .map(|i| Dep::Custom(Arc::downgrade(&i)))
-        } else {
-            ns.load_dependency(&name, requester.as_deref())
-                .map(|d| match d {
-                    Dep::Custom(w) => {
-                        if let (true, Some(i)) = (global, w.upgrade()) {
-                            ns.make_global(&i);
-                        }
-                        Dep::Custom(w)
-                    }
-                    s => s,
-                })
-        };
-        match result {
-            Ok(Dep::Custom(w)) => {
-                let Some(i) = w.upgrade() else {
-                    set_error(format!("{name}: library vanished while loading"));
-                    return std::ptr::null_mut();
-                };
-                opened(&i, flags);
-                make_handle(&ns, i.id, Target::Image(Arc::downgrade(&i)))
-            }
-            Ok(Dep::System(s)) => {
-                // Keep the system library open for the namespace's lifetime.
-                let h = s.handle();
-                make_handle(&ns, h as u64 | (1 << 63), Target::System(h))
-            }
-            // The name itself was not found: glibc's wording, then where it was looked for
-            // (a missing dependency of the library found is reported as such below).
-            Err(crate::Error::MissingDependency {
-                name: missing,
-                searched,
-                ..
-            }) if missing == name => {
-                let from = requester.map_or_else(String::new, |r| {
-                    format!("dlopen from {}; ", r.path.display())
-                });
-                set_error(format!(
-                    "{name}: cannot open shared object file: not found ({from}searched: {searched})"
-                ));
-                std::ptr::null_mut()
-            }
-            Err(e) => {
-                set_error(e.to_string());
-                std::ptr::null_mut()
-            }
+        Ok(Dep::System(s)) => {
+            // Keep the system library open for the namespace's lifetime.
+            let h = s.handle();
+            make_handle(ns, h as u64 | (1 << 63), Target::System(h))
         }
-    })
+        // The name itself was not found: glibc's wording, then where it was looked for
+        // (a missing dependency of the library found is reported as such below).
+        Err(crate::Error::MissingDependency {
+            name: missing,
+            searched,
+            ..
+        }) if missing == name => {
+            let from = requester.map_or_else(String::new, |r| {
+                format!("dlopen from {}; ", r.path.display())
+            });
+            set_error(format!(
+                "{name}: cannot open shared object file: not found ({from}searched: {searched})"
+            ));
+            std::ptr::null_mut()
+        }
+        Err(e) => {
+            set_error(e.to_string());
+            std::ptr::null_mut()
+        }
+    }
 }
 
 /// Counts one more open of `img` (closed by `dlclose`); `RTLD_NODELETE` pins it.
@@ -265,7 +284,7 @@ fn lookup_items(
                     return Some((a, None));
                 }
             }
-            ScopeItem::Overrides => {}
+            ScopeItem::Overrides(_) => {}
         }
     }
     if fallback {
@@ -497,6 +516,7 @@ unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
                 drop(img);
                 if let Some(ns) = ns.upgrade() {
                     ns.collect_unused();
+                    ns.deliver_events();
                 }
                 0
             }
@@ -564,20 +584,45 @@ extern "C" {
     fn elf_loader_dlvsym();
 }
 
-/// The loader's entry for `name`, if custom libraries get ours instead of the system's.
-pub(crate) fn override_for(name: &[u8]) -> Option<usize> {
-    Some(match name {
-        b"dlopen" => elf_loader_dlopen as *const () as usize,
-        b"dlsym" => elf_loader_dlsym as *const () as usize,
-        b"dlvsym" => elf_loader_dlvsym as *const () as usize,
-        b"dlerror" => dlerror_impl as *const () as usize,
-        b"dlclose" => dlclose_impl as *const () as usize,
-        b"dladdr" => dladdr_impl as *const () as usize,
-        b"__tls_get_addr" => crate::tls::tls_get_addr_entry(),
-        b"dl_iterate_phdr" => crate::phdr::iterate_entry(),
-        b"__cxa_thread_atexit" | b"__cxa_thread_atexit_impl" => {
-            crate::thread_atexit::thread_atexit as *const () as usize
-        }
-        _ => return None,
+/// The loader's entries that custom libraries get instead of the system's, by name.
+pub(crate) fn overrides() -> &'static Overrides {
+    static TABLE: OnceLock<Overrides> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let thread_atexit = cxa_thread_atexit as *const () as usize;
+        Overrides::new(vec![
+            (b"dlopen", elf_loader_dlopen as *const () as usize),
+            (b"dlsym", elf_loader_dlsym as *const () as usize),
+            (b"dlvsym", elf_loader_dlvsym as *const () as usize),
+            (b"dlerror", dlerror_impl as *const () as usize),
+            (b"dlclose", dlclose_impl as *const () as usize),
+            (b"dladdr", dladdr_impl as *const () as usize),
+            (b"__tls_get_addr", crate::tls::tls_get_addr_entry()),
+            (b"dl_iterate_phdr", crate::iterate_phdr::iterate_entry()),
+            (b"__cxa_thread_atexit", thread_atexit),
+            (b"__cxa_thread_atexit_impl", thread_atexit),
+        ])
     })
+}
+
+/// `__cxa_thread_atexit` / `__cxa_thread_atexit_impl` for custom-loaded code: the
+/// destructor of custom code pins its image and namespace (see `thread_atexit.rs`);
+/// anything else is the system's registration as it is.
+///
+/// # Safety
+/// The contract of `__cxa_thread_atexit`: `dtor(obj)` must be callable at thread exit.
+unsafe extern "C" fn cxa_thread_atexit(
+    dtor: unsafe extern "C" fn(*mut c_void),
+    obj: *mut c_void,
+    dso: *mut c_void,
+) -> c_int {
+    guarded(
+        "__cxa_thread_atexit",
+        -1,
+        |m| eprintln!("elf-loader: {m}"),
+        || {
+            let owner = namespace_containing(dso as usize).map(|(img, ns)| (img, ns.pins.clone()));
+            // SAFETY: the caller's contract.
+            unsafe { crate::thread_atexit::register(dtor, obj, dso, owner) }
+        },
+    )
 }

@@ -6,8 +6,18 @@
 //! (the memory part, for init/fini arrays) of one readable `PT_LOAD` segment, so
 //! reading it after mapping cannot fault.
 //! A malformed file gives [`Error::Malformed`] naming the file and the item.
+//!
+//! The structures are `object`'s zero-copy `read::elf` types (`FileHeader64`,
+//! `ProgramHeader64`, `Dyn64`, `Sym64`, `Rela64`, the hash headers, `Verdef`,
+//! `Verneed` and their aux entries), read in place through a bounds-checked `Reader`
+//! over the parts of the file at hand (the header page, then the mapped segments: the
+//! whole file is never read into memory). The validation is ours: `object`'s own
+//! `ElfFile` needs the whole file contiguous and its errors do not name the item and
+//! offset, which the loader's errors (and the fuzz oracle that compares them) do.
 
 use crate::error::{Error, Result};
+use object::elf as oelf;
+use object::LittleEndian as LE;
 use std::path::{Path, PathBuf};
 
 /// ELF constants used by the loader (x86_64, 64-bit, little-endian only).
@@ -170,6 +180,18 @@ pub struct Sym {
 }
 
 impl Sym {
+    /// From `object`'s `Elf64_Sym` (in place in the file or the mapping).
+    #[inline]
+    pub fn from_object(s: &oelf::Sym64<LE>) -> Sym {
+        Sym {
+            name: s.st_name.get(LE),
+            info: s.st_info.0,
+            other: s.st_other.0,
+            shndx: s.st_shndx.get(LE).0,
+            value: s.st_value.get(LE),
+            size: s.st_size.get(LE),
+        }
+    }
     /// `STB_*`.
     pub fn bind(&self) -> u8 {
         self.info >> 4
@@ -195,6 +217,20 @@ pub struct Rela {
     pub kind: u32,
     /// Addend.
     pub addend: i64,
+}
+
+impl Rela {
+    /// From `object`'s `Elf64_Rela` (in place in the file or the mapping).
+    #[inline]
+    pub fn from_object(r: &oelf::Rela64<LE>) -> Rela {
+        let info = r.r_info.get(LE);
+        Rela {
+            offset: r.r_offset.get(LE),
+            sym: (info >> 32) as u32,
+            kind: info as u32,
+            addend: r.r_addend.get(LE),
+        }
+    }
 }
 
 /// A version name from `DT_VERDEF` or `DT_VERNEED`, by version index.
@@ -328,6 +364,42 @@ pub struct ElfInfo {
     pub nodeflib: bool,
 }
 
+/// The entries of a dynamic section: (index, tag, value), up to `DT_NULL`.
+struct Dynamic {
+    entries: Vec<(u64, u64, u64)>,
+}
+
+impl Dynamic {
+    /// The value of the first entry with `tag`.
+    fn get(&self, tag: u64) -> Option<u64> {
+        self.entries.iter().find(|e| e.1 == tag).map(|e| e.2)
+    }
+}
+
+/// The string table, for the names the dynamic section and version tables refer to.
+struct Strings<'a> {
+    bytes: &'a [u8],
+    size: u64,
+    path: PathBuf,
+}
+
+impl Strings<'_> {
+    /// The NUL-terminated string at `off`, or an error naming `what`.
+    fn get(&self, off: u64, what: &dyn std::fmt::Display) -> Result<String> {
+        let s = self.bytes.get(off as usize..).unwrap_or(&[]);
+        match s.iter().position(|&b| b == 0) {
+            Some(n) if off < self.size => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
+            _ => Err(Error::malformed(
+                &self.path,
+                format!(
+                    "{what}: string offset {off:#x} outside DT_STRTAB (size {:#x}) or unterminated",
+                    self.size
+                ),
+            )),
+        }
+    }
+}
+
 /// Where a validated table must live.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placement {
@@ -397,17 +469,39 @@ impl<'a> Reader<'a> {
             format!("{what} at file offset {off:#x} (+{len:#x}) is not inside a loaded segment"),
         ))
     }
-    fn u16(&self, off: u64, what: &str) -> Result<u16> {
-        let b = self.bytes(off, 2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+    /// The `T` (one of `object`'s ELF structures, whose fields are byte arrays: any
+    /// alignment) at `off`, in place.
+    fn pod<T: object::pod::Pod>(&self, off: u64, what: impl std::fmt::Display) -> Result<&'a T> {
+        let b = self.bytes(off, std::mem::size_of::<T>() as u64, &what)?;
+        object::pod::from_bytes::<T>(b)
+            .map(|(v, _)| v)
+            .map_err(|()| {
+                Error::malformed(
+                    self.path,
+                    format!("{what} at file offset {off:#x} cannot be read"),
+                )
+            })
     }
-    fn u32(&self, off: u64, what: &str) -> Result<u32> {
-        let b = self.bytes(off, 4, what)?;
-        Ok(u32::from_le_bytes(b.try_into().expect("4 bytes")))
-    }
-    fn u64(&self, off: u64, what: &str) -> Result<u64> {
-        let b = self.bytes(off, 8, what)?;
-        Ok(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    /// `count` consecutive `T`s at `off`, in place.
+    fn pods<T: object::pod::Pod>(
+        &self,
+        off: u64,
+        count: u64,
+        what: impl std::fmt::Display,
+    ) -> Result<&'a [T]> {
+        let b = self.bytes(
+            off,
+            count.saturating_mul(std::mem::size_of::<T>() as u64),
+            &what,
+        )?;
+        object::pod::slice_from_bytes::<T>(b, count as usize)
+            .map(|(v, _)| v)
+            .map_err(|()| {
+                Error::malformed(
+                    self.path,
+                    format!("{what} at file offset {off:#x} cannot be read"),
+                )
+            })
     }
 }
 
@@ -438,46 +532,46 @@ impl ElfInfo {
     /// hold the start of the file), with every `PT_LOAD` checked against the file size.
     pub(crate) fn parse_headers(path: &Path, r: &Reader<'_>) -> Result<ElfInfo> {
         let bad = |item: String| Error::malformed(path, item);
+        // `e_ident` first (16 bytes: a short file is refused for what it is), then the
+        // whole header.
         let ident = r.bytes(0, 16, "ELF identification")?;
-        if &ident[0..4] != b"\x7fELF" {
+        let (magic, class, data, version) = (&ident[0..4], ident[4], ident[5], ident[6]);
+        if magic != oelf::ELFMAG {
             return Err(bad("bad magic in e_ident (not an ELF file)".into()));
         }
-        if ident[4] != 2 {
+        if class != oelf::ELFCLASS64.0 {
             return Err(Error::unsupported(
                 path,
-                format!("e_ident[EI_CLASS] = {} (only ELFCLASS64)", ident[4]),
+                format!("e_ident[EI_CLASS] = {class} (only ELFCLASS64)"),
             ));
         }
-        if ident[5] != 1 {
+        if data != oelf::ELFDATA2LSB.0 {
             return Err(Error::unsupported(
                 path,
-                format!("e_ident[EI_DATA] = {} (only little-endian)", ident[5]),
+                format!("e_ident[EI_DATA] = {data} (only little-endian)"),
             ));
         }
-        if ident[6] != 1 {
-            return Err(bad(format!(
-                "e_ident[EI_VERSION] = {} (expected 1)",
-                ident[6]
-            )));
+        if version != oelf::EV_CURRENT.0 {
+            return Err(bad(format!("e_ident[EI_VERSION] = {version} (expected 1)")));
         }
-        r.bytes(0, 64, "ELF header")?;
-        let e_type = r.u16(16, "e_type")?;
-        if e_type != 3 {
+        let header: &oelf::FileHeader64<LE> = r.pod(0, "ELF header")?;
+        let e_type = header.e_type.get(LE).0;
+        if e_type != oelf::ET_DYN.0 {
             return Err(Error::unsupported(
                 path,
                 format!("e_type = {e_type} (only ET_DYN shared objects can be loaded)"),
             ));
         }
-        let machine = r.u16(18, "e_machine")?;
-        if machine != 62 {
+        let machine = header.e_machine.get(LE).0;
+        if machine != oelf::EM_X86_64.0 {
             return Err(Error::unsupported(
                 path,
                 format!("e_machine = {machine} (only EM_X86_64 = 62)"),
             ));
         }
-        let phoff = r.u64(32, "e_phoff")?;
-        let phentsize = r.u16(54, "e_phentsize")?;
-        let phnum = r.u16(56, "e_phnum")?;
+        let phoff = header.e_phoff.get(LE);
+        let phentsize = header.e_phentsize.get(LE);
+        let phnum = header.e_phnum.get(LE);
         if phentsize != 56 {
             return Err(bad(format!("e_phentsize = {phentsize} (expected 56)")));
         }
@@ -486,25 +580,23 @@ impl ElfInfo {
                 "e_phnum = {phnum} (no usable program headers)"
             )));
         }
-        r.bytes(
+        let table: &[oelf::ProgramHeader64<LE>] = r.pods(
             phoff,
-            u64::from(phnum) * 56,
+            u64::from(phnum),
             "program header table (e_phoff, e_phnum)",
         )?;
-
-        let mut phdrs = Vec::with_capacity(phnum as usize);
-        for i in 0..u64::from(phnum) {
-            let o = phoff + i * 56;
-            phdrs.push(Phdr {
-                kind: r.u32(o, "p_type")?,
-                flags: r.u32(o + 4, "p_flags")?,
-                offset: r.u64(o + 8, "p_offset")?,
-                vaddr: r.u64(o + 16, "p_vaddr")?,
-                filesz: r.u64(o + 32, "p_filesz")?,
-                memsz: r.u64(o + 40, "p_memsz")?,
-                align: r.u64(o + 48, "p_align")?,
-            });
-        }
+        let phdrs: Vec<Phdr> = table
+            .iter()
+            .map(|p| Phdr {
+                kind: p.p_type.get(LE).0,
+                flags: p.p_flags.get(LE).0,
+                offset: p.p_offset.get(LE),
+                vaddr: p.p_vaddr.get(LE),
+                filesz: p.p_filesz.get(LE),
+                memsz: p.p_memsz.get(LE),
+                align: p.p_align.get(LE),
+            })
+            .collect();
 
         let mut loads: Vec<Phdr> = Vec::new();
         let mut dynamic = None;
@@ -763,7 +855,9 @@ impl ElfInfo {
     }
 
     /// The second phase: the dynamic section and every table it points to, read through
-    /// `r` (the whole file, or its mapped segments).
+    /// `r` (the whole file, or its mapped segments), in parts: the entries and flags, the
+    /// string table and the names in it, the hash tables (which give the number of
+    /// symbols), the symbol table, the relocation tables, init/fini, the versions.
     pub(crate) fn parse_dynamic(&mut self, r: &Reader<'_>) -> Result<()> {
         if let Some(t) = self.tls {
             if t.filesz > 0 {
@@ -776,8 +870,30 @@ impl ElfInfo {
                 )?;
             }
         }
-        let path = self.path.clone();
-        let bad = |item: String| Error::malformed(&path, item);
+        let dynamic = self.dynamic_entries(r)?;
+        self.check_isa_level(r)?;
+        self.apply_dynamic_flags(&dynamic)?;
+        let strings = self.string_table(r, &dynamic)?;
+        self.dynamic_names(&dynamic, &strings)?;
+        if let Some(addr) = dynamic.get(DT_HASH) {
+            self.parse_sysv_hash(r, addr)?;
+        }
+        if let Some(addr) = dynamic.get(DT_GNU_HASH) {
+            self.parse_gnu_hash(r, addr)?;
+        }
+        self.parse_symtab(r, &dynamic)?;
+        self.parse_relocation_tables(r, &dynamic)?;
+        self.parse_init_fini(r, &dynamic)?;
+        self.parse_versions(r, &dynamic, &strings)
+    }
+
+    fn bad(&self, item: String) -> Error {
+        Error::malformed(&self.path, item)
+    }
+
+    /// The dynamic section's entries up to `DT_NULL`.
+    fn dynamic_entries(&self, r: &Reader<'_>) -> Result<Dynamic> {
+        let bad = |item: String| self.bad(item);
         let d = self.dynamic;
         if d.filesz % 16 != 0 || d.filesz == 0 {
             return Err(bad(format!(
@@ -785,36 +901,28 @@ impl ElfInfo {
                 d.filesz
             )));
         }
-        r.bytes(d.offset, d.filesz, "PT_DYNAMIC contents")?;
+        let table: &[oelf::Dyn64<LE>] = r.pods(d.offset, d.filesz / 16, "PT_DYNAMIC contents")?;
         let mut entries = Vec::new();
-        let mut terminated = false;
-        for i in 0..d.filesz / 16 {
-            let tag = r.u64(d.offset + i * 16, "dynamic tag")?;
-            let val = r.u64(d.offset + i * 16 + 8, "dynamic value")?;
+        for (i, e) in table.iter().enumerate() {
+            let (tag, val) = (e.d_tag.get(LE).0 as u64, e.d_val.get(LE));
             if tag == DT_NULL {
-                terminated = true;
-                break;
+                return Ok(Dynamic { entries });
             }
-            entries.push((i, tag, val));
+            entries.push((i as u64, tag, val));
         }
-        if !terminated {
-            return Err(bad("dynamic section has no DT_NULL terminator".into()));
-        }
-        let get = |tag: u64| entries.iter().find(|e| e.1 == tag).map(|e| e.2);
-        let name = |tag: u64| -> &'static str {
-            match tag {
-                DT_STRTAB => "DT_STRTAB",
-                DT_SYMTAB => "DT_SYMTAB",
-                DT_RELA => "DT_RELA",
-                DT_JMPREL => "DT_JMPREL",
-                _ => "dynamic entry",
-            }
-        };
-        self.check_isa_level(r)?;
+        Err(bad("dynamic section has no DT_NULL terminator".into()))
+    }
+
+    /// The flags and the entries glibc checks or refuses.
+    fn apply_dynamic_flags(&mut self, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let entries = &dynamic.entries[..];
         // Every tag glibc 2.36 acts on for a shared object on x86-64 is handled here or
         // below; unknown tags are ignored, as glibc ignores them. Refused (each naming
         // the entry) is only what glibc refuses too.
-        for (i, tag, val) in &entries {
+        for (i, tag, val) in entries {
             match *tag {
                 DT_FLAGS => {
                     self.textrel |= val & DF_TEXTREL != 0;
@@ -870,18 +978,32 @@ impl ElfInfo {
                 _ => {}
             }
         }
-        let strtab_addr = get(DT_STRTAB).ok_or_else(|| bad("no DT_STRTAB".into()))?;
-        let strsz = get(DT_STRSZ).ok_or_else(|| bad("no DT_STRSZ".into()))?;
-        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, name(DT_STRTAB))?;
-        let strtab = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
-        let string = |off: u64, what: &dyn std::fmt::Display| -> Result<String> {
-            let s = strtab.get(off as usize..).unwrap_or(&[]);
-            match s.iter().position(|&b| b == 0) {
-                Some(n) if off < strsz => Ok(String::from_utf8_lossy(&s[..n]).into_owned()),
-                _ => Err(Error::malformed(&path, format!("{what}: string offset {off:#x} outside DT_STRTAB (size {strsz:#x}) or unterminated"))),
-            }
-        };
-        for (i, tag, val) in &entries {
+        Ok(())
+    }
+
+    /// `DT_STRTAB` (checked to lie in a segment) and a reader of its strings.
+    fn string_table<'r>(&mut self, r: &'r Reader<'_>, dynamic: &Dynamic) -> Result<Strings<'r>> {
+        let bad = |item: String| self.bad(item);
+        let strtab_addr = dynamic
+            .get(DT_STRTAB)
+            .ok_or_else(|| bad("no DT_STRTAB".into()))?;
+        let strsz = dynamic
+            .get(DT_STRSZ)
+            .ok_or_else(|| bad("no DT_STRSZ".into()))?;
+        self.strtab = self.table(r, strtab_addr, strsz, Placement::Any, "DT_STRTAB")?;
+        let bytes = r.bytes(self.strtab.file_off, strsz, "DT_STRTAB")?;
+        Ok(Strings {
+            bytes,
+            size: strsz,
+            path: self.path.clone(),
+        })
+    }
+
+    /// `DT_NEEDED`, `DT_SONAME`, `DT_RPATH`, `DT_RUNPATH`.
+    fn dynamic_names(&mut self, dynamic: &Dynamic, strings: &Strings<'_>) -> Result<()> {
+        let string = |off: u64, what: &dyn std::fmt::Display| strings.get(off, what);
+        let entries = &dynamic.entries[..];
+        for (i, tag, val) in entries {
             match *tag {
                 DT_NEEDED => self.needed.push(string(
                     *val,
@@ -905,132 +1027,147 @@ impl ElfInfo {
                 _ => {}
             }
         }
+        Ok(())
+    }
 
-        // Hash tables, which also give the number of symbols.
-        if let Some(addr) = get(DT_HASH) {
-            let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
-            let nbucket = r.u32(head.file_off, "DT_HASH nbucket")?;
-            let nchain = r.u32(head.file_off + 4, "DT_HASH nchain")?;
-            let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
-            let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
-            if nbucket == 0 {
-                return Err(bad("DT_HASH has zero buckets".into()));
-            }
-            // Every bucket and chain entry is a symbol index below nchain, and the
-            // chains end (at index 0). A linker puts each symbol on one chain: an index
-            // met twice is a chain that goes round a cycle or runs into another bucket's.
-            let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
-            let word = |k: u64| {
-                let k = k as usize * 4;
-                u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
-            };
-            // The bucket (+1) whose chain has passed each symbol index.
-            let mut seen_by = vec![0u32; nchain as usize];
-            for b in 0..nbucket {
-                let mut i = word(u64::from(b));
-                while i != 0 {
-                    if i >= nchain {
-                        return Err(bad(format!(
-                            "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
-                        )));
-                    }
-                    match seen_by[i as usize] {
-                        0 => seen_by[i as usize] = b + 1,
-                        o if o == b + 1 => {
-                            return Err(bad(format!(
-                                "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
-                            )))
-                        }
-                        o => {
-                            return Err(bad(format!(
-                                "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
-                                o - 1
-                            )))
-                        }
-                    }
-                    i = word(u64::from(nbucket) + u64::from(i));
-                }
-            }
-            self.sysv_hash = Some(SysvHash {
-                table,
-                nbucket,
-                nchain,
-            });
+    /// `DT_HASH` at `addr`: its header, and every chain checked to end.
+    fn parse_sysv_hash(&mut self, r: &Reader<'_>, addr: u64) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let head = self.table(r, addr, 8, Placement::Any, "DT_HASH header")?;
+        let h: &oelf::HashHeader<LE> = r.pod(head.file_off, "DT_HASH header")?;
+        let (nbucket, nchain) = (h.bucket_count.get(LE), h.chain_count.get(LE));
+        let len = 8 + (u64::from(nbucket) + u64::from(nchain)) * 4;
+        let table = self.table(r, addr, len, Placement::Any, "DT_HASH table")?;
+        if nbucket == 0 {
+            return Err(bad("DT_HASH has zero buckets".into()));
         }
-        if let Some(addr) = get(DT_GNU_HASH) {
-            let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
-            let nbuckets = r.u32(head.file_off, "DT_GNU_HASH nbuckets")?;
-            let symoffset = r.u32(head.file_off + 4, "DT_GNU_HASH symoffset")?;
-            let bloom_size = r.u32(head.file_off + 8, "DT_GNU_HASH bloom size")?;
-            let bloom_shift = r.u32(head.file_off + 12, "DT_GNU_HASH bloom shift")?;
-            if nbuckets == 0
-                || bloom_size == 0
-                || !bloom_size.is_power_of_two()
-                || bloom_shift >= 64
-            {
-                return Err(bad(format!(
-                    "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
-                )));
-            }
-            let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
-            let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
-            // The chain array runs from symoffset to the last symbol; find its end.
-            let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
-            let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
-            let mut max_index: Option<u32> = None;
-            for (b, chunk) in buckets.chunks_exact(4).enumerate() {
-                let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
-                if v != 0 {
-                    if v < symoffset {
-                        return Err(bad(format!(
-                            "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
-                        )));
-                    }
-                    max_index = Some(max_index.map_or(v, |m| m.max(v)));
+        // Every bucket and chain entry is a symbol index below nchain, and the
+        // chains end (at index 0). A linker puts each symbol on one chain: an index
+        // met twice is a chain that goes round a cycle or runs into another bucket's.
+        let words = r.bytes(table.file_off + 8, len - 8, "DT_HASH table")?;
+        let word = |k: u64| {
+            let k = k as usize * 4;
+            u32::from_le_bytes(words[k..k + 4].try_into().expect("4 bytes"))
+        };
+        // The bucket (+1) whose chain has passed each symbol index.
+        let mut seen_by = vec![0u32; nchain as usize];
+        for b in 0..nbucket {
+            let mut i = word(u64::from(b));
+            while i != 0 {
+                if i >= nchain {
+                    return Err(bad(format!(
+                        "DT_HASH chain of bucket {b} reaches symbol index {i}, beyond nchain {nchain}"
+                    )));
                 }
-            }
-            let mut nsyms = symoffset;
-            if let Some(start) = max_index {
-                // The chain of the highest bucket runs to the last symbol: walk it over
-                // what the segment holds after the chain array's start.
-                let chains_off = buckets_off + u64::from(nbuckets) * 4;
-                let chains_vaddr = addr + (chains_off - fixed_t.file_off);
-                let seg = self
-                    .loads
-                    .iter()
-                    .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
-                    .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
-                let avail = seg.vaddr + seg.filesz - chains_vaddr;
-                let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
-                let mut i = start;
-                loop {
-                    let at = (i - symoffset) as usize * 4;
-                    let Some(word) = chains.get(at..at + 4) else {
+                match seen_by[i as usize] {
+                    0 => seen_by[i as usize] = b + 1,
+                    o if o == b + 1 => {
                         return Err(bad(format!(
-                            "DT_GNU_HASH chain from bucket value {start} runs past its segment"
-                        )));
-                    };
-                    if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
-                        break;
+                            "DT_HASH chains do not end: the chain of bucket {b} goes round a cycle at symbol index {i}"
+                        )))
                     }
-                    i = i
-                        .checked_add(1)
-                        .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+                    o => {
+                        return Err(bad(format!(
+                            "DT_HASH chains do not end where they should: symbol index {i} is on the chains of buckets {} and {b}",
+                            o - 1
+                        )))
+                    }
                 }
-                nsyms = i + 1;
+                i = word(u64::from(nbucket) + u64::from(i));
             }
-            let len = (chains_off_len(fixed, nsyms, symoffset))
-                .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
-            let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
-            self.gnu_hash = Some(GnuHash {
-                table,
-                nbuckets,
-                symoffset,
-                bloom_size,
-                bloom_shift,
-            });
-            self.nsyms = nsyms;
         }
+        self.sysv_hash = Some(SysvHash {
+            table,
+            nbucket,
+            nchain,
+        });
+        Ok(())
+    }
+
+    /// `DT_GNU_HASH` at `addr`: its header, buckets and chains (the last chain gives the
+    /// number of symbols).
+    fn parse_gnu_hash(&mut self, r: &Reader<'_>, addr: u64) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let head = self.table(r, addr, 16, Placement::Any, "DT_GNU_HASH header")?;
+        let h: &oelf::GnuHashHeader<LE> = r.pod(head.file_off, "DT_GNU_HASH header")?;
+        let nbuckets = h.bucket_count.get(LE);
+        let symoffset = h.symbol_base.get(LE);
+        let bloom_size = h.bloom_count.get(LE);
+        let bloom_shift = h.bloom_shift.get(LE);
+        if nbuckets == 0 || bloom_size == 0 || !bloom_size.is_power_of_two() || bloom_shift >= 64 {
+            return Err(bad(format!(
+                "DT_GNU_HASH header: nbuckets {nbuckets}, bloom size {bloom_size}, bloom shift {bloom_shift} are invalid"
+            )));
+        }
+        let fixed = 16 + u64::from(bloom_size) * 8 + u64::from(nbuckets) * 4;
+        let fixed_t = self.table(r, addr, fixed, Placement::Any, "DT_GNU_HASH buckets")?;
+        // The chain array runs from symoffset to the last symbol; find its end.
+        let buckets_off = fixed_t.file_off + 16 + u64::from(bloom_size) * 8;
+        let buckets = r.bytes(buckets_off, u64::from(nbuckets) * 4, "DT_GNU_HASH buckets")?;
+        let mut max_index: Option<u32> = None;
+        for (b, chunk) in buckets.chunks_exact(4).enumerate() {
+            let v = u32::from_le_bytes(chunk.try_into().expect("4 bytes"));
+            if v != 0 {
+                if v < symoffset {
+                    return Err(bad(format!(
+                        "DT_GNU_HASH bucket {b} = {v} is below symoffset {symoffset}"
+                    )));
+                }
+                max_index = Some(max_index.map_or(v, |m| m.max(v)));
+            }
+        }
+        let mut nsyms = symoffset;
+        if let Some(start) = max_index {
+            // The chain of the highest bucket runs to the last symbol: walk it over
+            // what the segment holds after the chain array's start.
+            let chains_off = buckets_off + u64::from(nbuckets) * 4;
+            let chains_vaddr = addr + (chains_off - fixed_t.file_off);
+            let seg = self
+                .loads
+                .iter()
+                .find(|l| chains_vaddr >= l.vaddr && chains_vaddr < l.vaddr + l.filesz)
+                .ok_or_else(|| bad("DT_GNU_HASH chains are outside every PT_LOAD".into()))?;
+            let avail = seg.vaddr + seg.filesz - chains_vaddr;
+            let chains = r.bytes(chains_off, avail - avail % 4, "DT_GNU_HASH chain")?;
+            let mut i = start;
+            loop {
+                let at = (i - symoffset) as usize * 4;
+                let Some(word) = chains.get(at..at + 4) else {
+                    return Err(bad(format!(
+                        "DT_GNU_HASH chain from bucket value {start} runs past its segment"
+                    )));
+                };
+                if u32::from_le_bytes(word.try_into().expect("4 bytes")) & 1 == 1 {
+                    break;
+                }
+                i = i
+                    .checked_add(1)
+                    .ok_or_else(|| bad("DT_GNU_HASH chain never ends".into()))?;
+            }
+            nsyms = i + 1;
+        }
+        let len = (chains_off_len(fixed, nsyms, symoffset))
+            .ok_or_else(|| bad("DT_GNU_HASH size overflows".into()))?;
+        let table = self.table(r, addr, len, Placement::Any, "DT_GNU_HASH table")?;
+        self.gnu_hash = Some(GnuHash {
+            table,
+            nbuckets,
+            symoffset,
+            bloom_size,
+            bloom_shift,
+        });
+        self.nsyms = nsyms;
+        Ok(())
+    }
+
+    /// `DT_SYMTAB`, as long as the hash tables say, not overlapping the other tables.
+    fn parse_symtab(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let name = |_: u64| "DT_SYMTAB";
         if let Some(h) = self.sysv_hash {
             self.nsyms = self.nsyms.max(h.nchain);
         }
@@ -1072,7 +1209,21 @@ impl ElfInfo {
                 )));
             }
         }
+        Ok(())
+    }
 
+    /// `DT_RELA`, `DT_JMPREL`, `DT_RELR` and their sizes.
+    fn parse_relocation_tables(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let name = |tag: u64| -> &'static str {
+            match tag {
+                DT_RELA => "DT_RELA",
+                DT_JMPREL => "DT_JMPREL",
+                _ => "dynamic entry",
+            }
+        };
         // Relocation tables.
         if let Some(addr) = get(DT_RELA) {
             let sz = get(DT_RELASZ).ok_or_else(|| bad("DT_RELA without DT_RELASZ".into()))?;
@@ -1103,6 +1254,14 @@ impl ElfInfo {
             }
             self.relr = self.table(r, addr, sz, Placement::Any, "DT_RELR")?;
         }
+        Ok(())
+    }
+
+    /// `DT_INIT`, `DT_FINI` (checked to be code) and the init/fini arrays.
+    fn parse_init_fini(&mut self, r: &Reader<'_>, dynamic: &Dynamic) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
         self.init = get(DT_INIT);
         self.fini = get(DT_FINI);
         for (a, s, slot, what) in [
@@ -1135,7 +1294,20 @@ impl ElfInfo {
                 }
             }
         }
+        Ok(())
+    }
 
+    /// `DT_VERSYM`, `DT_VERDEF` and `DT_VERNEED`: the version names by index.
+    fn parse_versions(
+        &mut self,
+        r: &Reader<'_>,
+        dynamic: &Dynamic,
+        strings: &Strings<'_>,
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let bad = |item: String| Error::malformed(&path, item);
+        let get = |tag: u64| dynamic.get(tag);
+        let string = |off: u64, what: &dyn std::fmt::Display| strings.get(off, what);
         // Versions.
         if let Some(addr) = get(DT_VERSYM) {
             self.versym = Some(self.table(
@@ -1165,15 +1337,17 @@ impl ElfInfo {
                     Placement::Any,
                     format_args!("DT_VERDEF entry {n}"),
                 )?;
-                let version = r.u16(t.file_off, "vd_version")?;
+                let vd: &oelf::Verdef<LE> =
+                    r.pod(t.file_off, format_args!("DT_VERDEF entry {n}"))?;
+                let version = vd.vd_version.get(LE);
                 if version != 1 {
                     return Err(bad(format!("DT_VERDEF entry {n}: vd_version {version}")));
                 }
-                let flags = r.u16(t.file_off + 2, "vd_flags")?;
-                let ndx = r.u16(t.file_off + 4, "vd_ndx")?;
-                let cnt = r.u16(t.file_off + 6, "vd_cnt")?;
-                let aux = r.u32(t.file_off + 12, "vd_aux")?;
-                let next = r.u32(t.file_off + 16, "vd_next")?;
+                let flags = vd.vd_flags.get(LE).0;
+                let ndx = vd.vd_ndx.get(LE).0;
+                let cnt = vd.vd_cnt.get(LE);
+                let aux = vd.vd_aux.get(LE);
+                let next = vd.vd_next.get(LE);
                 if cnt > 0 {
                     let a = self.table(
                         r,
@@ -1182,7 +1356,9 @@ impl ElfInfo {
                         Placement::Any,
                         format_args!("DT_VERDEF entry {n} aux"),
                     )?;
-                    let name_off = r.u32(a.file_off, "vda_name")?;
+                    let vda: &oelf::Verdaux<LE> =
+                        r.pod(a.file_off, format_args!("DT_VERDEF entry {n} aux"))?;
+                    let name_off = vda.vda_name.get(LE);
                     let name = string(
                         u64::from(name_off),
                         &format_args!("DT_VERDEF entry {n} name"),
@@ -1216,18 +1392,20 @@ impl ElfInfo {
                     Placement::Any,
                     format_args!("DT_VERNEED entry {n}"),
                 )?;
-                let version = r.u16(t.file_off, "vn_version")?;
+                let vn: &oelf::Verneed<LE> =
+                    r.pod(t.file_off, format_args!("DT_VERNEED entry {n}"))?;
+                let version = vn.vn_version.get(LE);
                 if version != 1 {
                     return Err(bad(format!("DT_VERNEED entry {n}: vn_version {version}")));
                 }
-                let cnt = r.u16(t.file_off + 2, "vn_cnt")?;
-                let file_off = r.u32(t.file_off + 4, "vn_file")?;
+                let cnt = vn.vn_cnt.get(LE);
+                let file_off = vn.vn_file.get(LE);
                 let file = string(
                     u64::from(file_off),
                     &format_args!("DT_VERNEED entry {n} file"),
                 )?;
-                let mut aux = at.checked_add(u64::from(r.u32(t.file_off + 8, "vn_aux")?));
-                let next = r.u32(t.file_off + 12, "vn_next")?;
+                let mut aux = at.checked_add(u64::from(vn.vn_aux.get(LE)));
+                let next = vn.vn_next.get(LE);
                 for k in 0..cnt {
                     let a_addr = aux.ok_or_else(|| bad("DT_VERNEED aux overflows".into()))?;
                     let a = self.table(
@@ -1237,9 +1415,11 @@ impl ElfInfo {
                         Placement::Any,
                         format_args!("DT_VERNEED entry {n} aux {k}"),
                     )?;
-                    let vna_flags = r.u16(a.file_off + 4, "vna_flags")?;
-                    let other = r.u16(a.file_off + 6, "vna_other")?;
-                    let name_off = r.u32(a.file_off + 8, "vna_name")?;
+                    let vna: &oelf::Vernaux<LE> =
+                        r.pod(a.file_off, format_args!("DT_VERNEED entry {n} aux {k}"))?;
+                    let vna_flags = vna.vna_flags.get(LE).0;
+                    let other = vna.vna_other.get(LE).0;
+                    let name_off = vna.vna_name.get(LE);
                     let name = string(
                         u64::from(name_off),
                         &format_args!("DT_VERNEED entry {n} aux {k} name"),
@@ -1253,7 +1433,7 @@ impl ElfInfo {
                             weak: vna_flags & 2 != 0,
                         },
                     );
-                    let anext = r.u32(a.file_off + 12, "vna_next")?;
+                    let anext = vna.vna_next.get(LE);
                     if anext == 0 {
                         break;
                     }
@@ -1594,32 +1774,16 @@ fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {
     fixed.checked_add(u64::from(nsyms.checked_sub(symoffset)?) * 4)
 }
 
-/// Decodes an `Elf64_Sym` from 24 bytes.
+/// Decodes an `Elf64_Sym` from (at least) 24 bytes.
 pub fn read_sym(b: &[u8]) -> Option<Sym> {
-    if b.len() < 24 {
-        return None;
-    }
-    Some(Sym {
-        name: u32::from_le_bytes(b[0..4].try_into().ok()?),
-        info: b[4],
-        other: b[5],
-        shndx: u16::from_le_bytes([b[6], b[7]]),
-        value: u64::from_le_bytes(b[8..16].try_into().ok()?),
-        size: u64::from_le_bytes(b[16..24].try_into().ok()?),
-    })
+    let (s, _) = object::pod::from_bytes::<oelf::Sym64<LE>>(b).ok()?;
+    Some(Sym::from_object(s))
 }
 
-/// Decodes an `Elf64_Rela` from 24 bytes.
+/// Decodes an `Elf64_Rela` from 24 bytes (panics if `b` is shorter).
 pub fn read_rela(b: &[u8]) -> Rela {
-    let offset = u64::from_le_bytes(b[0..8].try_into().expect("24-byte chunk"));
-    let info = u64::from_le_bytes(b[8..16].try_into().expect("24-byte chunk"));
-    let addend = i64::from_le_bytes(b[16..24].try_into().expect("24-byte chunk"));
-    Rela {
-        offset,
-        sym: (info >> 32) as u32,
-        kind: info as u32,
-        addend,
-    }
+    let (r, _) = object::pod::from_bytes::<oelf::Rela64<LE>>(b).expect("24-byte chunk");
+    Rela::from_object(r)
 }
 
 /// The GNU hash of a symbol name (djb2: `h = h * 33 + c`, from 5381).

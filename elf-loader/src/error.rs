@@ -82,6 +82,14 @@ pub enum Error {
         /// The relocation's offset (link-time address).
         offset: u64,
     },
+    /// A symbol asked for by name (`get`) is not defined where it was looked up.
+    #[error("{library}: symbol {name} not found")]
+    SymbolNotFound {
+        /// The symbol name.
+        name: String,
+        /// The library or namespace searched.
+        library: String,
+    },
     /// A relocation could not be honoured (unsupported type, TLS model, bad target).
     #[error("{path}: relocation {kind} at offset {offset:#x} for symbol {symbol}: {reason}")]
     Relocation {

@@ -4,9 +4,12 @@
 use crate::elf::{consts::*, gnu_hash, reloc_name, ElfInfo, Rela, Sym};
 use crate::error::{Error, Result};
 use crate::map::Mapping;
+use crate::overrides::Overrides;
 use crate::symtab::SymTab;
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls::{self, TlsIndex};
+use object::elf::Rela64;
+use object::LittleEndian;
 use std::ffi::{c_char, c_int, CString};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,8 +70,6 @@ pub(crate) struct Image {
     pub tlsdesc_args: parking_lot::Mutex<Vec<Box<TlsIndex>>>,
     /// The registered `.eh_frame` start, for deregistration.
     pub eh_frame: parking_lot::Mutex<Option<usize>>,
-    /// The namespace this image belongs to.
-    pub ns: Weak<crate::namespace::NsInner>,
 }
 
 /// A dependency: another custom image, or a library of the system loader.
@@ -82,18 +83,36 @@ pub(crate) enum Dep {
 #[derive(Clone)]
 pub(crate) enum ScopeItem {
     /// The loader's own dl* and __tls_get_addr entries.
-    Overrides,
+    Overrides(&'static Overrides),
     Custom(Arc<Image>),
     System(Arc<SystemLibrary>),
     Provider(Arc<dyn SymbolProvider>),
 }
 
 impl ScopeItem {
+    /// The item as a relocation plan records it (see `plan.rs`).
+    pub(crate) fn plan_key(&self) -> crate::plan::KeyItem {
+        use crate::plan::KeyItem;
+        match self {
+            ScopeItem::Overrides(_) => KeyItem::Overrides,
+            ScopeItem::Custom(img) => KeyItem::Custom(img.stamp),
+            ScopeItem::System(lib) => {
+                let (name, handle, bias) = lib.plan_identity();
+                KeyItem::System {
+                    name: name.to_string(),
+                    handle,
+                    bias,
+                }
+            }
+            ScopeItem::Provider(_) => KeyItem::Provider,
+        }
+    }
+
     /// Whether both items are the same library (custom images by identity, system
     /// libraries by identity or by `dlopen` handle).
     pub(crate) fn same(&self, other: &ScopeItem) -> bool {
         match (self, other) {
-            (ScopeItem::Overrides, ScopeItem::Overrides) => true,
+            (ScopeItem::Overrides(a), ScopeItem::Overrides(b)) => std::ptr::eq(*a, *b),
             (ScopeItem::Custom(a), ScopeItem::Custom(b)) => Arc::ptr_eq(a, b),
             (ScopeItem::System(a), ScopeItem::System(b)) => a.same_library(b),
             (ScopeItem::Provider(a), ScopeItem::Provider(b)) => Arc::ptr_eq(a, b),
@@ -120,8 +139,9 @@ struct RelocCx<'a> {
     /// Where symbols are looked up.
     scope: &'a [ScopeItem],
     /// `scope` starts with the loader's overrides and then the image itself, so a
-    /// symbol the image exports binds to its own definition without a hash lookup.
-    self_first: bool,
+    /// symbol the image exports (and the overrides do not replace) binds to its own
+    /// definition without a hash lookup: the overrides, when so.
+    self_first: Option<&'static Overrides>,
     /// Resolved values by symbol index.
     cache: &'a mut [usize],
     /// Relocations applied after all others (ifuncs).
@@ -317,7 +337,13 @@ impl Image {
         // shape gives the symbols' values without lookups; otherwise this load records
         // one.
         let planning = crate::plan::enabled();
-        let replayed = planning && self.replay_plan(scope, &mut cache, &mut bound, &mut stats);
+        let key: Vec<crate::plan::KeyItem> = if planning {
+            scope.iter().map(ScopeItem::plan_key).collect()
+        } else {
+            Vec::new()
+        };
+        let replayed =
+            planning && self.replay_plan(scope, &key, &mut cache, &mut bound, &mut stats);
         let mut record: Option<Vec<(u32, crate::plan::Planned)>> =
             (planning && !replayed).then(Vec::new);
         let total = (self.info.rela.len / 24) as usize;
@@ -336,15 +362,14 @@ impl Image {
         if let Some((lo, hi)) = primary {
             while n < relacount {
                 // SAFETY: n < relacount <= entries of the DT_RELA table, which the parser
-                // checked to lie inside a mapped segment.
-                let (offset, info, addend) = unsafe {
-                    let e = table.add(n * 24);
-                    (
-                        std::ptr::read_unaligned(e as *const u64),
-                        std::ptr::read_unaligned(e.add(8) as *const u64),
-                        std::ptr::read_unaligned(e.add(16) as *const u64),
-                    )
-                };
+                // checked to lie inside a mapped segment; `Rela64`'s fields are byte
+                // arrays (alignment 1), read in place.
+                let e = unsafe { &*(table.add(n * 24) as *const Rela64<LittleEndian>) };
+                let (offset, info, addend) = (
+                    e.r_offset.get(LittleEndian),
+                    e.r_info.get(LittleEndian),
+                    e.r_addend.get(LittleEndian) as u64,
+                );
                 if info as u32 != R_X86_64_RELATIVE || offset < lo || offset > hi.saturating_sub(8)
                 {
                     break;
@@ -365,7 +390,10 @@ impl Image {
             vaddr: self.info.rela.vaddr + n as u64 * 24,
             len: self.info.rela.len - n as u64 * 24,
         };
-        let self_first = matches!(scope, [ScopeItem::Overrides, ScopeItem::Custom(i), ..] if Arc::ptr_eq(i, self));
+        let self_first = match scope {
+            [ScopeItem::Overrides(o), ScopeItem::Custom(i), ..] if Arc::ptr_eq(i, self) => Some(*o),
+            _ => None,
+        };
         let mut cx = RelocCx {
             scope,
             self_first,
@@ -398,7 +426,7 @@ impl Image {
             unsafe { std::ptr::write_unaligned(p as *mut usize, value) };
         }
         if let Some(entries) = record {
-            crate::plan::store(self.stamp, scope, entries);
+            crate::plan::store(self.stamp, key, entries);
         }
         Ok(stats)
     }
@@ -411,12 +439,13 @@ impl Image {
     fn replay_plan(
         self: &Arc<Self>,
         scope: &[ScopeItem],
+        key: &[crate::plan::KeyItem],
         cache: &mut [usize],
         bound: &mut Vec<Arc<Image>>,
         stats: &mut RelocStats,
     ) -> bool {
         use crate::plan::Planned;
-        let Some(plan) = crate::plan::find(&self.stamp, scope) else {
+        let Some(plan) = crate::plan::find(&self.stamp, key) else {
             return false;
         };
         for &(i, p) in &plan.entries {
@@ -638,15 +667,14 @@ impl Image {
         let (mut relative, mut symbolic) = (0, 0);
         for k in 0..count {
             // SAFETY: k < count entries of a relocation table that the parser checked to
-            // lie inside a mapped, readable segment.
-            let (offset, info, addend) = unsafe {
-                let e = table.add(k * 24);
-                (
-                    std::ptr::read_unaligned(e as *const u64),
-                    std::ptr::read_unaligned(e.add(8) as *const u64),
-                    std::ptr::read_unaligned(e.add(16) as *const i64),
-                )
-            };
+            // lie inside a mapped, readable segment; `Rela64` is read in place (byte-array
+            // fields, alignment 1).
+            let e = unsafe { &*(table.add(k * 24) as *const Rela64<LittleEndian>) };
+            let (offset, info, addend) = (
+                e.r_offset.get(LittleEndian),
+                e.r_info.get(LittleEndian),
+                e.r_addend.get(LittleEndian),
+            );
             let kind = info as u32;
             let sym = (info >> 32) as usize;
             if fast && offset.wrapping_sub(lo) <= span {
@@ -1003,7 +1031,7 @@ impl Image {
         self: &Arc<Self>,
         r: &Rela,
         scope: &[ScopeItem],
-        self_first: bool,
+        self_first: Option<&Overrides>,
         bound: &mut Vec<Arc<Image>>,
     ) -> Result<Option<Def>> {
         if r.sym == 0 {
@@ -1061,7 +1089,7 @@ impl Image {
         self: &Arc<Self>,
         r: &Rela,
         scope: &[ScopeItem],
-        self_first: bool,
+        self_first: Option<&Overrides>,
     ) -> Result<Option<Def>> {
         Ok(self.resolve_at(r, scope, self_first)?.0)
     }
@@ -1074,7 +1102,7 @@ impl Image {
         self: &Arc<Self>,
         r: &Rela,
         scope: &[ScopeItem],
-        self_first: bool,
+        self_first: Option<&Overrides>,
     ) -> Result<(Option<Def>, Option<usize>)> {
         let s = self.sym(r.sym);
         let name = self.str_at(s.name).ok_or_else(|| {
@@ -1085,11 +1113,10 @@ impl Image {
             return Ok((Some(Def::Own(s)), Some(0)));
         }
         let is_tls = s.kind() == STT_TLS;
-        if self_first
-            && self.tab.exports_own(r.sym)
-            && (is_tls || crate::dlfcn::override_for(name).is_none())
-        {
-            return Ok((Some(Def::Own(s)), Some(0)));
+        if let Some(overrides) = self_first {
+            if self.tab.exports_own(r.sym) && (is_tls || overrides.get(name).is_none()) {
+                return Ok((Some(Def::Own(s)), Some(0)));
+            }
         }
         let version = self.wanted_version(r.sym);
         let hash = gnu_hash(name);
@@ -1149,8 +1176,7 @@ impl Image {
         if self.initialized.swap(true, Ordering::AcqRel) {
             return;
         }
-        crate::namespace::fini_at_exit_registered();
-        let (argc, argv, envp) = crate::namespace::init_args();
+        let (argc, argv, envp) = init_args();
         let _span = tracing::debug_span!("init", library = %self.path.display()).entered();
         type InitFn = extern "C" fn(c_int, *const *const c_char, *const *const c_char);
         if let Some(init) = self.info.init {
@@ -1248,9 +1274,9 @@ pub(crate) fn lookup_scope_at(
     for (pos, item) in scope.iter().enumerate() {
         let here = stable.then_some(pos);
         match item {
-            ScopeItem::Overrides => {
+            ScopeItem::Overrides(overrides) => {
                 if !is_tls {
-                    if let Some(a) = crate::dlfcn::override_for(name) {
+                    if let Some(a) = overrides.get(name) {
                         return Some((Def::Addr(a), here));
                     }
                 }
@@ -1340,4 +1366,34 @@ pub(crate) fn lookup_scope_at(
         }
     }
     None
+}
+
+/// The (argc, argv, envp) passed to init functions: the process's own arguments.
+pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char) {
+    struct Args {
+        _strings: Vec<CString>,
+        ptrs: Vec<*const c_char>,
+    }
+    // SAFETY: the pointers point into `_strings`, which lives as long as the static.
+    unsafe impl Send for Args {}
+    // SAFETY: immutable after construction.
+    unsafe impl Sync for Args {}
+    static ARGS: OnceLock<Args> = OnceLock::new();
+    let a = ARGS.get_or_init(|| {
+        let strings: Vec<CString> = std::env::args_os()
+            .map(|a| CString::new(a.as_encoded_bytes()).unwrap_or_default())
+            .collect();
+        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        Args {
+            _strings: strings,
+            ptrs,
+        }
+    });
+    extern "C" {
+        static environ: *const *const c_char;
+    }
+    // SAFETY: reading the C library's `environ` pointer.
+    let envp = unsafe { environ };
+    ((a.ptrs.len() - 1) as c_int, a.ptrs.as_ptr(), envp)
 }

@@ -10,15 +10,27 @@
 //! use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary};
 //! let global = SystemLibrary::global();
 //! let a = CustomLibrary::create("/path/to/libfoo.so");
-//! a.add_search_library(global.clone()).unwrap();
-//! a.load().unwrap();
+//! a.add_search_library(global.clone())?;
+//! // SAFETY: libfoo's initialisers are safe to run here (loading runs foreign code).
+//! unsafe { a.load() }?;
 //! let b = CustomLibrary::create("/path/to/libfoo.so");
-//! b.load().unwrap();
+//! // SAFETY: as above.
+//! unsafe { b.load() }?;
 //! // Two copies: each has its own globals.
 //! assert_ne!(a.sym("counter"), b.sym("counter"));
+//! // A typed symbol borrows its library: it cannot be called after `a` is dropped.
+//! // SAFETY: libfoo's `bump` has this signature.
+//! let bump = unsafe { a.get::<extern "C" fn() -> i32>("bump") }?;
+//! bump();
+//! # Ok::<(), elf_loader::Error>(())
 //! ```
 //!
+//! Loading is `unsafe` (it runs the library's constructors, as libloading's
+//! `Library::new`), and so is implementing [`SymbolProvider`] (loaded code jumps to
+//! whatever address a provider answers).
+//!
 //! - [`SymbolProvider`]: anything that resolves names (`sym`, `tls_sym`).
+//! - [`Symbol`]: a typed symbol (`get`) that keeps its library borrowed.
 //! - [`SystemLibrary`]: the system loader's global scope or one `dlopen`ed library.
 //! - [`CustomLibrary`]: one library loaded by this loader (create, add_search_library,
 //!   load, sym), in a [`Namespace`] of its own or a shared one.
@@ -26,17 +38,21 @@
 //!   deciding which `DT_NEEDED` libraries are shared through the system loader.
 //! - [`capi`]: the C ABI (`include/elf_loader.h`).
 
+mod api;
 mod boundary;
 mod debug;
 mod dlfcn;
 pub mod elf;
 mod error;
 mod image;
+mod iterate_phdr;
 mod map;
 mod namespace;
+mod overrides;
 mod phdr;
 mod plan;
 mod search;
+mod symbol;
 mod symtab;
 mod system;
 mod thread_atexit;
@@ -44,10 +60,12 @@ mod tls;
 
 pub mod capi;
 
+pub use api::{CustomLibrary, Namespace};
 pub use error::{Error, Result};
 pub use image::RelocStats;
-pub use namespace::{loaded_image_count, CustomLibrary, DependencyPolicy, Namespace};
+pub use namespace::{loaded_image_count, DependencyPolicy, LoadEvent};
 pub use plan::set_relocation_plans;
 pub use search::{LD_SO_CACHE, SYSTEM_DIRS};
+pub use symbol::Symbol;
 pub use system::{SymbolProvider, SystemLibrary};
 pub use tls::{live_blocks as tls_live_blocks, TlsIndex};

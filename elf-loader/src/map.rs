@@ -282,3 +282,64 @@ impl Drop for Mapping {
         }
     }
 }
+
+/// Reads the headers with `pread`, maps the segments, then parses the dynamic section
+/// and its tables from the mapped segments (each table page is faulted in once, in the
+/// mapping that relocation and lookups use afterwards).
+pub(crate) fn parse_and_map(
+    path: &Path,
+    file: &std::fs::File,
+    file_len: u64,
+) -> Result<(ElfInfo, Mapping)> {
+    use std::os::unix::fs::FileExt;
+    let io = |what: &'static str| {
+        move |e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            what,
+            source: e,
+        }
+    };
+    if file_len == 0 {
+        return Err(Error::malformed(path, "empty file"));
+    }
+    let read_at = |len: u64| -> Result<Vec<u8>> {
+        let len = len.min(file_len) as usize;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, 0)
+            .map_err(io("read headers"))?;
+        Ok(buf)
+    };
+    let mut header = read_at(4096)?;
+    if header.len() >= 64 {
+        // Program headers beyond the first page: read up to their end.
+        let phoff = u64::from_le_bytes(header[32..40].try_into().expect("8 bytes"));
+        let phnum = u64::from(u16::from_le_bytes([header[56], header[57]]));
+        let end = phoff.saturating_add(phnum * 56);
+        if end > header.len() as u64 && end <= file_len {
+            header = read_at(end)?;
+        }
+    }
+    let mut info = ElfInfo::parse_headers(
+        path,
+        &crate::elf::Reader::ranges(path, vec![(0, &header)], file_len),
+    )?;
+    let map = Mapping::map(&info, file)?;
+    let ranges: Vec<(u64, &[u8])> = info
+        .loads
+        .iter()
+        .filter(|l| l.filesz > 0 && l.flags & crate::elf::consts::PF_R != 0)
+        .map(|l| {
+            // SAFETY: the segment's file contents are mapped (readable) at bias+vaddr for
+            // filesz bytes; the slices are only used before `map` is returned.
+            let data = unsafe {
+                std::slice::from_raw_parts(
+                    map.bias.wrapping_add(l.vaddr as usize) as *const u8,
+                    l.filesz as usize,
+                )
+            };
+            (l.offset, data)
+        })
+        .collect();
+    info.parse_dynamic(&crate::elf::Reader::ranges(path, ranges, file_len))?;
+    Ok((info, map))
+}

@@ -1,15 +1,17 @@
-//! [`Namespace`], [`CustomLibrary`] and the dependency policy: loading a library and its
-//! `DT_NEEDED` closure into one isolated world, in dependency order, with init/fini.
+//! A namespace's machinery (`NsInner`) and the dependency policy: loading a library and
+//! its `DT_NEEDED` closure into one isolated world, in dependency order, with init/fini,
+//! and unloading what nothing uses any more. The public handles over it
+//! ([`crate::Namespace`], [`crate::CustomLibrary`]) are in `api.rs`; the loader's entries
+//! that loaded code calls (`dlfcn.rs`) reach a namespace through [`namespace_containing`].
 
-use crate::elf::ElfInfo;
 use crate::error::{Error, Result};
 use crate::image::{next_id, Dep, Image, ScopeItem};
-use crate::map::Mapping;
+use crate::overrides::Overrides;
 use crate::system::{SymbolProvider, SystemLibrary};
-use crate::tls::{self, TlsIndex};
+use crate::tls;
 use parking_lot::{Mutex, ReentrantMutex, RwLock};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::ffi::{c_char, c_int, CString};
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -18,16 +20,34 @@ use std::sync::{Arc, OnceLock, Weak};
 /// init functions may call `dlopen`.
 static LOAD_LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
 
+/// One mapped image in [`IMAGES`]: its end address, the image and its namespace.
+struct Registered {
+    end: usize,
+    image: Weak<Image>,
+    ns: Weak<NsInner>,
+}
+
 /// Every mapped image by start address: for `dladdr`, for finding the namespace of a
 /// `dlopen` caller, and for debugging.
-static IMAGES: RwLock<BTreeMap<usize, (usize, Weak<Image>)>> = RwLock::new(BTreeMap::new());
+static IMAGES: RwLock<BTreeMap<usize, Registered>> = RwLock::new(BTreeMap::new());
 
 /// The custom image containing `addr`, if any.
 pub(crate) fn image_containing(addr: usize) -> Option<Arc<Image>> {
     let map = IMAGES.read();
-    let (_, (end, img)) = map.range(..=addr).next_back()?;
-    if addr < *end {
-        img.upgrade()
+    let (_, r) = map.range(..=addr).next_back()?;
+    if addr < r.end {
+        r.image.upgrade()
+    } else {
+        None
+    }
+}
+
+/// The custom image containing `addr` and its namespace, if both are alive.
+pub(crate) fn namespace_containing(addr: usize) -> Option<(Arc<Image>, Arc<NsInner>)> {
+    let map = IMAGES.read();
+    let (_, r) = map.range(..=addr).next_back()?;
+    if addr < r.end {
+        Some((r.image.upgrade()?, r.ns.upgrade()?))
     } else {
         None
     }
@@ -52,28 +72,13 @@ pub struct DependencyPolicy {
     pub share_system_dirs: bool,
 }
 
-/// Libraries that must never be loaded twice: the C runtime and the compiler runtimes.
-const ALWAYS_SYSTEM: &[&str] = &[
-    "libc.so",
-    "libm.so",
-    "libpthread.so",
-    "libdl.so",
-    "librt.so",
-    "libutil.so",
-    "libresolv.so",
-    "libanl.so",
-    "ld-linux",
-    "libmvec.so",
-    "libstdc++.so",
-    "libgcc_s.so",
-    "libatomic.so",
-    "libgomp.so",
-];
-
 impl Default for DependencyPolicy {
     fn default() -> Self {
         DependencyPolicy {
-            system_prefixes: ALWAYS_SYSTEM.iter().map(|s| s.to_string()).collect(),
+            system_prefixes: crate::system::RUNTIME_LIBRARIES
+                .iter()
+                .map(|l| l.prefix.to_string())
+                .collect(),
             private_prefixes: Vec::new(),
             share_system_dirs: true,
         }
@@ -137,6 +142,37 @@ pub(crate) struct NsState {
     pub system: HashMap<String, Arc<SystemLibrary>>,
 }
 
+/// What a namespace tells the callbacks registered with [`crate::Namespace::on_event`].
+#[derive(Debug, Clone, Copy)]
+pub enum LoadEvent<'a> {
+    /// A library was mapped, relocated and initialised in the namespace (a load
+    /// through the API, a dependency, or a `dlopen` from loaded code).
+    Loaded {
+        /// The file it was loaded from.
+        path: &'a Path,
+        /// Its mapping, `[start, end)`.
+        start: usize,
+        /// End of the mapping.
+        end: usize,
+    },
+    /// A library that nothing used any more (after a `dlclose` from loaded code) was
+    /// finalised and unmapped. Dropping the namespace unloads the rest without events.
+    Unloaded {
+        /// The file it was loaded from.
+        path: &'a Path,
+        /// Its former mapping, `[start, end)`.
+        start: usize,
+        /// End of the former mapping.
+        end: usize,
+    },
+}
+
+/// A callback of [`crate::Namespace::on_event`].
+pub(crate) type Observer = Arc<dyn Fn(&LoadEvent<'_>) + Send + Sync>;
+
+/// An event waiting for delivery: (loaded, path, start, end).
+type Pending = (bool, PathBuf, usize, usize);
+
 /// A namespace's shared state.
 pub(crate) struct NsInner {
     pub id: u64,
@@ -148,94 +184,92 @@ pub(crate) struct NsInner {
     /// C++ `thread_local` destructors registered by the namespace's code and not run
     /// yet: the namespace's unload waits for them.
     pub pins: Arc<crate::thread_atexit::Pins>,
-}
-
-/// An isolated world of custom-loaded libraries: each library it loads (and each
-/// dependency that the policy does not share) exists once per namespace, and a
-/// `dlopen` from inside the namespace loads into it.
-///
-/// Dropping the last handle to a namespace (the `Namespace` values and every
-/// [`CustomLibrary`] of it) runs the fini functions of its libraries, dependents first,
-/// and unmaps them.
-#[derive(Clone)]
-pub struct Namespace {
-    pub(crate) inner: Arc<NsInner>,
+    /// The loader's entries that loaded code binds to first (first item of every
+    /// relocation scope).
+    pub overrides: &'static Overrides,
+    /// Called with the namespace's id when it is dropped (the `dlopen` family forgets
+    /// the handles it gave out for it).
+    pub on_drop: fn(u64),
+    /// Load-event callbacks.
+    observers: RwLock<Vec<Observer>>,
+    /// Events not delivered yet: they are delivered outside the loader's locks, by the
+    /// outermost load or unload of the thread (see [`NsInner::deliver_events`]).
+    events: Mutex<Vec<Pending>>,
 }
 
 static NEXT_NS: AtomicU64 = AtomicU64::new(1);
 
-impl Namespace {
-    /// A new, empty namespace with the default dependency policy.
-    pub fn new(name: &str) -> Namespace {
-        Self::with_policy(name, DependencyPolicy::default())
-    }
-
-    /// A new, empty namespace with `policy`.
-    pub fn with_policy(name: &str, policy: DependencyPolicy) -> Namespace {
-        Namespace {
-            inner: Arc::new(NsInner {
-                id: NEXT_NS.fetch_add(1, Ordering::Relaxed),
-                name: name.to_string(),
-                policy,
-                state: Mutex::new(NsState {
-                    images: Vec::new(),
-                    global: Vec::new(),
-                    scope: Vec::new(),
-                    by_file: HashMap::new(),
-                    by_soname: HashMap::new(),
-                    system: HashMap::new(),
-                }),
-                search: RwLock::new(Vec::new()),
-                pins: Default::default(),
+impl NsInner {
+    /// A new, empty namespace whose libraries bind to `overrides` first; `on_drop` runs
+    /// with its id when it is dropped.
+    pub(crate) fn new(
+        name: &str,
+        policy: DependencyPolicy,
+        overrides: &'static Overrides,
+        on_drop: fn(u64),
+    ) -> Arc<NsInner> {
+        Arc::new(NsInner {
+            id: NEXT_NS.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            policy,
+            state: Mutex::new(NsState {
+                images: Vec::new(),
+                global: Vec::new(),
+                scope: Vec::new(),
+                by_file: HashMap::new(),
+                by_soname: HashMap::new(),
+                system: HashMap::new(),
             }),
-        }
-    }
-
-    /// The namespace's name.
-    pub fn name(&self) -> &str {
-        &self.inner.name
-    }
-
-    /// Adds a provider searched by every library loaded afterwards (after its own
-    /// dependencies and the namespace's global libraries).
-    pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) {
-        self.inner.search.write().push(provider);
-    }
-
-    /// Loads `path` (and its dependencies) into this namespace, as a global library of
-    /// the namespace, and runs its init functions.
-    pub fn load(&self, path: impl AsRef<Path>) -> Result<CustomLibrary> {
-        let lib = CustomLibrary::create_in(self, path.as_ref());
-        lib.load()?;
-        Ok(lib)
-    }
-
-    /// Number of libraries this namespace has mapped.
-    pub fn library_count(&self) -> usize {
-        self.inner.state.lock().images.len()
-    }
-
-    /// Paths of this namespace's libraries, in load order.
-    pub fn library_paths(&self) -> Vec<PathBuf> {
-        self.inner
-            .state
-            .lock()
-            .images
-            .iter()
-            .map(|i| i.path.clone())
-            .collect()
-    }
-
-    /// Looks `name` up in the namespace's global scope (its global libraries and their
-    /// dependencies: each global library, in the order it became global, followed by
-    /// the libraries of its `DT_NEEDED` closure, breadth-first, not seen yet).
-    pub fn sym(&self, name: &str) -> Option<usize> {
-        let scope = self.inner.state.lock().scope.clone();
-        scope.iter().find_map(|item| match item {
-            ScopeItem::Custom(l) => l.export(name, None),
-            ScopeItem::System(s) => s.sym(name),
-            _ => None,
+            search: RwLock::new(Vec::new()),
+            pins: Default::default(),
+            overrides,
+            on_drop,
+            observers: RwLock::new(Vec::new()),
+            events: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Adds a load-event callback.
+    pub(crate) fn observe(&self, f: Observer) {
+        self.observers.write().push(f);
+    }
+
+    /// Queues an event for the callbacks (nothing when there are none).
+    fn note_event(&self, loaded: bool, img: &Image) {
+        if self.observers.read().is_empty() {
+            return;
+        }
+        self.events.lock().push((
+            loaded,
+            img.path.clone(),
+            img.map.start,
+            img.map.start + img.map.len,
+        ));
+    }
+
+    /// Delivers the queued events to the callbacks, unless this thread is inside a load
+    /// or unload (an init function calling `dlopen`): the outermost one delivers them,
+    /// once the loader's locks are released, so a callback may load or look up.
+    pub(crate) fn deliver_events(&self) {
+        if LOAD_LOCK.is_owned_by_current_thread() {
+            return;
+        }
+        let events = std::mem::take(&mut *self.events.lock());
+        if events.is_empty() {
+            return;
+        }
+        let observers = self.observers.read().clone();
+        for (loaded, path, start, end) in &events {
+            let (path, start, end) = (path.as_path(), *start, *end);
+            let e = if *loaded {
+                LoadEvent::Loaded { path, start, end }
+            } else {
+                LoadEvent::Unloaded { path, start, end }
+            };
+            for o in &observers {
+                o(&e);
+            }
+        }
     }
 }
 
@@ -303,7 +337,7 @@ impl NsInner {
     /// global scope (global libraries and their dependencies), the image's and the
     /// namespace's search providers, and finally the process's global scope.
     fn scope_for(&self, img: &Arc<Image>) -> Vec<ScopeItem> {
-        let mut scope = vec![ScopeItem::Overrides];
+        let mut scope = vec![ScopeItem::Overrides(self.overrides)];
         append_closure(&mut scope, img);
         for item in self.state.lock().scope.iter() {
             if !scope.iter().any(|x| x.same(item)) {
@@ -400,6 +434,7 @@ impl NsInner {
         for img in unused.iter().rev() {
             tracing::debug!(library = %img.path.display(), namespace = %self.name, "unloaded (no references left)");
             forget_image(img);
+            self.note_event(false, img);
         }
     }
 
@@ -465,7 +500,10 @@ impl NsInner {
                 None => SystemLibrary::open_runtime(name)?,
             }
         } else {
-            SystemLibrary::open(name, libc::RTLD_LOCAL)?
+            // SAFETY: a dependency of a library being loaded: the caller of the public
+            // load (`Namespace::load`, `CustomLibrary::load`, or the C API) vouched for
+            // its initialisers with the library's.
+            unsafe { SystemLibrary::open(name, libc::RTLD_LOCAL)? }
         };
         self.state
             .lock()
@@ -506,7 +544,7 @@ impl NsInner {
         let span = tracing::info_span!("load", library = %path.display(), namespace = %self.name);
         let _e = span.enter();
         let started = std::time::Instant::now();
-        let (info, map) = parse_and_map(path, &file, meta.len())?;
+        let (info, map) = crate::map::parse_and_map(path, &file, meta.len())?;
         drop(file);
         let tab = crate::symtab::SymTab::from_info(&info, map.bias);
         // Resolvers of exported ifuncs are called by relocations, `sym` and `dlsym`:
@@ -562,11 +600,14 @@ impl NsInner {
             reldeps: Default::default(),
             eh_frame: Default::default(),
             tlsdesc_args: Default::default(),
-            ns: Arc::downgrade(self),
         });
         IMAGES.write().insert(
             img.map.start,
-            (img.map.start + img.map.len, Arc::downgrade(&img)),
+            Registered {
+                end: img.map.start + img.map.len,
+                image: Arc::downgrade(&img),
+                ns: Arc::downgrade(self),
+            },
         );
         crate::phdr::ADDS.fetch_add(1, Ordering::AcqRel);
         {
@@ -591,6 +632,7 @@ impl NsInner {
                     micros = started.elapsed().as_micros() as u64,
                     "loaded"
                 );
+                self.note_event(true, &img);
                 Ok(img)
             }
             Err(e) => {
@@ -632,6 +674,7 @@ impl NsInner {
                 st.add_global(img);
             }
         }
+        fini_at_exit_registered();
         img.run_init();
         Ok(stats)
     }
@@ -700,7 +743,7 @@ extern "C" fn fini_at_exit() {
     let Some(map) = IMAGES.try_read_for(std::time::Duration::from_secs(1)) else {
         return;
     };
-    let mut live: Vec<Arc<Image>> = map.values().filter_map(|(_, w)| w.upgrade()).collect();
+    let mut live: Vec<Arc<Image>> = map.values().filter_map(|r| r.image.upgrade()).collect();
     drop(map);
     live.sort_by_key(|img| std::cmp::Reverse(img.init_seq.load(Ordering::Acquire)));
     for img in live {
@@ -732,7 +775,7 @@ impl Drop for NsInner {
         st.scope.clear();
         st.by_file.clear();
         st.by_soname.clear();
-        crate::dlfcn::forget_namespace(self.id);
+        (self.on_drop)(self.id);
         let name = std::mem::take(&mut self.name);
         // C++ thread_local destructors still registered by the namespace's code (in
         // threads that have not exited yet) need its code and TLS blocks: the namespace
@@ -753,71 +796,13 @@ impl Drop for NsInner {
     }
 }
 
-/// Reads the headers with `pread`, maps the segments, then parses the dynamic section
-/// and its tables from the mapped segments (each table page is faulted in once, in the
-/// mapping that relocation and lookups use afterwards).
-pub(crate) fn parse_and_map(
-    path: &Path,
-    file: &std::fs::File,
-    file_len: u64,
-) -> Result<(ElfInfo, Mapping)> {
-    use std::os::unix::fs::FileExt;
-    let io = |what: &'static str| {
-        move |e: std::io::Error| Error::Io {
-            path: path.to_path_buf(),
-            what,
-            source: e,
-        }
-    };
-    if file_len == 0 {
-        return Err(Error::malformed(path, "empty file"));
-    }
-    let read_at = |len: u64| -> Result<Vec<u8>> {
-        let len = len.min(file_len) as usize;
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, 0)
-            .map_err(io("read headers"))?;
-        Ok(buf)
-    };
-    let mut header = read_at(4096)?;
-    if header.len() >= 64 {
-        // Program headers beyond the first page: read up to their end.
-        let phoff = u64::from_le_bytes(header[32..40].try_into().expect("8 bytes"));
-        let phnum = u64::from(u16::from_le_bytes([header[56], header[57]]));
-        let end = phoff.saturating_add(phnum * 56);
-        if end > header.len() as u64 && end <= file_len {
-            header = read_at(end)?;
-        }
-    }
-    let mut info = ElfInfo::parse_headers(
-        path,
-        &crate::elf::Reader::ranges(path, vec![(0, &header)], file_len),
-    )?;
-    let map = Mapping::map(&info, file)?;
-    let ranges: Vec<(u64, &[u8])> = info
-        .loads
-        .iter()
-        .filter(|l| l.filesz > 0 && l.flags & crate::elf::consts::PF_R != 0)
-        .map(|l| {
-            // SAFETY: the segment's file contents are mapped (readable) at bias+vaddr for
-            // filesz bytes; the slices are only used before `map` is returned.
-            let data = unsafe {
-                std::slice::from_raw_parts(
-                    map.bias.wrapping_add(l.vaddr as usize) as *const u8,
-                    l.filesz as usize,
-                )
-            };
-            (l.offset, data)
-        })
-        .collect();
-    info.parse_dynamic(&crate::elf::Reader::ranges(path, ranges, file_len))?;
-    Ok((info, map))
-}
-
 /// Finds `name` (no `/`) as glibc's `dlopen` from `requester` does (see `search.rs`;
 /// from the main program when `requester` is `None`). Returns the path and whether it
 /// was found in the cache or a default directory, or the list of places searched.
-fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool)>, String) {
+pub(crate) fn search_paths(
+    name: &str,
+    requester: Option<&Image>,
+) -> (Option<(PathBuf, bool)>, String) {
     let sp = match requester {
         Some(r) => crate::search::SearchPath::of_library(
             r.info.rpath.as_deref(),
@@ -836,247 +821,4 @@ fn search_paths(name: &str, requester: Option<&Image>) -> (Option<(PathBuf, bool
 fn global_scope() -> Arc<SystemLibrary> {
     static G: OnceLock<Arc<SystemLibrary>> = OnceLock::new();
     G.get_or_init(SystemLibrary::global).clone()
-}
-
-/// The (argc, argv, envp) passed to init functions: the process's own arguments.
-pub(crate) fn init_args() -> (c_int, *const *const c_char, *const *const c_char) {
-    struct Args {
-        _strings: Vec<CString>,
-        ptrs: Vec<*const c_char>,
-    }
-    // SAFETY: the pointers point into `_strings`, which lives as long as the static.
-    unsafe impl Send for Args {}
-    // SAFETY: immutable after construction.
-    unsafe impl Sync for Args {}
-    static ARGS: OnceLock<Args> = OnceLock::new();
-    let a = ARGS.get_or_init(|| {
-        let strings: Vec<CString> = std::env::args_os()
-            .map(|a| CString::new(a.as_encoded_bytes()).unwrap_or_default())
-            .collect();
-        let mut ptrs: Vec<*const c_char> = strings.iter().map(|s| s.as_ptr()).collect();
-        ptrs.push(std::ptr::null());
-        Args {
-            _strings: strings,
-            ptrs,
-        }
-    });
-    extern "C" {
-        static environ: *const *const c_char;
-    }
-    // SAFETY: reading the C library's `environ` pointer.
-    let envp = unsafe { environ };
-    ((a.ptrs.len() - 1) as c_int, a.ptrs.as_ptr(), envp)
-}
-
-/// One custom-loaded library (the seed's `CustomLibrary`): create it, add search
-/// libraries, load it, look symbols up. Symbols resolve in the library first, then its
-/// dependencies, its namespace's global libraries, its search libraries in order, and
-/// the process's global scope.
-pub struct CustomLibrary {
-    ns: Namespace,
-    path: PathBuf,
-    /// Search libraries added before `load`.
-    pending: Mutex<Vec<Arc<dyn SymbolProvider>>>,
-    /// The loaded image (set once; lookups read it without a lock).
-    loaded: OnceLock<Arc<Image>>,
-}
-
-impl CustomLibrary {
-    /// A library to be loaded from `path` into a new namespace of its own.
-    pub fn create(path: impl AsRef<Path>) -> CustomLibrary {
-        let path = path.as_ref();
-        let ns = Namespace::new(&path.display().to_string());
-        Self::create_in(&ns, path)
-    }
-
-    /// A library to be loaded from `path` into `ns`.
-    pub fn create_in(ns: &Namespace, path: impl AsRef<Path>) -> CustomLibrary {
-        CustomLibrary {
-            ns: ns.clone(),
-            path: path.as_ref().to_path_buf(),
-            pending: Mutex::new(Vec::new()),
-            loaded: OnceLock::new(),
-        }
-    }
-
-    /// Adds a provider searched (in the order added) for symbols the library needs.
-    /// Must be called before [`CustomLibrary::load`]. A provider that is this library,
-    /// or a custom library whose search libraries lead back to it, is refused (a lookup
-    /// would go round the cycle for ever).
-    pub fn add_search_library(&self, provider: Arc<dyn SymbolProvider>) -> Result<()> {
-        // One adder at a time, so two threads cannot close a cycle between them (each
-        // walk below sees the other's addition). The walk takes other libraries'
-        // `pending` locks one at a time, never while holding ours.
-        static ADDING: Mutex<()> = Mutex::new(());
-        let _adding = ADDING.lock();
-        if self.loaded.get().is_some() {
-            return Err(Error::Usage(format!(
-                "{}: add_search_library after load()",
-                self.path.display()
-            )));
-        }
-        if let Some(mut chain) = Self::reaches(&provider, self) {
-            let why = if chain.is_empty() {
-                "a library cannot be its own search library".to_string()
-            } else {
-                chain.push(self.path.display().to_string());
-                format!("{} already", chain.join(" searches "))
-            };
-            return Err(Error::Usage(format!(
-                "{}: add_search_library({}) would make a cycle of search libraries ({why})",
-                self.path.display(),
-                provider.describe(),
-            )));
-        }
-        let mut pending = self.pending.lock();
-        if self.loaded.get().is_some() {
-            return Err(Error::Usage(format!(
-                "{}: add_search_library after load()",
-                self.path.display()
-            )));
-        }
-        pending.push(provider);
-        Ok(())
-    }
-
-    /// The search libraries lookups go through after this library's own symbols: the
-    /// loaded image's, or those added so far.
-    fn search_providers(&self) -> Vec<Arc<dyn SymbolProvider>> {
-        match self.image() {
-            Some(img) => img.search.clone(),
-            None => self.pending.lock().clone(),
-        }
-    }
-
-    /// Whether a lookup in `start` reaches the custom library `target` (`start` being
-    /// `target` included): `Some(names)` of the custom libraries in between, or `None`.
-    fn reaches(start: &Arc<dyn SymbolProvider>, target: &CustomLibrary) -> Option<Vec<String>> {
-        let mut seen: HashSet<*const CustomLibrary> = HashSet::new();
-        // Depth-first, each library once; each entry with the libraries before it.
-        let mut stack: Vec<(Arc<dyn SymbolProvider>, Vec<String>)> =
-            vec![(start.clone(), Vec::new())];
-        while let Some((p, path)) = stack.pop() {
-            let Some(lib) = p.as_custom_library() else {
-                continue;
-            };
-            if std::ptr::eq(lib, target) {
-                return Some(path);
-            }
-            if !seen.insert(lib) {
-                continue;
-            }
-            for next in lib.search_providers() {
-                let mut path = path.clone();
-                path.push(lib.path.display().to_string());
-                stack.push((next, path));
-            }
-        }
-        None
-    }
-
-    /// Maps, relocates and initialises the library (and its dependencies). Loading an
-    /// already loaded library is an error.
-    pub fn load(&self) -> Result<()> {
-        let pending = self.pending.lock();
-        if self.loaded.get().is_some() {
-            return Err(Error::Usage(format!(
-                "{}: load() called twice",
-                self.path.display()
-            )));
-        }
-        let path = self.resolve_path()?;
-        let img = self.ns.inner.load_image(&path, pending.clone(), true)?;
-        // A load through the API is an open that is never closed: the library leaves
-        // with its namespace.
-        img.opens.fetch_add(1, Ordering::AcqRel);
-        let _ = self.loaded.set(img);
-        Ok(())
-    }
-
-    /// The file to load: the path as given, or for a bare name (no `/`) the file
-    /// glibc's `dlopen` from the program would open (the executable's `DT_RPATH`,
-    /// `LD_LIBRARY_PATH`, its `DT_RUNPATH`, `/etc/ld.so.cache`, the default
-    /// directories). A name not found is an error listing what was searched; the C
-    /// runtime's own libraries (`libc.so.6`, `ld-linux`, ...), which cannot exist twice
-    /// in a process, are refused by name.
-    fn resolve_path(&self) -> Result<PathBuf> {
-        let Some(name) = self.path.to_str().filter(|n| !n.contains('/')) else {
-            return Ok(self.path.clone());
-        };
-        if crate::system::is_runtime_library(name) {
-            return Err(Error::Usage(format!(
-                "{name}: the C runtime's libraries cannot be loaded a second time (use SystemLibrary for the process's own)"
-            )));
-        }
-        match search_paths(name, None) {
-            (Some((p, _)), _) => Ok(p),
-            (None, searched) => Err(Error::NotFound {
-                name: name.to_string(),
-                searched,
-            }),
-        }
-    }
-
-    fn image(&self) -> Option<&Arc<Image>> {
-        self.loaded.get()
-    }
-
-    /// The library's namespace.
-    pub fn namespace(&self) -> &Namespace {
-        &self.ns
-    }
-
-    /// The file it is loaded from.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Whether `load` has succeeded.
-    pub fn is_loaded(&self) -> bool {
-        self.loaded.get().is_some()
-    }
-
-    /// The address of a symbol defined by this library itself (no search libraries).
-    pub fn own_sym(&self, name: &str) -> Option<usize> {
-        self.image()?.export(name, None)
-    }
-
-    /// The runtime address range `[start, end)` of the library's mapping.
-    pub fn address_range(&self) -> Option<(usize, usize)> {
-        self.image().map(|i| (i.map.start, i.map.start + i.map.len))
-    }
-
-    /// The load bias (runtime address minus link-time address).
-    pub fn load_bias(&self) -> Option<usize> {
-        self.image().map(|i| i.map.bias)
-    }
-
-    /// Our TLS module id, if the library has thread-local storage.
-    pub fn tls_module(&self) -> Option<u64> {
-        self.image()?.tls_module
-    }
-}
-
-impl SymbolProvider for CustomLibrary {
-    fn sym(&self, name: &str) -> Option<usize> {
-        self.sym_versioned(name, None)
-    }
-    fn tls_sym(&self, name: &str) -> Option<TlsIndex> {
-        self.image()?.export_tls(name)
-    }
-    fn sym_versioned(&self, name: &str, version: Option<&str>) -> Option<usize> {
-        let img = self.image()?;
-        if let Some(a) = img.export(name, version) {
-            return Some(a);
-        }
-        img.search
-            .iter()
-            .find_map(|p| p.sym_versioned(name, version))
-    }
-    fn describe(&self) -> String {
-        format!("{} (namespace {})", self.path.display(), self.ns.name())
-    }
-    fn as_custom_library(&self) -> Option<&CustomLibrary> {
-        Some(self)
-    }
 }

@@ -25,7 +25,6 @@
 //! A plan is kept only when the whole relocation succeeded.
 
 use crate::elf::Sym;
-use crate::image::ScopeItem;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -54,11 +53,15 @@ impl FileStamp {
     }
 }
 
-/// One scope item as a plan records it.
+/// One scope item as a plan records it (made by the image from its scope, see
+/// `ScopeItem::plan_key`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum KeyItem {
+pub(crate) enum KeyItem {
+    /// The loader's own entries.
     Overrides,
+    /// A custom library, by file.
     Custom(FileStamp),
+    /// A system library: its `dlopen` name, handle and load address.
     System {
         name: String,
         handle: usize,
@@ -67,37 +70,6 @@ enum KeyItem {
     /// A `SymbolProvider`: nothing found after one is recorded, so its identity does
     /// not matter.
     Provider,
-}
-
-impl KeyItem {
-    fn of(item: &ScopeItem) -> KeyItem {
-        match item {
-            ScopeItem::Overrides => KeyItem::Overrides,
-            ScopeItem::Custom(img) => KeyItem::Custom(img.stamp),
-            ScopeItem::System(lib) => {
-                let (name, handle, bias) = lib.plan_identity();
-                KeyItem::System {
-                    name: name.to_string(),
-                    handle,
-                    bias,
-                }
-            }
-            ScopeItem::Provider(_) => KeyItem::Provider,
-        }
-    }
-
-    fn matches(&self, item: &ScopeItem) -> bool {
-        match (self, item) {
-            (KeyItem::Overrides, ScopeItem::Overrides) => true,
-            (KeyItem::Custom(s), ScopeItem::Custom(img)) => *s == img.stamp,
-            (KeyItem::System { name, handle, bias }, ScopeItem::System(lib)) => {
-                let (n, h, b) = lib.plan_identity();
-                *handle == h && *bias == b && name == n
-            }
-            (KeyItem::Provider, ScopeItem::Provider(_)) => true,
-            _ => false,
-        }
-    }
 }
 
 /// Where one symbol reference resolved (see the module comment).
@@ -113,12 +85,6 @@ pub(crate) struct Plan {
     key: Vec<KeyItem>,
     /// (symbol index, resolution), in the order the first load resolved them.
     pub(crate) entries: Vec<(u32, Planned)>,
-}
-
-impl Plan {
-    fn matches(&self, scope: &[ScopeItem]) -> bool {
-        self.key.len() == scope.len() && self.key.iter().zip(scope).all(|(k, i)| k.matches(i))
-    }
 }
 
 /// Plans kept per file: a few scope shapes each (a library loaded by different
@@ -147,25 +113,23 @@ pub fn set_relocation_plans(on: bool) {
     }
 }
 
-/// The plan recorded for `stamp` with a scope matching `scope`, if any.
-pub(crate) fn find(stamp: &FileStamp, scope: &[ScopeItem]) -> Option<Arc<Plan>> {
+/// The plan recorded for `stamp` with a scope whose items match `key`, if any.
+pub(crate) fn find(stamp: &FileStamp, key: &[KeyItem]) -> Option<Arc<Plan>> {
     plans()
         .lock()
         .get(stamp)?
         .iter()
-        .find(|p| p.matches(scope))
+        .find(|p| p.key == key)
         .cloned()
 }
 
-/// Keeps the resolutions of a successful relocation of `stamp` with `scope`.
-pub(crate) fn store(stamp: FileStamp, scope: &[ScopeItem], entries: Vec<(u32, Planned)>) {
+/// Keeps the resolutions of a successful relocation of `stamp` with a scope whose items
+/// are `key`.
+pub(crate) fn store(stamp: FileStamp, key: Vec<KeyItem>, entries: Vec<(u32, Planned)>) {
     if !enabled() {
         return;
     }
-    let plan = Arc::new(Plan {
-        key: scope.iter().map(KeyItem::of).collect(),
-        entries,
-    });
+    let plan = Arc::new(Plan { key, entries });
     let mut all = plans().lock();
     let list = all.entry(stamp).or_default();
     if list.iter().any(|p| p.key == plan.key) {

@@ -164,17 +164,20 @@ fn program_serinfo() -> Option<Vec<(PathBuf, u32)>> {
     }
     const RTLD_DI_SERINFO: libc::c_int = 4;
     const RTLD_DI_SERINFOSIZE: libc::c_int = 5;
-    // SAFETY: dlopen(NULL) is the main program's handle (no load happens).
-    let h = unsafe { libc::dlopen(std::ptr::null(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
-    if h.is_null() {
-        return None;
+    // The main program's handle (dlopen(NULL): no load happens), closed when `main`
+    // is dropped.
+    // SAFETY: no library is loaded, so no initialiser runs.
+    let main = unsafe {
+        libloading::os::unix::Library::open(None::<&str>, libc::RTLD_LAZY | libc::RTLD_NOLOAD)
     }
+    .ok()?;
+    let h = main.into_raw();
+    // SAFETY: `h` is the live handle just opened; `main` owns it again.
+    let main = unsafe { libloading::os::unix::Library::from_raw(h) };
     let mut head = Serinfo { size: 0, cnt: 0 };
     // SAFETY: RTLD_DI_SERINFOSIZE fills a Dl_serinfo's size and count.
     let rc = unsafe { libc::dlinfo(h, RTLD_DI_SERINFOSIZE, (&raw mut head).cast()) };
     if rc != 0 || head.size < std::mem::size_of::<Serinfo>() {
-        // SAFETY: the handle from dlopen above.
-        unsafe { libc::dlclose(h) };
         return None;
     }
     // A buffer of `size` bytes, 8-aligned, with size and count preset (as glibc asks).
@@ -187,8 +190,7 @@ fn program_serinfo() -> Option<Vec<(PathBuf, u32)>> {
     }
     // SAFETY: the buffer is as large as glibc said; it writes the paths into it.
     let rc = unsafe { libc::dlinfo(h, RTLD_DI_SERINFO, info.cast()) };
-    // SAFETY: the handle from dlopen above.
-    unsafe { libc::dlclose(h) };
+    drop(main);
     if rc != 0 {
         return None;
     }

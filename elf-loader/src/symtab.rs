@@ -199,15 +199,16 @@ impl SymTab {
             if at == 0 {
                 break;
             }
-            // SAFETY: Elf64_Verdef entries of a loaded library.
-            let (ndx, cnt, aux, next) = unsafe {
-                (
-                    std::ptr::read_unaligned((at + 4) as *const u16),
-                    std::ptr::read_unaligned((at + 6) as *const u16),
-                    std::ptr::read_unaligned((at + 12) as *const u32),
-                    std::ptr::read_unaligned((at + 16) as *const u32),
-                )
-            };
+            // SAFETY: an Elf64_Verdef entry of a loaded library, read in place (`Verdef`'s
+            // fields are byte arrays, alignment 1).
+            let vd = unsafe { &*(at as *const object::elf::Verdef<object::LittleEndian>) };
+            let le = object::LittleEndian;
+            let (ndx, cnt, aux, next) = (
+                vd.vd_ndx.get(le).0,
+                vd.vd_cnt.get(le),
+                vd.vd_aux.get(le),
+                vd.vd_next.get(le),
+            );
             if cnt > 0 {
                 let name_off = rd32(at + aux as usize) as usize;
                 if name_off < strsz {
@@ -253,17 +254,9 @@ impl SymTab {
     pub fn sym(&self, i: u32) -> Sym {
         debug_assert!(i < self.nsyms);
         let p = self.symtab + i as usize * 24;
-        // SAFETY: i < nsyms and the table holds nsyms entries.
-        unsafe {
-            Sym {
-                name: std::ptr::read_unaligned(p as *const u32),
-                info: *((p + 4) as *const u8),
-                other: *((p + 5) as *const u8),
-                shndx: std::ptr::read_unaligned((p + 6) as *const u16),
-                value: std::ptr::read_unaligned((p + 8) as *const u64),
-                size: std::ptr::read_unaligned((p + 16) as *const u64),
-            }
-        }
+        // SAFETY: i < nsyms and the table holds nsyms entries; `Sym64`'s fields are byte
+        // arrays (alignment 1), read in place (the same loads as by hand).
+        Sym::from_object(unsafe { &*(p as *const object::elf::Sym64<object::LittleEndian>) })
     }
 
     /// The string at `off` in the string table, without its NUL.
@@ -725,9 +718,23 @@ mod tests {
         // versions of one name (memcpy@GLIBC_2.2.5 and memcpy@@GLIBC_2.14, ...) and
         // hidden versions.
         for name in ["libc.so.6", "libm.so.6"] {
-            let lib = crate::system::SystemLibrary::open_runtime(name).expect("open");
-            let tab = lib.symtab().expect("symbol table of a system library");
-            let (shortcut, defined) = check_exports_agrees_with_lookup(tab, name);
+            // SAFETY: the C runtime's libraries (libm may not be loaded yet: its
+            // initialisers are the C runtime's, safe to run), kept loaded (NODELETE) as
+            // the loader keeps them.
+            let lib = unsafe {
+                libloading::os::unix::Library::open(
+                    Some(name),
+                    libc::RTLD_NOW | libc::RTLD_LOCAL | libc::RTLD_NODELETE,
+                )
+            }
+            .expect("open");
+            let h = lib.into_raw();
+            // SAFETY: `lib` owns the live handle again and outlives the table's use.
+            let lib = unsafe { libloading::os::unix::Library::from_raw(h) };
+            // SAFETY: the handle stays open (`lib`) while `tab` is used.
+            let tab = unsafe { SymTab::from_system(h) }.expect("symbol table of a system library");
+            let (shortcut, defined) = check_exports_agrees_with_lookup(&tab, name);
+            drop(lib);
             assert!(
                 shortcut > 100 && shortcut <= defined,
                 "{name}: {shortcut} of {defined}"
@@ -746,8 +753,7 @@ mod tests {
             if p.is_file() {
                 let file = std::fs::File::open(&p).expect("open");
                 let len = file.metadata().expect("stat").len();
-                let (info, map) =
-                    crate::namespace::parse_and_map(&p, &file, len).expect("parse and map");
+                let (info, map) = crate::map::parse_and_map(&p, &file, len).expect("parse and map");
                 let tab = SymTab::from_info(&info, map.bias);
                 let (shortcut, defined) = check_exports_agrees_with_lookup(&tab, "libpython");
                 assert!(

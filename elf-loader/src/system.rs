@@ -13,8 +13,22 @@ extern "C" {
 
 /// Something that resolves symbol names to addresses: a system library, a custom-loaded
 /// library, or anything else a user wants to put in a library's search list.
-pub trait SymbolProvider: Send + Sync {
-    /// The address of the (non-TLS) symbol `name`, if this provider defines it.
+///
+/// `sym` answers an address, not something callable: to call a function of a library,
+/// use the typed lookups [`crate::CustomLibrary::get`], [`crate::Namespace::get`] or
+/// [`SystemLibrary::get`], whose [`crate::Symbol`] keeps the library mapped.
+///
+/// # Safety
+/// Loaded code binds its references to what a provider answers and jumps there or
+/// reads there without any check: an implementation must answer, for each name, the
+/// address of a definition of that name with the type and ABI loaded code expects (a
+/// function of the C signature, an object of the layout, a TLS index of a thread-local
+/// variable), that stays valid as long as the provider is alive (loaded code that
+/// bound to it keeps the provider alive), or `None`. Answering any other address (say
+/// `0x10`) makes a library's constructor jump there.
+pub unsafe trait SymbolProvider: Send + Sync {
+    /// The address of the (non-TLS) symbol `name`, if this provider defines it (an
+    /// address: see the typed lookups to call it).
     fn sym(&self, name: &str) -> Option<usize>;
     /// The module and offset of the thread-local symbol `name`, if defined here.
     fn tls_sym(&self, name: &str) -> Option<TlsIndex>;
@@ -26,34 +40,77 @@ pub trait SymbolProvider: Send + Sync {
     }
     /// A short description for messages and traces.
     fn describe(&self) -> String;
-    /// The provider as a [`crate::CustomLibrary`], if it is one: lets
+    /// The provider as `Any`, if it is a [`crate::CustomLibrary`]: lets
     /// `add_search_library` see the search libraries behind it and refuse a cycle.
     #[doc(hidden)]
-    fn as_custom_library(&self) -> Option<&crate::CustomLibrary> {
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }
 }
 
-/// The C runtime's libraries: opened with RTLD_NODELETE, looked up in place.
-const RUNTIME_LIBRARIES: &[&str] = &[
-    "libc.so.",
-    "libm.so.",
-    "libpthread.so.",
-    "libdl.so.",
-    "librt.so.",
-    "libgcc_s.so.",
-    "libstdc++.so.",
+/// The one table of the runtime libraries: those that must never be loaded twice in a
+/// process (glibc's, the compiler runtimes'). Each is a name prefix; all of them are
+/// shared through the system loader by default (`DependencyPolicy::default`), and those
+/// marked `in_place` (the C runtime proper) are also refused when a library is loaded
+/// by that name, and looked up in place: found among the system loader's objects, or
+/// opened with `RTLD_NODELETE`, their symbol tables read where they are.
+pub(crate) const RUNTIME_LIBRARIES: &[RuntimeLibrary] = &[
+    RuntimeLibrary::in_place("libc.so"),
+    RuntimeLibrary::in_place("libm.so"),
+    RuntimeLibrary::in_place("libpthread.so"),
+    RuntimeLibrary::in_place("libdl.so"),
+    RuntimeLibrary::in_place("librt.so"),
+    RuntimeLibrary::shared("libutil.so"),
+    RuntimeLibrary::shared("libresolv.so"),
+    RuntimeLibrary::shared("libanl.so"),
+    RuntimeLibrary::shared("ld-linux"),
+    RuntimeLibrary::shared("libmvec.so"),
+    RuntimeLibrary::in_place("libstdc++.so"),
+    RuntimeLibrary::in_place("libgcc_s.so"),
+    RuntimeLibrary::shared("libatomic.so"),
+    RuntimeLibrary::shared("libgomp.so"),
 ];
 
-/// Whether `name` (a soname, not a path) is one of the C runtime's libraries.
+/// One entry of [`RUNTIME_LIBRARIES`].
+pub(crate) struct RuntimeLibrary {
+    /// The name prefix (`libc.so` matches `libc.so.6`).
+    pub prefix: &'static str,
+    /// The C runtime proper: refused by name, looked up in place.
+    pub in_place: bool,
+}
+
+impl RuntimeLibrary {
+    const fn in_place(prefix: &'static str) -> RuntimeLibrary {
+        RuntimeLibrary {
+            prefix,
+            in_place: true,
+        }
+    }
+    const fn shared(prefix: &'static str) -> RuntimeLibrary {
+        RuntimeLibrary {
+            prefix,
+            in_place: false,
+        }
+    }
+}
+
+/// Whether `name` (a soname such as `libc.so.6`, not a path) is one of the C runtime's
+/// libraries (an `in_place` entry of [`RUNTIME_LIBRARIES`], followed by a version).
 pub(crate) fn is_runtime_library(name: &str) -> bool {
-    !name.contains('/') && RUNTIME_LIBRARIES.iter().any(|p| name.starts_with(p))
+    !name.contains('/')
+        && RUNTIME_LIBRARIES.iter().any(|l| {
+            l.in_place
+                && name
+                    .strip_prefix(l.prefix)
+                    .is_some_and(|rest| rest.starts_with('.'))
+        })
 }
 
 /// A library of the system loader (or its whole global scope), as a [`SymbolProvider`].
 pub struct SystemLibrary {
     handle: *mut c_void,
-    owned: bool,
+    /// The handle as a libloading library when we own it (`dlclose`d on drop).
+    _owner: Option<libloading::os::unix::Library>,
     name: String,
     /// The library's own symbol table, read from its dynamic section (not for the
     /// global scope): a fast path that avoids `dlvsym`.
@@ -72,24 +129,13 @@ unsafe impl Send for SystemLibrary {}
 // SAFETY: as above; all methods take &self and only call thread-safe dl* functions.
 unsafe impl Sync for SystemLibrary {}
 
-fn dl_error() -> String {
-    // SAFETY: dlerror returns a thread-local string or null.
-    let e = unsafe { libc::dlerror() };
-    if e.is_null() {
-        "unknown error".into()
-    } else {
-        // SAFETY: non-null dlerror results are NUL-terminated strings.
-        unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-    }
-}
-
 impl SystemLibrary {
     /// The process's global scope: the program and every library loaded with
     /// `RTLD_GLOBAL` (`dlsym(RTLD_DEFAULT, ...)`).
     pub fn global() -> Arc<SystemLibrary> {
         Arc::new(SystemLibrary {
             handle: libc::RTLD_DEFAULT,
-            owned: false,
+            _owner: None,
             name: "the process's global scope".into(),
             tab: OnceLock::new(),
             startup_map: false,
@@ -99,20 +145,32 @@ impl SystemLibrary {
 
     /// Opens `name` (a path or a soname) with the system loader; `dlclose`d on drop.
     /// `flags` are `dlopen` flags (`RTLD_NOW` is always added).
-    pub fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
-        let c = CString::new(name)
-            .map_err(|_| Error::Usage(format!("library name {name:?} contains a NUL byte")))?;
-        // SAFETY: dlopen with a NUL-terminated name; the handle is checked.
-        let h = unsafe { libc::dlopen(c.as_ptr(), flags | libc::RTLD_NOW) };
-        if h.is_null() {
-            return Err(Error::SystemLoad {
-                name: name.into(),
-                message: dl_error(),
-            });
+    ///
+    /// # Safety
+    /// As libloading's `Library::open`: the system loader runs the library's (and its
+    /// dependencies') init functions, which must be safe to run in this process.
+    pub unsafe fn open(name: &str, flags: i32) -> Result<Arc<SystemLibrary>> {
+        if name.contains('\0') {
+            return Err(Error::Usage(format!(
+                "library name {name:?} contains a NUL byte"
+            )));
         }
+        // SAFETY: the caller's contract (the library's initialisers are safe to run).
+        let lib =
+            unsafe { libloading::os::unix::Library::open(Some(name), flags | libc::RTLD_NOW) }
+                .map_err(|e| Error::SystemLoad {
+                    name: name.into(),
+                    // libloading's error says "dlopen failed"; its source is dlerror's text.
+                    message: std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string()),
+                })?;
+        // The raw handle, for `dlvsym` (which libloading does not offer) and the
+        // lookups below; the library is closed by `owner` on drop.
+        let h = lib.into_raw();
         Ok(Arc::new(SystemLibrary {
             handle: h,
-            owned: true,
+            // SAFETY: `h` is the live handle just opened, owned by nobody else.
+            _owner: Some(unsafe { libloading::os::unix::Library::from_raw(h) }),
             name: name.into(),
             tab: OnceLock::new(),
             startup_map: false,
@@ -149,7 +207,7 @@ impl SystemLibrary {
         let tab = unsafe { SymTab::from_dynamic(addr, dynamic as *const u64) }?;
         Some(Arc::new(SystemLibrary {
             handle: libc::RTLD_DEFAULT,
-            owned: false,
+            _owner: None,
             name: name.to_string(),
             tab: OnceLock::from(Some(tab)),
             startup_map: true,
@@ -160,7 +218,9 @@ impl SystemLibrary {
     /// Opens a C runtime library with `RTLD_NODELETE` (it then stays loaded, so that
     /// [`SystemLibrary::already_loaded`] can find it safely later).
     pub(crate) fn open_runtime(name: &str) -> Result<Arc<SystemLibrary>> {
-        Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE)
+        // SAFETY: the C runtime's libraries (checked by the callers): their
+        // initialisers already ran or are the ones every program runs.
+        unsafe { Self::open(name, libc::RTLD_LOCAL | libc::RTLD_NODELETE) }
     }
 
     /// Wraps an existing `dlopen` handle; if `steal`, it is `dlclose`d on drop.
@@ -171,7 +231,9 @@ impl SystemLibrary {
     pub unsafe fn from_handle(handle: *mut c_void, steal: bool) -> Arc<SystemLibrary> {
         Arc::new(SystemLibrary {
             handle,
-            owned: steal,
+            // SAFETY: the caller's contract: a live handle nobody else closes.
+            _owner: (steal && !handle.is_null())
+                .then(|| unsafe { libloading::os::unix::Library::from_raw(handle) }),
             name: format!("system handle {handle:p}"),
             tab: OnceLock::new(),
             startup_map: false,
@@ -182,6 +244,20 @@ impl SystemLibrary {
     /// The raw handle.
     pub fn handle(&self) -> *mut c_void {
         self.handle
+    }
+
+    /// The symbol `name` (`dlsym` on this library) as an `F` (a function pointer or raw
+    /// pointer type) borrowing this library, so that it cannot be used after the
+    /// library is dropped (`dlclose`d).
+    ///
+    /// # Safety
+    /// `F` must be the symbol's type (the function's exact signature, or a pointer to
+    /// the object's type), as with libloading's `Library::get`. A wrong `F` is refused
+    /// only when its size is not an address's.
+    pub unsafe fn get<F: Copy>(&self, name: &str) -> Result<crate::Symbol<'_, F>> {
+        // SAFETY: the handle stays open while `self` is borrowed; the type is the
+        // caller's contract.
+        unsafe { crate::symbol::lookup(name, || self.name.clone(), |n| self.sym(n)) }
     }
 
     /// The library's own symbol table (`None` for the global scope or when it cannot
@@ -220,6 +296,10 @@ impl SystemLibrary {
         }
     }
 
+    /// `dlsym`/`dlvsym` through [`SystemLibrary::dl_handle`]. By hand rather than
+    /// through libloading: libloading has no `dlvsym` and no `RTLD_DEFAULT` handle, and
+    /// this is the relocation fallback for every symbol a system library's own table
+    /// does not answer.
     pub(crate) fn lookup_c(&self, name: &CStr, version: Option<&CStr>) -> Option<usize> {
         let handle = self.dl_handle();
         // SAFETY: valid handle (constructor contract) and NUL-terminated strings.
@@ -341,16 +421,9 @@ pub(crate) fn system_tls_index(addr: usize) -> Option<TlsIndex> {
     found
 }
 
-impl Drop for SystemLibrary {
-    fn drop(&mut self) {
-        if self.owned && !self.handle.is_null() {
-            // SAFETY: we own this handle (constructor contract).
-            unsafe { libc::dlclose(self.handle) };
-        }
-    }
-}
-
-impl SymbolProvider for SystemLibrary {
+// SAFETY: the answers are the system loader's (`dlsym`/`dlvsym`, or the library's own
+// symbol table read in place), valid while the handle is open, i.e. while `self` lives.
+unsafe impl SymbolProvider for SystemLibrary {
     fn sym(&self, name: &str) -> Option<usize> {
         self.sym_versioned(name, None)
     }

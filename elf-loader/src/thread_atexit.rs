@@ -8,7 +8,7 @@
 //! is zero.
 //!
 //! Custom libraries are not glibc's, so custom code's references to both names bind to
-//! [`thread_atexit`], which registers a trampoline with glibc instead (the same
+//! the loader's entry (`dlfcn.rs`), which calls [`register`]: it registers a trampoline with glibc instead (the same
 //! per-thread list, so the order of destructors is unchanged) and pins the custom image
 //! and its namespace's [`Pins`]. A namespace dropped while destructors are pending
 //! becomes a *zombie*: still mapped, its fini not run. It is unloaded by the next load
@@ -111,10 +111,8 @@ type CxaThreadAtexitImpl =
 
 fn system_impl() -> Option<CxaThreadAtexitImpl> {
     static IMPL: OnceLock<usize> = OnceLock::new();
-    let a = *IMPL.get_or_init(|| {
-        // SAFETY: dlsym with a NUL-terminated name; null is checked by the caller.
-        unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__cxa_thread_atexit_impl".as_ptr()) as usize }
-    });
+    let a =
+        *IMPL.get_or_init(|| crate::phdr::global_symbol(c"__cxa_thread_atexit_impl").unwrap_or(0));
     // SAFETY: glibc's __cxa_thread_atexit_impl has this signature (GLIBC_2.18).
     (a != 0).then(|| unsafe { std::mem::transmute::<usize, CxaThreadAtexitImpl>(a) })
 }
@@ -123,54 +121,49 @@ fn system_impl() -> Option<CxaThreadAtexitImpl> {
 /// code's destructors are pending.
 static ANCHOR: u8 = 0;
 
-/// `__cxa_thread_atexit` / `__cxa_thread_atexit_impl` for custom-loaded code.
+/// Registers `dtor(obj)` to run at the calling thread's exit (`__cxa_thread_atexit`):
+/// for custom-loaded code (`owner`: the image containing `dso` and its namespace's
+/// [`Pins`]) through a trampoline that pins both until it has run; otherwise the
+/// system's registration as it is.
 ///
 /// # Safety
 /// The contract of `__cxa_thread_atexit`: `dtor(obj)` must be callable at thread exit.
-pub(crate) unsafe extern "C" fn thread_atexit(
+pub(crate) unsafe fn register(
     dtor: unsafe extern "C" fn(*mut c_void),
     obj: *mut c_void,
     dso: *mut c_void,
+    owner: Option<(Arc<Image>, Arc<Pins>)>,
 ) -> c_int {
-    crate::boundary::guarded(
-        "__cxa_thread_atexit",
-        -1,
-        |m| eprintln!("elf-loader: {m}"),
-        || {
-            let Some(sys) = system_impl() else {
-                return -1;
-            };
-            let owner = crate::namespace::image_containing(dso as usize)
-                .and_then(|img| img.ns.upgrade().map(|ns| (img, ns.pins.clone())));
-            let Some((image, pins)) = owner else {
-                // Not custom-loaded code's handle: the system's registration as it is.
-                // SAFETY: forwarding the caller's arguments.
-                return unsafe { sys(dtor, obj, dso) };
-            };
-            image.tls_dtors.fetch_add(1, Ordering::AcqRel);
-            pins.state.lock().pending += 1;
-            let rec = Box::into_raw(Box::new(Pending {
-                dtor,
-                obj,
-                image,
-                pins,
-            }));
-            // SAFETY: `trampoline` takes back the box; ANCHOR lies in this loader's image.
-            let rc = unsafe {
-                sys(
-                    trampoline,
-                    rec as *mut c_void,
-                    &ANCHOR as *const u8 as *mut c_void,
-                )
-            };
-            if rc != 0 {
-                // SAFETY: not registered: we still own the box.
-                let rec = unsafe { Box::from_raw(rec) };
-                unpin(*rec);
-            }
-            rc
-        },
-    )
+    let Some(sys) = system_impl() else {
+        return -1;
+    };
+    let Some((image, pins)) = owner else {
+        // Not custom-loaded code's handle: the system's registration as it is.
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { sys(dtor, obj, dso) };
+    };
+    image.tls_dtors.fetch_add(1, Ordering::AcqRel);
+    pins.state.lock().pending += 1;
+    let rec = Box::into_raw(Box::new(Pending {
+        dtor,
+        obj,
+        image,
+        pins,
+    }));
+    // SAFETY: `trampoline` takes back the box; ANCHOR lies in this loader's image.
+    let rc = unsafe {
+        sys(
+            trampoline,
+            rec as *mut c_void,
+            &ANCHOR as *const u8 as *mut c_void,
+        )
+    };
+    if rc != 0 {
+        // SAFETY: not registered: we still own the box.
+        let rec = unsafe { Box::from_raw(rec) };
+        unpin(*rec);
+    }
+    rc
 }
 
 unsafe extern "C" fn trampoline(p: *mut c_void) {

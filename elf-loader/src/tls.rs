@@ -329,11 +329,10 @@ static SYS_TLS_GET_ADDR: AtomicUsize = AtomicUsize::new(0);
 fn system_tls_get_addr() -> SysTlsGetAddr {
     static SYS: OnceLock<usize> = OnceLock::new();
     let addr = *SYS.get_or_init(|| {
-        // SAFETY: dlsym with a NUL-terminated name; the result is checked for null.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__tls_get_addr".as_ptr()) };
-        assert!(!p.is_null(), "the system loader exports no __tls_get_addr");
-        SYS_TLS_GET_ADDR.store(p as usize, Ordering::Release);
-        p as usize
+        let p = crate::phdr::global_symbol(c"__tls_get_addr")
+            .expect("the system loader exports no __tls_get_addr");
+        SYS_TLS_GET_ADDR.store(p, Ordering::Release);
+        p
     });
     // SAFETY: the address is glibc's __tls_get_addr, which has exactly this signature.
     unsafe { std::mem::transmute::<usize, SysTlsGetAddr>(addr) }
@@ -874,12 +873,10 @@ pub(crate) fn address_in_thread(ti: &TlsIndex) -> usize {
 pub(crate) fn static_tls_offset(addr: usize) -> Option<u64> {
     static SIZE: OnceLock<usize> = OnceLock::new();
     let size = *SIZE.get_or_init(|| {
-        // SAFETY: dlsym with a NUL-terminated name; the result is checked for null.
-        let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_dl_get_tls_static_info".as_ptr()) };
-        if p.is_null() {
+        let Some(p) = crate::phdr::global_symbol(c"_dl_get_tls_static_info") else {
             // Not glibc's loader: a bound that no heap block is likely to fall under.
             return 1 << 20;
-        }
+        };
         // SAFETY: glibc's `void _dl_get_tls_static_info(size_t *size, size_t *align)`.
         let f: unsafe extern "C" fn(*mut usize, *mut usize) = unsafe { std::mem::transmute(p) };
         let (mut size, mut align) = (0usize, 0usize);

@@ -1,5 +1,5 @@
 //! Debian packages whose libraries elf-loader's tests load (real C++ libraries: ICU and
-//! RocksDB, each loaded twice by `elf-loader/tests/cxx_debian.rs`). Libraries are not
+//! RocksDB, each loaded twice by `elf-loader/tests/it/cxx_debian.rs`). Libraries are not
 //! programs on the PATH, so they are checked by file; the missing packages are installed
 //! with one apt-get run.
 

@@ -1,6 +1,6 @@
 //! Fuzz target: the ELF parser and table walker (`elf::check_bytes`) on arbitrary bytes.
 //! Run with `cargo +nightly fuzz run parse` from `elf-loader/`; the corpus in
-//! `corpus/parse` is replayed by `tests/bad_input.rs` on stable in every test run.
+//! `corpus/parse` is replayed by `tests/isolated/bad_input.rs` on stable in every test run.
 
 #![no_main]
 

@@ -1,4 +1,4 @@
-/* The same scenario as tests/scope.rs under the system loader (the oracle): two
+/* The same scenario as tests/it/scope.rs under the system loader (the oracle): two
    libraries dlopened RTLD_GLOBAL, then a plugin that binds to their dependencies.
    Usage: scope_oracle libscope_root.so libscope_root2.so libscope_plugin.so */
 #include <dlfcn.h>

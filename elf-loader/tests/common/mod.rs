@@ -359,3 +359,18 @@ pub fn capture_log(f: impl FnOnce()) -> String {
     let bytes = buf.0.lock().unwrap().clone();
     String::from_utf8(bytes).expect("the log is UTF-8")
 }
+
+/// The symbol `name` of `lib` (the library, then its search libraries) as an `F`,
+/// detached from the borrow of `lib` (see `elf_loader::Symbol::into_raw`); panics
+/// naming the symbol if it is missing.
+///
+/// # Safety
+/// `F` must be the symbol's type, and `lib` must stay loaded while the value is used.
+pub unsafe fn function<F: Copy>(lib: &elf_loader::CustomLibrary, name: &str) -> F {
+    // SAFETY: the caller's contract.
+    unsafe {
+        lib.get::<F>(name)
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .into_raw()
+    }
+}

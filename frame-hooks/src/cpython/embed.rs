@@ -1,19 +1,24 @@
-//! Loading and initialising a libpython in this process (`dlopen` with `RTLD_GLOBAL`, so
-//! the interpreter's extension modules bind to it), for programs that embed CPython to
-//! hook it: the examples, the tests and the benchmark.
+//! Loading and initialising a libpython in this process (libloading's `dlopen` with
+//! `RTLD_GLOBAL`, so the interpreter's extension modules bind to it), for programs that
+//! embed CPython to hook it: the examples, the tests and the benchmark.
 
 use super::api::Dlsym;
 use super::Error;
-use std::ffi::{c_int, c_void, CStr, CString};
+use libloading::os::unix::{Library, Symbol};
+use std::ffi::{c_int, c_void, CStr};
+use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 
-/// A libpython opened in this process.
+/// A libpython opened in this process (through libloading). It stays loaded after the
+/// `Libpython` is dropped: a CPython cannot be unloaded and loaded again safely.
 pub struct Libpython {
+    lib: ManuallyDrop<Library>,
     handle: *mut c_void,
     path: PathBuf,
 }
 
-// SAFETY: a dlopen handle may be used from any thread.
+// SAFETY: a dlopen handle may be used from any thread (libloading's `Library` is Send
+// and Sync; the raw copy of its handle is only passed to thread-safe dlsym).
 unsafe impl Send for Libpython {}
 // SAFETY: as above.
 unsafe impl Sync for Libpython {}
@@ -116,21 +121,28 @@ impl Libpython {
     /// returns), not an arbitrary file.
     pub unsafe fn open(path: impl AsRef<Path>) -> Result<Libpython, Error> {
         let path = path.as_ref();
-        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| Error::Load {
-            path: path.display().to_string(),
-            message: "path contains a NUL byte".into(),
-        })?;
-        // SAFETY: dlopen with a valid path; the library's initialisers are libpython's.
-        let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if handle.is_null() {
-            // SAFETY: dlerror returns a thread-local message after a failed dlopen.
-            let msg = unsafe { CStr::from_ptr(libc::dlerror()) };
+        if path.as_os_str().as_encoded_bytes().contains(&0) {
             return Err(Error::Load {
                 path: path.display().to_string(),
-                message: msg.to_string_lossy().into_owned(),
+                message: "path contains a NUL byte".into(),
             });
         }
+        // SAFETY: the caller's contract: a CPython shared library, whose initialisers
+        // are libpython's.
+        let lib =
+            unsafe { Library::open(Some(path.as_os_str()), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
+                .map_err(|e| Error::Load {
+                    path: path.display().to_string(),
+                    // libloading says "dlopen failed"; its source is dlerror's text.
+                    message: std::error::Error::source(&e)
+                        .map_or_else(|| e.to_string(), |s| s.to_string()),
+                })?;
+        // The raw handle for `Dlsym` resolvers; `lib` owns it again (and is never
+        // dropped: see the type's comment).
+        let handle = lib.into_raw();
         Ok(Libpython {
+            // SAFETY: `handle` is the live handle just opened.
+            lib: ManuallyDrop::new(unsafe { Library::from_raw(handle) }),
             handle,
             path: path.to_path_buf(),
         })
@@ -146,29 +158,29 @@ impl Libpython {
         Dlsym(self.handle)
     }
 
-    fn sym(&self, name: &CStr) -> Result<*mut c_void, Error> {
-        // SAFETY: a valid handle and name.
-        let p = unsafe { libc::dlsym(self.handle, name.as_ptr()) };
-        if p.is_null() {
-            return Err(Error::MissingSymbol {
-                name: name.to_string_lossy().into_owned(),
-            });
-        }
-        Ok(p)
+    /// The function `name` of this libpython, typed.
+    ///
+    /// # Safety
+    /// `F` must be the function's C signature.
+    unsafe fn function<F>(&self, name: &CStr) -> Result<Symbol<F>, Error> {
+        // SAFETY: the caller's contract on `F`; the library stays loaded (never closed).
+        unsafe { self.lib.get::<F>(name.to_bytes_with_nul()) }.map_err(|_| Error::MissingSymbol {
+            name: name.to_string_lossy().into_owned(),
+        })
     }
 
     /// Initialises the interpreter (`Py_InitializeEx(0)`: no signal handlers) unless it
     /// already is, and releases the GIL so any thread can take it.
     pub fn initialize(&self) -> Result<(), Error> {
-        let is_init: unsafe extern "C" fn() -> c_int =
-            // SAFETY: Py_IsInitialized has this signature.
-            unsafe { std::mem::transmute(self.sym(c"Py_IsInitialized")?) };
-        let init: unsafe extern "C" fn(c_int) =
-            // SAFETY: Py_InitializeEx has this signature.
-            unsafe { std::mem::transmute(self.sym(c"Py_InitializeEx")?) };
-        let save: unsafe extern "C" fn() -> *mut c_void =
-            // SAFETY: PyEval_SaveThread has this signature.
-            unsafe { std::mem::transmute(self.sym(c"PyEval_SaveThread")?) };
+        // SAFETY: Py_IsInitialized has this signature.
+        let is_init =
+            unsafe { self.function::<unsafe extern "C" fn() -> c_int>(c"Py_IsInitialized")? };
+        // SAFETY: Py_InitializeEx has this signature.
+        let init = unsafe { self.function::<unsafe extern "C" fn(c_int)>(c"Py_InitializeEx")? };
+        // SAFETY: PyEval_SaveThread has this signature.
+        let save = unsafe {
+            self.function::<unsafe extern "C" fn() -> *mut c_void>(c"PyEval_SaveThread")?
+        };
         // SAFETY: initialising once from this thread, then releasing the GIL it holds.
         unsafe {
             if is_init() != 0 {
@@ -194,12 +206,11 @@ impl Libpython {
     /// from this copy (a `Python`'s code references, results) is used afterwards except
     /// to check `Py_IsInitialized` (which `Python` and `Installed` do).
     pub unsafe fn finalize(&self) -> Result<(), Error> {
-        let ensure: unsafe extern "C" fn() -> c_int =
-            // SAFETY: PyGILState_Ensure has this signature.
-            unsafe { std::mem::transmute(self.sym(c"PyGILState_Ensure")?) };
-        let fin: unsafe extern "C" fn() -> c_int =
-            // SAFETY: Py_FinalizeEx has this signature.
-            unsafe { std::mem::transmute(self.sym(c"Py_FinalizeEx")?) };
+        // SAFETY: PyGILState_Ensure has this signature.
+        let ensure =
+            unsafe { self.function::<unsafe extern "C" fn() -> c_int>(c"PyGILState_Ensure")? };
+        // SAFETY: Py_FinalizeEx has this signature.
+        let fin = unsafe { self.function::<unsafe extern "C" fn() -> c_int>(c"Py_FinalizeEx")? };
         // SAFETY: the interpreter is initialised; finalising with the GIL held.
         let rc = unsafe {
             ensure();

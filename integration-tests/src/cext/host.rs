@@ -28,7 +28,9 @@ impl Default for RefbridgeSymbols {
     }
 }
 
-impl SymbolProvider for RefbridgeSymbols {
+// SAFETY: the answers are refbridge's C ABI functions by their C names
+// (`refbridge::c_abi_symbols`), with the signatures of refbridge's `Python.h`.
+unsafe impl SymbolProvider for RefbridgeSymbols {
     fn sym(&self, name: &str) -> Option<usize> {
         self.0.get(name).copied()
     }
@@ -85,15 +87,15 @@ impl Extension {
             .map_err(|e| e.to_string())?;
         lib.add_search_library(SystemLibrary::global())
             .map_err(|e| e.to_string())?;
-        lib.load().map_err(|e| e.to_string())?;
+        // SAFETY: cext.c's initialisers only set up its own globals; its CPython names
+        // bind to refbridge's C API (RefbridgeSymbols), the rest to the process's libc.
+        unsafe { lib.load() }.map_err(|e| e.to_string())?;
         macro_rules! sym {
             ($name:literal, $ty:ty) => {{
-                let a = lib.sym($name).ok_or_else(|| {
-                    format!("{} does not define {}", build.library.display(), $name)
-                })?;
                 // SAFETY: the symbol is the C function of that name in cext.c, with the
-                // signature of the field it is stored in.
-                unsafe { std::mem::transmute::<usize, $ty>(a) }
+                // signature of the field it is stored in; the `Extension` keeps `lib`
+                // (and so the mapping) for as long as it holds the pointer.
+                unsafe { lib.get::<$ty>($name).map_err(|e| e.to_string())?.into_raw() }
             }};
         }
         Ok(Extension {

@@ -145,29 +145,45 @@ pub fn dependency_policy() -> DependencyPolicy {
 pub fn load(install: &PythonInstall, name: &str) -> Result<Loaded> {
     let so = runner_for(install)?;
     let ns = Namespace::with_policy(name, dependency_policy());
-    let libpython = ns.load(&install.libpython).map_err(|source| Error::Load {
+    // SAFETY: libpython's initialisers are safe to run in any process (they set up its
+    // own globals); each copy is in a namespace of its own.
+    let libpython = unsafe { ns.load(&install.libpython) }.map_err(|source| Error::Load {
         path: install.libpython.clone(),
         source: Box::new(source),
     })?;
-    let runner = ns.load(&so).map_err(|source| Error::Load {
+    // SAFETY: the runner (runner.c) has no initialisers of its own besides libc's.
+    let runner = unsafe { ns.load(&so) }.map_err(|source| Error::Load {
         path: so.clone(),
         source: Box::new(source),
     })?;
-    let sym = |symbol: &'static str| {
-        runner.own_sym(symbol).ok_or_else(|| Error::MissingSymbol {
-            symbol,
-            path: so.clone(),
-        })
-    };
+    /// The runner's own function `symbol` as an `F`, detached from the borrow of
+    /// `runner`: `Loaded` keeps the namespace (and so the mapping) as long as `fns`.
+    ///
+    /// # Safety
+    /// `F` must be the signature of runner.c's `symbol`.
+    unsafe fn function<F: Copy>(
+        runner: &CustomLibrary,
+        so: &Path,
+        symbol: &'static str,
+    ) -> Result<F> {
+        // SAFETY: the caller's contract on `F`; `Loaded` holds `runner` and its
+        // namespace alongside the detached pointer.
+        unsafe { runner.get_own::<F>(symbol) }
+            .map(|s| unsafe { s.into_raw() })
+            .map_err(|_| Error::MissingSymbol {
+                symbol,
+                path: so.to_path_buf(),
+            })
+    }
     // SAFETY: each symbol is the runner.c function of the declared signature (the file
     // was compiled from SOURCE, whose ABI number is checked by mp_initialize).
     let fns = unsafe {
         RunnerFns {
-            initialize: std::mem::transmute::<usize, InitializeFn>(sym("mp_initialize")?),
-            dispatch: std::mem::transmute::<usize, DispatchFn>(sym("mp_dispatch")?),
-            share_buffer: std::mem::transmute::<usize, ShareBufferFn>(sym("mp_share_buffer")?),
-            finalize: std::mem::transmute::<usize, FinalizeFn>(sym("mp_finalize")?),
-            free: std::mem::transmute::<usize, FreeFn>(sym("mp_free")?),
+            initialize: function::<InitializeFn>(&runner, &so, "mp_initialize")?,
+            dispatch: function::<DispatchFn>(&runner, &so, "mp_dispatch")?,
+            share_buffer: function::<ShareBufferFn>(&runner, &so, "mp_share_buffer")?,
+            finalize: function::<FinalizeFn>(&runner, &so, "mp_finalize")?,
+            free: function::<FreeFn>(&runner, &so, "mp_free")?,
         }
     };
     Ok(Loaded {

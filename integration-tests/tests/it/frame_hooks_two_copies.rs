@@ -24,14 +24,19 @@ fn libpython(minor: u32) -> Result<PathBuf, String> {
 
 /// One copy: loaded into its own namespace, initialised, its GIL released.
 fn load(name: &str, path: &PathBuf) -> CustomLibrary {
-    let lib = Namespace::new(name).load(path).expect("load libpython");
-    let init = lib.sym("Py_InitializeEx").unwrap();
-    let save = lib.sym("PyEval_SaveThread").unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new(name).load(path) }.expect("load libpython");
     // SAFETY: the C API functions have these signatures; first initialisation of this
     // copy on this thread, then its GIL is released.
     unsafe {
-        std::mem::transmute::<usize, unsafe extern "C" fn(c_int)>(init)(0);
-        std::mem::transmute::<usize, unsafe extern "C" fn() -> *mut c_void>(save)();
+        let init = lib
+            .get::<unsafe extern "C" fn(c_int)>("Py_InitializeEx")
+            .unwrap();
+        let save = lib
+            .get::<unsafe extern "C" fn() -> *mut c_void>("PyEval_SaveThread")
+            .unwrap();
+        init(0);
+        save();
     }
     lib
 }

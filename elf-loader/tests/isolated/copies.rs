@@ -2,29 +2,31 @@
 //! unloaded, `/proc/self/maps` back to where it started. Its own test binary, so that no
 //! other test maps anything meanwhile.
 
-mod common;
+use crate::common;
 
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 
 type IntFn = extern "C" fn() -> i32;
 
-fn f(lib: &CustomLibrary, name: &str) -> IntFn {
-    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
+fn f<'l>(lib: &'l CustomLibrary, name: &str) -> elf_loader::Symbol<'l, IntFn> {
     // SAFETY: the fixture defines `name` as `int name(void)`.
-    unsafe { std::mem::transmute::<usize, IntFn>(a) }
+    unsafe { lib.get::<IntFn>(name) }.unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]
 fn sixty_four_copies_are_independent_and_unload_cleanly() {
+    let _serial = crate::serial();
     let so = common::build_so("counter", &["counter.c"], &[]);
     // Warm up anything lazily mapped by the process (allocator arenas, the fixture
     // build) before taking the reference snapshot.
-    drop(Namespace::new("warm-up").load(&so).unwrap());
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    drop(unsafe { Namespace::new("warm-up").load(&so) }.unwrap());
     let before = common::maps_snapshot();
     let mut libs = Vec::new();
     for i in 0..64 {
         let ns = Namespace::new(&format!("copy{i}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         for _ in 0..=i {
             f(&lib, "bump")();
         }

@@ -2,7 +2,7 @@
 //! `src/capi.rs`, and a C program built against the header (linked with the crate's
 //! cdylib) that loads a library twice and misuses the API; it also runs under valgrind.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

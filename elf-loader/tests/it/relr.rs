@@ -5,7 +5,7 @@
 //! fixture linked with `-z pack-relative-relocs` whose pointer tables exercise address
 //! entries, full and partial bitmaps and gaps longer than a bitmap, loaded twice.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{check_bytes, ElfInfo};
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
@@ -28,11 +28,8 @@ fn relr_library(name: &str) -> PathBuf {
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = $name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the library's C function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the library's C function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 
@@ -41,9 +38,9 @@ fn two_copies(name: &str) -> [(Namespace, CustomLibrary); 2] {
     let p = relr_library(name);
     ["a", "b"].map(|n| {
         let ns = Namespace::new(&format!("relr-{name}-{n}"));
-        let lib = ns
-            .load(&p)
-            .unwrap_or_else(|e| panic!("load {} into {n}: {e}", p.display()));
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib =
+            unsafe { ns.load(&p) }.unwrap_or_else(|e| panic!("load {} into {n}: {e}", p.display()));
         (ns, lib)
     })
 }
@@ -172,7 +169,8 @@ fn packed_fixture_twice() {
     let copies: Vec<(Namespace, CustomLibrary)> = (0..2)
         .map(|i| {
             let ns = Namespace::new(&format!("relr-fixture-{i}"));
-            let lib = ns.load(&so).unwrap();
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load(&so) }.unwrap();
             (ns, lib)
         })
         .collect();

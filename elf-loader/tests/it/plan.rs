@@ -8,11 +8,11 @@
 //!
 //! One test function: plans are turned off and on process-wide.
 
-mod common;
+use crate::common;
 
 use common::{libpython, scope_fixtures as fixtures, ScopeFixtures as Fixtures};
 use elf_loader::elf::{consts::*, ElfInfo};
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 use std::ffi::{c_char, CString};
 use std::path::{Path, PathBuf};
 
@@ -58,7 +58,8 @@ fn libs_of(ns: &Namespace) -> Vec<Lib> {
     ns.library_paths()
         .into_iter()
         .map(|path| {
-            let lib: CustomLibrary = ns.load(&path).unwrap();
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib: CustomLibrary = unsafe { ns.load(&path) }.unwrap();
             let range = lib.address_range().unwrap();
             let data = std::fs::read(&path).unwrap();
             let info = ElfInfo::parse(&path, &data).unwrap();
@@ -106,11 +107,12 @@ fn symbolic_targets(ns: &Namespace) -> Vec<(String, u64, String)> {
 
 fn scenario(f: &Fixtures, name: &str) -> (Namespace, i32) {
     let ns = Namespace::new(name);
-    let root = ns.load(&f.root).unwrap();
-    ns.load(&f.root2).unwrap();
-    let open = root.sym("root_open").unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let root = unsafe { ns.load(&f.root) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { ns.load(&f.root2) }.unwrap();
     // SAFETY: root_open(const char *) -> int, from the fixture.
-    let open: extern "C" fn(*const c_char) -> i32 = unsafe { std::mem::transmute(open) };
+    let open = unsafe { root.get::<extern "C" fn(*const c_char) -> i32>("root_open") }.unwrap();
     let path = CString::new(f.plugin.to_str().unwrap()).unwrap();
     let got = open(path.as_ptr());
     (ns, got)
@@ -128,7 +130,7 @@ fn replayed_copies_are_relocated_as_looked_up_ones() {
     assert_eq!(
         got1,
         2000 + 10 + 500,
-        "the plugin's picks (as in tests/scope.rs)"
+        "the plugin's picks (as in tests/it/scope.rs)"
     );
     assert!(
         counts.iter().all(|(_, n)| *n == 0),
@@ -179,7 +181,8 @@ fn replayed_copies_are_relocated_as_looked_up_ones() {
     };
     let load = |name: &str| {
         let ns = Namespace::new(name);
-        ns.load(&py).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        unsafe { ns.load(&py) }.unwrap();
         ns
     };
     let _a = load("plan-py-1");
@@ -200,17 +203,18 @@ fn a_weak_symbol_found_nowhere_is_looked_up_again_by_later_copies() {
     let weak = common::build_so("weak_late", &["weak_late.c"], &[]);
     let late = common::build_so("late_def", &["late_def.c"], &[]);
     let call = |ns: &str| {
-        let lib = Namespace::new(ns).load(&weak).unwrap();
-        let f = lib.sym("late_or_minus_one").unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { Namespace::new(ns).load(&weak) }.unwrap();
         // SAFETY: the fixture defines `int late_or_minus_one(void)`.
-        let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(f) };
+        let f = unsafe { lib.get::<extern "C" fn() -> i32>("late_or_minus_one") }.unwrap();
         f()
     };
     assert_eq!(call("weak-1"), -1, "nothing defines late_value yet");
     assert_eq!(call("weak-2"), -1);
     // Now the process's global scope has a definition.
     let _global =
-        elf_loader::SystemLibrary::open(late.to_str().unwrap(), libc::RTLD_GLOBAL).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        unsafe { elf_loader::SystemLibrary::open(late.to_str().unwrap(), libc::RTLD_GLOBAL) }.unwrap();
     assert_eq!(call("weak-3"), 42, "a later copy finds the new definition");
     assert_eq!(call("weak-4"), 42);
 }

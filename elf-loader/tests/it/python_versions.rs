@@ -5,7 +5,7 @@
 //! is loaded twice into two namespaces, initialised, imports eleven extension modules,
 //! runs Python threads and is called from C threads; `id(None)` differs between all.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -5,7 +5,7 @@
 //! `DT_PREINIT_ARRAY` (which glibc runs only for the executable) that do not stop a load;
 //! and what glibc refuses, refused alike: an x86 ISA level the CPU lacks.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::ElfInfo;
 use elf_loader::{Namespace, SymbolProvider};
@@ -14,11 +14,8 @@ use std::ffi::{c_char, c_int, CString};
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = $name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the fixture's C function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the fixture's C function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 
@@ -77,7 +74,8 @@ fn text_relocations_load_twice_and_the_code_is_read_only_again() {
     let copies: Vec<_> = (0..2)
         .map(|i| {
             let ns = Namespace::new(&format!("textrel-{i}"));
-            let lib = ns.load(&so).unwrap_or_else(|e| panic!("{e}"));
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load(&so) }.unwrap_or_else(|e| panic!("{e}"));
             (ns, lib)
         })
         .collect();
@@ -134,7 +132,8 @@ fn size_relocations_agree_with_the_system_loader() {
     assert_eq!(sys, expected, "the system loader's values");
     for i in 0..2 {
         let ns = Namespace::new(&format!("size-{i}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         // SAFETY: as above, in this copy.
         let ours = unsafe { *(lib.sym("sizes").unwrap() as *const Sizes) };
         assert_eq!(ours, expected);
@@ -181,7 +180,8 @@ fn ignored_dt_rel_and_preinit_array_as_glibc() {
     assert_eq!(sys_bump(), 1, "the system loader loads it");
     for i in 0..2 {
         let ns = Namespace::new(&format!("rel-preinit-{i}"));
-        let lib = ns.load(&patched).unwrap_or_else(|e| panic!("{e}"));
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&patched) }.unwrap_or_else(|e| panic!("{e}"));
         let bump = f!(lib, "bump", extern "C" fn() -> c_int);
         assert_eq!(bump(), 1);
         // SAFETY: `int initialized` (set to 42 by the constructor, once).
@@ -207,8 +207,8 @@ fn an_isa_level_the_cpu_lacks_is_refused_as_glibc() {
         elf_loader::elf::check_bytes(&too_high, &data).is_err(),
         "the oracle agrees"
     );
-    let e = Namespace::new("isa-high")
-        .load(&too_high)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("isa-high").load(&too_high) }
         .err()
         .expect("refused")
         .to_string();
@@ -233,7 +233,8 @@ fn an_isa_level_the_cpu_lacks_is_refused_as_glibc() {
     );
     let info = ElfInfo::parse(&ours, &std::fs::read(&ours).unwrap()).unwrap();
     assert_eq!(info.isa_needed, levels);
-    let lib = Namespace::new("isa-ours").load(&ours).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("isa-ours").load(&ours) }.unwrap();
     let ok = f!(lib, "isa_ok", extern "C" fn() -> c_int);
     assert_eq!(ok(), 1);
     assert_ne!(system_sym(&ours, "isa_ok"), 0);
@@ -272,8 +273,8 @@ fn a_version_the_dependency_lacks_is_refused_as_glibc() {
     data[aux + 8..aux + 12].copy_from_slice(&(bump as u32).to_le_bytes());
     let patched = common::out_dir().join("libcounter_badversion.so");
     std::fs::write(&patched, &data).unwrap();
-    let e = Namespace::new("badversion")
-        .load(&patched)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("badversion").load(&patched) }
         .err()
         .expect("refused")
         .to_string();

@@ -6,7 +6,7 @@
 //! copies use `__tls_get_addr`, odd ones TLS descriptors. Its own test binary (it counts
 //! live blocks process-wide).
 
-mod common;
+use crate::common;
 
 use elf_loader::{tls_live_blocks, CustomLibrary, Namespace, SymbolProvider};
 use proptest::prelude::*;
@@ -40,8 +40,10 @@ fn get_set(lib: &CustomLibrary) -> (extern "C" fn() -> i32, extern "C" fn(i32)) 
     // SAFETY: `int gd_get(void)` and `void gd_set(int)` in tls.c.
     unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(lib.sym("gd_get").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn(i32)>(lib.sym("gd_set").unwrap()),
+            lib.get::<extern "C" fn() -> i32>("gd_get")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn(i32)>("gd_set").unwrap().into_raw(),
         )
     }
 }
@@ -50,6 +52,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
     #[test]
     fn tls_matches_the_model(ops in proptest::collection::vec(op(), 1..24)) {
+        let _serial = crate::serial();
         let so = common::build_so("tls", &["tls.c"], &[]);
         let desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
         let base = tls_live_blocks();
@@ -61,7 +64,8 @@ proptest! {
                 Op::Load(k) => {
                     copies.entry(k).or_insert_with(|| {
                         let ns = Namespace::new(&format!("model{k}"));
-                        let lib = ns.load(if k % 2 == 0 { &so } else { &desc }).unwrap();
+                        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+                        let lib = unsafe { ns.load(if k % 2 == 0 { &so } else { &desc }) }.unwrap();
                         Copy { _ns: ns, lib }
                     });
                 }

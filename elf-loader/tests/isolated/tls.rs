@@ -2,7 +2,7 @@
 //! per copy, for threads started before and after the load; blocks freed at thread exit
 //! and at unload. Its own test binary: it counts live TLS blocks process-wide.
 
-mod common;
+use crate::common;
 
 use elf_loader::{tls_live_blocks, CustomLibrary, Namespace, SymbolProvider};
 use std::sync::mpsc;
@@ -17,16 +17,15 @@ struct Tls {
 }
 
 fn fns(lib: &CustomLibrary) -> Tls {
-    let s = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n} missing"));
     // SAFETY: signatures as in tls.c.
     unsafe {
         Tls {
-            gd_get: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("gd_get")),
-            gd_set: std::mem::transmute::<usize, extern "C" fn(i32)>(s("gd_set")),
-            ld_bump: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ld_bump")),
-            big_touch: std::mem::transmute::<usize, extern "C" fn(i32, i8) -> i32>(s("big_touch")),
-            ptr_ok: std::mem::transmute::<usize, extern "C" fn() -> i32>(s("ptr_ok")),
-            gd_addr: std::mem::transmute::<usize, extern "C" fn() -> usize>(s("gd_addr")),
+            gd_get: common::function::<extern "C" fn() -> i32>(lib, "gd_get"),
+            gd_set: common::function::<extern "C" fn(i32)>(lib, "gd_set"),
+            ld_bump: common::function::<extern "C" fn() -> i32>(lib, "ld_bump"),
+            big_touch: common::function::<extern "C" fn(i32, i8) -> i32>(lib, "big_touch"),
+            ptr_ok: common::function::<extern "C" fn() -> i32>(lib, "ptr_ok"),
+            gd_addr: common::function::<extern "C" fn() -> usize>(lib, "gd_addr"),
         }
     }
 }
@@ -47,6 +46,7 @@ static BLOCKS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn tls_per_thread_and_per_copy() {
+    let _serial = crate::serial();
     let so = common::build_so("tls", &["tls.c"], &[]);
     let use_so = common::build_so("tlsuse", &["tlsuse.c"], &["-ltls", "-Wl,-rpath,$ORIGIN"]);
     per_thread_and_per_copy(&so, &use_so, "");
@@ -57,6 +57,7 @@ fn tls_per_thread_and_per_copy() {
 /// the loader points at its own descriptor functions.
 #[test]
 fn tls_descriptors_per_thread_and_per_copy() {
+    let _serial = crate::serial();
     let gnu2 = "-mtls-dialect=gnu2";
     let so = common::build_so("tlsdesc", &["tls.c"], &[gnu2]);
     let use_so = common::build_so(
@@ -95,11 +96,14 @@ fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefi
     });
 
     let ns_a = Namespace::new(&format!("{prefix}tls-a"));
-    let a = ns_a.load(use_so).unwrap();
-    let b = Namespace::new(&format!("{prefix}tls-b")).load(so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let a = unsafe { ns_a.load(use_so) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { Namespace::new(&format!("{prefix}tls-b")).load(so) }.unwrap();
     let a_tls = CustomLibrary::create_in(&ns_a, so);
     // The same file in the same namespace is the same library: loading returns it.
-    a_tls.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { a_tls.load() }.unwrap();
     assert_eq!(ns_a.library_count(), 2);
     let (ta, tb) = (fns(&a_tls), fns(&b));
 
@@ -112,8 +116,11 @@ fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefi
     // A library reading another custom library's TLS variable (DTPMOD64 for a symbol
     // defined in another module).
     // SAFETY: `int other_gd_get(void)`.
-    let other: extern "C" fn() -> i32 =
-        unsafe { std::mem::transmute(a.sym("other_gd_get").unwrap()) };
+    let other: extern "C" fn() -> i32 = unsafe {
+        a.get::<extern "C" fn() -> i32>("other_gd_get")
+            .unwrap()
+            .into_raw()
+    };
     assert_eq!(other(), 10);
     // The exported TLS symbol through the SymbolProvider API.
     let ti = a_tls.tls_sym("tls_gd").unwrap();
@@ -168,10 +175,11 @@ fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefi
 
 #[test]
 fn initial_exec_tls_is_refused_with_the_symbol_named() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let so = common::build_so("tlsie", &["tlsie.c"], &[]);
-    let err = Namespace::new("ie")
-        .load(&so)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = unsafe { Namespace::new("ie").load(&so) }
         .err()
         .expect("initial-exec TLS must be refused")
         .to_string();
@@ -192,18 +200,29 @@ fn errno_now() -> i32 {
 
 #[test]
 fn system_tls_through_initial_exec_and_general_dynamic() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let ie = common::build_so("systls", &["systls.c"], &[]);
     let gd = common::build_so("systls_gd", &["systls_gd.c"], &[]);
-    let a = Namespace::new("systls").load(&ie).unwrap();
-    let b = Namespace::new("systls-gd").load(&gd).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let a = unsafe { Namespace::new("systls").load(&ie) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { Namespace::new("systls-gd").load(&gd) }.unwrap();
     // SAFETY: signatures as in the fixtures.
     let (set_ie, get_ie, set_gd, get_gd) = unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(i32)>(a.sym("set_errno_ie").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(a.sym("get_errno_ie").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn(i32)>(b.sym("set_errno_gd").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(b.sym("get_errno_gd").unwrap()),
+            a.get::<extern "C" fn(i32)>("set_errno_ie")
+                .unwrap()
+                .into_raw(),
+            a.get::<extern "C" fn() -> i32>("get_errno_ie")
+                .unwrap()
+                .into_raw(),
+            b.get::<extern "C" fn(i32)>("set_errno_gd")
+                .unwrap()
+                .into_raw(),
+            b.get::<extern "C" fn() -> i32>("get_errno_gd")
+                .unwrap()
+                .into_raw(),
         )
     };
     let check = move |v: i32| {
@@ -226,22 +245,33 @@ fn system_tls_through_initial_exec_and_general_dynamic() {
 
 #[test]
 fn tls_of_a_dlopened_system_library() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
     let gd = common::build_so("sysvar_gd", &["sysvar_user.c"], &[]);
     let ie = common::build_so("sysvar_ie", &["sysvar_user.c"], &["-DINITIAL_EXEC"]);
-    let provider = elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let provider =
+        unsafe { elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW) }.unwrap();
     // SAFETY: `void sysvar_set(int)` in sysvar.c.
-    let set: extern "C" fn(i32) =
-        unsafe { std::mem::transmute(provider.sym("sysvar_set").unwrap()) };
+    let set: extern "C" fn(i32) = unsafe {
+        provider
+            .get::<extern "C" fn(i32)>("sysvar_set")
+            .unwrap()
+            .into_raw()
+    };
 
     // General dynamic: the system's module and offset, this thread's block.
     let ns = Namespace::new("sysvar-gd");
     ns.add_search_library(provider.clone());
-    let lib = ns.load(&gd).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&gd) }.unwrap();
     // SAFETY: `int sysvar_user_get(void)` in sysvar_user.c.
-    let get: extern "C" fn() -> i32 =
-        unsafe { std::mem::transmute(lib.sym("sysvar_user_get").unwrap()) };
+    let get: extern "C" fn() -> i32 = unsafe {
+        lib.get::<extern "C" fn() -> i32>("sysvar_user_get")
+            .unwrap()
+            .into_raw()
+    };
     assert_eq!(get(), 7);
     set(9);
     assert_eq!(get(), 9, "the same variable as the system library's");
@@ -254,8 +284,8 @@ fn tls_of_a_dlopened_system_library() {
     // Initial exec: an error naming the library, the symbol and why.
     let ns = Namespace::new("sysvar-ie");
     ns.add_search_library(provider);
-    let err = ns
-        .load(&ie)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = unsafe { ns.load(&ie) }
         .err()
         .expect("initial-exec against dynamic TLS refused")
         .to_string();
@@ -273,15 +303,21 @@ fn tls_of_a_dlopened_system_library() {
 /// per thread.
 #[test]
 fn tls_descriptors_for_system_variables() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let gnu2 = "-mtls-dialect=gnu2";
     let gd = common::build_so("systls_gd_desc", &["systls_gd.c"], &[gnu2]);
-    let b = Namespace::new("systls-desc").load(&gd).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { Namespace::new("systls-desc").load(&gd) }.unwrap();
     // SAFETY: signatures as in systls_gd.c.
     let (set_gd, get_gd) = unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(i32)>(b.sym("set_errno_gd").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(b.sym("get_errno_gd").unwrap()),
+            b.get::<extern "C" fn(i32)>("set_errno_gd")
+                .unwrap()
+                .into_raw(),
+            b.get::<extern "C" fn() -> i32>("get_errno_gd")
+                .unwrap()
+                .into_raw(),
         )
     };
     let check = move |v: i32| {
@@ -301,16 +337,26 @@ fn tls_descriptors_for_system_variables() {
 
     let sys = common::build_so("sysvar", &["sysvar.c"], &[]);
     let user = common::build_so("sysvar_desc", &["sysvar_user.c"], &[gnu2]);
-    let provider = elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let provider =
+        unsafe { elf_loader::SystemLibrary::open(sys.to_str().unwrap(), libc::RTLD_NOW) }.unwrap();
     // SAFETY: `void sysvar_set(int)` in sysvar.c.
-    let set: extern "C" fn(i32) =
-        unsafe { std::mem::transmute(provider.sym("sysvar_set").unwrap()) };
+    let set: extern "C" fn(i32) = unsafe {
+        provider
+            .get::<extern "C" fn(i32)>("sysvar_set")
+            .unwrap()
+            .into_raw()
+    };
     let ns = Namespace::new("sysvar-desc");
     ns.add_search_library(provider.clone());
-    let lib = ns.load(&user).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&user) }.unwrap();
     // SAFETY: `int sysvar_user_get(void)` in sysvar_user.c.
-    let get: extern "C" fn() -> i32 =
-        unsafe { std::mem::transmute(lib.sym("sysvar_user_get").unwrap()) };
+    let get: extern "C" fn() -> i32 = unsafe {
+        lib.get::<extern "C" fn() -> i32>("sysvar_user_get")
+            .unwrap()
+            .into_raw()
+    };
     assert_eq!(get(), 7);
     set(9);
     assert_eq!(get(), 9, "the same variable as the system library's");
@@ -332,12 +378,14 @@ type KeepYmm = extern "C" fn(*const [u8; 32], *mut [u8; 32], i32) -> usize;
 /// through a descriptor is NULL.
 #[test]
 fn tls_descriptors_preserve_registers() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let so = common::build_so("tlsdesc_regs", &["tlsdesc_regs.c"], &["-mtls-dialect=gnu2"]);
     let copies: Vec<_> = (0..2)
         .map(|i| {
             let ns = Namespace::new(&format!("tlsdesc-regs-{i}"));
-            let lib = ns.load(&so).unwrap();
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load(&so) }.unwrap();
             (ns, lib)
         })
         .collect();
@@ -347,11 +395,11 @@ fn tls_descriptors_preserve_registers() {
         // SAFETY: signatures as in tlsdesc_regs.c.
         let (keep, keep_ymm, weak): (KeepGpXmm, KeepYmm, extern "C" fn() -> usize) = unsafe {
             (
-                std::mem::transmute::<usize, KeepGpXmm>(lib.sym("desc_keep_gp_xmm").unwrap()),
-                std::mem::transmute::<usize, KeepYmm>(lib.sym("desc_keep_ymm").unwrap()),
-                std::mem::transmute::<usize, extern "C" fn() -> usize>(
-                    lib.sym("desc_weak_addr").unwrap(),
-                ),
+                lib.get::<KeepGpXmm>("desc_keep_gp_xmm").unwrap().into_raw(),
+                lib.get::<KeepYmm>("desc_keep_ymm").unwrap().into_raw(),
+                lib.get::<extern "C" fn() -> usize>("desc_weak_addr")
+                    .unwrap()
+                    .into_raw(),
             )
         };
         let input: Vec<[u8; 16]> = (0..16u8)
@@ -409,13 +457,15 @@ fn tls_descriptors_preserve_registers() {
 /// entries. Live blocks return to where they started.
 #[test]
 fn thousands_of_threads_80_copies_and_unload_under_live_threads() {
+    let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
     let base_blocks = tls_live_blocks();
     let gd = common::build_so("tls", &["tls.c"], &[]);
     let desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
     let load = |i: usize| {
         let ns = Namespace::new(&format!("tls-many-{i}"));
-        let lib = ns.load(if i % 2 == 0 { &gd } else { &desc }).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(if i % 2 == 0 { &gd } else { &desc }) }.unwrap();
         let t = fns(&lib);
         (ns, lib, t)
     };

@@ -2,7 +2,7 @@
 //! extension modules, finalise it, drop the namespace (fini, unmap), and do it again;
 //! the process's mappings come back to where they were. Its own test binary.
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, c_int, CString};
 
 fn libpython() -> String {
@@ -27,14 +27,14 @@ fn maps() -> Vec<String> {
 
 fn one_life(lib_path: &str) -> usize {
     let ns = Namespace::new("python-life");
-    let lib = ns.load(lib_path).unwrap();
-    let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(lib_path) }.unwrap();
     // SAFETY: CPython 3.11 C API signatures; one thread, GIL held throughout.
     unsafe {
-        let init: unsafe extern "C" fn(c_int) = std::mem::transmute(f("Py_InitializeEx"));
+        let init: unsafe extern "C" fn(c_int) = crate::common::function(&lib, "Py_InitializeEx");
         let run: unsafe extern "C" fn(*const c_char) -> c_int =
-            std::mem::transmute(f("PyRun_SimpleString"));
-        let fin: unsafe extern "C" fn() -> c_int = std::mem::transmute(f("Py_FinalizeEx"));
+            crate::common::function(&lib, "PyRun_SimpleString");
+        let fin: unsafe extern "C" fn() -> c_int = crate::common::function(&lib, "Py_FinalizeEx");
         init(0);
         let code = CString::new(
             "import math, _decimal, _struct, array\nassert math.factorial(10) == 3628800",
@@ -51,6 +51,7 @@ fn one_life(lib_path: &str) -> usize {
 
 #[test]
 fn python_copy_loads_finalises_and_unloads_cleanly() {
+    let _serial = crate::serial();
     let lp = libpython();
     // The first life maps what stays for the process (system libraries opened for the
     // copy: libffi is not needed here, libm stays loaded by design).

@@ -1,9 +1,9 @@
 //! `gdb -batch` on a program stopped inside a custom-loaded function shows that
 //! function's name in `bt`: the loader's r_debug registration at work.
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::process::Command;
 
 const CHILD: &str = "ELF_LOADER_GDB_CHILD";
@@ -14,11 +14,16 @@ fn gdb_child() {
     let Some(so) = std::env::var_os(CHILD) else {
         return;
     };
-    let a = Namespace::new("gdb-a").load(&so).unwrap();
-    let b = Namespace::new("gdb-b").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let a = unsafe { Namespace::new("gdb-a").load(&so) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { Namespace::new("gdb-b").load(&so) }.unwrap();
     // SAFETY: `int enter_custom_code(void)`.
-    let f: extern "C" fn() -> i32 =
-        unsafe { std::mem::transmute(b.sym("enter_custom_code").unwrap()) };
+    let f: extern "C" fn() -> i32 = unsafe {
+        b.get::<extern "C" fn() -> i32>("enter_custom_code")
+            .unwrap()
+            .into_raw()
+    };
     f();
     drop(a);
 }
@@ -45,7 +50,12 @@ fn gdb_backtrace_names_custom_loaded_functions() {
             "--args",
         ])
         .arg(&exe)
-        .args(["--exact", "gdb_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "gdb::gdb_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD, &so)
         .output()
         .expect("run gdb");

@@ -1,15 +1,14 @@
 //! Loading real C libraries many times: globals per copy, relocations, bss, unload.
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, SymbolProvider, SystemLibrary};
 
 type IntFn = extern "C" fn() -> i32;
 
-fn f(lib: &CustomLibrary, name: &str) -> IntFn {
-    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
+fn f<'l>(lib: &'l CustomLibrary, name: &str) -> elf_loader::Symbol<'l, IntFn> {
     // SAFETY: the fixture defines `name` as `int name(void)`.
-    unsafe { std::mem::transmute::<usize, IntFn>(a) }
+    unsafe { lib.get::<IntFn>(name) }.unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 #[test]
@@ -17,7 +16,8 @@ fn one_copy_works() {
     let so = common::build_so("counter", &["counter.c"], &[]);
     let lib = CustomLibrary::create(&so);
     lib.add_search_library(SystemLibrary::global()).unwrap();
-    lib.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { lib.load() }.unwrap();
     // SAFETY: `initialized` is an int.
     let init = unsafe { *(lib.sym("initialized").unwrap() as *const i32) };
     assert_eq!(init, 42, "constructor ran");
@@ -29,7 +29,7 @@ fn one_copy_works() {
     assert_eq!(f(&lib, "bss_sum")(), 0);
     let fmt: extern "C" fn(*mut u8, i32, i32) -> i32 =
         // SAFETY: `format` has this signature in the fixture.
-        unsafe { std::mem::transmute(lib.sym("format").unwrap()) };
+        unsafe { lib.get::<extern "C" fn(*mut u8, i32, i32) -> i32>("format").unwrap().into_raw() };
     let mut buf = [0u8; 16];
     assert_eq!(fmt(buf.as_mut_ptr(), 16, 77), 4);
     assert_eq!(&buf[..4], b"v=77");
@@ -48,20 +48,27 @@ fn seed_style_search_libraries() {
     let plugin = common::build_so("plugin", &["plugin.c"], &[]);
     let h = std::sync::Arc::new(CustomLibrary::create(&host));
     h.add_search_library(SystemLibrary::global()).unwrap();
-    h.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { h.load() }.unwrap();
     // SAFETY: `void set_host_id(int)` in host.c.
-    let set: extern "C" fn(i32) = unsafe { std::mem::transmute(h.sym("set_host_id").unwrap()) };
+    let set: extern "C" fn(i32) = unsafe {
+        h.get::<extern "C" fn(i32)>("set_host_id")
+            .unwrap()
+            .into_raw()
+    };
     set(7);
     let p = CustomLibrary::create(&plugin);
     p.add_search_library(h.clone()).unwrap();
     p.add_search_library(SystemLibrary::global()).unwrap();
-    p.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { p.load() }.unwrap();
     assert_eq!(f(&p, "plugin_value")(), 1007);
     // Lookups through the plugin reach the search library too (seed semantics).
     assert_eq!(p.sym("host_value"), h.sym("host_value"));
     assert!(p.own_sym("host_value").is_none());
     // Misuse is an error, not a crash.
-    let e = p.load().unwrap_err().to_string();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { p.load() }.unwrap_err().to_string();
     assert!(e.contains("twice"), "{e}");
     let e = p
         .add_search_library(SystemLibrary::global())
@@ -74,8 +81,8 @@ fn seed_style_search_libraries() {
 fn missing_dependency_and_undefined_symbol_are_named() {
     let plugin = common::build_so("plugin", &["plugin.c"], &[]);
     // Without the host, plugin_value's host_value is undefined.
-    let err = elf_loader::Namespace::new("undefined")
-        .load(&plugin)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = unsafe { elf_loader::Namespace::new("undefined").load(&plugin) }
         .err()
         .unwrap()
         .to_string();
@@ -95,8 +102,8 @@ fn missing_dependency_and_undefined_symbol_are_named() {
         &["-Wl,--no-as-needed", "-lneedsmissing_dep"],
     );
     std::fs::remove_file(common::out_dir().join("libneedsmissing_dep.so")).unwrap();
-    let err = elf_loader::Namespace::new("missing")
-        .load(&lib)
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = unsafe { elf_loader::Namespace::new("missing").load(&lib) }
         .err()
         .unwrap()
         .to_string();
@@ -106,8 +113,8 @@ fn missing_dependency_and_undefined_symbol_are_named() {
         "{err}"
     );
     assert_eq!(elf_loader::Namespace::new("x").library_count(), 0);
-    let err = elf_loader::Namespace::new("nofile")
-        .load("/nonexistent/lib.so")
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = unsafe { elf_loader::Namespace::new("nofile").load("/nonexistent/lib.so") }
         .err()
         .unwrap()
         .to_string();
@@ -129,15 +136,19 @@ fn one_file_under_several_names_is_one_library() {
     std::fs::hard_link(&so, &hard).unwrap();
     std::fs::copy(&so, &copy).unwrap();
     let ns = elf_loader::Namespace::new("identity");
-    let a = ns.load(&so).unwrap();
-    let b = ns.load(&link).unwrap();
-    let c = ns.load(&hard).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let a = unsafe { ns.load(&so) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { ns.load(&link) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let c = unsafe { ns.load(&hard) }.unwrap();
     assert_eq!(ns.library_count(), 1);
     assert_eq!(a.sym("bump"), b.sym("bump"));
     assert_eq!(a.sym("bump"), c.sym("bump"));
     assert_eq!(f(&a, "bump")(), 1);
     assert_eq!(f(&c, "bump")(), 2, "the same globals through the hard link");
-    let d = ns.load(&copy).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let d = unsafe { ns.load(&copy) }.unwrap();
     assert_eq!(ns.library_count(), 2);
     assert_ne!(a.sym("bump"), d.sym("bump"));
     assert_eq!(f(&d, "bump")(), 1, "a copy of the file has its own globals");
@@ -157,7 +168,8 @@ fn gaps_between_segments_are_inaccessible() {
             "-Wl,--section-start=.init_array=0x80000",
         ],
     );
-    let lib = elf_loader::Namespace::new("gap").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { elf_loader::Namespace::new("gap").load(&so) }.unwrap();
     assert_eq!(f(&lib, "bump")(), 1);
     assert_eq!(f(&lib, "greeting_len")(), 5);
     let bias = lib.load_bias().unwrap();
@@ -194,7 +206,8 @@ fn segments_aligned_above_the_page_size() {
         &["counter.c"],
         &["-Wl,-z,max-page-size=0x200000"],
     );
-    let lib = elf_loader::Namespace::new("big_align").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { elf_loader::Namespace::new("big_align").load(&so) }.unwrap();
     assert_eq!(f(&lib, "bump")(), 1);
     assert_eq!(f(&lib, "greeting_len")(), 5);
     let bias = lib.load_bias().unwrap();
@@ -235,16 +248,17 @@ fn relocations_in_several_writable_segments() {
         .filter(|l| l.flags & elf_loader::elf::consts::PF_W != 0)
         .count();
     assert_eq!(rw, 2, "the fixture has two writable segments");
-    let libc = SystemLibrary::open("libc.so.6", libc::RTLD_NOW).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let libc = unsafe { SystemLibrary::open("libc.so.6", libc::RTLD_NOW) }.unwrap();
     for round in 0..3 {
-        let lib = elf_loader::Namespace::new(&format!("twoseg-{round}"))
-            .load(&so)
-            .unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib =
+            unsafe { elf_loader::Namespace::new(&format!("twoseg-{round}")).load(&so) }.unwrap();
         assert_eq!(f(&lib, "far_ok")(), 1);
         assert_eq!(f(&lib, "bump")(), 2);
         let far: extern "C" fn(i32) -> usize =
             // SAFETY: the fixture defines `void *far_ptr(int)`.
-            unsafe { std::mem::transmute(lib.sym("far_ptr").unwrap()) };
+            unsafe { lib.get::<extern "C" fn(i32) -> usize>("far_ptr").unwrap().into_raw() };
         assert_eq!(Some(far(1)), libc.sym("puts"));
         assert_eq!(Some(far(2)), libc.sym("strlen"));
         assert_eq!(Some(far(0)), lib.sym("counter"));
@@ -276,7 +290,8 @@ fn search_library_cycles_are_refused() {
     );
     // a <-> b, once a is loaded (its search list is then the loaded image's).
     a.add_search_library(SystemLibrary::global()).unwrap();
-    a.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { a.load() }.unwrap();
     let err = a.add_search_library(b.clone()).unwrap_err().to_string();
     assert!(err.contains("after load"), "{err}");
     let d = std::sync::Arc::new(CustomLibrary::create(&host));
@@ -286,7 +301,50 @@ fn search_library_cycles_are_refused() {
     // Diamond-shaped (no cycle) is fine, and lookups of missing names end.
     b.add_search_library(d.clone()).unwrap();
     b.add_search_library(SystemLibrary::global()).unwrap();
-    b.load().unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { b.load() }.unwrap();
     assert!(b.sym("no_such_symbol_anywhere").is_none());
     assert_eq!(f(&b, "bump")(), 1, "found in a, through the search list");
+}
+
+#[test]
+fn typed_lookups_check_what_they_can() {
+    let so = common::build_so("counter", &["counter.c"], &[]);
+    let lib = CustomLibrary::create(&so);
+    // SAFETY: `int bump(void)` in counter.c (the lookup fails: not loaded yet).
+    let e = unsafe { lib.get::<IntFn>("bump") }.unwrap_err().to_string();
+    assert!(e.contains("not loaded"), "{e}");
+    lib.add_search_library(SystemLibrary::global()).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    unsafe { lib.load() }.unwrap();
+    // SAFETY: `int bump(void)` in counter.c.
+    let bump = unsafe { lib.get::<IntFn>("bump") }.unwrap();
+    assert_eq!(bump(), 1);
+    assert_eq!(Some(bump.address()), lib.sym("bump"));
+    // SAFETY: as above (the name is missing: an error naming it and the library).
+    let e = unsafe { lib.get::<IntFn>("no_such_function") }.unwrap_err();
+    assert!(
+        matches!(&e, elf_loader::Error::SymbolNotFound { name, .. } if name == "no_such_function"),
+        "{e:?}"
+    );
+    // SAFETY: the type is refused before any use: not the size of an address.
+    let e = unsafe { lib.get::<(usize, usize)>("bump") }
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an address"), "{e}");
+    // `get_own` does not reach the search libraries; `get` does.
+    // SAFETY: `strlen` has this signature.
+    assert!(unsafe { lib.get_own::<extern "C" fn(*const i8) -> usize>("strlen") }.is_err());
+    // SAFETY: as above.
+    let strlen = unsafe { lib.get::<extern "C" fn(*const i8) -> usize>("strlen") }.unwrap();
+    assert_eq!(strlen(c"four".as_ptr()), 4);
+    // A data symbol as a pointer.
+    // SAFETY: `int counter` in counter.c.
+    let counter = unsafe { lib.get::<*const i32>("counter") }.unwrap();
+    // SAFETY: the library is loaded while `counter` (which borrows it) lives.
+    assert_eq!(unsafe { **counter }, 1);
+    // The namespace's global scope answers the same.
+    // SAFETY: `int get(void)` in counter.c.
+    let get = unsafe { lib.namespace().get::<IntFn>("get") }.unwrap();
+    assert_eq!(get(), 1);
 }

@@ -4,7 +4,7 @@
 //! faults, more would make memory private that no relocation needs. Checked against the
 //! target pages computed from the file, through the `loaded` trace event.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{consts::PF_W, ElfInfo};
 use std::collections::BTreeSet;
@@ -57,7 +57,8 @@ fn kernel_populates() -> bool {
 fn prefaulted(path: &Path) -> usize {
     let ns = elf_loader::Namespace::new("prefault");
     let text = common::capture_log(|| {
-        ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        unsafe { ns.load(path) }.unwrap();
     });
     let line = text
         .lines()

@@ -6,9 +6,7 @@
 //! RocksDB also has thread-local variables of its own and background threads. Each copy
 //! computes a known result, and each has its own global state.
 
-mod common;
-
-use elf_loader::{CustomLibrary, DependencyPolicy, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, DependencyPolicy, Namespace};
 use std::ffi::{c_char, c_int, c_uchar, c_void, CStr, CString};
 use std::path::PathBuf;
 
@@ -54,11 +52,8 @@ fn assert_references_once_callable(path: &std::path::Path) {
 macro_rules! f {
     ($lib:expr, $name:expr, $ty:ty) => {{
         let name: &str = &$name;
-        let a = $lib
-            .sym(name)
-            .unwrap_or_else(|| panic!("{name} missing in {}", $lib.describe()));
-        // SAFETY: the library's C API function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the library's C API function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>(name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 
@@ -83,7 +78,8 @@ impl Icu {
             .unwrap()
             .to_string();
         let ns = Namespace::new(name);
-        let lib = ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
         Icu {
             _ns: ns,
             lib,
@@ -196,7 +192,8 @@ impl Rocks {
             ..DependencyPolicy::default()
         };
         let ns = Namespace::with_policy(name, policy);
-        let lib = ns.load(path).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
         Rocks { _ns: ns, lib }
     }
 

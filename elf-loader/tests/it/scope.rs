@@ -4,9 +4,9 @@
 //! libraries' dependencies, in the same order the system loader picks (checked against
 //! the system loader running the same scenario in a child process).
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, c_void, CString};
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,17 +57,19 @@ fn global_scope_is_the_global_libraries_and_their_closures_breadth_first() {
     );
     for round in 0..2 {
         let ns = Namespace::new(&format!("scope{round}"));
-        let root = ns.load(&f.root).unwrap();
-        let _root2 = ns.load(&f.root2).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let root = unsafe { ns.load(&f.root) }.unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let _root2 = unsafe { ns.load(&f.root2) }.unwrap();
         // SAFETY: signatures as in scope_root.c.
         let (root_open, root_default) = unsafe {
             (
-                std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
-                    root.sym("root_open").unwrap(),
-                ),
-                std::mem::transmute::<usize, extern "C" fn(*const c_char) -> *mut c_void>(
-                    root.sym("root_default").unwrap(),
-                ),
+                root.get::<extern "C" fn(*const c_char) -> i32>("root_open")
+                    .unwrap()
+                    .into_raw(),
+                root.get::<extern "C" fn(*const c_char) -> *mut c_void>("root_default")
+                    .unwrap()
+                    .into_raw(),
             )
         };
         let plugin = CString::new(f.plugin.to_str().unwrap()).unwrap();
@@ -76,18 +78,22 @@ fn global_scope_is_the_global_libraries_and_their_closures_breadth_first() {
         let b_pick = {
             let paths = ns.library_paths();
             assert!(paths.contains(&f.b), "{paths:?}");
-            let pick = ns.sym("pick").unwrap();
             // SAFETY: pick() as in the fixtures.
-            let v = unsafe { std::mem::transmute::<usize, extern "C" fn() -> i32>(pick) }();
-            assert_eq!(v, 2, "Namespace::sym finds libscope_b's pick");
-            pick
+            let pick = unsafe { ns.get::<extern "C" fn() -> i32>("pick") }.unwrap();
+            assert_eq!(pick(), 2, "Namespace::get finds libscope_b's pick");
+            assert_eq!(ns.sym("pick"), Some(pick.address()));
+            pick.address()
         };
         assert_eq!(root_default(c"pick".as_ptr()) as usize, b_pick);
         // A library loaded later by the API binds the same way.
-        let direct = ns.load(&f.plugin).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let direct = unsafe { ns.load(&f.plugin) }.unwrap();
         // SAFETY: as in scope_plugin.c.
         let main = unsafe {
-            std::mem::transmute::<usize, extern "C" fn() -> i32>(direct.sym("plugin_main").unwrap())
+            direct
+                .get::<extern "C" fn() -> i32>("plugin_main")
+                .unwrap()
+                .into_raw()
         };
         assert_eq!(main(), expected_main);
     }
@@ -98,8 +104,10 @@ fn a_plugin_outside_any_global_closure_fails_naming_library_and_symbol() {
     let f = fixtures();
     // Only libscope_root2 is global: `pick` comes from libscope_d, `a_value` is nowhere.
     let ns = Namespace::new("scope-missing");
-    let _root2 = ns.load(&f.root2).unwrap();
-    let err = match ns.load(&f.plugin) {
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let _root2 = unsafe { ns.load(&f.root2) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let err = match unsafe { ns.load(&f.plugin) } {
         Ok(_) => panic!("the plugin loaded without a_value"),
         Err(e) => e.to_string(),
     };

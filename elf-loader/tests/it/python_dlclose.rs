@@ -4,9 +4,9 @@
 //! `RTLD_NODELETE` keeps it; closing a dead handle raises `OSError` with the loader's
 //! message. Its own test binary (one interpreter per copy per process).
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, c_int, CString};
 
 fn libpython() -> String {
@@ -30,15 +30,16 @@ fn ctypes_cdll_and_dlclose_in_a_python_copy() {
     common::build_so("unload_helper", &["unload_helper.c"], &[]);
     let nodelete = common::build_so("counter", &["counter.c"], &[]);
     let ns = Namespace::new("python-dlclose");
-    let lib = ns.load(libpython()).unwrap();
-    let f = |n: &str| lib.sym(n).unwrap_or_else(|| panic!("{n}"));
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(libpython()) }.unwrap();
     // SAFETY: CPython's C API signatures; one thread, GIL held throughout.
     let (init, run) = unsafe {
         (
-            std::mem::transmute::<usize, unsafe extern "C" fn(c_int)>(f("Py_InitializeEx")),
-            std::mem::transmute::<usize, unsafe extern "C" fn(*const c_char) -> c_int>(f(
+            common::function::<unsafe extern "C" fn(c_int)>(&lib, "Py_InitializeEx"),
+            common::function::<unsafe extern "C" fn(*const c_char) -> c_int>(
+                &lib,
                 "PyRun_SimpleString",
-            )),
+            ),
         )
     };
     let code = format!(

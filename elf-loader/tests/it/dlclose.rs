@@ -4,9 +4,9 @@
 //! and unmapped, with the dependencies only it used; libraries loaded through the API
 //! stay until their namespace goes.
 
-mod common;
+use crate::common;
 
-use elf_loader::{CustomLibrary, Namespace, SymbolProvider};
+use elf_loader::{CustomLibrary, Namespace};
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -63,25 +63,28 @@ struct Host {
 impl Host {
     fn load(path: &Path, name: &str) -> Host {
         let ns = Namespace::new(name);
-        let lib = ns.load(path).unwrap();
-        let f = |n: &str| lib.sym(n).unwrap();
-        // SAFETY: signatures as in unload_host.c.
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(path) }.unwrap();
+        // SAFETY: signatures as in unload_host.c; detached from the borrow of `lib`,
+        // which `Host` keeps as long as them.
         unsafe {
             Host {
-                open: std::mem::transmute::<
-                    usize,
-                    extern "C" fn(*const c_char, c_int) -> *mut c_void,
-                >(f("host_open")),
-                close: std::mem::transmute::<usize, extern "C" fn(*mut c_void) -> c_int>(f(
-                    "host_close",
-                )),
-                sym: std::mem::transmute::<
-                    usize,
-                    extern "C" fn(*mut c_void, *const c_char) -> *mut c_void,
-                >(f("host_sym")),
-                error: std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(f(
-                    "host_error",
-                )),
+                open: lib
+                    .get::<extern "C" fn(*const c_char, c_int) -> *mut c_void>("host_open")
+                    .unwrap()
+                    .into_raw(),
+                close: lib
+                    .get::<extern "C" fn(*mut c_void) -> c_int>("host_close")
+                    .unwrap()
+                    .into_raw(),
+                sym: lib
+                    .get::<extern "C" fn(*mut c_void, *const c_char) -> *mut c_void>("host_sym")
+                    .unwrap()
+                    .into_raw(),
+                error: lib
+                    .get::<extern "C" fn() -> *const c_char>("host_error")
+                    .unwrap()
+                    .into_raw(),
                 ns,
                 _lib: lib,
             }
@@ -205,4 +208,82 @@ fn a_library_stays_while_another_uses_its_symbols() {
         e.contains("helper_value") && e.contains("libunload_user.so"),
         "{e}"
     );
+}
+
+#[test]
+fn load_events_report_loads_and_unloads_in_order() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = fixtures();
+    let ns = Namespace::new("dlclose-events");
+    let seen = std::sync::Arc::new(Mutex::new(Vec::<(bool, PathBuf, usize)>::new()));
+    let log = seen.clone();
+    let ns2 = ns.clone();
+    ns.on_event(move |e| {
+        // A callback may look symbols up: it runs outside the loader's locks.
+        let _ = ns2.sym("host_open");
+        let entry = match *e {
+            elf_loader::LoadEvent::Loaded { path, start, end } => {
+                assert!(start < end);
+                (true, path.to_path_buf(), start)
+            }
+            elf_loader::LoadEvent::Unloaded { path, start, end } => {
+                assert!(start < end);
+                (false, path.to_path_buf(), start)
+            }
+        };
+        log.lock().unwrap().push(entry);
+    });
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&f.host) }.unwrap();
+    let events = |s: &Mutex<Vec<(bool, PathBuf, usize)>>| -> Vec<(bool, PathBuf)> {
+        s.lock()
+            .unwrap()
+            .iter()
+            .map(|(l, p, _)| (*l, p.clone()))
+            .collect()
+    };
+    assert_eq!(events(&seen), vec![(true, f.host.clone())]);
+    // SAFETY: signatures as in unload_host.c.
+    let (open, close) = unsafe {
+        (
+            lib.get::<extern "C" fn(*const c_char, c_int) -> *mut c_void>("host_open")
+                .unwrap(),
+            lib.get::<extern "C" fn(*mut c_void) -> c_int>("host_close")
+                .unwrap(),
+        )
+    };
+    let c = CString::new(f.plugin.to_str().unwrap()).unwrap();
+    let h = open(c.as_ptr(), libc::RTLD_NOW);
+    assert!(!h.is_null());
+    // The plugin's dependency is initialised first, so it is reported first.
+    assert_eq!(
+        events(&seen),
+        vec![
+            (true, f.host.clone()),
+            (true, f.helper.clone()),
+            (true, f.plugin.clone()),
+        ]
+    );
+    assert_eq!(close(h), 0);
+    let all = events(&seen);
+    assert_eq!(all.len(), 5, "{all:?}");
+    let unloaded: Vec<&PathBuf> = all[3..]
+        .iter()
+        .map(|(l, p)| {
+            assert!(!l, "{all:?}");
+            p
+        })
+        .collect();
+    assert!(
+        unloaded.contains(&&f.plugin) && unloaded.contains(&&f.helper),
+        "{all:?}"
+    );
+    // The addresses reported at unload are those reported at load.
+    let starts = seen.lock().unwrap().clone();
+    for (l, p, s) in &starts[3..] {
+        assert!(!l);
+        assert!(starts[..3]
+            .iter()
+            .any(|(l2, p2, s2)| *l2 && p2 == p && s2 == s));
+    }
 }

@@ -3,7 +3,7 @@
 //! loaded code; each entry returns its error value with a message naming the entry and
 //! the panic, and the process carries on.
 
-mod common;
+use crate::common;
 
 use elf_loader::capi::{
     elf_loader_last_error, elf_loader_library_delete, elf_loader_library_load,
@@ -23,7 +23,8 @@ extern "C" fn provided_value() -> c_int {
     41
 }
 
-impl SymbolProvider for Provider {
+// SAFETY: the one answer is `provided_value`, with the C signature the fixture declares.
+unsafe impl SymbolProvider for Provider {
     fn sym(&self, name: &str) -> Option<usize> {
         if self.explode_on.contains(&name) {
             panic!("provider exploded asking for {name}");
@@ -104,16 +105,17 @@ fn dlsym_from_loaded_code_returns_null_and_dlerror_names_the_panic() {
     ns.add_search_library(Arc::new(Provider {
         explode_on: &["explode_in_dlsym"],
     }));
-    let lib = ns.load(fixture()).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(fixture()) }.unwrap();
     // SAFETY: signatures as in panicky.c.
     let (lookup, dlerror) = unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> *mut c_void>(
-                lib.sym("lookup_default").unwrap(),
-            ),
-            std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(
-                lib.sym("last_dlerror").unwrap(),
-            ),
+            lib.get::<extern "C" fn(*const c_char) -> *mut c_void>("lookup_default")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn() -> *const c_char>("last_dlerror")
+                .unwrap()
+                .into_raw(),
         )
     };
     assert!(lookup(c"explode_in_dlsym".as_ptr()).is_null());
@@ -134,7 +136,10 @@ fn dlsym_from_loaded_code_returns_null_and_dlerror_names_the_panic() {
         provided_value as *const () as usize
     );
     // SAFETY: `int call_provided(void)` in panicky.c.
-    let f: extern "C" fn() -> c_int =
-        unsafe { std::mem::transmute(lib.sym("call_provided").unwrap()) };
+    let f: extern "C" fn() -> c_int = unsafe {
+        lib.get::<extern "C" fn() -> c_int>("call_provided")
+            .unwrap()
+            .into_raw()
+    };
     assert_eq!(f(), 42);
 }

@@ -5,7 +5,7 @@
 //! file descriptor, no registered image. Random mutations go through the parser's oracle
 //! (`elf::check_bytes`), which is what the fuzz target runs; the fuzz corpus is replayed.
 
-mod common;
+use crate::common;
 
 use elf_loader::elf::{check_bytes, consts::*, ElfInfo};
 use elf_loader::{loaded_image_count, Error, Namespace, SymbolProvider};
@@ -53,12 +53,13 @@ fn load_bytes(name: &str, bytes: &[u8]) -> Result<(), Error> {
     let path = scratch(name);
     std::fs::write(&path, bytes).unwrap();
     let ns = Namespace::new(name);
-    let r = ns.load(&path);
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let r = unsafe { ns.load(&path) };
     let out = match r {
         Ok(lib) => {
-            let bump = lib.sym("bump").expect("a library that loads exports bump");
             // SAFETY: `int bump(void)` in counter.c.
-            let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(bump) };
+            let f = unsafe { lib.get::<extern "C" fn() -> i32>("bump") }
+                .expect("a library that loads exports bump");
             assert_eq!(f(), 1);
             Ok(())
         }
@@ -89,6 +90,7 @@ fn assert_no_leaks(fds_before: usize) {
 
 #[test]
 fn truncated_and_corrupted_files_are_errors_without_leaks() {
+    let _serial = crate::serial();
     let so = build_locked("counter", &["counter.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -414,6 +416,7 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
 /// error naming the file and the relocation or symbol: the loader used to jump there.
 #[test]
 fn ifunc_resolvers_outside_code_are_errors() {
+    let _serial = crate::serial();
     let so = build_locked("ifunc", &["ifunc.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -430,7 +433,8 @@ fn ifunc_resolvers_outside_code_are_errors() {
     let load = |name: &str, b: &[u8]| {
         let path = scratch(name);
         std::fs::write(&path, b).unwrap();
-        let r = Namespace::new(name).load(&path).map(|_| ());
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let r = unsafe { Namespace::new(name).load(&path) }.map(|_| ());
         std::fs::remove_file(&path).unwrap();
         (path, r)
     };
@@ -495,6 +499,7 @@ fn ifunc_resolvers_outside_code_are_errors() {
 /// that do not end where the symbol table does.
 #[test]
 fn corrupt_hash_tables_are_errors() {
+    let _serial = crate::serial();
     let sysv = build_locked("counter_sysv", &["counter.c"], &["-Wl,--hash-style=sysv"]);
     let gnu = build_locked("counter_gnu", &["counter.c"], &["-Wl,--hash-style=gnu"]);
     let _io = io_lock();
@@ -596,6 +601,7 @@ fn corrupt_hash_tables_are_errors() {
 
 #[test]
 fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
+    let _serial = crate::serial();
     let so = build_locked("tls", &["tls.c"], &[]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -610,7 +616,8 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
         let name = format!("bad-input-tls-align-{align:x}.so");
         let path = scratch(&name);
         std::fs::write(&path, &b).unwrap();
-        let e = Namespace::new(&name).load(&path).err();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let e = unsafe { Namespace::new(&name).load(&path) }.err();
         std::fs::remove_file(&path).unwrap();
         let msg = e.map(|e| e.to_string()).unwrap_or_default();
         assert!(
@@ -623,11 +630,15 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
     put_u64(&mut b, at, 4096);
     let path = scratch("bad-input-tls-align-page.so");
     std::fs::write(&path, &b).unwrap();
-    let lib = Namespace::new("tls-page").load(&path).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("tls-page").load(&path) }.unwrap();
     std::fs::remove_file(&path).unwrap();
     // SAFETY: `void *gd_addr(void)` in tls.c.
-    let addr: extern "C" fn() -> usize =
-        unsafe { std::mem::transmute(lib.sym("gd_addr").unwrap()) };
+    let addr: extern "C" fn() -> usize = unsafe {
+        lib.get::<extern "C" fn() -> usize>("gd_addr")
+            .unwrap()
+            .into_raw()
+    };
     let offset = lib.tls_sym("tls_gd").unwrap().offset as usize;
     assert_eq!(
         (addr() - offset) % 4096,
@@ -642,6 +653,7 @@ fn a_tls_segment_with_an_absurd_alignment_is_an_error() {
 /// the segment, a bad entry size or table size. The oracle agrees on each.
 #[test]
 fn malformed_relr_is_an_error() {
+    let _serial = crate::serial();
     let so = build_locked("relr", &["relr.c"], &["-Wl,-z,pack-relative-relocs"]);
     let _io = io_lock();
     let good = std::fs::read(&so).unwrap();
@@ -754,6 +766,7 @@ proptest! {
     /// bounds.
     #[test]
     fn random_mutations_never_crash_the_parser(muts in proptest::collection::vec((0usize..1usize << 16, any::<u8>()), 1..8)) {
+        let _serial = crate::serial();
         let so = build_locked("counter", &["counter.c"], &[]);
         let mut b = {
             let _io = io_lock();
@@ -775,6 +788,7 @@ proptest! {
     /// written.
     #[test]
     fn random_relr_tables_loader_and_oracle_agree(muts in proptest::collection::vec((0usize..64, any::<u64>(), 0u8..4), 1..4)) {
+        let _serial = crate::serial();
         let so = build_locked("relr", &["relr.c"], &["-Wl,-z,pack-relative-relocs"]);
         let _io = io_lock();
         let mut b = std::fs::read(&so).unwrap();
@@ -801,7 +815,8 @@ proptest! {
         // (its counter in .bss) make the library's code misbehave, as with any loader.
         let path = scratch("relr-random.so");
         std::fs::write(&path, &b).unwrap();
-        let loaded = Namespace::new("relr-random").load(&path).map(drop).map_err(|e| e.to_string());
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let loaded = unsafe { Namespace::new("relr-random").load(&path) }.map(drop).map_err(|e| e.to_string());
         std::fs::remove_file(&path).unwrap();
         match (&oracle, &loaded) {
             (Ok(_), Ok(())) => {}
@@ -820,6 +835,7 @@ proptest! {
 
 #[test]
 fn fuzz_corpus_replays() {
+    let _serial = crate::serial();
     let _io = io_lock();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("fuzz")

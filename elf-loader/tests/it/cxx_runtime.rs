@@ -1,17 +1,14 @@
 //! C++ libraries that use libstdc++'s thread-local state, loaded twice.
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 macro_rules! f {
     ($lib:expr, $name:literal, $ty:ty) => {{
-        let a = $lib
-            .sym($name)
-            .unwrap_or_else(|| panic!("{} missing", $name));
-        // SAFETY: the fixture's function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the fixture's function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>($name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 
@@ -21,7 +18,8 @@ fn fixture_call_once_thread_local_threads_twice() {
     let mut copies = Vec::new();
     for id in 1..=2 {
         let ns = Namespace::new(&format!("cxx-runtime-{id}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         f!(lib, "set_copy_id", extern "C" fn(i32))(id);
         copies.push((ns, lib));
     }
@@ -66,7 +64,8 @@ fn namespace_unload_waits_for_pending_thread_local_destructors() {
     let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
     let t = std::thread::spawn(move || {
         let ns = Namespace::new("cxx-pending");
-        let lib = ns.load(&so2).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so2) }.unwrap();
         f!(lib, "set_copy_id", extern "C" fn(i32))(7);
         f!(lib, "set_dtor_hook", extern "C" fn(extern "C" fn(i32)))(hook);
         let bump = f!(lib, "bump", extern "C" fn() -> i32);

@@ -3,9 +3,9 @@
 //! block), so backtrace code running inside a namespace finds custom-loaded code: a Rust
 //! cdylib's `std::backtrace` names its own functions with file and line.
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::{c_char, CStr};
 
 struct Entry {
@@ -20,9 +20,9 @@ struct Entry {
 fn report(lib: &elf_loader::CustomLibrary, stop_after: i32) -> (i32, Vec<Entry>) {
     // SAFETY: signature as in phdr_report.c.
     let f = unsafe {
-        std::mem::transmute::<usize, extern "C" fn(*mut c_char, usize, i32) -> i32>(
-            lib.sym("phdr_report").unwrap(),
-        )
+        lib.get::<extern "C" fn(*mut c_char, usize, i32) -> i32>("phdr_report")
+            .unwrap()
+            .into_raw()
     };
     let mut buf = vec![0 as c_char; 64 * 1024];
     let rc = f(buf.as_mut_ptr(), buf.len(), stop_after);
@@ -54,17 +54,21 @@ fn custom_code_sees_its_namespace_and_the_system() {
     let counter = common::build_so("counter", &["counter.c"], &[]);
     let plugin = common::build_so("plugin", &["plugin.c"], &[]);
     let ns = Namespace::new("phdr");
-    let lib = ns.load(&phdr).unwrap();
-    let _counter = ns.load(&counter).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&phdr) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let _counter = unsafe { ns.load(&counter) }.unwrap();
     // Another namespace's library is not reported.
     let other = Namespace::new("phdr-other");
-    let _host = other
-        .load(common::build_so("host", &["host.c"], &[]))
-        .unwrap();
-    let _p = other.load(&plugin).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let _host = unsafe { other.load(common::build_so("host", &["host.c"], &[])) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let _p = unsafe { other.load(&plugin) }.unwrap();
     // SAFETY: as in phdr_report.c.
     let touch = unsafe {
-        std::mem::transmute::<usize, extern "C" fn() -> i32>(lib.sym("phdr_touch_tls").unwrap())
+        lib.get::<extern "C" fn() -> i32>("phdr_touch_tls")
+            .unwrap()
+            .into_raw()
     };
     assert_eq!(touch(), 6);
 
@@ -106,16 +110,17 @@ fn rust_backtrace_inside_a_custom_loaded_library_names_its_functions() {
     let so = common::build_rust_cdylib("rust_backtrace", "rust_backtrace.rs");
     for round in 0..2 {
         let ns = Namespace::new(&format!("rust-backtrace-{round}"));
-        let lib = ns.load(&so).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&so) }.unwrap();
         // SAFETY: signatures as in rust_backtrace.rs.
         let (bt, calls) = unsafe {
             (
-                std::mem::transmute::<usize, unsafe extern "C" fn(*mut u8, usize) -> usize>(
-                    lib.sym("fixture_backtrace").unwrap(),
-                ),
-                std::mem::transmute::<usize, extern "C" fn() -> u32>(
-                    lib.sym("fixture_calls").unwrap(),
-                ),
+                lib.get::<unsafe extern "C" fn(*mut u8, usize) -> usize>("fixture_backtrace")
+                    .unwrap()
+                    .into_raw(),
+                lib.get::<extern "C" fn() -> u32>("fixture_calls")
+                    .unwrap()
+                    .into_raw(),
             )
         };
         assert_eq!(calls(), 1);

@@ -39,18 +39,16 @@ struct Py {
 
 macro_rules! api {
     ($lib:expr, $name:literal, $ty:ty) => {{
-        let a = $lib
-            .sym($name)
-            .unwrap_or_else(|| panic!("{} missing", $name));
-        // SAFETY: the C API function has the declared signature.
-        unsafe { std::mem::transmute::<usize, $ty>(a) }
+        // SAFETY: the C API function has the declared signature. The library stays loaded while the test calls it.
+        unsafe { $lib.get::<$ty>($name).unwrap_or_else(|e| panic!("{e}")).into_raw() }
     }};
 }
 
 impl Py {
     fn load(name: &str) -> Py {
         let ns = Namespace::new(name);
-        let lib = ns.load(libpython()).expect("load libpython");
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(libpython()) }.expect("load libpython");
         let init = api!(lib, "Py_InitializeEx", unsafe extern "C" fn(c_int));
         let save = api!(
             lib,

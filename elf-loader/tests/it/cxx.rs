@@ -1,9 +1,9 @@
 //! C++ exceptions thrown in one custom-loaded library, passing through a frame of
 //! another, caught in the first: the unwinder finds custom-loaded code's `.eh_frame`.
 
-mod common;
+use crate::common;
 
-use elf_loader::{Namespace, SymbolProvider};
+use elf_loader::Namespace;
 use std::ffi::CStr;
 
 #[test]
@@ -16,22 +16,26 @@ fn exception_caught_across_custom_loaded_frames() {
     );
     for round in 0..3 {
         let ns = Namespace::new(&format!("cxx{round}"));
-        let m = ns.load(&middle).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let m = unsafe { ns.load(&middle) }.unwrap();
         let t = elf_loader::CustomLibrary::create_in(&ns, &thrower);
-        t.load().unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        unsafe { t.load() }.unwrap();
         // SAFETY: signatures as in the fixtures.
         let (call_and_catch, middle_fn, last_what, global_value) = unsafe {
             (
-                std::mem::transmute::<usize, extern "C" fn(extern "C" fn(i32) -> i32, i32) -> i32>(
-                    t.sym("call_and_catch").unwrap(),
-                ),
-                std::mem::transmute::<usize, extern "C" fn(i32) -> i32>(m.sym("middle").unwrap()),
-                std::mem::transmute::<usize, extern "C" fn() -> *const std::ffi::c_char>(
-                    t.sym("last_what").unwrap(),
-                ),
-                std::mem::transmute::<usize, extern "C" fn() -> i32>(
-                    t.sym("global_value").unwrap(),
-                ),
+                t.get::<extern "C" fn(extern "C" fn(i32) -> i32, i32) -> i32>("call_and_catch")
+                    .unwrap()
+                    .into_raw(),
+                m.get::<extern "C" fn(i32) -> i32>("middle")
+                    .unwrap()
+                    .into_raw(),
+                t.get::<extern "C" fn() -> *const std::ffi::c_char>("last_what")
+                    .unwrap()
+                    .into_raw(),
+                t.get::<extern "C" fn() -> i32>("global_value")
+                    .unwrap()
+                    .into_raw(),
             )
         };
         assert_eq!(global_value(), 7, "C++ static constructor ran");

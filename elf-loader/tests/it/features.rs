@@ -1,26 +1,27 @@
 //! Loader features on C fixtures: ifunc, weak undefined symbols, symbol versions,
 //! init/fini order, dlopen from inside a namespace, dladdr, dlsym(RTLD_DEFAULT).
 
-mod common;
+use crate::common;
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider, TlsIndex};
 use std::ffi::{c_char, CStr, CString};
 use std::sync::{Arc, Mutex};
 
 fn call0(lib: &CustomLibrary, name: &str) -> i32 {
-    let a = lib.sym(name).unwrap_or_else(|| panic!("{name} not found"));
     // SAFETY: the fixtures define these as `int name(void)`.
-    let f: extern "C" fn() -> i32 = unsafe { std::mem::transmute(a) };
+    let f = unsafe { lib.get::<extern "C" fn() -> i32>(name) }
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
     f()
 }
 
 #[test]
 fn ifunc_and_weak_undefined() {
     let so = common::build_so("ifunc", &["ifunc.c"], &[]);
-    let lib = Namespace::new("ifunc").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("ifunc").load(&so) }.unwrap();
     let add: extern "C" fn(i32, i32) -> i32 =
         // SAFETY: `add` is `int add(int, int)` (resolved through its ifunc).
-        unsafe { std::mem::transmute(lib.sym("add").unwrap()) };
+        unsafe { lib.get::<extern "C" fn(i32, i32) -> i32>("add").unwrap().into_raw() };
     assert_eq!(
         add(1, 2),
         1003,
@@ -28,11 +29,11 @@ fn ifunc_and_weak_undefined() {
     );
     let call: extern "C" fn(i32, i32) -> i32 =
         // SAFETY: as above.
-        unsafe { std::mem::transmute(lib.sym("call_add").unwrap()) };
+        unsafe { lib.get::<extern "C" fn(i32, i32) -> i32>("call_add").unwrap().into_raw() };
     assert_eq!(call(2, 3), 1005);
     let via_ptr: extern "C" fn(i32, i32) -> i32 =
         // SAFETY: as above.
-        unsafe { std::mem::transmute(lib.sym("call_add_ptr").unwrap()) };
+        unsafe { lib.get::<extern "C" fn(i32, i32) -> i32>("call_add_ptr").unwrap().into_raw() };
     assert_eq!(via_ptr(4, 5), 1009);
     // SAFETY: `resolver_calls` is an int.
     let calls = unsafe { *(lib.sym("resolver_calls").unwrap() as *const i32) };
@@ -60,7 +61,8 @@ fn versioned_symbols_bind_to_the_requested_version() {
         &["-lver", "-Wl,-rpath,$ORIGIN", "-Wl,--enable-new-dtags"],
     );
     let ns = Namespace::new("versions");
-    let lib = ns.load(&use_).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&use_) }.unwrap();
     assert_eq!(call0(&lib, "call_old"), 1, "foo@VER_1");
     assert_eq!(call0(&lib, "call_default"), 2, "foo@@VER_2");
     assert_eq!(
@@ -68,7 +70,8 @@ fn versioned_symbols_bind_to_the_requested_version() {
         2,
         "libver.so came in through RUNPATH $ORIGIN"
     );
-    let v = Namespace::new("versions-direct").load(&ver).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let v = unsafe { Namespace::new("versions-direct").load(&ver) }.unwrap();
     let old = v.sym_versioned("foo", Some("VER_1")).unwrap();
     let new = v.sym_versioned("foo", Some("VER_2")).unwrap();
     assert_ne!(old, new);
@@ -92,7 +95,8 @@ extern "C" fn record_event(what: *const c_char) {
 
 /// A user-defined provider: the host program's own functions offered to the libraries.
 struct Host;
-impl SymbolProvider for Host {
+// SAFETY: the one answer is `record_event`, with the C signature the fixtures declare.
+unsafe impl SymbolProvider for Host {
     fn sym(&self, name: &str) -> Option<usize> {
         (name == "record_event").then_some(record_event as *const () as usize)
     }
@@ -119,7 +123,8 @@ fn init_and_fini_run_in_dependency_order() {
     );
     let ns = Namespace::new("order");
     ns.add_search_library(Arc::new(Host));
-    let lib = ns.load(&a).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load(&a) }.unwrap();
     let argc = call0(&lib, "a_argc");
     assert_eq!(
         argc as usize,
@@ -150,13 +155,15 @@ fn host_fns(
     // SAFETY: signatures as in host.c.
     unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(i32)>(lib.sym("set_host_id").unwrap()),
-            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
-                lib.sym("load_plugin").unwrap(),
-            ),
-            std::mem::transmute::<usize, extern "C" fn() -> *const c_char>(
-                lib.sym("last_error").unwrap(),
-            ),
+            lib.get::<extern "C" fn(i32)>("set_host_id")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn(*const c_char) -> i32>("load_plugin")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn() -> *const c_char>("last_error")
+                .unwrap()
+                .into_raw(),
         )
     }
 }
@@ -169,7 +176,8 @@ fn dlopen_from_inside_lands_in_the_same_namespace() {
     let mut copies = Vec::new();
     for id in 1..=3 {
         let ns = Namespace::new(&format!("host{id}"));
-        let lib = ns.load(&host).unwrap();
+        // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+        let lib = unsafe { ns.load(&host) }.unwrap();
         let (set_id, load_plugin, _) = host_fns(&lib);
         set_id(id);
         copies.push((ns, lib, load_plugin));
@@ -234,12 +242,14 @@ fn dlopen_from_inside_lands_in_the_same_namespace() {
 #[test]
 fn dladdr_and_default_lookup_know_custom_code() {
     let host = common::build_so("host", &["host.c"], &[]);
-    let a = Namespace::new("dladdr-a").load(&host).unwrap();
-    let b = Namespace::new("dladdr-b").load(&host).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let a = unsafe { Namespace::new("dladdr-a").load(&host) }.unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let b = unsafe { Namespace::new("dladdr-b").load(&host) }.unwrap();
     for lib in [&a, &b] {
         let who: extern "C" fn(*mut *const c_char) -> *const c_char =
             // SAFETY: signature as in host.c.
-            unsafe { std::mem::transmute(lib.sym("who_am_i").unwrap()) };
+            unsafe { lib.get::<extern "C" fn(*mut *const c_char) -> *const c_char>("who_am_i").unwrap().into_raw() };
         let mut sym: *const c_char = std::ptr::null();
         let fname = who(&mut sym);
         assert!(!fname.is_null());
@@ -249,7 +259,7 @@ fn dladdr_and_default_lookup_know_custom_code() {
         assert_eq!(sym.to_str().unwrap(), "host_value");
         let libc_name: extern "C" fn() -> *const c_char =
             // SAFETY: as above.
-            unsafe { std::mem::transmute(lib.sym("who_is_strlen").unwrap()) };
+            unsafe { lib.get::<extern "C" fn() -> *const c_char>("who_is_strlen").unwrap().into_raw() };
         // SAFETY: as above.
         let n = unsafe { CStr::from_ptr(libc_name()) }
             .to_string_lossy()
@@ -260,7 +270,7 @@ fn dladdr_and_default_lookup_know_custom_code() {
         );
         let lookup: extern "C" fn(*const c_char) -> usize =
             // SAFETY: as above.
-            unsafe { std::mem::transmute(lib.sym("default_lookup").unwrap()) };
+            unsafe { lib.get::<extern "C" fn(*const c_char) -> usize>("default_lookup").unwrap().into_raw() };
         assert_eq!(
             lookup(c"host_value".as_ptr()),
             lib.sym("host_value").unwrap(),
@@ -276,17 +286,18 @@ fn rtld_noload_and_dlsym_of_thread_local_symbols() {
     let host = common::build_so("host", &["host.c"], &[]);
     let plugin = common::build_so("plugin", &["plugin.c"], &[]);
     let tls = common::build_so("tls", &["tls.c"], &[]);
-    let lib = Namespace::new("noload").load(&host).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("noload").load(&host) }.unwrap();
     let (_, load_plugin, _) = host_fns(&lib);
     // SAFETY: signatures as in host.c.
     let (is_loaded, sym_in) = unsafe {
         (
-            std::mem::transmute::<usize, extern "C" fn(*const c_char) -> i32>(
-                lib.sym("is_loaded").unwrap(),
-            ),
-            std::mem::transmute::<usize, extern "C" fn(*const c_char, *const c_char) -> usize>(
-                lib.sym("sym_in").unwrap(),
-            ),
+            lib.get::<extern "C" fn(*const c_char) -> i32>("is_loaded")
+                .unwrap()
+                .into_raw(),
+            lib.get::<extern "C" fn(*const c_char, *const c_char) -> usize>("sym_in")
+                .unwrap()
+                .into_raw(),
         )
     };
     let plugin_c = CString::new(plugin.to_str().unwrap()).unwrap();
@@ -322,10 +333,14 @@ fn dlerror_reports_each_failure_once_and_nothing_stale() {
     // glibc's own error string, left by the loader's internal lookups behind a failed
     // dlsym(RTLD_DEFAULT), was returned by a later dlerror() after a successful call.
     let so = common::build_so("dlerror_use", &["dlerror_use.c"], &[]);
-    let lib = Namespace::new("dlerror").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("dlerror").load(&so) }.unwrap();
     // SAFETY: `int dlerror_checks(void)` in dlerror_use.c.
-    let checks: extern "C" fn() -> i32 =
-        unsafe { std::mem::transmute(lib.sym("dlerror_checks").unwrap()) };
+    let checks: extern "C" fn() -> i32 = unsafe {
+        lib.get::<extern "C" fn() -> i32>("dlerror_checks")
+            .unwrap()
+            .into_raw()
+    };
     assert_eq!(
         checks(),
         0,

@@ -7,7 +7,7 @@
 //! library linked with `-z nodeflib` does not search the cache or the default
 //! directories, as glibc (checked against glibc in the child).
 
-mod common;
+use crate::common;
 
 use elf_loader::{Namespace, SymbolProvider};
 use std::ffi::{c_char, c_int, c_ulong, c_void, CStr, CString};
@@ -35,8 +35,14 @@ fn nodeflib_opener() -> std::path::PathBuf {
     data[at..at + 8].copy_from_slice(&0x6fff_fffbu64.to_le_bytes());
     data[at + 8..at + 16].copy_from_slice(&0x800u64.to_le_bytes());
     let out = common::out_dir().join("libopener_nodeflib.so");
-    // Written aside and renamed: tests running at once may be reading it.
-    let tmp = common::out_dir().join(format!("libopener_nodeflib.so.{}", std::process::id()));
+    // Written aside (a name of this call's own: tests of this process run it at once
+    // too) and renamed: tests running at once may be reading it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = common::out_dir().join(format!(
+        "libopener_nodeflib.so.{}.{call}",
+        std::process::id()
+    ));
     std::fs::write(&tmp, data).unwrap();
     std::fs::rename(&tmp, &out).unwrap();
     assert!(
@@ -78,7 +84,8 @@ fn libz_by_bare_name_twice() {
         .iter()
         .map(|n| {
             let ns = Namespace::new(&format!("byname-{n}"));
-            let lib = ns.load("libz.so.1").unwrap_or_else(|e| panic!("{e}"));
+            // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+            let lib = unsafe { ns.load("libz.so.1") }.unwrap_or_else(|e| panic!("{e}"));
             (ns, lib)
         })
         .collect();
@@ -100,8 +107,8 @@ fn libz_by_bare_name_twice() {
         // `int uncompress(...)` (the same signature).
         let (compress, uncompress) = unsafe {
             (
-                std::mem::transmute::<usize, Compress>(lib.sym("compress").unwrap()),
-                std::mem::transmute::<usize, Compress>(lib.sym("uncompress").unwrap()),
+                lib.get::<Compress>("compress").unwrap().into_raw(),
+                lib.get::<Compress>("uncompress").unwrap().into_raw(),
             )
         };
         let input = b"by bare name, by bare name, by bare name".repeat(20);
@@ -126,8 +133,8 @@ fn libz_by_bare_name_twice() {
 
 #[test]
 fn a_name_found_nowhere_lists_what_was_searched() {
-    let e = Namespace::new("byname-missing")
-        .load("libno_such_library_anywhere.so.7")
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("byname-missing").load("libno_such_library_anywhere.so.7") }
         .err()
         .expect("not found")
         .to_string();
@@ -142,8 +149,8 @@ fn a_name_found_nowhere_lists_what_was_searched() {
     ] {
         assert!(e.contains(part), "{part:?} in {e}");
     }
-    let e = Namespace::new("byname-libc")
-        .load("libc.so.6")
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let e = unsafe { Namespace::new("byname-libc").load("libc.so.6") }
         .err()
         .expect("refused")
         .to_string();
@@ -155,24 +162,25 @@ fn a_name_found_nowhere_lists_what_was_searched() {
 #[test]
 fn dlopen_by_name_from_custom_code() {
     let so = common::build_so("opener", &["opener.c"], &[]);
-    let lib = Namespace::new("opener").load(&so).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("opener").load(&so) }.unwrap();
     // SAFETY: `void *open_name(const char *)` in opener.c.
-    let open: extern "C" fn(*const c_char) -> *mut c_void =
-        unsafe { std::mem::transmute(lib.sym("open_name").unwrap()) };
+    let open: extern "C" fn(*const c_char) -> *mut c_void = unsafe {
+        lib.get::<extern "C" fn(*const c_char) -> *mut c_void>("open_name")
+            .unwrap()
+            .into_raw()
+    };
     assert!(!open(c"libz.so.1".as_ptr()).is_null());
     let nodeflib = nodeflib_opener();
-    let lib = Namespace::new("opener-nodeflib").load(&nodeflib).unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { Namespace::new("opener-nodeflib").load(&nodeflib) }.unwrap();
     type Open = extern "C" fn(*const c_char) -> *mut c_void;
     type Error = extern "C" fn() -> *const c_char;
-    let (o, e) = (
-        lib.sym("open_name").unwrap(),
-        lib.sym("open_error").unwrap(),
-    );
     // SAFETY: as above, and `const char *open_error(void)`.
     let (open, error) = unsafe {
         (
-            std::mem::transmute::<usize, Open>(o),
-            std::mem::transmute::<usize, Error>(e),
+            lib.get::<Open>("open_name").unwrap(),
+            lib.get::<Error>("open_error").unwrap(),
         )
     };
     assert!(
@@ -209,7 +217,7 @@ fn in_a_child_process_with_ld_library_path() {
     let out = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "in_a_child_process_with_ld_library_path",
+            "by_name::in_a_child_process_with_ld_library_path",
             "--nocapture",
         ])
         .env("BY_NAME_CHILD", "1")
@@ -246,7 +254,8 @@ fn child() {
     );
     // Ours, from the API: LD_LIBRARY_PATH before the cache.
     let ns = Namespace::new("byname-ldpath");
-    let lib = ns.load("libz.so.1").unwrap();
+    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let lib = unsafe { ns.load("libz.so.1") }.unwrap();
     assert_eq!(ns.library_paths()[0], dir.join("libz.so.1"));
     assert!(lib.sym("bump").is_some(), "the counter fixture, not zlib");
     assert!(
