@@ -757,19 +757,6 @@ const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("gc-core", &["page", "pagetable"]),
-    (
-        "elf-loader",
-        &[
-            "debug",
-            "dlfcn",
-            "image",
-            "namespace",
-            "phdr",
-            "plan",
-            "system",
-            "thread_atexit",
-        ],
-    ),
     ("gil", &["action", "gil", "handle", "hooks", "state", "tls"]),
     ("refbridge", &["bridge", "cpython", "cycle"]),
 ];

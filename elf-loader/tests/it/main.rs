@@ -23,7 +23,6 @@ mod example;
 mod features;
 mod gdb;
 mod glibc_accepts;
-mod module_graph;
 mod panics;
 mod phdr;
 mod plan;
