@@ -771,7 +771,6 @@ const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
             "thread_atexit",
         ],
     ),
-    ("gil", &["action", "gil", "handle", "hooks", "state", "tls"]),
     ("refbridge", &["bridge", "cpython", "cycle"]),
 ];
 
