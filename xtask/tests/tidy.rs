@@ -771,7 +771,6 @@ const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
             "thread_atexit",
         ],
     ),
-    ("refbridge", &["bridge", "cpython", "cycle"]),
 ];
 
 #[test]
