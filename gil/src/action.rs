@@ -3,10 +3,14 @@
 //! waiting for the GIL is woken and runs them without taking the GIL; a thread inside a
 //! blocking region runs them when the region calls `poll()`, when its interrupter makes
 //! it return, or at the latest when it leaves the region (before re-taking the GIL).
+//!
+//! This module holds what the state machine needs (the action record a target runs or
+//! skips, and the values describing it); [`Gil::submit`](crate::Gil::submit) and the
+//! [`Action`](crate::Action) handle it returns are in `gil.rs`, above the state machine.
 
-use crate::primitive::{Arc, Condvar, Mutex, Ordering, StdArc};
-use crate::state::ThreadState;
-use crate::{GilError, ThreadId};
+use crate::error::GilError;
+use crate::primitive::{Condvar, Mutex, StdArc};
+use crate::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 /// Which threads an action runs on.
@@ -15,7 +19,7 @@ pub enum ActionTarget {
     /// One attached thread.
     Thread(ThreadId),
     /// Every thread attached when the action is submitted (the submitter included, if
-    /// attached: it runs the action at its next safepoint, e.g. [`Action::wait`]).
+    /// attached: it runs the action at its next safepoint, e.g. [`Action::wait`](crate::Action::wait)).
     AllThreads,
 }
 
@@ -102,28 +106,31 @@ pub(crate) struct ActionInner {
 }
 
 impl ActionInner {
-    pub(crate) fn new(id: u64, gil: &str, f: ActionFn, targets: &[Arc<ThreadState>]) -> Self {
+    /// An action for `targets` (each thread's id and name).
+    pub(crate) fn new(
+        id: u64,
+        gil: &str,
+        f: ActionFn,
+        targets: impl IntoIterator<Item = (ThreadId, StdArc<str>)>,
+    ) -> Self {
         ActionInner {
             id,
             gil: gil.to_string(),
             f,
             progress: Mutex::new(Progress {
                 outcomes: Vec::new(),
-                pending: targets
-                    .iter()
-                    .map(|t| (t.thread_id(), t.name.clone()))
-                    .collect(),
+                pending: targets.into_iter().collect(),
             }),
             done: Condvar::new(),
             submitted: Instant::now(),
         }
     }
 
-    /// Runs the closure on the calling thread, which is `ts`'s thread.
-    pub(crate) fn run_on(&self, ts: &ThreadState, holds_gil: bool) {
+    /// Runs the closure on the calling thread, which is thread `thread` (named `name`).
+    pub(crate) fn run_on(&self, thread: ThreadId, name: &str, holds_gil: bool) {
         let ctx = ActionContext {
-            thread: ts.thread_id(),
-            thread_name: &ts.name,
+            thread,
+            thread_name: name,
             holds_gil,
         };
         let outcome = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -138,18 +145,19 @@ impl ActionInner {
                     .map(|s| s.to_string())
                     .or_else(|| payload.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "(non-string panic payload)".into());
-                tracing::error!(gil = %self.gil, action = self.id, thread = %ts.label(), %message, "safepoint action panicked");
+                let label = format!("{thread} \"{name}\"");
+                tracing::error!(gil = %self.gil, action = self.id, thread = %label, %message, "safepoint action panicked");
                 ActionOutcome::Panicked { message }
             }
         };
-        tracing::trace!(gil = %self.gil, action = self.id, thread = ts.id, holds_gil,
+        tracing::trace!(gil = %self.gil, action = self.id, thread = thread.as_u64(), holds_gil,
             latency_us = self.submitted.elapsed().as_secs_f64() * 1e6, "safepoint action ran");
-        self.finish(ts.thread_id(), outcome);
+        self.finish(thread, outcome);
     }
 
-    /// The target detached before running it.
-    pub(crate) fn skip(&self, ts: &ThreadState) {
-        self.finish(ts.thread_id(), ActionOutcome::Skipped);
+    /// Target `thread` detached before running it.
+    pub(crate) fn skip(&self, thread: ThreadId) {
+        self.finish(thread, ActionOutcome::Skipped);
     }
 
     fn finish(&self, thread: ThreadId, outcome: ActionOutcome) {
@@ -165,7 +173,7 @@ impl ActionInner {
         }
     }
 
-    fn report(&self) -> ActionReport {
+    pub(crate) fn report(&self) -> ActionReport {
         let p = self.progress.lock();
         ActionReport {
             action: self.id,
@@ -173,50 +181,21 @@ impl ActionInner {
             pending: p.pending.iter().map(|(t, _)| *t).collect(),
         }
     }
-}
-
-/// A submitted action: wait for it, or look at its progress. Dropping it does not
-/// cancel the action.
-pub struct Action {
-    pub(crate) inner: Arc<ActionInner>,
-    /// The GIL, so `wait` can run the caller's own pending actions (the caller may be a
-    /// target).
-    pub(crate) gil: crate::Gil,
-}
-
-impl Action {
-    /// The action's sequence number.
-    pub fn id(&self) -> u64 {
-        self.inner.id
-    }
 
     /// Whether every target has run or skipped it.
-    pub fn is_complete(&self) -> bool {
-        self.inner.progress.lock().pending.is_empty()
+    pub(crate) fn is_complete(&self) -> bool {
+        self.progress.lock().pending.is_empty()
     }
 
-    /// Progress so far.
-    pub fn report(&self) -> ActionReport {
-        self.inner.report()
-    }
-
-    /// Waits until every target has run (or skipped) the action, at most `timeout`. The
-    /// waiting thread is itself at a safepoint: if it is attached and a target, it runs
-    /// its pending actions first.
-    pub fn wait(&self, timeout: Duration) -> Result<ActionReport, GilError> {
-        if let Some(me) = self.gil.current_state() {
-            if me.flags.load(Ordering::Acquire) & crate::state::F_ACTION != 0 {
-                let holds = self.gil.shared.holds(&me);
-                self.gil.shared.run_actions(&me, holds);
-            }
-        }
+    /// Waits until every target has run or skipped the action, at most `timeout`.
+    pub(crate) fn wait(&self, timeout: Duration) -> Result<ActionReport, GilError> {
         let deadline = Instant::now() + timeout;
-        let mut p = self.inner.progress.lock();
+        let mut p = self.progress.lock();
         while !p.pending.is_empty() {
             if Instant::now() >= deadline {
                 return Err(GilError::ActionTimeout {
-                    gil: self.inner.gil.clone(),
-                    action: self.inner.id,
+                    gil: self.gil.clone(),
+                    action: self.id,
                     waited: timeout,
                     pending: p.pending.len(),
                     targets: p.pending.len() + p.outcomes.len(),
@@ -228,18 +207,9 @@ impl Action {
                         .join(", "),
                 });
             }
-            p = self.inner.done.wait_until(p, Some(deadline));
+            p = self.done.wait_until(p, Some(deadline));
         }
         drop(p);
-        Ok(self.inner.report())
-    }
-}
-
-impl std::fmt::Debug for Action {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Action")
-            .field("id", &self.inner.id)
-            .field("complete", &self.is_complete())
-            .finish()
+        Ok(self.report())
     }
 }

@@ -1,63 +1,16 @@
-//! [`Gil`]: creating a GIL, attaching threads, the current-thread conveniences
-//! (`acquire`, `release`, `poll`, `ensure`), action submission, stop requests,
-//! introspection and hooks.
+//! [`Gil`]: creating a GIL, action submission (and the [`Action`] handle), stop
+//! requests, introspection and hooks. What a thread does with the GIL (attaching,
+//! `acquire`, `release`, `poll`, `ensure`, guards) is in `handle.rs`, above this module;
+//! shutdown and spawning are in theirs.
 
-use crate::action::{Action, ActionContext, ActionInner, ActionTarget};
-use crate::handle::{EnsureGuard, EnsureState, RegionError, ThreadHandle};
+use crate::action::{ActionContext, ActionInner, ActionReport, ActionTarget};
+use crate::config::Config;
+use crate::error::GilError;
 use crate::hooks::GilHooks;
 use crate::primitive::{Arc, Ordering, StdArc};
-use crate::state::{Shared, ThreadState, F_ACTION, F_STOP, S_BLOCKING, S_DETACHED, S_WAITING};
-use crate::{Config, GilError};
-use std::marker::PhantomData;
-
-/// A thread's id within one GIL (never 0; not reused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[repr(transparent)]
-pub struct ThreadId(pub(crate) u64);
-
-impl ThreadId {
-    /// The id as a number (what the C ABI uses).
-    pub fn as_u64(self) -> u64 {
-        self.0
-    }
-
-    /// The id from a number; any number is accepted, lookups report unknown ids.
-    pub fn from_u64(id: u64) -> Self {
-        ThreadId(id)
-    }
-}
-
-impl std::fmt::Display for ThreadId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "#{}", self.0)
-    }
-}
-
-/// What an attached thread is doing, as seen from outside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ThreadStatus {
-    /// Running (with or without the GIL; see [`ThreadInfo::holds_gil`]).
-    Running,
-    /// Queued for the GIL.
-    WaitingForGil,
-    /// Inside a blocking region.
-    Blocking,
-    /// Detached.
-    Detached,
-}
-
-/// A snapshot of one attached thread.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ThreadInfo {
-    /// Its id.
-    pub id: ThreadId,
-    /// Its name.
-    pub name: String,
-    /// What it is doing.
-    pub status: ThreadStatus,
-    /// Whether it holds the GIL.
-    pub holds_gil: bool,
-}
+use crate::state::{Shared, ThreadState, F_ACTION, F_STOP};
+use crate::thread::{ThreadId, ThreadInfo};
+use std::time::Duration;
 
 /// Counters since the GIL was created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -94,15 +47,6 @@ impl std::fmt::Debug for Gil {
     }
 }
 
-pub(crate) fn status_of(ts: &ThreadState) -> ThreadStatus {
-    match ts.status.load(Ordering::SeqCst) {
-        S_WAITING => ThreadStatus::WaitingForGil,
-        S_BLOCKING => ThreadStatus::Blocking,
-        S_DETACHED => ThreadStatus::Detached,
-        _ => ThreadStatus::Running,
-    }
-}
-
 impl Gil {
     /// A GIL with the default configuration (5 ms switch interval, convoy fix on).
     pub fn new() -> Gil {
@@ -129,19 +73,12 @@ impl Gil {
         &self.shared.config
     }
 
-    fn handle(&self, ts: Arc<ThreadState>) -> ThreadHandle {
-        ThreadHandle {
-            gil: self.clone(),
-            ts,
-            _not_send: PhantomData,
-        }
-    }
-
     pub(crate) fn current_state(&self) -> Option<Arc<ThreadState>> {
         crate::tls::lookup(&self.shared)
     }
 
-    fn not_attached(&self) -> GilError {
+    /// The error of a call that needs the calling thread attached.
+    pub(crate) fn not_attached(&self) -> GilError {
         let t = std::thread::current();
         GilError::NotAttached {
             gil: self.shared.label.clone(),
@@ -150,130 +87,6 @@ impl Gil {
                 None => format!("{:?}", t.id()),
             },
         }
-    }
-
-    /// Attaches the calling thread under `name`. The thread does not hold the GIL yet.
-    /// It stays attached until [`ThreadHandle::detach`] or its exit.
-    pub fn attach(&self, name: &str) -> Result<ThreadHandle, GilError> {
-        if let Some(ts) = self.current_state() {
-            return Err(GilError::AlreadyAttached {
-                gil: self.shared.label.clone(),
-                thread: ts.label(),
-            });
-        }
-        let ts = self.shared.attach(name.to_string())?;
-        crate::tls::insert(&self.shared, &ts);
-        Ok(self.handle(ts))
-    }
-
-    /// The calling thread's handle, if it is attached.
-    pub fn current(&self) -> Option<ThreadHandle> {
-        self.current_state().map(|ts| self.handle(ts))
-    }
-
-    /// [`ThreadHandle::acquire`] for the calling thread (which must be attached).
-    pub fn acquire(&self) -> Result<bool, GilError> {
-        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
-        self.shared.acquire(&ts)
-    }
-
-    /// [`ThreadHandle::release`] for the calling thread.
-    pub fn release(&self, acquired: bool) -> Result<(), GilError> {
-        if !acquired {
-            return Ok(());
-        }
-        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
-        self.shared.release(&ts, acquired)
-    }
-
-    /// [`ThreadHandle::poll`] for the calling thread (one thread-local lookup more).
-    pub fn poll(&self) -> Result<(), GilError> {
-        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
-        if ts.flags.load(Ordering::Relaxed) == 0 {
-            return Ok(());
-        }
-        self.shared.poll_slow(&ts)
-    }
-
-    /// [`ThreadHandle::allow_threads`] for the calling thread.
-    pub fn allow_threads<R>(&self, f: impl FnOnce() -> R) -> Result<R, RegionError<R>> {
-        match self.current() {
-            Some(h) => h.allow_threads(f),
-            None => Err(RegionError {
-                error: self.not_attached(),
-                value: None,
-            }),
-        }
-    }
-
-    /// Takes the GIL from any thread, attaching it first if needed (threads the runtime
-    /// did not create, C threads): `PyGILState_Ensure`. Undo with
-    /// [`ensure_release`](Self::ensure_release). Nested calls are fine.
-    pub fn ensure_raw(&self) -> Result<EnsureState, GilError> {
-        let (ts, attached) = match self.current_state() {
-            Some(ts) => (ts, false),
-            None => {
-                let t = std::thread::current();
-                let name = match t.name() {
-                    Some(n) => n.to_string(),
-                    None => format!("foreign {:?}", t.id()),
-                };
-                let ts = self.shared.attach(name)?;
-                crate::tls::insert(&self.shared, &ts);
-                (ts, true)
-            }
-        };
-        match self.shared.acquire(&ts) {
-            Ok(acquired) => Ok(EnsureState { acquired, attached }),
-            Err(e) => {
-                if attached {
-                    crate::tls::remove(&self.shared);
-                    self.shared.detach(&ts);
-                }
-                Err(e)
-            }
-        }
-    }
-
-    /// Undoes [`ensure_raw`](Self::ensure_raw): releases if it acquired, detaches if it
-    /// attached.
-    pub fn ensure_release(&self, state: EnsureState) -> Result<(), GilError> {
-        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
-        let result = self.shared.release(&ts, state.acquired);
-        if state.attached {
-            crate::tls::remove(&self.shared);
-            self.shared.detach(&ts);
-        }
-        result
-    }
-
-    /// [`ensure_raw`](Self::ensure_raw) as a guard (it counts as a guard of its thread,
-    /// like [`GilGuard`](crate::GilGuard)).
-    ///
-    /// ```
-    /// let gil = gil::Gil::new();
-    /// let g = gil.clone();
-    /// std::thread::spawn(move || {
-    ///     // a thread the runtime did not create
-    ///     let e = g.ensure().unwrap();
-    ///     assert!(e.state().attached && e.handle().holds_gil());
-    ///     e.release().unwrap(); // releases and detaches
-    ///     assert!(g.current().is_none());
-    /// })
-    /// .join()
-    /// .unwrap();
-    /// ```
-    pub fn ensure(&self) -> Result<EnsureGuard, GilError> {
-        let state = self.ensure_raw()?;
-        let ts = self
-            .current_state()
-            .expect("ensure_raw attached the calling thread");
-        self.shared.guard_enter(&ts);
-        Ok(EnsureGuard {
-            handle: self.handle(ts),
-            state,
-            done: false,
-        })
     }
 
     /// The thread holding the GIL, if any.
@@ -292,7 +105,7 @@ impl Gil {
             .map(|t| ThreadInfo {
                 id: t.thread_id(),
                 name: t.name.to_string(),
-                status: status_of(t),
+                status: t.status(),
                 holds_gil: self.shared.holds(t),
             })
             .collect()
@@ -394,7 +207,7 @@ impl Gil {
             id,
             &self.shared.label,
             Box::new(f),
-            &targets,
+            targets.iter().map(|t| (t.thread_id(), t.name.clone())),
         ));
         for t in &targets {
             t.actions.lock().push(inner.clone());
@@ -427,5 +240,53 @@ impl Gil {
         self.shared.wake(&t);
         tracing::info!(gil = %self.shared.label, thread = %t.label(), "stop requested");
         Ok(())
+    }
+}
+
+/// A submitted action: wait for it, or look at its progress. Dropping it does not
+/// cancel the action.
+pub struct Action {
+    inner: Arc<ActionInner>,
+    /// The GIL, so `wait` can run the caller's own pending actions (the caller may be a
+    /// target).
+    gil: Gil,
+}
+
+impl Action {
+    /// The action's sequence number.
+    pub fn id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Whether every target has run or skipped it.
+    pub fn is_complete(&self) -> bool {
+        self.inner.is_complete()
+    }
+
+    /// Progress so far.
+    pub fn report(&self) -> ActionReport {
+        self.inner.report()
+    }
+
+    /// Waits until every target has run (or skipped) the action, at most `timeout`. The
+    /// waiting thread is itself at a safepoint: if it is attached and a target, it runs
+    /// its pending actions first.
+    pub fn wait(&self, timeout: Duration) -> Result<ActionReport, GilError> {
+        if let Some(me) = self.gil.current_state() {
+            if me.flags.load(Ordering::Acquire) & F_ACTION != 0 {
+                let holds = self.gil.shared.holds(&me);
+                self.gil.shared.run_actions(&me, holds);
+            }
+        }
+        self.inner.wait(timeout)
+    }
+}
+
+impl std::fmt::Debug for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Action")
+            .field("id", &self.inner.id)
+            .field("complete", &self.is_complete())
+            .finish()
     }
 }

@@ -1,10 +1,149 @@
 //! The per-thread API: a [`ThreadHandle`] is what an attached thread uses to take, drop
-//! and poll the GIL without a thread-local lookup, and the guards built on it.
+//! and poll the GIL without a thread-local lookup, and the guards built on it; and the
+//! [`Gil`] methods that act on the calling thread (attach, `ensure`, the thread-local
+//! conveniences `acquire`, `release`, `poll`, `allow_threads`), which make or use them.
 
+use crate::error::GilError;
+use crate::gil::Gil;
 use crate::primitive::{Arc, Ordering, StdArc};
-use crate::state::{ThreadState, F_STOP};
-use crate::{Gil, GilError, ThreadId};
+use crate::state::{Interrupter, ThreadState, F_STOP};
+use crate::thread::ThreadId;
 use std::marker::PhantomData;
+
+/// The calling thread's side of a [`Gil`].
+impl Gil {
+    fn handle(&self, ts: Arc<ThreadState>) -> ThreadHandle {
+        ThreadHandle {
+            gil: self.clone(),
+            ts,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// Attaches the calling thread under `name`. The thread does not hold the GIL yet.
+    /// It stays attached until [`ThreadHandle::detach`] or its exit.
+    pub fn attach(&self, name: &str) -> Result<ThreadHandle, GilError> {
+        if let Some(ts) = self.current_state() {
+            return Err(GilError::AlreadyAttached {
+                gil: self.shared.label.clone(),
+                thread: ts.label(),
+            });
+        }
+        let ts = self.shared.attach(name.to_string())?;
+        crate::tls::insert(&self.shared, &ts);
+        Ok(self.handle(ts))
+    }
+
+    /// The calling thread's handle, if it is attached.
+    pub fn current(&self) -> Option<ThreadHandle> {
+        self.current_state().map(|ts| self.handle(ts))
+    }
+
+    /// [`ThreadHandle::acquire`] for the calling thread (which must be attached).
+    pub fn acquire(&self) -> Result<bool, GilError> {
+        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
+        self.shared.acquire(&ts)
+    }
+
+    /// [`ThreadHandle::release`] for the calling thread.
+    pub fn release(&self, acquired: bool) -> Result<(), GilError> {
+        if !acquired {
+            return Ok(());
+        }
+        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
+        self.shared.release(&ts, acquired)
+    }
+
+    /// [`ThreadHandle::poll`] for the calling thread (one thread-local lookup more).
+    pub fn poll(&self) -> Result<(), GilError> {
+        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
+        if ts.flags.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        self.shared.poll_slow(&ts)
+    }
+
+    /// [`ThreadHandle::allow_threads`] for the calling thread.
+    pub fn allow_threads<R>(&self, f: impl FnOnce() -> R) -> Result<R, RegionError<R>> {
+        match self.current() {
+            Some(h) => h.allow_threads(f),
+            None => Err(RegionError {
+                error: self.not_attached(),
+                value: None,
+            }),
+        }
+    }
+
+    /// Takes the GIL from any thread, attaching it first if needed (threads the runtime
+    /// did not create, C threads): `PyGILState_Ensure`. Undo with
+    /// [`ensure_release`](Self::ensure_release). Nested calls are fine.
+    pub fn ensure_raw(&self) -> Result<EnsureState, GilError> {
+        let (ts, attached) = match self.current_state() {
+            Some(ts) => (ts, false),
+            None => {
+                let t = std::thread::current();
+                let name = match t.name() {
+                    Some(n) => n.to_string(),
+                    None => format!("foreign {:?}", t.id()),
+                };
+                let ts = self.shared.attach(name)?;
+                crate::tls::insert(&self.shared, &ts);
+                (ts, true)
+            }
+        };
+        match self.shared.acquire(&ts) {
+            Ok(acquired) => Ok(EnsureState { acquired, attached }),
+            Err(e) => {
+                if attached {
+                    crate::tls::remove(&self.shared);
+                    self.shared.detach(&ts);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Undoes [`ensure_raw`](Self::ensure_raw): releases if it acquired, detaches if it
+    /// attached.
+    pub fn ensure_release(&self, state: EnsureState) -> Result<(), GilError> {
+        let ts = self.current_state().ok_or_else(|| self.not_attached())?;
+        let result = self.shared.release(&ts, state.acquired);
+        if state.attached {
+            crate::tls::remove(&self.shared);
+            self.shared.detach(&ts);
+        }
+        result
+    }
+
+    /// [`ensure_raw`](Self::ensure_raw) as a guard (it counts as a guard of its thread,
+    /// like [`GilGuard`](crate::GilGuard)).
+    ///
+    /// ```
+    /// let gil = gil::Gil::new();
+    /// let g = gil.clone();
+    /// std::thread::spawn(move || {
+    ///     // a thread the runtime did not create
+    ///     let e = g.ensure().unwrap();
+    ///     assert!(e.state().attached && e.handle().holds_gil());
+    ///     e.release().unwrap(); // releases and detaches
+    ///     assert!(g.current().is_none());
+    /// })
+    /// .join()
+    /// .unwrap();
+    /// ```
+    pub fn ensure(&self) -> Result<EnsureGuard, GilError> {
+        let state = self.ensure_raw()?;
+        let ts = self
+            .current_state()
+            .expect("ensure_raw attached the calling thread");
+        self.shared.guard_enter(&ts);
+        Ok(EnsureGuard {
+            handle: self.handle(ts),
+            state,
+            done: false,
+        })
+    }
+}
 
 /// An attached thread's access to the GIL. Obtained from [`Gil::attach`] or
 /// [`Gil::current`]; cheap to clone; bound to its thread (not `Send`). Dropping handles
@@ -205,10 +344,7 @@ impl ThreadHandle {
         })
     }
 
-    fn enter(
-        &self,
-        interrupter: Option<crate::state::Interrupter>,
-    ) -> Result<BlockingRegion<'_>, GilError> {
+    fn enter(&self, interrupter: Option<Interrupter>) -> Result<BlockingRegion<'_>, GilError> {
         self.gil.shared.enter_blocking(&self.ts, interrupter)?;
         Ok(BlockingRegion {
             handle: self,
@@ -218,7 +354,7 @@ impl ThreadHandle {
 
     fn region<R>(
         &self,
-        interrupter: Option<crate::state::Interrupter>,
+        interrupter: Option<Interrupter>,
         f: impl FnOnce() -> R,
     ) -> Result<R, RegionError<R>> {
         let region = self

@@ -75,28 +75,38 @@
 //! The README has the state machine, the rules for embedders, the C usage and the
 //! measured figures.
 
-mod action;
-mod cell;
-mod config;
+// The modules, bottom to top: each uses only modules listed before it (the layering
+// ARCHITECTURE.md describes; the tidy test checks that there is no module cycle).
+// 1. leaves: the sync shim, errors, thread ids and statuses
 mod error;
-mod gil;
-mod handle;
-mod hooks;
 mod primitive;
-mod shutdown;
-mod spawn;
+mod thread;
+// 2. what the state machine is given: configuration, embedder hooks, action records
+mod action;
+mod config;
+mod hooks;
+// 3. the state machine and the calling thread's attachments to it (`tls` above `state`)
 mod state;
 mod tls;
+// 4. the GIL as a whole (`Gil`, `Action`)
+mod gil;
+// 5. a thread's side (`ThreadHandle`, guards, regions, attach/ensure)
+mod handle;
+// 6. built on handles: `GilCell`, shutdown, spawned threads
+mod cell;
+mod shutdown;
+mod spawn;
 
 #[cfg(all(test, loom))]
 mod loom_tests;
 
-pub use action::{Action, ActionContext, ActionOutcome, ActionReport, ActionTarget};
+pub use action::{ActionContext, ActionOutcome, ActionReport, ActionTarget};
 pub use cell::{BorrowError, GilCell, GilRef, GilRefMut};
 pub use config::Config;
 pub use error::GilError;
-pub use gil::{Gil, GilStats, ThreadId, ThreadInfo, ThreadStatus};
+pub use gil::{Action, Gil, GilStats};
 pub use handle::{BlockingRegion, EnsureGuard, EnsureState, GilGuard, RegionError, ThreadHandle};
 pub use hooks::{BlockReason, GilHooks};
 pub use shutdown::{ShutdownReport, ThreadFate, ThreadOutcome};
 pub use spawn::{GilJoinHandle, JoinError};
+pub use thread::{ThreadId, ThreadInfo, ThreadStatus};

@@ -3,10 +3,11 @@
 //! poll, and wait, bounded, until every thread is out of the GIL, retrying the wake-ups
 //! (GraalPy's bounded join retries). Every thread is accounted for in the report.
 
-use crate::gil::status_of;
+use crate::error::GilError;
+use crate::gil::Gil;
 use crate::primitive::{Arc, Ordering};
 use crate::state::{ThreadState, F_INVALID, F_STOP, S_DETACHED};
-use crate::{Gil, GilError, ThreadId, ThreadStatus};
+use crate::thread::{ThreadId, ThreadStatus};
 use std::time::{Duration, Instant};
 
 /// What became of one thread during shutdown.
@@ -197,7 +198,7 @@ impl Gil {
         if self.shared.holds(t) {
             return true;
         }
-        !matches!(status_of(t), ThreadStatus::Running)
+        !matches!(t.status(), ThreadStatus::Running)
     }
 
     fn fate(&self, t: &ThreadState, caller: Option<u64>) -> ThreadFate {
@@ -209,7 +210,7 @@ impl Gil {
         }
         if self.inside(t) {
             return ThreadFate::Stuck {
-                status: status_of(t),
+                status: t.status(),
                 holds_gil: self.shared.holds(t),
             };
         }

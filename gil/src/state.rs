@@ -20,12 +20,14 @@
 //! slow paths that refuse them.
 
 use crate::action::ActionInner;
+use crate::config::Config;
+use crate::error::GilError;
 use crate::hooks::{BlockReason, GilHooks};
 use crate::primitive::{
     next_gil_id, spin_hint, yield_now, Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU8,
     AtomicUsize, Counter, Mutex, MutexGuard, Ordering, Parker, StdArc,
 };
-use crate::{Config, GilError, ThreadId};
+use crate::thread::{ThreadId, ThreadStatus};
 use std::collections::VecDeque;
 use std::time::Instant;
 
@@ -96,6 +98,16 @@ impl ThreadState {
 
     pub(crate) fn thread_id(&self) -> ThreadId {
         ThreadId(self.id)
+    }
+
+    /// What the thread is doing, as seen from outside.
+    pub(crate) fn status(&self) -> ThreadStatus {
+        match self.status.load(Ordering::SeqCst) {
+            S_WAITING => ThreadStatus::WaitingForGil,
+            S_BLOCKING => ThreadStatus::Blocking,
+            S_DETACHED => ThreadStatus::Detached,
+            _ => ThreadStatus::Running,
+        }
     }
 
     /// Whether a priority hold is in progress (forces releases onto the slow path so the
@@ -276,7 +288,7 @@ impl Shared {
         let pending = std::mem::take(&mut *ts.actions.lock());
         drop(st);
         for action in pending {
-            action.skip(ts);
+            action.skip(ts.thread_id());
         }
         tracing::debug!(gil = %self.label, thread = %ts.label(), "thread detached");
     }
@@ -822,7 +834,7 @@ impl Shared {
         }
         ts.flags.fetch_or(F_IN_ACTION, Ordering::Relaxed);
         for action in pending {
-            action.run_on(ts, holds_gil);
+            action.run_on(ts.thread_id(), &ts.name, holds_gil);
             self.stats.actions_run.bump();
         }
         ts.flags.fetch_and(!F_IN_ACTION, Ordering::Relaxed);

@@ -47,11 +47,11 @@ use crate::abi::{
     from_gc_head, gc_head, is_stub, untag, PyGCHead, PyObject, GC_COLLECTING, GC_FLAGS,
     GC_MIRRORED, MANAGED_REFCNT,
 };
-use crate::bridge::{Inner, RItem, MIRROR_EDGES, MIRROR_SIZE};
+use crate::cycle_work::{Cand, CycleWork, SPARE_WORK};
 use crate::handles::{HandleTable, IMMORTAL, USED, WEAK_LIMIT};
+use crate::state::{Inner, RItem, State, MIRROR_EDGES, MIRROR_SIZE};
 use gc_core::{Marker, Mutator, ObjRef, WeakRef};
 use rustc_hash::FxHashMap as HashMap;
-use std::cell::RefCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -66,60 +66,6 @@ pub struct CycleReport {
     /// Objects (native and stubs) of unreachable cycles that reach managed objects,
     /// replicated into the managed heap.
     pub replicated: usize,
-}
-
-struct Cand {
-    /// A native object, or a tagged stub pointer.
-    op: *mut PyObject,
-    refs: isize,
-    managed: bool,
-    reach: bool,
-    w: bool,
-    /// A tracked object's `gc_prev` flags (restored with its back link).
-    gc_flags: u8,
-    /// Native candidates, when edges are recorded: where this candidate's edges start
-    /// in [`Ctx::edges`] (they end where the next native candidate's start). Stubs: the
-    /// handle index.
-    first_edge: u32,
-    /// For members of W during the replication: the address of the managed side
-    /// (managed object of a stub, mirror of a native object), 0 if none.
-    side: usize,
-}
-
-/// The cycle collector's work vectors, kept between collections so that a collection
-/// does not allocate and fault in fresh memory for them (owner thread only). After a
-/// collection each keeps at most twice the capacity that collection used (about 50
-/// bytes per candidate in all: the candidate, the stack, the recorded edges, the stub
-/// index, the replicated item).
-#[derive(Default)]
-pub(crate) struct CycleWork {
-    cands: Vec<Cand>,
-    /// All zeros between collections (the entries set are cleared one by one).
-    stub_cand: Vec<u32>,
-    stack: Vec<usize>,
-    edges: Vec<u32>,
-}
-
-impl CycleWork {
-    const EMPTY: CycleWork = CycleWork {
-        cands: Vec::new(),
-        stub_cand: Vec::new(),
-        stack: Vec::new(),
-        edges: Vec::new(),
-    };
-}
-
-thread_local! {
-    /// The work vectors of the last bridge dropped on this thread, for the first
-    /// collection of the next bridge here: a program that makes a bridge per task (a
-    /// benchmark's runs) then reuses them too, instead of faulting in fresh memory
-    /// whenever the allocator gave the freed ones back to the system.
-    static SPARE_WORK: RefCell<CycleWork> = const { RefCell::new(CycleWork::EMPTY) };
-}
-
-/// A dropped bridge's work vectors, kept for the next bridge on this thread.
-pub(crate) fn leave_work(work: CycleWork) {
-    let _ = SPARE_WORK.try_with(|s| *s.borrow_mut() = work);
 }
 
 /// The stub index (all zeros) kept with its length, its capacity capped at twice `used`.
@@ -659,7 +605,7 @@ unsafe fn delete_garbage(inner: &Inner, u: *mut PyGCHead) {
             if let Some(clear) = (*(*op).ob_type).tp_clear {
                 (*op).ob_refcnt += 1;
                 clear(op);
-                crate::cpython::decref(op);
+                crate::refcount::decref(op);
             }
             if (*u).gc_next == g as usize {
                 list_remove(g);
@@ -676,7 +622,7 @@ unsafe fn delete_garbage(inner: &Inner, u: *mut PyGCHead) {
 
 /// The managed side of a candidate: the managed object of a stub, the mirror of a
 /// native object (if any).
-fn managed_side(st: &crate::bridge::State, op: *mut PyObject) -> Option<ObjRef> {
+fn managed_side(st: &State, op: *mut PyObject) -> Option<ObjRef> {
     if is_stub(op) {
         // SAFETY: candidates' stubs are live stubs of this bridge.
         let idx = unsafe { HandleTable::index_fast(op) };
@@ -994,28 +940,10 @@ pub(crate) fn settle(inner: &Inner) {
     repl.fresh = false;
 }
 
-/// Runs an automatic cycle collection if enough GC objects were allocated.
-pub(crate) fn maybe_auto_collect(inner: &Inner) {
-    let l = &inner.local.0;
-    if inner.config.cycle_threshold.is_none()
-        || l.gc_allocs.get() <= l.cycle_threshold.get()
-        || l.collecting.get()
-        || l.in_collect.get()
-    {
-        return;
-    }
-    inner.drain();
-    l.collecting.set(true);
-    let mut m = inner.heap.current_mutator().ok();
-    collect_cycles(inner, m.as_mut());
-    settle(inner);
-    l.collecting.set(false);
-    inner.drain();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cycle_work::{CycleWork, SPARE_WORK};
     use crate::{BridgeConfig, PyTypeObject, Standalone, PY_TPFLAGS_HAVE_GC};
 
     unsafe extern "C" fn no_refs(_: *mut PyObject, _: crate::VisitProc, _: *mut c_void) -> c_int {

@@ -168,15 +168,33 @@
 //! only the Rust library. The README has the C quick start, the guarantees, the limits
 //! and the figures.
 
+// The modules, bottom to top: each uses only modules of the groups before its own (the
+// layering `docs/design/refbridge.md` describes; the tidy test checks there is no module
+// cycle).
+// 1. leaves: layouts, errors, counted memory, the handle table, the debug mode's records,
+//    the cycle collector's scratch
 mod abi;
-mod bridge;
-mod cpython;
-mod cycle;
+mod cycle_work;
 mod debug;
 mod error;
 mod handles;
 mod mem;
+// 2. the bridge's state and the thread's entered bridges
+mod state;
+// 3. the pending error; the memory-pressure policy
 mod pressure;
+mod pyerr;
+// 4. objects, types and memory (CPython's functions)
+mod object;
+// 5. reference counts, deallocation, the reference queue's drain
+mod refcount;
+// 6. the cycle collector
+mod cycle;
+// 7. the collections' drivers
+mod collect;
+// 8. the `Bridge` handle, conversions, the heap's callbacks
+mod bridge;
+// 9. a heap, a thread and an entered bridge in one
 mod standalone;
 
 pub use abi::{
@@ -185,15 +203,20 @@ pub use abi::{
     IMMORTAL_MIN, IMMORTAL_REFCNT, MANAGED_REFCNT, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC,
     PY_TPFLAGS_READY, STUB_TAG,
 };
-pub use bridge::{Bridge, BridgeConfig, BridgeStats, CollectReport, EnterGuard, TRASHCAN_DEPTH};
-pub use cpython::{
-    clear_pending_error, collect, dealloc, deallocs, decref, default_dealloc, gc_del, gc_new,
-    gc_new_var, gc_track, gc_untrack, incref, mem_alloc, mem_free, mem_realloc, native_bytes,
-    object_new, pending_error, set_pending_error, set_pending_error_from, type_ready,
-    type_ready_with, with_pending_error, DefaultSlots,
-};
+pub use bridge::{Bridge, BridgeStats};
+pub use collect::{collect, CollectReport};
 pub use cycle::CycleReport;
 pub use debug::{type_name_of, DebugReport, ReportKind, QUARANTINE};
 pub use error::BridgeError;
 pub use mem::MemAccount;
+pub use object::{
+    deallocs, default_dealloc, gc_del, gc_new, gc_new_var, gc_track, gc_untrack, mem_alloc,
+    mem_free, mem_realloc, native_bytes, object_new, type_ready, type_ready_with, DefaultSlots,
+};
+pub use pyerr::{
+    clear_pending_error, pending_error, set_pending_error, set_pending_error_from,
+    with_pending_error,
+};
+pub use refcount::{dealloc, decref, incref};
 pub use standalone::Standalone;
+pub use state::{BridgeConfig, EnterGuard, TRASHCAN_DEPTH};

@@ -7,9 +7,9 @@
 //! retries up to `pressure_retries` collections, then fails with a clear error
 //! ([`crate::BridgeError::MemoryCap`], the pending error): never an abort.
 
-use crate::bridge::Inner;
 use crate::error::BridgeError;
 use crate::mem;
+use crate::state::Inner;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 

@@ -2,9 +2,10 @@
 //! in one value, for programs that have no runtime of their own around the bridge (C
 //! programs through `rb_init`/`rb_fini`, tests, tools).
 
-use crate::bridge::{Bridge, BridgeConfig, EnterGuard};
+use crate::bridge::Bridge;
 use crate::debug::DebugReport;
 use crate::error::BridgeError;
+use crate::state::{BridgeConfig, EnterGuard};
 use gc_core::{Heap, HeapConfig, Mutator};
 
 /// A heap of its own, this thread's attachment and a bridge entered on this thread

@@ -757,8 +757,6 @@ const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
         ],
     ),
     ("gc-core", &["page", "pagetable"]),
-    ("gil", &["action", "gil", "handle", "hooks", "state", "tls"]),
-    ("refbridge", &["bridge", "cpython", "cycle"]),
 ];
 
 #[test]

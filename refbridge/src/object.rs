@@ -1,181 +1,42 @@
-//! CPython's C API for memory management as a Rust API: reference counts, readying a
-//! type, GC objects (new, track, untrack, delete), plain objects, the memory functions,
-//! `PyGC_Collect` and the pending error. Each acts on the bridge entered on the calling
-//! thread ([`crate::Bridge::enter`]), as CPython's act on the current interpreter; the
-//! memory functions and `decref` also work with none entered.
+//! CPython's C API for objects and memory as a Rust API: readying a type, GC objects
+//! (new, track, untrack, delete), plain objects, the memory functions and calling a
+//! type's deallocator. Each acts on the bridge entered on the calling thread
+//! ([`crate::Bridge::enter`]), as CPython's act on the current interpreter; the memory
+//! functions also work with none entered. (Reference counts are in `refcount.rs`, the
+//! pending error in `pyerr.rs`, `PyGC_Collect` in `collect.rs`: together with this
+//! module, the crate's Rust API of CPython's operations.)
 //!
-//! The C ABI (the `refbridge-capi` crate, CPython's names) calls these functions and only converts: a
-//! failure here is an `Err(BridgeError)`, which the C layer turns into NULL / -1 and the
-//! pending error ([`set_pending_error_from`]). Rust code calls them directly (native
-//! types written in Rust, hosts releasing the references they hold).
-//!
-//! The header's `Py_INCREF`/`Py_DECREF` stay inline in C: [`incref`] and [`decref`] are
-//! the same add and subtract, with [`dealloc`] (`_Py_Dealloc`) at 0.
+//! The C ABI (the `refbridge-capi` crate, CPython's names) calls these functions and only
+//! converts: a failure here is an `Err(BridgeError)`, which the C layer turns into NULL /
+//! -1 and the pending error ([`crate::set_pending_error_from`]). Rust code calls them
+//! directly (native types written in Rust, hosts releasing the references they hold).
 
 use crate::abi::{
-    from_gc_head, gc_head, is_stub, untag, Destructor, FreeFunc, PyGCHead, PyObject, PySsizeT,
+    from_gc_head, gc_head, is_stub, Destructor, FreeFunc, PyGCHead, PyObject, PySsizeT,
     PyTypeObject, PyVarObject, GC_FLAGS, PY_TPFLAGS_HAVE_GC, PY_TPFLAGS_READY,
 };
-use crate::bridge::{current, Inner};
 use crate::debug::{DebugReport, ReportKind};
 use crate::error::BridgeError;
 use crate::mem;
-use std::cell::{Cell, RefCell};
-use std::ffi::{c_void, CStr, CString};
+use crate::pyerr::set_pending_error_from;
+use crate::state::{current, Inner, DEBUG_BRIDGES};
+use std::cell::Cell;
+use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 thread_local! {
     static DEALLOCS: Cell<u64> = const { Cell::new(0) };
-    /// The pending error of a thread with no bridge entered.
-    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
 }
 
 /// Native objects deallocated on this thread so far (every `tp_dealloc` the bridge or
-/// [`decref`] called).
+/// [`crate::decref`] called).
 pub fn deallocs() -> u64 {
     DEALLOCS.with(|d| d.get())
 }
 
 fn count_dealloc() {
     DEALLOCS.with(|d| d.set(d.get() + 1));
-}
-
-// ---------------------------------------------------------------------------------------
-// The pending error (CPython's error indicator).
-
-fn c_message(msg: &str) -> CString {
-    CString::new(msg.replace('\0', "?")).expect("NULs replaced")
-}
-
-/// Sets the pending error (CPython's `PyErr_SetString`, the type in the text): the
-/// entered bridge's, or the calling thread's own when none is entered.
-pub fn set_pending_error(msg: &str) {
-    match current() {
-        Some(inner) => inner.set_error(msg),
-        None => LAST_ERROR.with(|e| *e.borrow_mut() = Some(c_message(msg))),
-    }
-}
-
-/// Sets `err` as the pending error, the way the C API reports a failure:
-/// `"<exception>: <message>"` ([`BridgeError::exception`]).
-pub fn set_pending_error_from(err: &BridgeError) {
-    set_pending_error(&format!("{}: {err}", err.exception()));
-}
-
-/// Clears the pending error (`PyErr_Clear`).
-pub fn clear_pending_error() {
-    match current() {
-        Some(inner) => {
-            inner.local.0.error.borrow_mut().take();
-        }
-        None => LAST_ERROR.with(|e| {
-            e.borrow_mut().take();
-        }),
-    }
-}
-
-/// The pending error's text, if any.
-pub fn pending_error() -> Option<String> {
-    with_pending_error(|e| e.map(|c| c.to_string_lossy().into_owned()))
-}
-
-/// Calls `f` with the pending error. The string stays at its address until the pending
-/// error is set or cleared on this thread (or the bridge it belongs to is left), so a C
-/// caller may keep a pointer to it until then.
-pub fn with_pending_error<R>(f: impl FnOnce(Option<&CStr>) -> R) -> R {
-    match current() {
-        Some(inner) => f(inner.local.0.error.borrow().as_deref()),
-        None => LAST_ERROR.with(|e| f(e.borrow().as_deref())),
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Reference counts.
-
-/// CPython's `Py_IncRef` (the header's `Py_INCREF` out of line): one add on the untagged
-/// address. NULL is accepted (nothing happens).
-///
-/// # Safety
-/// `op` is NULL or a live native object or stub.
-#[inline]
-pub unsafe fn incref(op: *mut PyObject) {
-    if !op.is_null() {
-        // SAFETY: a live object (caller).
-        unsafe { (*untag(op)).ob_refcnt += 1 };
-    }
-}
-
-/// CPython's `Py_DecRef` (the header's `Py_DECREF` out of line): one subtract on the
-/// untagged address, and [`dealloc`] when the count reaches 0. NULL is accepted.
-///
-/// # Safety
-/// `op` is NULL or a live native object or stub the caller owns a reference to; the
-/// type's `tp_dealloc` (run at 0) must be safe to call on it.
-#[inline]
-pub unsafe fn decref(op: *mut PyObject) {
-    if op.is_null() {
-        return;
-    }
-    // SAFETY: a live object (caller).
-    let c = unsafe {
-        let o = untag(op);
-        (*o).ob_refcnt -= 1;
-        (*o).ob_refcnt
-    };
-    if c == 0 {
-        // SAFETY: forwarded (the count is 0).
-        unsafe { dealloc(op) };
-    }
-}
-
-/// CPython's `_Py_Dealloc`, the one slow path of `Py_DECREF`: a count reached 0. A native
-/// object is deallocated (its `tp_dealloc`, nested at most [`crate::TRASHCAN_DEPTH`]
-/// deep); a stub whose managed object died is freed; a stub whose managed object lives
-/// was over-released by native code (reported, count repaired). With no bridge entered
-/// on the thread, a non-GC object is deallocated and a GC object is left alone (its
-/// bridge's collector frees it), with the pending error set and a line on stderr.
-///
-/// # Safety
-/// `op` is a live native object or stub whose count is 0.
-#[inline]
-pub unsafe fn dealloc(op: *mut PyObject) {
-    match current() {
-        // SAFETY: forwarded.
-        Some(inner) => unsafe { inner.decref_slow(op) },
-        // SAFETY: forwarded.
-        None => unsafe { dealloc_unentered(op) },
-    }
-}
-
-/// [`dealloc`] on a thread with no bridge entered.
-///
-/// # Safety
-/// As [`dealloc`].
-#[cold]
-unsafe fn dealloc_unentered(op: *mut PyObject) {
-    // SAFETY: a live object (caller).
-    if is_stub(op) || unsafe { (*op).ob_refcnt } != 0 {
-        return;
-    }
-    // SAFETY: as above: a live object has a type.
-    let tp = unsafe { &*(*op).ob_type };
-    if tp.is_gc() {
-        // GC objects belong to a bridge's list, which only a thread with that bridge
-        // entered may change: deallocating here would leave the object linked there,
-        // freed (deallocated again by that bridge's collector).
-        let msg = format!(
-            "SystemError: Py_DECREF dropped the last reference to {:#x} of type {} on a thread with no refbridge entered; GC objects are deallocated only with their bridge entered (left alone)",
-            op as usize,
-            // SAFETY: a live object's type has a C string or NULL as its name (caller).
-            unsafe { tp.name() }
-        );
-        eprintln!("refbridge: {msg}");
-        set_pending_error(&msg);
-        return;
-    }
-    // SAFETY: a native object at 0 is deallocated directly.
-    unsafe { call_dealloc(op) };
 }
 
 /// Calls `tp_dealloc` (or [`default_dealloc`] if the type has none) and counts it.
@@ -262,7 +123,7 @@ pub unsafe fn mem_free(p: *mut u8) {
         return;
     }
     // Only a bridge in debug mode looks at frees: no thread-local lookup without one.
-    let debug = crate::bridge::DEBUG_BRIDGES.load(Ordering::Relaxed) != 0;
+    let debug = DEBUG_BRIDGES.load(Ordering::Relaxed) != 0;
     if let Some(inner) = if debug { current() } else { None } {
         if let Some(d) = &inner.debug {
             let mut d = d.lock();
@@ -456,7 +317,7 @@ unsafe fn gc_alloc(tp: *mut PyTypeObject, size: usize) -> Result<NonNull<PyObjec
             what: "PyObject_GC_New",
         });
     };
-    crate::cycle::maybe_auto_collect(inner);
+    inner.maybe_auto_collect();
     let Some(total) = size.checked_add(std::mem::size_of::<PyGCHead>()) else {
         return Err(BridgeError::OutOfMemory { size });
     };
@@ -765,31 +626,6 @@ pub unsafe extern "C" fn default_dealloc(op: *mut PyObject) {
                 }
             }
             None => mem_free(op as *mut u8),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// Collection.
-
-/// CPython's `PyGC_Collect`: a full collection of the entered bridge
-/// ([`crate::Bridge::collect`]), or only the native cycle collection when the thread is
-/// not attached to the heap (or is in a GC-safe region). Returns the number of native
-/// objects deallocated.
-pub fn collect() -> Result<usize, BridgeError> {
-    let Some(inner) = current() else {
-        return Err(BridgeError::NoneEntered {
-            what: "PyGC_Collect",
-        });
-    };
-    match inner.heap.current_mutator() {
-        Ok(mut m) => inner.collect(&mut m).map(|r| r.native_freed),
-        Err(_) => {
-            let before = deallocs();
-            inner.drain();
-            crate::cycle::collect_cycles(inner, None);
-            inner.drain();
-            Ok((deallocs() - before) as usize)
         }
     }
 }
