@@ -18,10 +18,11 @@
 
 mod ffi;
 
-// The C kernel calls gc-core's, gc-conservative's and gil's C ABI: link the crates even
-// though no Rust item of theirs is named here.
+// The C kernel calls gc-runtime's, gc-core's, gc-conservative's and gil's C ABI (the
+// Boehm kernel gil's): link the crates even though no Rust item of theirs is named here.
 extern crate gc_conservative;
 extern crate gc_core;
+extern crate gc_runtime;
 extern crate gil;
 
 use std::any::Any;
