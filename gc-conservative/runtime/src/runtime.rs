@@ -258,8 +258,11 @@ impl Local {
         self.blocking.set(None);
     }
 
-    fn rec(&self) -> Option<Arc<ThreadRec>> {
-        self.att.borrow().as_ref().map(|(_, r)| r.clone())
+    /// Runs `f` on the thread's record (no reference count touched).
+    fn with_rec(&self, f: impl FnOnce(&ThreadRec)) {
+        if let Some((_, rec)) = self.att.borrow().as_ref() {
+            f(rec);
+        }
     }
 }
 
@@ -315,10 +318,10 @@ unsafe extern "C" fn on_block(data: *mut c_void, _thread: u64, _reason: i32) {
         let sp = l.live_sp.get();
         let mut state = -1;
         if sp != 0 {
-            // SAFETY: m is this thread's attached mutator; sp is the spill area of the
-            // runtime call in progress on this thread, whose frame outlives the GIL call
-            // and holds the caller's registers (gc_safe_enter_sp checks it lies in this
-            // thread's live stack).
+            // The spill area of the runtime call in progress on this thread: its frame
+            // outlives the GIL call and holds the caller's registers.
+            // SAFETY: m is this thread's attached mutator; gc_safe_enter_sp checks that sp
+            // lies in this thread's live stack.
             state = unsafe { gc::gc_safe_enter_sp(m, sp as *mut c_void) };
         }
         if state < 0 {
@@ -585,9 +588,7 @@ impl Runtime {
             }
             // SAFETY: this thread's mutator, leaving the outside region it entered.
             unsafe { gc::gc_safe_leave(m, l.outside_state.get()) };
-            if let Some(rec) = l.rec() {
-                rec.clear();
-            }
+            l.with_rec(ThreadRec::clear);
             l.inside.set(true);
             Ok(())
         })
@@ -604,17 +605,12 @@ impl Runtime {
                     format!("{WHAT}: the thread is not inside (or is in a blocking region)"),
                 ));
             }
-            let rec = l.rec();
-            if let Some(rec) = &rec {
-                rec.save(&saved.regs);
-            }
+            l.with_rec(|rec| rec.save(&saved.regs));
             // SAFETY: this thread's mutator; the caller's frame stays live, its registers
-            // are saved in `rec`.
+            // are saved in the thread's record.
             let state = unsafe { gc::gc_safe_enter_sp(m, saved.caller_sp as *mut c_void) };
             if state < 0 {
-                if let Some(rec) = &rec {
-                    rec.clear();
-                }
+                l.with_rec(ThreadRec::clear);
                 return Err(gc_error(WHAT));
             }
             l.outside_state.set(state);
@@ -656,16 +652,13 @@ impl Runtime {
                 ));
             }
             let was_inside = l.inside.get();
-            let rec = l.rec();
-            if let Some(rec) = &rec {
-                rec.save(&saved.regs);
-            }
+            l.with_rec(|rec| rec.save(&saved.regs));
             // SAFETY: this thread's mutator; the caller's frame stays live until
-            // gc_runtime_blocking_end, its registers are saved in `rec`.
+            // gc_runtime_blocking_end, its registers are saved in the thread's record.
             let state = unsafe { gc::gc_safe_enter_sp(m, saved.caller_sp as *mut c_void) };
             if state < 0 {
-                if let (Some(rec), true) = (&rec, was_inside) {
-                    rec.clear();
+                if was_inside {
+                    l.with_rec(ThreadRec::clear);
                 }
                 return Err(gc_error(WHAT));
             }
@@ -678,8 +671,8 @@ impl Runtime {
                 l.live_sp.set(prev);
                 // SAFETY: leaving the region entered above.
                 unsafe { gc::gc_safe_leave(m, state) };
-                if let (Some(rec), true) = (&rec, was_inside) {
-                    rec.clear();
+                if was_inside {
+                    l.with_rec(ThreadRec::clear);
                 }
                 return Err(gil_error(WHAT, r));
             }
@@ -711,7 +704,6 @@ impl Runtime {
             l.live_sp.set(b.prev_live_sp);
             // SAFETY: the runtime's own GIL.
             let holds = r == gil_sys::GIL_OK || unsafe { gil_sys::gil_holds(self.gil) } != 0;
-            let rec = l.rec();
             if b.was_inside && !holds {
                 // The GIL was not taken back: the thread is outside now (still GC-safe).
                 l.inside.set(false);
@@ -719,8 +711,8 @@ impl Runtime {
             } else {
                 // SAFETY: this thread's mutator, leaving the region blocking_begin entered.
                 unsafe { gc::gc_safe_leave(m, b.state) };
-                if let (Some(rec), true) = (&rec, b.was_inside) {
-                    rec.clear();
+                if b.was_inside {
+                    l.with_rec(ThreadRec::clear);
                 }
             }
             if r != gil_sys::GIL_OK {
