@@ -363,22 +363,28 @@ fn missing_cited_paths(architecture: &str, exists: impl Fn(&str) -> bool) -> Vec
     missing
 }
 
+/// The member folders of the workspace's root `Cargo.toml` (`members = [...]`), nested
+/// ones (`gc-conservative/runtime`) included.
+fn workspace_members(root_manifest: &str) -> Vec<String> {
+    let Some(start) = root_manifest.find("members = [") else {
+        return Vec::new();
+    };
+    let list = &root_manifest[start + "members = [".len()..];
+    let list = &list[..list.find(']').unwrap_or(list.len())];
+    list.split(',')
+        .map(|m| m.trim().trim_matches('"').to_string())
+        .filter(|m| !m.is_empty())
+        .collect()
+}
+
 fn workspace_manifests() -> Vec<(String, String)> {
     let root = workspace_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
     let mut out = Vec::new();
-    let mut dirs = vec![root.clone()];
-    for entry in std::fs::read_dir(&root).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_dir() {
-            dirs.push(p);
-        }
-    }
-    for dir in dirs {
-        let manifest = dir.join("Cargo.toml");
-        if dir == root || !manifest.is_file() {
-            continue;
-        }
-        let text = std::fs::read_to_string(&manifest).unwrap();
+    for member in workspace_members(&root_manifest) {
+        let manifest = root.join(&member).join("Cargo.toml");
+        let text = std::fs::read_to_string(&manifest)
+            .unwrap_or_else(|e| panic!("workspace member {member}: {e}"));
         let Some(name) = text
             .lines()
             .find_map(|l| l.trim().strip_prefix("name = "))
@@ -389,6 +395,16 @@ fn workspace_manifests() -> Vec<(String, String)> {
         out.push((name, text));
     }
     out
+}
+
+#[test]
+fn workspace_members_include_nested_crates() {
+    let root = "[workspace]\nmembers = [\n    \"gc-core\",\n    \"gc-conservative/runtime\",\n]\nexclude = [\"fuzz\"]\n";
+    assert_eq!(
+        workspace_members(root),
+        vec!["gc-core".to_string(), "gc-conservative/runtime".to_string()]
+    );
+    assert!(workspace_members("[workspace]\n").is_empty());
 }
 
 #[test]
