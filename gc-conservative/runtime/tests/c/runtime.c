@@ -3,14 +3,17 @@
  * allows on the runtime's heap and GIL), with real threads.
  *
  *   runtime threads on|off|reject
- *       Three threads. "blocker" allocates an object, keeps it only in callee-saved
+ *       Four threads. "blocker" allocates an object, keeps it only in callee-saved
  *       register r12 and blocks in gc_runtime_blocking_begin/end until the collector is
  *       done. "waiter" allocates an object, keeps it only in its stack frame, leaves and
- *       queues for the GIL again (gc_runtime_enter), which the collector holds. The
- *       "collector" runs full collections while both wait. With "on" both objects
+ *       queues for the GIL again (gc_runtime_enter), which the collector holds.
+ *       "outsider" holds an object only in r12 when it calls gc_runtime_leave, then
+ *       clears r12 and keeps the address only masked, scrubs its dead stack and queues
+ *       for the GIL: only the registers the runtime saved at the leave refer to it. The
+ *       "collector" runs full collections while all three wait. With "on" the objects
  *       survive (their sweep functions never run, their contents are intact); with
- *       "off" (conservative = 0) and "reject" (a scan filter refusing every object) both
- *       are collected, so the test can fail.
+ *       "off" (conservative = 0) and "reject" (a scan filter refusing every object) all
+ *       three are collected, so the test can fail.
  *   runtime misuse
  *       Every call with a NULL or bogus handle, from a thread that is not attached, and
  *       in the wrong state returns its error code with a message; gc_core.h and gil.h
@@ -34,7 +37,11 @@ typedef struct { uint64_t magic; uint64_t tag; } obj_t;
 
 static gc_runtime_t *Rt;
 static void *HeldType;
-static atomic_int Swept, BlockerBlocked, WaiterOutside, CollectorReady, Collected;
+static atomic_int Swept, BlockerBlocked, WaiterOutside, OutsiderOutside, CollectorReady,
+    Collected;
+#define MASK 0x5A5A5A5A5A5A5A5AULL
+/* the outsider's object, masked: no word of memory points at it */
+volatile uint64_t OutsiderMasked;
 
 static void die(const char *what, int code)
 {
@@ -123,6 +130,48 @@ __asm__(
     "    ret\n"
     ".size hold_in_r12_blocking, .-hold_in_r12_blocking\n");
 
+/* hold_in_r12_outside(obj, rt, wait): calls gc_runtime_leave(rt) with obj only in r12,
+   then keeps it only masked (OutsiderMasked), clears r12, scrubs the dead stack, calls
+   wait() and gc_runtime_enter(rt), and returns obj (NULL if a call failed). */
+void *hold_in_r12_outside(void *obj, gc_runtime_t *rt, void (*wait)(void));
+__asm__(
+    ".text\n"
+    ".globl hold_in_r12_outside\n"
+    ".type hold_in_r12_outside, @function\n"
+    "hold_in_r12_outside:\n"
+    "    push %r12\n"
+    "    push %r13\n"
+    "    push %r14\n"               /* rsp is now 16-byte aligned */
+    "    mov %rdi, %r12\n"
+    "    mov %rsi, %r13\n"
+    "    mov %rdx, %r14\n"
+    "    xor %edi, %edi\n"
+    "    call scrub\n"
+    "    mov %r13, %rdi\n"
+    "    call gc_runtime_leave\n"
+    "    test %eax, %eax\n"
+    "    jnz 1f\n"
+    "    movabs $0x5A5A5A5A5A5A5A5A, %rax\n"
+    "    xor %r12, %rax\n"
+    "    mov %rax, OutsiderMasked(%rip)\n"
+    "    xor %r12d, %r12d\n"
+    "    xor %eax, %eax\n"
+    "    call scrub\n"
+    "    call *%r14\n"
+    "    mov %r13, %rdi\n"
+    "    call gc_runtime_enter\n"
+    "    test %eax, %eax\n"
+    "    jnz 1f\n"
+    "    movabs $0x5A5A5A5A5A5A5A5A, %rax\n"
+    "    xor OutsiderMasked(%rip), %rax\n"
+    "    jmp 2f\n"
+    "1:  xor %eax, %eax\n"
+    "2:  pop %r14\n"
+    "    pop %r13\n"
+    "    pop %r12\n"
+    "    ret\n"
+    ".size hold_in_r12_outside, .-hold_in_r12_outside\n");
+
 static void wait_until_collected(void)
 {
     atomic_store(&BlockerBlocked, 1);
@@ -185,6 +234,29 @@ static void *waiter(void *arg)
     return NULL;
 }
 
+static void wait_for_the_collector(void)
+{
+    atomic_store(&OutsiderOutside, 1);
+    while (!atomic_load(&CollectorReady))
+        sleep_ms(1);
+}
+
+static void *outsider(void *arg)
+{
+    (void)arg;
+    gc_mutator_t *m = gc_runtime_attach(Rt, "outsider");
+    if (!m)
+        die("gc_runtime_attach(outsider)", -1);
+    CHECK(gc_runtime_enter(Rt));
+    obj_t *o = hold_in_r12_outside(make_held(m, 3), Rt, wait_for_the_collector);
+    if (!o)
+        die("hold_in_r12_outside", -1);
+    check_held(o, 3, "outsider (registers saved at leave only)");
+    CHECK(gc_runtime_leave(Rt));
+    CHECK(gc_runtime_detach(Rt));
+    return NULL;
+}
+
 static void *collector(void *arg)
 {
     (void)arg;
@@ -193,12 +265,13 @@ static void *collector(void *arg)
         die("gc_runtime_attach(collector)", -1);
     CHECK(gc_runtime_enter(Rt));
     /* let the others run (the poll hands the GIL over) until both wait */
-    while (!atomic_load(&BlockerBlocked) || !atomic_load(&WaiterOutside)) {
+    while (!atomic_load(&BlockerBlocked) || !atomic_load(&WaiterOutside) ||
+           !atomic_load(&OutsiderOutside)) {
         CHECK(gc_runtime_poll(Rt));
         sleep_ms(1);
     }
     atomic_store(&CollectorReady, 1);
-    sleep_ms(50);  /* the waiter is queued for the GIL by now */
+    sleep_ms(50);  /* the waiter and the outsider are queued for the GIL by now */
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < 2000; j++)
             if (!gc_alloc(m, 64, HeldType))
@@ -232,15 +305,15 @@ static int run_threads(const char *how)
     HeldType = gc_new_foreign_type(gc_runtime_heap(Rt), "Held", NULL, sweep_held, 0, 0);
     if (!HeldType)
         die("gc_new_foreign_type", -1);
-    pthread_t t[3];
-    void *(*fns[3])(void *) = { blocker, waiter, collector };
-    for (int i = 0; i < 3; i++)
+    pthread_t t[4];
+    void *(*fns[4])(void *) = { blocker, waiter, outsider, collector };
+    for (int i = 0; i < 4; i++)
         if (pthread_create(&t[i], NULL, fns[i], NULL) != 0)
             die("pthread_create", -1);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         pthread_join(t[i], NULL);
     int swept = atomic_load(&Swept);
-    if (Expect ? swept != 0 : swept != 2) {
+    if (Expect ? swept != 0 : swept != 3) {
         fprintf(stderr, "FAIL threads %s: %d held object(s) swept\n", how, swept);
         return 1;
     }
