@@ -124,7 +124,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         .env("GIL_VALGRIND", "1");
     plan.push(("gil: C ABI program under valgrind", valgrind));
 
-    // gc-runtime: the C program (four threads, three blocked while another collects;
+    // gc-runtime: the C program (five threads, four blocked while another collects;
     // misuse) under valgrind.
     let mut runtime_valgrind = cargo();
     runtime_valgrind

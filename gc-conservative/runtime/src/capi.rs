@@ -206,7 +206,7 @@ pub unsafe extern "C" fn gc_runtime_new(
         let rt = unsafe { Runtime::new(gc, &config) }?;
         let handle = Box::into_raw(Box::new(gc_runtime_t { magic: MAGIC, rt }));
         // SAFETY: just allocated; its address is final.
-        if let Err(e) = unsafe { &*handle }.rt.install_hooks(handle.cast()) {
+        if let Err(e) = unsafe { &*handle }.rt.install_hooks() {
             // SAFETY: from Box::into_raw above, not shared yet.
             let h = unsafe { Box::from_raw(handle) };
             let gc_runtime_t { rt: inner, .. } = *h;

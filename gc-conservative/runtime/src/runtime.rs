@@ -360,9 +360,8 @@ unsafe extern "C" fn on_unblock(data: *mut c_void, _thread: u64, _reason: i32) {
 }
 
 impl Runtime {
-    /// Makes the heap (`gc` NULL: the defaults), the scanner and the GIL with its hooks.
-    /// The runtime's address is the hooks' data: it is set by [`Runtime::install_hooks`]
-    /// once the runtime has its final address.
+    /// Makes the heap (`gc` NULL: the defaults), the scanner and the GIL; its hooks are
+    /// installed by [`Runtime::install_hooks`] once the runtime has its final address.
     ///
     /// # Safety
     /// `gc` is null or points to a valid `gc_config_t`; the filter may be called with
@@ -418,8 +417,11 @@ impl Runtime {
         Ok(Runtime { heap, gil, shared })
     }
 
-    /// Installs the GIL hooks with `data` (the runtime's final address) as their data.
-    pub fn install_hooks(&self, data: *mut c_void) -> Result<()> {
+    /// Installs the GIL hooks, with the runtime's address (what `attached` compares with
+    /// each thread's attachment) as their data: call it once the runtime has its final
+    /// address (boxed in its C handle).
+    pub fn install_hooks(&self) -> Result<()> {
+        let data = self.key() as *mut c_void;
         // SAFETY: the runtime's own GIL; the hooks never dereference data (they compare
         // it with the calling thread's attachment), so they are sound from any thread.
         let r = unsafe { gil_sys::gil_set_hooks(self.gil, Some(on_block), Some(on_unblock), data) };

@@ -3,17 +3,21 @@
  * allows on the runtime's heap and GIL), with real threads.
  *
  *   runtime threads on|off|reject
- *       Four threads. "blocker" allocates an object, keeps it only in callee-saved
+ *       Five threads. "blocker" allocates an object, keeps it only in callee-saved
  *       register r12 and blocks in gc_runtime_blocking_begin/end until the collector is
  *       done. "waiter" allocates an object, keeps it only in its stack frame, leaves and
  *       queues for the GIL again (gc_runtime_enter), which the collector holds.
  *       "outsider" holds an object only in r12 when it calls gc_runtime_leave, then
  *       clears r12 and keeps the address only masked, scrubs its dead stack and queues
- *       for the GIL: only the registers the runtime saved at the leave refer to it. The
- *       "collector" runs full collections while all three wait. With "on" the objects
+ *       for the GIL: only the registers the runtime saved at the leave refer to it.
+ *       "poller" holds an object on its stack and polls the GIL until the collector is
+ *       done: it gives the GIL away at a switch request and waits for it inside
+ *       gc_runtime_poll, where only the GIL's hooks make it GC-safe (without them the
+ *       collection would wait for it forever: an alarm turns a hang into a failure).
+ *       The "collector" runs full collections while all four wait. With "on" the objects
  *       survive (their sweep functions never run, their contents are intact); with
  *       "off" (conservative = 0) and "reject" (a scan filter refusing every object) all
- *       three are collected, so the test can fail.
+ *       four are collected, so the test can fail.
  *   runtime misuse
  *       Every call with a NULL or bogus handle, from a thread that is not attached, and
  *       in the wrong state returns its error code with a message; gc_core.h and gil.h
@@ -31,14 +35,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAGIC 0xC0FFEE1234567890ULL
 typedef struct { uint64_t magic; uint64_t tag; } obj_t;
 
 static gc_runtime_t *Rt;
 static void *HeldType;
-static atomic_int Swept, BlockerBlocked, WaiterOutside, OutsiderOutside, CollectorReady,
-    Collected;
+static atomic_int Swept, BlockerBlocked, WaiterOutside, OutsiderOutside, PollerReady,
+    CollectorReady, Collected;
 #define MASK 0x5A5A5A5A5A5A5A5AULL
 /* the outsider's object, masked: no word of memory points at it */
 volatile uint64_t OutsiderMasked;
@@ -257,6 +262,31 @@ static void *outsider(void *arg)
     return NULL;
 }
 
+static __attribute__((noinline)) void poller_body(gc_mutator_t *m)
+{
+    volatile obj_t *held[1];
+    held[0] = make_held(m, 4);
+    atomic_store(&PollerReady, 1);
+    /* holds the GIL except inside the polls, where it waits while the collector has it */
+    while (!atomic_load(&Collected))
+        CHECK(gc_runtime_poll(Rt));
+    check_held((obj_t *)held[0], 4, "poller (stack, waiting for the GIL in a poll)");
+    held[0] = NULL;
+}
+
+static void *poller(void *arg)
+{
+    (void)arg;
+    gc_mutator_t *m = gc_runtime_attach(Rt, "poller");
+    if (!m)
+        die("gc_runtime_attach(poller)", -1);
+    CHECK(gc_runtime_enter(Rt));
+    poller_body(m);
+    CHECK(gc_runtime_leave(Rt));
+    CHECK(gc_runtime_detach(Rt));
+    return NULL;
+}
+
 static void *collector(void *arg)
 {
     (void)arg;
@@ -266,12 +296,12 @@ static void *collector(void *arg)
     CHECK(gc_runtime_enter(Rt));
     /* let the others run (the poll hands the GIL over) until both wait */
     while (!atomic_load(&BlockerBlocked) || !atomic_load(&WaiterOutside) ||
-           !atomic_load(&OutsiderOutside)) {
+           !atomic_load(&OutsiderOutside) || !atomic_load(&PollerReady)) {
         CHECK(gc_runtime_poll(Rt));
         sleep_ms(1);
     }
     atomic_store(&CollectorReady, 1);
-    sleep_ms(50);  /* the waiter and the outsider are queued for the GIL by now */
+    sleep_ms(50);  /* the waiter, the outsider and the poller are queued for the GIL */
     for (int i = 0; i < 3; i++) {
         for (int j = 0; j < 2000; j++)
             if (!gc_alloc(m, 64, HeldType))
@@ -305,15 +335,16 @@ static int run_threads(const char *how)
     HeldType = gc_new_foreign_type(gc_runtime_heap(Rt), "Held", NULL, sweep_held, 0, 0);
     if (!HeldType)
         die("gc_new_foreign_type", -1);
-    pthread_t t[4];
-    void *(*fns[4])(void *) = { blocker, waiter, outsider, collector };
-    for (int i = 0; i < 4; i++)
+    alarm(120);  /* a collection waiting for a thread the runtime left running: fail */
+    pthread_t t[5];
+    void *(*fns[5])(void *) = { blocker, waiter, outsider, poller, collector };
+    for (int i = 0; i < 5; i++)
         if (pthread_create(&t[i], NULL, fns[i], NULL) != 0)
             die("pthread_create", -1);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         pthread_join(t[i], NULL);
     int swept = atomic_load(&Swept);
-    if (Expect ? swept != 0 : swept != 3) {
+    if (Expect ? swept != 0 : swept != 4) {
         fprintf(stderr, "FAIL threads %s: %d held object(s) swept\n", how, swept);
         return 1;
     }
