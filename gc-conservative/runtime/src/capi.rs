@@ -279,8 +279,9 @@ pub unsafe extern "C" fn gc_runtime_gil(rt: *const gc_runtime_t) -> *mut gil_t {
 }
 
 /// Spills rbx, rbp, r12-r15 and the caller's stack pointer into a `Saved` record on the
-/// stack, then calls `$imp(&saved, <the entry point's up to three arguments>)` and returns
-/// what it returns. At entry rsp is 8 mod 16; 56 bytes make it 0 mod 16 for the call.
+/// stack, then calls `$imp(&saved, <the entry point's up to three arguments>)`, clears the
+/// record and returns what `$imp` returned. At entry rsp is 8 mod 16; 56 bytes make it 0
+/// mod 16 for the call.
 macro_rules! spill_and_call {
     ($imp:path) => {
         std::arch::naked_asm!(
@@ -298,6 +299,18 @@ macro_rules! spill_and_call {
             "mov rsi, rdi",
             "mov rdi, rsp",
             "call {imp}",
+            // The spill area is dead once this returns (what outlives the call was copied
+            // to the thread's record): clear it, so that the caller's registers do not
+            // linger in dead stack that later frames may leave unwritten, where the
+            // conservative scan would find them (rax holds the result).
+            "xor ecx, ecx",
+            "mov [rsp], rcx",
+            "mov [rsp + 8], rcx",
+            "mov [rsp + 16], rcx",
+            "mov [rsp + 24], rcx",
+            "mov [rsp + 32], rcx",
+            "mov [rsp + 40], rcx",
+            "mov [rsp + 48], rcx",
             "add rsp, 56",
             "ret",
             imp = sym $imp,
