@@ -1,5 +1,5 @@
-//! Builds the minigap C kernel (`minigap/`) with `cc`: once on gc-core +
-//! gc-conservative + gil (`unity_ours.c`, always), and once on Boehm GC
+//! Builds the minigap C kernel (`minigap/`) with `cc`: once on gc-runtime (gc-core +
+//! gc-conservative + gil, `unity_ours.c`, always), and once on Boehm GC
 //! (`unity_boehm.c`, when Debian's `libgc-dev` is installed; `cargo xtask test` and
 //! `cargo xtask bench gap` install it). The kernels' C ABI calls resolve to the Rust
 //! crates linked into the same binary: one heap, one GIL, shared with Rust code.
@@ -14,6 +14,7 @@ fn main() {
     println!("cargo::rerun-if-changed=../gc-core/include");
     println!("cargo::rerun-if-changed=../gc-conservative/include");
     println!("cargo::rerun-if-changed=../gil/include");
+    println!("cargo::rerun-if-changed=../gc-conservative/runtime/include");
     println!("cargo::rerun-if-changed=/usr/include/gc.h");
     let common = |b: &mut cc::Build| {
         b.std("gnu11")
@@ -23,7 +24,8 @@ fn main() {
             .flag("-Wno-unused-function")
             .include("../gc-core/include")
             .include("../gc-conservative/include")
-            .include("../gil/include");
+            .include("../gil/include")
+            .include("../gc-conservative/runtime/include");
     };
     let mut ours = cc::Build::new();
     common(&mut ours);

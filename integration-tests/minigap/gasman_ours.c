@@ -16,31 +16,27 @@
  * - free functions are per TNUM and scheduled once per bag, on the master pointer, at
  *   NewBag; a retype to a TNUM with a free function after that is refused;
  * - global bags are marked by a root scanner; every thread's stack is scanned
- *   conservatively in every collection (partial ones included) by a task scanner that
- *   accepts only words pointing at master pointers (gc_scan_task with a filter);
- * - threads waiting for the GIL, or outside it, are in gc-core GC-safe regions: the
- *   gil's block/unblock hooks enter and leave them, so a collection started by the
+ *   conservatively in every collection (partial ones included), accepting only words
+ *   pointing at master pointers (the runtime's scan filter);
+ * - the heap, the GIL and their glue are gc-runtime's (gc_runtime.h): threads waiting
+ *   for the GIL, blocked in MicroSleep, or outside the kernel are in gc-core GC-safe
+ *   regions (the runtime's GIL hooks and entry points enter and leave them, saving the
+ *   caller's registers for the conservative scan), so a collection started by the
  *   thread that holds the GIL never waits for them.
  */
-#include "gc_core.h"
-#include "gc_conservative.h"
+#include "gc_runtime.h"
 /* The published inline fast paths (as GAP compiles against julia.h's): marking a child
    and the write barriers without a call when nothing is to be remembered or queued out
    of line; they fall back to the checked functions (verify mode included). */
 #include "julia_gcext_compat.h"
-#include "gil.h"
 #include <time.h>
 
+static gc_runtime_t *Runtime;
 static gc_heap_t *Heap;
 static void *MPtrType, *BodyType, *LargeBodyType;
 static size_t MaxSmallBody;
-static gil_t *Gil;
 static __thread gc_mutator_t *M;           /* this thread's mutator */
-static __thread int8_t OutsideState;       /* gc_safe_enter's answer while outside */
-static __thread int8_t HookStates[8];      /* nested block hooks */
-static __thread int HookDepth;
 static __thread unsigned PollCounter;
-static __thread void *GilCallSP;  /* a live frame below which the gil's code runs */
 
 /* Marking state: set by the master pointer's mark function, used by MarkBag. Per
    thread: gc-core marks in parallel, calling mark functions on any collector thread. */
@@ -165,11 +161,13 @@ static int OnlyMasterPointers(void *data, void *obj)
     return gc_typeof(obj) == MPtrType;
 }
 
+/* Only with the debug mode below: the runtime's task scanner, skipping stopped threads'
+   stacks in partial collections. */
 static void TaskScanner(gc_task_t *task, int full)
 {
-    if (Config.debug_skip_stopped_stacks_in_partial && !full && task != gc_current_task())
+    if (!full && task != gc_current_task())
         return;  /* the GAP.jl #1032 bug, on purpose */
-    gc_scan_task(gc_current_mutator(), task, OnlyMasterPointers, NULL);
+    gc_runtime_scan_task(Runtime, task);
 }
 
 static void PreGC(int full)
@@ -177,26 +175,6 @@ static void PreGC(int full)
     CollectingFull = full;
     GcEpoch++;
     ExtBytesSinceGC = 0;
-}
-
-/* The composition: the gil tells us when a thread blocks (waits for the GIL, enters a
-   blocking region) and when it runs again; in between it is in a GC-safe region. */
-static void OnBlock(void *data, uint64_t tid, int32_t reason)
-{
-    (void)data; (void)tid; (void)reason;
-    if (!M || HookDepth >= 8)
-        return;
-    /* The hook runs deep inside the gil, whose frames below the kernel's come and go
-       while the thread waits: record the kernel's frame (GilCall spilled its registers
-       there) as the lowest live stack address, not this hook's. */
-    HookStates[HookDepth++] = GilCallSP ? gc_safe_enter_sp(M, GilCallSP) : gc_safe_enter(M);
-}
-
-static void OnUnblock(void *data, uint64_t tid, int32_t reason)
-{
-    (void)data; (void)tid; (void)reason;
-    if (M && HookDepth > 0)
-        gc_safe_leave(M, HookStates[--HookDepth]);
 }
 
 /* An allocation the system cannot satisfy (a list of 10^11 entries): a GAP error, as
@@ -212,7 +190,13 @@ static void GasmanOutOfMemory(const char *what, size_t total)
 static void GasmanFatal(const char *what)
 {
     const char *e = gc_last_error();
-    fprintf(stderr, "minigap: %s failed: %s\n", what, e ? e : gil_last_error());
+    fprintf(stderr, "minigap: %s failed: %s\n", what, e ? e : gc_runtime_last_error());
+    abort();
+}
+
+static void GasmanRuntimeFatal(const char *what)
+{
+    fprintf(stderr, "minigap: %s failed: %s\n", what, gc_runtime_last_error());
     abort();
 }
 
@@ -224,9 +208,16 @@ static void GasmanInit(const mg_config *cfg)
     gcfg.verify = cfg->verify;
     if (cfg->min_interval)
         gcfg.min_interval = cfg->min_interval;
-    Heap = gc_heap_new(&gcfg);
-    if (!Heap)
-        GasmanFatal("gc_heap_new");
+    gc_runtime_config_t rcfg;
+    gc_runtime_config_default(&rcfg);
+    rcfg.gil_name = "minigap";
+    rcfg.switch_interval_us = cfg->switch_interval_us;
+    rcfg.conservative = cfg->conservative && !cfg->debug_skip_stopped_stacks_in_partial;
+    rcfg.scan_filter = OnlyMasterPointers;
+    Runtime = gc_runtime_new(&gcfg, &rcfg);
+    if (!Runtime)
+        GasmanRuntimeFatal("gc_runtime_new");
+    Heap = gc_runtime_heap(Runtime);
     MaxSmallBody = gc_max_internal_obj_size();
     MPtrType = gc_new_foreign_type(Heap, "MPtr", MarkMPtr, SweepMPtr, 1, 0);
     BodyType = gc_new_foreign_type(Heap, "Bag", NULL, NULL, 0, 0);
@@ -236,98 +227,52 @@ static void GasmanInit(const mg_config *cfg)
     if (gc_set_callback(Heap, GC_CB_ROOT_SCANNER, (void *)RootScanner, 1) < 0 ||
         gc_set_callback(Heap, GC_CB_PRE_GC, (void *)PreGC, 1) < 0)
         GasmanFatal("gc_set_callback");
-    if (cfg->conservative &&
+    if (cfg->conservative && cfg->debug_skip_stopped_stacks_in_partial &&
         gc_set_callback(Heap, GC_CB_TASK_SCANNER, (void *)TaskScanner, 1) < 0)
         GasmanFatal("gc_set_callback(task scanner)");
-    if (gil_new("minigap", cfg->switch_interval_us, &Gil) != GIL_OK)
-        GasmanFatal("gil_new");
-    if (gil_set_hooks(Gil, OnBlock, OnUnblock, NULL) != GIL_OK)
-        GasmanFatal("gil_set_hooks");
 }
 
 static int GasmanThreadAttach(void)
 {
-    M = gc_thread_attach(Heap);
+    M = gc_runtime_attach(Runtime, "minigap");
     if (!M) {
-        snprintf(ErrorMsg, sizeof ErrorMsg, "gc_thread_attach: %s", gc_last_error());
+        snprintf(ErrorMsg, sizeof ErrorMsg, "gc_runtime_attach: %s", gc_runtime_last_error());
         return -1;
     }
-    if (gil_attach(Gil, "minigap", NULL) != GIL_OK) {
-        snprintf(ErrorMsg, sizeof ErrorMsg, "gil_attach: %s", gil_last_error());
-        gc_thread_detach();
-        M = NULL;
-        return -1;
-    }
-    OutsideState = gc_safe_enter(M);
     return 0;
 }
 
 static void GasmanThreadDetach(void)
 {
-    gil_detach(Gil);
-    gc_safe_leave(M, OutsideState);
-    gc_thread_detach();
+    gc_runtime_detach(Runtime);
     M = NULL;
 }
 
-/* Calls into the gil through a frame that stays live while the gil blocks: its callee-
-   saved registers (which may hold the caller's bag references) are spilled into it and
-   its stack pointer is what the block hook records. */
-typedef int32_t (*GilFn)(gil_t *, void *);
-static __attribute__((noinline)) int32_t GilCall(GilFn fn, void *arg)
-{
-    __builtin_unwind_init();
-    void *sp;
-    __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
-    void *saved = GilCallSP;
-    GilCallSP = sp;
-    int32_t r = fn(Gil, arg);
-    GilCallSP = saved;
-    __asm__ volatile("" ::: "memory");
-    return r;
-}
-static int32_t GilAcquireFn(gil_t *g, void *arg) { return gil_acquire(g, (int32_t *)arg); }
-static int32_t GilPollFn(gil_t *g, void *arg) { (void)arg; return gil_poll(g); }
-
 static void GasmanEnter(void)
 {
-    int32_t acquired;
-    /* Still GC-safe while waiting: the hooks nest inside our own region. */
-    if (GilCall(GilAcquireFn, &acquired) != GIL_OK) {
-        fprintf(stderr, "minigap: gil_acquire: %s\n", gil_last_error());
-        abort();
-    }
-    gc_safe_leave(M, OutsideState);
+    /* GC-safe while waiting for the GIL */
+    if (gc_runtime_enter(Runtime) != GC_RUNTIME_OK)
+        GasmanRuntimeFatal("gc_runtime_enter");
 }
 
 static void GasmanLeave(void)
 {
-    OutsideState = gc_safe_enter(M);
-    gil_release(Gil, 1);
+    gc_runtime_leave(Runtime);
 }
 
 static void GasmanPoll(void)
 {
     if ((++PollCounter & 255) == 0)
-        GilCall(GilPollFn, NULL);
+        gc_runtime_poll(Runtime);
 }
 
-static __attribute__((noinline)) void GasmanBlockingSleep(uint64_t us)
+static void GasmanBlockingSleep(uint64_t us)
 {
-    int32_t token;
-    /* the blocking region lasts beyond gil_blocking_enter: keep this frame (with the
-       caller's registers spilled) as the live bottom of the stack until it ends */
-    __builtin_unwind_init();
-    void *sp;
-    __asm__ volatile("mov %%rsp, %0" : "=r"(sp));
-    void *saved = GilCallSP;
-    GilCallSP = sp;
-    gil_blocking_enter(Gil, &token);
+    /* the caller's frame and registers stay roots until the region ends */
+    gc_runtime_blocking_begin(Runtime);
     struct timespec ts = { (time_t)(us / 1000000), (long)(us % 1000000) * 1000 };
     nanosleep(&ts, NULL);
-    gil_blocking_leave(Gil, token);
-    GilCallSP = saved;
-    __asm__ volatile("" ::: "memory");
+    gc_runtime_blocking_end(Runtime);
 }
 
 static Bag NewBag(UInt tnum, UInt size)

@@ -11,8 +11,9 @@
 //! - `share/julia/julia-config.jl`: a marker file the script recognises;
 //! - `include/julia/{julia.h, julia_threads.h, julia_gcext.h, julia_version.h}` from
 //!   `gc-core/include/julia/`, over `julia_gcext_compat.h`;
-//! - `lib/libjulia.so`: gc-conservative's C library (which carries gc-core's C ABI),
-//!   built in release mode.
+//! - `lib/libjulia.so`: gc-runtime's C library (`libgc_runtime.so`, the composed
+//!   runtime: it carries gc-core's and gc-conservative's C ABI, which Julia clients use,
+//!   and the GIL and `gc_runtime_*`, which they do not), built in release mode.
 
 use crate::steps::{cargo, root};
 use anyhow::{bail, Context, Result};
@@ -38,14 +39,14 @@ pub fn header_sources() -> Vec<PathBuf> {
 /// earlier prefix there are replaced). Returns `dir`, absolute.
 pub fn make(dir: &Path) -> Result<PathBuf> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "gc-conservative", "--lib"]);
+    build.args(["build", "--release", "-p", "gc-runtime", "--lib"]);
     let status = build
         .status()
         .context("running cargo build for the prefix's library")?;
     if !status.success() {
-        bail!("cargo build --release -p gc-conservative failed ({status})");
+        bail!("cargo build --release -p gc-runtime failed ({status})");
     }
-    let lib = root().join("target/release/libgc_conservative.so");
+    let lib = root().join("target/release/libgc_runtime.so");
     write_prefix(dir, &lib)
 }
 
@@ -87,7 +88,8 @@ const JULIA_SCRIPT: &str = r#"#!/bin/sh
 # The julia of the runtime toolkit's Julia-compatibility prefix (cargo xtask
 # julia-prefix). It runs no Julia code: it answers the questions julia-gcext clients'
 # configure scripts ask (GAP's configure --with-gc=julia), so that they build against
-# gc-core and gc-conservative (lib/libjulia.so) with the headers in include/julia.
+# gc-core and gc-conservative (lib/libjulia.so, gc-runtime's library) with the headers
+# in include/julia.
 prefix=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)
 version=1.6.0-gccore
 config=

@@ -125,6 +125,14 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         .env("GIL_VALGRIND", "1");
     plan.push(("gil: C ABI program under valgrind", valgrind));
 
+    // gc-runtime: the C program (five threads, four blocked while another collects;
+    // misuse) under valgrind.
+    let mut runtime_valgrind = cargo();
+    runtime_valgrind
+        .args(["test", "-p", "gc-runtime", "--test", "it", "c_programs::"])
+        .env("GC_RUNTIME_VALGRIND", "1");
+    plan.push(("gc-runtime: C program under valgrind", runtime_valgrind));
+
     // minigap: a short run of the kernel in two threads under GC stress, under valgrind.
     let mut minigap_valgrind = cargo();
     minigap_valgrind

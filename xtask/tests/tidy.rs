@@ -365,7 +365,8 @@ fn missing_cited_paths(architecture: &str, exists: impl Fn(&str) -> bool) -> Vec
     missing
 }
 
-/// The folders of the workspace's members, as the root `Cargo.toml` lists them.
+/// The member folders of the workspace's root `Cargo.toml` (`members = [...]`), nested
+/// ones (`gc-conservative/runtime`) included.
 fn workspace_members(root_manifest: &str) -> Vec<String> {
     let Some(start) = root_manifest.find("members = [") else {
         return Vec::new();
@@ -407,12 +408,13 @@ fn workspace_members_are_read_from_the_root_manifest() {
     );
     // Every member, nested ones included, is found in the real workspace.
     let names: Vec<String> = workspace_manifests().into_iter().map(|(n, _)| n).collect();
-    for crate_name in ["gil-capi", "refbridge-capi", "ffi-support", "test-support"] {
+    for crate_name in ["gil-capi", "refbridge-capi", "ffi-support", "test-support", "gc-runtime"] {
         assert!(
             names.iter().any(|n| n == crate_name),
             "{crate_name} in {names:?}"
         );
     }
+    assert!(workspace_members("[workspace]\n").is_empty());
 }
 
 #[test]

@@ -18,10 +18,12 @@
 
 mod ffi;
 
-// The C kernel calls gc-core's, gc-conservative's and gil's C ABI (gil's is the gil-capi
-// crate): link the crates even though no Rust item of theirs is named here.
+// The C kernel calls gc-runtime's, gc-core's, gc-conservative's and gil's C ABI (gil's is
+// the gil-capi crate; the Boehm kernel calls it directly): link the crates even though no
+// Rust item of theirs is named here.
 extern crate gc_conservative;
 extern crate gc_core;
+extern crate gc_runtime;
 extern crate gil_capi;
 
 use std::any::Any;

@@ -1,0 +1,58 @@
+//! `include/gc_runtime.h` is generated from `src/capi.rs` by cbindgen and must match
+//! (`UPDATE_HEADERS=1 cargo test -p gc-runtime --test it headers` rewrites it), as
+//! gc-core's and gc-conservative's headers are: the API is defined in Rust, so the header
+//! is derived from it rather than written twice. The runtime calls gil's C ABI as gil-capi's
+//! Rust items (`src/gil_sys.rs`), so no declaration of it is written here.
+
+use std::path::PathBuf;
+
+fn crate_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn generate(exclude: Vec<String>, includes: Vec<String>) -> String {
+    let mut config = cbindgen::Config {
+        language: cbindgen::Language::C,
+        style: cbindgen::Style::Both,
+        usize_is_size_t: true,
+        includes,
+        ..Default::default()
+    };
+    config.export.exclude = exclude;
+    let mut out = Vec::new();
+    cbindgen::Builder::new()
+        .with_crate(crate_dir())
+        .with_config(config)
+        .generate()
+        .expect("cbindgen parses the crate")
+        .write(&mut out);
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn gc_runtime_h_is_generated_from_the_rust_side() {
+    // gil.h declares gil's items (src/gil_sys.rs re-exports gil-capi's).
+    let exclude: Vec<String> = [
+        "gil_t",
+        "gil_hook_fn",
+        "GIL_OK",
+        "GIL_ERR_SHUT_DOWN",
+        "GIL_ERR_STOPPED",
+    ]
+    .map(String::from)
+    .to_vec();
+    let body = generate(exclude, vec!["gc_core.h".into(), "gil.h".into()]);
+    let fresh = format!(
+        "/*\n * gc_runtime.h: a gc-core heap with conservative scanning of its threads and a GIL whose\n * blocking hooks enter and leave GC-safe regions. Generated from src/capi.rs by cbindgen;\n * do not edit (UPDATE_HEADERS=1 cargo test -p gc-runtime --test it headers). Link with\n * libgc_runtime, which also carries gc_core.h's, gc_conservative.h's and gil.h's API.\n */\n#ifndef GC_RUNTIME_H\n#define GC_RUNTIME_H\n\n{}\n#endif /* GC_RUNTIME_H */\n",
+        body.trim_end()
+    );
+    let path = crate_dir().join("include/gc_runtime.h");
+    if std::env::var_os("UPDATE_HEADERS").is_some() {
+        std::fs::write(&path, &fresh).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == fresh,
+        "include/gc_runtime.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-runtime --test it headers"
+    );
+}
