@@ -3,16 +3,16 @@
 //! index for external ones.
 
 use crate::index;
-use gc_core::{pagetable, ObjRef};
+use gc_core::{pagetable, HeapId, ObjRef};
 
-/// The internal object of heap `heap_id` that `p` points to the beginning, interior or
+/// The internal object of heap `heap` (a `&Heap` or its [`HeapId`]) that `p` points to the beginning, interior or
 /// one past the end of; `None` for everything else (free or never-used cells, the bytes
 /// of a page before its first object or after its last cell, header words past their
 /// first byte, pages of other heaps, unmapped or foreign memory). gc-core's
 /// [`pagetable::internal_object`], the one place that decides it.
 #[inline]
-pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    pagetable::internal_object(heap_id, p)
+pub fn internal_obj_base_ptr(heap: impl Into<HeapId>, p: usize) -> Option<ObjRef> {
+    pagetable::internal_object(heap.into(), p)
 }
 
 /// Like [`internal_obj_base_ptr`], and for external (big) objects of the heap too
@@ -22,11 +22,12 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// line, the scan was 25% slower; the flag test for pages waiting for their sweep had
 /// made it too big for the compiler's own choice).
 #[inline(always)]
-pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
+pub fn base_ptr(heap: impl Into<HeapId>, p: usize) -> Option<ObjRef> {
+    let heap_id = heap.into();
     let entry = match pagetable::leaf(p) {
         Some(leaf) => {
             let entry = leaf.entry(p);
-            if entry.owner() == heap_id as u64 {
+            if entry.owner() == heap_id.get() {
                 return leaf.object_in_page(entry, heap_id, p);
             }
             Some(entry)
@@ -49,6 +50,6 @@ pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// answered false (its type field still names the dead object's type). gc-core's
 /// [`pagetable::is_internal_cell`].
 #[inline]
-pub fn is_internal_obj_alloc(heap_id: usize, p: usize) -> bool {
-    pagetable::is_internal_cell(heap_id, p)
+pub fn is_internal_obj_alloc(heap: impl Into<HeapId>, p: usize) -> bool {
+    pagetable::is_internal_cell(heap.into(), p)
 }

@@ -2,6 +2,7 @@
 //! `large`. Each is one allocation from the system allocator with a 48-byte header in
 //! front of the usual header word, so its payload is 16-aligned like a pool object's.
 
+use crate::heap::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -54,7 +55,7 @@ impl BigHeader {
 /// that take an object from C, where a malloc'd, static or interior pointer would
 /// otherwise corrupt memory, and for the Rust API's safe functions that take an
 /// `ObjRef` (any address can be one).
-pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
+pub(crate) fn is_allocated_object(heap_id: HeapId, addr: usize) -> bool {
     if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
         return false;
     }
@@ -93,11 +94,11 @@ pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
     }
     // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
     let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
-    magic == BIG_MAGIC && heap == heap_id && crate::object::header_is_allocated(tag)
+    magic == BIG_MAGIC && heap == heap_id.word() && crate::object::header_is_allocated(tag)
 }
 
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
-pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
+pub(crate) fn alloc(size: usize, tag: usize, heap_id: HeapId) -> Option<ObjRef> {
     let size = size.checked_add(15)? & !15;
     let layout = BigHeader::layout(size)?;
     // SAFETY: the layout has non-zero size.
@@ -109,7 +110,7 @@ pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
     unsafe {
         (*p).size = size;
         (*p).magic = BIG_MAGIC;
-        (*p).heap_id = heap_id;
+        (*p).heap_id = heap_id.word();
         (*p).tag.store(tag, Ordering::Release);
     }
     ObjRef::from_addr(p as usize + BIG_HEADER)
@@ -120,10 +121,16 @@ pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
 /// # Safety
 /// `obj` was returned by `alloc`, is dead, and is freed once.
 pub(crate) unsafe fn free(obj: ObjRef) {
-    // SAFETY: forwarded from the caller.
-    let h = unsafe { BigHeader::of(obj) };
-    debug_assert_eq!(h.magic, BIG_MAGIC);
-    let layout = BigHeader::layout(h.size).expect("layout was valid at allocation");
+    let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
+    // SAFETY: forwarded from the caller: the header is ours until the dealloc below.
+    let size = unsafe {
+        debug_assert_eq!((*p).magic, BIG_MAGIC);
+        // A stale ObjRef of the freed object must not pass `is_allocated_object` while
+        // the memory still holds the old header (the allocator does not clear it).
+        (*p).magic = 0;
+        (*p).size
+    };
+    let layout = BigHeader::layout(size).expect("layout was valid at allocation");
     // SAFETY: allocated by `alloc` with this layout.
     unsafe { std::alloc::dealloc((obj.addr() - BIG_HEADER) as *mut u8, layout) };
 }

@@ -9,7 +9,7 @@
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};
-use crate::heap::{Heap, HeapConfig, Root};
+use crate::heap::{Heap, HeapConfig, HeapId, Root};
 use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
 use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
@@ -30,7 +30,7 @@ mod julia;
 pub struct gc_heap_t {
     heap: Heap,
     /// `heap.id()`, kept here so that lookups through the C ABI need one load for it.
-    id: usize,
+    id: HeapId,
 }
 
 impl gc_heap_t {
@@ -45,7 +45,7 @@ impl gc_heap_t {
     /// # Safety
     /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
     #[inline(always)]
-    pub unsafe fn id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<usize> {
+    pub unsafe fn id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<HeapId> {
         if p.is_null() {
             return heap_ref_null(what).map(|h| h.id());
         }
@@ -756,7 +756,7 @@ fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
     if h & !TAG_BITS != heap.datatype().as_obj().addr() {
         return Err(GcError::NotAType { addr });
     }
-    Ok(TypeRef(obj))
+    Ok(TypeRef::new(obj, heap.id()))
 }
 
 /// Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
@@ -792,7 +792,10 @@ pub unsafe extern "C" fn gc_alloc(
         let addr = ty as usize;
         if addr != 0 && local.type_cache.contains(&addr) {
             // SAFETY: cached types were validated; types live as long as their heap.
-            let t = TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() });
+            let t = TypeRef::new(
+                unsafe { ObjRef::from_addr(addr).unwrap_unchecked() },
+                ms.heap().id(),
+            );
             // SAFETY: ms is the calling thread's mutator.
             if let Some(obj) = unsafe { ms.alloc_fast::<false>(size, t) } {
                 return obj.as_ptr().cast();
@@ -819,7 +822,10 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
     let addr = ty as usize;
     let t = if addr != 0 && local.type_cache.contains(&addr) {
         // SAFETY: validated earlier; types live as long as their heap.
-        TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() })
+        TypeRef::new(
+            unsafe { ObjRef::from_addr(addr).unwrap_unchecked() },
+            ms.heap().id(),
+        )
     } else {
         match type_ref(ms, ty) {
             Ok(t) => {

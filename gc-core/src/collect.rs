@@ -25,7 +25,7 @@
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
-use crate::heap::{GcState, HeapInner};
+use crate::heap::{GcState, HeapId, HeapInner};
 use crate::mark::{Marker, Team};
 use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
@@ -125,7 +125,7 @@ pub(crate) fn collect(
     // SAFETY: the collecting thread's own register buffer; the others are stopped and
     // nothing reads it before the collection starts.
     save_registers(unsafe { &mut *me.head.regs.get() });
-    me.task.record_stop(&me.saved_registers());
+    me.record_stop();
     me.in_collection.store(true, Ordering::Relaxed);
     let (info, notify) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run(heap, me, &mutators, req, t0, time_to_safepoint)
@@ -678,7 +678,7 @@ struct SweepTotals {
 
 /// Runs the sweep function of every scheduled object found dead, exactly once.
 fn sweep_scheduled(
-    heap_id: usize,
+    heap_id: HeapId,
     gc: &mut GcState,
     full: bool,
     parity: usize,
@@ -697,7 +697,7 @@ fn sweep_scheduled(
         // SAFETY: h is a live header: its type is a live type object.
         let desc = unsafe { &*((h & !crate::object::TAG_BITS) as *const crate::types::TypeDesc) };
         match pagetable::lookup(obj.addr()) {
-            Some(page) if page.cell_layout().is_some() && page.owner() == heap_id => {
+            Some(page) if page.cell_layout().is_some() && page.is_owned_by(heap_id) => {
                 page.clear_sweep(obj.addr())
             }
             // SAFETY: a big object that is still allocated.

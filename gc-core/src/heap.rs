@@ -15,6 +15,67 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// A heap's identity: a serial number no other heap of the process has had or will
+/// have (so a handle that names a dropped heap never matches a later one), nonzero and
+/// below 2^40. It is also the owner id that page-table entries and big-object headers
+/// record.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[repr(transparent)]
+pub struct HeapId(u64);
+
+impl HeapId {
+    /// The serial number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The id as the machine word that page-table entries and big-object headers store.
+    #[inline(always)]
+    pub(crate) fn word(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id a page-table entry's nonzero owner word names.
+    #[inline(always)]
+    pub(crate) fn from_owner(owner: u64) -> HeapId {
+        debug_assert!(owner != 0);
+        HeapId(owner)
+    }
+
+    /// A fresh id, never handed out before.
+    fn next() -> HeapId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(id < 1 << 40, "heap ids exhausted");
+        HeapId(id)
+    }
+}
+
+impl From<&Heap> for HeapId {
+    fn from(heap: &Heap) -> HeapId {
+        heap.id()
+    }
+}
+
+impl std::fmt::Display for HeapId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "heap #{}", self.0)
+    }
+}
+
+/// The ids of the heaps that are alive. A heap's drop removes its id (under the write
+/// lock) before it frees anything its types own, so code holding the read lock with
+/// the id present may read the heap's type objects.
+static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
+    parking_lot::RwLock::new(std::collections::BTreeSet::new());
+
+/// Runs `f` while heap `id` cannot be dropped; `None` (without running `f`) if it has
+/// been. `f` must not create or drop a heap.
+pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
+    let live = LIVE_HEAPS.read();
+    live.contains(&id.0).then(f)
+}
+
 /// Tuning of a heap. All sizes in bytes.
 #[derive(Clone, Debug)]
 pub struct HeapConfig {
@@ -254,8 +315,8 @@ pub(crate) struct HeapInner {
     pub fin_panics: AtomicU64,
     datatype: AtomicUsize,
     weakref_type: AtomicUsize,
-    /// Unique for the process's lifetime (ids are addresses and can be reused).
-    serial: u64,
+    /// The heap's identity, never reused.
+    id: HeapId,
     /// Helper threads for parallel marking and lazy sweeping, started on first use.
     pub pool: Mutex<Option<crate::par::MarkPool>>,
 }
@@ -316,22 +377,24 @@ impl HeapInner {
         s.bytes_allocated += self.detached_bytes.load(Ordering::Relaxed);
     }
 
-    /// The heap's identity: its serial number (see `Heap::id`).
+    /// The heap's identity (see [`Heap::id`]).
     #[inline]
-    pub(crate) fn id(&self) -> usize {
-        self.serial as usize
+    pub(crate) fn id(&self) -> HeapId {
+        self.id
     }
 
     pub(crate) fn datatype(&self) -> TypeRef {
-        TypeRef(
+        TypeRef::new(
             ObjRef::from_addr(self.datatype.load(Ordering::Acquire)).expect("heap has a meta type"),
+            self.id,
         )
     }
 
     pub(crate) fn weakref_type(&self) -> TypeRef {
-        TypeRef(
+        TypeRef::new(
             ObjRef::from_addr(self.weakref_type.load(Ordering::Acquire))
                 .expect("heap has a weak-reference type"),
+            self.id,
         )
     }
 
@@ -420,7 +483,7 @@ impl HeapInner {
         let obj = unsafe { self.alloc_permanent(std::mem::size_of::<TypeDesc>(), meta)? };
         // SAFETY: the payload is ours, zeroed, 16-aligned and large enough.
         unsafe { (obj.as_ptr() as *mut TypeDesc).write(desc) };
-        let t = TypeRef(obj);
+        let t = TypeRef::new(obj, self.id);
         types.push(t);
         Ok(t)
     }
@@ -430,9 +493,10 @@ impl Heap {
     /// Creates a heap.
     pub fn new(config: HeapConfig) -> Result<Heap, GcError> {
         config.validate()?;
+        let id = HeapId::next();
         let inner = Arc::new(HeapInner {
             gc_flag: AtomicU32::new(0),
-            pages: Mutex::new(PageAlloc::new(0)),
+            pages: Mutex::new(PageAlloc::new(id)),
             world: Mutex::new(World {
                 mutators: Vec::new(),
                 collecting: false,
@@ -477,13 +541,9 @@ impl Heap {
             fin_panics: AtomicU64::new(0),
             datatype: AtomicUsize::new(0),
             weakref_type: AtomicUsize::new(0),
-            serial: {
-                static NEXT: AtomicU64 = AtomicU64::new(1);
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            },
+            id,
             pool: Mutex::new(None),
         });
-        *inner.pages.lock() = PageAlloc::new(inner.id());
         // The meta type: a type object whose type is itself.
         {
             let _w = inner.world.lock();
@@ -496,7 +556,7 @@ impl Heap {
             let hdr = unsafe { obj.header() };
             hdr.store(hdr.load(Ordering::Relaxed) | obj.addr(), Ordering::Release);
             inner.datatype.store(obj.addr(), Ordering::Release);
-            inner.types.lock().push(TypeRef(obj));
+            inner.types.lock().push(TypeRef::new(obj, inner.id));
         }
         // The type of weak-reference objects: one word the marker does not trace.
         let mut desc = TypeDesc::new(inner.id(), TypeKind::WeakRef, "WeakRef");
@@ -505,7 +565,8 @@ impl Heap {
         inner
             .weakref_type
             .store(weakref.as_obj().addr(), Ordering::Release);
-        tracing::debug!(heap = format_args!("{:#x}", inner.id()), "heap created");
+        LIVE_HEAPS.write().insert(inner.id.0);
+        tracing::debug!(heap = %inner.id, "heap created");
         Ok(Heap(inner))
     }
 
@@ -547,15 +608,9 @@ impl Heap {
         Ok(unsafe { Mutator::borrowed(ms) })
     }
 
-    /// The heap's identity (also the owner id reported by page queries): its serial
-    /// number, unique for the process's lifetime and below 2^40.
-    pub fn id(&self) -> usize {
-        self.0.id()
-    }
-
-    /// A number no other heap of this process has or will have.
-    pub fn serial(&self) -> u64 {
-        self.0.serial
+    /// The heap's identity: no other heap of this process has or will have it.
+    pub fn id(&self) -> HeapId {
+        self.0.id
     }
 
     /// The meta type: the type of every type object.
@@ -623,7 +678,7 @@ impl Heap {
         types
             .iter()
             .copied()
-            .find(|t| t.0.addr() == addr)
+            .find(|t| t.obj.addr() == addr)
             .ok_or(GcError::NotAType { addr })
     }
 
@@ -634,7 +689,10 @@ impl Heap {
     pub unsafe fn type_of(&self, obj: ObjRef) -> TypeRef {
         // SAFETY: forwarded.
         let h = unsafe { obj.header_bits() };
-        TypeRef(ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"))
+        TypeRef::new(
+            ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"),
+            self.0.id,
+        )
     }
 
     /// Panics unless `obj` is an allocated object of this heap. The safe functions that
@@ -917,7 +975,7 @@ impl Default for Heap {
 
 impl std::fmt::Debug for Heap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Heap({:#x})", self.0.id())
+        write!(f, "Heap({})", self.0.id)
     }
 }
 
@@ -975,9 +1033,12 @@ impl Drop for HeapInner {
             // SAFETY: the heap is gone: nothing can reach its big objects.
             unsafe { crate::big::free(obj) };
         }
+        // From here on no TypeRef of this heap reads its type object (the write lock
+        // waits for readers that found the heap alive).
+        LIVE_HEAPS.write().remove(&self.id.0);
         for t in self.types.get_mut().drain(..) {
             // SAFETY: type objects die with the heap; free what their descriptors own.
-            unsafe { (*(t.0.as_ptr() as *mut TypeDesc)).free_owned() };
+            unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };
         }
     }
 }

@@ -66,7 +66,7 @@ pub mod weak;
 
 pub use callbacks::{Callback, CallbackId, CallbackKind};
 pub use error::GcError;
-pub use heap::{Heap, HeapConfig, Root};
+pub use heap::{Heap, HeapConfig, HeapId, Root};
 pub use mark::Marker;
 pub use mutator::{Mutator, MutatorShared};
 pub use object::ObjRef;

@@ -36,7 +36,7 @@
 //! remembered set (otherwise a write barrier was missed).
 
 use crate::big::BigHeader;
-use crate::heap::HeapInner;
+use crate::heap::{HeapId, HeapInner};
 use crate::object::{
     header_is_allocated, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS,
 };
@@ -308,7 +308,7 @@ impl<'h> Marker<'h> {
     }
 
     /// The id of the heap being collected ([`crate::Heap::id`]).
-    pub fn heap_id(&self) -> usize {
+    pub fn heap_id(&self) -> HeapId {
         self.heap.id()
     }
 
@@ -526,7 +526,7 @@ impl<'h> Marker<'h> {
                     );
                     self.fast.marked += 1;
                     self.kept_for_finalizers += match pagetable::lookup(obj.addr()) {
-                        Some(page) if page.owner() == self.heap.id() => {
+                        Some(page) if page.is_owned_by(self.heap.id()) => {
                             page.cell_layout().map_or(0, |(cell, _)| cell)
                         }
                         // SAFETY: not in a pool page of ours: a live big object.

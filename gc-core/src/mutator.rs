@@ -211,10 +211,14 @@ impl MutatorShared {
         unsafe { &*self.heap }
     }
 
-    /// The registers saved when the thread last stopped.
+    /// The registers saved when the thread last stopped (at a safepoint, in a GC-safe
+    /// region or collecting): the copy its task keeps ([`Task::saved_registers`]), which
+    /// any thread may read at any time (atomically; while the thread runs it is the
+    /// previous stop's). The buffer the thread saves them into (`gc_tls_head_t`'s
+    /// `regs`, written by the thread itself, by the C ABI's assembly too) is never read
+    /// by another thread.
     pub fn saved_registers(&self) -> [usize; SAVED_REGS] {
-        // SAFETY: only read while the thread is stopped (by the collector) or by itself.
-        unsafe { *self.head.regs.get() }
+        self.task.saved_registers()
     }
 
     /// The thread's own stack.
@@ -227,8 +231,11 @@ impl MutatorShared {
         self.state.load(Ordering::Acquire) != RUNNING
     }
 
-    fn record_stop(&self) {
-        // SAFETY: the buffer belongs to this thread's mutator; we are that thread.
+    /// Copies the registers the calling thread (this mutator's) saved into its buffer
+    /// to its task, where other threads read them.
+    pub(crate) fn record_stop(&self) {
+        // SAFETY: the buffer belongs to this thread's mutator; we are that thread (the
+        // callers' contract: every caller runs on the mutator's own thread).
         let regs = unsafe { &*self.head.regs.get() };
         self.task.record_stop(regs);
     }
@@ -360,6 +367,12 @@ impl MutatorShared {
         size: usize,
         ty: TypeRef,
     ) -> Option<ObjRef> {
+        // The type's heap first: a type of another heap (or of a dropped one, whose
+        // object may be gone) is not read.
+        if ty.heap != self.heap().id() {
+            return None;
+        }
+        // SAFETY: a type of this thread's heap, which is alive (the mutator holds it).
         let desc = ty.desc();
         // SAFETY: we are the owning thread (caller's contract).
         let local = unsafe { &mut *self.local.get() };
@@ -370,7 +383,6 @@ impl MutatorShared {
         };
         if small
             && size >= desc.min_size
-            && desc.heap_id == self.heap().id()
             && local.countdown > 1
             && self.heap().gc_flag.load(Ordering::Relaxed) == 0
         {
@@ -400,7 +412,8 @@ impl MutatorShared {
             };
             // SAFETY: the header word of the cell we just took.
             unsafe {
-                (*((obj - HEADER_SIZE) as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release)
+                (*((obj - HEADER_SIZE) as *const AtomicUsize))
+                    .store(ty.obj.addr(), Ordering::Release)
             };
             // SAFETY: a pool that hands out cells holds their page.
             unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj, class);
@@ -443,10 +456,12 @@ impl MutatorShared {
         internal: bool,
     ) -> Result<ObjRef, GcError> {
         let heap = self.heap();
-        let desc = ty.desc();
-        if desc.heap_id != heap.id() {
-            return Err(GcError::NotAType { addr: ty.0.addr() });
+        if ty.heap != heap.id() {
+            return Err(GcError::NotAType {
+                addr: ty.obj.addr(),
+            });
         }
+        let desc = ty.desc();
         let name = || desc.name().to_string();
         if size == 0 {
             return Err(GcError::ZeroSize { type_name: name() });
@@ -523,7 +538,7 @@ impl MutatorShared {
             };
             if let Some(c) = cell {
                 // SAFETY: header of the cell we took.
-                unsafe { (*(c as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release) };
+                unsafe { (*(c as *const AtomicUsize)).store(ty.obj.addr(), Ordering::Release) };
                 pool.page
                     .expect("a pool with cells holds their page")
                     .set_allocated(c + HEADER_SIZE, class);
@@ -602,7 +617,7 @@ impl MutatorShared {
             crate::collect::collect(self, CollectionKind::Auto)?;
             heap.allocd.fetch_add(size, Ordering::Relaxed);
         }
-        let obj = big::alloc(size, ty.0.addr(), self.heap().id()).ok_or_else(|| {
+        let obj = big::alloc(size, ty.obj.addr(), self.heap().id()).ok_or_else(|| {
             GcError::OutOfMemory {
                 size,
                 reason: "the system allocator returned null".into(),
@@ -686,9 +701,10 @@ impl MutatorShared {
             });
         }
         // SAFETY: live object.
-        let ty = TypeRef(
+        let ty = TypeRef::new(
             ObjRef::from_addr(unsafe { obj.header_bits() } & !crate::object::TAG_BITS)
                 .expect("typed"),
+            heap.id(),
         );
         let desc = ty.desc();
         if !desc.sweep.is_some() || desc.kind != TypeKind::Foreign {
@@ -698,7 +714,7 @@ impl MutatorShared {
             });
         }
         let first = match pagetable::lookup(obj.addr()) {
-            Some(page) if page.owner() == heap.id() && page.cell_layout().is_some() => {
+            Some(page) if page.is_owned_by(heap.id()) && page.cell_layout().is_some() => {
                 page.schedule_sweep(obj.addr())
             }
             // SAFETY: a live object of ours outside the pools is a big object.
@@ -825,7 +841,7 @@ impl Mutator {
         }
         CURRENT.with(|c| c.set(Arc::as_ptr(&shared)));
         EXIT_DETACH.with(|g| *g.0.borrow_mut() = Some(shared.clone()));
-        tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread attached");
+        tracing::trace!(heap = %heap.id(), "thread attached");
         Ok(Mutator {
             shared,
             heap: heap.clone(),
@@ -1041,7 +1057,7 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
             }
         }
     });
-    tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread detached");
+    tracing::trace!(heap = %heap.id(), "thread detached");
 }
 
 impl SweepProc {

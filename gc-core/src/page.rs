@@ -8,6 +8,7 @@
 //! age bits of young objects and the "sweep function scheduled" bits, both indexed by
 //! 16-byte granule so that no division is needed to find them.
 
+use crate::heap::HeapId;
 use crate::object::{FREE_END, HEADER_SIZE};
 use crate::pagetable;
 use crate::sizeclass::{cells_per_page, div_magic, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
@@ -132,10 +133,19 @@ impl PageMeta {
         self.base
     }
 
-    /// Id of the heap that owns the page, or 0 if the page is free.
+    /// The heap that owns the page; `None` while the page is free.
     #[inline]
-    pub fn owner(&self) -> usize {
-        self.owner.load(Ordering::Acquire)
+    pub fn owner(&self) -> Option<HeapId> {
+        match self.owner.load(Ordering::Acquire) {
+            0 => None,
+            w => Some(HeapId::from_owner(w as u64)),
+        }
+    }
+
+    /// Whether the page is in use by heap `id`.
+    #[inline]
+    pub fn is_owned_by(&self, id: HeapId) -> bool {
+        self.owner.load(Ordering::Acquire) == id.word()
     }
 
     /// Cell size (header included) and size class, or `None` while the page is free.
@@ -203,8 +213,8 @@ impl PageMeta {
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        let owner = self.owner();
-        owner != 0 && pagetable::is_internal_object(owner, obj)
+        self.owner()
+            .is_some_and(|owner| pagetable::is_internal_object(owner, obj))
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the
@@ -264,7 +274,7 @@ impl PageMeta {
     /// # Safety
     /// The caller holds `owner`'s page lock and the page is free and not referenced by
     /// any allocator.
-    unsafe fn assign(&self, owner: usize, class: usize) {
+    unsafe fn assign(&self, owner: HeapId, class: usize) {
         // SAFETY: exclusive per the caller's contract.
         let st = unsafe { self.state() };
         st.held = false;
@@ -273,7 +283,7 @@ impl PageMeta {
         for w in self.sched.iter().chain(self.alloc().iter()) {
             w.store(0, Ordering::Relaxed);
         }
-        self.owner.store(owner, Ordering::Release);
+        self.owner.store(owner.word(), Ordering::Release);
         let layout = CELL_SIZES[class] as u64 | (class as u64) << 16;
         self.layout.store(layout, Ordering::Release);
         self.publish_info();
@@ -288,7 +298,7 @@ impl PageMeta {
             let layout = self.layout.load(Ordering::Acquire);
             let cell = (layout & 0xffff) as usize;
             let owner = self.owner();
-            slot.publish((cell != 0 && owner != 0).then(|| {
+            slot.publish(owner.filter(|_| cell != 0).map(|owner| {
                 let class = ((layout >> 16) & 0xff) as usize;
                 (owner, pagetable::pack_geom(cell, DIV_MAGIC[class]))
             }));
@@ -565,7 +575,7 @@ impl TriggerPlan {
 /// One heap's pages: chunks, free pages, pages with free cells per class, pages waiting
 /// for their sweep.
 pub(crate) struct PageAlloc {
-    owner: usize,
+    owner: HeapId,
     chunks: Vec<&'static Chunk>,
     free: Vec<&'static PageMeta>,
     partial: Vec<Vec<&'static PageMeta>>,
@@ -589,7 +599,7 @@ pub(crate) struct PageAlloc {
 }
 
 impl PageAlloc {
-    pub(crate) fn new(owner: usize) -> Self {
+    pub(crate) fn new(owner: HeapId) -> Self {
         PageAlloc {
             owner,
             chunks: Vec::new(),

@@ -26,6 +26,7 @@
 //! [`is_internal_cell`] are the workspace's one answer to "is this address an object of
 //! heap H".
 
+use crate::heap::HeapId;
 use crate::object::{header_is_allocated, is_dead, ObjRef, AGE, HEADER_SIZE, MARK};
 use crate::page::PageMeta;
 use crate::sizeclass::{FIRST_CELL, PAGE_SHIFT, PAGE_SIZE};
@@ -88,12 +89,11 @@ impl Entry {
     /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
     /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
     /// a free page keeps its last geometry.
-    pub(crate) fn publish(&self, in_use: Option<(usize, u64)>) {
+    pub(crate) fn publish(&self, in_use: Option<(HeapId, u64)>) {
         match in_use {
             Some((owner, geom)) => {
-                debug_assert!(owner != 0, "heap ids start at 1");
                 self.geom.store(geom, Ordering::Release);
-                self.owner.store(owner as u64, Ordering::Release);
+                self.owner.store(owner.get(), Ordering::Release);
             }
             None => self.owner.store(0, Ordering::Release),
         }
@@ -226,7 +226,7 @@ impl Leaf {
     /// (`object_in_changed_page`), so that a bit of the new state is never paired with a
     /// cell of the old.
     #[inline(always)]
-    pub fn object_in_page(self, entry: &Entry, heap_id: usize, p: usize) -> Option<ObjRef> {
+    pub fn object_in_page(self, entry: &Entry, heap_id: HeapId, p: usize) -> Option<ObjRef> {
         let bits = self.bitmaps();
         bits.prefetch(p);
         let geom = entry.geom();
@@ -281,7 +281,7 @@ fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
     if owner == 0 {
         return None;
     }
-    object_in_waiting_page(owner as usize, obj)
+    object_in_waiting_page(HeapId::from_owner(owner), obj)
 }
 
 /// [`Leaf::object_in_page`] for a page of heap `heap_id` waiting for its lazy sweep (or
@@ -302,7 +302,7 @@ fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
 /// sweep holds a new object, and the geometry read after the header has changed.
 #[cold]
 #[inline(never)]
-fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
+fn object_in_waiting_page(heap_id: HeapId, p: usize) -> Option<ObjRef> {
     // The caller found the leaf and its entry: found again.
     let leaf = leaf(p)?;
     let entry = leaf.entry(p);
@@ -310,7 +310,7 @@ fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
     loop {
         // The owner first (the caller compared it too, but this may be a second look):
         // a geometry read after it is at least as recent as the heap's layout.
-        if entry.owner() != heap_id as u64 {
+        if entry.owner() != heap_id.get() {
             return None;
         }
         let geom = entry.geom();
@@ -344,7 +344,7 @@ fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
         };
         // A page swept meanwhile (or released: its owner word changes too) is looked at
         // again.
-        if entry.geom() == geom && entry.owner() == heap_id as u64 {
+        if entry.geom() == geom && entry.owner() == heap_id.get() {
             return if live {
                 ObjRef::from_addr(first + start)
             } else {
@@ -468,10 +468,10 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
 /// ([`is_internal_object`], `PageMeta::is_allocated`) all go through
 /// [`Leaf::object_in_page`].
 #[inline]
-pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
+pub fn internal_object(heap_id: HeapId, p: usize) -> Option<ObjRef> {
     let leaf = leaf(p)?;
     let entry = leaf.entry(p);
-    if entry.owner() != heap_id as u64 {
+    if entry.owner() != heap_id.get() {
         return None;
     }
     leaf.object_in_page(entry, heap_id, p)
@@ -480,7 +480,7 @@ pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// Whether `addr` is the payload address of an allocated internal object of heap
 /// `heap_id` (see [`internal_object`]).
 #[inline]
-pub fn is_internal_object(heap_id: usize, addr: usize) -> bool {
+pub fn is_internal_object(heap_id: HeapId, addr: usize) -> bool {
     internal_object(heap_id, addr).is_some_and(|o| o.addr() == addr)
 }
 
@@ -492,12 +492,12 @@ pub fn is_internal_object(heap_id: usize, addr: usize) -> bool {
 /// the last collection found dead while its page waits for the lazy sweep is neither:
 /// its header still names the dead object's type, so it is answered false, as for
 /// memory that is no pool object at all (the answer the seed's guarantee allows).
-pub fn is_internal_cell(heap_id: usize, p: usize) -> bool {
+pub fn is_internal_cell(heap_id: HeapId, p: usize) -> bool {
     let Some(leaf) = leaf(p) else {
         return false;
     };
     let entry = leaf.entry(p);
-    if entry.owner() != heap_id as u64 {
+    if entry.owner() != heap_id.get() {
         return false;
     }
     loop {
