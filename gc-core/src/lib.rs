@@ -51,6 +51,7 @@ pub mod callbacks;
 pub mod capi;
 mod collect;
 pub mod error;
+mod geom;
 pub mod heap;
 pub mod mark;
 pub mod mutator;

@@ -20,16 +20,17 @@
 //! one cache miss, not two in a row.
 //!
 //! While a page waits for its lazy sweep, its bitmap still has the bits of the cells the
-//! last collection found dead; its entry's geometry word says so ([`GEOM_WAITING`]) and
+//! last collection found dead; its entry's geometry word says so ([`Geom::is_waiting`]) and
 //! carries the sweep's parameters, and a lookup that finds a cell's bit set there decides
 //! from the cell's header (`object_in_waiting_page`). [`internal_object`] and
 //! [`is_internal_cell`] are the workspace's one answer to "is this address an object of
 //! heap H".
 
+use crate::geom::Geom;
 use crate::heap::HeapId;
-use crate::object::{header_is_allocated, is_dead, ObjRef, AGE, HEADER_SIZE, MARK};
+use crate::object::{ObjRef, HEADER_SIZE};
 use crate::page::PageMeta;
-use crate::sizeclass::{FIRST_CELL, PAGE_SHIFT, PAGE_SIZE};
+use crate::sizeclass::PAGE_SHIFT;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const ADDR_BITS: usize = 48;
@@ -48,7 +49,7 @@ pub type AllocBits = [AtomicU64; ALLOC_WORDS];
 
 /// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
 /// (the owner while the page is in use; the cell size with its division magic, see
-/// [`pack_geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
+/// [`Geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
 /// and then only the page's allocation bitmap, with no table of its own.
 #[repr(C, align(32))]
 pub struct Entry {
@@ -73,95 +74,31 @@ impl Entry {
         unsafe { self.meta.load(Ordering::Acquire).as_ref() }
     }
 
-    /// The cell geometry of the page's last layout ([`pack_geom`]): published before the
-    /// owner word, so a lookup that read a heap's id as the owner reads a geometry at
-    /// least as recent as that heap's layout of the page.
+    /// The cell geometry of the page's last layout: published before the owner word, so
+    /// a lookup that read a heap's id as the owner reads a geometry at least as recent as
+    /// that heap's layout of the page.
     #[inline(always)]
-    pub fn geom(&self) -> u64 {
-        self.geom.load(Ordering::Acquire)
+    pub(crate) fn geom(&self) -> Geom {
+        Geom::from_word(self.geom.load(Ordering::Acquire))
     }
 
-    /// Replaces the geometry word alone (the page waits for its sweep: [`waiting_geom`]).
-    pub(crate) fn set_geom(&self, geom: u64) {
-        self.geom.store(geom, Ordering::Release);
+    /// Replaces the geometry word alone (the page waits for its sweep: [`Geom::waiting`]).
+    pub(crate) fn set_geom(&self, geom: Geom) {
+        self.geom.store(geom.word(), Ordering::Release);
     }
 
     /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
     /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
     /// a free page keeps its last geometry.
-    pub(crate) fn publish(&self, in_use: Option<(HeapId, u64)>) {
+    pub(crate) fn publish(&self, in_use: Option<(HeapId, Geom)>) {
         match in_use {
             Some((owner, geom)) => {
-                self.geom.store(geom, Ordering::Release);
+                self.geom.store(geom.word(), Ordering::Release);
                 self.owner.store(owner.get(), Ordering::Release);
             }
             None => self.owner.store(0, Ordering::Release),
         }
     }
-}
-
-/// Packs a cell size (header included, below 2^16) with its division magic
-/// ([`crate::sizeclass::div_magic`], below 2^32): magic in bits 0..32, cell size in bits
-/// 32..48. The bits above are clear: they are set only while the page waits for its lazy
-/// sweep ([`GEOM_WAITING`]).
-pub fn pack_geom(cell: usize, magic: u64) -> u64 {
-    debug_assert!(magic < 1 << 32 && cell < 1 << 16);
-    magic | (cell as u64) << 32
-}
-
-/// Set in a page's geometry word (bit 63) while the page waits for the lazy sweep of the
-/// last collection: its allocation bitmap still has the bits of the cells that
-/// collection found dead, so a lookup that finds a cell's bit set decides from the
-/// cell's header, with the sweep's parameters that the bits below carry (bit 62: the
-/// collection was full; bit 61: its old-mark parity; bit 60: the `MARK` bit of its
-/// young-marked state; bits 48..60: the low bits of the collection's number, so that a
-/// lookup that slept through two collections sees the word change). Published by
-/// `PageAlloc::begin_sweep` for every page it leaves to the sweep, with the world
-/// stopped; cleared when the page is swept, after its new bitmap is stored.
-pub const GEOM_WAITING: u64 = 1 << 63;
-const WAIT_FULL: u64 = 1 << 62;
-const WAIT_PARITY: u64 = 1 << 61;
-const WAIT_YOUNG_PARITY: u64 = 1 << 60;
-const WAIT_EPOCH_SHIFT: u32 = 48;
-const WAIT_EPOCH_MASK: u64 = 0xfff;
-
-/// The geometry word of a page of geometry `geom` ([`pack_geom`]) waiting for the sweep
-/// of a collection (`full`, old-mark `parity`, `young_marked` as in
-/// [`crate::object::is_dead`]; `epoch` its number).
-pub(crate) fn waiting_geom(
-    geom: u64,
-    full: bool,
-    parity: usize,
-    young_marked: usize,
-    epoch: u32,
-) -> u64 {
-    debug_assert!(geom < 1 << WAIT_EPOCH_SHIFT);
-    debug_assert!(parity & !MARK == 0 && young_marked & !(AGE | MARK) == 0);
-    let mut g = geom | GEOM_WAITING | (epoch as u64 & WAIT_EPOCH_MASK) << WAIT_EPOCH_SHIFT;
-    if full {
-        g |= WAIT_FULL;
-    }
-    if parity & MARK != 0 {
-        g |= WAIT_PARITY;
-    }
-    if young_marked & MARK != 0 {
-        g |= WAIT_YOUNG_PARITY;
-    }
-    g
-}
-
-/// Whether the allocated object with header word `h` is live on a page whose geometry
-/// word is the waiting `geom` (the sweep's rule, [`crate::object::is_dead`]).
-#[inline]
-fn live_in_waiting_page(h: usize, geom: u64) -> bool {
-    let parity = if geom & WAIT_PARITY != 0 { MARK } else { 0 };
-    let young_marked = AGE
-        | if geom & WAIT_YOUNG_PARITY != 0 {
-            MARK
-        } else {
-            0
-        };
-    header_is_allocated(h) && !is_dead(h, geom & WAIT_FULL != 0, parity, young_marked)
 }
 
 /// The entries of one GiB of pages (2 MiB).
@@ -217,7 +154,7 @@ impl Leaf {
     /// the entry's instead of following it. An index past the page's last cell needs no
     /// check of its own: it never has an allocation bit.
     ///
-    /// A page waiting for its sweep ([`GEOM_WAITING`], one compare on the geometry
+    /// A page waiting for its sweep ([`Geom::is_waiting`], one compare on the geometry
     /// already loaded, the fast path's only addition for it) goes to
     /// `object_in_waiting_page`, which also reads the cell's header. The geometry is read
     /// again after the bit: a page flagged as waiting or given another layout between the
@@ -230,31 +167,19 @@ impl Leaf {
         let bits = self.bitmaps();
         bits.prefetch(p);
         let geom = entry.geom();
-        if geom >= GEOM_WAITING {
+        if geom.is_waiting() {
             return object_in_waiting_page(heap_id, p);
         }
-        // Below GEOM_WAITING the bits above the cell size are clear (`pack_geom`).
-        let cell = (geom >> 32) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let off = p.checked_sub(first)?;
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        let start = idx * cell;
-        // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
-        // header word of the next cell.
-        if off - start > cell.wrapping_sub(HEADER_SIZE) {
-            return None;
-        }
-        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        if !allocated {
+        let (idx, obj) = geom.locate(p)?;
+        if !bits.is_set(p, idx) {
             return None;
         }
         if entry.geom() != geom {
             // Given the cell's start rather than `p`, which is then dead after the
             // offset's computation: the fast path keeps no more registers than before.
-            return object_in_changed_page(first + start, geom);
+            return object_in_changed_page(obj, geom);
         }
-        ObjRef::from_addr(first + start)
+        ObjRef::from_addr(obj)
     }
 }
 
@@ -271,11 +196,10 @@ impl Leaf {
 /// other heap, all while the looking thread stalls.)
 #[cold]
 #[inline(never)]
-fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
+fn object_in_changed_page(obj: usize, old: Geom) -> Option<ObjRef> {
     let entry = entry(obj)?;
     let owner = entry.owner();
-    let now = entry.geom();
-    if (now >> 32) & 0xffff != (old >> 32) & 0xffff {
+    if !entry.geom().same_cell(old) {
         return None;
     }
     if owner == 0 {
@@ -314,42 +238,30 @@ fn object_in_waiting_page(heap_id: HeapId, p: usize) -> Option<ObjRef> {
             return None;
         }
         let geom = entry.geom();
-        let cell = ((geom >> 32) & 0xffff) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let off = p.checked_sub(first)?;
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        let start = idx * cell;
-        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+        let (idx, obj) = geom.locate(p)?;
+        if !bits.is_set(p, idx) {
             return None;
         }
-        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        if !allocated {
-            return None;
-        }
-        let live = if geom >= GEOM_WAITING {
-            let hp = first + start - HEADER_SIZE;
+        let live = if geom.is_waiting() {
+            let hp = obj - HEADER_SIZE;
             // gc-core writes header words atomically, except when it zeroes a recycled
             // free page for reuse (`PageAlloc::grant`, a memset after the page's new
             // geometry is published): a lookup meets that only if it stalls here from
             // before the page's sweep until the page was released and given out
             // again; whatever word it reads, the geometry it reads next is the new one
             // (x86-64 makes stores visible in order) and it looks again.
-            // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
-            // a pool page (its entry names an owner), never unmapped.
+            // SAFETY: `locate` gave a cell of the page of `p` (at or below `p`), so `hp`
+            // is a cell header inside that page, a pool page (its entry names an
+            // owner), never unmapped.
             let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
-            live_in_waiting_page(h, geom)
+            geom.live_while_waiting(h)
         } else {
             true
         };
         // A page swept meanwhile (or released: its owner word changes too) is looked at
         // again.
         if entry.geom() == geom && entry.owner() == heap_id.get() {
-            return if live {
-                ObjRef::from_addr(first + start)
-            } else {
-                None
-            };
+            return if live { ObjRef::from_addr(obj) } else { None };
         }
     }
 }
@@ -367,6 +279,12 @@ impl Bitmaps {
     pub fn alloc_word(self, addr: usize, idx: usize) -> &'static AtomicU64 {
         &self.0
             [((addr >> 10) & ((LEAF_ENTRIES - 1) * ALLOC_WORDS)) | ((idx >> 6) & (ALLOC_WORDS - 1))]
+    }
+
+    /// Whether the allocation bit of cell `idx` of the page that contains `addr` is set.
+    #[inline(always)]
+    pub fn is_set(self, addr: usize, idx: usize) -> bool {
+        self.alloc_word(addr, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
     }
 
     /// Asks the processor to start loading the first cache line of the allocation bitmap
@@ -502,18 +420,10 @@ pub fn is_internal_cell(heap_id: HeapId, p: usize) -> bool {
     }
     loop {
         let geom = entry.geom();
-        let cell = ((geom >> 32) & 0xffff) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let Some(off) = p.checked_sub(first) else {
+        let Some(idx) = geom.start_index(p) else {
             return false;
         };
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        if idx * cell != off || FIRST_CELL + (idx + 1) * cell > PAGE_SIZE {
-            return false;
-        }
-        let allocated =
-            leaf.bitmaps().alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
+        let allocated = leaf.bitmaps().is_set(p, idx);
         let answer = !allocated || leaf.object_in_page(entry, heap_id, p).is_some();
         // A page swept or laid out again meanwhile: look again.
         if entry.geom() == geom {
