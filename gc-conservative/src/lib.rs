@@ -6,7 +6,7 @@
 //! system with raw pointers in its stack frames (GAP) can use the collector.
 //!
 //! - [`internal_obj_base_ptr`] / [`is_internal_obj_alloc`]: the seed's lookups, O(1)
-//!   through gc-core's page table (`gc_core::pagetable::internal_object`, the one place
+//!   through gc-core's page table ([`gc_core::internal_object`], the one place
 //!   that decides); free cells are never reported, nor the cells of objects the last
 //!   collection found dead while their page waits for its lazy sweep.
 //! - [`base_ptr`]: the same for external (big) objects too, through an address-ordered
@@ -37,10 +37,10 @@
 //!
 //! The C ABI (`include/gc_conservative.h`, and the seed's `jl_gc_enable_conservative_scanning`,
 //! `jl_gc_internal_obj_base_ptr`, `jl_gc_is_internal_obj_alloc` declared in gc-core's
-//! `julia_gcext_compat.h`) is in [`capi`]; this crate's `libgc_conservative.so`/`.a` also
+//! `julia_gcext_compat.h`) is in `capi.rs`; this crate's `libgc_conservative.so`/`.a` also
 //! carries gc-core's whole C ABI, so a C client links one library and has one heap.
 
-pub mod capi;
+mod capi;
 mod index;
 mod lookup;
 mod scan;

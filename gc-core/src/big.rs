@@ -23,7 +23,7 @@ pub(crate) struct BigHeader {
     pub tag: AtomicUsize,
 }
 
-const BIG_MAGIC: usize = 0x000B_160B_1EC7;
+pub(crate) const BIG_MAGIC: usize = 0x000B_160B_1EC7;
 /// Bytes in front of the payload.
 pub(crate) const BIG_HEADER: usize = std::mem::size_of::<BigHeader>();
 const _: () = assert!(BIG_HEADER % 16 == 0 && BIG_HEADER == 48);
@@ -46,55 +46,6 @@ impl BigHeader {
     fn layout(size: usize) -> Option<Layout> {
         Layout::from_size_align(BIG_HEADER.checked_add(size)?, 16).ok()
     }
-}
-
-/// Whether `addr` is an allocated object of heap `heap_id`: the start of an allocated
-/// cell of one of its pool pages, or, outside every pool page, a big object (its
-/// bookkeeping header's magic and an allocated header word, read through the kernel so
-/// that unmapped memory in front of `addr` is an answer, not a fault). For entry points
-/// that take an object from C, where a malloc'd, static or interior pointer would
-/// otherwise corrupt memory, and for the Rust API's safe functions that take an
-/// `ObjRef` (any address can be one).
-pub(crate) fn is_allocated_object(heap_id: HeapId, addr: usize) -> bool {
-    if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
-        return false;
-    }
-    if crate::pagetable::lookup(addr).is_some() {
-        // A pool page (of this heap, another or none) holds no big object.
-        return crate::pagetable::is_internal_object(heap_id, addr);
-    }
-    // The bookkeeping header in front of `addr`, copied by the kernel: memory that is not
-    // mapped (or, under valgrind, not ours) is then a failed read, not a fault.
-    let mut buf = [0usize; BIG_HEADER / 8];
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: BIG_HEADER,
-    };
-    let remote = libc::iovec {
-        iov_base: (addr - BIG_HEADER) as *mut libc::c_void,
-        iov_len: BIG_HEADER,
-    };
-    // SAFETY: the kernel writes at most BIG_HEADER bytes into `buf`, which has that size;
-    // the remote range is only read, and a bad one fails with EFAULT.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n != BIG_HEADER as isize {
-        if n >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
-            return false;
-        }
-        // The call itself is not available (a seccomp filter): read directly, trusting
-        // that the memory in front of an address handed to us as an object is mapped.
-        // SAFETY: as stated; the words are plain integers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (addr - BIG_HEADER) as *const usize,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-    }
-    // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
-    let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
-    magic == BIG_MAGIC && heap == heap_id.word() && crate::object::header_is_allocated(tag)
 }
 
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
@@ -150,7 +101,7 @@ pub(crate) unsafe fn size(obj: ObjRef) -> usize {
 /// # Safety
 /// `obj` is a live object of some heap.
 pub(crate) unsafe fn object_capacity(obj: ObjRef) -> usize {
-    match crate::pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
+    match crate::lookup::page_of(obj.addr()).and_then(|p| p.cell_layout()) {
         Some((cell, _)) => cell - HEADER_SIZE,
         // SAFETY: a live object outside the pools is a big object.
         None => unsafe { size(obj) },

@@ -54,27 +54,6 @@ impl gc_heap_t {
     }
 }
 
-impl gc_heap_t {
-    /// The Rust heap behind a C heap pointer; sets the last error for NULL.
-    ///
-    /// # Safety
-    /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
-    #[inline(always)]
-    pub unsafe fn from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
-        heap_ref(p, what)
-    }
-}
-
-/// Runs `f` with the marker of the collection the calling thread is running, if `m` is
-/// its own mutator and it is marking; otherwise sets the last error and returns `None`.
-pub fn with_active_marker<R>(
-    m: *mut gc_mutator_t,
-    what: &'static str,
-    f: impl FnOnce(&mut Marker<'_>) -> R,
-) -> Option<R> {
-    active_marker(m, what).map(f)
-}
-
 /// A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
 #[repr(C)]
 pub struct gc_mutator_t {
@@ -534,7 +513,11 @@ fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) ->
 }
 
 #[inline(always)]
-fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+pub(crate) unsafe fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
     if heap.is_null() {
         return heap_ref_null(what);
     }
@@ -555,7 +538,8 @@ fn heap_ref_null<'a>(what: &str) -> Option<&'a Heap> {
 /// `heap` is null or a live heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_thread_attach(heap: *mut gc_heap_t) -> *mut gc_mutator_t {
-    let Some(heap) = heap_ref(heap, "gc_thread_attach") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_thread_attach") }) else {
         return std::ptr::null_mut();
     };
     match heap.attach() {
@@ -590,7 +574,11 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
 /// Checks that `m` is the calling thread's own, attached mutator: without a
 /// thread-local lookup (costly in a shared library) when it is.
 #[inline(always)]
-fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let ms = m as *const MutatorShared;
     if !ms.is_null() {
         // The owning thread is always compared (one load of the thread pointer): a
@@ -633,7 +621,11 @@ pub extern "C" fn gc_max_internal_obj_size() -> usize {
     crate::max_internal_obj_size()
 }
 
-fn c_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
     if s.is_null() {
         set_error(format!("{what}: name is NULL"));
         return None;
@@ -663,10 +655,12 @@ pub unsafe extern "C" fn gc_new_foreign_type(
     haspointers: c_int,
     large: c_int,
 ) -> *mut c_void {
-    let Some(heap) = heap_ref(heap, "gc_new_foreign_type") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_foreign_type") }) else {
         return std::ptr::null_mut();
     };
-    let Some(name) = c_str(name, "gc_new_foreign_type") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(name) = (unsafe { c_str(name, "gc_new_foreign_type") }) else {
         return std::ptr::null_mut();
     };
     if in_collection() {
@@ -706,10 +700,12 @@ pub unsafe extern "C" fn gc_new_layout_type(
     offsets: *const u32,
     n: usize,
 ) -> *mut c_void {
-    let Some(heap) = heap_ref(heap, "gc_new_layout_type") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_layout_type") }) else {
         return std::ptr::null_mut();
     };
-    let Some(name) = c_str(name, "gc_new_layout_type") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(name) = (unsafe { c_str(name, "gc_new_layout_type") }) else {
         return std::ptr::null_mut();
     };
     if n > 0 && offsets.is_null() {
@@ -744,10 +740,14 @@ fn in_collection() -> bool {
 
 /// Resolves a C type pointer against the mutator's heap: O(1) via the page table (a
 /// type is an allocated pool object whose own type is the meta type).
-fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
     let addr = ty as usize;
     let heap = m.heap();
-    if !crate::pagetable::is_internal_object(heap.id(), addr) {
+    if !crate::lookup::is_internal_object(heap.id(), addr) {
         return Err(GcError::NotAType { addr });
     }
     let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;
@@ -814,7 +814,8 @@ pub unsafe extern "C" fn gc_alloc(
 #[cold]
 #[inline(never)]
 unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *mut c_void {
-    let Some(ms) = mutator_ref(m, "gc_alloc") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_alloc") }) else {
         return std::ptr::null_mut();
     };
     // SAFETY: ms is the calling thread's mutator: its local state is ours.
@@ -827,7 +828,8 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
             ms.heap().id(),
         )
     } else {
-        match type_ref(ms, ty) {
+        // SAFETY: `ms` is the calling thread's mutator; the type pointer is only looked up.
+        match unsafe { type_ref(ms, ty) } {
             Ok(t) => {
                 local.type_cache.rotate_right(1);
                 local.type_cache[0] = addr;
@@ -855,7 +857,8 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_collect") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_collect") }) else {
         return -1;
     };
     let kind = match kind {
@@ -880,7 +883,8 @@ pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int 
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
-    if let Some(ms) = mutator_ref(m, "gc_safepoint") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_safepoint") } {
         ms.safepoint();
     }
 }
@@ -926,7 +930,8 @@ pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 }
 
 extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
-    let Some(ms) = mutator_ref(m, "gc_safe_enter") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter") }) else {
         return -1;
     };
     #[cfg(not(target_arch = "x86_64"))]
@@ -948,7 +953,8 @@ extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
 /// `m` is null or a mutator pointer; `sp` satisfies the above.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void) -> i8 {
-    let Some(ms) = mutator_ref(m, "gc_safe_enter_sp") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter_sp") }) else {
         return -1;
     };
     let here = 0usize;
@@ -975,7 +981,8 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_leave(m: *mut gc_mutator_t, state: i8) {
-    let Some(ms) = mutator_ref(m, "gc_safe_leave") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_leave") }) else {
         return;
     };
     let state = match state {
@@ -1008,7 +1015,8 @@ pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child:
     if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
         return;
     }
-    if let Some(ms) = mutator_ref(m, "gc_wb") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_wb") } {
         // SAFETY: calling thread's mutator; live object.
         unsafe { ms.remember(p, h) };
     }
@@ -1028,7 +1036,8 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
     if h & (OLD | REMEMBERED) != OLD {
         return;
     }
-    if let Some(ms) = mutator_ref(m, "gc_wb_back") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_wb_back") } {
         // SAFETY: as above.
         unsafe { ms.remember(p, h) };
     }
@@ -1041,7 +1050,8 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_schedule_sweep") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_schedule_sweep") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1055,8 +1065,16 @@ pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_voi
     }
 }
 
-fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
-    let head = marking_head(m, what)?;
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+pub(crate) unsafe fn active_marker<'a>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+) -> Option<&'a mut Marker<'a>> {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let head = (unsafe { marking_head(m, what) })?;
     let p = head.marker.load(Ordering::Acquire) as *mut Marker<'a>;
     if p.is_null() {
         set_error(GcError::NotMarking { what });
@@ -1070,7 +1088,11 @@ fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut
 /// The `ptls` of a thread that may be marking: the calling thread's attached mutator, or
 /// the calling collector helper thread's record.
 #[inline]
-fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsHead> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsHead> {
     let head = m as *const TlsHead;
     if !head.is_null() {
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
@@ -1092,7 +1114,8 @@ fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsH
         }
     }
     if crate::mark::helper_ptls().is_null() {
-        mutator_ref(m, what).map(|ms| &ms.head)
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        (unsafe { mutator_ref(m, what) }).map(|ms| &ms.head)
     } else {
         set_error(format!(
             "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
@@ -1139,7 +1162,8 @@ pub unsafe extern "C" fn gc_mark_queue_obj(m: *mut gc_mutator_t, obj: *mut c_voi
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
         return 0;
     };
-    match active_marker(m, "gc_mark_queue_obj") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    match unsafe { active_marker(m, "gc_mark_queue_obj") } {
         // SAFETY: a live object of the marker's heap (the caller's contract).
         Some(mk) => (unsafe { mk.queue(o) }) as c_int,
         None => 0,
@@ -1166,7 +1190,8 @@ pub unsafe extern "C" fn gc_mark_queue_objarray(
         set_error("gc_mark_queue_objarray: objs is NULL");
         return;
     }
-    if let Some(mk) = active_marker(m, "gc_mark_queue_objarray") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(mk) = unsafe { active_marker(m, "gc_mark_queue_objarray") } {
         // SAFETY: the caller guarantees the array is inside the parent.
         unsafe { mk.queue_array(p, objs as *const Option<ObjRef>, n) };
     }
@@ -1223,7 +1248,8 @@ pub unsafe extern "C" fn gc_set_callback(
     f: *mut c_void,
     enable: c_int,
 ) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_callback") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_callback") }) else {
         return -1;
     };
     if f.is_null() {
@@ -1251,7 +1277,8 @@ pub unsafe extern "C" fn gc_set_callback(
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_callback_count") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_callback_count") }) else {
         return -1;
     };
     let k = match kind {
@@ -1276,7 +1303,8 @@ pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) ->
 /// `heap` null or live; `obj` a live object of it.
 #[no_mangle]
 pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> *mut gc_root_t {
-    let Some(heap) = heap_ref(heap, "gc_root_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_root_new") }) else {
         return std::ptr::null_mut();
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1328,7 +1356,8 @@ pub unsafe extern "C" fn gc_register_task(
     lo: *mut c_void,
     hi: *mut c_void,
 ) -> *mut gc_task_t {
-    let Some(heap) = heap_ref(heap, "gc_register_task") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_register_task") }) else {
         return std::ptr::null_mut();
     };
     // SAFETY: the C contract of gc_register_task: [lo, hi) stays mapped while registered.
@@ -1344,7 +1373,8 @@ pub unsafe extern "C" fn gc_register_task(
 /// `heap` null or live; `task` anything (it is looked up).
 #[no_mangle]
 pub unsafe extern "C" fn gc_unregister_task(heap: *mut gc_heap_t, task: *mut gc_task_t) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_unregister_task") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_unregister_task") }) else {
         return -1;
     };
     let Some(t) = heap.task_from_addr(task as usize) else {
@@ -1422,7 +1452,8 @@ pub extern "C" fn gc_current_task() -> *mut gc_task_t {
 /// `heap` null or live; `out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_stats") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_stats") }) else {
         return -1;
     };
     if out.is_null() {
@@ -1461,7 +1492,8 @@ pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) ->
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_stress") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_stress") }) else {
         return -1;
     };
     match heap.set_stress((every != 0).then_some(every)) {
@@ -1476,7 +1508,8 @@ pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_in
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_verify") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_verify") }) else {
         return -1;
     };
     heap.set_verify(on != 0);
@@ -1553,8 +1586,16 @@ pub type gc_finalizer_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
 pub type gc_notify_t = Option<unsafe extern "C" fn(data: *mut c_void)>;
 
 /// The calling thread's mutator, checked, running managed code and outside a collection.
-fn running_mutator<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
-    let ms = mutator_ref(m, what)?;
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn running_mutator<'a>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+) -> Option<&'a MutatorShared> {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let ms = (unsafe { mutator_ref(m, what) })?;
     if ms.in_collection.load(Ordering::Relaxed) {
         set_error(format!("{what}: {}", GcError::DuringCollection { what }));
         return None;
@@ -1576,7 +1617,8 @@ pub unsafe extern "C" fn gc_weakref_new(
     m: *mut gc_mutator_t,
     obj: *mut c_void,
 ) -> *mut gc_weakref_t {
-    let Some(ms) = mutator_ref(m, "gc_weakref_new") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_new") }) else {
         return std::ptr::null_mut();
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1613,7 +1655,8 @@ pub unsafe extern "C" fn gc_weakref_set(
     wr: *mut gc_weakref_t,
     obj: *mut c_void,
 ) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_weakref_set") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_set") }) else {
         return -1;
     };
     let Some(w) = ObjRef::from_ptr(wr.cast()) else {
@@ -1635,7 +1678,8 @@ pub unsafe extern "C" fn gc_weakref_set(
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weakref_type(heap: *mut gc_heap_t) -> *mut c_void {
-    match heap_ref(heap, "gc_weakref_type") {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    match unsafe { heap_ref(heap, "gc_weakref_type") } {
         Some(h) => h.weak_ref_type().as_obj().as_ptr().cast(),
         None => std::ptr::null_mut(),
     }
@@ -1651,7 +1695,8 @@ pub unsafe extern "C" fn gc_weak_handle_new(
     heap: *mut gc_heap_t,
     obj: *mut c_void,
 ) -> *mut gc_weak_handle_t {
-    let Some(heap) = heap_ref(heap, "gc_weak_handle_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_weak_handle_new") }) else {
         return std::ptr::null_mut();
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1706,7 +1751,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
     obj: *mut c_void,
     f: gc_finalizer_t,
 ) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_add_finalizer") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_add_finalizer") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1733,7 +1779,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_finalize") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_finalize") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1752,7 +1799,8 @@ pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> 
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_run_finalizers") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_run_finalizers") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1768,7 +1816,8 @@ pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_run_all_finalizers") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_run_all_finalizers") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1784,7 +1833,8 @@ pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, on: c_int) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_set_finalizers_at_safepoints") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_set_finalizers_at_safepoints") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1798,7 +1848,8 @@ pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, o
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
-    heap_ref(heap, "gc_pending_finalizers").map_or(0, |h| h.pending_finalizers())
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    (unsafe { heap_ref(heap, "gc_pending_finalizers") }).map_or(0, |h| h.pending_finalizers())
 }
 
 /// A new reference queue of `heap` (phantom semantics: a registered object's token is
@@ -1808,7 +1859,8 @@ pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_refqueue_new(heap: *mut gc_heap_t) -> *mut gc_refqueue_t {
-    let Some(heap) = heap_ref(heap, "gc_refqueue_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_refqueue_new") }) else {
         return std::ptr::null_mut();
     };
     Box::into_raw(Box::new(gc_refqueue_t {
@@ -1923,7 +1975,8 @@ pub unsafe extern "C" fn gc_is_marked(m: *mut gc_mutator_t, obj: *mut c_void) ->
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
         return 0;
     };
-    match active_marker(m, "gc_is_marked") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    match unsafe { active_marker(m, "gc_is_marked") } {
         // SAFETY: a live object of the marker's heap (the caller's contract).
         Some(mk) => (unsafe { mk.is_marked(o) }) as c_int,
         None => 0,
@@ -2021,7 +2074,8 @@ fn is_symbol(sym: *const jl_sym_t, what: &str) -> bool {
 /// `name` null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
-    let Some(s) = c_str(name, "jl_symbol") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(s) = (unsafe { c_str(name, "jl_symbol") }) else {
         return std::ptr::null_mut();
     };
     let mut table = SYMBOLS.lock();

@@ -32,7 +32,6 @@ use crate::object::{
     header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
 use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
-use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::stats::CollectionInfo;
@@ -696,7 +695,7 @@ fn sweep_scheduled(
         }
         // SAFETY: h is a live header: its type is a live type object.
         let desc = unsafe { &*((h & !crate::object::TAG_BITS) as *const crate::types::TypeDesc) };
-        match pagetable::lookup(obj.addr()) {
+        match crate::lookup::page_of(obj.addr()) {
             Some(page) if page.cell_layout().is_some() && page.is_owned_by(heap_id) => {
                 page.clear_sweep(obj.addr())
             }

@@ -710,7 +710,7 @@ impl Heap {
 
     /// [`Heap::assert_object`]'s check as an error, for the C entry points.
     pub(crate) fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
-        if crate::big::is_allocated_object(self.id(), obj.addr()) {
+        if crate::lookup::is_object(self.id(), obj.addr()) {
             Ok(())
         } else {
             Err(GcError::NotAnObject {

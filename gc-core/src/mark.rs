@@ -40,7 +40,6 @@ use crate::heap::{HeapId, HeapInner};
 use crate::object::{
     header_is_allocated, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS,
 };
-use crate::pagetable;
 use crate::par::{MarkPool, Termination};
 use crate::types::{MarkProc, TypeDesc, TypeKind};
 use crossbeam_deque::{Steal, Stealer, Worker};
@@ -525,7 +524,7 @@ impl<'h> Marker<'h> {
                         Ordering::Relaxed,
                     );
                     self.fast.marked += 1;
-                    self.kept_for_finalizers += match pagetable::lookup(obj.addr()) {
+                    self.kept_for_finalizers += match crate::lookup::page_of(obj.addr()) {
                         Some(page) if page.is_owned_by(self.heap.id()) => {
                             page.cell_layout().map_or(0, |(cell, _)| cell)
                         }
@@ -1095,8 +1094,8 @@ impl<'h> Marker<'h> {
         let a = obj.addr();
         let ok = if a % 16 != 0 {
             false
-        } else if pagetable::lookup(a).is_some() {
-            pagetable::is_internal_object(self.heap.id(), a)
+        } else if crate::lookup::page_of(a).is_some() {
+            crate::lookup::is_internal_object(self.heap.id(), a)
         } else {
             self.big_set.as_ref().is_some_and(|s| s.contains(&a)) && {
                 // SAFETY: a registered big object of this heap is live.

@@ -19,7 +19,6 @@ use crate::heap::{Heap, HeapInner, World};
 use crate::mark::TlsHead;
 use crate::object::{ObjRef, FREE_END, HEADER_SIZE, OLD, REMEMBERED};
 use crate::page::PageMeta;
-use crate::pagetable;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
 use crate::stats::CollectionInfo;
 use crate::task::{current_thread_stack, Task};
@@ -176,7 +175,7 @@ unsafe impl Send for MutatorShared {}
 /// the thread is stopped. It writes only into `buf` (a raw pointer is not accepted):
 ///
 /// ```compile_fail,E0308
-/// gc_core::mutator::save_registers(std::ptr::null_mut());
+/// gc_core::save_registers(std::ptr::null_mut());
 /// ```
 #[inline(always)]
 pub fn save_registers(buf: &mut [usize; SAVED_REGS]) {
@@ -694,7 +693,7 @@ impl MutatorShared {
     /// Owning thread; `obj` is a live object of this heap.
     pub(crate) unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
         let heap = self.heap();
-        if !crate::big::is_allocated_object(heap.id(), obj.addr()) {
+        if !crate::lookup::is_object(heap.id(), obj.addr()) {
             return Err(GcError::NotAnObject {
                 what: "schedule_sweep",
                 addr: obj.addr(),
@@ -713,7 +712,7 @@ impl MutatorShared {
                 type_name: desc.name().into(),
             });
         }
-        let first = match pagetable::lookup(obj.addr()) {
+        let first = match crate::lookup::page_of(obj.addr()) {
             Some(page) if page.is_owned_by(heap.id()) && page.cell_layout().is_some() => {
                 page.schedule_sweep(obj.addr())
             }

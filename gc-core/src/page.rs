@@ -204,7 +204,7 @@ impl PageMeta {
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
         self.owner()
-            .is_some_and(|owner| pagetable::is_internal_object(owner, obj))
+            .is_some_and(|owner| crate::lookup::is_internal_object(owner, obj))
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the

@@ -374,72 +374,6 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
     }
 }
 
-/// The internal (pool) object of heap `heap_id` that `p` points to the beginning,
-/// interior or one past the end of; `None` for everything else (free or never-used
-/// cells, the bytes of a page before its first payload or after its last cell, header
-/// words past their first byte, pages of other heaps or free ones, addresses no pool
-/// page was ever registered at). Any `p` is accepted, from any thread, at any time,
-/// without a lock.
-///
-/// The one answer to "is this an object of heap H" in the workspace: gc-conservative's
-/// lookups and conservative scans and gc-core's own object checks
-/// ([`is_internal_object`], `PageMeta::is_allocated`) all go through
-/// [`Leaf::object_in_page`].
-#[inline]
-pub fn internal_object(heap_id: HeapId, p: usize) -> Option<ObjRef> {
-    let leaf = leaf(p)?;
-    let entry = leaf.entry(p);
-    if entry.owner() != heap_id.get() {
-        return None;
-    }
-    leaf.object_in_page(entry, heap_id, p)
-}
-
-/// Whether `addr` is the payload address of an allocated internal object of heap
-/// `heap_id` (see [`internal_object`]).
-#[inline]
-pub fn is_internal_object(heap_id: HeapId, addr: usize) -> bool {
-    internal_object(heap_id, addr).is_some_and(|o| o.addr() == addr)
-}
-
-/// The seed's `jl_gc_is_internal_obj_alloc` for heap `heap_id`: whether `p` is the
-/// payload address of a cell of one of the heap's pool pages that holds an allocated
-/// object or is free (memory reserved for objects, whose header is a free-list link or
-/// 0, never a valid type: the seed's guarantee, which its type check
-/// `jl_gc_internal_obj_base_ptr(jl_typeof(p)) != NULL` relies on). A cell whose object
-/// the last collection found dead while its page waits for the lazy sweep is neither:
-/// its header still names the dead object's type, so it is answered false, as for
-/// memory that is no pool object at all (the answer the seed's guarantee allows).
-pub fn is_internal_cell(heap_id: HeapId, p: usize) -> bool {
-    let Some(leaf) = leaf(p) else {
-        return false;
-    };
-    let entry = leaf.entry(p);
-    if entry.owner() != heap_id.get() {
-        return false;
-    }
-    loop {
-        let geom = entry.geom();
-        let Some(idx) = geom.start_index(p) else {
-            return false;
-        };
-        let allocated = leaf.bitmaps().is_set(p, idx);
-        let answer = !allocated || leaf.object_in_page(entry, heap_id, p).is_some();
-        // A page swept or laid out again meanwhile: look again.
-        if entry.geom() == geom {
-            return answer;
-        }
-    }
-}
-
-/// The metadata of the pool page containing `addr`, if any page was ever registered
-/// there. The page may be free or owned by any heap: callers check
-/// [`PageMeta::owner`] and [`PageMeta::cell_layout`].
-#[inline]
-pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
-    entry(addr)?.meta()
-}
-
 /// Records that the page at `page_base` is described by `meta` (for the process's
 /// lifetime). Called once per page, when its chunk is mapped. Returns the entry, whose
 /// owner and geometry words the page keeps up to date, and the page's allocation bitmap
@@ -463,18 +397,4 @@ pub(crate) fn register(
         .meta
         .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
     (entry, leaf.bitmaps().page(page_base))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unregistered_and_out_of_range_addresses_have_no_page() {
-        assert!(lookup(0).is_none());
-        assert!(lookup(usize::MAX).is_none());
-        assert!(lookup(1 << 48).is_none());
-        let local = 0u64;
-        assert!(lookup(&local as *const u64 as usize).is_none());
-    }
 }

@@ -81,12 +81,9 @@ fn a_dead_object_on_a_page_waiting_for_its_sweep_is_refused() {
         .unwrap_err();
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("not an allocated object"), "{msg}");
-    let page = gc_core::pagetable::lookup(dead.addr()).unwrap();
+    let page = gc_core::page_of(dead.addr()).unwrap();
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
-    assert!(!gc_core::pagetable::is_internal_object(
-        heap.id(),
-        dead.addr()
-    ));
+    assert!(!gc_core::is_internal_object(heap.id(), dead.addr()));
     drop(heap.new_weak_ref(live));
     heap.complete_sweep();
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
@@ -393,7 +390,7 @@ fn saved_registers_may_be_read_from_another_thread() {
         let reader = s.spawn(|| {
             let mut reads = 0u64;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
-                let sp = shared.saved_registers()[gc_core::mutator::SAVED_REGS - 1];
+                let sp = shared.saved_registers()[gc_core::SAVED_REGS - 1];
                 assert!(sp == 0 || (lo..hi).contains(&sp), "{sp:#x}");
                 reads += 1;
             }
@@ -405,7 +402,7 @@ fn saved_registers_may_be_read_from_another_thread() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         assert!(reader.join().unwrap() > 0);
     });
-    let sp = m.shared().saved_registers()[gc_core::mutator::SAVED_REGS - 1];
+    let sp = m.shared().saved_registers()[gc_core::SAVED_REGS - 1];
     assert!(
         (lo..hi).contains(&sp),
         "the last region's stack pointer: {sp:#x}"

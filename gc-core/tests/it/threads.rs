@@ -182,10 +182,17 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
 
 #[test]
 fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
-    use gc_core::capi::{
-        gc_collect, gc_heap_new, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
-        gc_thread_detach, GC_COLLECT_FULL,
-    };
+    use std::ffi::{c_int, c_void};
+    // gc-core's C ABI (include/gc_core.h), linked from the crate like any C client's.
+    extern "C" {
+        fn gc_heap_new(config: *const c_void) -> *mut c_void;
+        fn gc_thread_attach(heap: *mut c_void) -> *mut c_void;
+        fn gc_thread_detach() -> c_int;
+        fn gc_safe_enter_sp(m: *mut c_void, sp: *mut c_void) -> i8;
+        fn gc_safe_leave(m: *mut c_void, state: i8);
+        fn gc_collect(m: *mut c_void, kind: c_int) -> c_int;
+    }
+    const GC_COLLECT_FULL: c_int = 1;
     // SAFETY: NULL config means the defaults.
     let heap = unsafe { gc_heap_new(std::ptr::null()) } as usize;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -206,7 +213,8 @@ fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
         // SAFETY: leaving the region entered above.
         unsafe { gc_safe_leave(m, st) };
         std::hint::black_box(&frame);
-        gc_thread_detach();
+        // SAFETY: this thread attached through the C ABI.
+        unsafe { gc_thread_detach() };
     });
     rx.recv().unwrap();
     // SAFETY: a live heap; this thread attaches, collects (the other thread counts as
@@ -215,7 +223,8 @@ fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
         let m = gc_thread_attach(heap as *mut _);
         assert_eq!(gc_collect(m, GC_COLLECT_FULL), 1);
     }
-    gc_thread_detach();
+    // SAFETY: this thread attached through the C ABI.
+    unsafe { gc_thread_detach() };
     done_tx.send(()).unwrap();
     blocked.join().unwrap();
 }
