@@ -12,7 +12,7 @@ use crate::callbacks::{Callback, CallbackKind};
 use crate::heap::{Heap, HeapConfig, HeapId, Root};
 use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
-use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
+use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
 use crate::task::Task;
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
 use crate::weak::{ReferenceQueue, WeakRef};
@@ -738,27 +738,6 @@ fn in_collection() -> bool {
     !m.is_null() && unsafe { &*m }.in_collection.load(Ordering::Relaxed)
 }
 
-/// Resolves a C type pointer against the mutator's heap: O(1) via the page table (a
-/// type is an allocated pool object whose own type is the meta type).
-/// # Safety
-/// The pointer arguments are null or what their C types promise: a live heap from
-/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
-/// NUL-terminated string.
-unsafe fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
-    let addr = ty as usize;
-    let heap = m.heap();
-    if !crate::lookup::is_internal_object(heap.id(), addr) {
-        return Err(GcError::NotAType { addr });
-    }
-    let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;
-    // SAFETY: an allocated object of this heap.
-    let h = unsafe { obj.header_bits() };
-    if h & !TAG_BITS != heap.datatype().as_obj().addr() {
-        return Err(GcError::NotAType { addr });
-    }
-    Ok(TypeRef::new(obj, heap.id()))
-}
-
 /// Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
 /// limit of a small foreign type, not a type, wrong thread, inside a collection).
 ///
@@ -828,8 +807,7 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
             ms.heap().id(),
         )
     } else {
-        // SAFETY: `ms` is the calling thread's mutator; the type pointer is only looked up.
-        match unsafe { type_ref(ms, ty) } {
+        match ms.type_at(addr) {
             Ok(t) => {
                 local.type_cache.rotate_right(1);
                 local.type_cache[0] = addr;
@@ -1008,13 +986,11 @@ pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child:
     ) else {
         return;
     };
-    // SAFETY: live objects per the caller.
-    let h = unsafe { p.header_bits() };
     // The common case (nothing to remember) needs no thread lookup at all.
-    // SAFETY: as above.
-    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+    // SAFETY: live objects per the caller.
+    let Some(h) = (unsafe { barrier_fires(p, c) }) else {
         return;
-    }
+    };
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     if let Some(ms) = unsafe { mutator_ref(m, "gc_wb") } {
         // SAFETY: calling thread's mutator; live object.
@@ -1032,10 +1008,9 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    let h = unsafe { p.header_bits() };
-    if h & (OLD | REMEMBERED) != OLD {
+    let Some(h) = (unsafe { back_barrier_fires(p) }) else {
         return;
-    }
+    };
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     if let Some(ms) = unsafe { mutator_ref(m, "gc_wb_back") } {
         // SAFETY: as above.
@@ -1531,7 +1506,7 @@ pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
             if h & crate::object::FREE != 0 {
                 std::ptr::null_mut()
             } else {
-                (h & !TAG_BITS) as *mut c_void
+                type_addr(h) as *mut c_void
             }
         }
         None => std::ptr::null_mut(),
@@ -2332,11 +2307,9 @@ pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
     ) else {
         return;
     };
-    // SAFETY: live objects per the caller.
-    let h = unsafe { p.header_bits() };
     // The thread's mutator is looked up only when something must be remembered.
-    // SAFETY: as above.
-    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+    // SAFETY: live objects per the caller.
+    if unsafe { barrier_fires(p, c) }.is_none() {
         return;
     }
     // SAFETY: forwarded.
@@ -2353,7 +2326,7 @@ pub unsafe extern "C" fn jl_gc_wb_back(ptr: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    if unsafe { p.header_bits() } & (OLD | REMEMBERED) != OLD {
+    if unsafe { back_barrier_fires(p) }.is_none() {
         return;
     }
     // SAFETY: forwarded.

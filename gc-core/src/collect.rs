@@ -694,7 +694,7 @@ fn sweep_scheduled(
             continue;
         }
         // SAFETY: h is a live header: its type is a live type object.
-        let desc = unsafe { &*((h & !crate::object::TAG_BITS) as *const crate::types::TypeDesc) };
+        let desc = unsafe { &*((crate::object::type_addr(h)) as *const crate::types::TypeDesc) };
         match crate::lookup::page_of(obj.addr()) {
             Some(page) if page.cell_layout().is_some() && page.is_owned_by(heap_id) => {
                 page.clear_sweep(obj.addr())

@@ -3,9 +3,9 @@
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::error::GcError;
-use crate::mutator::{Mutator, MutatorShared};
-use crate::object::{ObjRef, FREE_END, HEADER_SIZE, MARK, OLD};
-use crate::page::{PageAlloc, PageMeta};
+use crate::mutator::{Mutator, MutatorShared, Pool};
+use crate::object::{ObjRef, MARK, OLD};
+use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
@@ -243,14 +243,6 @@ pub(crate) struct World {
     pub last_full: bool,
 }
 
-/// A heap-owned allocation pool for permanent objects (types).
-pub(crate) struct PermPool {
-    pub page: Option<&'static PageMeta>,
-    pub free: usize,
-    pub bump: usize,
-    pub bump_end: usize,
-}
-
 /// State the collector keeps between collections, under `HeapInner::gc`.
 pub(crate) struct GcState {
     /// For old objects, the MARK value that means "marked" (flips at every full
@@ -269,7 +261,7 @@ pub(crate) struct GcState {
     pub full_pending: bool,
     pub stats: StatsAcc,
     /// Permanent (type) objects' pool.
-    pub perm: PermPool,
+    pub perm: Pool,
     /// Errors found by the verify mode, most recent last (bounded).
     pub verify_errors: Vec<String>,
 }
@@ -421,40 +413,18 @@ impl HeapInner {
         let parity = gc.parity;
         let perm = &mut gc.perm;
         loop {
-            let cell = if perm
+            let same_class = perm
                 .page
-                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
-                && perm.free != FREE_END
-            {
-                let c = perm.free;
-                // SAFETY: c is a free cell header of a page we hold.
-                perm.free = unsafe { (*(c as *const AtomicUsize)).load(Ordering::Relaxed) };
-                // SAFETY: the cell is ours; zero its payload.
-                unsafe {
-                    std::ptr::write_bytes((c + HEADER_SIZE) as *mut u8, 0, cell_size - HEADER_SIZE)
-                };
-                Some(c)
-            } else if perm
-                .page
-                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
-                && perm.bump < perm.bump_end
-            {
-                let c = perm.bump;
-                perm.bump += cell_size;
-                Some(c)
+                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class));
+            let taken = if same_class {
+                // SAFETY: the permanent pool, under the gc lock; its page is of `class`.
+                unsafe { perm.take::<false>(cell_size) }
             } else {
                 None
             };
-            if let Some(c) = cell {
-                let obj = ObjRef::from_addr(c + HEADER_SIZE).expect("non-null");
-                // SAFETY: c is the header word of the cell we just took.
-                unsafe {
-                    (*(c as *const AtomicUsize)).store(tag | OLD | parity, Ordering::Release)
-                };
-                perm.page
-                    .expect("the permanent pool holds its page")
-                    .set_allocated(c + HEADER_SIZE, class);
-                return Ok(obj);
+            if let Some(cell) = taken {
+                // SAFETY: just taken from the pool; permanent objects are old and marked.
+                return Ok(unsafe { perm.commit(cell, tag | OLD | parity, class) });
             }
             let mut pages = self.pages.lock();
             if let Some(page) = perm.page.take() {
@@ -513,12 +483,7 @@ impl Heap {
                 old_after_full: 0,
                 full_pending: false,
                 stats: StatsAcc::default(),
-                perm: PermPool {
-                    page: None,
-                    free: FREE_END,
-                    bump: 0,
-                    bump_end: 0,
-                },
+                perm: Pool::empty(),
                 verify_errors: Vec::new(),
             }),
             big: Mutex::new(BigLists::default()),
@@ -690,7 +655,7 @@ impl Heap {
         // SAFETY: forwarded.
         let h = unsafe { obj.header_bits() };
         TypeRef::new(
-            ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"),
+            ObjRef::from_addr(crate::object::type_addr(h)).expect("live objects have a type"),
             self.0.id,
         )
     }

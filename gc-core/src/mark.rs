@@ -38,7 +38,7 @@
 use crate::big::BigHeader;
 use crate::heap::{HeapId, HeapInner};
 use crate::object::{
-    header_is_allocated, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS,
+    header_is_allocated, type_addr, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
 use crate::par::{MarkPool, Termination};
 use crate::types::{MarkProc, TypeDesc, TypeKind};
@@ -598,7 +598,7 @@ impl<'h> Marker<'h> {
     #[inline(always)]
     fn push_if_scannable(&mut self, obj: ObjRef, h: usize) {
         // SAFETY: h is the header of a live object: its type pointer is a live type.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if desc.has_pointers {
             self.push(obj.addr());
         }
@@ -665,7 +665,7 @@ impl<'h> Marker<'h> {
         if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
             let child = self.verify_first_young.map_or(0, |c| c.addr());
             // SAFETY: h is a live object's header.
-            let ty = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) }
+            let ty = unsafe { &*(type_addr(h) as *const TypeDesc) }
                 .name()
                 .to_string();
             self.errors.push(format!(
@@ -689,7 +689,7 @@ impl<'h> Marker<'h> {
             hdr.store(h & !REMEMBERED, Ordering::Relaxed);
         }
         // SAFETY: the type pointer of a live object is a live type object.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if !desc.has_pointers {
             return;
         }
@@ -1078,7 +1078,7 @@ impl<'h> Marker<'h> {
         // SAFETY: obj is live.
         let h = unsafe { obj.header_bits() };
         // SAFETY: type of a live object.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if desc.has_pointers && h & REMEMBERED == 0 {
             // Scanning in verify mode never clears REMEMBERED (the bit is clear here).
             // SAFETY: forwarded.

@@ -17,7 +17,9 @@ use crate::callbacks::CallbackKind;
 use crate::error::GcError;
 use crate::heap::{Heap, HeapInner, World};
 use crate::mark::TlsHead;
-use crate::object::{ObjRef, FREE_END, HEADER_SIZE, OLD, REMEMBERED};
+use crate::object::{
+    back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, HEADER_SIZE, REMEMBERED,
+};
 use crate::page::PageMeta;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
 use crate::stats::CollectionInfo;
@@ -110,12 +112,82 @@ pub fn current_thread_task() -> Option<Arc<Task>> {
     (!m.is_null()).then(|| unsafe { &*m }.task.clone())
 }
 
-/// Allocation state of one size class on one thread.
+/// Allocation state of one size class on one thread (and of the heap's permanent
+/// pool): the page held, its free list (threaded through the cell headers) and, on a
+/// fresh page, a bump range of zeroed cells. [`Pool::take`] and [`Pool::commit`] are the
+/// one way a cell is taken, by the allocation fast and slow paths and the permanent
+/// pool alike.
 pub(crate) struct Pool {
     pub free: usize,
     pub bump: usize,
     pub bump_end: usize,
     pub page: Option<&'static PageMeta>,
+}
+
+impl Pool {
+    /// An empty pool (no page).
+    pub(crate) const fn empty() -> Pool {
+        Pool {
+            free: FREE_END,
+            bump: 0,
+            bump_end: 0,
+            page: None,
+        }
+    }
+
+    /// Takes a cell of `cell_size` bytes (the pool's class): the head of the free list,
+    /// its payload zeroed, or else the next cell of the bump range (zero already).
+    /// Returns the cell's header address; `None` when both are exhausted, or, with
+    /// `INLINE`, when a free-list cell is larger than the fast path zeroes itself (with
+    /// word stores, no call: `INLINE_ZERO_MAX`), which the slow path then takes.
+    ///
+    /// # Safety
+    /// The pool is the caller's (its owning thread's, or the permanent pool under the
+    /// heap's `gc` lock) and `cell_size` is the cell size of its page's class.
+    #[inline(always)]
+    pub(crate) unsafe fn take<const INLINE: bool>(&mut self, cell_size: usize) -> Option<usize> {
+        let cell = self.free;
+        if cell != FREE_END {
+            if INLINE && cell_size > INLINE_ZERO_MAX {
+                // Zeroed by memset on the slow path (a call here would cost every
+                // allocation a stack frame).
+                return None;
+            }
+            // SAFETY: `cell` is a free cell of a page this pool holds (caller): its
+            // header holds the next link and its payload is ours to zero.
+            unsafe {
+                self.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
+                if INLINE {
+                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                } else {
+                    zero_words(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                }
+            }
+            Some(cell)
+        } else if self.bump < self.bump_end {
+            let c = self.bump;
+            self.bump = c + cell_size;
+            Some(c)
+        } else {
+            None
+        }
+    }
+
+    /// Makes the cell `take` returned (header at `cell`, size class `class`) an object
+    /// with header word `tag`: stores the header and sets the cell's allocation bit.
+    /// Returns the object.
+    ///
+    /// # Safety
+    /// `cell` was just taken from this pool.
+    #[inline(always)]
+    pub(crate) unsafe fn commit(&self, cell: usize, tag: usize, class: usize) -> ObjRef {
+        // SAFETY: the header word of the cell the caller just took.
+        unsafe { (*(cell as *const AtomicUsize)).store(tag, Ordering::Release) };
+        // SAFETY: a pool that hands out cells holds their page.
+        unsafe { self.page.unwrap_unchecked() }.set_allocated(cell + HEADER_SIZE, class);
+        // SAFETY: a cell address is not null.
+        unsafe { ObjRef::from_addr(cell + HEADER_SIZE).unwrap_unchecked() }
+    }
 }
 
 /// Thread-owned allocation state. Touched by the owning thread, and by the collector
@@ -315,6 +387,26 @@ impl MutatorShared {
         }
     }
 
+    /// The type of this mutator's heap at `addr` (a C caller's type pointer): O(1), a
+    /// pool object of the heap whose own type is the meta type; `NotAType` otherwise.
+    /// Called by the owning thread while it runs managed code (no collection frees an
+    /// object meanwhile, and types are permanent).
+    pub(crate) fn type_at(&self, addr: usize) -> Result<TypeRef, GcError> {
+        let heap = self.heap();
+        let not_a_type = GcError::NotAType { addr };
+        if !crate::lookup::is_internal_object(heap.id(), addr) {
+            return Err(not_a_type);
+        }
+        let obj = ObjRef::from_addr(addr).ok_or(not_a_type.clone())?;
+        // SAFETY: an allocated, live object of this heap (the lookup above; nothing is
+        // freed while the owning thread runs managed code).
+        let h = unsafe { obj.header_bits() };
+        if type_addr(h) != heap.datatype().as_obj().addr() {
+            return Err(not_a_type);
+        }
+        Ok(TypeRef::new(obj, heap.id()))
+    }
+
     /// Safepoint poll: one relaxed load when no collection is requested.
     #[inline(always)]
     pub(crate) fn safepoint(&self) {
@@ -388,39 +480,14 @@ impl MutatorShared {
             let class = class_of(size);
             let cell_size = CELL_SIZES[class] as usize;
             let pool = &mut local.pools[class];
-            let cell = pool.free;
-            let obj = if cell != FREE_END {
-                if cell_size > INLINE_ZERO_MAX {
-                    // Zeroed by memset on the slow path (a call here would cost every
-                    // allocation a stack frame).
-                    return None;
-                }
-                // SAFETY: `cell` is a free cell of a page this thread holds: its header
-                // holds the next link and its payload is ours to zero.
-                unsafe {
-                    pool.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
-                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
-                }
-                cell + HEADER_SIZE
-            } else if pool.bump < pool.bump_end {
-                let c = pool.bump;
-                pool.bump = c + cell_size;
-                c + HEADER_SIZE
-            } else {
-                return None;
-            };
-            // SAFETY: the header word of the cell we just took.
-            unsafe {
-                (*((obj - HEADER_SIZE) as *const AtomicUsize))
-                    .store(ty.obj.addr(), Ordering::Release)
-            };
-            // SAFETY: a pool that hands out cells holds their page.
-            unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj, class);
+            // SAFETY: the thread's own pool of `class`.
+            let cell = unsafe { pool.take::<true>(cell_size) }?;
+            // SAFETY: just taken from this pool.
+            let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
             local.objects += 1;
             local.bytes += cell_size as u64;
             local.countdown -= 1;
-            // SAFETY: obj is a non-null cell address.
-            return Some(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
+            return Some(obj);
         }
         None
     }
@@ -520,31 +587,14 @@ impl MutatorShared {
             // SAFETY: owning thread.
             let local = unsafe { &mut *self.local.get() };
             let pool = &mut local.pools[class];
-            let cell = if pool.free != FREE_END {
-                let c = pool.free;
-                // SAFETY: a free cell of a page this thread holds.
-                unsafe {
-                    pool.free = (*(c as *const AtomicUsize)).load(Ordering::Relaxed);
-                    zero_words(c + HEADER_SIZE, cell_size - HEADER_SIZE);
-                }
-                Some(c)
-            } else if pool.bump < pool.bump_end {
-                let c = pool.bump;
-                pool.bump += cell_size;
-                Some(c)
-            } else {
-                None
-            };
-            if let Some(c) = cell {
-                // SAFETY: header of the cell we took.
-                unsafe { (*(c as *const AtomicUsize)).store(ty.obj.addr(), Ordering::Release) };
-                pool.page
-                    .expect("a pool with cells holds their page")
-                    .set_allocated(c + HEADER_SIZE, class);
+            // SAFETY: the thread's own pool of `class`.
+            if let Some(cell) = unsafe { pool.take::<false>(cell_size) } {
+                // SAFETY: just taken from this pool.
+                let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
                 local.objects += 1;
                 local.bytes += cell_size as u64;
                 local.countdown = local.countdown.saturating_sub(1).max(1);
-                return Ok(ObjRef::from_addr(c + HEADER_SIZE).expect("non-null"));
+                return Ok(obj);
             }
             self.refill(class, size)?;
         }
@@ -654,9 +704,7 @@ impl MutatorShared {
     #[inline(always)]
     pub(crate) unsafe fn wb(&self, parent: ObjRef, child: ObjRef) {
         // SAFETY: live objects (caller).
-        let h = unsafe { parent.header_bits() };
-        // SAFETY: live objects (caller).
-        if h & (OLD | REMEMBERED) == OLD && unsafe { child.header_bits() } & OLD == 0 {
+        if let Some(h) = unsafe { barrier_fires(parent, child) } {
             // SAFETY: forwarded.
             unsafe { self.remember(parent, h) };
         }
@@ -670,8 +718,7 @@ impl MutatorShared {
     #[inline(always)]
     pub(crate) unsafe fn wb_back(&self, parent: ObjRef) {
         // SAFETY: live object (caller).
-        let h = unsafe { parent.header_bits() };
-        if h & (OLD | REMEMBERED) == OLD {
+        if let Some(h) = unsafe { back_barrier_fires(parent) } {
             // SAFETY: forwarded.
             unsafe { self.remember(parent, h) };
         }
@@ -701,8 +748,7 @@ impl MutatorShared {
         }
         // SAFETY: live object.
         let ty = TypeRef::new(
-            ObjRef::from_addr(unsafe { obj.header_bits() } & !crate::object::TAG_BITS)
-                .expect("typed"),
+            ObjRef::from_addr(type_addr(unsafe { obj.header_bits() })).expect("typed"),
             heap.id(),
         );
         let desc = ty.desc();
@@ -796,12 +842,7 @@ impl Mutator {
             heap: Arc::as_ptr(&heap.0),
             state: AtomicU8::new(RUNNING),
             local: UnsafeCell::new(Local {
-                pools: std::array::from_fn(|_| Pool {
-                    free: FREE_END,
-                    bump: 0,
-                    bump_end: 0,
-                    page: None,
-                }),
+                pools: std::array::from_fn(|_| Pool::empty()),
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
                 objects: 0,

@@ -886,7 +886,7 @@ impl Mutator {
 }
 
 fn check_weak_type(heap: &Heap, wr: ObjRef, h: usize) -> Result<(), GcError> {
-    if h & !crate::object::TAG_BITS != heap.weak_ref_type().as_obj().addr() {
+    if crate::object::type_addr(h) != heap.weak_ref_type().as_obj().addr() {
         return Err(GcError::NotAWeakRef { addr: wr.addr() });
     }
     Ok(())
