@@ -11,7 +11,7 @@
 use crate::callbacks::{Callback, CallbackKind};
 use crate::heap::{Heap, HeapConfig, HeapId, Root};
 use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
-use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
+use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
 use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
 use crate::task::Task;
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
@@ -871,27 +871,34 @@ pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
 /// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
 /// state, to pass to `gc_safe_leave`; -1 on error.
 ///
-/// Saves the caller's callee-saved registers and stack pointer into the mutator (its
-/// first field), then continues in `gc_safe_enter_impl`. Written without a prologue so
-/// that the registers saved are the caller's, and the stack pointer is the caller's
-/// (which stays live for the whole GC-safe region, unlike this function's frame).
+/// Copies the caller's callee-saved registers and stack pointer into a buffer in its own
+/// frame, then calls `gc_safe_enter_impl` with `m` and the buffer, which checks `m`
+/// before anything is written to the mutator. Written without a prologue so that the
+/// registers saved are the caller's, and the stack pointer is the caller's (which stays
+/// live for the whole GC-safe region, unlike this function's frame).
+///
+/// # Safety
+/// `m` is null or a mutator pointer (it is checked).
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
-pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    // At entry rsp is 8 mod 16 (the return address): 56 bytes of buffer realign it for
+    // the call. The caller's stack pointer is the one after our return: rsp + 8 at entry.
     std::arch::naked_asm!(
-        "test rdi, rdi",
-        "jz 2f",
-        "mov [rdi], rbx",
-        "mov [rdi + 8], rbp",
-        "mov [rdi + 16], r12",
-        "mov [rdi + 24], r13",
-        "mov [rdi + 32], r14",
-        "mov [rdi + 40], r15",
-        "lea rax, [rsp + 8]",
-        "mov [rdi + 48], rax",
-        "2:",
-        "jmp {imp}",
+        "sub rsp, 56",
+        "mov [rsp], rbx",
+        "mov [rsp + 8], rbp",
+        "mov [rsp + 16], r12",
+        "mov [rsp + 24], r13",
+        "mov [rsp + 32], r14",
+        "mov [rsp + 40], r15",
+        "lea rax, [rsp + 64]",
+        "mov [rsp + 48], rax",
+        "mov rsi, rsp",
+        "call {imp}",
+        "add rsp, 56",
+        "ret",
         imp = sym gc_safe_enter_impl,
     )
 }
@@ -900,22 +907,35 @@ pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 /// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
 /// state, to pass to `gc_safe_leave`; -1 on error.
 ///
+/// # Safety
+/// `m` is null or a mutator pointer (it is checked).
+///
 /// cbindgen:ignore
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
-pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
-    gc_safe_enter_impl(m)
+pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    let mut regs = [0; mutator::SAVED_REGS];
+    mutator::save_registers(&mut regs);
+    // SAFETY: forwarded; `regs` is this call's.
+    unsafe { gc_safe_enter_impl(m, &regs) }
 }
 
-extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
+/// `gc_safe_enter` once the registers are saved: checks `m`, then forwards.
+///
+/// # Safety
+/// `m` is null or a mutator pointer; `regs` points to the saved registers.
+unsafe extern "C" fn gc_safe_enter_impl(
+    m: *mut gc_mutator_t,
+    regs: *const [usize; mutator::SAVED_REGS],
+) -> i8 {
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter") }) else {
         return -1;
     };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
-    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
-    ms.enter_safe_saved() as i8
+    // SAFETY: the calling thread's own mutator (checked); the C caller keeps off the
+    // heap until gc_safe_leave (the function's documented contract); `regs` is the
+    // buffer `gc_safe_enter` filled.
+    unsafe { ms.enter_gc_safe(&*regs) as i8 }
 }
 
 /// Enters a GC-safe region like `gc_safe_enter`, recording `sp` as the lowest stack
@@ -935,21 +955,11 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
     let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter_sp") }) else {
         return -1;
     };
-    let here = 0usize;
-    let here_addr = &here as *const usize as usize;
-    let (lo, hi) = ms.task.stack_bounds();
-    let sp = sp as usize;
-    if sp < here_addr || sp < lo || sp >= hi {
-        set_error(format!(
-            "gc_safe_enter_sp: {sp:#x} is not a live address of this thread's stack [{here_addr:#x}, {hi:#x})"
-        ));
-        return -1;
+    // SAFETY: the calling thread's own mutator (checked); `sp` as documented.
+    match unsafe { ms.enter_gc_safe_at(sp as usize) } {
+        Ok(state) => state as i8,
+        Err(e) => fail(e, -1),
     }
-    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
-    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
-    // SAFETY: the register buffer belongs to the calling thread's own mutator.
-    unsafe { (*ms.head.regs.get())[mutator::SAVED_REGS - 1] = sp };
-    ms.enter_safe_saved() as i8
 }
 
 /// Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
@@ -963,15 +973,13 @@ pub unsafe extern "C" fn gc_safe_leave(m: *mut gc_mutator_t, state: i8) {
     let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_leave") }) else {
         return;
     };
-    let state = match state {
-        0 => RUNNING,
-        1 => SAFE,
-        _ => {
-            set_error(format!("gc_safe_leave: invalid state {state}"));
-            return;
-        }
+    let Some(state) = SafeState::from_raw(state) else {
+        set_error(format!("gc_safe_leave: invalid state {state}"));
+        return;
     };
-    ms.leave_safe(state);
+    // SAFETY: the calling thread's own mutator (checked), with a state its entry
+    // returned (the caller's contract).
+    unsafe { ms.leave_gc_safe(state) };
 }
 
 /// The write barrier: call after storing `child` into `parent` (either may be NULL).
@@ -2407,8 +2415,9 @@ pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
 /// cbindgen:ignore
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
-pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
-    gc_safe_enter(ptls as *mut gc_mutator_t)
+pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+    // SAFETY: forwarded (the ptls is checked there).
+    unsafe { gc_safe_enter(ptls as *mut gc_mutator_t) }
 }
 
 /// `jl_gc_safe_leave`.

@@ -98,7 +98,9 @@ pub use lookup::{
     PoolLookup,
 };
 pub use mark::{Marker, ARRAY_CHUNK};
-pub use mutator::{current_thread_task, save_registers, Mutator, MutatorShared, SAVED_REGS};
+pub use mutator::{
+    current_thread_task, save_registers, GcSafe, Mutator, MutatorShared, SafeState, SAVED_REGS,
+};
 pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
 pub use page::PageMeta;
 pub use sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};

@@ -198,8 +198,12 @@ pub(crate) struct Local {
     pub sweep_list: Vec<ObjRef>,
     pub objects: u64,
     pub bytes: u64,
-    /// Allocations left before the stress mode collects (`u64::MAX` when off).
+    /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
+    /// a GC-safe region, so that the allocation fast path (which needs it above 1)
+    /// leaves every allocation to the slow path, which refuses it.
     pub countdown: u64,
+    /// `countdown` when the thread entered its GC-safe region, restored when it leaves.
+    pub countdown_before_safe: u64,
     /// Types recently validated by the C ABI (types live as long as the heap).
     pub type_cache: [usize; 4],
     /// Weak-reference objects made (or re-pointed to a young referent) since the last
@@ -344,8 +348,69 @@ impl MutatorShared {
         crate::weak::after_resume(self);
     }
 
-    /// Marks the thread GC-safe; the caller has saved the registers of the frame that
-    /// stays live during the region.
+    /// Enters a GC-safe region without a guard, for code that cannot hold a [`GcSafe`]
+    /// across the region (a C ABI's `gc_safe_enter`/`gc_safe_leave`): records `regs` (the
+    /// callee-saved registers and, last, the stack pointer of the frame that stays live
+    /// during the region, as [`save_registers`] gives them) as where the thread stopped,
+    /// and from then on collections may run without waiting for the thread. Returns the
+    /// state to give [`MutatorShared::leave_gc_safe`].
+    ///
+    /// # Safety
+    /// Called on the thread this mutator belongs to, which touches no object of the heap
+    /// (allocation is refused: [`GcError::InGcSafeRegion`]) until the matching
+    /// `leave_gc_safe`; `regs`' stack pointer is in the live part of the thread's stack
+    /// for the whole region.
+    #[inline]
+    pub unsafe fn enter_gc_safe(&self, regs: &[usize; SAVED_REGS]) -> SafeState {
+        // SAFETY: the calling thread's own register buffer (caller); nothing else reads
+        // it.
+        unsafe { *self.head.regs.get() = *regs };
+        match self.enter_safe_saved() {
+            RUNNING => SafeState::Running,
+            _ => SafeState::Safe,
+        }
+    }
+
+    /// [`MutatorShared::enter_gc_safe`] saving the caller's own registers, with `sp` as
+    /// the lowest stack address in use during the region instead of the caller's stack
+    /// pointer: for a callback called deeper than the frame that stays live while the
+    /// thread blocks (a GIL's block hook). Refused ([`GcError::BadStackPointer`]) unless
+    /// `sp` is in the live part of the thread's stack, at or above the caller's frame.
+    ///
+    /// # Safety
+    /// As for `enter_gc_safe`; the frame at `sp` has spilled the callee-saved registers
+    /// that may hold references into itself and does not return before the matching
+    /// `leave_gc_safe`.
+    #[inline(always)]
+    pub unsafe fn enter_gc_safe_at(&self, sp: usize) -> Result<SafeState, GcError> {
+        let mut regs = [0; SAVED_REGS];
+        save_registers(&mut regs);
+        let here = regs[SAVED_REGS - 1];
+        let (lo, hi) = self.task.stack_bounds();
+        if sp < here || sp < lo || sp >= hi {
+            return Err(GcError::BadStackPointer { sp, lo: here, hi });
+        }
+        regs[SAVED_REGS - 1] = sp;
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { self.enter_gc_safe(&regs) })
+    }
+
+    /// Leaves a GC-safe region entered with [`MutatorShared::enter_gc_safe`] (`state` is
+    /// what it returned), waiting for a running collection to finish first.
+    ///
+    /// # Safety
+    /// Called on the thread this mutator belongs to, with the state its matching
+    /// `enter_gc_safe` returned.
+    #[inline]
+    pub unsafe fn leave_gc_safe(&self, state: SafeState) {
+        self.leave_safe(match state {
+            SafeState::Running => RUNNING,
+            SafeState::Safe => SAFE,
+        });
+    }
+
+    /// Marks the thread GC-safe; the caller (the thread itself) has saved the registers
+    /// of the frame that stays live during the region.
     pub(crate) fn enter_safe_saved(&self) -> u8 {
         if self.in_collection.load(Ordering::Relaxed) {
             // The collecting thread itself, in a callback (a root scanner waiting for a
@@ -355,6 +420,12 @@ impl MutatorShared {
             return SAFE;
         }
         self.record_stop();
+        if self.state.load(Ordering::Relaxed) == RUNNING {
+            // SAFETY: the owning thread, still running (no collection touches its local
+            // state): allocation goes to the slow path, which refuses it, until leave.
+            let local = unsafe { &mut *self.local.get() };
+            local.countdown_before_safe = std::mem::replace(&mut local.countdown, 0);
+        }
         let old = self.state.swap(SAFE, Ordering::SeqCst);
         let heap = self.heap();
         if heap.gc_flag.load(Ordering::SeqCst) != 0 {
@@ -382,6 +453,10 @@ impl MutatorShared {
                 self.state.store(RUNNING, Ordering::SeqCst);
             }
         }
+        // SAFETY: the owning thread, running again (no collection touches its local
+        // state).
+        let local = unsafe { &mut *self.local.get() };
+        local.countdown = local.countdown_before_safe;
         if heap.fin_pending.load(Ordering::Relaxed) != 0 {
             crate::weak::after_resume(self);
         }
@@ -848,6 +923,7 @@ impl Mutator {
                 objects: 0,
                 bytes: 0,
                 countdown: if stress == 0 { u64::MAX } else { stress + 1 },
+                countdown_before_safe: 0,
                 type_cache: [0; 4],
                 weak_objs: Vec::new(),
                 weak_dirty: false,
@@ -951,14 +1027,50 @@ impl Mutator {
 
     /// Runs `f` in a GC-safe region: collections may run meanwhile and this thread does
     /// not hold them up. `f` cannot touch the heap (it cannot reach this mutator).
+    /// [`Mutator::enter_gc_safe`] is the same region as a guard.
     #[inline(always)]
     pub fn gc_safe<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        // SAFETY: the owning thread's register buffer; nothing reads it while it runs.
-        save_registers(unsafe { &mut *self.shared.head.regs.get() });
-        let old = self.shared.enter_safe_saved();
+        let region = self.enter_gc_safe();
         let r = f();
-        self.shared.leave_safe(old);
+        drop(region);
         r
+    }
+
+    /// Enters a GC-safe region (a blocking call, a wait for a lock): collections may run
+    /// until the returned guard is dropped, and this thread does not hold them up. The
+    /// guard borrows the mutator, so the thread cannot touch the heap through it
+    /// meanwhile (another handle from [`Heap::current_mutator`] is refused too).
+    /// Dropping it leaves the region, waiting for a running collection to finish first.
+    ///
+    /// The registers and the stack pointer recorded are this call's (it is inlined):
+    /// references the region must keep alive are those the calling frame (or its
+    /// callers) holds.
+    ///
+    /// ```
+    /// use gc_core::Heap;
+    ///
+    /// let heap = Heap::default();
+    /// let mut m = heap.attach().unwrap();
+    /// let region = m.enter_gc_safe();
+    /// std::thread::sleep(std::time::Duration::from_millis(1)); // others may collect
+    /// drop(region); // leaves; `m` may allocate again
+    /// ```
+    ///
+    /// Forgetting the guard (`mem::forget`) leaves the thread in the region: allocation
+    /// and collection through the mutator are then refused ([`GcError::InGcSafeRegion`]).
+    #[inline(always)]
+    pub fn enter_gc_safe(&mut self) -> GcSafe<'_> {
+        let mut regs = [0; SAVED_REGS];
+        save_registers(&mut regs);
+        // SAFETY: a Mutator is !Send, so this is its own thread; the guard borrows the
+        // mutator for the region, so the thread cannot touch the heap through it; the
+        // registers are this frame's, which outlives the guard.
+        let state = unsafe { self.shared.enter_gc_safe(&regs) };
+        GcSafe {
+            shared: &self.shared,
+            state,
+            _not_send: PhantomData,
+        }
     }
 
     /// The write barrier: call after storing a reference to `child` into `parent`.
@@ -1022,6 +1134,47 @@ impl Mutator {
     /// The thread's own stack, registered as a task.
     pub fn task(&self) -> &Arc<Task> {
         &self.shared.task
+    }
+}
+
+/// The state of a thread before it entered a GC-safe region
+/// ([`MutatorShared::enter_gc_safe`]), to give back when it leaves; the C ABI's
+/// `gc_safe_enter` returns it as an integer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(i8)]
+pub enum SafeState {
+    /// Running managed code (leaving waits out a collection, then runs again).
+    Running = 0,
+    /// Already counted as stopped (a nested region, or the collecting thread itself in
+    /// a callback): leaving changes nothing.
+    Safe = 1,
+}
+
+impl SafeState {
+    /// The state from its integer form (`gc_safe_enter`'s result); `None` for others.
+    pub fn from_raw(raw: i8) -> Option<SafeState> {
+        match raw {
+            0 => Some(SafeState::Running),
+            1 => Some(SafeState::Safe),
+            _ => None,
+        }
+    }
+}
+
+/// A GC-safe region of the calling thread ([`Mutator::enter_gc_safe`]); dropping it
+/// leaves the region. Not `Send`: it stands for the thread that entered it.
+#[must_use = "the region ends when the guard is dropped"]
+pub struct GcSafe<'m> {
+    shared: &'m MutatorShared,
+    state: SafeState,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Drop for GcSafe<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard lives on the thread that entered the region (it is !Send),
+        // with the state that entry returned.
+        unsafe { self.shared.leave_gc_safe(self.state) };
     }
 }
 

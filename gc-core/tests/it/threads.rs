@@ -390,3 +390,83 @@ fn finalizers_and_queue_draining_on_other_threads_while_mutators_allocate() {
     assert_eq!(s.tokens_queued, TOTAL as u64);
     assert!(s.full_collections > 0 && s.partial_collections > 0, "{s:?}");
 }
+
+/// The split-phase GC-safe region: while `enter_gc_safe`'s guard lives, another thread
+/// collects without waiting for this one; dropping it leaves. The objects the frame
+/// holds survive (conservative roots aside, they are rooted here).
+#[test]
+fn a_gc_safe_guard_lets_others_collect_until_dropped() {
+    use gc_core::{CollectionKind, Heap, HeapConfig, SafeState};
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let ty = heap.new_layout_type("Blob", 16, &[]).unwrap();
+    let mut m = heap.attach().unwrap();
+    let kept = heap.root(m.alloc_typed(16, ty).unwrap());
+    let region = m.enter_gc_safe();
+    let h = heap.clone();
+    let collections = std::thread::spawn(move || {
+        let mut other = h.attach().unwrap();
+        for _ in 0..3 {
+            other.collect(CollectionKind::Full).unwrap();
+        }
+        h.stats().full_collections
+    })
+    .join()
+    .unwrap();
+    assert!(collections >= 3, "collected while this thread was GC-safe");
+    drop(region);
+    // Running again: allocation and collection work, the rooted object survived.
+    m.alloc_typed(16, ty).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(gc_core::is_object(&heap, kept.get().addr()));
+    assert_eq!(SafeState::from_raw(0), Some(SafeState::Running));
+    assert_eq!(SafeState::from_raw(7), None);
+}
+
+/// A guard that is forgotten (`mem::forget` is safe) leaves the thread in its region:
+/// the mutator may then not allocate (the fast path, which does not look at the
+/// thread's state, used to hand out cells while collections ran) nor collect; both are
+/// `InGcSafeRegion` errors.
+#[test]
+fn a_forgotten_gc_safe_guard_refuses_allocation() {
+    use gc_core::{CollectionKind, GcError, Heap, HeapConfig};
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let ty = heap.new_layout_type("Blob", 16, &[]).unwrap();
+    let mut m = heap.attach().unwrap();
+    // A page with free cells: the fast path would serve the next allocation.
+    m.alloc_typed(16, ty).unwrap();
+    std::mem::forget(m.enter_gc_safe());
+    assert_eq!(m.alloc_typed(16, ty), Err(GcError::InGcSafeRegion));
+    assert_eq!(m.alloc_typed(5000, ty), Err(GcError::InGcSafeRegion));
+    assert_eq!(
+        m.collect(CollectionKind::Full).unwrap_err(),
+        GcError::InGcSafeRegion
+    );
+    assert_eq!(heap.current_mutator().err(), Some(GcError::InGcSafeRegion));
+    // Others still collect (the thread counts as stopped), and it detaches cleanly.
+    let h = heap.clone();
+    std::thread::spawn(move || {
+        h.attach().unwrap().collect(CollectionKind::Full).unwrap();
+    })
+    .join()
+    .unwrap();
+    drop(m);
+}
+
+/// `gc_safe_enter` with a pointer that is no mutator: an error, and nothing written
+/// through it (its assembly used to store the caller's registers there before the
+/// pointer was checked).
+#[test]
+fn gc_safe_enter_checks_its_argument_before_writing() {
+    use std::ffi::c_void;
+    extern "C" {
+        fn gc_safe_enter(m: *mut c_void) -> i8;
+        fn jl_gc_safe_enter(m: *mut c_void) -> i8;
+    }
+    let mut not_a_mutator = [0x5a5a_5a5a_5a5a_5a5au64; 16];
+    let p = not_a_mutator.as_mut_ptr().cast::<c_void>();
+    // SAFETY: the function checks its argument (what this test shows).
+    assert_eq!(unsafe { gc_safe_enter(p) }, -1);
+    // SAFETY: as above.
+    assert_eq!(unsafe { jl_gc_safe_enter(p) }, -1);
+    assert!(not_a_mutator.iter().all(|&w| w == 0x5a5a_5a5a_5a5a_5a5a));
+}
