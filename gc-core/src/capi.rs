@@ -14,7 +14,7 @@ use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
 use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
 use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
 use crate::task::Task;
-use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
+use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
 use crate::weak::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
 use parking_lot::Mutex;
@@ -766,16 +766,9 @@ pub unsafe extern "C" fn gc_alloc(
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
         let ms = unsafe { &*ms };
-        // SAFETY: its local state is the calling thread's.
-        let local = unsafe { &*ms.local.get() };
-        let addr = ty as usize;
-        if addr != 0 && local.type_cache.contains(&addr) {
-            // SAFETY: cached types were validated; types live as long as their heap.
-            let t = TypeRef::new(
-                unsafe { ObjRef::from_addr(addr).unwrap_unchecked() },
-                ms.heap().id(),
-            );
-            // SAFETY: ms is the calling thread's mutator.
+        // SAFETY: ms is the calling thread's mutator.
+        if let Some(t) = unsafe { ms.cached_type(ty as usize) } {
+            // SAFETY: as above.
             if let Some(obj) = unsafe { ms.alloc_fast::<false>(size, t) } {
                 return obj.as_ptr().cast();
             }
@@ -797,24 +790,10 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
     let Some(ms) = (unsafe { mutator_ref(m, "gc_alloc") }) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: ms is the calling thread's mutator: its local state is ours.
-    let local = unsafe { &mut *ms.local.get() };
-    let addr = ty as usize;
-    let t = if addr != 0 && local.type_cache.contains(&addr) {
-        // SAFETY: validated earlier; types live as long as their heap.
-        TypeRef::new(
-            unsafe { ObjRef::from_addr(addr).unwrap_unchecked() },
-            ms.heap().id(),
-        )
-    } else {
-        match ms.type_at(addr) {
-            Ok(t) => {
-                local.type_cache.rotate_right(1);
-                local.type_cache[0] = addr;
-                t
-            }
-            Err(e) => return fail(e, std::ptr::null_mut()),
-        }
+    // SAFETY: ms is the calling thread's mutator.
+    let t = match unsafe { ms.type_at_cached(ty as usize) } {
+        Ok(t) => t,
+        Err(e) => return fail(e, std::ptr::null_mut()),
     };
     if ms.state.load(Ordering::Relaxed) != RUNNING {
         // Checked before the thread's current page is used: a thread in a GC-safe region
@@ -2359,10 +2338,13 @@ pub extern "C" fn jl_gc_safepoint() {
 }
 
 /// Registers a task's stack `[lo, hi)` with the default heap.
+///
+/// # Safety
+/// As for `gc_register_task`: the range stays mapped and readable while registered
+/// (conservative scans read it).
 #[no_mangle]
-#[allow(clippy::not_unsafe_ptr_arg_deref)] // lo and hi are only stored as addresses.
-pub extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
-    // SAFETY: the default heap is live.
+pub unsafe extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
+    // SAFETY: the default heap is live; the range as the caller guarantees.
     unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
 }
 
@@ -2403,14 +2385,20 @@ pub unsafe extern "C" fn jl_task_stack_buffer(
 
 /// `jl_gc_safe_enter`: as `gc_safe_enter` (it jumps there, so the caller's registers and
 /// stack pointer are the ones saved).
+///
+/// # Safety
+/// As for `gc_safe_enter`.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
-pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
     std::arch::naked_asm!("jmp {target}", target = sym gc_safe_enter)
 }
 
 /// `jl_gc_safe_enter` (non-x86_64: registers are saved in the callee).
+///
+/// # Safety
+/// As for `gc_safe_enter`.
 ///
 /// cbindgen:ignore
 #[cfg(not(target_arch = "x86_64"))]

@@ -98,7 +98,20 @@ impl Geom {
     /// index past the page's last cell is returned: it never has an allocation bit).
     #[inline(always)]
     pub(crate) fn locate(self, p: usize) -> Option<(usize, usize)> {
-        let cell = self.cell();
+        self.locate_cell(self.cell(), p)
+    }
+
+    /// [`Geom::locate`] for a geometry that is not waiting for its sweep (the lookup's
+    /// fast path, which has just compared it): the bits above the cell size are clear,
+    /// so the size needs no mask (one instruction less on the hottest lookup).
+    #[inline(always)]
+    pub(crate) fn locate_settled(self, p: usize) -> Option<(usize, usize)> {
+        debug_assert!(!self.is_waiting());
+        self.locate_cell((self.0 >> 32) as usize, p)
+    }
+
+    #[inline(always)]
+    fn locate_cell(self, cell: usize, p: usize) -> Option<(usize, usize)> {
         let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
         let off = p.checked_sub(first)?;
         let idx = self.index(off);
@@ -214,6 +227,7 @@ mod tests {
             for idx in 0..cells_in_page(class) {
                 let payload = page + FIRST_CELL + idx * cell + HEADER_SIZE;
                 assert_eq!(g.locate(payload), Some((idx, payload)));
+                assert_eq!(g.locate_settled(payload + 8), g.locate(payload + 8));
                 assert_eq!(g.locate(payload + cell - HEADER_SIZE), Some((idx, payload)));
                 assert_eq!(g.start_index(payload), Some(idx));
                 assert_eq!(g.index_of_payload(payload), idx);

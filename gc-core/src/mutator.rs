@@ -482,6 +482,42 @@ impl MutatorShared {
         Ok(TypeRef::new(obj, heap.id()))
     }
 
+    /// A type of this mutator's heap that the thread allocated with recently, by its
+    /// address (the C ABI's allocation: the last four types, kept by
+    /// [`Self::type_at_cached`]; types live as long as their heap).
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[inline(always)]
+    pub(crate) unsafe fn cached_type(&self, addr: usize) -> Option<TypeRef> {
+        // SAFETY: the owning thread's local state (caller).
+        let local = unsafe { &*self.local.get() };
+        if addr == 0 || !local.type_cache.contains(&addr) {
+            return None;
+        }
+        // SAFETY: a cached address was a type of this heap, and stays one.
+        let obj = unsafe { ObjRef::from_addr(addr).unwrap_unchecked() };
+        Some(TypeRef::new(obj, self.heap().id()))
+    }
+
+    /// [`Self::cached_type`], or else the checked [`Self::type_at`], whose type then
+    /// joins the cache.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator, running managed code.
+    pub(crate) unsafe fn type_at_cached(&self, addr: usize) -> Result<TypeRef, GcError> {
+        // SAFETY: forwarded.
+        if let Some(t) = unsafe { self.cached_type(addr) } {
+            return Ok(t);
+        }
+        let t = self.type_at(addr)?;
+        // SAFETY: the owning thread's local state (caller).
+        let local = unsafe { &mut *self.local.get() };
+        local.type_cache.rotate_right(1);
+        local.type_cache[0] = addr;
+        Ok(t)
+    }
+
     /// Safepoint poll: one relaxed load when no collection is requested.
     #[inline(always)]
     pub(crate) fn safepoint(&self) {

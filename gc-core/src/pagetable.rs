@@ -170,7 +170,7 @@ impl Leaf {
         if geom.is_waiting() {
             return object_in_waiting_page(heap_id, p);
         }
-        let (idx, obj) = geom.locate(p)?;
+        let (idx, obj) = geom.locate_settled(p)?;
         if !bits.is_set(p, idx) {
             return None;
         }
