@@ -26,6 +26,22 @@ pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_val
 pub use crate::mark::{MarkFast, TlsHead, HELPER_MAGIC};
 pub use crate::mutator::MUTATOR_MAGIC;
 
+/// The GC bits of an object's header word, as the compat header's inline fast paths
+/// test them (`GC_HDR_*` in `julia_gcext_compat.h`, checked against these by the header
+/// tests): mark, old generation, remembered (old objects) / survived a collection
+/// (young objects, `HDR_AGE`), free cell, and the mask of all four.
+pub const HDR_MARK: usize = crate::object::MARK;
+/// See [`HDR_MARK`].
+pub const HDR_OLD: usize = crate::object::OLD;
+/// See [`HDR_MARK`].
+pub const HDR_REMEMBERED: usize = crate::object::REMEMBERED;
+/// See [`HDR_MARK`].
+pub const HDR_AGE: usize = crate::object::AGE;
+/// See [`HDR_MARK`].
+pub const HDR_FREE: usize = crate::object::FREE;
+/// See [`HDR_MARK`].
+pub const HDR_TAG_BITS: usize = crate::object::TAG_BITS;
+
 /// Records `msg` as the calling thread's last C-API error (one slot shared by every
 /// crate whose C ABI is linked into the same library, so `gc_last_error` sees them all).
 pub fn set_error(msg: impl std::fmt::Display) {

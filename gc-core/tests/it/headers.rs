@@ -337,6 +337,21 @@ fn fast_path_layouts_match_the_rust_side() {
         gc_core::ffi::MUTATOR_MAGIC,
         gc_core::ffi::HELPER_MAGIC
     ));
+    {
+        use gc_core::ffi::{HDR_AGE, HDR_FREE, HDR_MARK, HDR_OLD, HDR_REMEMBERED, HDR_TAG_BITS};
+        for (name, value) in [
+            ("GC_HDR_MARK", HDR_MARK),
+            ("GC_HDR_OLD", HDR_OLD),
+            ("GC_HDR_REMEMBERED", HDR_REMEMBERED),
+            ("GC_HDR_AGE", HDR_AGE),
+            ("GC_HDR_FREE", HDR_FREE),
+            ("GC_HDR_TAG_BITS", HDR_TAG_BITS),
+        ] {
+            src.push_str(&format!(
+                "_Static_assert({name} == {value}, \"header bit {name}\");\n"
+            ));
+        }
+    }
     for extra in [
         &["-std=gnu11", "-Wextra"][..],
         &["-std=gnu11", "-Wextra", "-DGC_CORE_CHECKED"],
