@@ -199,7 +199,7 @@ impl PageMeta {
 
     /// Whether `obj` is the payload address of a cell of this page that holds an
     /// allocated object right now; false while the page is free. The answer of
-    /// [`pagetable::is_internal_object`] for the page's owner.
+    /// [`crate::is_internal_object`] for the page's owner.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
