@@ -1,7 +1,13 @@
 //! The C ABI: `include/gc_core.h` (native names, explicit heap) and
 //! `include/julia_gcext_compat.h` (the seed's names over a default heap).
 //!
-//! Every function only converts and forwards to the Rust API. Failures return a null
+//! A private module: the functions check and convert their arguments (every pointer
+//! before it is used: the helpers that dereference one are `unsafe fn`s) and forward to
+//! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
+//! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), the default
+//! heap's configuration from `GC_CORE_*` variables, `jl_symbol`'s table,
+//! `jl_gc_enable_finalizers`' per-thread nesting, and the mark stack a `ptls` of another
+//! thread queues to (`marking_head`, for GAP's mark functions). Failures return a null
 //! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
 //! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
 //! crashes on a null pointer, an unattached thread, a type of another heap or a
