@@ -421,108 +421,22 @@ fn default_heap_from_env() -> Heap {
     Heap::new(config_from_env()).expect("the default configuration with valid knobs is valid")
 }
 
-/// The default configuration with the environment's knobs applied.
+/// The default configuration, with `gc_set_default_mark_threads`' count, then the
+/// environment's knobs ([`HeapConfig::with_env`]) applied.
 fn config_from_env() -> HeapConfig {
     let mut config = HeapConfig::default();
     match DEFAULT_MARK_THREADS.load(Ordering::Relaxed) {
         0 => {}
         n => config.mark_threads = n,
     }
-    if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
-        v.parse::<usize>().ok().filter(|&n| n <= 1024)
-    }) {
-        config.mark_threads = n;
-    }
-    if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }) {
-        config.lazy_sweep = on;
-    }
-    if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
-        v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
-    }) {
-        config.growth = g;
-    }
-    if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
-        v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
-    }) {
-        config.young_weight = w;
-    }
-    if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
-        v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
-    }) {
-        config.headroom = h;
-    }
-    if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
-        v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
-    }) {
-        config.resident_reuse = r;
-    }
-    if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
-        v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
-    }) {
-        config.small_heap = s;
-    }
-    if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
-        v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
-    }) {
-        config.full_growth = f;
-    }
-    if let Some(m) = env_knob(
-        "GC_CORE_MAX_INTERVAL",
-        "a byte count from 64 KiB to 1 TiB",
-        |v| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|m| (64 << 10..=1 << 40).contains(m))
-        },
-    ) {
-        config.max_interval = m;
-    }
-    if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
-        v.parse::<u64>().ok().filter(|n| *n >= 1)
-    }) {
-        config.stress_every = Some(n);
-    }
-    if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }) {
-        config.verify = on;
-    }
-    if let Some(m) = env_knob(
-        "GC_CORE_MIN_INTERVAL",
-        "a byte count from 64 KiB to 1 GiB",
-        |v| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|m| (64 << 10..=1 << 30).contains(m))
-        },
-    ) {
-        config.min_interval = m;
-    }
-    config
+    config.with_env()
 }
 
-/// The value of environment variable `name` parsed by `parse`; reported and ignored
-/// when set but not `expected`.
-fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    let v = std::env::var(name).ok()?;
-    let parsed = parse(v.trim());
-    if parsed.is_none() {
-        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
-    }
-    parsed
-}
-
-#[inline(always)]
 /// # Safety
 /// The pointer arguments are null or what their C types promise: a live heap from
 /// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
 /// NUL-terminated string.
+#[inline(always)]
 pub(crate) unsafe fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
     if heap.is_null() {
         return heap_ref_null(what);
@@ -579,11 +493,11 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
 
 /// Checks that `m` is the calling thread's own, attached mutator: without a
 /// thread-local lookup (costly in a shared library) when it is.
-#[inline(always)]
 /// # Safety
 /// The pointer arguments are null or what their C types promise: a live heap from
 /// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
 /// NUL-terminated string.
+#[inline(always)]
 unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let ms = m as *const MutatorShared;
     if !ms.is_null() {

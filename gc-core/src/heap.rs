@@ -228,6 +228,107 @@ impl HeapConfig {
     }
 }
 
+impl HeapConfig {
+    /// This configuration with the `GC_CORE_*` environment variables applied (what the
+    /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_LAZY_SWEEP`,
+    /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
+    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
+    /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL` (the fields of those names),
+    /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
+    /// not parse or is out of range is reported on standard error and ignored.
+    pub fn with_env(self) -> HeapConfig {
+        let mut config = self;
+        if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
+            v.parse::<usize>().ok().filter(|&n| n <= 1024)
+        }) {
+            config.mark_threads = n;
+        }
+        if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        }) {
+            config.lazy_sweep = on;
+        }
+        if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
+            v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
+        }) {
+            config.growth = g;
+        }
+        if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
+            v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
+        }) {
+            config.young_weight = w;
+        }
+        if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
+            v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
+        }) {
+            config.headroom = h;
+        }
+        if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
+            v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
+        }) {
+            config.resident_reuse = r;
+        }
+        if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
+            v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
+        }) {
+            config.small_heap = s;
+        }
+        if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
+            v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
+        }) {
+            config.full_growth = f;
+        }
+        if let Some(m) = env_knob(
+            "GC_CORE_MAX_INTERVAL",
+            "a byte count from 64 KiB to 1 TiB",
+            |v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|m| (64 << 10..=1 << 40).contains(m))
+            },
+        ) {
+            config.max_interval = m;
+        }
+        if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
+            v.parse::<u64>().ok().filter(|n| *n >= 1)
+        }) {
+            config.stress_every = Some(n);
+        }
+        if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        }) {
+            config.verify = on;
+        }
+        if let Some(m) = env_knob(
+            "GC_CORE_MIN_INTERVAL",
+            "a byte count from 64 KiB to 1 GiB",
+            |v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|m| (64 << 10..=1 << 30).contains(m))
+            },
+        ) {
+            config.min_interval = m;
+        }
+        config
+    }
+}
+
+/// The value of environment variable `name` parsed by `parse`; reported and ignored
+/// when set but not `expected`.
+fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    let parsed = parse(v.trim());
+    if parsed.is_none() {
+        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
+    }
+    parsed
+}
+
 /// Bytes allocated before a heap's first collection: half of `min_interval`.
 pub(crate) fn first_interval(min_interval: usize) -> usize {
     (min_interval / 2).max(1)

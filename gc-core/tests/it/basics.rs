@@ -685,3 +685,43 @@ fn a_mark_function_that_underreports_young_children_loses_none() {
     }
     drop(root);
 }
+
+/// `HeapConfig::with_env` (the C ABI's default heap configuration, moved out of the C
+/// layer): the `GC_CORE_*` knobs apply, a bad value is reported and ignored. Run in a
+/// child process, whose environment is its own.
+#[test]
+fn heap_config_takes_the_environment_knobs() {
+    if std::env::var_os("GC_CORE_ENV_CHILD").is_some() {
+        let c = HeapConfig::default().with_env();
+        println!(
+            "growth={} verify={} stress={:?} mark_threads={}",
+            c.growth, c.verify, c.stress_every, c.mark_threads
+        );
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "basics::heap_config_takes_the_environment_knobs",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GC_CORE_ENV_CHILD", "1")
+        .env("GC_CORE_GROWTH", "2.5")
+        .env("GC_CORE_VERIFY", "1")
+        .env("GC_CORE_STRESS", "often")
+        .env("GC_CORE_MARK_THREADS", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("growth=2.5 verify=true stress=None mark_threads=3"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("ignoring GC_CORE_STRESS=\"often\""),
+        "{stderr}"
+    );
+}
