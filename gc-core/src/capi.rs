@@ -4,10 +4,9 @@
 //! A private module: the functions check and convert their arguments (every pointer
 //! before it is used: the helpers that dereference one are `unsafe fn`s) and forward to
 //! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
-//! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), the default
-//! heap's configuration from `GC_CORE_*` variables, `jl_symbol`'s table,
-//! `jl_gc_enable_finalizers`' per-thread nesting, and the mark stack a `ptls` of another
-//! thread queues to (`marking_head`, for GAP's mark functions). Failures return a null
+//! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), `jl_symbol`'s
+//! table, and the mark stack a `ptls` of another thread queues to (`marking_head`, for
+//! GAP's mark functions). Failures return a null
 //! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
 //! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
 //! crashes on a null pointer, an unattached thread, a type of another heap or a
@@ -2353,12 +2352,6 @@ pub struct jl_weakref_t {
     pub value: *mut jl_value_t,
 }
 
-thread_local! {
-    /// `jl_gc_enable_finalizers` nesting: finalizers are inhibited on this thread while
-    /// positive.
-    static FIN_INHIBITED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
 /// `jl_gc_new_weakref`: a weak-reference object on the calling thread. NULL on error.
 ///
 /// # Safety
@@ -2406,12 +2399,27 @@ fn own_task(ct: *mut jl_task_t, what: &str) -> bool {
     false
 }
 
+/// The calling thread's mutator as a handle, for the functions below; `None` (and the
+/// last error set) if the thread is not attached.
+fn current_handle(what: &'static str) -> Option<Mutator> {
+    let m = mutator::current();
+    if m.is_null() {
+        set_error(format!("{what}: {}", GcError::NotAttached));
+        return None;
+    }
+    // SAFETY: the calling thread's attached mutator, alive while attached.
+    Some(unsafe { Mutator::borrowed(&*m) })
+}
+
 /// `jl_gc_run_pending_finalizers`: runs the pending finalizers on the calling thread
 /// (`ct` NULL or its own task), unless inside a finalizer or while finalizers are
 /// disabled on it with `jl_gc_enable_finalizers`.
 #[no_mangle]
 pub extern "C" fn jl_gc_run_pending_finalizers(ct: *mut jl_task_t) {
-    if !own_task(ct, "jl_gc_run_pending_finalizers") || FIN_INHIBITED.with(|c| c.get()) > 0 {
+    if !own_task(ct, "jl_gc_run_pending_finalizers") {
+        return;
+    }
+    if current_handle("jl_gc_run_pending_finalizers").is_some_and(|m| m.finalizers_disabled()) {
         return;
     }
     // SAFETY: gc_run_finalizers validates the mutator.
@@ -2426,27 +2434,17 @@ pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
     if !own_task(ct, "jl_gc_enable_finalizers") {
         return;
     }
-    let m = cur();
-    let Some(n) = FIN_INHIBITED.with(|c| {
-        let n = c.get();
-        let new = if on != 0 {
-            n.checked_sub(1)
-        } else {
-            Some(n + 1)
-        };
-        if let Some(v) = new {
-            c.set(v);
-        }
-        new
-    }) else {
-        set_error("jl_gc_enable_finalizers: finalizers are already enabled on this thread");
+    let Some(mut m) = current_handle("jl_gc_enable_finalizers") else {
         return;
     };
-    // SAFETY: the functions validate the mutator.
-    unsafe {
-        gc_set_finalizers_at_safepoints(m, (n == 0) as c_int);
-        if n == 0 {
-            gc_run_finalizers(m);
-        }
+    if on == 0 {
+        m.disable_finalizers();
+        return;
+    }
+    match m.enable_finalizers() {
+        // SAFETY: gc_run_finalizers validates the mutator (running, not collecting).
+        Ok(true) => drop(unsafe { gc_run_finalizers(cur()) }),
+        Ok(false) => {}
+        Err(e) => set_error(format!("jl_gc_enable_finalizers: {e}")),
     }
 }

@@ -141,6 +141,9 @@ pub enum GcError {
         /// The stack's base.
         hi: usize,
     },
+    /// `enable_finalizers` without a matching `disable_finalizers` on this thread.
+    #[error("finalizers are already enabled on this thread")]
+    FinalizersNotDisabled,
     /// The calling thread is attached to another heap than the one asked to act.
     #[error("this thread is attached to another heap")]
     AttachedElsewhere,

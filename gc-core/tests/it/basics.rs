@@ -725,3 +725,24 @@ fn heap_config_takes_the_environment_knobs() {
         "{stderr}"
     );
 }
+
+/// `disable_finalizers` / `enable_finalizers` (Julia's `jl_gc_enable_finalizers`, moved
+/// out of the C layer): they nest, the last enable says so, one enable too many is an
+/// error.
+#[test]
+fn finalizers_are_disabled_and_enabled_with_nesting() {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    assert!(!m.finalizers_disabled());
+    assert_eq!(
+        m.enable_finalizers(),
+        Err(gc_core::GcError::FinalizersNotDisabled)
+    );
+    m.disable_finalizers();
+    m.disable_finalizers();
+    assert!(m.finalizers_disabled());
+    assert_eq!(m.enable_finalizers(), Ok(false));
+    assert!(m.finalizers_disabled());
+    assert_eq!(m.enable_finalizers(), Ok(true));
+    assert!(!m.finalizers_disabled());
+}
