@@ -7,8 +7,8 @@
 use gc_conservative::{
     base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc,
 };
-use gc_core::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
+use gc_core::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static STATIC_DATA: [u64; 64] = [7; 64];
