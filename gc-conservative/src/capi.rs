@@ -5,9 +5,9 @@
 #![allow(non_camel_case_types)]
 
 use crate::{base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc};
-use gc_core::capi::{
-    gc_default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t, set_error,
-    with_active_marker,
+use gc_core::ffi::{
+    default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, heap_from_ptr,
+    heap_id_from_ptr, jl_value_t, set_error, task_from_ptr, with_active_marker,
 };
 use gc_core::SweepProc;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -20,7 +20,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 #[no_mangle]
 pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -> c_int {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_enable_conservative_scanning") }) else {
+    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_enable_conservative_scanning") }) else {
         return -1;
     };
     match enable_conservative_scanning(h) {
@@ -42,7 +42,7 @@ pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -
 #[no_mangle]
 pub unsafe extern "C" fn gc_base_ptr(heap: *mut gc_heap_t, p: *mut c_void) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(id) = (unsafe { gc_heap_t::id_from_ptr(heap, "gc_base_ptr") }) else {
+    let Some(id) = (unsafe { heap_id_from_ptr(heap, "gc_base_ptr") }) else {
         return std::ptr::null_mut();
     };
     base_ptr(id, p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn gc_internal_obj_base_ptr(
     p: *mut c_void,
 ) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_internal_obj_base_ptr") }) else {
+    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_internal_obj_base_ptr") }) else {
         return std::ptr::null_mut();
     };
     internal_obj_base_ptr(h.id(), p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
@@ -74,7 +74,7 @@ pub unsafe extern "C" fn gc_internal_obj_base_ptr(
 #[no_mangle]
 pub unsafe extern "C" fn gc_is_internal_obj_alloc(heap: *mut gc_heap_t, p: *mut c_void) -> c_int {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_is_internal_obj_alloc") }) else {
+    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_is_internal_obj_alloc") }) else {
         return 0;
     };
     is_internal_obj_alloc(h.id(), p as usize) as c_int
@@ -98,11 +98,12 @@ pub unsafe extern "C" fn gc_scan_range(
         ));
         return -1;
     }
-    // SAFETY: the caller guarantees the range is readable.
-    with_active_marker(m, "gc_scan_range", |mk| unsafe {
-        crate::scan_range(mk, lo as usize, hi as usize)
-    } as isize)
-    .unwrap_or(-1)
+    let scan = |mk: &mut gc_core::Marker<'_>| {
+        // SAFETY: the caller guarantees the range is readable.
+        unsafe { crate::scan_range(mk, lo as usize, hi as usize) as isize }
+    };
+    // SAFETY: `m` is null or a ptls this library handed out (the caller's contract).
+    unsafe { with_active_marker(m, "gc_scan_range", scan) }.unwrap_or(-1)
 }
 
 /// A filter for `gc_scan_task`: called with the object a stack word points into (its
@@ -132,8 +133,8 @@ pub unsafe extern "C" fn gc_scan_task(
         return -1;
     }
     // SAFETY: a task handed to a task scanner is a registered, live task (caller).
-    let task = unsafe { &*(task as *const gc_core::Task) };
-    with_active_marker(m, "gc_scan_task", |mk| match filter {
+    let task = unsafe { task_from_ptr(task) };
+    let scan = |mk: &mut gc_core::Marker<'_>| match filter {
         None => crate::scan_task(mk, task) as isize,
         Some(f) => {
             // SAFETY: the caller guarantees the filter may be called with data and any
@@ -141,8 +142,9 @@ pub unsafe extern "C" fn gc_scan_task(
             let mut keep = |obj: gc_core::ObjRef| unsafe { f(data, obj.as_ptr().cast()) } != 0;
             crate::scan_task_filtered(mk, task, &mut keep) as isize
         }
-    })
-    .unwrap_or(-1)
+    };
+    // SAFETY: `m` is null or a ptls this library handed out (the caller's contract).
+    unsafe { with_active_marker(m, "gc_scan_task", scan) }.unwrap_or(-1)
 }
 
 /// A foreign type whose objects' payloads are scanned conservatively (no mark function
@@ -158,7 +160,7 @@ pub unsafe extern "C" fn gc_new_conservative_type(
     large: c_int,
 ) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_new_conservative_type") }) else {
+    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_new_conservative_type") }) else {
         return std::ptr::null_mut();
     };
     if name.is_null() {
@@ -189,7 +191,7 @@ pub unsafe extern "C" fn gc_new_conservative_type(
 #[no_mangle]
 pub extern "C" fn jl_gc_enable_conservative_scanning() {
     // SAFETY: the default heap lives for the whole process.
-    unsafe { gc_enable_conservative_scanning(gc_default_heap()) };
+    unsafe { gc_enable_conservative_scanning(default_heap()) };
 }
 
 /// The seed's `jl_gc_internal_obj_base_ptr`, for the default heap.
@@ -197,7 +199,7 @@ pub extern "C" fn jl_gc_enable_conservative_scanning() {
 #[allow(clippy::not_unsafe_ptr_arg_deref)] // p is only looked up, never dereferenced.
 pub extern "C" fn jl_gc_internal_obj_base_ptr(p: *mut c_void) -> *mut jl_value_t {
     // SAFETY: the default heap lives for the whole process; any p is accepted.
-    unsafe { gc_internal_obj_base_ptr(gc_default_heap(), p).cast() }
+    unsafe { gc_internal_obj_base_ptr(default_heap(), p).cast() }
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`, for the default heap.
@@ -205,7 +207,7 @@ pub extern "C" fn jl_gc_internal_obj_base_ptr(p: *mut c_void) -> *mut jl_value_t
 #[allow(clippy::not_unsafe_ptr_arg_deref)] // p is only looked up, never dereferenced.
 pub extern "C" fn jl_gc_is_internal_obj_alloc(p: *mut jl_value_t) -> c_int {
     // SAFETY: the default heap lives for the whole process; any p is accepted.
-    unsafe { gc_is_internal_obj_alloc(gc_default_heap(), p.cast()) }
+    unsafe { gc_is_internal_obj_alloc(default_heap(), p.cast()) }
 }
 
 /// Whether `jl_gc_enable_conservative_gc_support` was called.

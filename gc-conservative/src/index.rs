@@ -7,6 +7,7 @@
 //! vast majority of words a stack scan sees; only addresses in a 64 KiB region that
 //! overlaps a big object go to the ordered map.
 
+use gc_core::HeapId;
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
@@ -22,7 +23,7 @@ static TOP: [AtomicPtr<Leaf>; 1 << (ADDR_BITS - LEAF_SHIFT)] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; 1 << (ADDR_BITS - LEAF_SHIFT)];
 
 /// Start address -> (end address inclusive of one past the payload, heap id).
-static MAP: RwLock<BTreeMap<usize, (usize, usize)>> = RwLock::new(BTreeMap::new());
+static MAP: RwLock<BTreeMap<usize, (usize, HeapId)>> = RwLock::new(BTreeMap::new());
 
 #[inline(always)]
 fn leaf(addr: usize, create: bool) -> Option<&'static Leaf> {
@@ -68,7 +69,7 @@ fn adjust(start: usize, end: usize, delta: i32) {
 }
 
 /// Records a big object `[obj, obj + size]` (one past the end included) of heap `heap`.
-pub(crate) fn insert(obj: usize, size: usize, heap: usize) {
+pub(crate) fn insert(obj: usize, size: usize, heap: HeapId) {
     if obj >> ADDR_BITS != 0 || size == 0 {
         return;
     }
@@ -90,7 +91,7 @@ pub(crate) fn remove(obj: usize) {
 /// The big object of heap `heap` whose extent `[start, end]` contains `p`.
 #[inline]
 #[cfg(test)]
-pub(crate) fn lookup(p: usize, heap: usize) -> Option<usize> {
+pub(crate) fn lookup(p: usize, heap: HeapId) -> Option<usize> {
     if !may_hold(p) {
         return None;
     }
@@ -110,14 +111,14 @@ pub(crate) fn may_hold(p: usize) -> bool {
 /// The ordered map's answer, for an address the filter let through.
 #[cold]
 #[inline(never)]
-pub(crate) fn search(p: usize, heap: usize) -> Option<usize> {
+pub(crate) fn search(p: usize, heap: HeapId) -> Option<usize> {
     let map = MAP.read();
     let (&start, &(end, owner)) = map.range(..=p).next_back()?;
     (p <= end && owner == heap).then_some(start)
 }
 
 /// Number of big objects indexed for heap `heap`.
-pub(crate) fn count(heap: usize) -> usize {
+pub(crate) fn count(heap: HeapId) -> usize {
     MAP.read().values().filter(|(_, h)| *h == heap).count()
 }
 
@@ -127,16 +128,18 @@ mod tests {
 
     #[test]
     fn interior_and_end_found_outside_and_other_heap_not() {
+        let (heap, other) = (gc_core::Heap::default(), gc_core::Heap::default());
+        let (h, o) = (heap.id(), other.id());
         let base = 0x5555_0000_0000usize;
-        insert(base, 100_000, 7);
-        assert_eq!(lookup(base, 7), Some(base));
-        assert_eq!(lookup(base + 99_999, 7), Some(base));
-        assert_eq!(lookup(base + 100_000, 7), Some(base), "one past the end");
-        assert_eq!(lookup(base + 100_001, 7), None);
-        assert_eq!(lookup(base - 1, 7), None);
-        assert_eq!(lookup(base + 10, 8), None, "other heap");
+        insert(base, 100_000, h);
+        assert_eq!(lookup(base, h), Some(base));
+        assert_eq!(lookup(base + 99_999, h), Some(base));
+        assert_eq!(lookup(base + 100_000, h), Some(base), "one past the end");
+        assert_eq!(lookup(base + 100_001, h), None);
+        assert_eq!(lookup(base - 1, h), None);
+        assert_eq!(lookup(base + 10, o), None, "other heap");
         remove(base);
-        assert_eq!(lookup(base + 10, 7), None);
-        assert_eq!(lookup(usize::MAX, 7), None);
+        assert_eq!(lookup(base + 10, h), None);
+        assert_eq!(lookup(usize::MAX, h), None);
     }
 }

@@ -6,7 +6,7 @@
 //! system with raw pointers in its stack frames (GAP) can use the collector.
 //!
 //! - [`internal_obj_base_ptr`] / [`is_internal_obj_alloc`]: the seed's lookups, O(1)
-//!   through gc-core's page table (`gc_core::pagetable::internal_object`, the one place
+//!   through gc-core's page table ([`gc_core::internal_object`], the one place
 //!   that decides); free cells are never reported, nor the cells of objects the last
 //!   collection found dead while their page waits for its lazy sweep.
 //! - [`base_ptr`]: the same for external (big) objects too, through an address-ordered
@@ -30,17 +30,17 @@
 //! let obj = std::hint::black_box(m.alloc_typed(64, blob).unwrap()); // kept by this local
 //! m.collect(CollectionKind::Full).unwrap();
 //! // Any word inside the object (or one past its end) finds it.
-//! assert_eq!(internal_obj_base_ptr(heap.id(), obj.addr() + 40), Some(obj));
-//! assert_eq!(base_ptr(heap.id(), obj.addr()), Some(obj));
-//! assert_eq!(base_ptr(heap.id(), 0x10), None);
+//! assert_eq!(internal_obj_base_ptr(&heap, obj.addr() + 40), Some(obj));
+//! assert_eq!(base_ptr(&heap, obj.addr()), Some(obj));
+//! assert_eq!(base_ptr(&heap, 0x10), None);
 //! ```
 //!
 //! The C ABI (`include/gc_conservative.h`, and the seed's `jl_gc_enable_conservative_scanning`,
 //! `jl_gc_internal_obj_base_ptr`, `jl_gc_is_internal_obj_alloc` declared in gc-core's
-//! `julia_gcext_compat.h`) is in [`capi`]; this crate's `libgc_conservative.so`/`.a` also
+//! `julia_gcext_compat.h`) is in `capi.rs`; this crate's `libgc_conservative.so`/`.a` also
 //! carries gc-core's whole C ABI, so a C client links one library and has one heap.
 
-pub mod capi;
+mod capi;
 mod index;
 mod lookup;
 mod scan;
@@ -50,13 +50,13 @@ pub use lookup::{base_ptr, internal_obj_base_ptr, is_internal_obj_alloc};
 pub use scan::{scan_range, scan_range_counting, scan_task, scan_task_filtered, ScanFilter};
 
 use gc_core::{
-    Callback, ForeignTypeSpec, GcError, Heap, MarkProc, Marker, ObjRef, SweepProc, TypeRef,
+    Callback, ForeignTypeSpec, GcError, Heap, HeapId, MarkProc, Marker, ObjRef, SweepProc, TypeRef,
 };
 use parking_lot::Mutex;
 use std::sync::Arc;
 
 /// Heaps (by serial number) whose stacks are scanned conservatively.
-static ENABLED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+static ENABLED: Mutex<Vec<HeapId>> = Mutex::new(Vec::new());
 
 /// Turns on conservative scanning for `heap`: from the next collection on, every
 /// registered task's stack (attached threads' own stacks included, with the registers
@@ -66,7 +66,7 @@ static ENABLED: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 /// Thread-safe and idempotent; callable before or after threads attach and allocate.
 pub fn enable_conservative_scanning(heap: &Heap) -> Result<(), GcError> {
     let mut enabled = ENABLED.lock();
-    if enabled.contains(&heap.serial()) {
+    if enabled.contains(&heap.id()) {
         return Ok(());
     }
     let id = heap.id();
@@ -81,17 +81,14 @@ pub fn enable_conservative_scanning(heap: &Heap) -> Result<(), GcError> {
     heap.add_callback(Callback::TaskScanner(Arc::new(|m, task, _| {
         scan_task(m, task);
     })))?;
-    enabled.push(heap.serial());
-    tracing::debug!(
-        heap = format_args!("{id:#x}"),
-        "conservative scanning enabled"
-    );
+    enabled.push(heap.id());
+    tracing::debug!(heap = %id, "conservative scanning enabled");
     Ok(())
 }
 
 /// Whether [`enable_conservative_scanning`] was called for `heap`.
 pub fn is_enabled(heap: &Heap) -> bool {
-    ENABLED.lock().contains(&heap.serial())
+    ENABLED.lock().contains(&heap.id())
 }
 
 /// Number of external objects of `heap` in the index (for tests and diagnostics).

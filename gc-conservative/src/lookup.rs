@@ -3,16 +3,16 @@
 //! index for external ones.
 
 use crate::index;
-use gc_core::{pagetable, ObjRef};
+use gc_core::{HeapId, ObjRef, PoolLookup};
 
-/// The internal object of heap `heap_id` that `p` points to the beginning, interior or
+/// The internal object of heap `heap` (a `&Heap` or its [`HeapId`]) that `p` points to the beginning, interior or
 /// one past the end of; `None` for everything else (free or never-used cells, the bytes
 /// of a page before its first object or after its last cell, header words past their
 /// first byte, pages of other heaps, unmapped or foreign memory). gc-core's
-/// [`pagetable::internal_object`], the one place that decides it.
+/// [`gc_core::internal_object`], the one place that decides it.
 #[inline]
-pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    pagetable::internal_object(heap_id, p)
+pub fn internal_obj_base_ptr(heap: impl Into<HeapId>, p: usize) -> Option<ObjRef> {
+    gc_core::internal_object(heap, p)
 }
 
 /// Like [`internal_obj_base_ptr`], and for external (big) objects of the heap too
@@ -22,23 +22,17 @@ pub fn internal_obj_base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// line, the scan was 25% slower; the flag test for pages waiting for their sweep had
 /// made it too big for the compiler's own choice).
 #[inline(always)]
-pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let entry = match pagetable::leaf(p) {
-        Some(leaf) => {
-            let entry = leaf.entry(p);
-            if entry.owner() == heap_id as u64 {
-                return leaf.object_in_page(entry, heap_id, p);
-            }
-            Some(entry)
-        }
-        None => None,
-    };
-    match entry {
-        // A pool page (of another heap or free) never holds a big object.
-        Some(entry) if entry.meta().is_some() => None,
+pub fn base_ptr(heap: impl Into<HeapId>, p: usize) -> Option<ObjRef> {
+    let heap = heap.into();
+    match gc_core::pool_object(heap, p) {
+        PoolLookup::Object(obj) => Some(obj),
+        // A pool page (of this heap, another or none) never holds a big object.
+        PoolLookup::NoObject => None,
         // The big-object filter inline, its ordered map out of line.
-        _ if index::may_hold(p) => index::search(p, heap_id).and_then(ObjRef::from_addr),
-        _ => None,
+        PoolLookup::OutsidePools if index::may_hold(p) => {
+            index::search(p, heap).and_then(ObjRef::from_addr)
+        }
+        PoolLookup::OutsidePools => None,
     }
 }
 
@@ -47,8 +41,8 @@ pub fn base_ptr(heap_id: usize, p: usize) -> Option<ObjRef> {
 /// for one (a free cell, whose type field then never holds a valid type). A cell whose
 /// object the last collection found dead, while its page waits for the lazy sweep, is
 /// answered false (its type field still names the dead object's type). gc-core's
-/// [`pagetable::is_internal_cell`].
+/// [`gc_core::is_internal_cell`].
 #[inline]
-pub fn is_internal_obj_alloc(heap_id: usize, p: usize) -> bool {
-    pagetable::is_internal_cell(heap_id, p)
+pub fn is_internal_obj_alloc(heap: impl Into<HeapId>, p: usize) -> bool {
+    gc_core::is_internal_cell(heap, p)
 }

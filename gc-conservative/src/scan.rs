@@ -8,8 +8,7 @@
 
 use crate::lookup::base_ptr;
 use crate::valgrind;
-use gc_core::mutator::{current_thread_task, save_registers, SAVED_REGS};
-use gc_core::{Marker, ObjRef, Task};
+use gc_core::{current_thread_task, save_registers, Marker, ObjRef, Task, SAVED_REGS};
 use std::sync::OnceLock;
 
 fn under_valgrind() -> bool {

@@ -413,10 +413,14 @@ void gc_safepoint(struct gc_mutator_t *m);
  * this thread must not touch the heap until `gc_safe_leave`. Returns the previous
  * state, to pass to `gc_safe_leave`; -1 on error.
  *
- * Saves the caller's callee-saved registers and stack pointer into the mutator (its
- * first field), then continues in `gc_safe_enter_impl`. Written without a prologue so
- * that the registers saved are the caller's, and the stack pointer is the caller's
- * (which stays live for the whole GC-safe region, unlike this function's frame).
+ * Copies the caller's callee-saved registers and stack pointer into a buffer in its own
+ * frame, then calls `gc_safe_enter_impl` with `m` and the buffer, which checks `m`
+ * before anything is written to the mutator. Written without a prologue so that the
+ * registers saved are the caller's, and the stack pointer is the caller's (which stays
+ * live for the whole GC-safe region, unlike this function's frame).
+ *
+ * # Safety
+ * `m` is null or a mutator pointer (it is checked).
  */
 int8_t gc_safe_enter(struct gc_mutator_t *m);
 

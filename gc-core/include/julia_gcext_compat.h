@@ -340,10 +340,20 @@ void *gc_marking_ptls(void);
 #define GC_TLS_MUTATOR_MAGIC 0x4D555441544F5221ull
 #define GC_TLS_HELPER_MAGIC 0x474348454C504552ull
 
+/* The GC bits of an object's header word (gc-core's object.rs, where they are packed and
+ * unpacked; tests/it/headers.rs checks these values against it). AGE is REMEMBERED's bit
+ * on a young object: "survived a collection". A free cell's header has FREE set. */
+#define GC_HDR_MARK ((uintptr_t)1)
+#define GC_HDR_OLD ((uintptr_t)2)
+#define GC_HDR_REMEMBERED ((uintptr_t)4)
+#define GC_HDR_AGE ((uintptr_t)4)
+#define GC_HDR_FREE ((uintptr_t)8)
+#define GC_HDR_TAG_BITS ((uintptr_t)15)
+
 /* The first fields of a collector thread's marker: its mark stack. A young object is
- * marked iff (header & 5) == young_marked; an old one (header & 2) iff
- * (header & old_mask) == old_want; header bit 2 of a young object means "survived a
- * collection" (marking it again promotes it: left to the out-of-line function). */
+ * marked iff (header & (AGE | MARK)) == young_marked; an old one (header & OLD) iff
+ * (header & old_mask) == old_want; AGE on a young object means "survived a collection"
+ * (marking it again promotes it: left to the out-of-line function). */
 typedef struct gc_mark_fast_t {
     uintptr_t slow;      /* non-zero: every queue goes out of line */
     uintptr_t *top;
@@ -422,21 +432,21 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
         return (jl_gc_mark_queue_obj)(ptls, obj);
     uintptr_t *hp = (uintptr_t *)obj - 1;
     uintptr_t h = *hp;
-    if (h & 2) {
+    if (h & GC_HDR_OLD) {
         if ((h & mk->old_mask) == mk->old_want)
             return 0;
         if (__builtin_expect(mk->top == mk->limit, 0))
             return (jl_gc_mark_queue_obj)(ptls, obj);
-        *hp = h ^ 1;
+        *hp = h ^ GC_HDR_MARK;
         *mk->top++ = (uintptr_t)obj;
         mk->marked++;
         return 0;
     }
-    if ((h & 5) == mk->young_marked) {
+    if ((h & (GC_HDR_AGE | GC_HDR_MARK)) == mk->young_marked) {
         mk->young++;
         return 1;
     }
-    if (__builtin_expect((h & 4) != 0 || mk->top == mk->limit, 0))
+    if (__builtin_expect((h & GC_HDR_AGE) != 0 || mk->top == mk->limit, 0))
         return (jl_gc_mark_queue_obj)(ptls, obj);
     *hp = h | mk->young_marked;
     *mk->top++ = (uintptr_t)obj;
@@ -449,13 +459,15 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
  * yet remembered gets a young child. */
 static inline void gc_compat_wb(void *parent, void *ptr)
 {
-    if (parent && ptr && (GC_COMPAT_HDR(parent) & 6) == 2 && !(GC_COMPAT_HDR(ptr) & 2))
+    if (parent && ptr &&
+        (GC_COMPAT_HDR(parent) & (GC_HDR_OLD | GC_HDR_REMEMBERED)) == GC_HDR_OLD &&
+        !(GC_COMPAT_HDR(ptr) & GC_HDR_OLD))
         (jl_gc_wb)(parent, ptr);
 }
 
 static inline void gc_compat_wb_back(void *ptr)
 {
-    if (ptr && (GC_COMPAT_HDR(ptr) & 6) == 2)
+    if (ptr && (GC_COMPAT_HDR(ptr) & (GC_HDR_OLD | GC_HDR_REMEMBERED)) == GC_HDR_OLD)
         (jl_gc_wb_back)(ptr);
 }
 
@@ -467,7 +479,7 @@ static inline jl_value_t *gc_compat_typeof(jl_value_t *v)
     if (!v)
         return NULL;
     uintptr_t h = GC_COMPAT_HDR(v);
-    return (jl_value_t *)((h & 8) ? 0 : (h & ~(uintptr_t)15));
+    return (jl_value_t *)((h & GC_HDR_FREE) ? 0 : (h & ~GC_HDR_TAG_BITS));
 }
 
 #define jl_get_ptls_states() gc_compat_get_ptls()

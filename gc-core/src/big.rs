@@ -2,6 +2,7 @@
 //! `large`. Each is one allocation from the system allocator with a 48-byte header in
 //! front of the usual header word, so its payload is 16-aligned like a pool object's.
 
+use crate::heap::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +23,7 @@ pub(crate) struct BigHeader {
     pub tag: AtomicUsize,
 }
 
-const BIG_MAGIC: usize = 0x000B_160B_1EC7;
+pub(crate) const BIG_MAGIC: usize = 0x000B_160B_1EC7;
 /// Bytes in front of the payload.
 pub(crate) const BIG_HEADER: usize = std::mem::size_of::<BigHeader>();
 const _: () = assert!(BIG_HEADER % 16 == 0 && BIG_HEADER == 48);
@@ -47,57 +48,8 @@ impl BigHeader {
     }
 }
 
-/// Whether `addr` is an allocated object of heap `heap_id`: the start of an allocated
-/// cell of one of its pool pages, or, outside every pool page, a big object (its
-/// bookkeeping header's magic and an allocated header word, read through the kernel so
-/// that unmapped memory in front of `addr` is an answer, not a fault). For entry points
-/// that take an object from C, where a malloc'd, static or interior pointer would
-/// otherwise corrupt memory, and for the Rust API's safe functions that take an
-/// `ObjRef` (any address can be one).
-pub(crate) fn is_allocated_object(heap_id: usize, addr: usize) -> bool {
-    if addr % crate::object::OBJ_ALIGN != 0 || addr < BIG_HEADER {
-        return false;
-    }
-    if crate::pagetable::lookup(addr).is_some() {
-        // A pool page (of this heap, another or none) holds no big object.
-        return crate::pagetable::is_internal_object(heap_id, addr);
-    }
-    // The bookkeeping header in front of `addr`, copied by the kernel: memory that is not
-    // mapped (or, under valgrind, not ours) is then a failed read, not a fault.
-    let mut buf = [0usize; BIG_HEADER / 8];
-    let local = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: BIG_HEADER,
-    };
-    let remote = libc::iovec {
-        iov_base: (addr - BIG_HEADER) as *mut libc::c_void,
-        iov_len: BIG_HEADER,
-    };
-    // SAFETY: the kernel writes at most BIG_HEADER bytes into `buf`, which has that size;
-    // the remote range is only read, and a bad one fails with EFAULT.
-    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if n != BIG_HEADER as isize {
-        if n >= 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT) {
-            return false;
-        }
-        // The call itself is not available (a seccomp filter): read directly, trusting
-        // that the memory in front of an address handed to us as an object is mapped.
-        // SAFETY: as stated; the words are plain integers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                (addr - BIG_HEADER) as *const usize,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-    }
-    // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
-    let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
-    magic == BIG_MAGIC && heap == heap_id && crate::object::header_is_allocated(tag)
-}
-
 /// Allocates a zeroed big object of `size` payload bytes with header word `tag`.
-pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
+pub(crate) fn alloc(size: usize, tag: usize, heap_id: HeapId) -> Option<ObjRef> {
     let size = size.checked_add(15)? & !15;
     let layout = BigHeader::layout(size)?;
     // SAFETY: the layout has non-zero size.
@@ -109,7 +61,7 @@ pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
     unsafe {
         (*p).size = size;
         (*p).magic = BIG_MAGIC;
-        (*p).heap_id = heap_id;
+        (*p).heap_id = heap_id.word();
         (*p).tag.store(tag, Ordering::Release);
     }
     ObjRef::from_addr(p as usize + BIG_HEADER)
@@ -120,10 +72,16 @@ pub(crate) fn alloc(size: usize, tag: usize, heap_id: usize) -> Option<ObjRef> {
 /// # Safety
 /// `obj` was returned by `alloc`, is dead, and is freed once.
 pub(crate) unsafe fn free(obj: ObjRef) {
-    // SAFETY: forwarded from the caller.
-    let h = unsafe { BigHeader::of(obj) };
-    debug_assert_eq!(h.magic, BIG_MAGIC);
-    let layout = BigHeader::layout(h.size).expect("layout was valid at allocation");
+    let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
+    // SAFETY: forwarded from the caller: the header is ours until the dealloc below.
+    let size = unsafe {
+        debug_assert_eq!((*p).magic, BIG_MAGIC);
+        // A stale ObjRef of the freed object must not pass `is_allocated_object` while
+        // the memory still holds the old header (the allocator does not clear it).
+        (*p).magic = 0;
+        (*p).size
+    };
+    let layout = BigHeader::layout(size).expect("layout was valid at allocation");
     // SAFETY: allocated by `alloc` with this layout.
     unsafe { std::alloc::dealloc((obj.addr() - BIG_HEADER) as *mut u8, layout) };
 }
@@ -143,7 +101,7 @@ pub(crate) unsafe fn size(obj: ObjRef) -> usize {
 /// # Safety
 /// `obj` is a live object of some heap.
 pub(crate) unsafe fn object_capacity(obj: ObjRef) -> usize {
-    match crate::pagetable::lookup(obj.addr()).and_then(|p| p.cell_layout()) {
+    match crate::lookup::page_of(obj.addr()).and_then(|p| p.cell_layout()) {
         Some((cell, _)) => cell - HEADER_SIZE,
         // SAFETY: a live object outside the pools is a big object.
         None => unsafe { size(obj) },

@@ -1,7 +1,12 @@
 //! The C ABI: `include/gc_core.h` (native names, explicit heap) and
 //! `include/julia_gcext_compat.h` (the seed's names over a default heap).
 //!
-//! Every function only converts and forwards to the Rust API. Failures return a null
+//! A private module: the functions check and convert their arguments (every pointer
+//! before it is used: the helpers that dereference one are `unsafe fn`s) and forward to
+//! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
+//! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), `jl_symbol`'s
+//! table, and the mark stack a `ptls` of another thread queues to (`marking_head`, for
+//! GAP's mark functions). Failures return a null
 //! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
 //! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
 //! crashes on a null pointer, an unattached thread, a type of another heap or a
@@ -9,12 +14,12 @@
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};
-use crate::heap::{Heap, HeapConfig, Root};
+use crate::heap::{Heap, HeapConfig, HeapId, Root};
 use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
-use crate::mutator::{self, Mutator, MutatorShared, RUNNING, SAFE};
-use crate::object::{ObjRef, OLD, REMEMBERED, TAG_BITS};
+use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
+use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
 use crate::task::Task;
-use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc, TypeRef};
+use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
 use crate::weak::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
 use parking_lot::Mutex;
@@ -30,7 +35,7 @@ mod julia;
 pub struct gc_heap_t {
     heap: Heap,
     /// `heap.id()`, kept here so that lookups through the C ABI need one load for it.
-    id: usize,
+    id: HeapId,
 }
 
 impl gc_heap_t {
@@ -45,34 +50,13 @@ impl gc_heap_t {
     /// # Safety
     /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
     #[inline(always)]
-    pub unsafe fn id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<usize> {
+    pub unsafe fn id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<HeapId> {
         if p.is_null() {
             return heap_ref_null(what).map(|h| h.id());
         }
         // SAFETY: forwarded from the caller.
         Some(unsafe { (*p).id })
     }
-}
-
-impl gc_heap_t {
-    /// The Rust heap behind a C heap pointer; sets the last error for NULL.
-    ///
-    /// # Safety
-    /// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted.
-    #[inline(always)]
-    pub unsafe fn from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
-        heap_ref(p, what)
-    }
-}
-
-/// Runs `f` with the marker of the collection the calling thread is running, if `m` is
-/// its own mutator and it is marking; otherwise sets the last error and returns `None`.
-pub fn with_active_marker<R>(
-    m: *mut gc_mutator_t,
-    what: &'static str,
-    f: impl FnOnce(&mut Marker<'_>) -> R,
-) -> Option<R> {
-    active_marker(m, what).map(f)
 }
 
 /// A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
@@ -436,105 +420,23 @@ fn default_heap_from_env() -> Heap {
     Heap::new(config_from_env()).expect("the default configuration with valid knobs is valid")
 }
 
-/// The default configuration with the environment's knobs applied.
+/// The default configuration, with `gc_set_default_mark_threads`' count, then the
+/// environment's knobs ([`HeapConfig::with_env`]) applied.
 fn config_from_env() -> HeapConfig {
     let mut config = HeapConfig::default();
     match DEFAULT_MARK_THREADS.load(Ordering::Relaxed) {
         0 => {}
         n => config.mark_threads = n,
     }
-    if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
-        v.parse::<usize>().ok().filter(|&n| n <= 1024)
-    }) {
-        config.mark_threads = n;
-    }
-    if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }) {
-        config.lazy_sweep = on;
-    }
-    if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
-        v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
-    }) {
-        config.growth = g;
-    }
-    if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
-        v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
-    }) {
-        config.young_weight = w;
-    }
-    if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
-        v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
-    }) {
-        config.headroom = h;
-    }
-    if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
-        v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
-    }) {
-        config.resident_reuse = r;
-    }
-    if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
-        v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
-    }) {
-        config.small_heap = s;
-    }
-    if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
-        v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
-    }) {
-        config.full_growth = f;
-    }
-    if let Some(m) = env_knob(
-        "GC_CORE_MAX_INTERVAL",
-        "a byte count from 64 KiB to 1 TiB",
-        |v| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|m| (64 << 10..=1 << 40).contains(m))
-        },
-    ) {
-        config.max_interval = m;
-    }
-    if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
-        v.parse::<u64>().ok().filter(|n| *n >= 1)
-    }) {
-        config.stress_every = Some(n);
-    }
-    if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    }) {
-        config.verify = on;
-    }
-    if let Some(m) = env_knob(
-        "GC_CORE_MIN_INTERVAL",
-        "a byte count from 64 KiB to 1 GiB",
-        |v| {
-            v.parse::<usize>()
-                .ok()
-                .filter(|m| (64 << 10..=1 << 30).contains(m))
-        },
-    ) {
-        config.min_interval = m;
-    }
-    config
+    config.with_env()
 }
 
-/// The value of environment variable `name` parsed by `parse`; reported and ignored
-/// when set but not `expected`.
-fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    let v = std::env::var(name).ok()?;
-    let parsed = parse(v.trim());
-    if parsed.is_none() {
-        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
-    }
-    parsed
-}
-
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
 #[inline(always)]
-fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+pub(crate) unsafe fn heap_ref<'a>(heap: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
     if heap.is_null() {
         return heap_ref_null(what);
     }
@@ -555,7 +457,8 @@ fn heap_ref_null<'a>(what: &str) -> Option<&'a Heap> {
 /// `heap` is null or a live heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_thread_attach(heap: *mut gc_heap_t) -> *mut gc_mutator_t {
-    let Some(heap) = heap_ref(heap, "gc_thread_attach") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_thread_attach") }) else {
         return std::ptr::null_mut();
     };
     match heap.attach() {
@@ -589,8 +492,12 @@ pub extern "C" fn gc_current_mutator() -> *mut gc_mutator_t {
 
 /// Checks that `m` is the calling thread's own, attached mutator: without a
 /// thread-local lookup (costly in a shared library) when it is.
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
 #[inline(always)]
-fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
+unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let ms = m as *const MutatorShared;
     if !ms.is_null() {
         // The owning thread is always compared (one load of the thread pointer): a
@@ -633,7 +540,11 @@ pub extern "C" fn gc_max_internal_obj_size() -> usize {
     crate::max_internal_obj_size()
 }
 
-fn c_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn c_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
     if s.is_null() {
         set_error(format!("{what}: name is NULL"));
         return None;
@@ -663,10 +574,12 @@ pub unsafe extern "C" fn gc_new_foreign_type(
     haspointers: c_int,
     large: c_int,
 ) -> *mut c_void {
-    let Some(heap) = heap_ref(heap, "gc_new_foreign_type") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_foreign_type") }) else {
         return std::ptr::null_mut();
     };
-    let Some(name) = c_str(name, "gc_new_foreign_type") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(name) = (unsafe { c_str(name, "gc_new_foreign_type") }) else {
         return std::ptr::null_mut();
     };
     if in_collection() {
@@ -706,10 +619,12 @@ pub unsafe extern "C" fn gc_new_layout_type(
     offsets: *const u32,
     n: usize,
 ) -> *mut c_void {
-    let Some(heap) = heap_ref(heap, "gc_new_layout_type") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_layout_type") }) else {
         return std::ptr::null_mut();
     };
-    let Some(name) = c_str(name, "gc_new_layout_type") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(name) = (unsafe { c_str(name, "gc_new_layout_type") }) else {
         return std::ptr::null_mut();
     };
     if n > 0 && offsets.is_null() {
@@ -742,23 +657,6 @@ fn in_collection() -> bool {
     !m.is_null() && unsafe { &*m }.in_collection.load(Ordering::Relaxed)
 }
 
-/// Resolves a C type pointer against the mutator's heap: O(1) via the page table (a
-/// type is an allocated pool object whose own type is the meta type).
-fn type_ref(m: &MutatorShared, ty: *mut c_void) -> Result<TypeRef, GcError> {
-    let addr = ty as usize;
-    let heap = m.heap();
-    if !crate::pagetable::is_internal_object(heap.id(), addr) {
-        return Err(GcError::NotAType { addr });
-    }
-    let obj = ObjRef::from_addr(addr).ok_or(GcError::NotAType { addr })?;
-    // SAFETY: an allocated object of this heap.
-    let h = unsafe { obj.header_bits() };
-    if h & !TAG_BITS != heap.datatype().as_obj().addr() {
-        return Err(GcError::NotAType { addr });
-    }
-    Ok(TypeRef(obj))
-}
-
 /// Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
 /// limit of a small foreign type, not a type, wrong thread, inside a collection).
 ///
@@ -787,13 +685,9 @@ pub unsafe extern "C" fn gc_alloc(
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
         let ms = unsafe { &*ms };
-        // SAFETY: its local state is the calling thread's.
-        let local = unsafe { &*ms.local.get() };
-        let addr = ty as usize;
-        if addr != 0 && local.type_cache.contains(&addr) {
-            // SAFETY: cached types were validated; types live as long as their heap.
-            let t = TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() });
-            // SAFETY: ms is the calling thread's mutator.
+        // SAFETY: ms is the calling thread's mutator.
+        if let Some(t) = unsafe { ms.cached_type(ty as usize) } {
+            // SAFETY: as above.
             if let Some(obj) = unsafe { ms.alloc_fast::<false>(size, t) } {
                 return obj.as_ptr().cast();
             }
@@ -811,24 +705,14 @@ pub unsafe extern "C" fn gc_alloc(
 #[cold]
 #[inline(never)]
 unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *mut c_void {
-    let Some(ms) = mutator_ref(m, "gc_alloc") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_alloc") }) else {
         return std::ptr::null_mut();
     };
-    // SAFETY: ms is the calling thread's mutator: its local state is ours.
-    let local = unsafe { &mut *ms.local.get() };
-    let addr = ty as usize;
-    let t = if addr != 0 && local.type_cache.contains(&addr) {
-        // SAFETY: validated earlier; types live as long as their heap.
-        TypeRef(unsafe { ObjRef::from_addr(addr).unwrap_unchecked() })
-    } else {
-        match type_ref(ms, ty) {
-            Ok(t) => {
-                local.type_cache.rotate_right(1);
-                local.type_cache[0] = addr;
-                t
-            }
-            Err(e) => return fail(e, std::ptr::null_mut()),
-        }
+    // SAFETY: ms is the calling thread's mutator.
+    let t = match unsafe { ms.type_at_cached(ty as usize) } {
+        Ok(t) => t,
+        Err(e) => return fail(e, std::ptr::null_mut()),
     };
     if ms.state.load(Ordering::Relaxed) != RUNNING {
         // Checked before the thread's current page is used: a thread in a GC-safe region
@@ -849,7 +733,8 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_collect") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_collect") }) else {
         return -1;
     };
     let kind = match kind {
@@ -874,7 +759,8 @@ pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int 
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
-    if let Some(ms) = mutator_ref(m, "gc_safepoint") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_safepoint") } {
         ms.safepoint();
     }
 }
@@ -883,27 +769,34 @@ pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
 /// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
 /// state, to pass to `gc_safe_leave`; -1 on error.
 ///
-/// Saves the caller's callee-saved registers and stack pointer into the mutator (its
-/// first field), then continues in `gc_safe_enter_impl`. Written without a prologue so
-/// that the registers saved are the caller's, and the stack pointer is the caller's
-/// (which stays live for the whole GC-safe region, unlike this function's frame).
+/// Copies the caller's callee-saved registers and stack pointer into a buffer in its own
+/// frame, then calls `gc_safe_enter_impl` with `m` and the buffer, which checks `m`
+/// before anything is written to the mutator. Written without a prologue so that the
+/// registers saved are the caller's, and the stack pointer is the caller's (which stays
+/// live for the whole GC-safe region, unlike this function's frame).
+///
+/// # Safety
+/// `m` is null or a mutator pointer (it is checked).
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
-pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    // At entry rsp is 8 mod 16 (the return address): 56 bytes of buffer realign it for
+    // the call. The caller's stack pointer is the one after our return: rsp + 8 at entry.
     std::arch::naked_asm!(
-        "test rdi, rdi",
-        "jz 2f",
-        "mov [rdi], rbx",
-        "mov [rdi + 8], rbp",
-        "mov [rdi + 16], r12",
-        "mov [rdi + 24], r13",
-        "mov [rdi + 32], r14",
-        "mov [rdi + 40], r15",
-        "lea rax, [rsp + 8]",
-        "mov [rdi + 48], rax",
-        "2:",
-        "jmp {imp}",
+        "sub rsp, 56",
+        "mov [rsp], rbx",
+        "mov [rsp + 8], rbp",
+        "mov [rsp + 16], r12",
+        "mov [rsp + 24], r13",
+        "mov [rsp + 32], r14",
+        "mov [rsp + 40], r15",
+        "lea rax, [rsp + 64]",
+        "mov [rsp + 48], rax",
+        "mov rsi, rsp",
+        "call {imp}",
+        "add rsp, 56",
+        "ret",
         imp = sym gc_safe_enter_impl,
     )
 }
@@ -912,21 +805,35 @@ pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 /// this thread must not touch the heap until `gc_safe_leave`. Returns the previous
 /// state, to pass to `gc_safe_leave`; -1 on error.
 ///
+/// # Safety
+/// `m` is null or a mutator pointer (it is checked).
+///
 /// cbindgen:ignore
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
-pub extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
-    gc_safe_enter_impl(m)
+pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
+    let mut regs = [0; mutator::SAVED_REGS];
+    mutator::save_registers(&mut regs);
+    // SAFETY: forwarded; `regs` is this call's.
+    unsafe { gc_safe_enter_impl(m, &regs) }
 }
 
-extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
-    let Some(ms) = mutator_ref(m, "gc_safe_enter") else {
+/// `gc_safe_enter` once the registers are saved: checks `m`, then forwards.
+///
+/// # Safety
+/// `m` is null or a mutator pointer; `regs` points to the saved registers.
+unsafe extern "C" fn gc_safe_enter_impl(
+    m: *mut gc_mutator_t,
+    regs: *const [usize; mutator::SAVED_REGS],
+) -> i8 {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter") }) else {
         return -1;
     };
-    #[cfg(not(target_arch = "x86_64"))]
-    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
-    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
-    ms.enter_safe_saved() as i8
+    // SAFETY: the calling thread's own mutator (checked); the C caller keeps off the
+    // heap until gc_safe_leave (the function's documented contract); `regs` is the
+    // buffer `gc_safe_enter` filled.
+    unsafe { ms.enter_gc_safe(&*regs) as i8 }
 }
 
 /// Enters a GC-safe region like `gc_safe_enter`, recording `sp` as the lowest stack
@@ -942,24 +849,15 @@ extern "C" fn gc_safe_enter_impl(m: *mut gc_mutator_t) -> i8 {
 /// `m` is null or a mutator pointer; `sp` satisfies the above.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void) -> i8 {
-    let Some(ms) = mutator_ref(m, "gc_safe_enter_sp") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter_sp") }) else {
         return -1;
     };
-    let here = 0usize;
-    let here_addr = &here as *const usize as usize;
-    let (lo, hi) = ms.task.stack_bounds();
-    let sp = sp as usize;
-    if sp < here_addr || sp < lo || sp >= hi {
-        set_error(format!(
-            "gc_safe_enter_sp: {sp:#x} is not a live address of this thread's stack [{here_addr:#x}, {hi:#x})"
-        ));
-        return -1;
+    // SAFETY: the calling thread's own mutator (checked); `sp` as documented.
+    match unsafe { ms.enter_gc_safe_at(sp as usize) } {
+        Ok(state) => state as i8,
+        Err(e) => fail(e, -1),
     }
-    // SAFETY: the calling thread's own register buffer; nothing reads it while it runs.
-    mutator::save_registers(unsafe { &mut *ms.head.regs.get() });
-    // SAFETY: the register buffer belongs to the calling thread's own mutator.
-    unsafe { (*ms.head.regs.get())[mutator::SAVED_REGS - 1] = sp };
-    ms.enter_safe_saved() as i8
 }
 
 /// Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
@@ -969,18 +867,17 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_leave(m: *mut gc_mutator_t, state: i8) {
-    let Some(ms) = mutator_ref(m, "gc_safe_leave") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_leave") }) else {
         return;
     };
-    let state = match state {
-        0 => RUNNING,
-        1 => SAFE,
-        _ => {
-            set_error(format!("gc_safe_leave: invalid state {state}"));
-            return;
-        }
+    let Some(state) = SafeState::from_raw(state) else {
+        set_error(format!("gc_safe_leave: invalid state {state}"));
+        return;
     };
-    ms.leave_safe(state);
+    // SAFETY: the calling thread's own mutator (checked), with a state its entry
+    // returned (the caller's contract).
+    unsafe { ms.leave_gc_safe(state) };
 }
 
 /// The write barrier: call after storing `child` into `parent` (either may be NULL).
@@ -995,14 +892,13 @@ pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child:
     ) else {
         return;
     };
-    // SAFETY: live objects per the caller.
-    let h = unsafe { p.header_bits() };
     // The common case (nothing to remember) needs no thread lookup at all.
-    // SAFETY: as above.
-    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+    // SAFETY: live objects per the caller.
+    let Some(h) = (unsafe { barrier_fires(p, c) }) else {
         return;
-    }
-    if let Some(ms) = mutator_ref(m, "gc_wb") {
+    };
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_wb") } {
         // SAFETY: calling thread's mutator; live object.
         unsafe { ms.remember(p, h) };
     }
@@ -1018,11 +914,11 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    let h = unsafe { p.header_bits() };
-    if h & (OLD | REMEMBERED) != OLD {
+    let Some(h) = (unsafe { back_barrier_fires(p) }) else {
         return;
-    }
-    if let Some(ms) = mutator_ref(m, "gc_wb_back") {
+    };
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(ms) = unsafe { mutator_ref(m, "gc_wb_back") } {
         // SAFETY: as above.
         unsafe { ms.remember(p, h) };
     }
@@ -1035,7 +931,8 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_schedule_sweep") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_schedule_sweep") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1049,8 +946,16 @@ pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_voi
     }
 }
 
-fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut Marker<'a>> {
-    let head = marking_head(m, what)?;
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+pub(crate) unsafe fn active_marker<'a>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+) -> Option<&'a mut Marker<'a>> {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let head = (unsafe { marking_head(m, what) })?;
     let p = head.marker.load(Ordering::Acquire) as *mut Marker<'a>;
     if p.is_null() {
         set_error(GcError::NotMarking { what });
@@ -1064,7 +969,11 @@ fn active_marker<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a mut
 /// The `ptls` of a thread that may be marking: the calling thread's attached mutator, or
 /// the calling collector helper thread's record.
 #[inline]
-fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsHead> {
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsHead> {
     let head = m as *const TlsHead;
     if !head.is_null() {
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
@@ -1086,7 +995,8 @@ fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a TlsH
         }
     }
     if crate::mark::helper_ptls().is_null() {
-        mutator_ref(m, what).map(|ms| &ms.head)
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        (unsafe { mutator_ref(m, what) }).map(|ms| &ms.head)
     } else {
         set_error(format!(
             "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
@@ -1133,7 +1043,8 @@ pub unsafe extern "C" fn gc_mark_queue_obj(m: *mut gc_mutator_t, obj: *mut c_voi
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
         return 0;
     };
-    match active_marker(m, "gc_mark_queue_obj") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    match unsafe { active_marker(m, "gc_mark_queue_obj") } {
         // SAFETY: a live object of the marker's heap (the caller's contract).
         Some(mk) => (unsafe { mk.queue(o) }) as c_int,
         None => 0,
@@ -1160,7 +1071,8 @@ pub unsafe extern "C" fn gc_mark_queue_objarray(
         set_error("gc_mark_queue_objarray: objs is NULL");
         return;
     }
-    if let Some(mk) = active_marker(m, "gc_mark_queue_objarray") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    if let Some(mk) = unsafe { active_marker(m, "gc_mark_queue_objarray") } {
         // SAFETY: the caller guarantees the array is inside the parent.
         unsafe { mk.queue_array(p, objs as *const Option<ObjRef>, n) };
     }
@@ -1217,7 +1129,8 @@ pub unsafe extern "C" fn gc_set_callback(
     f: *mut c_void,
     enable: c_int,
 ) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_callback") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_callback") }) else {
         return -1;
     };
     if f.is_null() {
@@ -1245,7 +1158,8 @@ pub unsafe extern "C" fn gc_set_callback(
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_callback_count") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_callback_count") }) else {
         return -1;
     };
     let k = match kind {
@@ -1270,7 +1184,8 @@ pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) ->
 /// `heap` null or live; `obj` a live object of it.
 #[no_mangle]
 pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> *mut gc_root_t {
-    let Some(heap) = heap_ref(heap, "gc_root_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_root_new") }) else {
         return std::ptr::null_mut();
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1322,7 +1237,8 @@ pub unsafe extern "C" fn gc_register_task(
     lo: *mut c_void,
     hi: *mut c_void,
 ) -> *mut gc_task_t {
-    let Some(heap) = heap_ref(heap, "gc_register_task") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_register_task") }) else {
         return std::ptr::null_mut();
     };
     // SAFETY: the C contract of gc_register_task: [lo, hi) stays mapped while registered.
@@ -1338,7 +1254,8 @@ pub unsafe extern "C" fn gc_register_task(
 /// `heap` null or live; `task` anything (it is looked up).
 #[no_mangle]
 pub unsafe extern "C" fn gc_unregister_task(heap: *mut gc_heap_t, task: *mut gc_task_t) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_unregister_task") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_unregister_task") }) else {
         return -1;
     };
     let Some(t) = heap.task_from_addr(task as usize) else {
@@ -1416,7 +1333,8 @@ pub extern "C" fn gc_current_task() -> *mut gc_task_t {
 /// `heap` null or live; `out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_stats") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_stats") }) else {
         return -1;
     };
     if out.is_null() {
@@ -1455,7 +1373,8 @@ pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) ->
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_stress") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_stress") }) else {
         return -1;
     };
     match heap.set_stress((every != 0).then_some(every)) {
@@ -1470,7 +1389,8 @@ pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_in
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int {
-    let Some(heap) = heap_ref(heap, "gc_set_verify") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_verify") }) else {
         return -1;
     };
     heap.set_verify(on != 0);
@@ -1492,7 +1412,7 @@ pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
             if h & crate::object::FREE != 0 {
                 std::ptr::null_mut()
             } else {
-                (h & !TAG_BITS) as *mut c_void
+                type_addr(h) as *mut c_void
             }
         }
         None => std::ptr::null_mut(),
@@ -1547,8 +1467,16 @@ pub type gc_finalizer_t = Option<unsafe extern "C" fn(obj: *mut c_void)>;
 pub type gc_notify_t = Option<unsafe extern "C" fn(data: *mut c_void)>;
 
 /// The calling thread's mutator, checked, running managed code and outside a collection.
-fn running_mutator<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
-    let ms = mutator_ref(m, what)?;
+/// # Safety
+/// The pointer arguments are null or what their C types promise: a live heap from
+/// `gc_heap_new`/`gc_default_heap`, a `ptls` this library handed out, a
+/// NUL-terminated string.
+unsafe fn running_mutator<'a>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+) -> Option<&'a MutatorShared> {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let ms = (unsafe { mutator_ref(m, what) })?;
     if ms.in_collection.load(Ordering::Relaxed) {
         set_error(format!("{what}: {}", GcError::DuringCollection { what }));
         return None;
@@ -1570,7 +1498,8 @@ pub unsafe extern "C" fn gc_weakref_new(
     m: *mut gc_mutator_t,
     obj: *mut c_void,
 ) -> *mut gc_weakref_t {
-    let Some(ms) = mutator_ref(m, "gc_weakref_new") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_new") }) else {
         return std::ptr::null_mut();
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1607,7 +1536,8 @@ pub unsafe extern "C" fn gc_weakref_set(
     wr: *mut gc_weakref_t,
     obj: *mut c_void,
 ) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_weakref_set") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_set") }) else {
         return -1;
     };
     let Some(w) = ObjRef::from_ptr(wr.cast()) else {
@@ -1629,7 +1559,8 @@ pub unsafe extern "C" fn gc_weakref_set(
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weakref_type(heap: *mut gc_heap_t) -> *mut c_void {
-    match heap_ref(heap, "gc_weakref_type") {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    match unsafe { heap_ref(heap, "gc_weakref_type") } {
         Some(h) => h.weak_ref_type().as_obj().as_ptr().cast(),
         None => std::ptr::null_mut(),
     }
@@ -1645,7 +1576,8 @@ pub unsafe extern "C" fn gc_weak_handle_new(
     heap: *mut gc_heap_t,
     obj: *mut c_void,
 ) -> *mut gc_weak_handle_t {
-    let Some(heap) = heap_ref(heap, "gc_weak_handle_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_weak_handle_new") }) else {
         return std::ptr::null_mut();
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1700,7 +1632,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
     obj: *mut c_void,
     f: gc_finalizer_t,
 ) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_add_finalizer") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_add_finalizer") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1727,7 +1660,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_finalize") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_finalize") }) else {
         return -1;
     };
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
@@ -1746,7 +1680,8 @@ pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> 
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_run_finalizers") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_run_finalizers") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1762,7 +1697,8 @@ pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
-    let Some(ms) = running_mutator(m, "gc_run_all_finalizers") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { running_mutator(m, "gc_run_all_finalizers") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1778,7 +1714,8 @@ pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, on: c_int) -> c_int {
-    let Some(ms) = mutator_ref(m, "gc_set_finalizers_at_safepoints") else {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    let Some(ms) = (unsafe { mutator_ref(m, "gc_set_finalizers_at_safepoints") }) else {
         return -1;
     };
     // SAFETY: the calling thread's attached mutator.
@@ -1792,7 +1729,8 @@ pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, o
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
-    heap_ref(heap, "gc_pending_finalizers").map_or(0, |h| h.pending_finalizers())
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    (unsafe { heap_ref(heap, "gc_pending_finalizers") }).map_or(0, |h| h.pending_finalizers())
 }
 
 /// A new reference queue of `heap` (phantom semantics: a registered object's token is
@@ -1802,7 +1740,8 @@ pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_refqueue_new(heap: *mut gc_heap_t) -> *mut gc_refqueue_t {
-    let Some(heap) = heap_ref(heap, "gc_refqueue_new") else {
+    // SAFETY: the heap pointer is null or live (this function's contract).
+    let Some(heap) = (unsafe { heap_ref(heap, "gc_refqueue_new") }) else {
         return std::ptr::null_mut();
     };
     Box::into_raw(Box::new(gc_refqueue_t {
@@ -1917,7 +1856,8 @@ pub unsafe extern "C" fn gc_is_marked(m: *mut gc_mutator_t, obj: *mut c_void) ->
     let Some(o) = ObjRef::from_ptr(obj.cast()) else {
         return 0;
     };
-    match active_marker(m, "gc_is_marked") {
+    // SAFETY: the ptls is null or one this library handed out (this function's contract).
+    match unsafe { active_marker(m, "gc_is_marked") } {
         // SAFETY: a live object of the marker's heap (the caller's contract).
         Some(mk) => (unsafe { mk.is_marked(o) }) as c_int,
         None => 0,
@@ -2015,7 +1955,8 @@ fn is_symbol(sym: *const jl_sym_t, what: &str) -> bool {
 /// `name` null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
-    let Some(s) = c_str(name, "jl_symbol") else {
+    // SAFETY: the name is null or NUL-terminated (this function's contract).
+    let Some(s) = (unsafe { c_str(name, "jl_symbol") }) else {
         return std::ptr::null_mut();
     };
     let mut table = SYMBOLS.lock();
@@ -2272,11 +2213,9 @@ pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
     ) else {
         return;
     };
-    // SAFETY: live objects per the caller.
-    let h = unsafe { p.header_bits() };
     // The thread's mutator is looked up only when something must be remembered.
-    // SAFETY: as above.
-    if h & (OLD | REMEMBERED) != OLD || unsafe { c.header_bits() } & OLD != 0 {
+    // SAFETY: live objects per the caller.
+    if unsafe { barrier_fires(p, c) }.is_none() {
         return;
     }
     // SAFETY: forwarded.
@@ -2293,7 +2232,7 @@ pub unsafe extern "C" fn jl_gc_wb_back(ptr: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    if unsafe { p.header_bits() } & (OLD | REMEMBERED) != OLD {
+    if unsafe { back_barrier_fires(p) }.is_none() {
         return;
     }
     // SAFETY: forwarded.
@@ -2318,10 +2257,13 @@ pub extern "C" fn jl_gc_safepoint() {
 }
 
 /// Registers a task's stack `[lo, hi)` with the default heap.
+///
+/// # Safety
+/// As for `gc_register_task`: the range stays mapped and readable while registered
+/// (conservative scans read it).
 #[no_mangle]
-#[allow(clippy::not_unsafe_ptr_arg_deref)] // lo and hi are only stored as addresses.
-pub extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
-    // SAFETY: the default heap is live.
+pub unsafe extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
+    // SAFETY: the default heap is live; the range as the caller guarantees.
     unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
 }
 
@@ -2362,20 +2304,27 @@ pub unsafe extern "C" fn jl_task_stack_buffer(
 
 /// `jl_gc_safe_enter`: as `gc_safe_enter` (it jumps there, so the caller's registers and
 /// stack pointer are the ones saved).
+///
+/// # Safety
+/// As for `gc_safe_enter`.
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[no_mangle]
-pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
     std::arch::naked_asm!("jmp {target}", target = sym gc_safe_enter)
 }
 
 /// `jl_gc_safe_enter` (non-x86_64: registers are saved in the callee).
 ///
+/// # Safety
+/// As for `gc_safe_enter`.
+///
 /// cbindgen:ignore
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
-pub extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
-    gc_safe_enter(ptls as *mut gc_mutator_t)
+pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
+    // SAFETY: forwarded (the ptls is checked there).
+    unsafe { gc_safe_enter(ptls as *mut gc_mutator_t) }
 }
 
 /// `jl_gc_safe_leave`.
@@ -2401,12 +2350,6 @@ pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
 pub struct jl_weakref_t {
     /// The referent, NULL once cleared.
     pub value: *mut jl_value_t,
-}
-
-thread_local! {
-    /// `jl_gc_enable_finalizers` nesting: finalizers are inhibited on this thread while
-    /// positive.
-    static FIN_INHIBITED: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 /// `jl_gc_new_weakref`: a weak-reference object on the calling thread. NULL on error.
@@ -2456,12 +2399,27 @@ fn own_task(ct: *mut jl_task_t, what: &str) -> bool {
     false
 }
 
+/// The calling thread's mutator as a handle, for the functions below; `None` (and the
+/// last error set) if the thread is not attached.
+fn current_handle(what: &'static str) -> Option<Mutator> {
+    let m = mutator::current();
+    if m.is_null() {
+        set_error(format!("{what}: {}", GcError::NotAttached));
+        return None;
+    }
+    // SAFETY: the calling thread's attached mutator, alive while attached.
+    Some(unsafe { Mutator::borrowed(&*m) })
+}
+
 /// `jl_gc_run_pending_finalizers`: runs the pending finalizers on the calling thread
 /// (`ct` NULL or its own task), unless inside a finalizer or while finalizers are
 /// disabled on it with `jl_gc_enable_finalizers`.
 #[no_mangle]
 pub extern "C" fn jl_gc_run_pending_finalizers(ct: *mut jl_task_t) {
-    if !own_task(ct, "jl_gc_run_pending_finalizers") || FIN_INHIBITED.with(|c| c.get()) > 0 {
+    if !own_task(ct, "jl_gc_run_pending_finalizers") {
+        return;
+    }
+    if current_handle("jl_gc_run_pending_finalizers").is_some_and(|m| m.finalizers_disabled()) {
         return;
     }
     // SAFETY: gc_run_finalizers validates the mutator.
@@ -2476,27 +2434,17 @@ pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
     if !own_task(ct, "jl_gc_enable_finalizers") {
         return;
     }
-    let m = cur();
-    let Some(n) = FIN_INHIBITED.with(|c| {
-        let n = c.get();
-        let new = if on != 0 {
-            n.checked_sub(1)
-        } else {
-            Some(n + 1)
-        };
-        if let Some(v) = new {
-            c.set(v);
-        }
-        new
-    }) else {
-        set_error("jl_gc_enable_finalizers: finalizers are already enabled on this thread");
+    let Some(mut m) = current_handle("jl_gc_enable_finalizers") else {
         return;
     };
-    // SAFETY: the functions validate the mutator.
-    unsafe {
-        gc_set_finalizers_at_safepoints(m, (n == 0) as c_int);
-        if n == 0 {
-            gc_run_finalizers(m);
-        }
+    if on == 0 {
+        m.disable_finalizers();
+        return;
+    }
+    match m.enable_finalizers() {
+        // SAFETY: gc_run_finalizers validates the mutator (running, not collecting).
+        Ok(true) => drop(unsafe { gc_run_finalizers(cur()) }),
+        Ok(false) => {}
+        Err(e) => set_error(format!("jl_gc_enable_finalizers: {e}")),
     }
 }

@@ -25,14 +25,13 @@
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
-use crate::heap::{GcState, HeapInner};
+use crate::heap::{GcState, HeapId, HeapInner};
 use crate::mark::{Marker, Team};
 use crate::mutator::{save_registers, MutatorShared, RUNNING};
 use crate::object::{
     header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
 use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
-use crate::pagetable;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::stats::CollectionInfo;
@@ -125,7 +124,7 @@ pub(crate) fn collect(
     // SAFETY: the collecting thread's own register buffer; the others are stopped and
     // nothing reads it before the collection starts.
     save_registers(unsafe { &mut *me.head.regs.get() });
-    me.task.record_stop(&me.saved_registers());
+    me.record_stop();
     me.in_collection.store(true, Ordering::Relaxed);
     let (info, notify) = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run(heap, me, &mutators, req, t0, time_to_safepoint)
@@ -678,7 +677,7 @@ struct SweepTotals {
 
 /// Runs the sweep function of every scheduled object found dead, exactly once.
 fn sweep_scheduled(
-    heap_id: usize,
+    heap_id: HeapId,
     gc: &mut GcState,
     full: bool,
     parity: usize,
@@ -695,9 +694,9 @@ fn sweep_scheduled(
             continue;
         }
         // SAFETY: h is a live header: its type is a live type object.
-        let desc = unsafe { &*((h & !crate::object::TAG_BITS) as *const crate::types::TypeDesc) };
-        match pagetable::lookup(obj.addr()) {
-            Some(page) if page.cell_layout().is_some() && page.owner() == heap_id => {
+        let desc = unsafe { &*((crate::object::type_addr(h)) as *const crate::types::TypeDesc) };
+        match crate::lookup::page_of(obj.addr()) {
+            Some(page) if page.cell_layout().is_some() && page.is_owned_by(heap_id) => {
                 page.clear_sweep(obj.addr())
             }
             // SAFETY: a big object that is still allocated.

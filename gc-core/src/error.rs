@@ -130,6 +130,20 @@ pub enum GcError {
         /// The object.
         addr: usize,
     },
+    /// A GC-safe region's recorded stack pointer is outside the live part of the
+    /// thread's stack.
+    #[error("{sp:#x} is not a live address of this thread's stack [{lo:#x}, {hi:#x})")]
+    BadStackPointer {
+        /// The stack pointer given.
+        sp: usize,
+        /// The lowest live address (the caller's own stack pointer).
+        lo: usize,
+        /// The stack's base.
+        hi: usize,
+    },
+    /// `enable_finalizers` without a matching `disable_finalizers` on this thread.
+    #[error("finalizers are already enabled on this thread")]
+    FinalizersNotDisabled,
     /// The calling thread is attached to another heap than the one asked to act.
     #[error("this thread is attached to another heap")]
     AttachedElsewhere,

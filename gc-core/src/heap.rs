@@ -3,9 +3,9 @@
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::error::GcError;
-use crate::mutator::{Mutator, MutatorShared};
-use crate::object::{ObjRef, FREE_END, HEADER_SIZE, MARK, OLD};
-use crate::page::{PageAlloc, PageMeta};
+use crate::mutator::{Mutator, MutatorShared, Pool};
+use crate::object::{ObjRef, MARK, OLD};
+use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
@@ -14,6 +14,67 @@ use crate::weak::{FinQueue, WeakState};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// A heap's identity: a serial number no other heap of the process has had or will
+/// have (so a handle that names a dropped heap never matches a later one), nonzero and
+/// below 2^40. It is also the owner id that page-table entries and big-object headers
+/// record.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+#[repr(transparent)]
+pub struct HeapId(u64);
+
+impl HeapId {
+    /// The serial number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+
+    /// The id as the machine word that page-table entries and big-object headers store.
+    #[inline(always)]
+    pub(crate) fn word(self) -> usize {
+        self.0 as usize
+    }
+
+    /// The id a page-table entry's nonzero owner word names.
+    #[inline(always)]
+    pub(crate) fn from_owner(owner: u64) -> HeapId {
+        debug_assert!(owner != 0);
+        HeapId(owner)
+    }
+
+    /// A fresh id, never handed out before.
+    fn next() -> HeapId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        assert!(id < 1 << 40, "heap ids exhausted");
+        HeapId(id)
+    }
+}
+
+impl From<&Heap> for HeapId {
+    fn from(heap: &Heap) -> HeapId {
+        heap.id()
+    }
+}
+
+impl std::fmt::Display for HeapId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "heap #{}", self.0)
+    }
+}
+
+/// The ids of the heaps that are alive. A heap's drop removes its id (under the write
+/// lock) before it frees anything its types own, so code holding the read lock with
+/// the id present may read the heap's type objects.
+static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
+    parking_lot::RwLock::new(std::collections::BTreeSet::new());
+
+/// Runs `f` while heap `id` cannot be dropped; `None` (without running `f`) if it has
+/// been. `f` must not create or drop a heap.
+pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
+    let live = LIVE_HEAPS.read();
+    live.contains(&id.0).then(f)
+}
 
 /// Tuning of a heap. All sizes in bytes.
 #[derive(Clone, Debug)]
@@ -167,6 +228,107 @@ impl HeapConfig {
     }
 }
 
+impl HeapConfig {
+    /// This configuration with the `GC_CORE_*` environment variables applied (what the
+    /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_LAZY_SWEEP`,
+    /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
+    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
+    /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL` (the fields of those names),
+    /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
+    /// not parse or is out of range is reported on standard error and ignored.
+    pub fn with_env(self) -> HeapConfig {
+        let mut config = self;
+        if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
+            v.parse::<usize>().ok().filter(|&n| n <= 1024)
+        }) {
+            config.mark_threads = n;
+        }
+        if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        }) {
+            config.lazy_sweep = on;
+        }
+        if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
+            v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
+        }) {
+            config.growth = g;
+        }
+        if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
+            v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
+        }) {
+            config.young_weight = w;
+        }
+        if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
+            v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
+        }) {
+            config.headroom = h;
+        }
+        if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
+            v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
+        }) {
+            config.resident_reuse = r;
+        }
+        if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
+            v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
+        }) {
+            config.small_heap = s;
+        }
+        if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
+            v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
+        }) {
+            config.full_growth = f;
+        }
+        if let Some(m) = env_knob(
+            "GC_CORE_MAX_INTERVAL",
+            "a byte count from 64 KiB to 1 TiB",
+            |v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|m| (64 << 10..=1 << 40).contains(m))
+            },
+        ) {
+            config.max_interval = m;
+        }
+        if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
+            v.parse::<u64>().ok().filter(|n| *n >= 1)
+        }) {
+            config.stress_every = Some(n);
+        }
+        if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        }) {
+            config.verify = on;
+        }
+        if let Some(m) = env_knob(
+            "GC_CORE_MIN_INTERVAL",
+            "a byte count from 64 KiB to 1 GiB",
+            |v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|m| (64 << 10..=1 << 30).contains(m))
+            },
+        ) {
+            config.min_interval = m;
+        }
+        config
+    }
+}
+
+/// The value of environment variable `name` parsed by `parse`; reported and ignored
+/// when set but not `expected`.
+fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    let parsed = parse(v.trim());
+    if parsed.is_none() {
+        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
+    }
+    parsed
+}
+
 /// Bytes allocated before a heap's first collection: half of `min_interval`.
 pub(crate) fn first_interval(min_interval: usize) -> usize {
     (min_interval / 2).max(1)
@@ -180,14 +342,6 @@ pub(crate) struct World {
     pub epoch: u64,
     /// Kind of the last collection that ran.
     pub last_full: bool,
-}
-
-/// A heap-owned allocation pool for permanent objects (types).
-pub(crate) struct PermPool {
-    pub page: Option<&'static PageMeta>,
-    pub free: usize,
-    pub bump: usize,
-    pub bump_end: usize,
 }
 
 /// State the collector keeps between collections, under `HeapInner::gc`.
@@ -208,7 +362,7 @@ pub(crate) struct GcState {
     pub full_pending: bool,
     pub stats: StatsAcc,
     /// Permanent (type) objects' pool.
-    pub perm: PermPool,
+    pub perm: Pool,
     /// Errors found by the verify mode, most recent last (bounded).
     pub verify_errors: Vec<String>,
 }
@@ -254,8 +408,8 @@ pub(crate) struct HeapInner {
     pub fin_panics: AtomicU64,
     datatype: AtomicUsize,
     weakref_type: AtomicUsize,
-    /// Unique for the process's lifetime (ids are addresses and can be reused).
-    serial: u64,
+    /// The heap's identity, never reused.
+    id: HeapId,
     /// Helper threads for parallel marking and lazy sweeping, started on first use.
     pub pool: Mutex<Option<crate::par::MarkPool>>,
 }
@@ -316,22 +470,24 @@ impl HeapInner {
         s.bytes_allocated += self.detached_bytes.load(Ordering::Relaxed);
     }
 
-    /// The heap's identity: its serial number (see `Heap::id`).
+    /// The heap's identity (see [`Heap::id`]).
     #[inline]
-    pub(crate) fn id(&self) -> usize {
-        self.serial as usize
+    pub(crate) fn id(&self) -> HeapId {
+        self.id
     }
 
     pub(crate) fn datatype(&self) -> TypeRef {
-        TypeRef(
+        TypeRef::new(
             ObjRef::from_addr(self.datatype.load(Ordering::Acquire)).expect("heap has a meta type"),
+            self.id,
         )
     }
 
     pub(crate) fn weakref_type(&self) -> TypeRef {
-        TypeRef(
+        TypeRef::new(
             ObjRef::from_addr(self.weakref_type.load(Ordering::Acquire))
                 .expect("heap has a weak-reference type"),
+            self.id,
         )
     }
 
@@ -358,40 +514,18 @@ impl HeapInner {
         let parity = gc.parity;
         let perm = &mut gc.perm;
         loop {
-            let cell = if perm
+            let same_class = perm
                 .page
-                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
-                && perm.free != FREE_END
-            {
-                let c = perm.free;
-                // SAFETY: c is a free cell header of a page we hold.
-                perm.free = unsafe { (*(c as *const AtomicUsize)).load(Ordering::Relaxed) };
-                // SAFETY: the cell is ours; zero its payload.
-                unsafe {
-                    std::ptr::write_bytes((c + HEADER_SIZE) as *mut u8, 0, cell_size - HEADER_SIZE)
-                };
-                Some(c)
-            } else if perm
-                .page
-                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class))
-                && perm.bump < perm.bump_end
-            {
-                let c = perm.bump;
-                perm.bump += cell_size;
-                Some(c)
+                .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class));
+            let taken = if same_class {
+                // SAFETY: the permanent pool, under the gc lock; its page is of `class`.
+                unsafe { perm.take::<false>(cell_size) }
             } else {
                 None
             };
-            if let Some(c) = cell {
-                let obj = ObjRef::from_addr(c + HEADER_SIZE).expect("non-null");
-                // SAFETY: c is the header word of the cell we just took.
-                unsafe {
-                    (*(c as *const AtomicUsize)).store(tag | OLD | parity, Ordering::Release)
-                };
-                perm.page
-                    .expect("the permanent pool holds its page")
-                    .set_allocated(c + HEADER_SIZE, class);
-                return Ok(obj);
+            if let Some(cell) = taken {
+                // SAFETY: just taken from the pool; permanent objects are old and marked.
+                return Ok(unsafe { perm.commit(cell, tag | OLD | parity, class) });
             }
             let mut pages = self.pages.lock();
             if let Some(page) = perm.page.take() {
@@ -420,7 +554,7 @@ impl HeapInner {
         let obj = unsafe { self.alloc_permanent(std::mem::size_of::<TypeDesc>(), meta)? };
         // SAFETY: the payload is ours, zeroed, 16-aligned and large enough.
         unsafe { (obj.as_ptr() as *mut TypeDesc).write(desc) };
-        let t = TypeRef(obj);
+        let t = TypeRef::new(obj, self.id);
         types.push(t);
         Ok(t)
     }
@@ -430,9 +564,10 @@ impl Heap {
     /// Creates a heap.
     pub fn new(config: HeapConfig) -> Result<Heap, GcError> {
         config.validate()?;
+        let id = HeapId::next();
         let inner = Arc::new(HeapInner {
             gc_flag: AtomicU32::new(0),
-            pages: Mutex::new(PageAlloc::new(0)),
+            pages: Mutex::new(PageAlloc::new(id)),
             world: Mutex::new(World {
                 mutators: Vec::new(),
                 collecting: false,
@@ -449,12 +584,7 @@ impl Heap {
                 old_after_full: 0,
                 full_pending: false,
                 stats: StatsAcc::default(),
-                perm: PermPool {
-                    page: None,
-                    free: FREE_END,
-                    bump: 0,
-                    bump_end: 0,
-                },
+                perm: Pool::empty(),
                 verify_errors: Vec::new(),
             }),
             big: Mutex::new(BigLists::default()),
@@ -477,13 +607,9 @@ impl Heap {
             fin_panics: AtomicU64::new(0),
             datatype: AtomicUsize::new(0),
             weakref_type: AtomicUsize::new(0),
-            serial: {
-                static NEXT: AtomicU64 = AtomicU64::new(1);
-                NEXT.fetch_add(1, Ordering::Relaxed)
-            },
+            id,
             pool: Mutex::new(None),
         });
-        *inner.pages.lock() = PageAlloc::new(inner.id());
         // The meta type: a type object whose type is itself.
         {
             let _w = inner.world.lock();
@@ -496,7 +622,7 @@ impl Heap {
             let hdr = unsafe { obj.header() };
             hdr.store(hdr.load(Ordering::Relaxed) | obj.addr(), Ordering::Release);
             inner.datatype.store(obj.addr(), Ordering::Release);
-            inner.types.lock().push(TypeRef(obj));
+            inner.types.lock().push(TypeRef::new(obj, inner.id));
         }
         // The type of weak-reference objects: one word the marker does not trace.
         let mut desc = TypeDesc::new(inner.id(), TypeKind::WeakRef, "WeakRef");
@@ -505,7 +631,8 @@ impl Heap {
         inner
             .weakref_type
             .store(weakref.as_obj().addr(), Ordering::Release);
-        tracing::debug!(heap = format_args!("{:#x}", inner.id()), "heap created");
+        LIVE_HEAPS.write().insert(inner.id.0);
+        tracing::debug!(heap = %inner.id, "heap created");
         Ok(Heap(inner))
     }
 
@@ -547,15 +674,9 @@ impl Heap {
         Ok(unsafe { Mutator::borrowed(ms) })
     }
 
-    /// The heap's identity (also the owner id reported by page queries): its serial
-    /// number, unique for the process's lifetime and below 2^40.
-    pub fn id(&self) -> usize {
-        self.0.id()
-    }
-
-    /// A number no other heap of this process has or will have.
-    pub fn serial(&self) -> u64 {
-        self.0.serial
+    /// The heap's identity: no other heap of this process has or will have it.
+    pub fn id(&self) -> HeapId {
+        self.0.id
     }
 
     /// The meta type: the type of every type object.
@@ -623,7 +744,7 @@ impl Heap {
         types
             .iter()
             .copied()
-            .find(|t| t.0.addr() == addr)
+            .find(|t| t.obj.addr() == addr)
             .ok_or(GcError::NotAType { addr })
     }
 
@@ -634,7 +755,10 @@ impl Heap {
     pub unsafe fn type_of(&self, obj: ObjRef) -> TypeRef {
         // SAFETY: forwarded.
         let h = unsafe { obj.header_bits() };
-        TypeRef(ObjRef::from_addr(h & !crate::object::TAG_BITS).expect("live objects have a type"))
+        TypeRef::new(
+            ObjRef::from_addr(crate::object::type_addr(h)).expect("live objects have a type"),
+            self.0.id,
+        )
     }
 
     /// Panics unless `obj` is an allocated object of this heap. The safe functions that
@@ -652,7 +776,7 @@ impl Heap {
 
     /// [`Heap::assert_object`]'s check as an error, for the C entry points.
     pub(crate) fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
-        if crate::big::is_allocated_object(self.id(), obj.addr()) {
+        if crate::lookup::is_object(self.id(), obj.addr()) {
             Ok(())
         } else {
             Err(GcError::NotAnObject {
@@ -917,7 +1041,7 @@ impl Default for Heap {
 
 impl std::fmt::Debug for Heap {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Heap({:#x})", self.0.id())
+        write!(f, "Heap({})", self.0.id)
     }
 }
 
@@ -975,9 +1099,12 @@ impl Drop for HeapInner {
             // SAFETY: the heap is gone: nothing can reach its big objects.
             unsafe { crate::big::free(obj) };
         }
+        // From here on no TypeRef of this heap reads its type object (the write lock
+        // waits for readers that found the heap alive).
+        LIVE_HEAPS.write().remove(&self.id.0);
         for t in self.types.get_mut().drain(..) {
             // SAFETY: type objects die with the heap; free what their descriptors own.
-            unsafe { (*(t.0.as_ptr() as *mut TypeDesc)).free_owned() };
+            unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };
         }
     }
 }

@@ -26,14 +26,32 @@
 //! ```
 //!
 //! # Object model
-//! Each object is preceded by a one-word header holding its type pointer and GC bits
-//! (see [`object`]); an [`ObjRef`] points just past it. Objects up to
-//! [`max_internal_obj_size`] bytes live in pools of 16 KiB pages of 55 size classes
-//! ([`sizeclass`]); larger ones are external objects from the system allocator. Types are
-//! themselves heap objects ([`TypeRef`]).
+//! Each object is preceded by a one-word header ([`HEADER_SIZE`] bytes) holding its type
+//! pointer and GC bits; an [`ObjRef`] points just past it. Objects up to
+//! [`max_internal_obj_size`] bytes live in pools of [`PAGE_SIZE`] pages of 55 size
+//! classes ([`CELL_SIZES`]); larger ones are external objects from the system allocator.
+//! Types are themselves heap objects ([`TypeRef`]); a [`TypeRef`] names its heap
+//! ([`HeapId`]).
+//!
+//! # Lookups
+//! From any address, on any thread, at any time: [`internal_object`] (the pool object
+//! an address points into), [`is_internal_object`] / [`is_object`] (an object's start,
+//! pool or big), [`is_internal_cell`] (the seed's `jl_gc_is_internal_obj_alloc`),
+//! [`pool_object`] (for callers that index big objects themselves), [`page_of`].
+//!
+//! ```
+//! use gc_core::{internal_object, is_object, Heap};
+//!
+//! let heap = Heap::default();
+//! let mut m = heap.attach().unwrap();
+//! let ty = heap.new_layout_type("Blob", 32, &[]).unwrap();
+//! let obj = m.alloc_typed(32, ty).unwrap();
+//! assert_eq!(internal_object(&heap, obj.addr() + 20), Some(obj));
+//! assert!(is_object(&heap, obj.addr()) && !is_object(&heap, obj.addr() + 16));
+//! ```
 //!
 //! # Weak references, finalizers, the reference queue
-//! Between mark and sweep ([`weak`]): weak-reference objects
+//! Between mark and sweep: weak-reference objects
 //! ([`Mutator::new_weak_object`], Julia's `jl_gc_new_weakref`) and handles
 //! ([`Heap::new_weak_ref`]) are cleared when their referent dies; finalizers
 //! ([`Mutator::add_finalizer`], `jl_gc_add_ptr_finalizer`) run after the collection that
@@ -45,38 +63,55 @@
 //! A thread [`Heap::attach`]es to get a [`Mutator`]; any mutator can collect. The world
 //! stops at safepoints (allocation, [`Mutator::safepoint`]); a thread inside
 //! [`Mutator::gc_safe`] counts as stopped.
+//!
+//! # The C ABI
+//! `include/gc_core.h` (`libgc_core.so`/`.a`) and `include/julia_gcext_compat.h` (the
+//! seed's names). A crate that extends that C ABI with its own names (gc-conservative)
+//! uses [`ffi`]: the C handle types, their conversion, the shared last-error slot.
 
-pub mod big;
-pub mod callbacks;
-pub mod capi;
+mod big;
+mod callbacks;
+mod capi;
 mod collect;
-pub mod error;
-pub mod heap;
-pub mod mark;
-pub mod mutator;
-pub mod object;
-pub mod page;
-pub mod pagetable;
+mod error;
+pub mod ffi;
+mod geom;
+mod heap;
+mod lookup;
+mod mark;
+mod mutator;
+mod object;
+mod page;
+mod pagetable;
 mod par;
-pub mod sizeclass;
-pub mod stats;
-pub mod task;
-pub mod types;
-pub mod weak;
+mod sizeclass;
+mod stats;
+mod task;
+mod types;
+mod weak;
 
-pub use callbacks::{Callback, CallbackId, CallbackKind};
+pub use callbacks::{Callback, CallbackId, CallbackKind, RootScannerFn, TaskScannerFn, WeakHookFn};
 pub use error::GcError;
-pub use heap::{Heap, HeapConfig, Root};
-pub use mark::Marker;
-pub use mutator::{Mutator, MutatorShared};
-pub use object::ObjRef;
+pub use heap::{Heap, HeapConfig, HeapId, Root};
+pub use lookup::{
+    internal_object, is_internal_cell, is_internal_object, is_object, page_of, pool_object,
+    PoolLookup,
+};
+pub use mark::{Marker, ARRAY_CHUNK};
+pub use mutator::{
+    current_thread_task, save_registers, GcSafe, Mutator, MutatorShared, SafeState, SAVED_REGS,
+};
+pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
 pub use page::PageMeta;
+pub use sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 pub use stats::{CollectionInfo, GcStats};
 pub use task::Task;
 pub use types::{
     CMarkFn, CSweepFn, ForeignTypeSpec, MarkFn, MarkProc, SweepFn, SweepProc, TypeKind, TypeRef,
 };
-pub use weak::{CFinalizerFn, CNotifyFn, FinalizerFn, ReferenceQueue, WeakRef};
+pub use weak::{
+    in_finalizer, CFinalizerFn, CNotifyFn, FinalizerFn, ReferenceQueue, WeakRef, WEAK_OBJECT_SIZE,
+};
 
 /// Which collection to run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

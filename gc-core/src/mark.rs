@@ -36,11 +36,10 @@
 //! remembered set (otherwise a write barrier was missed).
 
 use crate::big::BigHeader;
-use crate::heap::HeapInner;
+use crate::heap::{HeapId, HeapInner};
 use crate::object::{
-    header_is_allocated, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED, TAG_BITS,
+    header_is_allocated, type_addr, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
-use crate::pagetable;
 use crate::par::{MarkPool, Termination};
 use crate::types::{MarkProc, TypeDesc, TypeKind};
 use crossbeam_deque::{Steal, Stealer, Worker};
@@ -308,7 +307,7 @@ impl<'h> Marker<'h> {
     }
 
     /// The id of the heap being collected ([`crate::Heap::id`]).
-    pub fn heap_id(&self) -> usize {
+    pub fn heap_id(&self) -> HeapId {
         self.heap.id()
     }
 
@@ -525,8 +524,8 @@ impl<'h> Marker<'h> {
                         Ordering::Relaxed,
                     );
                     self.fast.marked += 1;
-                    self.kept_for_finalizers += match pagetable::lookup(obj.addr()) {
-                        Some(page) if page.owner() == self.heap.id() => {
+                    self.kept_for_finalizers += match crate::lookup::page_of(obj.addr()) {
+                        Some(page) if page.is_owned_by(self.heap.id()) => {
                             page.cell_layout().map_or(0, |(cell, _)| cell)
                         }
                         // SAFETY: not in a pool page of ours: a live big object.
@@ -599,7 +598,7 @@ impl<'h> Marker<'h> {
     #[inline(always)]
     fn push_if_scannable(&mut self, obj: ObjRef, h: usize) {
         // SAFETY: h is the header of a live object: its type pointer is a live type.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if desc.has_pointers {
             self.push(obj.addr());
         }
@@ -666,7 +665,7 @@ impl<'h> Marker<'h> {
         if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
             let child = self.verify_first_young.map_or(0, |c| c.addr());
             // SAFETY: h is a live object's header.
-            let ty = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) }
+            let ty = unsafe { &*(type_addr(h) as *const TypeDesc) }
                 .name()
                 .to_string();
             self.errors.push(format!(
@@ -690,7 +689,7 @@ impl<'h> Marker<'h> {
             hdr.store(h & !REMEMBERED, Ordering::Relaxed);
         }
         // SAFETY: the type pointer of a live object is a live type object.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if !desc.has_pointers {
             return;
         }
@@ -1079,7 +1078,7 @@ impl<'h> Marker<'h> {
         // SAFETY: obj is live.
         let h = unsafe { obj.header_bits() };
         // SAFETY: type of a live object.
-        let desc = unsafe { &*((h & !TAG_BITS) as *const TypeDesc) };
+        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
         if desc.has_pointers && h & REMEMBERED == 0 {
             // Scanning in verify mode never clears REMEMBERED (the bit is clear here).
             // SAFETY: forwarded.
@@ -1095,8 +1094,8 @@ impl<'h> Marker<'h> {
         let a = obj.addr();
         let ok = if a % 16 != 0 {
             false
-        } else if pagetable::lookup(a).is_some() {
-            pagetable::is_internal_object(self.heap.id(), a)
+        } else if crate::lookup::page_of(a).is_some() {
+            crate::lookup::is_internal_object(self.heap.id(), a)
         } else {
             self.big_set.as_ref().is_some_and(|s| s.contains(&a)) && {
                 // SAFETY: a registered big object of this heap is live.

@@ -17,9 +17,10 @@ use crate::callbacks::CallbackKind;
 use crate::error::GcError;
 use crate::heap::{Heap, HeapInner, World};
 use crate::mark::TlsHead;
-use crate::object::{ObjRef, FREE_END, HEADER_SIZE, OLD, REMEMBERED};
+use crate::object::{
+    back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, HEADER_SIZE, REMEMBERED,
+};
 use crate::page::PageMeta;
-use crate::pagetable;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
 use crate::stats::CollectionInfo;
 use crate::task::{current_thread_stack, Task};
@@ -111,12 +112,82 @@ pub fn current_thread_task() -> Option<Arc<Task>> {
     (!m.is_null()).then(|| unsafe { &*m }.task.clone())
 }
 
-/// Allocation state of one size class on one thread.
+/// Allocation state of one size class on one thread (and of the heap's permanent
+/// pool): the page held, its free list (threaded through the cell headers) and, on a
+/// fresh page, a bump range of zeroed cells. [`Pool::take`] and [`Pool::commit`] are the
+/// one way a cell is taken, by the allocation fast and slow paths and the permanent
+/// pool alike.
 pub(crate) struct Pool {
     pub free: usize,
     pub bump: usize,
     pub bump_end: usize,
     pub page: Option<&'static PageMeta>,
+}
+
+impl Pool {
+    /// An empty pool (no page).
+    pub(crate) const fn empty() -> Pool {
+        Pool {
+            free: FREE_END,
+            bump: 0,
+            bump_end: 0,
+            page: None,
+        }
+    }
+
+    /// Takes a cell of `cell_size` bytes (the pool's class): the head of the free list,
+    /// its payload zeroed, or else the next cell of the bump range (zero already).
+    /// Returns the cell's header address; `None` when both are exhausted, or, with
+    /// `INLINE`, when a free-list cell is larger than the fast path zeroes itself (with
+    /// word stores, no call: `INLINE_ZERO_MAX`), which the slow path then takes.
+    ///
+    /// # Safety
+    /// The pool is the caller's (its owning thread's, or the permanent pool under the
+    /// heap's `gc` lock) and `cell_size` is the cell size of its page's class.
+    #[inline(always)]
+    pub(crate) unsafe fn take<const INLINE: bool>(&mut self, cell_size: usize) -> Option<usize> {
+        let cell = self.free;
+        if cell != FREE_END {
+            if INLINE && cell_size > INLINE_ZERO_MAX {
+                // Zeroed by memset on the slow path (a call here would cost every
+                // allocation a stack frame).
+                return None;
+            }
+            // SAFETY: `cell` is a free cell of a page this pool holds (caller): its
+            // header holds the next link and its payload is ours to zero.
+            unsafe {
+                self.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
+                if INLINE {
+                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                } else {
+                    zero_words(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
+                }
+            }
+            Some(cell)
+        } else if self.bump < self.bump_end {
+            let c = self.bump;
+            self.bump = c + cell_size;
+            Some(c)
+        } else {
+            None
+        }
+    }
+
+    /// Makes the cell `take` returned (header at `cell`, size class `class`) an object
+    /// with header word `tag`: stores the header and sets the cell's allocation bit.
+    /// Returns the object.
+    ///
+    /// # Safety
+    /// `cell` was just taken from this pool.
+    #[inline(always)]
+    pub(crate) unsafe fn commit(&self, cell: usize, tag: usize, class: usize) -> ObjRef {
+        // SAFETY: the header word of the cell the caller just took.
+        unsafe { (*(cell as *const AtomicUsize)).store(tag, Ordering::Release) };
+        // SAFETY: a pool that hands out cells holds their page.
+        unsafe { self.page.unwrap_unchecked() }.set_allocated(cell + HEADER_SIZE, class);
+        // SAFETY: a cell address is not null.
+        unsafe { ObjRef::from_addr(cell + HEADER_SIZE).unwrap_unchecked() }
+    }
 }
 
 /// Thread-owned allocation state. Touched by the owning thread, and by the collector
@@ -127,8 +198,12 @@ pub(crate) struct Local {
     pub sweep_list: Vec<ObjRef>,
     pub objects: u64,
     pub bytes: u64,
-    /// Allocations left before the stress mode collects (`u64::MAX` when off).
+    /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
+    /// a GC-safe region, so that the allocation fast path (which needs it above 1)
+    /// leaves every allocation to the slow path, which refuses it.
     pub countdown: u64,
+    /// `countdown` when the thread entered its GC-safe region, restored when it leaves.
+    pub countdown_before_safe: u64,
     /// Types recently validated by the C ABI (types live as long as the heap).
     pub type_cache: [usize; 4],
     /// Weak-reference objects made (or re-pointed to a young referent) since the last
@@ -176,7 +251,7 @@ unsafe impl Send for MutatorShared {}
 /// the thread is stopped. It writes only into `buf` (a raw pointer is not accepted):
 ///
 /// ```compile_fail,E0308
-/// gc_core::mutator::save_registers(std::ptr::null_mut());
+/// gc_core::save_registers(std::ptr::null_mut());
 /// ```
 #[inline(always)]
 pub fn save_registers(buf: &mut [usize; SAVED_REGS]) {
@@ -211,10 +286,14 @@ impl MutatorShared {
         unsafe { &*self.heap }
     }
 
-    /// The registers saved when the thread last stopped.
+    /// The registers saved when the thread last stopped (at a safepoint, in a GC-safe
+    /// region or collecting): the copy its task keeps ([`Task::saved_registers`]), which
+    /// any thread may read at any time (atomically; while the thread runs it is the
+    /// previous stop's). The buffer the thread saves them into (`gc_tls_head_t`'s
+    /// `regs`, written by the thread itself, by the C ABI's assembly too) is never read
+    /// by another thread.
     pub fn saved_registers(&self) -> [usize; SAVED_REGS] {
-        // SAFETY: only read while the thread is stopped (by the collector) or by itself.
-        unsafe { *self.head.regs.get() }
+        self.task.saved_registers()
     }
 
     /// The thread's own stack.
@@ -227,8 +306,11 @@ impl MutatorShared {
         self.state.load(Ordering::Acquire) != RUNNING
     }
 
-    fn record_stop(&self) {
-        // SAFETY: the buffer belongs to this thread's mutator; we are that thread.
+    /// Copies the registers the calling thread (this mutator's) saved into its buffer
+    /// to its task, where other threads read them.
+    pub(crate) fn record_stop(&self) {
+        // SAFETY: the buffer belongs to this thread's mutator; we are that thread (the
+        // callers' contract: every caller runs on the mutator's own thread).
         let regs = unsafe { &*self.head.regs.get() };
         self.task.record_stop(regs);
     }
@@ -266,8 +348,69 @@ impl MutatorShared {
         crate::weak::after_resume(self);
     }
 
-    /// Marks the thread GC-safe; the caller has saved the registers of the frame that
-    /// stays live during the region.
+    /// Enters a GC-safe region without a guard, for code that cannot hold a [`GcSafe`]
+    /// across the region (a C ABI's `gc_safe_enter`/`gc_safe_leave`): records `regs` (the
+    /// callee-saved registers and, last, the stack pointer of the frame that stays live
+    /// during the region, as [`save_registers`] gives them) as where the thread stopped,
+    /// and from then on collections may run without waiting for the thread. Returns the
+    /// state to give [`MutatorShared::leave_gc_safe`].
+    ///
+    /// # Safety
+    /// Called on the thread this mutator belongs to, which touches no object of the heap
+    /// (allocation is refused: [`GcError::InGcSafeRegion`]) until the matching
+    /// `leave_gc_safe`; `regs`' stack pointer is in the live part of the thread's stack
+    /// for the whole region.
+    #[inline]
+    pub unsafe fn enter_gc_safe(&self, regs: &[usize; SAVED_REGS]) -> SafeState {
+        // SAFETY: the calling thread's own register buffer (caller); nothing else reads
+        // it.
+        unsafe { *self.head.regs.get() = *regs };
+        match self.enter_safe_saved() {
+            RUNNING => SafeState::Running,
+            _ => SafeState::Safe,
+        }
+    }
+
+    /// [`MutatorShared::enter_gc_safe`] saving the caller's own registers, with `sp` as
+    /// the lowest stack address in use during the region instead of the caller's stack
+    /// pointer: for a callback called deeper than the frame that stays live while the
+    /// thread blocks (a GIL's block hook). Refused ([`GcError::BadStackPointer`]) unless
+    /// `sp` is in the live part of the thread's stack, at or above the caller's frame.
+    ///
+    /// # Safety
+    /// As for `enter_gc_safe`; the frame at `sp` has spilled the callee-saved registers
+    /// that may hold references into itself and does not return before the matching
+    /// `leave_gc_safe`.
+    #[inline(always)]
+    pub unsafe fn enter_gc_safe_at(&self, sp: usize) -> Result<SafeState, GcError> {
+        let mut regs = [0; SAVED_REGS];
+        save_registers(&mut regs);
+        let here = regs[SAVED_REGS - 1];
+        let (lo, hi) = self.task.stack_bounds();
+        if sp < here || sp < lo || sp >= hi {
+            return Err(GcError::BadStackPointer { sp, lo: here, hi });
+        }
+        regs[SAVED_REGS - 1] = sp;
+        // SAFETY: forwarded from the caller.
+        Ok(unsafe { self.enter_gc_safe(&regs) })
+    }
+
+    /// Leaves a GC-safe region entered with [`MutatorShared::enter_gc_safe`] (`state` is
+    /// what it returned), waiting for a running collection to finish first.
+    ///
+    /// # Safety
+    /// Called on the thread this mutator belongs to, with the state its matching
+    /// `enter_gc_safe` returned.
+    #[inline]
+    pub unsafe fn leave_gc_safe(&self, state: SafeState) {
+        self.leave_safe(match state {
+            SafeState::Running => RUNNING,
+            SafeState::Safe => SAFE,
+        });
+    }
+
+    /// Marks the thread GC-safe; the caller (the thread itself) has saved the registers
+    /// of the frame that stays live during the region.
     pub(crate) fn enter_safe_saved(&self) -> u8 {
         if self.in_collection.load(Ordering::Relaxed) {
             // The collecting thread itself, in a callback (a root scanner waiting for a
@@ -277,6 +420,12 @@ impl MutatorShared {
             return SAFE;
         }
         self.record_stop();
+        if self.state.load(Ordering::Relaxed) == RUNNING {
+            // SAFETY: the owning thread, still running (no collection touches its local
+            // state): allocation goes to the slow path, which refuses it, until leave.
+            let local = unsafe { &mut *self.local.get() };
+            local.countdown_before_safe = std::mem::replace(&mut local.countdown, 0);
+        }
         let old = self.state.swap(SAFE, Ordering::SeqCst);
         let heap = self.heap();
         if heap.gc_flag.load(Ordering::SeqCst) != 0 {
@@ -304,9 +453,69 @@ impl MutatorShared {
                 self.state.store(RUNNING, Ordering::SeqCst);
             }
         }
+        // SAFETY: the owning thread, running again (no collection touches its local
+        // state).
+        let local = unsafe { &mut *self.local.get() };
+        local.countdown = local.countdown_before_safe;
         if heap.fin_pending.load(Ordering::Relaxed) != 0 {
             crate::weak::after_resume(self);
         }
+    }
+
+    /// The type of this mutator's heap at `addr` (a C caller's type pointer): O(1), a
+    /// pool object of the heap whose own type is the meta type; `NotAType` otherwise.
+    /// Called by the owning thread while it runs managed code (no collection frees an
+    /// object meanwhile, and types are permanent).
+    pub(crate) fn type_at(&self, addr: usize) -> Result<TypeRef, GcError> {
+        let heap = self.heap();
+        let not_a_type = GcError::NotAType { addr };
+        if !crate::lookup::is_internal_object(heap.id(), addr) {
+            return Err(not_a_type);
+        }
+        let obj = ObjRef::from_addr(addr).ok_or(not_a_type.clone())?;
+        // SAFETY: an allocated, live object of this heap (the lookup above; nothing is
+        // freed while the owning thread runs managed code).
+        let h = unsafe { obj.header_bits() };
+        if type_addr(h) != heap.datatype().as_obj().addr() {
+            return Err(not_a_type);
+        }
+        Ok(TypeRef::new(obj, heap.id()))
+    }
+
+    /// A type of this mutator's heap that the thread allocated with recently, by its
+    /// address (the C ABI's allocation: the last four types, kept by
+    /// [`Self::type_at_cached`]; types live as long as their heap).
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
+    #[inline(always)]
+    pub(crate) unsafe fn cached_type(&self, addr: usize) -> Option<TypeRef> {
+        // SAFETY: the owning thread's local state (caller).
+        let local = unsafe { &*self.local.get() };
+        if addr == 0 || !local.type_cache.contains(&addr) {
+            return None;
+        }
+        // SAFETY: a cached address was a type of this heap, and stays one.
+        let obj = unsafe { ObjRef::from_addr(addr).unwrap_unchecked() };
+        Some(TypeRef::new(obj, self.heap().id()))
+    }
+
+    /// [`Self::cached_type`], or else the checked [`Self::type_at`], whose type then
+    /// joins the cache.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator, running managed code.
+    pub(crate) unsafe fn type_at_cached(&self, addr: usize) -> Result<TypeRef, GcError> {
+        // SAFETY: forwarded.
+        if let Some(t) = unsafe { self.cached_type(addr) } {
+            return Ok(t);
+        }
+        let t = self.type_at(addr)?;
+        // SAFETY: the owning thread's local state (caller).
+        let local = unsafe { &mut *self.local.get() };
+        local.type_cache.rotate_right(1);
+        local.type_cache[0] = addr;
+        Ok(t)
     }
 
     /// Safepoint poll: one relaxed load when no collection is requested.
@@ -360,6 +569,12 @@ impl MutatorShared {
         size: usize,
         ty: TypeRef,
     ) -> Option<ObjRef> {
+        // The type's heap first: a type of another heap (or of a dropped one, whose
+        // object may be gone) is not read.
+        if ty.heap != self.heap().id() {
+            return None;
+        }
+        // SAFETY: a type of this thread's heap, which is alive (the mutator holds it).
         let desc = ty.desc();
         // SAFETY: we are the owning thread (caller's contract).
         let local = unsafe { &mut *self.local.get() };
@@ -370,45 +585,20 @@ impl MutatorShared {
         };
         if small
             && size >= desc.min_size
-            && desc.heap_id == self.heap().id()
             && local.countdown > 1
             && self.heap().gc_flag.load(Ordering::Relaxed) == 0
         {
             let class = class_of(size);
             let cell_size = CELL_SIZES[class] as usize;
             let pool = &mut local.pools[class];
-            let cell = pool.free;
-            let obj = if cell != FREE_END {
-                if cell_size > INLINE_ZERO_MAX {
-                    // Zeroed by memset on the slow path (a call here would cost every
-                    // allocation a stack frame).
-                    return None;
-                }
-                // SAFETY: `cell` is a free cell of a page this thread holds: its header
-                // holds the next link and its payload is ours to zero.
-                unsafe {
-                    pool.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
-                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
-                }
-                cell + HEADER_SIZE
-            } else if pool.bump < pool.bump_end {
-                let c = pool.bump;
-                pool.bump = c + cell_size;
-                c + HEADER_SIZE
-            } else {
-                return None;
-            };
-            // SAFETY: the header word of the cell we just took.
-            unsafe {
-                (*((obj - HEADER_SIZE) as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release)
-            };
-            // SAFETY: a pool that hands out cells holds their page.
-            unsafe { pool.page.unwrap_unchecked() }.set_allocated(obj, class);
+            // SAFETY: the thread's own pool of `class`.
+            let cell = unsafe { pool.take::<true>(cell_size) }?;
+            // SAFETY: just taken from this pool.
+            let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
             local.objects += 1;
             local.bytes += cell_size as u64;
             local.countdown -= 1;
-            // SAFETY: obj is a non-null cell address.
-            return Some(unsafe { ObjRef::from_addr(obj).unwrap_unchecked() });
+            return Some(obj);
         }
         None
     }
@@ -443,10 +633,12 @@ impl MutatorShared {
         internal: bool,
     ) -> Result<ObjRef, GcError> {
         let heap = self.heap();
-        let desc = ty.desc();
-        if desc.heap_id != heap.id() {
-            return Err(GcError::NotAType { addr: ty.0.addr() });
+        if ty.heap != heap.id() {
+            return Err(GcError::NotAType {
+                addr: ty.obj.addr(),
+            });
         }
+        let desc = ty.desc();
         let name = || desc.name().to_string();
         if size == 0 {
             return Err(GcError::ZeroSize { type_name: name() });
@@ -506,31 +698,14 @@ impl MutatorShared {
             // SAFETY: owning thread.
             let local = unsafe { &mut *self.local.get() };
             let pool = &mut local.pools[class];
-            let cell = if pool.free != FREE_END {
-                let c = pool.free;
-                // SAFETY: a free cell of a page this thread holds.
-                unsafe {
-                    pool.free = (*(c as *const AtomicUsize)).load(Ordering::Relaxed);
-                    zero_words(c + HEADER_SIZE, cell_size - HEADER_SIZE);
-                }
-                Some(c)
-            } else if pool.bump < pool.bump_end {
-                let c = pool.bump;
-                pool.bump += cell_size;
-                Some(c)
-            } else {
-                None
-            };
-            if let Some(c) = cell {
-                // SAFETY: header of the cell we took.
-                unsafe { (*(c as *const AtomicUsize)).store(ty.0.addr(), Ordering::Release) };
-                pool.page
-                    .expect("a pool with cells holds their page")
-                    .set_allocated(c + HEADER_SIZE, class);
+            // SAFETY: the thread's own pool of `class`.
+            if let Some(cell) = unsafe { pool.take::<false>(cell_size) } {
+                // SAFETY: just taken from this pool.
+                let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
                 local.objects += 1;
                 local.bytes += cell_size as u64;
                 local.countdown = local.countdown.saturating_sub(1).max(1);
-                return Ok(ObjRef::from_addr(c + HEADER_SIZE).expect("non-null"));
+                return Ok(obj);
             }
             self.refill(class, size)?;
         }
@@ -602,7 +777,7 @@ impl MutatorShared {
             crate::collect::collect(self, CollectionKind::Auto)?;
             heap.allocd.fetch_add(size, Ordering::Relaxed);
         }
-        let obj = big::alloc(size, ty.0.addr(), self.heap().id()).ok_or_else(|| {
+        let obj = big::alloc(size, ty.obj.addr(), self.heap().id()).ok_or_else(|| {
             GcError::OutOfMemory {
                 size,
                 reason: "the system allocator returned null".into(),
@@ -640,9 +815,7 @@ impl MutatorShared {
     #[inline(always)]
     pub(crate) unsafe fn wb(&self, parent: ObjRef, child: ObjRef) {
         // SAFETY: live objects (caller).
-        let h = unsafe { parent.header_bits() };
-        // SAFETY: live objects (caller).
-        if h & (OLD | REMEMBERED) == OLD && unsafe { child.header_bits() } & OLD == 0 {
+        if let Some(h) = unsafe { barrier_fires(parent, child) } {
             // SAFETY: forwarded.
             unsafe { self.remember(parent, h) };
         }
@@ -656,8 +829,7 @@ impl MutatorShared {
     #[inline(always)]
     pub(crate) unsafe fn wb_back(&self, parent: ObjRef) {
         // SAFETY: live object (caller).
-        let h = unsafe { parent.header_bits() };
-        if h & (OLD | REMEMBERED) == OLD {
+        if let Some(h) = unsafe { back_barrier_fires(parent) } {
             // SAFETY: forwarded.
             unsafe { self.remember(parent, h) };
         }
@@ -679,16 +851,16 @@ impl MutatorShared {
     /// Owning thread; `obj` is a live object of this heap.
     pub(crate) unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
         let heap = self.heap();
-        if !crate::big::is_allocated_object(heap.id(), obj.addr()) {
+        if !crate::lookup::is_object(heap.id(), obj.addr()) {
             return Err(GcError::NotAnObject {
                 what: "schedule_sweep",
                 addr: obj.addr(),
             });
         }
         // SAFETY: live object.
-        let ty = TypeRef(
-            ObjRef::from_addr(unsafe { obj.header_bits() } & !crate::object::TAG_BITS)
-                .expect("typed"),
+        let ty = TypeRef::new(
+            ObjRef::from_addr(type_addr(unsafe { obj.header_bits() })).expect("typed"),
+            heap.id(),
         );
         let desc = ty.desc();
         if !desc.sweep.is_some() || desc.kind != TypeKind::Foreign {
@@ -697,8 +869,8 @@ impl MutatorShared {
                 type_name: desc.name().into(),
             });
         }
-        let first = match pagetable::lookup(obj.addr()) {
-            Some(page) if page.owner() == heap.id() && page.cell_layout().is_some() => {
+        let first = match crate::lookup::page_of(obj.addr()) {
+            Some(page) if page.is_owned_by(heap.id()) && page.cell_layout().is_some() => {
                 page.schedule_sweep(obj.addr())
             }
             // SAFETY: a live object of ours outside the pools is a big object.
@@ -781,17 +953,13 @@ impl Mutator {
             heap: Arc::as_ptr(&heap.0),
             state: AtomicU8::new(RUNNING),
             local: UnsafeCell::new(Local {
-                pools: std::array::from_fn(|_| Pool {
-                    free: FREE_END,
-                    bump: 0,
-                    bump_end: 0,
-                    page: None,
-                }),
+                pools: std::array::from_fn(|_| Pool::empty()),
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
                 objects: 0,
                 bytes: 0,
                 countdown: if stress == 0 { u64::MAX } else { stress + 1 },
+                countdown_before_safe: 0,
                 type_cache: [0; 4],
                 weak_objs: Vec::new(),
                 weak_dirty: false,
@@ -825,7 +993,7 @@ impl Mutator {
         }
         CURRENT.with(|c| c.set(Arc::as_ptr(&shared)));
         EXIT_DETACH.with(|g| *g.0.borrow_mut() = Some(shared.clone()));
-        tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread attached");
+        tracing::trace!(heap = %heap.id(), "thread attached");
         Ok(Mutator {
             shared,
             heap: heap.clone(),
@@ -895,14 +1063,50 @@ impl Mutator {
 
     /// Runs `f` in a GC-safe region: collections may run meanwhile and this thread does
     /// not hold them up. `f` cannot touch the heap (it cannot reach this mutator).
+    /// [`Mutator::enter_gc_safe`] is the same region as a guard.
     #[inline(always)]
     pub fn gc_safe<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        // SAFETY: the owning thread's register buffer; nothing reads it while it runs.
-        save_registers(unsafe { &mut *self.shared.head.regs.get() });
-        let old = self.shared.enter_safe_saved();
+        let region = self.enter_gc_safe();
         let r = f();
-        self.shared.leave_safe(old);
+        drop(region);
         r
+    }
+
+    /// Enters a GC-safe region (a blocking call, a wait for a lock): collections may run
+    /// until the returned guard is dropped, and this thread does not hold them up. The
+    /// guard borrows the mutator, so the thread cannot touch the heap through it
+    /// meanwhile (another handle from [`Heap::current_mutator`] is refused too).
+    /// Dropping it leaves the region, waiting for a running collection to finish first.
+    ///
+    /// The registers and the stack pointer recorded are this call's (it is inlined):
+    /// references the region must keep alive are those the calling frame (or its
+    /// callers) holds.
+    ///
+    /// ```
+    /// use gc_core::Heap;
+    ///
+    /// let heap = Heap::default();
+    /// let mut m = heap.attach().unwrap();
+    /// let region = m.enter_gc_safe();
+    /// std::thread::sleep(std::time::Duration::from_millis(1)); // others may collect
+    /// drop(region); // leaves; `m` may allocate again
+    /// ```
+    ///
+    /// Forgetting the guard (`mem::forget`) leaves the thread in the region: allocation
+    /// and collection through the mutator are then refused ([`GcError::InGcSafeRegion`]).
+    #[inline(always)]
+    pub fn enter_gc_safe(&mut self) -> GcSafe<'_> {
+        let mut regs = [0; SAVED_REGS];
+        save_registers(&mut regs);
+        // SAFETY: a Mutator is !Send, so this is its own thread; the guard borrows the
+        // mutator for the region, so the thread cannot touch the heap through it; the
+        // registers are this frame's, which outlives the guard.
+        let state = unsafe { self.shared.enter_gc_safe(&regs) };
+        GcSafe {
+            shared: &self.shared,
+            state,
+            _not_send: PhantomData,
+        }
     }
 
     /// The write barrier: call after storing a reference to `child` into `parent`.
@@ -966,6 +1170,47 @@ impl Mutator {
     /// The thread's own stack, registered as a task.
     pub fn task(&self) -> &Arc<Task> {
         &self.shared.task
+    }
+}
+
+/// The state of a thread before it entered a GC-safe region
+/// ([`MutatorShared::enter_gc_safe`]), to give back when it leaves; the C ABI's
+/// `gc_safe_enter` returns it as an integer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[repr(i8)]
+pub enum SafeState {
+    /// Running managed code (leaving waits out a collection, then runs again).
+    Running = 0,
+    /// Already counted as stopped (a nested region, or the collecting thread itself in
+    /// a callback): leaving changes nothing.
+    Safe = 1,
+}
+
+impl SafeState {
+    /// The state from its integer form (`gc_safe_enter`'s result); `None` for others.
+    pub fn from_raw(raw: i8) -> Option<SafeState> {
+        match raw {
+            0 => Some(SafeState::Running),
+            1 => Some(SafeState::Safe),
+            _ => None,
+        }
+    }
+}
+
+/// A GC-safe region of the calling thread ([`Mutator::enter_gc_safe`]); dropping it
+/// leaves the region. Not `Send`: it stands for the thread that entered it.
+#[must_use = "the region ends when the guard is dropped"]
+pub struct GcSafe<'m> {
+    shared: &'m MutatorShared,
+    state: SafeState,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl Drop for GcSafe<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the guard lives on the thread that entered the region (it is !Send),
+        // with the state that entry returned.
+        unsafe { self.shared.leave_gc_safe(self.state) };
     }
 }
 
@@ -1041,7 +1286,7 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
             }
         }
     });
-    tracing::trace!(heap = format_args!("{:#x}", heap.id()), "thread detached");
+    tracing::trace!(heap = %heap.id(), "thread detached");
 }
 
 impl SweepProc {

@@ -150,6 +150,40 @@ pub fn header_is_allocated(h: usize) -> bool {
     h != 0 && h & FREE == 0
 }
 
+/// The type object's address in header word `h` (of an allocated object).
+#[inline(always)]
+pub(crate) fn type_addr(h: usize) -> usize {
+    h & !TAG_BITS
+}
+
+/// The write barrier's test, in one place (the Rust API's barrier and the C layer's
+/// `gc_wb`/`jl_gc_wb`): storing a reference to `child` into `parent` must put `parent`
+/// in the remembered set when `parent` is old and not remembered yet and `child` is
+/// young. Returns `parent`'s header word then.
+///
+/// # Safety
+/// Both objects are allocated (alive) in a heap.
+#[inline(always)]
+pub(crate) unsafe fn barrier_fires(parent: ObjRef, child: ObjRef) -> Option<usize> {
+    // SAFETY: live objects (caller).
+    let h = unsafe { parent.header_bits() };
+    // SAFETY: as above.
+    (h & (OLD | REMEMBERED) == OLD && unsafe { child.header_bits() } & OLD == 0).then_some(h)
+}
+
+/// The backward barrier's test (after storing possibly young references into
+/// `parent` in bulk): `parent` is old and not remembered yet. Returns its header word
+/// then.
+///
+/// # Safety
+/// The object is allocated (alive) in a heap.
+#[inline(always)]
+pub(crate) unsafe fn back_barrier_fires(parent: ObjRef) -> Option<usize> {
+    // SAFETY: live object (caller).
+    let h = unsafe { parent.header_bits() };
+    (h & (OLD | REMEMBERED) == OLD).then_some(h)
+}
+
 /// Whether the allocated object with header word `h` was left unmarked by a collection
 /// (`full`, with the old-mark `parity` and `young_marked`, the `AGE | MARK` bits of a
 /// marked young object): an old object dies only in a full collection, when its mark bit

@@ -8,9 +8,11 @@
 //! age bits of young objects and the "sweep function scheduled" bits, both indexed by
 //! 16-byte granule so that no division is needed to find them.
 
+use crate::geom::{self, Geom};
+use crate::heap::HeapId;
 use crate::object::{FREE_END, HEADER_SIZE};
 use crate::pagetable;
-use crate::sizeclass::{cells_per_page, div_magic, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
+use crate::sizeclass::{cells_per_page, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -33,14 +35,14 @@ pub struct PageMeta {
     /// bits 16..24 size class.
     layout: AtomicU64,
     /// The page's page-table entry, which keeps a copy of the owner and the geometry
-    /// (`pagetable::pack_geom`).
+    /// (`geom::Geom`).
     entry: AtomicPtr<pagetable::Entry>,
     /// Allocation bits, by cell index (`pagetable::AllocBits`): set when a cell is handed out,
     /// rebuilt by each sweep of the page. Written only by the thread holding the page or
     /// by the collector, read by anyone (interior-pointer lookups), so lookups touch no
     /// object memory (except a cell's header while the page waits for its sweep: its bits
     /// still include the cells the last collection found dead, see
-    /// `pagetable::GEOM_WAITING`). They live in the page table's leaf (`pagetable::AllocBits`), where
+    /// `Geom::is_waiting`). They live in the page table's leaf (`pagetable::AllocBits`), where
     /// a lookup finds them without this metadata; set at registration.
     alloc: AtomicPtr<pagetable::AllocBits>,
     /// Padding, chosen by measurement only (issue 14, fifth pass in the README). The
@@ -132,18 +134,25 @@ impl PageMeta {
         self.base
     }
 
-    /// Id of the heap that owns the page, or 0 if the page is free.
+    /// The heap that owns the page; `None` while the page is free.
     #[inline]
-    pub fn owner(&self) -> usize {
-        self.owner.load(Ordering::Acquire)
+    pub fn owner(&self) -> Option<HeapId> {
+        match self.owner.load(Ordering::Acquire) {
+            0 => None,
+            w => Some(HeapId::from_owner(w as u64)),
+        }
+    }
+
+    /// Whether the page is in use by heap `id`.
+    #[inline]
+    pub fn is_owned_by(&self, id: HeapId) -> bool {
+        self.owner.load(Ordering::Acquire) == id.word()
     }
 
     /// Cell size (header included) and size class, or `None` while the page is free.
     #[inline]
     pub fn cell_layout(&self) -> Option<(usize, usize)> {
-        let l = self.layout.load(Ordering::Acquire);
-        let size = (l & 0xffff) as usize;
-        (size != 0).then_some((size, ((l >> 16) & 0xff) as usize))
+        geom::from_layout_word(self.layout.load(Ordering::Acquire))
     }
 
     /// The cell index whose extent `[payload, payload + cell_size - 8]` (one past the end
@@ -157,17 +166,10 @@ impl PageMeta {
             self.base,
             "address outside the page"
         );
+        debug_assert_eq!(cell_size, Geom::of_class(class).cell());
         // Pages are PAGE_SIZE-aligned: the page start comes from the address, not `base`.
-        let first_obj = (addr & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let off = addr.checked_sub(first_obj)?;
-        let idx = ((off as u64 * DIV_MAGIC[class]) >> 32) as usize;
-        let rem = off - idx * cell_size;
-        if rem <= cell_size - HEADER_SIZE {
-            // `rem == cell_size - 8` is one past the end of cell `idx`.
-            (idx < CELLS_PER_PAGE[class] as usize).then_some(idx)
-        } else {
-            None
-        }
+        let (idx, _) = Geom::of_class(class).locate(addr)?;
+        (idx < geom::cells_in_page(class)).then_some(idx)
     }
 
     /// Payload address of cell `idx`.
@@ -191,20 +193,18 @@ impl PageMeta {
     /// class `class`.
     #[inline(always)]
     fn alloc_bit(&self, obj: usize, class: usize) -> (&'static AtomicU64, u64) {
-        // Pages are PAGE_SIZE-aligned: the offset needs no load of `base`.
-        let off = (obj & (PAGE_SIZE - 1)) - FIRST_CELL - HEADER_SIZE;
-        let idx = ((off as u64 * DIV_MAGIC[class]) >> 32) as usize;
+        let idx = Geom::of_class(class).index_of_payload(obj);
         (&self.alloc()[idx >> 6], 1u64 << (idx & 63))
     }
 
     /// Whether `obj` is the payload address of a cell of this page that holds an
     /// allocated object right now; false while the page is free. The answer of
-    /// [`pagetable::is_internal_object`] for the page's owner.
+    /// [`crate::is_internal_object`] for the page's owner.
     #[inline]
     pub fn is_allocated(&self, obj: usize) -> bool {
         debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        let owner = self.owner();
-        owner != 0 && pagetable::is_internal_object(owner, obj)
+        self.owner()
+            .is_some_and(|owner| crate::lookup::is_internal_object(owner, obj))
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the
@@ -264,7 +264,7 @@ impl PageMeta {
     /// # Safety
     /// The caller holds `owner`'s page lock and the page is free and not referenced by
     /// any allocator.
-    unsafe fn assign(&self, owner: usize, class: usize) {
+    unsafe fn assign(&self, owner: HeapId, class: usize) {
         // SAFETY: exclusive per the caller's contract.
         let st = unsafe { self.state() };
         st.held = false;
@@ -273,9 +273,9 @@ impl PageMeta {
         for w in self.sched.iter().chain(self.alloc().iter()) {
             w.store(0, Ordering::Relaxed);
         }
-        self.owner.store(owner, Ordering::Release);
-        let layout = CELL_SIZES[class] as u64 | (class as u64) << 16;
-        self.layout.store(layout, Ordering::Release);
+        self.owner.store(owner.word(), Ordering::Release);
+        self.layout
+            .store(geom::layout_word(class), Ordering::Release);
         self.publish_info();
     }
 
@@ -285,28 +285,22 @@ impl PageMeta {
         let slot = self.entry.load(Ordering::Acquire);
         // SAFETY: set at registration to the page's entry, which is never freed.
         if let Some(slot) = unsafe { slot.as_ref() } {
-            let layout = self.layout.load(Ordering::Acquire);
-            let cell = (layout & 0xffff) as usize;
-            let owner = self.owner();
-            slot.publish((cell != 0 && owner != 0).then(|| {
-                let class = ((layout >> 16) & 0xff) as usize;
-                (owner, pagetable::pack_geom(cell, DIV_MAGIC[class]))
-            }));
+            let layout = self.cell_layout();
+            slot.publish(
+                self.owner()
+                    .and_then(|owner| layout.map(|(_, class)| (owner, Geom::of_class(class)))),
+            );
         }
     }
 
     /// Marks the page's page-table entry as waiting for the lazy sweep of the collection
     /// `params` describes (number `epoch`): lookups then decide a cell whose allocation
-    /// bit is set from its header (`pagetable::GEOM_WAITING`). `publish_info` clears it.
+    /// bit is set from its header (`Geom::is_waiting`). `publish_info` clears it.
     fn publish_waiting(&self, params: SweepParams, epoch: u32) {
         let slot = self.entry.load(Ordering::Acquire);
-        let layout = self.layout.load(Ordering::Acquire);
-        let cell = (layout & 0xffff) as usize;
         // SAFETY: set at registration to the page's entry, which is never freed.
-        if let (Some(slot), true) = (unsafe { slot.as_ref() }, cell != 0) {
-            let class = ((layout >> 16) & 0xff) as usize;
-            slot.set_geom(pagetable::waiting_geom(
-                pagetable::pack_geom(cell, DIV_MAGIC[class]),
+        if let (Some(slot), Some((_, class))) = (unsafe { slot.as_ref() }, self.cell_layout()) {
+            slot.set_geom(Geom::of_class(class).waiting(
                 params.full,
                 params.parity,
                 params.young_marked,
@@ -334,26 +328,6 @@ impl PageMeta {
         st.unswept = false;
     }
 }
-
-static CELLS_PER_PAGE: [u16; NUM_CLASSES] = {
-    let mut t = [0u16; NUM_CLASSES];
-    let mut i = 0;
-    while i < NUM_CLASSES {
-        t[i] = cells_per_page(i) as u16;
-        i += 1;
-    }
-    t
-};
-
-static DIV_MAGIC: [u64; NUM_CLASSES] = {
-    let mut t = [0u64; NUM_CLASSES];
-    let mut i = 0;
-    while i < NUM_CLASSES {
-        t[i] = div_magic(CELL_SIZES[i] as usize);
-        i += 1;
-    }
-    t
-};
 
 /// A 4 MiB chunk of pages and their metadata, leaked for the process lifetime.
 pub(crate) struct Chunk {
@@ -565,7 +539,7 @@ impl TriggerPlan {
 /// One heap's pages: chunks, free pages, pages with free cells per class, pages waiting
 /// for their sweep.
 pub(crate) struct PageAlloc {
-    owner: usize,
+    owner: HeapId,
     chunks: Vec<&'static Chunk>,
     free: Vec<&'static PageMeta>,
     partial: Vec<Vec<&'static PageMeta>>,
@@ -589,7 +563,7 @@ pub(crate) struct PageAlloc {
 }
 
 impl PageAlloc {
-    pub(crate) fn new(owner: usize) -> Self {
+    pub(crate) fn new(owner: HeapId) -> Self {
         PageAlloc {
             owner,
             chunks: Vec::new(),

@@ -20,15 +20,17 @@
 //! one cache miss, not two in a row.
 //!
 //! While a page waits for its lazy sweep, its bitmap still has the bits of the cells the
-//! last collection found dead; its entry's geometry word says so ([`GEOM_WAITING`]) and
+//! last collection found dead; its entry's geometry word says so ([`Geom::is_waiting`]) and
 //! carries the sweep's parameters, and a lookup that finds a cell's bit set there decides
 //! from the cell's header (`object_in_waiting_page`). [`internal_object`] and
 //! [`is_internal_cell`] are the workspace's one answer to "is this address an object of
 //! heap H".
 
-use crate::object::{header_is_allocated, is_dead, ObjRef, AGE, HEADER_SIZE, MARK};
+use crate::geom::Geom;
+use crate::heap::HeapId;
+use crate::object::{ObjRef, HEADER_SIZE};
 use crate::page::PageMeta;
-use crate::sizeclass::{FIRST_CELL, PAGE_SHIFT, PAGE_SIZE};
+use crate::sizeclass::PAGE_SHIFT;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 const ADDR_BITS: usize = 48;
@@ -47,7 +49,7 @@ pub type AllocBits = [AtomicU64; ALLOC_WORDS];
 
 /// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
 /// (the owner while the page is in use; the cell size with its division magic, see
-/// [`pack_geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
+/// [`Geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
 /// and then only the page's allocation bitmap, with no table of its own.
 #[repr(C, align(32))]
 pub struct Entry {
@@ -72,96 +74,31 @@ impl Entry {
         unsafe { self.meta.load(Ordering::Acquire).as_ref() }
     }
 
-    /// The cell geometry of the page's last layout ([`pack_geom`]): published before the
-    /// owner word, so a lookup that read a heap's id as the owner reads a geometry at
-    /// least as recent as that heap's layout of the page.
+    /// The cell geometry of the page's last layout: published before the owner word, so
+    /// a lookup that read a heap's id as the owner reads a geometry at least as recent as
+    /// that heap's layout of the page.
     #[inline(always)]
-    pub fn geom(&self) -> u64 {
-        self.geom.load(Ordering::Acquire)
+    pub(crate) fn geom(&self) -> Geom {
+        Geom::from_word(self.geom.load(Ordering::Acquire))
     }
 
-    /// Replaces the geometry word alone (the page waits for its sweep: [`waiting_geom`]).
-    pub(crate) fn set_geom(&self, geom: u64) {
-        self.geom.store(geom, Ordering::Release);
+    /// Replaces the geometry word alone (the page waits for its sweep: [`Geom::waiting`]).
+    pub(crate) fn set_geom(&self, geom: Geom) {
+        self.geom.store(geom.word(), Ordering::Release);
     }
 
     /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
     /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
     /// a free page keeps its last geometry.
-    pub(crate) fn publish(&self, in_use: Option<(usize, u64)>) {
+    pub(crate) fn publish(&self, in_use: Option<(HeapId, Geom)>) {
         match in_use {
             Some((owner, geom)) => {
-                debug_assert!(owner != 0, "heap ids start at 1");
-                self.geom.store(geom, Ordering::Release);
-                self.owner.store(owner as u64, Ordering::Release);
+                self.geom.store(geom.word(), Ordering::Release);
+                self.owner.store(owner.get(), Ordering::Release);
             }
             None => self.owner.store(0, Ordering::Release),
         }
     }
-}
-
-/// Packs a cell size (header included, below 2^16) with its division magic
-/// ([`crate::sizeclass::div_magic`], below 2^32): magic in bits 0..32, cell size in bits
-/// 32..48. The bits above are clear: they are set only while the page waits for its lazy
-/// sweep ([`GEOM_WAITING`]).
-pub fn pack_geom(cell: usize, magic: u64) -> u64 {
-    debug_assert!(magic < 1 << 32 && cell < 1 << 16);
-    magic | (cell as u64) << 32
-}
-
-/// Set in a page's geometry word (bit 63) while the page waits for the lazy sweep of the
-/// last collection: its allocation bitmap still has the bits of the cells that
-/// collection found dead, so a lookup that finds a cell's bit set decides from the
-/// cell's header, with the sweep's parameters that the bits below carry (bit 62: the
-/// collection was full; bit 61: its old-mark parity; bit 60: the `MARK` bit of its
-/// young-marked state; bits 48..60: the low bits of the collection's number, so that a
-/// lookup that slept through two collections sees the word change). Published by
-/// `PageAlloc::begin_sweep` for every page it leaves to the sweep, with the world
-/// stopped; cleared when the page is swept, after its new bitmap is stored.
-pub const GEOM_WAITING: u64 = 1 << 63;
-const WAIT_FULL: u64 = 1 << 62;
-const WAIT_PARITY: u64 = 1 << 61;
-const WAIT_YOUNG_PARITY: u64 = 1 << 60;
-const WAIT_EPOCH_SHIFT: u32 = 48;
-const WAIT_EPOCH_MASK: u64 = 0xfff;
-
-/// The geometry word of a page of geometry `geom` ([`pack_geom`]) waiting for the sweep
-/// of a collection (`full`, old-mark `parity`, `young_marked` as in
-/// [`crate::object::is_dead`]; `epoch` its number).
-pub(crate) fn waiting_geom(
-    geom: u64,
-    full: bool,
-    parity: usize,
-    young_marked: usize,
-    epoch: u32,
-) -> u64 {
-    debug_assert!(geom < 1 << WAIT_EPOCH_SHIFT);
-    debug_assert!(parity & !MARK == 0 && young_marked & !(AGE | MARK) == 0);
-    let mut g = geom | GEOM_WAITING | (epoch as u64 & WAIT_EPOCH_MASK) << WAIT_EPOCH_SHIFT;
-    if full {
-        g |= WAIT_FULL;
-    }
-    if parity & MARK != 0 {
-        g |= WAIT_PARITY;
-    }
-    if young_marked & MARK != 0 {
-        g |= WAIT_YOUNG_PARITY;
-    }
-    g
-}
-
-/// Whether the allocated object with header word `h` is live on a page whose geometry
-/// word is the waiting `geom` (the sweep's rule, [`crate::object::is_dead`]).
-#[inline]
-fn live_in_waiting_page(h: usize, geom: u64) -> bool {
-    let parity = if geom & WAIT_PARITY != 0 { MARK } else { 0 };
-    let young_marked = AGE
-        | if geom & WAIT_YOUNG_PARITY != 0 {
-            MARK
-        } else {
-            0
-        };
-    header_is_allocated(h) && !is_dead(h, geom & WAIT_FULL != 0, parity, young_marked)
 }
 
 /// The entries of one GiB of pages (2 MiB).
@@ -217,7 +154,7 @@ impl Leaf {
     /// the entry's instead of following it. An index past the page's last cell needs no
     /// check of its own: it never has an allocation bit.
     ///
-    /// A page waiting for its sweep ([`GEOM_WAITING`], one compare on the geometry
+    /// A page waiting for its sweep ([`Geom::is_waiting`], one compare on the geometry
     /// already loaded, the fast path's only addition for it) goes to
     /// `object_in_waiting_page`, which also reads the cell's header. The geometry is read
     /// again after the bit: a page flagged as waiting or given another layout between the
@@ -226,35 +163,23 @@ impl Leaf {
     /// (`object_in_changed_page`), so that a bit of the new state is never paired with a
     /// cell of the old.
     #[inline(always)]
-    pub fn object_in_page(self, entry: &Entry, heap_id: usize, p: usize) -> Option<ObjRef> {
+    pub fn object_in_page(self, entry: &Entry, heap_id: HeapId, p: usize) -> Option<ObjRef> {
         let bits = self.bitmaps();
         bits.prefetch(p);
         let geom = entry.geom();
-        if geom >= GEOM_WAITING {
+        if geom.is_waiting() {
             return object_in_waiting_page(heap_id, p);
         }
-        // Below GEOM_WAITING the bits above the cell size are clear (`pack_geom`).
-        let cell = (geom >> 32) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let off = p.checked_sub(first)?;
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        let start = idx * cell;
-        // `off - start == cell - 8` is one past the end of cell `idx`; above, p is in the
-        // header word of the next cell.
-        if off - start > cell.wrapping_sub(HEADER_SIZE) {
-            return None;
-        }
-        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        if !allocated {
+        let (idx, obj) = geom.locate_settled(p)?;
+        if !bits.is_set(p, idx) {
             return None;
         }
         if entry.geom() != geom {
             // Given the cell's start rather than `p`, which is then dead after the
             // offset's computation: the fast path keeps no more registers than before.
-            return object_in_changed_page(first + start, geom);
+            return object_in_changed_page(obj, geom);
         }
-        ObjRef::from_addr(first + start)
+        ObjRef::from_addr(obj)
     }
 }
 
@@ -271,17 +196,16 @@ impl Leaf {
 /// other heap, all while the looking thread stalls.)
 #[cold]
 #[inline(never)]
-fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
+fn object_in_changed_page(obj: usize, old: Geom) -> Option<ObjRef> {
     let entry = entry(obj)?;
     let owner = entry.owner();
-    let now = entry.geom();
-    if (now >> 32) & 0xffff != (old >> 32) & 0xffff {
+    if !entry.geom().same_cell(old) {
         return None;
     }
     if owner == 0 {
         return None;
     }
-    object_in_waiting_page(owner as usize, obj)
+    object_in_waiting_page(HeapId::from_owner(owner), obj)
 }
 
 /// [`Leaf::object_in_page`] for a page of heap `heap_id` waiting for its lazy sweep (or
@@ -302,7 +226,7 @@ fn object_in_changed_page(obj: usize, old: u64) -> Option<ObjRef> {
 /// sweep holds a new object, and the geometry read after the header has changed.
 #[cold]
 #[inline(never)]
-fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
+fn object_in_waiting_page(heap_id: HeapId, p: usize) -> Option<ObjRef> {
     // The caller found the leaf and its entry: found again.
     let leaf = leaf(p)?;
     let entry = leaf.entry(p);
@@ -310,46 +234,34 @@ fn object_in_waiting_page(heap_id: usize, p: usize) -> Option<ObjRef> {
     loop {
         // The owner first (the caller compared it too, but this may be a second look):
         // a geometry read after it is at least as recent as the heap's layout.
-        if entry.owner() != heap_id as u64 {
+        if entry.owner() != heap_id.get() {
             return None;
         }
         let geom = entry.geom();
-        let cell = ((geom >> 32) & 0xffff) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let off = p.checked_sub(first)?;
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        let start = idx * cell;
-        if off - start > cell.wrapping_sub(HEADER_SIZE) {
+        let (idx, obj) = geom.locate(p)?;
+        if !bits.is_set(p, idx) {
             return None;
         }
-        let allocated = bits.alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        if !allocated {
-            return None;
-        }
-        let live = if geom >= GEOM_WAITING {
-            let hp = first + start - HEADER_SIZE;
+        let live = if geom.is_waiting() {
+            let hp = obj - HEADER_SIZE;
             // gc-core writes header words atomically, except when it zeroes a recycled
             // free page for reuse (`PageAlloc::grant`, a memset after the page's new
             // geometry is published): a lookup meets that only if it stalls here from
             // before the page's sweep until the page was released and given out
             // again; whatever word it reads, the geometry it reads next is the new one
             // (x86-64 makes stores visible in order) and it looks again.
-            // SAFETY: `start <= off`, so `hp` is a cell header inside the page of `p`,
-            // a pool page (its entry names an owner), never unmapped.
+            // SAFETY: `locate` gave a cell of the page of `p` (at or below `p`), so `hp`
+            // is a cell header inside that page, a pool page (its entry names an
+            // owner), never unmapped.
             let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
-            live_in_waiting_page(h, geom)
+            geom.live_while_waiting(h)
         } else {
             true
         };
         // A page swept meanwhile (or released: its owner word changes too) is looked at
         // again.
-        if entry.geom() == geom && entry.owner() == heap_id as u64 {
-            return if live {
-                ObjRef::from_addr(first + start)
-            } else {
-                None
-            };
+        if entry.geom() == geom && entry.owner() == heap_id.get() {
+            return if live { ObjRef::from_addr(obj) } else { None };
         }
     }
 }
@@ -367,6 +279,12 @@ impl Bitmaps {
     pub fn alloc_word(self, addr: usize, idx: usize) -> &'static AtomicU64 {
         &self.0
             [((addr >> 10) & ((LEAF_ENTRIES - 1) * ALLOC_WORDS)) | ((idx >> 6) & (ALLOC_WORDS - 1))]
+    }
+
+    /// Whether the allocation bit of cell `idx` of the page that contains `addr` is set.
+    #[inline(always)]
+    pub fn is_set(self, addr: usize, idx: usize) -> bool {
+        self.alloc_word(addr, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
     }
 
     /// Asks the processor to start loading the first cache line of the allocation bitmap
@@ -456,80 +374,6 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
     }
 }
 
-/// The internal (pool) object of heap `heap_id` that `p` points to the beginning,
-/// interior or one past the end of; `None` for everything else (free or never-used
-/// cells, the bytes of a page before its first payload or after its last cell, header
-/// words past their first byte, pages of other heaps or free ones, addresses no pool
-/// page was ever registered at). Any `p` is accepted, from any thread, at any time,
-/// without a lock.
-///
-/// The one answer to "is this an object of heap H" in the workspace: gc-conservative's
-/// lookups and conservative scans and gc-core's own object checks
-/// ([`is_internal_object`], `PageMeta::is_allocated`) all go through
-/// [`Leaf::object_in_page`].
-#[inline]
-pub fn internal_object(heap_id: usize, p: usize) -> Option<ObjRef> {
-    let leaf = leaf(p)?;
-    let entry = leaf.entry(p);
-    if entry.owner() != heap_id as u64 {
-        return None;
-    }
-    leaf.object_in_page(entry, heap_id, p)
-}
-
-/// Whether `addr` is the payload address of an allocated internal object of heap
-/// `heap_id` (see [`internal_object`]).
-#[inline]
-pub fn is_internal_object(heap_id: usize, addr: usize) -> bool {
-    internal_object(heap_id, addr).is_some_and(|o| o.addr() == addr)
-}
-
-/// The seed's `jl_gc_is_internal_obj_alloc` for heap `heap_id`: whether `p` is the
-/// payload address of a cell of one of the heap's pool pages that holds an allocated
-/// object or is free (memory reserved for objects, whose header is a free-list link or
-/// 0, never a valid type: the seed's guarantee, which its type check
-/// `jl_gc_internal_obj_base_ptr(jl_typeof(p)) != NULL` relies on). A cell whose object
-/// the last collection found dead while its page waits for the lazy sweep is neither:
-/// its header still names the dead object's type, so it is answered false, as for
-/// memory that is no pool object at all (the answer the seed's guarantee allows).
-pub fn is_internal_cell(heap_id: usize, p: usize) -> bool {
-    let Some(leaf) = leaf(p) else {
-        return false;
-    };
-    let entry = leaf.entry(p);
-    if entry.owner() != heap_id as u64 {
-        return false;
-    }
-    loop {
-        let geom = entry.geom();
-        let cell = ((geom >> 32) & 0xffff) as usize;
-        let magic = geom & 0xffff_ffff;
-        let first = (p & !(PAGE_SIZE - 1)) + FIRST_CELL + HEADER_SIZE;
-        let Some(off) = p.checked_sub(first) else {
-            return false;
-        };
-        let idx = ((off as u64 * magic) >> 32) as usize;
-        if idx * cell != off || FIRST_CELL + (idx + 1) * cell > PAGE_SIZE {
-            return false;
-        }
-        let allocated =
-            leaf.bitmaps().alloc_word(p, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0;
-        let answer = !allocated || leaf.object_in_page(entry, heap_id, p).is_some();
-        // A page swept or laid out again meanwhile: look again.
-        if entry.geom() == geom {
-            return answer;
-        }
-    }
-}
-
-/// The metadata of the pool page containing `addr`, if any page was ever registered
-/// there. The page may be free or owned by any heap: callers check
-/// [`PageMeta::owner`] and [`PageMeta::cell_layout`].
-#[inline]
-pub fn lookup(addr: usize) -> Option<&'static PageMeta> {
-    entry(addr)?.meta()
-}
-
 /// Records that the page at `page_base` is described by `meta` (for the process's
 /// lifetime). Called once per page, when its chunk is mapped. Returns the entry, whose
 /// owner and geometry words the page keeps up to date, and the page's allocation bitmap
@@ -553,18 +397,4 @@ pub(crate) fn register(
         .meta
         .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
     (entry, leaf.bitmaps().page(page_base))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unregistered_and_out_of_range_addresses_have_no_page() {
-        assert!(lookup(0).is_none());
-        assert!(lookup(usize::MAX).is_none());
-        assert!(lookup(1 << 48).is_none());
-        let local = 0u64;
-        assert!(lookup(&local as *const u64 as usize).is_none());
-    }
 }

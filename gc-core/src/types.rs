@@ -12,6 +12,7 @@
 //!   so that Rust users need no mark function;
 //! - the meta type of types.
 
+use crate::heap::HeapId;
 use crate::mark::Marker;
 use crate::object::ObjRef;
 use std::ffi::{c_void, CString};
@@ -84,7 +85,7 @@ pub struct ForeignTypeSpec<'a> {
 #[repr(C)]
 pub struct TypeDesc {
     pub(crate) magic: u64,
-    pub(crate) heap_id: usize,
+    pub(crate) heap_id: HeapId,
     pub(crate) kind: TypeKind,
     pub(crate) has_pointers: bool,
     pub(crate) large: bool,
@@ -108,7 +109,7 @@ pub struct TypeDesc {
 pub(crate) const TYPE_MAGIC: u64 = 0x5459_5045_4445_5343; // "TYPEDESC"
 
 impl TypeDesc {
-    pub(crate) fn new(heap_id: usize, kind: TypeKind, name: &str) -> TypeDesc {
+    pub(crate) fn new(heap_id: HeapId, kind: TypeKind, name: &str) -> TypeDesc {
         let name = CString::new(name.replace('\0', "?")).expect("NULs were replaced");
         TypeDesc {
             magic: TYPE_MAGIC,
@@ -168,51 +169,117 @@ impl TypeDesc {
     }
 }
 
-/// A type of a heap (an object of the meta type). Copyable; valid while its heap lives.
+/// A type of a heap (an object of the meta type). Copyable; it names its heap, so a
+/// type of a dropped heap is never mistaken for a type of a later one (heap ids are
+/// never reused).
+///
+/// The accessors ([`TypeRef::name`], [`TypeRef::kind`], ...) read the type object: they
+/// panic, with a message saying so, for a type whose heap was dropped (the object's
+/// memory belongs to no heap then, or to another one). Allocating with such a type is an
+/// error ([`crate::GcError::NotAType`]), as is allocating with another heap's type.
+/// Checking costs the allocation path one comparison of the type's heap id with the
+/// mutator's (which it made before too, then by reading the type object); the
+/// accessors, which are not on hot paths, take a shared lock of the live-heap registry.
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
-#[repr(transparent)]
-pub struct TypeRef(pub(crate) ObjRef);
+pub struct TypeRef {
+    pub(crate) obj: ObjRef,
+    pub(crate) heap: HeapId,
+}
 
 impl TypeRef {
-    /// The type object itself.
-    pub fn as_obj(self) -> ObjRef {
-        self.0
+    /// The type object `obj` of heap `heap`.
+    pub(crate) fn new(obj: ObjRef, heap: HeapId) -> TypeRef {
+        TypeRef { obj, heap }
     }
 
+    /// The type object itself.
+    pub fn as_obj(self) -> ObjRef {
+        self.obj
+    }
+
+    /// The heap the type belongs to.
+    pub fn heap_id(self) -> HeapId {
+        self.heap
+    }
+
+    /// The descriptor, for code that holds the type's heap (a mutator, the heap, the
+    /// collector) and has checked that the type is that heap's.
     pub(crate) fn desc<'a>(self) -> &'a TypeDesc {
         // SAFETY: a TypeRef is only created for type objects, which stay alive (they are
         // permanent roots) as long as the heap, and the caller holds the heap.
-        unsafe { &*(self.0.as_ptr() as *const TypeDesc) }
+        unsafe { &*(self.obj.as_ptr() as *const TypeDesc) }
+    }
+
+    /// Runs `f` on the descriptor while the type's heap is registered as live (its
+    /// drop waits for `f`); panics if the heap was dropped.
+    #[track_caller]
+    fn with_desc<R>(self, f: impl FnOnce(&TypeDesc) -> R) -> R {
+        match crate::heap::with_live(self.heap, || f(self.desc())) {
+            Some(r) => r,
+            None => panic!(
+                "TypeRef {:#x} used after its heap ({}) was dropped",
+                self.obj.addr(),
+                self.heap
+            ),
+        }
     }
 
     /// The type's name.
+    ///
+    /// # Panics
+    /// If the type's heap was dropped.
+    #[track_caller]
     pub fn name(self) -> String {
-        self.desc().name().to_string()
+        self.with_desc(|d| d.name().to_string())
     }
 
     /// The type's kind.
+    ///
+    /// # Panics
+    /// If the type's heap was dropped.
+    #[track_caller]
     pub fn kind(self) -> TypeKind {
-        self.desc().kind
+        self.with_desc(|d| d.kind)
     }
 
     /// Whether instances may hold references.
+    ///
+    /// # Panics
+    /// If the type's heap was dropped.
+    #[track_caller]
     pub fn has_pointers(self) -> bool {
-        self.desc().has_pointers
+        self.with_desc(|d| d.has_pointers)
     }
 
     /// Whether instances are external (big) objects.
+    ///
+    /// # Panics
+    /// If the type's heap was dropped.
+    #[track_caller]
     pub fn is_large(self) -> bool {
-        self.desc().large
+        self.with_desc(|d| d.large)
     }
 
     /// Byte offsets of the reference slots of a layout type (empty for other kinds).
+    ///
+    /// # Panics
+    /// If the type's heap was dropped.
+    #[track_caller]
     pub fn ref_offsets(self) -> Vec<u32> {
-        self.desc().offsets().to_vec()
+        self.with_desc(|d| d.offsets().to_vec())
     }
 }
 
 impl std::fmt::Debug for TypeRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "TypeRef({}@{:#x})", self.desc().name(), self.0.addr())
+        match crate::heap::with_live(self.heap, || self.desc().name().to_string()) {
+            Some(name) => write!(f, "TypeRef({name}@{:#x})", self.obj.addr()),
+            None => write!(
+                f,
+                "TypeRef(<type of dropped heap {}>@{:#x})",
+                self.heap,
+                self.obj.addr()
+            ),
+        }
     }
 }

@@ -563,6 +563,11 @@ thread_local! {
     static DEFERRED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+thread_local! {
+    /// [`Mutator::disable_finalizers`] nesting on this thread.
+    static FIN_DISABLED: Cell<u32> = const { Cell::new(0) };
+}
+
 /// Whether the calling thread is inside a finalizer.
 pub fn in_finalizer() -> bool {
     IN_FINALIZER.with(Cell::get)
@@ -825,6 +830,42 @@ impl Mutator {
         run_pending(self)
     }
 
+    /// Disables running finalizers at this thread's safepoints (Julia's
+    /// `jl_gc_enable_finalizers(ct, 0)`, for code that must not be interrupted by one, a
+    /// lock held): nests, each call needs an [`Mutator::enable_finalizers`]; while
+    /// disabled, [`Mutator::finalizers_disabled`] says so (the caller's own
+    /// [`Mutator::run_finalizers`] calls still run them).
+    pub fn disable_finalizers(&mut self) {
+        FIN_DISABLED.with(|c| c.set(c.get() + 1));
+        self.set_finalizers_at_safepoints(false);
+    }
+
+    /// Undoes one [`Mutator::disable_finalizers`]. Returns whether that was the last one:
+    /// finalizers then run at this thread's safepoints again, and the caller should run
+    /// those pending ([`Mutator::run_finalizers`], as Julia's
+    /// `jl_gc_enable_finalizers(ct, 1)` does). Enabling more often than disabling is an
+    /// error ([`GcError::FinalizersNotDisabled`]).
+    pub fn enable_finalizers(&mut self) -> Result<bool, GcError> {
+        let n = FIN_DISABLED.with(|c| {
+            let n = c.get();
+            c.set(n.saturating_sub(1));
+            n
+        });
+        match n {
+            0 => Err(GcError::FinalizersNotDisabled),
+            1 => {
+                self.set_finalizers_at_safepoints(true);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Whether [`Mutator::disable_finalizers`] is in effect on this thread.
+    pub fn finalizers_disabled(&self) -> bool {
+        FIN_DISABLED.with(Cell::get) > 0
+    }
+
     /// Opts this thread in (or out) of running pending finalizers at its safepoints:
     /// when it resumes from a collection (the one it ran, or one it stopped for) and when
     /// it leaves a GC-safe region. Off by default for [`Heap::attach`]; on for threads
@@ -886,7 +927,7 @@ impl Mutator {
 }
 
 fn check_weak_type(heap: &Heap, wr: ObjRef, h: usize) -> Result<(), GcError> {
-    if h & !crate::object::TAG_BITS != heap.weak_ref_type().as_obj().addr() {
+    if crate::object::type_addr(h) != heap.weak_ref_type().as_obj().addr() {
         return Err(GcError::NotAWeakRef { addr: wr.addr() });
     }
     Ok(())

@@ -194,7 +194,7 @@ impl Bridge {
                 }
             }
         })));
-        tracing::debug!(heap = format_args!("{:#x}", heap.id()), "bridge created");
+        tracing::debug!(heap = %heap.id(), "bridge created");
         Ok(Bridge(inner))
     }
 

@@ -426,7 +426,7 @@ impl Inner {
     /// Refuses a mutator of another heap than the bridge's (`m` allocates the bridge's
     /// mirrors and runs its collections).
     pub(crate) fn check_mutator(&self, m: &Mutator, what: &'static str) -> Result<(), BridgeError> {
-        let (mutator_heap, bridge_heap) = (m.heap().serial(), self.heap.serial());
+        let (mutator_heap, bridge_heap) = (m.heap().id().get(), self.heap.id().get());
         if mutator_heap == bridge_heap {
             Ok(())
         } else {

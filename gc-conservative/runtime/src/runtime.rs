@@ -19,7 +19,7 @@ use crate::status::{
     GC_RUNTIME_ERR_INVALID_ARGUMENT, GC_RUNTIME_ERR_NOT_ATTACHED, GC_RUNTIME_ERR_SHUT_DOWN,
     GC_RUNTIME_ERR_STATE, GC_RUNTIME_ERR_STOPPED,
 };
-use gc_core::capi::{self as gc, gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
+use gc_core::ffi::{self as gc, gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
 use gc_core::{Callback, Marker, ObjRef, Task};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -326,7 +326,8 @@ unsafe extern "C" fn on_block(data: *mut c_void, _thread: u64, _reason: i32) {
         if state < 0 {
             // A GIL call made through gil.h directly: this hook's own frame is live while
             // the thread waits inside it.
-            state = gc::gc_safe_enter(m);
+            // SAFETY: m is this thread's attached mutator (gc_safe_enter checks it).
+            state = unsafe { gc::gc_safe_enter(m) };
         }
         let mut states = l.hook_states.get();
         states[depth] = state;
@@ -384,7 +385,7 @@ impl Runtime {
         };
         if cfg.conservative {
             // SAFETY: a heap gc_heap_new just returned.
-            let Some(h) = (unsafe { gc_heap_t::from_ptr(heap, "gc_runtime_new") }) else {
+            let Some(h) = (unsafe { gc::heap_from_ptr(heap, "gc_runtime_new") }) else {
                 return fail(gc_error("gc_runtime_new"));
             };
             if !shared.scan_stacks {
@@ -435,7 +436,7 @@ impl Runtime {
     pub fn check_deletable(&self) -> Result<()> {
         let threads = self.shared.threads().len();
         // SAFETY: the runtime's own heap, alive while the runtime is.
-        let heap_threads = unsafe { gc_heap_t::from_ptr(self.heap, "gc_runtime_delete") }
+        let heap_threads = unsafe { gc::heap_from_ptr(self.heap, "gc_runtime_delete") }
             .map_or(0, |h| h.attached_threads());
         if threads > 0 || heap_threads > 0 {
             return Err(Error::new(
@@ -732,9 +733,12 @@ impl Runtime {
         }
         // SAFETY: a task handed to a task scanner is registered and alive (caller).
         let task = unsafe { &*(task as *const Task) };
-        gc::with_active_marker(gc::gc_current_mutator(), WHAT, |mk| {
-            self.shared.scan(mk, task, true) as isize
-        })
+        // SAFETY: gc_current_mutator() is null or this thread's own ptls.
+        unsafe {
+            gc::with_active_marker(gc::gc_current_mutator(), WHAT, |mk| {
+                self.shared.scan(mk, task, true) as isize
+            })
+        }
         .ok_or_else(|| gc_error(WHAT))
     }
 }

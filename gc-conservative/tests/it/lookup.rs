@@ -7,8 +7,8 @@
 use gc_conservative::{
     base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc,
 };
-use gc_core::sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef};
+use gc_core::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static STATIC_DATA: [u64; 64] = [7; 64];
@@ -48,7 +48,7 @@ fn every_size_class_interior_and_one_past_end() {
         let _rb = heap.root(b);
         let _rc = heap.root(c);
         // Before collecting: the cells after c in its page are the bump area.
-        let page = gc_core::pagetable::lookup(c.addr()).unwrap();
+        let page = gc_core::page_of(c.addr()).unwrap();
         let after_c = c.addr() + cell as usize;
         if after_c + 8 < page.base() + PAGE_SIZE {
             assert_eq!(
@@ -251,7 +251,7 @@ fn stacks_static_data_other_heaps_and_random_words_are_not_objects() {
         if let Some(o) = base_ptr(id, p) {
             hits += 1;
             // Only allocated objects containing the word are ever reported.
-            let page = gc_core::pagetable::lookup(o.addr()).unwrap();
+            let page = gc_core::page_of(o.addr()).unwrap();
             let (cell, _) = page.cell_layout().unwrap();
             assert!(
                 page.is_allocated(o.addr()),
@@ -347,10 +347,10 @@ fn assert_page_answers(
             assert_eq!(base_ptr(id, p), None, "{when}: dead {o:?} +{off}");
         }
         assert!(
-            !gc_core::pagetable::is_internal_object(id, o.addr()),
+            !gc_core::is_internal_object(id, o.addr()),
             "{when}: dead {o:?}"
         );
-        let page = gc_core::pagetable::lookup(o.addr()).unwrap();
+        let page = gc_core::page_of(o.addr()).unwrap();
         assert!(!page.is_allocated(o.addr()), "{when}: dead {o:?}");
         assert_eq!(
             is_internal_obj_alloc(id, o.addr()),
@@ -369,7 +369,7 @@ fn assert_page_answers(
             assert_eq!(base_ptr(id, p), Some(o), "{when}: live {o:?} +{off}");
         }
         assert!(
-            gc_core::pagetable::is_internal_object(id, o.addr()),
+            gc_core::is_internal_object(id, o.addr()),
             "{when}: live {o:?}"
         );
         assert!(is_internal_obj_alloc(id, o.addr()), "{when}: live {o:?}");

@@ -11,7 +11,7 @@ use gc_conservative::{enable_conservative_scanning, new_conservative_type};
 use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef, SweepProc, WeakRef};
 
 fn allocated(o: usize) -> bool {
-    let page = gc_core::pagetable::lookup(o).expect("a pool object");
+    let page = gc_core::page_of(o).expect("a pool object");
     page.cell_layout().is_some() && page.is_allocated(o)
 }
 

@@ -16,9 +16,9 @@
 //! keep state in globals (GAP 4.12's `YoungRef`).
 
 use super::{
-    cur, gc_current_task, gc_default_heap, gc_heap_t, gc_run_all_finalizers,
-    gc_set_finalizers_at_safepoints, gc_thread_attach, gc_typeof, jl_datatype_t, jl_module_t,
-    jl_sym_t, jl_task_t, jl_value_t, set_error,
+    cur, gc_current_task, gc_default_heap, gc_run_all_finalizers, gc_set_finalizers_at_safepoints,
+    gc_thread_attach, gc_typeof, jl_datatype_t, jl_module_t, jl_sym_t, jl_task_t, jl_value_t,
+    set_error,
 };
 use crate::mutator;
 use crate::task::Task;
@@ -105,7 +105,7 @@ pub(super) fn init_default() {
 /// Sets `jl_any_type`, `jl_datatype_type`, `jl_weakref_type` and `jl_n_gcthreads`.
 fn publish_types() {
     // SAFETY: the default heap is live for the process.
-    let Some(heap) = (unsafe { gc_heap_t::from_ptr(gc_default_heap(), "jl_init") }) else {
+    let Some(heap) = (unsafe { super::heap_ref(gc_default_heap(), "jl_init") }) else {
         return;
     };
     let any = heap.new_foreign_type(ForeignTypeSpec {
@@ -142,7 +142,7 @@ fn publish_types() {
 /// Refreshes `jl_n_threads` from the default heap.
 pub(super) fn update_thread_count() {
     // SAFETY: the default heap is live for the process.
-    if let Some(heap) = unsafe { gc_heap_t::from_ptr(gc_default_heap(), "jl_n_threads") } {
+    if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_n_threads") } {
         let n = heap.attached_threads().min(i32::MAX as usize) as i32;
         jl_n_threads.store(n, Ordering::Release);
     }

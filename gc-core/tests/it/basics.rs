@@ -6,9 +6,16 @@ use gc_core::{
     SweepProc,
 };
 use parking_lot::Mutex;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+// gc-core's C ABI (include/gc_core.h, julia_gcext_compat.h), linked from the crate like
+// any C client's.
+extern "C" {
+    fn jl_gc_wb_back(parent: *mut c_void);
+    fn gc_is_young(obj: *mut c_void) -> c_int;
+}
 
 fn heap() -> Heap {
     Heap::new(HeapConfig {
@@ -23,7 +30,7 @@ fn heap() -> Heap {
 /// sweep is complete).
 fn pool_allocated(heap: &Heap, obj: ObjRef) -> bool {
     heap.complete_sweep();
-    let page = gc_core::pagetable::lookup(obj.addr()).expect("pool object");
+    let page = gc_core::page_of(obj.addr()).expect("pool object");
     page.cell_layout().is_some() && page.is_allocated(obj.addr())
 }
 
@@ -149,7 +156,7 @@ fn a_backward_barrier_from_a_pre_gc_callback_counts_for_that_collection() {
             k.lock().push(kind);
             // SAFETY: `lvars` is rooted, so alive; the callback runs on the collecting
             // thread, which is attached to the heap.
-            unsafe { gc_core::capi::jl_gc_wb_back(addr as *mut c_void) };
+            unsafe { jl_gc_wb_back(addr as *mut c_void) };
         })))
         .unwrap();
     let child = m.alloc_typed(16, node).unwrap();
@@ -362,7 +369,7 @@ fn is_young_tells_the_generation_until_promotion() {
     let root = heap.root(obj);
     let young = |o: ObjRef| {
         // SAFETY: o is rooted, so alive, whenever this is called.
-        let (rust, c) = unsafe { (o.is_young(), gc_core::capi::gc_is_young(o.as_ptr().cast())) };
+        let (rust, c) = unsafe { (o.is_young(), gc_is_young(o.as_ptr().cast())) };
         assert_eq!(rust, c == 1);
         rust
     };
@@ -372,7 +379,7 @@ fn is_young_tells_the_generation_until_promotion() {
     m.collect(CollectionKind::Partial).unwrap();
     assert!(!young(obj), "not promoted after two collections");
     // SAFETY: NULL is accepted.
-    let null = unsafe { gc_core::capi::gc_is_young(std::ptr::null_mut()) };
+    let null = unsafe { gc_is_young(std::ptr::null_mut()) };
     assert_eq!(null, 0);
     drop(root);
 }
@@ -629,66 +636,6 @@ fn small_heap_sets_the_least_interval() {
     );
 }
 
-/// The allocation bit an interior-pointer lookup reads through the page-table leaf
-/// (`Bitmaps::alloc_word`, found from the address and the cell index alone) is the one the
-/// page's metadata keeps, for objects of every size class, before and after a
-/// collection frees some.
-#[test]
-fn the_leaf_bitmap_word_is_the_page_bitmap() {
-    use gc_core::pagetable;
-    let heap = heap();
-    let mut m = heap.attach().unwrap();
-    let ty = heap.new_layout_type("Blob", 8, &[]).unwrap();
-    let mut kept = Vec::new();
-    let mut dropped = Vec::new();
-    for (i, size) in (8..=gc_core::max_internal_obj_size())
-        .step_by(40)
-        .enumerate()
-    {
-        for j in 0..4 {
-            let o = m.alloc_typed(size, ty).unwrap();
-            if (i + j) % 2 == 0 {
-                kept.push((heap.root(o), o));
-            } else {
-                dropped.push(o);
-            }
-        }
-    }
-    // The bit as base_ptr reads it: the leaf's word for the cell index of `a`.
-    // A page the collection emptied is free: its whole bitmap must then be clear.
-    let leaf_bit = |a: usize| {
-        let page = pagetable::lookup(a).expect("a pool page");
-        let leaf = pagetable::leaf(a).expect("a pool page's GiB has a leaf");
-        match page.cell_layout() {
-            Some((cell, class)) => {
-                let idx = page.cell_index(a, cell, class).expect("inside a cell");
-                leaf.bitmaps().alloc_word(a, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
-            }
-            None => {
-                let clear = (0..pagetable::ALLOC_WORDS)
-                    .all(|w| leaf.bitmaps().alloc_word(a, w * 64).load(Ordering::Acquire) == 0);
-                assert!(clear, "a free page's bitmap is clear");
-                false
-            }
-        }
-    };
-    for &o in kept.iter().map(|(_, o)| o).chain(&dropped) {
-        assert!(leaf_bit(o.addr()), "{o:?} allocated");
-        assert!(pool_allocated(&heap, o));
-    }
-    m.collect(CollectionKind::Full).unwrap();
-    heap.complete_sweep();
-    for &(_, o) in &kept {
-        assert!(leaf_bit(o.addr()) && pool_allocated(&heap, o), "{o:?} kept");
-    }
-    for &o in &dropped {
-        assert!(
-            !leaf_bit(o.addr()) && !pool_allocated(&heap, o),
-            "{o:?} freed"
-        );
-    }
-}
-
 /// Queues the child in slot 0 and reports no young children, as a mark function that
 /// counts in a global shared by several mark threads, or one with Julia's "newly
 /// marked" semantics, may.
@@ -737,4 +684,65 @@ fn a_mark_function_that_underreports_young_children_loses_none() {
         );
     }
     drop(root);
+}
+
+/// `HeapConfig::with_env` (the C ABI's default heap configuration, moved out of the C
+/// layer): the `GC_CORE_*` knobs apply, a bad value is reported and ignored. Run in a
+/// child process, whose environment is its own.
+#[test]
+fn heap_config_takes_the_environment_knobs() {
+    if std::env::var_os("GC_CORE_ENV_CHILD").is_some() {
+        let c = HeapConfig::default().with_env();
+        println!(
+            "growth={} verify={} stress={:?} mark_threads={}",
+            c.growth, c.verify, c.stress_every, c.mark_threads
+        );
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "basics::heap_config_takes_the_environment_knobs",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("GC_CORE_ENV_CHILD", "1")
+        .env("GC_CORE_GROWTH", "2.5")
+        .env("GC_CORE_VERIFY", "1")
+        .env("GC_CORE_STRESS", "often")
+        .env("GC_CORE_MARK_THREADS", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("growth=2.5 verify=true stress=None mark_threads=3"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("ignoring GC_CORE_STRESS=\"often\""),
+        "{stderr}"
+    );
+}
+
+/// `disable_finalizers` / `enable_finalizers` (Julia's `jl_gc_enable_finalizers`, moved
+/// out of the C layer): they nest, the last enable says so, one enable too many is an
+/// error.
+#[test]
+fn finalizers_are_disabled_and_enabled_with_nesting() {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    assert!(!m.finalizers_disabled());
+    assert_eq!(
+        m.enable_finalizers(),
+        Err(gc_core::GcError::FinalizersNotDisabled)
+    );
+    m.disable_finalizers();
+    m.disable_finalizers();
+    assert!(m.finalizers_disabled());
+    assert_eq!(m.enable_finalizers(), Ok(false));
+    assert!(m.finalizers_disabled());
+    assert_eq!(m.enable_finalizers(), Ok(true));
+    assert!(!m.finalizers_disabled());
 }

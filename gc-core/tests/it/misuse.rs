@@ -81,12 +81,9 @@ fn a_dead_object_on_a_page_waiting_for_its_sweep_is_refused() {
         .unwrap_err();
     let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("not an allocated object"), "{msg}");
-    let page = gc_core::pagetable::lookup(dead.addr()).unwrap();
+    let page = gc_core::page_of(dead.addr()).unwrap();
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
-    assert!(!gc_core::pagetable::is_internal_object(
-        heap.id(),
-        dead.addr()
-    ));
+    assert!(!gc_core::is_internal_object(heap.id(), dead.addr()));
     drop(heap.new_weak_ref(live));
     heap.complete_sweep();
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
@@ -265,4 +262,149 @@ fn a_collection_waiting_for_a_blocked_thread_names_it() {
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("collection finished"));
+}
+
+/// A `TypeRef` outlives its heap (it is `Copy`): its accessors used to read the freed
+/// descriptor (`name()` segfaulted) and, its object's memory recycled for the next heap,
+/// it compared equal to that heap's type at the same address, so `alloc_typed` with it
+/// succeeded with the wrong layout. Now it names its heap: the accessors panic saying
+/// so, it equals no type of another heap, and allocating with it is an error.
+#[test]
+fn a_type_of_a_dropped_heap_is_refused() {
+    let first = Heap::new(HeapConfig::default()).unwrap();
+    let stale = first.new_layout_type("Pair", 16, &[0, 8]).unwrap();
+    let stale_id = first.id();
+    assert_eq!(stale.heap_id(), stale_id);
+    assert_eq!(stale.name(), "Pair");
+    drop(first);
+
+    let panics = |f: &dyn Fn()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let msg = panics(&|| drop(stale.name()));
+    assert!(
+        msg.contains("used after its heap") && msg.contains(&stale_id.to_string()),
+        "{msg}"
+    );
+    for f in [
+        &(|| {
+            let _ = stale.kind();
+        }) as &dyn Fn(),
+        &|| {
+            let _ = stale.has_pointers();
+        },
+        &|| {
+            let _ = stale.is_large();
+        },
+        &|| drop(stale.ref_offsets()),
+    ] {
+        assert!(panics(f).contains("used after its heap"));
+    }
+    // Debug output never panics.
+    assert!(format!("{stale:?}").contains("dropped heap"), "{stale:?}");
+
+    // The next heap reuses the recycled pages: its types may sit at the same address.
+    let second = Heap::new(HeapConfig::default()).unwrap();
+    assert_ne!(second.id(), stale_id, "heap ids are never reused");
+    let leaf = second.new_layout_type("Leaf", 64, &[]).unwrap();
+    let fresh = second.new_layout_type("Pair", 16, &[0, 8]).unwrap();
+    for t in [leaf, fresh, second.datatype(), second.weak_ref_type()] {
+        assert_ne!(t, stale, "a stale type equals no type of another heap");
+    }
+    let mut m = second.attach().unwrap();
+    let err = m.alloc_typed(16, stale).unwrap_err();
+    assert!(
+        matches!(err, gc_core::GcError::NotAType { addr } if addr == stale.as_obj().addr()),
+        "{err}"
+    );
+    // Big sizes take the slow path: refused there too.
+    assert!(m.alloc_typed(4096, stale).is_err());
+    assert!(!second
+        .type_from_addr(stale.as_obj().addr())
+        .is_ok_and(|t| t == stale));
+    // The heap's own types keep working.
+    let obj = m.alloc_typed(16, fresh).unwrap();
+    m.collect(Full).unwrap();
+    // SAFETY: `obj` was just allocated by this heap; its type is read while it is live.
+    assert_eq!(unsafe { second.type_of(obj) }.heap_id(), second.id());
+}
+
+/// A stale `ObjRef` (of a dropped heap, or a freed big object of this heap) is refused by
+/// `root()` unless its address holds an allocated object of the heap right now (then it
+/// is that object, which the check cannot tell from the one meant: an `ObjRef` is an
+/// address). A freed big object's bookkeeping header still held its magic and heap id,
+/// so rooting its stale address passed and the next collection read freed memory.
+#[test]
+fn stale_object_references_are_refused_by_root() {
+    let first = Heap::new(HeapConfig::default()).unwrap();
+    let ty = first.new_layout_type("Blob", 16, &[]).unwrap();
+    let big_ty = first.new_layout_type("Big", 8192, &[]).unwrap();
+    let (small, big) = {
+        let mut m = first.attach().unwrap();
+        let small = m.alloc_typed(16, ty).unwrap();
+        let big = m.alloc_typed(8192, big_ty).unwrap();
+        // Dead: the collection frees the big object.
+        m.collect(Full).unwrap();
+        (small, big)
+    };
+    let refused = |heap: &Heap, obj: ObjRef| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(heap.root(obj))))
+            .unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let msg = refused(&first, big);
+    assert!(
+        msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+    drop(first);
+    let second = Heap::new(HeapConfig::default()).unwrap();
+    // The second heap allocated nothing yet: the first heap's small object's cell is
+    // no object of it.
+    let msg = refused(&second, small);
+    assert!(
+        msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+    let msg = refused(&second, big);
+    assert!(
+        msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+}
+
+/// `MutatorShared::saved_registers` read the buffer the thread's GC-safe regions write
+/// (a data race through a second handle from `current_mutator()` shared with another
+/// thread). It now reads the task's copy, atomically: readers on other threads see the
+/// registers of some stop of the thread, never a torn or racing read.
+#[test]
+fn saved_registers_may_be_read_from_another_thread() {
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let mut m = heap.attach().unwrap();
+    let second = heap.current_mutator().unwrap();
+    let (lo, hi) = m.task().stack_bounds();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let shared = second.shared();
+        let reader = s.spawn(|| {
+            let mut reads = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                let sp = shared.saved_registers()[gc_core::SAVED_REGS - 1];
+                assert!(sp == 0 || (lo..hi).contains(&sp), "{sp:#x}");
+                reads += 1;
+            }
+            reads
+        });
+        for _ in 0..20_000 {
+            m.gc_safe(|| std::hint::black_box(0));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0);
+    });
+    let sp = m.shared().saved_registers()[gc_core::SAVED_REGS - 1];
+    assert!(
+        (lo..hi).contains(&sp),
+        "the last region's stack pointer: {sp:#x}"
+    );
 }

@@ -628,11 +628,10 @@ impl World {
             .collect();
         for id in dead {
             let o = self.objs.remove(&id).unwrap();
-            let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
+            let gone = match gc_core::page_of(o.addr.addr()) {
                 Some(page) => {
                     !page.is_allocated(o.addr.addr())
-                        && gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr())
-                            .is_none()
+                        && gc_core::internal_object(self.heap.id(), o.addr.addr()).is_none()
                 }
                 None => freed_big.contains(&o.addr.addr()),
             };
@@ -675,11 +674,10 @@ impl World {
 
     fn check_object(&self, id: usize, freed_big: &HashSet<usize>) {
         let o = &self.objs[&id];
-        let gone = match gc_core::pagetable::lookup(o.addr.addr()) {
+        let gone = match gc_core::page_of(o.addr.addr()) {
             Some(page) => {
                 !page.is_allocated(o.addr.addr())
-                    || gc_core::pagetable::internal_object(self.heap.id(), o.addr.addr() + 8)
-                        != Some(o.addr)
+                    || gc_core::internal_object(self.heap.id(), o.addr.addr() + 8) != Some(o.addr)
             }
             None => freed_big.contains(&o.addr.addr()),
         };

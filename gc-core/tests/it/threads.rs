@@ -182,10 +182,17 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
 
 #[test]
 fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
-    use gc_core::capi::{
-        gc_collect, gc_heap_new, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
-        gc_thread_detach, GC_COLLECT_FULL,
-    };
+    use std::ffi::{c_int, c_void};
+    // gc-core's C ABI (include/gc_core.h), linked from the crate like any C client's.
+    extern "C" {
+        fn gc_heap_new(config: *const c_void) -> *mut c_void;
+        fn gc_thread_attach(heap: *mut c_void) -> *mut c_void;
+        fn gc_thread_detach() -> c_int;
+        fn gc_safe_enter_sp(m: *mut c_void, sp: *mut c_void) -> i8;
+        fn gc_safe_leave(m: *mut c_void, state: i8);
+        fn gc_collect(m: *mut c_void, kind: c_int) -> c_int;
+    }
+    const GC_COLLECT_FULL: c_int = 1;
     // SAFETY: NULL config means the defaults.
     let heap = unsafe { gc_heap_new(std::ptr::null()) } as usize;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -206,7 +213,8 @@ fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
         // SAFETY: leaving the region entered above.
         unsafe { gc_safe_leave(m, st) };
         std::hint::black_box(&frame);
-        gc_thread_detach();
+        // SAFETY: this thread attached through the C ABI.
+        unsafe { gc_thread_detach() };
     });
     rx.recv().unwrap();
     // SAFETY: a live heap; this thread attaches, collects (the other thread counts as
@@ -215,7 +223,8 @@ fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
         let m = gc_thread_attach(heap as *mut _);
         assert_eq!(gc_collect(m, GC_COLLECT_FULL), 1);
     }
-    gc_thread_detach();
+    // SAFETY: this thread attached through the C ABI.
+    unsafe { gc_thread_detach() };
     done_tx.send(()).unwrap();
     blocked.join().unwrap();
 }
@@ -380,4 +389,84 @@ fn finalizers_and_queue_draining_on_other_threads_while_mutators_allocate() {
     assert_eq!(s.finalizers_run, TOTAL as u64);
     assert_eq!(s.tokens_queued, TOTAL as u64);
     assert!(s.full_collections > 0 && s.partial_collections > 0, "{s:?}");
+}
+
+/// The split-phase GC-safe region: while `enter_gc_safe`'s guard lives, another thread
+/// collects without waiting for this one; dropping it leaves. The objects the frame
+/// holds survive (conservative roots aside, they are rooted here).
+#[test]
+fn a_gc_safe_guard_lets_others_collect_until_dropped() {
+    use gc_core::{CollectionKind, Heap, HeapConfig, SafeState};
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let ty = heap.new_layout_type("Blob", 16, &[]).unwrap();
+    let mut m = heap.attach().unwrap();
+    let kept = heap.root(m.alloc_typed(16, ty).unwrap());
+    let region = m.enter_gc_safe();
+    let h = heap.clone();
+    let collections = std::thread::spawn(move || {
+        let mut other = h.attach().unwrap();
+        for _ in 0..3 {
+            other.collect(CollectionKind::Full).unwrap();
+        }
+        h.stats().full_collections
+    })
+    .join()
+    .unwrap();
+    assert!(collections >= 3, "collected while this thread was GC-safe");
+    drop(region);
+    // Running again: allocation and collection work, the rooted object survived.
+    m.alloc_typed(16, ty).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    assert!(gc_core::is_object(&heap, kept.get().addr()));
+    assert_eq!(SafeState::from_raw(0), Some(SafeState::Running));
+    assert_eq!(SafeState::from_raw(7), None);
+}
+
+/// A guard that is forgotten (`mem::forget` is safe) leaves the thread in its region:
+/// the mutator may then not allocate (the fast path, which does not look at the
+/// thread's state, used to hand out cells while collections ran) nor collect; both are
+/// `InGcSafeRegion` errors.
+#[test]
+fn a_forgotten_gc_safe_guard_refuses_allocation() {
+    use gc_core::{CollectionKind, GcError, Heap, HeapConfig};
+    let heap = Heap::new(HeapConfig::default()).unwrap();
+    let ty = heap.new_layout_type("Blob", 16, &[]).unwrap();
+    let mut m = heap.attach().unwrap();
+    // A page with free cells: the fast path would serve the next allocation.
+    m.alloc_typed(16, ty).unwrap();
+    std::mem::forget(m.enter_gc_safe());
+    assert_eq!(m.alloc_typed(16, ty), Err(GcError::InGcSafeRegion));
+    assert_eq!(m.alloc_typed(5000, ty), Err(GcError::InGcSafeRegion));
+    assert_eq!(
+        m.collect(CollectionKind::Full).unwrap_err(),
+        GcError::InGcSafeRegion
+    );
+    assert_eq!(heap.current_mutator().err(), Some(GcError::InGcSafeRegion));
+    // Others still collect (the thread counts as stopped), and it detaches cleanly.
+    let h = heap.clone();
+    std::thread::spawn(move || {
+        h.attach().unwrap().collect(CollectionKind::Full).unwrap();
+    })
+    .join()
+    .unwrap();
+    drop(m);
+}
+
+/// `gc_safe_enter` with a pointer that is no mutator: an error, and nothing written
+/// through it (its assembly used to store the caller's registers there before the
+/// pointer was checked).
+#[test]
+fn gc_safe_enter_checks_its_argument_before_writing() {
+    use std::ffi::c_void;
+    extern "C" {
+        fn gc_safe_enter(m: *mut c_void) -> i8;
+        fn jl_gc_safe_enter(m: *mut c_void) -> i8;
+    }
+    let mut not_a_mutator = [0x5a5a_5a5a_5a5a_5a5au64; 16];
+    let p = not_a_mutator.as_mut_ptr().cast::<c_void>();
+    // SAFETY: the function checks its argument (what this test shows).
+    assert_eq!(unsafe { gc_safe_enter(p) }, -1);
+    // SAFETY: as above.
+    assert_eq!(unsafe { jl_gc_safe_enter(p) }, -1);
+    assert!(not_a_mutator.iter().all(|&w| w == 0x5a5a_5a5a_5a5a_5a5a));
 }

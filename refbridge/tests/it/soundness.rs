@@ -89,8 +89,8 @@ fn a_mutator_of_another_heap_is_refused() {
                     BridgeError::WrongHeap { what, .. } => what,
                     _ => unreachable!(),
                 },
-                mutator_heap: other.serial(),
-                bridge_heap: heap.serial(),
+                mutator_heap: other.id().get(),
+                bridge_heap: heap.id().get(),
             }
         );
     }

@@ -38,7 +38,7 @@ fn node(m: &mut Mutator, ty: TypeRef, id: usize) -> ObjRef {
 
 /// Whether the object's memory is still an allocated object (pool objects only).
 fn allocated(o: ObjRef) -> bool {
-    let page = gc_core::pagetable::lookup(o.addr()).expect("a pool object");
+    let page = gc_core::page_of(o.addr()).expect("a pool object");
     page.cell_layout().is_some() && page.is_allocated(o.addr())
 }
 
@@ -367,7 +367,7 @@ fn finalizers_never_run_reentrantly_on_one_thread() {
             0,
             "nested inside another finalizer"
         );
-        assert!(gc_core::weak::in_finalizer());
+        assert!(gc_core::in_finalizer());
         l.lock().push(id(obj));
     });
     let (d, l) = (depth.clone(), log.clone());
@@ -387,7 +387,7 @@ fn finalizers_never_run_reentrantly_on_one_thread() {
     assert_eq!(heap.pending_finalizers(), 2);
     assert_eq!(m.run_finalizers(), 2);
     assert_eq!(*log.lock(), vec![1, 2]);
-    assert!(!gc_core::weak::in_finalizer());
+    assert!(!gc_core::in_finalizer());
 }
 
 #[test]
