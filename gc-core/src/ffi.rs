@@ -28,9 +28,8 @@ pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_val
 /// attach and detach, GC-safe regions around its GIL's blocking sections), as Rust items
 /// so that the compiler checks every call; their contracts are `gc_core.h`'s.
 pub use crate::capi::{
-    gc_config_t, gc_current_mutator, gc_current_task, gc_heap_delete, gc_heap_new,
-    gc_last_error, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
-    gc_thread_detach,
+    gc_config_t, gc_current_mutator, gc_current_task, gc_heap_delete, gc_heap_new, gc_last_error,
+    gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach, gc_thread_detach,
 };
 pub use crate::mark::{MarkFast, TlsHead, HELPER_MAGIC};
 pub use crate::mutator::MUTATOR_MAGIC;

@@ -408,7 +408,13 @@ fn workspace_members_are_read_from_the_root_manifest() {
     );
     // Every member, nested ones included, is found in the real workspace.
     let names: Vec<String> = workspace_manifests().into_iter().map(|(n, _)| n).collect();
-    for crate_name in ["gil-capi", "refbridge-capi", "ffi-support", "test-support", "gc-runtime"] {
+    for crate_name in [
+        "gil-capi",
+        "refbridge-capi",
+        "ffi-support",
+        "test-support",
+        "gc-runtime",
+    ] {
         assert!(
             names.iter().any(|n| n == crate_name),
             "{crate_name} in {names:?}"
