@@ -2,7 +2,7 @@
 //! `large`. Each is one allocation from the system allocator with a 48-byte header in
 //! front of the usual header word, so its payload is 16-aligned like a pool object's.
 
-use crate::heap::HeapId;
+use crate::heap_id::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
 use std::alloc::Layout;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,7 +101,10 @@ pub(crate) unsafe fn size(obj: ObjRef) -> usize {
 /// # Safety
 /// `obj` is a live object of some heap.
 pub(crate) unsafe fn object_capacity(obj: ObjRef) -> usize {
-    match crate::lookup::page_of(obj.addr()).and_then(|p| p.cell_layout()) {
+    match crate::pagetable::entry(obj.addr())
+        .and_then(|e| e.meta())
+        .and_then(|p| p.cell_layout())
+    {
         Some((cell, _)) => cell - HEADER_SIZE,
         // SAFETY: a live object outside the pools is a big object.
         None => unsafe { size(obj) },

@@ -3,6 +3,7 @@
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::error::GcError;
+pub use crate::heap_id::HeapId;
 use crate::mutator::{Mutator, MutatorShared, Pool};
 use crate::object::{ObjRef, MARK, OLD};
 use crate::page::PageAlloc;
@@ -15,51 +16,9 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// A heap's identity: a serial number no other heap of the process has had or will
-/// have (so a handle that names a dropped heap never matches a later one), nonzero and
-/// below 2^40. It is also the owner id that page-table entries and big-object headers
-/// record.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
-#[repr(transparent)]
-pub struct HeapId(u64);
-
-impl HeapId {
-    /// The serial number.
-    pub fn get(self) -> u64 {
-        self.0
-    }
-
-    /// The id as the machine word that page-table entries and big-object headers store.
-    #[inline(always)]
-    pub(crate) fn word(self) -> usize {
-        self.0 as usize
-    }
-
-    /// The id a page-table entry's nonzero owner word names.
-    #[inline(always)]
-    pub(crate) fn from_owner(owner: u64) -> HeapId {
-        debug_assert!(owner != 0);
-        HeapId(owner)
-    }
-
-    /// A fresh id, never handed out before.
-    fn next() -> HeapId {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        assert!(id < 1 << 40, "heap ids exhausted");
-        HeapId(id)
-    }
-}
-
 impl From<&Heap> for HeapId {
     fn from(heap: &Heap) -> HeapId {
         heap.id()
-    }
-}
-
-impl std::fmt::Display for HeapId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "heap #{}", self.0)
     }
 }
 
@@ -73,7 +32,7 @@ static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
 /// been. `f` must not create or drop a heap.
 pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
     let live = LIVE_HEAPS.read();
-    live.contains(&id.0).then(f)
+    live.contains(&id.get()).then(f)
 }
 
 /// Tuning of a heap. All sizes in bytes.
@@ -631,7 +590,7 @@ impl Heap {
         inner
             .weakref_type
             .store(weakref.as_obj().addr(), Ordering::Release);
-        LIVE_HEAPS.write().insert(inner.id.0);
+        LIVE_HEAPS.write().insert(inner.id.get());
         tracing::debug!(heap = %inner.id, "heap created");
         Ok(Heap(inner))
     }
@@ -1101,7 +1060,7 @@ impl Drop for HeapInner {
         }
         // From here on no TypeRef of this heap reads its type object (the write lock
         // waits for readers that found the heap alive).
-        LIVE_HEAPS.write().remove(&self.id.0);
+        LIVE_HEAPS.write().remove(&self.id.get());
         for t in self.types.get_mut().drain(..) {
             // SAFETY: type objects die with the heap; free what their descriptors own.
             unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };

@@ -77,6 +77,7 @@ mod error;
 pub mod ffi;
 mod geom;
 mod heap;
+mod heap_id;
 mod lookup;
 mod mark;
 mod mutator;

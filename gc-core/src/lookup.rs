@@ -14,7 +14,7 @@
 //! last collection found dead is never an object).
 
 use crate::big::{BIG_HEADER, BIG_MAGIC};
-use crate::heap::HeapId;
+use crate::heap_id::HeapId;
 use crate::object::{header_is_allocated, ObjRef, OBJ_ALIGN};
 use crate::page::PageMeta;
 use crate::pagetable;
@@ -183,6 +183,19 @@ pub fn is_object(heap: impl Into<HeapId>, addr: usize) -> bool {
     // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
     let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
     magic == BIG_MAGIC && heap == heap_id.word() && header_is_allocated(tag)
+}
+
+impl PageMeta {
+    /// Whether `obj` is the payload address of a cell of this page that holds an
+    /// allocated object right now; false while the page is free. The answer of
+    /// [`crate::is_internal_object`] for the page's owner. (Defined here, with the
+    /// lookups it forwards to, so that the page module stays below them.)
+    #[inline]
+    pub fn is_allocated(&self, obj: usize) -> bool {
+        debug_assert!(obj > self.base() && obj < self.base() + crate::sizeclass::PAGE_SIZE);
+        self.owner()
+            .is_some_and(|owner| is_internal_object(owner, obj))
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! 16-byte granule so that no division is needed to find them.
 
 use crate::geom::{self, Geom};
-use crate::heap::HeapId;
+use crate::heap_id::HeapId;
 use crate::object::{FREE_END, HEADER_SIZE};
 use crate::pagetable;
 use crate::sizeclass::{cells_per_page, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
@@ -195,16 +195,6 @@ impl PageMeta {
     fn alloc_bit(&self, obj: usize, class: usize) -> (&'static AtomicU64, u64) {
         let idx = Geom::of_class(class).index_of_payload(obj);
         (&self.alloc()[idx >> 6], 1u64 << (idx & 63))
-    }
-
-    /// Whether `obj` is the payload address of a cell of this page that holds an
-    /// allocated object right now; false while the page is free. The answer of
-    /// [`crate::is_internal_object`] for the page's owner.
-    #[inline]
-    pub fn is_allocated(&self, obj: usize) -> bool {
-        debug_assert!(obj > self.base && obj < self.base + PAGE_SIZE);
-        self.owner()
-            .is_some_and(|owner| crate::lookup::is_internal_object(owner, obj))
     }
 
     /// Records that the cell whose payload is at `obj` was handed out; `class` is the

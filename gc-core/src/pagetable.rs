@@ -27,7 +27,7 @@
 //! heap H".
 
 use crate::geom::Geom;
-use crate::heap::HeapId;
+use crate::heap_id::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
 use crate::page::PageMeta;
 use crate::sizeclass::PAGE_SHIFT;
