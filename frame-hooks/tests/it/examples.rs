@@ -10,8 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().join("examples");
+    let path = test_support::example_path(name);
     // `cargo test` builds examples with the other targets, but not when only this test
     // is selected: make sure the binary is current (a no-op when it is).
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -20,7 +19,7 @@ fn example(name: &str) -> PathBuf {
         .status()
         .unwrap();
     assert!(status.success(), "building the example {name} failed");
-    dir.join(name)
+    path
 }
 
 fn script(name: &str) -> String {

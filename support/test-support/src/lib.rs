@@ -181,16 +181,22 @@ pub fn valgrind(extra: &[&str]) -> Command {
     cmd
 }
 
-/// Runs the example `name` that cargo built for this test run (the `examples` folder
-/// next to the test binary's), without `RUST_LOG`, and returns its stdout; panics with
-/// its stderr if it fails.
-pub fn example_output(name: &str) -> String {
+/// The path of the example `name` that cargo builds for this test run (the `examples`
+/// folder next to the test binary's `deps`).
+pub fn example_path(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test binary's path");
     let dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("test binaries live in target/<profile>/deps");
-    let path = dir.join("examples").join(name);
+    dir.join("examples").join(name)
+}
+
+/// Runs the example `name` that cargo built for this test run (the `examples` folder
+/// next to the test binary's), without `RUST_LOG`, and returns its stdout; panics with
+/// its stderr if it fails.
+pub fn example_output(name: &str) -> String {
+    let path = example_path(name);
     let out = Command::new(&path)
         .env_remove("RUST_LOG")
         .output()
