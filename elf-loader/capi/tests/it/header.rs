@@ -171,7 +171,8 @@ fn header_matches_rust_signatures() {
 
 #[test]
 fn the_shared_status_block_is_ffi_supports() {
-    if let Err(e) = check_header_block(&include_dir().join("elf_loader.h"), &ffi_support::c_block()) {
+    if let Err(e) = check_header_block(&include_dir().join("elf_loader.h"), &ffi_support::c_block())
+    {
         panic!("{e}");
     }
 }
