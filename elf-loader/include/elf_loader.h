@@ -1,29 +1,62 @@
 /* elf_loader.h: C ABI of the elf-loader crate (a custom ELF loader that loads the same
  * shared library many times in one process, isolated).
  *
- * Every function returns a status code (ELF_LOADER_OK or a negative ELF_LOADER_ERR_*)
- * or NULL on failure, and leaves a message for elf_loader_last_error() (per thread).
+ * Every function returns a status code (ELF_LOADER_OK or a negative ELF_LOADER_ERR_*,
+ * aliases of the workspace's shared RT_* codes) or NULL on failure, and leaves a message
+ * for elf_loader_last_error() (per thread).
  * Handles are checked: NULL, unknown or deleted handles, and a namespace handle passed
  * as a library handle (or the reverse), give ELF_LOADER_ERR_ARG.
  * A panic inside the loader never unwinds into C: it gives ELF_LOADER_ERR_PANIC (or NULL)
  * and a message naming it (the handles involved may be half-changed: delete them).
- * This header is checked against the Rust signatures by tests/it/capi.rs. */
+ * This header is checked against the Rust side (elf-loader/capi/src/lib.rs) by
+ * elf-loader/capi/tests/it/header.rs. */
 #ifndef ELF_LOADER_H
 #define ELF_LOADER_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#endif
+/* END rt_status */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define ELF_LOADER_OK 0
-#define ELF_LOADER_ERR_ARG (-1)
-#define ELF_LOADER_ERR_LOAD (-2)
-#define ELF_LOADER_ERR_STATE (-3)
-#define ELF_LOADER_ERR_NOT_FOUND (-4)
-#define ELF_LOADER_ERR_PANIC (-5)
+/* elf-loader's status names: aliases of the shared codes above (the values changed from
+ * the loader's own -2..-5 when it adopted them: test the names, not the numbers). */
+#define ELF_LOADER_OK RT_OK
+#define ELF_LOADER_ERR_ARG RT_ERR_ARG
+#define ELF_LOADER_ERR_LOAD RT_ERR_LOAD
+#define ELF_LOADER_ERR_STATE RT_ERR_STATE
+#define ELF_LOADER_ERR_NOT_FOUND RT_ERR_NOT_FOUND
+#define ELF_LOADER_ERR_PANIC RT_ERR_PANIC
 
 /* An isolated world of custom-loaded libraries. */
 typedef struct elf_loader_namespace elf_loader_namespace;
@@ -37,7 +70,7 @@ typedef struct elf_loader_tls_index {
 } elf_loader_tls_index;
 
 /* The message of the last failure on this thread ("" if none); valid until the next
- * call on this thread. */
+ * failure on this thread. */
 const char *elf_loader_last_error(void);
 
 /* A new, empty namespace; NULL on failure. */

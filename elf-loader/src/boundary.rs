@@ -1,8 +1,11 @@
-//! Panics stop at the C boundary. Every `extern "C"` entry of the loader (the C ABI in
-//! `capi.rs`, the `dlopen` family, `dl_iterate_phdr`, `__cxa_thread_atexit` and
-//! `__tls_get_addr` that custom-loaded code calls) runs its body through [`guarded`],
-//! which turns a panic into the entry's error return and a message naming the panic, or,
-//! where C has no way to hear of an error, through [`or_abort`].
+//! Panics stop at the C boundary. Every `extern "C"` entry that custom-loaded code calls
+//! in place of glibc's (the `dlopen` family, `dl_iterate_phdr`, `__cxa_thread_atexit`,
+//! `__tls_get_addr`) runs its body through [`guarded`], which turns a panic into the
+//! entry's error return and a message naming the panic (for `dlerror`), or, where C has
+//! no way to hear of an error, through [`or_abort`]. These are the loader's own entries,
+//! not its C ABI: they report as glibc does, so they do not use ffi-support (a
+//! dependency of C layers only); the C ABI (`capi/`, `elf-loader-capi`) runs through
+//! ffi-support's guard.
 
 use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -36,7 +36,9 @@
 //!   load, sym), in a [`Namespace`] of its own or a shared one.
 //! - [`Namespace`]: an isolated world of custom libraries with a [`DependencyPolicy`]
 //!   deciding which `DT_NEEDED` libraries are shared through the system loader.
-//! - [`capi`]: the C ABI (`include/elf_loader.h`).
+//!
+//! The C ABI (`include/elf_loader.h`, `libelf_loader.so`) is the `elf-loader-capi`
+//! crate in `capi/`, over this API.
 
 mod api;
 mod boundary;
@@ -57,8 +59,6 @@ mod symtab;
 mod system;
 mod thread_atexit;
 mod tls;
-
-pub mod capi;
 
 pub use api::{CustomLibrary, Namespace};
 pub use error::{Error, Result};

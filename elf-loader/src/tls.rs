@@ -39,6 +39,22 @@ pub struct TlsIndex {
     pub offset: u64,
 }
 
+impl TlsIndex {
+    /// The calling thread's address of the thread-local variable this index names (as
+    /// [`SymbolProvider::tls_sym`](crate::SymbolProvider::tls_sym) gives it): what the
+    /// library's own code reaches through `__tls_get_addr` (the thread's block is
+    /// allocated on its first access). `None` for a variable of a library this loader
+    /// no longer has loaded.
+    ///
+    /// # Safety
+    /// For a module of the system loader (an id without bit 63 set), the index must
+    /// name a module the system loader has loaded (it is handed to glibc's
+    /// `__tls_get_addr` as is); indices of this loader's modules are checked.
+    pub unsafe fn address_in_thread(&self) -> Option<std::ptr::NonNull<u8>> {
+        std::ptr::NonNull::new(address_in_thread(self) as *mut u8)
+    }
+}
+
 /// Bit set in every module id this loader hands out.
 pub const OUR_MODULE: u64 = 1 << 63;
 

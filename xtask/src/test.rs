@@ -37,9 +37,9 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     plan.push(("formatting (cargo fmt --check)", fmt));
 
     // Clippy checks in a target directory of its own: its metadata-only builds of the
-    // cdylib crates (elf-loader, gc-core, ...) would otherwise sit next to the test
-    // build's unhashed rlibs, and rustdoc refuses a doctest that sees both copies
-    // (E0460). Check builds share nothing with test builds, so this costs no time.
+    // cdylib crates (gc-core, the `capi/artifact` crates, ...) would otherwise sit next
+    // to the test build's unhashed rlibs, and rustdoc refuses a doctest that sees both
+    // copies (E0460). Check builds share nothing with test builds, so this costs no time.
     let mut clippy = cargo();
     clippy.args([
         "clippy",
@@ -220,7 +220,7 @@ fn xtask() -> Command {
 }
 
 /// Programs the test suites run: elf-loader's tests build C and C++ fixtures (gcc,
-/// g++), run its C ABI program under valgrind and a custom-loaded library under gdb.
+/// g++), run its C ABI program (elf-loader-capi's test) under valgrind and a custom-loaded library under gdb.
 /// Missing ones are installed with apt-get (CI runs as root).
 fn install_system_tools() -> Result<()> {
     crate::loader_libs::ensure()?;

@@ -1,5 +1,6 @@
-//! Shared helpers for the integration tests: building C fixtures into shared libraries
-//! with the system C compiler (through the `cc` crate), once per test run.
+//! Shared helpers for the integration tests (elf-loader's, and elf-loader-capi's, which
+//! include this file): building C fixtures into shared libraries with the system C
+//! compiler (through the `cc` crate), once per test run.
 
 #![allow(dead_code)]
 
@@ -7,11 +8,20 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+/// elf-loader's folder: the manifest folder of the tests including this module
+/// (elf-loader's own, or `capi/`'s, whose C-ABI tests load the same fixtures).
+pub fn elf_loader_dir() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if manifest.join("tests/fixtures").is_dir() {
+        manifest.to_path_buf()
+    } else {
+        manifest.join("..")
+    }
+}
+
 /// Directory with the C sources of the fixtures.
 pub fn fixtures_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("fixtures")
+    elf_loader_dir().join("tests").join("fixtures")
 }
 
 /// Directory where built fixtures go.
@@ -105,65 +115,6 @@ pub fn maps_snapshot() -> Vec<String> {
         .filter(|l| !l.contains('[') && l.split_whitespace().count() >= 6)
         .map(|l| l.to_string())
         .collect()
-}
-
-/// The directory holding the crate's cdylib, built first by cargo in a target directory
-/// of its own (`CARGO_TARGET_TMPDIR/own-build`): `cargo test` builds the library as an
-/// rlib for the tests, not necessarily its cdylib, and a `cargo build -p elf-loader` in
-/// the workspace's target directory would rebuild the unhashed `libelf_loader.rlib` with
-/// other features and break the crates already compiled against it (E0460). The build
-/// is a no-op when current.
-pub fn cdylib_dir() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let target = own_target_dir();
-    BUILT.call_once(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "elf-loader",
-                "--lib",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .env_remove("RUSTFLAGS")
-            .status()
-            .unwrap();
-        assert!(status.success(), "building the cdylib failed");
-    });
-    let dir = target.join("debug");
-    assert!(
-        dir.join("libelf_loader.so").is_file(),
-        "libelf_loader.so not built in {}",
-        dir.display()
-    );
-    dir
-}
-
-/// The target directory for the tests' own cargo builds (cdylib, examples).
-pub fn own_target_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build")
-}
-
-/// Builds a C (or C++) program against `include/elf_loader.h`, linked with the crate's
-/// cdylib (found through DT_RPATH) and nothing else but the language's runtime (plus
-/// `extra` arguments).
-pub fn build_c_host(name: &str, source: &str, extra: &[&str]) -> PathBuf {
-    let libdir = cdylib_dir();
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut args = vec![
-        format!("-I{}", manifest.join("include").display()),
-        format!("-L{}", libdir.display()),
-        "-lelf_loader".into(),
-        format!("-Wl,-rpath,{}", libdir.display()),
-        // DT_RPATH, not DT_RUNPATH: it is searched before LD_LIBRARY_PATH, which cargo
-        // points at target/debug, where an older `libelf_loader.so` may lie.
-        "-Wl,--disable-new-dtags".into(),
-    ];
-    args.extend(extra.iter().map(|s| s.to_string()));
-    build_exe(name, &[manifest.join("tests/c").join(source)], &args)
 }
 
 /// The `DT_NEEDED` entries of an ELF file, read with `readelf -d`.

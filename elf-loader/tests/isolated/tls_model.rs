@@ -1,7 +1,7 @@
 //! Model-based random test of TLS across loads, unloads and threads: random sequences
 //! of "load copy k", "unload copy k", "use copy k's TLS on the main thread" (through the
-//! library's code, or through the C ABI's `elf_loader_tls_get_addr` with the index
-//! `tls_sym` gives) and "use it on a new thread that then exits" are checked against a
+//! library's code, or through `TlsIndex::address_in_thread` (what the C ABI's
+//! `elf_loader_tls_get_addr` returns) with the index `tls_sym` gives) and "use it on a new thread that then exits" are checked against a
 //! model of the values each thread must see and of the number of live TLS blocks. Even
 //! copies use `__tls_get_addr`, odd ones TLS descriptors. Its own test binary (it counts
 //! live blocks process-wide).
@@ -85,16 +85,16 @@ proptest! {
                 Op::Api(k, v) => {
                     if let Some(c) = copies.get(&k) {
                         let ti = c.lib.tls_sym("tls_gd").unwrap();
-                        let index = elf_loader::capi::elf_loader_tls_index { module: ti.module, offset: ti.offset };
-                        // SAFETY: a valid index from tls_sym.
-                        let p = unsafe { elf_loader::capi::elf_loader_tls_get_addr(&index) } as *mut i32;
-                        prop_assert!(!p.is_null());
+                        // SAFETY: an index of ours from tls_sym.
+                        let p = unsafe { ti.address_in_thread() };
+                        prop_assert!(p.is_some());
+                        let p = p.unwrap().as_ptr().cast::<i32>();
                         let want = *main_value.get(&k).unwrap_or(&5);
                         // SAFETY: this thread's `int tls_gd` of copy k.
-                        prop_assert_eq!(unsafe { *p }, want, "the C ABI's address holds copy {}'s value", k);
+                        prop_assert_eq!(unsafe { *p }, want, "address_in_thread holds copy {}'s value", k);
                         // SAFETY: as above.
                         unsafe { *p = v };
-                        prop_assert_eq!(get_set(&c.lib).0(), v, "the library sees the C ABI's write");
+                        prop_assert_eq!(get_set(&c.lib).0(), v, "the library sees the write through address_in_thread");
                         main_value.insert(k, v);
                     }
                 }

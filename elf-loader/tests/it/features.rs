@@ -348,31 +348,3 @@ fn dlerror_reports_each_failure_once_and_nothing_stale() {
         checks()
     );
 }
-
-/// A library still loaded when the process exits gets its fini functions run (as glibc's
-/// `_dl_fini` runs those of `dlopen`ed libraries), once: a destructor that flushes data
-/// is not lost because the namespace was never deleted.
-#[test]
-fn fini_functions_of_libraries_still_loaded_run_at_exit_once() {
-    let lib = common::build_so(
-        "exit_dtor",
-        &["exit_dtor.c"],
-        &["-Wl,-fini=exit_dtor_fini_entry"],
-    );
-    let host = common::build_c_host("exit_host", "exit_host.c", &[]);
-    for mode in [None, Some("delete")] {
-        let mut cmd = std::process::Command::new(&host);
-        cmd.arg(&lib);
-        if let Some(m) = mode {
-            cmd.arg(m);
-        }
-        let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{mode:?}: {out:?}");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(
-            text,
-            "fini_array flushed: data written before exit\nDT_FINI flushed: data written before exit\n",
-            "{mode:?}: each fini function once, FINI_ARRAY before DT_FINI"
-        );
-    }
-}

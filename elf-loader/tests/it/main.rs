@@ -2,8 +2,9 @@
 //! loading real C and C++ libraries (basics, features, scopes, TLS through a C host,
 //! C++ runtimes, Debian's ICU and RocksDB, `DT_RELR`, what glibc accepts), `dlclose`
 //! and load events, `dl_iterate_phdr`, relocation plans and pre-faulting, finding
-//! libraries by name, real CPython copies, the C ABI (and under valgrind), panics at
-//! the C boundary, gdb, the example's snapshot, and the module graph.
+//! libraries by name, real CPython copies, panics at the C boundary (`dlsym`), gdb, the
+//! example's snapshot, and the module graph. The C ABI's tests (C and C++ host programs,
+//! the header checks) are `capi/tests/it/`'s.
 //!
 //! The tests that count process-wide state (mapped images, `/proc/self/maps`, TLS
 //! blocks) are in `tests/isolated/`, a binary of their own whose tests run one at a
@@ -14,7 +15,6 @@ mod common;
 
 mod basic;
 mod by_name;
-mod capi;
 mod cxx;
 mod cxx_debian;
 mod cxx_runtime;
@@ -29,6 +29,5 @@ mod plan;
 mod prefault;
 mod python;
 mod python_dlclose;
-mod python_versions;
 mod relr;
 mod scope;

@@ -1,6 +1,6 @@
 //! `ffi-support`: the workspace's one C convention, shared by every crate's C layer
-//! (`gil/capi`, `refbridge/capi`, and gc-core's, gc-conservative's and elf-loader's as
-//! they adopt it). Internal: a regular dependency of the C layers only, never of a Rust
+//! (`gil/capi`, `refbridge/capi`, `elf-loader/capi`, and gc-core's and
+//! gc-conservative's as they adopt it). Internal: a regular dependency of the C layers only, never of a Rust
 //! API crate.
 //!
 //! - **Status codes**: [`Status`], one enum for every header (`RT_OK`, `RT_ERR_*`;

@@ -1,44 +1,60 @@
-//! The C ABI (`include/elf_loader.h`): a thin layer over the Rust API.
+//! `elf-loader-capi`: the C ABI of the `elf-loader` crate (`elf-loader/include/elf_loader.h`),
+//! a thin layer over elf-loader's public Rust API in the workspace's one C convention
+//! (`ffi-support`).
 //!
-//! Handles are opaque pointers checked against a registry of live handles, so a NULL,
-//! stale or doubly deleted handle gives `ELF_LOADER_ERR_ARG` with a message instead of
-//! undefined behaviour. Every function returns a status code (or NULL) and leaves a
-//! message for `elf_loader_last_error()` (per thread) on failure; a panic is caught at
-//! the boundary and becomes `ELF_LOADER_ERR_PANIC` (or NULL) with a message naming it.
+//! Handles (`elf_loader_namespace`, `elf_loader_library`) live in a registry that checks
+//! each pointer it is given, so a NULL, stale, doubly deleted or wrong-kind handle gives
+//! `ELF_LOADER_ERR_ARG` with a message instead of undefined behaviour. Every function
+//! returns a status code (`ELF_LOADER_OK`/`ELF_LOADER_ERR_*`, aliases of the shared
+//! `RT_*` codes) or NULL, and leaves a message for `elf_loader_last_error()` (per
+//! thread) on failure; every entry runs through the shared panic guard, so a panic
+//! becomes `ELF_LOADER_ERR_PANIC` (or NULL) with a message naming it.
+//!
+//! This crate is an rlib (Rust programs with C parts link it); `artifact/` builds it as
+//! `libelf_loader.so`. The header is checked against this file by `tests/it/header.rs`.
 
 #![allow(non_camel_case_types)]
 
-use crate::api::{CustomLibrary, Namespace};
-use crate::system::{SymbolProvider, SystemLibrary};
-use crate::tls::TlsIndex;
-use parking_lot::Mutex;
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use elf_loader::{CustomLibrary, Namespace, SymbolProvider, SystemLibrary, TlsIndex};
+use ffi_support::{fail, guard_with, Handle, HandleError, HandleRegistry, Status};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::Arc;
 
-/// Success.
-pub const ELF_LOADER_OK: c_int = 0;
-/// A NULL, unknown or already deleted handle, or an invalid string.
-pub const ELF_LOADER_ERR_ARG: c_int = -1;
-/// Loading failed (malformed file, missing dependency, undefined symbol, ...).
-pub const ELF_LOADER_ERR_LOAD: c_int = -2;
-/// The call is not allowed in the library's current state (e.g. load twice).
-pub const ELF_LOADER_ERR_STATE: c_int = -3;
-/// The symbol was not found.
-pub const ELF_LOADER_ERR_NOT_FOUND: c_int = -4;
+/// Success (`RT_OK`).
+pub const ELF_LOADER_OK: c_int = Status::Ok.code();
+/// A NULL, unknown or already deleted handle, or an invalid string (`RT_ERR_ARG`).
+pub const ELF_LOADER_ERR_ARG: c_int = Status::Arg.code();
+/// Loading failed (malformed file, missing dependency, undefined symbol, ...)
+/// (`RT_ERR_LOAD`).
+pub const ELF_LOADER_ERR_LOAD: c_int = Status::Load.code();
+/// The call is not allowed in the library's current state (e.g. load twice)
+/// (`RT_ERR_STATE`).
+pub const ELF_LOADER_ERR_STATE: c_int = Status::State.code();
+/// The symbol was not found (`RT_ERR_NOT_FOUND`).
+pub const ELF_LOADER_ERR_NOT_FOUND: c_int = Status::NotFound.code();
 /// A panic inside the loader was caught at the boundary (the message names it). The
-/// handles involved may be left half-changed: delete them.
-pub const ELF_LOADER_ERR_PANIC: c_int = -5;
+/// handles involved may be left half-changed: delete them (`RT_ERR_PANIC`).
+pub const ELF_LOADER_ERR_PANIC: c_int = Status::Panic.code();
+
+/// The live namespace and library handles.
+static HANDLES: HandleRegistry = HandleRegistry::new();
 
 /// A namespace handle (opaque to C).
 pub struct elf_loader_namespace {
     ns: Namespace,
 }
 
+impl Handle for elf_loader_namespace {
+    const KIND: &'static str = "namespace";
+}
+
 /// A custom library handle (opaque to C).
 pub struct elf_loader_library {
     lib: Arc<CustomLibrary>,
+}
+
+impl Handle for elf_loader_library {
+    const KIND: &'static str = "library";
 }
 
 /// `tls_index` as returned by `elf_loader_library_tls_sym`.
@@ -50,159 +66,84 @@ pub struct elf_loader_tls_index {
     pub offset: u64,
 }
 
-/// What a registered handle is: a namespace handle passed where a library handle is
-/// expected (or the reverse) is refused like an unknown one.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum HandleKind {
-    Namespace,
-    Library,
+/// Runs the body of the C entry `name` through the shared panic guard: a panic becomes
+/// `on_panic` (`ELF_LOADER_ERR_PANIC` or NULL) and `ELF_LOADER_ERR_PANIC` with a message
+/// naming it for `elf_loader_last_error()`, also logged (as the loader logs its events).
+fn guard<T>(name: &str, on_panic: T, body: impl FnOnce() -> T) -> T {
+    guard_with(
+        name,
+        on_panic,
+        |msg| tracing::error!(%msg, "panic at a C entry of elf-loader"),
+        body,
+    )
 }
 
-impl HandleKind {
-    fn name(self) -> &'static str {
-        match self {
-            HandleKind::Namespace => "namespace",
-            HandleKind::Library => "library",
-        }
-    }
+/// Records the failure `status` with `msg` and returns NULL (for the entries that
+/// return a pointer).
+fn fail_null<T>(status: Status, msg: &str) -> *mut T {
+    ffi_support::set_error(status, msg);
+    std::ptr::null_mut()
 }
 
-/// A type handed to C as a handle, with its kind in the registry.
-trait Handle {
-    const KIND: HandleKind;
-}
-
-impl Handle for elf_loader_namespace {
-    const KIND: HandleKind = HandleKind::Namespace;
-}
-
-impl Handle for elf_loader_library {
-    const KIND: HandleKind = HandleKind::Library;
-}
-
-/// Live handles: address -> kind.
-static LIVE: Mutex<Option<HashMap<usize, HandleKind>>> = Mutex::new(None);
-
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_error(msg: impl Into<String>) {
-    let c = CString::new(msg.into().replace('\0', " ")).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
-}
-
-/// Runs the body of the C entry `name`: a panic becomes `on_panic` (`ELF_LOADER_ERR_PANIC`
-/// or NULL) and a message naming it for `elf_loader_last_error()`.
-fn entry<T>(name: &str, on_panic: T, f: impl FnOnce() -> T) -> T {
-    crate::boundary::guarded(name, on_panic, set_error, f)
+/// The message of an invalid handle of kind `T` passed to `entry`: "`entry`: invalid
+/// `kind` handle: `why`" (`why` names NULL, unknown or deleted, or "a namespace handle
+/// where a library handle is expected").
+fn bad_handle<T: Handle>(entry: &str, e: &HandleError) -> String {
+    format!("{entry}: invalid {} handle: {e}", T::KIND)
 }
 
 /// Hands a library made with the Rust API (search libraries of any
 /// [`SymbolProvider`], a [`Namespace`] of the host's) to C code as a handle, to be
 /// released with `elf_loader_library_delete`.
 pub fn library_handle(lib: CustomLibrary) -> *mut elf_loader_library {
-    register(Box::new(elf_loader_library { lib: Arc::new(lib) }))
+    HANDLES.register(elf_loader_library { lib: Arc::new(lib) })
 }
 
-fn register<T: Handle>(b: Box<T>) -> *mut T {
-    let p = Box::into_raw(b);
-    LIVE.lock()
-        .get_or_insert_with(HashMap::new)
-        .insert(p as usize, T::KIND);
-    p
-}
-
-/// Why `p` is not a live handle of `T`'s kind in `live` ("NULL", "unknown or deleted",
-/// or "a <kind> handle where ..."), or `None` when it is one.
-fn why_not<T: Handle>(live: Option<&HashMap<usize, HandleKind>>, p: *const T) -> Option<String> {
-    if p.is_null() {
-        return Some("NULL".into());
-    }
-    match live.and_then(|s| s.get(&(p as usize))) {
-        None => Some("unknown or deleted".into()),
-        Some(&k) if k == T::KIND => None,
-        Some(&k) => Some(format!(
-            "a {} handle where a {} handle is expected",
-            k.name(),
-            T::KIND.name()
-        )),
+/// Removes the handle `p` from the registry (its object is dropped once no call holds
+/// it): `ELF_LOADER_OK`, or `ELF_LOADER_ERR_ARG` with a message for a NULL, unknown,
+/// deleted or wrong-kind handle.
+fn delete_handle<T: Handle>(p: *mut T, entry: &str) -> c_int {
+    match HANDLES.remove(p) {
+        Ok(_) => ELF_LOADER_OK,
+        Err(e) => fail(e.status(), &bad_handle::<T>(entry, &e)),
     }
 }
 
-/// `None` if `p` is a live handle of `T`'s kind, else the reason it is not.
-fn check_handle<T: Handle>(p: *const T) -> Option<String> {
-    why_not(LIVE.lock().as_ref(), p)
-}
-
-/// Removes `p` from the registry if it is a live handle of `T`'s kind (one lock, so two
-/// threads deleting the same handle cannot both succeed); otherwise the reason it is not.
-fn unregister<T: Handle>(p: *mut T) -> Result<(), String> {
-    let mut live = LIVE.lock();
-    if let Some(why) = why_not(live.as_ref(), p) {
-        return Err(why);
-    }
-    if let Some(s) = live.as_mut() {
-        s.remove(&(p as usize));
-    }
-    Ok(())
-}
-
-/// Unregisters and drops the handle `p` (a NULL, unknown or deleted one is
-/// `ELF_LOADER_ERR_ARG` with a message).
-///
-/// # Safety
-/// `p` is NULL or a pointer; only a registered one (a live box of `T`) is dropped.
-unsafe fn delete_handle<T: Handle>(p: *mut T, entry: &str) -> c_int {
-    if let Err(why) = unregister(p) {
-        set_error(format!(
-            "{entry}: invalid {} handle {p:p} ({why})",
-            T::KIND.name()
-        ));
-        return ELF_LOADER_ERR_ARG;
-    }
-    // SAFETY: it was a registered live box of `T` (the registry records the kind); we
-    // just removed it from the registry, so nobody else drops it.
-    drop(unsafe { Box::from_raw(p) });
-    ELF_LOADER_OK
-}
-
-/// Reads a C string argument, or records an error.
+/// Reads a C string argument, or records an error (`ELF_LOADER_ERR_ARG`).
 ///
 /// # Safety
 /// `s` must be NULL or a NUL-terminated string.
 unsafe fn arg_str<'a>(s: *const c_char, what: &str) -> Option<&'a str> {
     if s.is_null() {
-        set_error(format!("{what} is NULL"));
+        ffi_support::set_error(Status::Arg, &format!("{what} is NULL"));
         return None;
     }
     // SAFETY: caller's contract.
     match unsafe { CStr::from_ptr(s) }.to_str() {
         Ok(v) => Some(v),
         Err(_) => {
-            set_error(format!("{what} is not UTF-8"));
+            ffi_support::set_error(Status::Arg, &format!("{what} is not UTF-8"));
             None
         }
     }
 }
 
-fn lib_ref<'a>(lib: *const elf_loader_library, what: &str) -> Option<&'a elf_loader_library> {
-    if let Some(why) = check_handle(lib) {
-        set_error(format!("{what}: invalid library handle {lib:p} ({why})"));
-        return None;
+/// The library behind `lib`, or `None` with a message naming `what` (`ELF_LOADER_ERR_ARG`).
+fn lib_ref(lib: *const elf_loader_library, what: &str) -> Option<Arc<elf_loader_library>> {
+    match HANDLES.get(lib) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            ffi_support::set_error(e.status(), &bad_handle::<elf_loader_library>(what, &e));
+            None
+        }
     }
-    // SAFETY: registered library handles are live boxes of `elf_loader_library` until
-    // deleted.
-    Some(unsafe { &*lib })
 }
 
 /// The message of the last failure on this thread ("" if none). Valid until the next
-/// call on this thread.
+/// failure on this thread.
 #[no_mangle]
 pub extern "C" fn elf_loader_last_error() -> *const c_char {
-    LAST_ERROR
-        .try_with(|e| e.borrow().as_ptr())
-        .unwrap_or(c"".as_ptr())
+    ffi_support::last_error_ptr()
 }
 
 /// A new, empty namespace. Returns NULL on failure.
@@ -213,14 +154,14 @@ pub extern "C" fn elf_loader_last_error() -> *const c_char {
 pub unsafe extern "C" fn elf_loader_namespace_new(
     name: *const c_char,
 ) -> *mut elf_loader_namespace {
-    entry("elf_loader_namespace_new", std::ptr::null_mut(), || {
+    guard("elf_loader_namespace_new", std::ptr::null_mut(), || {
         // SAFETY: caller's contract.
         let Some(name) = (unsafe { arg_str(name, "namespace name") }) else {
             return std::ptr::null_mut();
         };
-        register(Box::new(elf_loader_namespace {
+        HANDLES.register(elf_loader_namespace {
             ns: Namespace::new(name),
-        }))
+        })
     })
 }
 
@@ -231,9 +172,8 @@ pub unsafe extern "C" fn elf_loader_namespace_new(
 /// `ns` must be NULL or a handle from `elf_loader_namespace_new` (checked).
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_namespace_delete(ns: *mut elf_loader_namespace) -> c_int {
-    entry("elf_loader_namespace_delete", ELF_LOADER_ERR_PANIC, || {
-        // SAFETY: caller's contract (checked against the registry).
-        unsafe { delete_handle(ns, "elf_loader_namespace_delete") }
+    guard("elf_loader_namespace_delete", ELF_LOADER_ERR_PANIC, || {
+        delete_handle(ns, "elf_loader_namespace_delete")
     })
 }
 
@@ -249,23 +189,19 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
     path: *const c_char,
     out: *mut *mut elf_loader_library,
 ) -> c_int {
-    entry("elf_loader_namespace_load", ELF_LOADER_ERR_PANIC, || {
-        if let Some(why) = check_handle(ns) {
-            set_error(format!(
-                "elf_loader_namespace_load: invalid namespace handle {ns:p} ({why})"
-            ));
-            return ELF_LOADER_ERR_ARG;
-        }
+    const ENTRY: &str = "elf_loader_namespace_load";
+    guard(ENTRY, ELF_LOADER_ERR_PANIC, || {
+        let ns = match HANDLES.get(ns) {
+            Ok(ns) => ns,
+            Err(e) => return fail(e.status(), &bad_handle::<elf_loader_namespace>(ENTRY, &e)),
+        };
         if out.is_null() {
-            set_error("elf_loader_namespace_load: out is NULL");
-            return ELF_LOADER_ERR_ARG;
+            return fail(Status::Arg, "elf_loader_namespace_load: out is NULL");
         }
         // SAFETY: caller's contract.
         let Some(path) = (unsafe { arg_str(path, "path") }) else {
             return ELF_LOADER_ERR_ARG;
         };
-        // SAFETY: checked to be a live namespace handle (a box of `elf_loader_namespace`).
-        let ns = unsafe { &*ns };
         // SAFETY: the caller's contract: the library's initialisers are safe to run.
         match unsafe { ns.ns.load(path) } {
             Ok(lib) => {
@@ -274,10 +210,7 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
                 unsafe { *out = h };
                 ELF_LOADER_OK
             }
-            Err(e) => {
-                set_error(e.to_string());
-                ELF_LOADER_ERR_LOAD
-            }
+            Err(e) => fail(Status::Load, &e.to_string()),
         }
     })
 }
@@ -289,7 +222,7 @@ pub unsafe extern "C" fn elf_loader_namespace_load(
 /// `path` must be NULL or a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_create(path: *const c_char) -> *mut elf_loader_library {
-    entry("elf_loader_library_create", std::ptr::null_mut(), || {
+    guard("elf_loader_library_create", std::ptr::null_mut(), || {
         // SAFETY: caller's contract.
         let Some(path) = (unsafe { arg_str(path, "path") }) else {
             return std::ptr::null_mut();
@@ -307,7 +240,7 @@ pub unsafe extern "C" fn elf_loader_library_add_search_library(
     lib: *mut elf_loader_library,
     provider: *const elf_loader_library,
 ) -> c_int {
-    entry(
+    guard(
         "elf_loader_library_add_search_library",
         ELF_LOADER_ERR_PANIC,
         || {
@@ -320,10 +253,7 @@ pub unsafe extern "C" fn elf_loader_library_add_search_library(
                 .add_search_library(p.lib.clone() as Arc<dyn SymbolProvider>)
             {
                 Ok(()) => ELF_LOADER_OK,
-                Err(e) => {
-                    set_error(e.to_string());
-                    ELF_LOADER_ERR_STATE
-                }
+                Err(e) => fail(Status::State, &e.to_string()),
             }
         },
     )
@@ -340,7 +270,7 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
     lib: *mut elf_loader_library,
     handle: *mut c_void,
 ) -> c_int {
-    entry(
+    guard(
         "elf_loader_library_add_search_system",
         ELF_LOADER_ERR_PANIC,
         || {
@@ -355,10 +285,7 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
             };
             match l.lib.add_search_library(sys) {
                 Ok(()) => ELF_LOADER_OK,
-                Err(e) => {
-                    set_error(e.to_string());
-                    ELF_LOADER_ERR_STATE
-                }
+                Err(e) => fail(Status::State, &e.to_string()),
             }
         },
     )
@@ -371,21 +298,15 @@ pub unsafe extern "C" fn elf_loader_library_add_search_system(
 /// its dependencies') init functions run: they must be safe to run in this process.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_load(lib: *mut elf_loader_library) -> c_int {
-    entry("elf_loader_library_load", ELF_LOADER_ERR_PANIC, || {
+    guard("elf_loader_library_load", ELF_LOADER_ERR_PANIC, || {
         let Some(l) = lib_ref(lib, "library") else {
             return ELF_LOADER_ERR_ARG;
         };
         // SAFETY: the caller's contract: the library's initialisers are safe to run.
         match unsafe { l.lib.load() } {
             Ok(()) => ELF_LOADER_OK,
-            Err(e @ crate::Error::Usage(_)) => {
-                set_error(e.to_string());
-                ELF_LOADER_ERR_STATE
-            }
-            Err(e) => {
-                set_error(e.to_string());
-                ELF_LOADER_ERR_LOAD
-            }
+            Err(e @ elf_loader::Error::Usage(_)) => fail(Status::State, &e.to_string()),
+            Err(e) => fail(Status::Load, &e.to_string()),
         }
     })
 }
@@ -399,7 +320,7 @@ pub unsafe extern "C" fn elf_loader_library_sym(
     lib: *const elf_loader_library,
     name: *const c_char,
 ) -> *mut c_void {
-    entry("elf_loader_library_sym", std::ptr::null_mut(), || {
+    guard("elf_loader_library_sym", std::ptr::null_mut(), || {
         let Some(l) = lib_ref(lib, "library") else {
             return std::ptr::null_mut();
         };
@@ -411,7 +332,7 @@ pub unsafe extern "C" fn elf_loader_library_sym(
             Some(a) => a as *mut c_void,
             None => {
                 let path = l.lib.path().display();
-                set_error(if !l.lib.is_loaded() {
+                let msg = if !l.lib.is_loaded() {
                     format!(
                         "{path}: not loaded yet (elf_loader_library_load first): no symbol {name}"
                     )
@@ -419,8 +340,8 @@ pub unsafe extern "C" fn elf_loader_library_sym(
                     format!("{path}: {name} is a thread-local variable: its address is per thread (elf_loader_library_tls_sym)")
                 } else {
                     format!("{path}: symbol {name} not found")
-                });
-                std::ptr::null_mut()
+                };
+                fail_null(Status::NotFound, &msg)
             }
         }
     })
@@ -437,7 +358,7 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
     name: *const c_char,
     out: *mut elf_loader_tls_index,
 ) -> c_int {
-    entry("elf_loader_library_tls_sym", ELF_LOADER_ERR_PANIC, || {
+    guard("elf_loader_library_tls_sym", ELF_LOADER_ERR_PANIC, || {
         let Some(l) = lib_ref(lib, "library") else {
             return ELF_LOADER_ERR_ARG;
         };
@@ -446,8 +367,7 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
             return ELF_LOADER_ERR_ARG;
         };
         if out.is_null() {
-            set_error("elf_loader_library_tls_sym: out is NULL");
-            return ELF_LOADER_ERR_ARG;
+            return fail(Status::Arg, "elf_loader_library_tls_sym: out is NULL");
         }
         match l.lib.tls_sym(name) {
             Some(TlsIndex { module, offset }) => {
@@ -455,13 +375,10 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
                 unsafe { *out = elf_loader_tls_index { module, offset } };
                 ELF_LOADER_OK
             }
-            None => {
-                set_error(format!(
-                    "{}: TLS symbol {name} not found",
-                    l.lib.path().display()
-                ));
-                ELF_LOADER_ERR_NOT_FOUND
-            }
+            None => fail(
+                Status::NotFound,
+                &format!("{}: TLS symbol {name} not found", l.lib.path().display()),
+            ),
         }
     })
 }
@@ -476,20 +393,21 @@ pub unsafe extern "C" fn elf_loader_library_tls_sym(
 /// `elf_loader_library_tls_sym` filled in.
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_tls_get_addr(ti: *const elf_loader_tls_index) -> *mut c_void {
-    entry("elf_loader_tls_get_addr", std::ptr::null_mut(), || {
+    guard("elf_loader_tls_get_addr", std::ptr::null_mut(), || {
         if ti.is_null() {
-            set_error("elf_loader_tls_get_addr: ti is NULL");
-            return std::ptr::null_mut();
+            return fail_null(Status::Arg, "elf_loader_tls_get_addr: ti is NULL");
         }
         // SAFETY: checked non-NULL; caller's contract says readable.
         let elf_loader_tls_index { module, offset } = unsafe { std::ptr::read(ti) };
-        let a = crate::tls::address_in_thread(&TlsIndex { module, offset });
-        if a == 0 {
-            set_error(format!(
-                "elf_loader_tls_get_addr: module {module:#x} is not loaded"
-            ));
+        // SAFETY: the caller's contract: an index `elf_loader_library_tls_sym` gave, so a
+        // module of ours (checked) or one the system loader has loaded.
+        match unsafe { TlsIndex { module, offset }.address_in_thread() } {
+            Some(a) => a.as_ptr().cast(),
+            None => fail_null(
+                Status::NotFound,
+                &format!("elf_loader_tls_get_addr: module {module:#x} is not loaded"),
+            ),
         }
-        a as *mut c_void
     })
 }
 
@@ -499,16 +417,13 @@ pub unsafe extern "C" fn elf_loader_tls_get_addr(ti: *const elf_loader_tls_index
 /// `lib` must be NULL or a handle from this API (checked).
 #[no_mangle]
 pub unsafe extern "C" fn elf_loader_library_delete(lib: *mut elf_loader_library) -> c_int {
-    entry("elf_loader_library_delete", ELF_LOADER_ERR_PANIC, || {
-        // SAFETY: caller's contract (checked against the registry).
-        unsafe { delete_handle(lib, "elf_loader_library_delete") }
+    guard("elf_loader_library_delete", ELF_LOADER_ERR_PANIC, || {
+        delete_handle(lib, "elf_loader_library_delete")
     })
 }
 
 /// Number of TLS blocks currently allocated for custom-loaded modules.
 #[no_mangle]
 pub extern "C" fn elf_loader_tls_live_blocks() -> usize {
-    entry("elf_loader_tls_live_blocks", 0, || {
-        crate::tls::live_blocks()
-    })
+    guard("elf_loader_tls_live_blocks", 0, elf_loader::tls_live_blocks)
 }

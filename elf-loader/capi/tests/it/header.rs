@@ -1,12 +1,23 @@
-//! The C ABI: `include/elf_loader.h` checked against the Rust signatures in
-//! `src/capi.rs`, and a C program built against the header (linked with the crate's
-//! cdylib) that loads a library twice and misuses the API; it also runs under valgrind.
-
-use crate::common;
+//! `include/elf_loader.h` against `src/lib.rs`: the same functions with the same
+//! signatures (each side parsed, and cbindgen's declarations compiled with the header's:
+//! a drift is a conflicting-types error), the constants with the Rust values (the same
+//! shared status under each name), and ffi-support's status block verbatim
+//! (`FFI_BLESS=1` rewrites it).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
+use test_support::{
+    check_constants, check_header_block, header_functions, rust_c_functions, DeclarationCheck,
+};
+
+fn include_dir() -> PathBuf {
+    manifest().join("../include")
+}
+
+fn read(rel: &str) -> String {
+    let p = manifest().join(rel);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -14,7 +25,7 @@ fn manifest() -> PathBuf {
 
 /// `name -> normalised C prototype` from the Rust `extern "C"` functions.
 fn rust_signatures() -> BTreeMap<String, String> {
-    let src = std::fs::read_to_string(manifest().join("src/capi.rs")).unwrap();
+    let src = std::fs::read_to_string(manifest().join("src/lib.rs")).unwrap();
     let mut out = BTreeMap::new();
     let mut rest = src.as_str();
     while let Some(i) = rest.find("extern \"C\" fn ") {
@@ -82,7 +93,7 @@ fn c_type(r: &str) -> String {
 
 /// `name -> normalised prototype` from the header.
 fn header_signatures() -> BTreeMap<String, String> {
-    let h = std::fs::read_to_string(manifest().join("include/elf_loader.h")).unwrap();
+    let h = std::fs::read_to_string(manifest().join("../include/elf_loader.h")).unwrap();
     let mut text = String::new();
     let mut in_comment = false;
     for line in h.lines() {
@@ -151,81 +162,86 @@ fn header_signatures() -> BTreeMap<String, String> {
 fn header_matches_rust_signatures() {
     let rust = rust_signatures();
     let header = header_signatures();
-    assert!(rust.len() >= 12, "{rust:?}");
+    assert!(rust.len() >= 13, "{rust:?}");
     assert_eq!(
         rust, header,
-        "include/elf_loader.h and src/capi.rs disagree"
+        "include/elf_loader.h and capi/src/lib.rs disagree"
     );
-    // Constants.
-    let h = std::fs::read_to_string(manifest().join("include/elf_loader.h")).unwrap();
-    for (name, value) in [
-        ("ELF_LOADER_OK", elf_loader::capi::ELF_LOADER_OK),
-        ("ELF_LOADER_ERR_ARG", elf_loader::capi::ELF_LOADER_ERR_ARG),
-        ("ELF_LOADER_ERR_LOAD", elf_loader::capi::ELF_LOADER_ERR_LOAD),
-        (
-            "ELF_LOADER_ERR_STATE",
-            elf_loader::capi::ELF_LOADER_ERR_STATE,
-        ),
-        (
-            "ELF_LOADER_ERR_NOT_FOUND",
-            elf_loader::capi::ELF_LOADER_ERR_NOT_FOUND,
-        ),
-        (
-            "ELF_LOADER_ERR_PANIC",
-            elf_loader::capi::ELF_LOADER_ERR_PANIC,
-        ),
+}
+
+#[test]
+fn the_shared_status_block_is_ffi_supports() {
+    if let Err(e) = check_header_block(&include_dir().join("elf_loader.h"), &ffi_support::c_block())
+    {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn cbindgens_declarations_compile_with_the_header() {
+    assert_eq!(
+        header_functions(&read("../include/elf_loader.h")),
+        rust_c_functions(&read("src/lib.rs")),
+        "elf_loader.h vs src/lib.rs"
+    );
+    let check = DeclarationCheck::new(env!("CARGO_MANIFEST_DIR"), include_dir(), "elf_loader.h")
+        .exclude(&[
+            "elf_loader_namespace",
+            "elf_loader_library",
+            "elf_loader_tls_index",
+        ]);
+    if let Err(e) = check.run() {
+        panic!("{e}");
+    }
+    // The check can fail: a changed return type is a conflicting declaration.
+    let wrong = check.clone().replace(
+        "int elf_loader_library_load(",
+        "long elf_loader_library_load(",
+    );
+    assert!(wrong.run().unwrap_err().contains("conflicting types"));
+}
+
+#[test]
+fn the_constants_have_the_rust_values() {
+    use elf_loader_capi::*;
+    macro_rules! values {
+        ($($c:ident),* $(,)?) => { vec![$((stringify!($c).to_string(), format!("{}", $c))),*] };
+    }
+    let checks = values![
+        ELF_LOADER_OK,
+        ELF_LOADER_ERR_ARG,
+        ELF_LOADER_ERR_LOAD,
+        ELF_LOADER_ERR_STATE,
+        ELF_LOADER_ERR_NOT_FOUND,
+        ELF_LOADER_ERR_PANIC,
+    ];
+    // Every `pub const` of src/lib.rs is checked.
+    let consts: Vec<String> = read("src/lib.rs")
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub const "))
+        .map(|r| r.split(':').next().unwrap().trim().to_string())
+        .collect();
+    assert_eq!(
+        consts,
+        checks.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>(),
+        "every constant of src/lib.rs is checked"
+    );
+    // Each name is the shared status of the same value, in the header too.
+    let mut by_name = checks.clone();
+    for (name, status) in [
+        ("ELF_LOADER_OK", "RT_OK"),
+        ("ELF_LOADER_ERR_ARG", "RT_ERR_ARG"),
+        ("ELF_LOADER_ERR_LOAD", "RT_ERR_LOAD"),
+        ("ELF_LOADER_ERR_STATE", "RT_ERR_STATE"),
+        ("ELF_LOADER_ERR_NOT_FOUND", "RT_ERR_NOT_FOUND"),
+        ("ELF_LOADER_ERR_PANIC", "RT_ERR_PANIC"),
     ] {
-        let want = if value < 0 {
-            format!("#define {name} ({value})")
-        } else {
-            format!("#define {name} {value}")
-        };
-        assert!(h.contains(&want), "header lacks `{want}`");
+        by_name.push((name.to_string(), status.to_string()));
     }
-}
-
-fn build_c_program() -> PathBuf {
-    common::build_c_host("capi_test", "capi_test.c", &[])
-}
-
-#[test]
-fn c_program_builds_against_the_header_and_runs() {
-    let so = common::build_so("counter", &["counter.c"], &[]);
-    let tls = common::build_so("tls", &["tls.c"], &[]);
-    let tls_desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
-    let exe = build_c_program();
-    let out = Command::new(&exe)
-        .arg(&so)
-        .arg(&tls)
-        .arg(&tls_desc)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("all checks passed"), "{text}");
-}
-
-#[test]
-fn c_program_is_clean_under_valgrind() {
-    if Command::new("valgrind").arg("--version").output().is_err() {
-        panic!("valgrind is not installed (cargo xtask test installs it)");
+    if let Err(e) = check_constants("elf_loader.h", &[&include_dir()], &by_name) {
+        panic!("elf_loader.h's constants differ from the Rust values:\n{e}");
     }
-    let so = common::build_so("counter", &["counter.c"], &[]);
-    let tls = common::build_so("tls", &["tls.c"], &[]);
-    let tls_desc = common::build_so("tlsdesc", &["tls.c"], &["-mtls-dialect=gnu2"]);
-    let exe = build_c_program();
-    let out = Command::new("valgrind")
-        .args(["--quiet", "--error-exitcode=97", "--track-origins=yes"])
-        .arg(&exe)
-        .arg(&so)
-        .arg(&tls)
-        .arg(&tls_desc)
-        .output()
-        .unwrap();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "valgrind reported errors:\n{text}");
-    assert!(text.contains("all checks passed"), "{text}");
-    let _ = Path::new(&so);
+    // Values that differ fail.
+    let wrong = vec![("ELF_LOADER_ERR_LOAD".to_string(), "-2".to_string())];
+    assert!(check_constants("elf_loader.h", &[&include_dir()], &wrong).is_err());
 }

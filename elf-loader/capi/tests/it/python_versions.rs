@@ -5,13 +5,13 @@
 //! is loaded twice into two namespaces, initialised, imports eleven extension modules,
 //! runs Python threads and is called from C threads; `id(None)` differs between all.
 
-use crate::common;
+use crate::{common, hosts};
 
 use std::process::Command;
 
 #[test]
 fn c_host_without_libm_runs_every_cpython_twice() {
-    let exe = common::build_c_host("python_host", "python_host.c", &["-pthread"]);
+    let exe = hosts::build_c_host("python_host", "python_host.c", &["-pthread"]);
     // The host itself must not bring libm (nor anything else) into the global scope.
     let needed = common::needed(&exe);
     assert_eq!(
@@ -19,7 +19,7 @@ fn c_host_without_libm_runs_every_cpython_twice() {
         ["libelf_loader.so", "libc.so.6"],
         "the C host links only libelf_loader and libc"
     );
-    let cdylib = common::cdylib_dir().join("libelf_loader.so");
+    let cdylib = hosts::cdylib_dir().join("libelf_loader.so");
     let lib_needed = common::needed(&cdylib);
     assert!(
         !lib_needed.iter().any(|n| n.starts_with("libm.")),
