@@ -7,9 +7,9 @@ use std::process::{Command, Output};
 
 /// The example, built by cargo in a target directory of its own
 /// (`CARGO_TARGET_TMPDIR/own-build`): a `cargo build` of it in the workspace's target
-/// directory resolves features for integration-tests alone and would rebuild the
-/// unhashed `libelf_loader.rlib` (elf-loader is also a cdylib) that the crates already
-/// compiled by `cargo test --workspace` link against (E0460). A no-op when current.
+/// directory resolves features for integration-tests alone and could rebuild rlibs that
+/// the crates already compiled by `cargo test --workspace` link against (E0460; it did
+/// while elf-loader was also a cdylib, whose rlib is unhashed). A no-op when current.
 fn example() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build");
