@@ -11,6 +11,36 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#define RT_ERR_REFUSED           (-18) /* a lower layer refused: the message has its text */
+#endif
+/* END rt_status */
+
 
 /**
  * `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
@@ -279,9 +309,17 @@ typedef void (*gc_notify_t)(void *data);
 
 /**
  * The message of the last failed call on this thread, or NULL if none failed since
- * the last `gc_clear_error`. Valid until the next failing call on this thread.
+ * the last `gc_clear_error` (gc-core's C users test it for NULL; the text is
+ * ffi-support's thread-local message). Valid until the next failing call on this
+ * thread.
  */
 const char *gc_last_error(void);
+
+/**
+ * The status (`RT_ERR_*`, an `rt_status`) of the last failed call on this thread, or
+ * `RT_OK` if none failed since the last `gc_clear_error`: what a NULL return meant.
+ */
+int32_t gc_last_status(void);
 
 /**
  * Forgets the last error of this thread.
