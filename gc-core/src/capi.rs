@@ -212,7 +212,7 @@ fn cur() -> *mut gc_mutator_t {
 }
 
 /// The shared status of a [`GcError`] (`RT_ERR_*`, see `ffi_support::Status`).
-pub(crate) fn status_of(e: &GcError) -> Status {
+pub fn status_of(e: &GcError) -> Status {
     match e {
         GcError::OutOfMemory { .. } => Status::Oom,
         GcError::AlreadyAttached => Status::AlreadyAttached,
@@ -225,7 +225,6 @@ pub(crate) fn status_of(e: &GcError) -> Status {
         | GcError::FinalizersNotDisabled
         | GcError::AttachedElsewhere => Status::State,
         GcError::CallbackNotRegistered { .. } => Status::NotFound,
-        GcError::BadConfig(_) => Status::Arg,
         _ => Status::Arg,
     }
 }
