@@ -6,11 +6,24 @@
 //! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
 //! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), `jl_symbol`'s
 //! table, and the mark stack a `ptls` of another thread queues to (`marking_head`, for
-//! GAP's mark functions). Failures return a null
-//! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
-//! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
-//! crashes on a null pointer, an unattached thread, a type of another heap or a
-//! registration repeated.
+//! GAP's mark functions).
+//!
+//! The workspace's C convention (`ffi_support`): failures return a null pointer or 0
+//! (the seed's names keep Julia's signatures) or, from an int-returning `gc_*` function,
+//! a shared `RT_ERR_*` code (argument errors `RT_ERR_ARG`, -1), and leave ffi-support's
+//! thread-local status and message naming the problem, read by `gc_last_status()` /
+//! `gc_last_error()` (and the `jl_gc_` names); a call never crashes on a null pointer, an
+//! unattached thread, a type of another heap or a registration repeated. Every entry
+//! runs in `ffi_support::guard` (a panic becomes `RT_ERR_PANIC` and the entry's error
+//! return) except the per-object hot paths: the allocation fast path (its slow path is
+//! guarded), the write barriers, the mark-queue calls, `gc_typeof`/`jl_typeof`,
+//! `gc_is_young`/`gc_is_marked`, safepoints, the trivial getters and the naked
+//! `gc_safe_enter` (whose implementation is guarded). A panic there cannot unwind into C
+//! either: Rust aborts the process, with a message, at an `extern "C"` function's
+//! boundary. Heap pointers are not kept in an `ffi_support::HandleRegistry`: the hot
+//! paths take mutator pointers (`ptls`) and reach their heap through them, so a registry
+//! would check only the rare calls; the pointers' contracts are the functions' `# Safety`
+//! sections.
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};

@@ -77,11 +77,7 @@ fn gc_runtime_h_is_generated_from_the_rust_side() {
     for (name, status) in &aliases {
         defines.push_str(&format!("#define {name} {}\n", status.c_name()));
     }
-    let body = generate(
-        exclude,
-        vec!["gc_core.h".into(), "gil.h".into()],
-        &defines,
-    );
+    let body = generate(exclude, vec!["gc_core.h".into(), "gil.h".into()], &defines);
     let fresh = format!(
         "/*\n * gc_runtime.h: a gc-core heap with conservative scanning of its threads and a GIL whose\n * blocking hooks enter and leave GC-safe regions. Generated from src/capi.rs by cbindgen;\n * do not edit (UPDATE_HEADERS=1 cargo test -p gc-runtime --test it headers). Link with\n * libgc_runtime, which also carries gc_core.h's, gc_conservative.h's and gil.h's API.\n */\n#ifndef GC_RUNTIME_H\n#define GC_RUNTIME_H\n\n{}\n#endif /* GC_RUNTIME_H */\n",
         body.trim_end()
