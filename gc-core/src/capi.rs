@@ -375,7 +375,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
     })
 }
 
-/// Destroys a heap created by `gc_heap_new`. Refused (-1) while threads are attached.
+/// Destroys a heap created by `gc_heap_new`. Refused (`RT_ERR_STATE`) while threads are attached.
 ///
 /// # Safety
 /// `heap` is null or was returned by `gc_heap_new` and not deleted.
@@ -546,7 +546,7 @@ pub unsafe extern "C" fn gc_thread_attach(heap: *mut gc_heap_t) -> *mut gc_mutat
 }
 
 /// Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
-/// reachable objects stay alive. -1 if it was not attached through the C ABI.
+/// reachable objects stay alive. `RT_ERR_NOT_ATTACHED` if it was not attached through the C ABI.
 #[no_mangle]
 pub extern "C" fn gc_thread_detach() -> c_int {
     guard("gc_thread_detach", PANIC, || {
@@ -814,7 +814,7 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
 }
 
 /// Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
-/// one, 0 if another thread's collection satisfied it, -1 on error.
+/// one, 0 if another thread's collection satisfied it, a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` is null or a mutator pointer.
@@ -1022,7 +1022,7 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
     }
 }
 
-/// Schedules the sweep function of `obj` (once; a second call returns -1 and never
+/// Schedules the sweep function of `obj` (once; a second call returns `RT_ERR_STATE` and never
 /// causes a second sweep).
 ///
 /// # Safety
@@ -1217,8 +1217,9 @@ fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
     }
 }
 
-/// Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). -1 if
-/// the function is NULL, already registered, or (on removal) not registered.
+/// Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). An
+/// `RT_ERR_*` code if the function is NULL, already registered, or (on removal) not
+/// registered.
 ///
 /// # Safety
 /// `heap` null or live; `f` null or a function of the kind's signature.
@@ -1254,7 +1255,7 @@ pub unsafe extern "C" fn gc_set_callback(
     })
 }
 
-/// Number of callbacks of `kind` registered on `heap` (-1 on error).
+/// Number of callbacks of `kind` registered on `heap` (a negative `RT_ERR_*` code on error).
 ///
 /// # Safety
 /// `heap` null or live.
@@ -1360,7 +1361,7 @@ pub unsafe extern "C" fn gc_register_task(
     })
 }
 
-/// Unregisters a task registered with `gc_register_task`. -1 if unknown.
+/// Unregisters a task registered with `gc_register_task`. `RT_ERR_ARG` if unknown.
 ///
 /// # Safety
 /// `heap` null or live; `task` anything (it is looked up).
@@ -1658,7 +1659,7 @@ pub unsafe extern "C" fn gc_weakref_get(wr: *mut gc_weakref_t) -> *mut c_void {
     })
 }
 
-/// Points a weak-reference object at `obj` (NULL: at nothing). -1 if `wr` is not a
+/// Points a weak-reference object at `obj` (NULL: at nothing). `RT_ERR_ARG` if `wr` is not a
 /// weak-reference object or on a bad thread.
 ///
 /// # Safety
@@ -1764,8 +1765,8 @@ pub unsafe extern "C" fn gc_weak_handle_delete(h: *mut gc_weak_handle_t) {
     })
 }
 
-/// Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). -1 on error
-/// (NULL object or function, bad thread, during a collection).
+/// Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). An
+/// `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
 ///
 /// # Safety
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
@@ -1799,7 +1800,7 @@ pub unsafe extern "C" fn gc_add_finalizer(
 }
 
 /// Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
-/// finalizer: they are queued to run after it), -1 on error.
+/// finalizer: they are queued to run after it), a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
@@ -1821,7 +1822,7 @@ pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> 
 }
 
 /// Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
-/// finalizer), -1 on error (bad thread, during a collection, in a GC-safe region).
+/// finalizer), a negative `RT_ERR_*` code on error (bad thread, during a collection, in a GC-safe region).
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
@@ -1840,7 +1841,7 @@ pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
 
 /// Runs every registered finalizer (reachable objects included) and the pending ones:
 /// for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
-/// Returns how many ran, -1 on error.
+/// Returns how many ran, a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
@@ -1859,7 +1860,7 @@ pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
 
 /// Opts the calling thread in (non-zero) or out of running pending finalizers at its
 /// safepoints (after collections it runs or stops for, when leaving a GC-safe region).
-/// Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. -1 on error.
+/// Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. An `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
@@ -1906,7 +1907,7 @@ pub unsafe extern "C" fn gc_refqueue_new(heap: *mut gc_heap_t) -> *mut gc_refque
     })
 }
 
-/// Registers `obj` with `token`. -1 on error (NULL queue or object).
+/// Registers `obj` with `token`. `RT_ERR_ARG` on error (NULL queue or object).
 ///
 /// # Safety
 /// `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.
