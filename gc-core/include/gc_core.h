@@ -11,6 +11,36 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#define RT_ERR_REFUSED           (-18) /* a lower layer refused: the message has its text */
+#endif
+/* END rt_status */
+
 
 /**
  * `gc_set_callback` kinds. pre_gc, `void (*)(int full)`: called once per collection on
@@ -279,9 +309,17 @@ typedef void (*gc_notify_t)(void *data);
 
 /**
  * The message of the last failed call on this thread, or NULL if none failed since
- * the last `gc_clear_error`. Valid until the next failing call on this thread.
+ * the last `gc_clear_error` (gc-core's C users test it for NULL; the text is
+ * ffi-support's thread-local message). Valid until the next failing call on this
+ * thread.
  */
 const char *gc_last_error(void);
+
+/**
+ * The status (`RT_ERR_*`, an `rt_status`) of the last failed call on this thread, or
+ * `RT_OK` if none failed since the last `gc_clear_error`: what a NULL return meant.
+ */
+int32_t gc_last_status(void);
 
 /**
  * Forgets the last error of this thread.
@@ -306,7 +344,7 @@ int gc_config_default(struct gc_config_t *cfg);
 struct gc_heap_t *gc_heap_new(const struct gc_config_t *cfg);
 
 /**
- * Destroys a heap created by `gc_heap_new`. Refused (-1) while threads are attached.
+ * Destroys a heap created by `gc_heap_new`. Refused (`RT_ERR_STATE`) while threads are attached.
  *
  * # Safety
  * `heap` is null or was returned by `gc_heap_new` and not deleted.
@@ -340,7 +378,7 @@ struct gc_mutator_t *gc_thread_attach(struct gc_heap_t *heap);
 
 /**
  * Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
- * reachable objects stay alive. -1 if it was not attached through the C ABI.
+ * reachable objects stay alive. `RT_ERR_NOT_ATTACHED` if it was not attached through the C ABI.
  */
 int gc_thread_detach(void);
 
@@ -393,7 +431,7 @@ void *gc_alloc(struct gc_mutator_t *m, size_t size, void *ty);
 
 /**
  * Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
- * one, 0 if another thread's collection satisfied it, -1 on error.
+ * one, 0 if another thread's collection satisfied it, a negative `RT_ERR_*` code on error.
  *
  * # Safety
  * `m` is null or a mutator pointer.
@@ -465,7 +503,7 @@ void gc_wb(struct gc_mutator_t *m, void *parent, void *child);
 void gc_wb_back(struct gc_mutator_t *m, void *parent);
 
 /**
- * Schedules the sweep function of `obj` (once; a second call returns -1 and never
+ * Schedules the sweep function of `obj` (once; a second call returns `RT_ERR_STATE` and never
  * causes a second sweep).
  *
  * # Safety
@@ -501,8 +539,9 @@ int gc_mark_queue_obj(struct gc_mutator_t *m, void *obj);
 void gc_mark_queue_objarray(struct gc_mutator_t *m, void *parent, void **objs, size_t n);
 
 /**
- * Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). -1 if
- * the function is NULL, already registered, or (on removal) not registered.
+ * Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). An
+ * `RT_ERR_*` code if the function is NULL, already registered, or (on removal) not
+ * registered.
  *
  * # Safety
  * `heap` null or live; `f` null or a function of the kind's signature.
@@ -510,7 +549,7 @@ void gc_mark_queue_objarray(struct gc_mutator_t *m, void *parent, void **objs, s
 int gc_set_callback(struct gc_heap_t *heap, int kind, void *f, int enable);
 
 /**
- * Number of callbacks of `kind` registered on `heap` (-1 on error).
+ * Number of callbacks of `kind` registered on `heap` (a negative `RT_ERR_*` code on error).
  *
  * # Safety
  * `heap` null or live.
@@ -551,7 +590,7 @@ void gc_root_delete(struct gc_root_t *root);
 struct gc_task_t *gc_register_task(struct gc_heap_t *heap, void *lo, void *hi);
 
 /**
- * Unregisters a task registered with `gc_register_task`. -1 if unknown.
+ * Unregisters a task registered with `gc_register_task`. `RT_ERR_ARG` if unknown.
  *
  * # Safety
  * `heap` null or live; `task` anything (it is looked up).
@@ -642,7 +681,7 @@ struct gc_weakref_t *gc_weakref_new(struct gc_mutator_t *m, void *obj);
 void *gc_weakref_get(struct gc_weakref_t *wr);
 
 /**
- * Points a weak-reference object at `obj` (NULL: at nothing). -1 if `wr` is not a
+ * Points a weak-reference object at `obj` (NULL: at nothing). `RT_ERR_ARG` if `wr` is not a
  * weak-reference object or on a bad thread.
  *
  * # Safety
@@ -684,8 +723,8 @@ void *gc_weak_handle_get(struct gc_weak_handle_t *h);
 void gc_weak_handle_delete(struct gc_weak_handle_t *h);
 
 /**
- * Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). -1 on error
- * (NULL object or function, bad thread, during a collection).
+ * Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). An
+ * `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
  *
  * # Safety
  * `m` null or a mutator pointer; `obj` null or a live object of its heap.
@@ -694,7 +733,7 @@ int gc_add_finalizer(struct gc_mutator_t *m, void *obj, gc_finalizer_t f);
 
 /**
  * Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
- * finalizer: they are queued to run after it), -1 on error.
+ * finalizer: they are queued to run after it), a negative `RT_ERR_*` code on error.
  *
  * # Safety
  * `m` null or a mutator pointer; `obj` null or a live object of its heap.
@@ -703,7 +742,7 @@ int gc_finalize(struct gc_mutator_t *m, void *obj);
 
 /**
  * Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
- * finalizer), -1 on error (bad thread, during a collection, in a GC-safe region).
+ * finalizer), a negative `RT_ERR_*` code on error (bad thread, during a collection, in a GC-safe region).
  *
  * # Safety
  * `m` null or a mutator pointer.
@@ -713,7 +752,7 @@ int gc_run_finalizers(struct gc_mutator_t *m);
 /**
  * Runs every registered finalizer (reachable objects included) and the pending ones:
  * for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
- * Returns how many ran, -1 on error.
+ * Returns how many ran, a negative `RT_ERR_*` code on error.
  *
  * # Safety
  * `m` null or a mutator pointer.
@@ -723,7 +762,7 @@ int gc_run_all_finalizers(struct gc_mutator_t *m);
 /**
  * Opts the calling thread in (non-zero) or out of running pending finalizers at its
  * safepoints (after collections it runs or stops for, when leaving a GC-safe region).
- * Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. -1 on error.
+ * Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. An `RT_ERR_*` code on error.
  *
  * # Safety
  * `m` null or a mutator pointer.
@@ -748,7 +787,7 @@ size_t gc_pending_finalizers(struct gc_heap_t *heap);
 struct gc_refqueue_t *gc_refqueue_new(struct gc_heap_t *heap);
 
 /**
- * Registers `obj` with `token`. -1 on error (NULL queue or object).
+ * Registers `obj` with `token`. `RT_ERR_ARG` on error (NULL queue or object).
  *
  * # Safety
  * `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.

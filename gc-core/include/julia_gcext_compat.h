@@ -8,7 +8,9 @@
  * barriers, jl_typeof, jl_symbol, safepoints, thread attach/detach, task stacks) and
  * error reporting: a call that cannot be honoured (NULL argument, unattached thread,
  * repeated registration, size over the limit, ...) does nothing harmful, returns NULL or
- * 0 where it returns something, and leaves a message in jl_gc_last_error().
+ * 0 where it returns something, and leaves a message in jl_gc_last_error() and a status
+ * (RT_ERR_*, the workspace's shared codes) in jl_gc_last_status(). No panic unwinds into
+ * C: one is reported as RT_ERR_PANIC (or, on the per-object fast paths, aborts).
  *
  * Link with libgc_core (precise roots only) or with libgc_conservative, which also
  * provides the conservative-scanning functions at the end of this header.
@@ -34,6 +36,36 @@
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#define RT_ERR_REFUSED           (-18) /* a lower layer refused: the message has its text */
+#endif
+/* END rt_status */
 #if !defined(GC_CORE_CHECKED) && !(defined(__x86_64__) && defined(__GLIBC__))
 #include <pthread.h>
 #endif
@@ -235,7 +267,10 @@ void jl_gc_enable_finalizers(jl_task_t *ct, int on);
 
 /* The message of the last call that failed on this thread, or NULL. */
 const char *jl_gc_last_error(void);
-/* Forgets it. */
+/* Its status (RT_ERR_*, the rt_status block above), RT_OK if none failed: what a NULL
+ * or 0 return meant. */
+rt_status jl_gc_last_status(void);
+/* Forgets both. */
 void jl_gc_clear_error(void);
 
 /* ---- Conservative scanning (provided by libgc_conservative) ------------------------ */

@@ -6,11 +6,24 @@
 //! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
 //! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), `jl_symbol`'s
 //! table, and the mark stack a `ptls` of another thread queues to (`marking_head`, for
-//! GAP's mark functions). Failures return a null
-//! pointer, 0 or -1 (as documented per function) and leave a message naming the problem
-//! in a thread-local slot read by `gc_last_error()` / `jl_gc_last_error()`; a call never
-//! crashes on a null pointer, an unattached thread, a type of another heap or a
-//! registration repeated.
+//! GAP's mark functions).
+//!
+//! The workspace's C convention (`ffi_support`): failures return a null pointer or 0
+//! (the seed's names keep Julia's signatures) or, from an int-returning `gc_*` function,
+//! a shared `RT_ERR_*` code (argument errors `RT_ERR_ARG`, -1), and leave ffi-support's
+//! thread-local status and message naming the problem, read by `gc_last_status()` /
+//! `gc_last_error()` (and the `jl_gc_` names); a call never crashes on a null pointer, an
+//! unattached thread, a type of another heap or a registration repeated. Every entry
+//! runs in `ffi_support::guard` (a panic becomes `RT_ERR_PANIC` and the entry's error
+//! return) except the per-object hot paths: the allocation fast path (its slow path is
+//! guarded), the write barriers, the mark-queue calls, `gc_typeof`/`jl_typeof`,
+//! `gc_is_young`/`gc_is_marked`, safepoints, the trivial getters and the naked
+//! `gc_safe_enter` (whose implementation is guarded). A panic there cannot unwind into C
+//! either: Rust aborts the process, with a message, at an `extern "C"` function's
+//! boundary. Heap pointers are not kept in an `ffi_support::HandleRegistry`: the hot
+//! paths take mutator pointers (`ptls`) and reach their heap through them, so a registry
+//! would check only the rare calls; the pointers' contracts are the functions' `# Safety`
+//! sections.
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};
@@ -22,6 +35,7 @@ use crate::task::Task;
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
 use crate::weak::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
+use ffi_support::{guard, Status};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -196,7 +210,6 @@ pub const GC_COLLECT_FULL: c_int = 1;
 pub const GC_COLLECT_PARTIAL: c_int = 2;
 
 thread_local! {
-    static LAST_ERROR: RefCell<Option<CString>> = const { RefCell::new(None) };
     /// Mutators attached through the C ABI; dropped (detached) at thread exit.
     static C_MUTATOR: RefCell<Option<Mutator>> = const { RefCell::new(None) };
 }
@@ -211,29 +224,85 @@ fn cur() -> *mut gc_mutator_t {
     m as *mut gc_mutator_t
 }
 
-/// Records `msg` as this thread's last C-API error (shared by every crate whose C ABI
-/// is linked into the same library, so `gc_last_error` sees them all).
-pub fn set_error(msg: impl std::fmt::Display) {
-    let text = CString::new(msg.to_string().replace('\0', "?")).expect("NULs replaced");
-    LAST_ERROR.with(|e| *e.borrow_mut() = Some(text));
+/// The shared status of a [`GcError`] (`RT_ERR_*`, see `ffi_support::Status`).
+pub fn status_of(e: &GcError) -> Status {
+    match e {
+        GcError::OutOfMemory { .. } => Status::Oom,
+        GcError::AlreadyAttached => Status::AlreadyAttached,
+        GcError::NotAttached => Status::NotAttached,
+        GcError::InGcSafeRegion => Status::InsideRegion,
+        GcError::DuringCollection { .. }
+        | GcError::NotMarking { .. }
+        | GcError::SweepAlreadyScheduled { .. }
+        | GcError::CallbackAlreadyRegistered { .. }
+        | GcError::FinalizersNotDisabled
+        | GcError::AttachedElsewhere => Status::State,
+        GcError::CallbackNotRegistered { .. } => Status::NotFound,
+        _ => Status::Arg,
+    }
 }
 
+/// Records `msg` as this thread's last C-API error with `status` (ffi-support's
+/// thread-local last error: one per library, shared by every crate whose C ABI is linked
+/// into it, so `gc_last_error` and `gil_last_error` see the same failure in
+/// libgc_runtime).
+pub fn set_status(status: Status, msg: impl std::fmt::Display) {
+    ffi_support::set_error(status, &msg.to_string());
+}
+
+/// Records an argument error (`RT_ERR_ARG`): a NULL pointer, a bad kind, a bad value.
+pub fn set_error(msg: impl std::fmt::Display) {
+    set_status(Status::Arg, msg);
+}
+
+/// Records `err` (its status from [`status_of`]) and returns `value`.
 fn fail<T>(err: GcError, value: T) -> T {
-    set_error(err);
+    set_status(status_of(&err), &err);
     value
 }
 
+/// Records `err` and returns its `RT_ERR_*` code (the int-returning entries).
+fn fail_code(err: GcError) -> c_int {
+    let status = status_of(&err);
+    set_status(status, &err);
+    status.code()
+}
+
+/// The code an int-returning entry returns after a helper recorded its failure: the
+/// recorded status (`RT_ERR_ARG` if, unexpectedly, none was).
+fn err_code() -> c_int {
+    match ffi_support::last_status() {
+        Status::Ok => Status::Arg.code(),
+        s => s.code(),
+    }
+}
+
+/// The C-boundary panic guard's value for an int-returning entry.
+const PANIC: c_int = Status::Panic.code();
+
 /// The message of the last failed call on this thread, or NULL if none failed since
-/// the last `gc_clear_error`. Valid until the next failing call on this thread.
+/// the last `gc_clear_error` (gc-core's C users test it for NULL; the text is
+/// ffi-support's thread-local message). Valid until the next failing call on this
+/// thread.
 #[no_mangle]
 pub extern "C" fn gc_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ref().map_or(std::ptr::null(), |s| s.as_ptr()))
+    if ffi_support::last_status() == Status::Ok {
+        return std::ptr::null();
+    }
+    ffi_support::last_error_ptr()
+}
+
+/// The status (`RT_ERR_*`, an `rt_status`) of the last failed call on this thread, or
+/// `RT_OK` if none failed since the last `gc_clear_error`: what a NULL return meant.
+#[no_mangle]
+pub extern "C" fn gc_last_status() -> i32 {
+    ffi_support::last_status().code()
 }
 
 /// Forgets the last error of this thread.
 #[no_mangle]
 pub extern "C" fn gc_clear_error() {
-    LAST_ERROR.with(|e| *e.borrow_mut() = None);
+    ffi_support::clear_error();
 }
 
 /// Fills `cfg` with the default configuration, adjusted by the `GC_CORE_*` environment
@@ -243,32 +312,31 @@ pub extern "C" fn gc_clear_error() {
 /// `cfg` is null or points to writable memory for a `gc_config_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
-    if cfg.is_null() {
-        return fail(
-            GcError::BadConfig("gc_config_default: cfg is NULL".into()),
-            -1,
-        );
-    }
-    let d = config_from_env();
-    // SAFETY: non-null and writable per the caller.
-    unsafe {
-        cfg.write(gc_config_t {
-            min_interval: d.min_interval,
-            growth: d.growth,
-            max_interval: d.max_interval,
-            full_growth: d.full_growth,
-            stress_every: 0,
-            verify: 0,
-            keep_free_pages: d.keep_free_pages,
-            mark_threads: d.mark_threads,
-            lazy_sweep: d.lazy_sweep as c_int,
-            young_weight: d.young_weight,
-            headroom: d.headroom,
-            resident_reuse: d.resident_reuse,
-            small_heap: d.small_heap,
-        })
-    };
-    0
+    guard("gc_config_default", PANIC, || {
+        if cfg.is_null() {
+            return fail_code(GcError::BadConfig("gc_config_default: cfg is NULL".into()));
+        }
+        let d = config_from_env();
+        // SAFETY: non-null and writable per the caller.
+        unsafe {
+            cfg.write(gc_config_t {
+                min_interval: d.min_interval,
+                growth: d.growth,
+                max_interval: d.max_interval,
+                full_growth: d.full_growth,
+                stress_every: 0,
+                verify: 0,
+                keep_free_pages: d.keep_free_pages,
+                mark_threads: d.mark_threads,
+                lazy_sweep: d.lazy_sweep as c_int,
+                young_weight: d.young_weight,
+                headroom: d.headroom,
+                resident_reuse: d.resident_reuse,
+                small_heap: d.small_heap,
+            })
+        };
+        0
+    })
 }
 
 /// Creates a heap; `cfg` may be NULL for the defaults. NULL on error.
@@ -277,57 +345,59 @@ pub unsafe extern "C" fn gc_config_default(cfg: *mut gc_config_t) -> c_int {
 /// `cfg` is null or points to a valid `gc_config_t`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t {
-    let config = if cfg.is_null() {
-        HeapConfig::default()
-    } else {
-        // SAFETY: non-null and valid per the caller.
-        let c = unsafe { *cfg };
-        HeapConfig {
-            min_interval: c.min_interval,
-            growth: c.growth,
-            max_interval: c.max_interval,
-            full_growth: c.full_growth,
-            stress_every: (c.stress_every != 0).then_some(c.stress_every),
-            verify: c.verify != 0,
-            keep_free_pages: c.keep_free_pages,
-            mark_threads: c.mark_threads,
-            parallel_threshold: HeapConfig::default().parallel_threshold,
-            lazy_sweep: c.lazy_sweep != 0,
-            young_weight: c.young_weight,
-            headroom: c.headroom,
-            resident_reuse: c.resident_reuse,
-            small_heap: c.small_heap,
+    guard("gc_heap_new", std::ptr::null_mut(), || {
+        let config = if cfg.is_null() {
+            HeapConfig::default()
+        } else {
+            // SAFETY: non-null and valid per the caller.
+            let c = unsafe { *cfg };
+            HeapConfig {
+                min_interval: c.min_interval,
+                growth: c.growth,
+                max_interval: c.max_interval,
+                full_growth: c.full_growth,
+                stress_every: (c.stress_every != 0).then_some(c.stress_every),
+                verify: c.verify != 0,
+                keep_free_pages: c.keep_free_pages,
+                mark_threads: c.mark_threads,
+                parallel_threshold: HeapConfig::default().parallel_threshold,
+                lazy_sweep: c.lazy_sweep != 0,
+                young_weight: c.young_weight,
+                headroom: c.headroom,
+                resident_reuse: c.resident_reuse,
+                small_heap: c.small_heap,
+            }
+        };
+        match Heap::new(config) {
+            Ok(heap) => Box::into_raw(Box::new(gc_heap_t::new(heap))),
+            Err(e) => fail(e, std::ptr::null_mut()),
         }
-    };
-    match Heap::new(config) {
-        Ok(heap) => Box::into_raw(Box::new(gc_heap_t::new(heap))),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    })
 }
 
-/// Destroys a heap created by `gc_heap_new`. Refused (-1) while threads are attached.
+/// Destroys a heap created by `gc_heap_new`. Refused (`RT_ERR_STATE`) while threads are attached.
 ///
 /// # Safety
 /// `heap` is null or was returned by `gc_heap_new` and not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_heap_delete(heap: *mut gc_heap_t) -> c_int {
-    if heap.is_null() {
-        return fail(
-            GcError::BadConfig("gc_heap_delete: heap is NULL".into()),
-            -1,
-        );
-    }
-    // SAFETY: valid per the caller.
-    let attached = unsafe { &*heap }.heap.attached_threads();
-    if attached > 0 {
-        set_error(format!(
-            "gc_heap_delete: {attached} thread(s) still attached; detach them first"
-        ));
-        return -1;
-    }
-    // SAFETY: created by Box::into_raw in gc_heap_new.
-    drop(unsafe { Box::from_raw(heap) });
-    0
+    guard("gc_heap_delete", PANIC, || {
+        if heap.is_null() {
+            return fail_code(GcError::BadConfig("gc_heap_delete: heap is NULL".into()));
+        }
+        // SAFETY: valid per the caller.
+        let attached = unsafe { &*heap }.heap.attached_threads();
+        if attached > 0 {
+            set_status(
+                Status::State,
+                format!("gc_heap_delete: {attached} thread(s) still attached; detach them first"),
+            );
+            return err_code();
+        }
+        // SAFETY: created by Box::into_raw in gc_heap_new.
+        drop(unsafe { Box::from_raw(heap) });
+        0
+    })
 }
 
 static DEFAULT_HEAP: OnceLock<gc_heap_t> = OnceLock::new();
@@ -344,7 +414,7 @@ fn set_default_mark_threads(n: usize) {
     DEFAULT_MARK_THREADS.store(n, Ordering::Relaxed);
     if let Some(h) = DEFAULT_HEAP.get() {
         if let Err(e) = h.heap.set_mark_threads(n) {
-            set_error(e);
+            fail(e, ());
         }
     }
 }
@@ -363,15 +433,17 @@ fn set_default_mark_threads(n: usize) {
 /// as JSON at exit.
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
-    DEFAULT_HEAP.get_or_init(|| {
-        let heap = gc_heap_t::new(default_heap_from_env());
-        if std::env::var_os("GC_CORE_STATS_FILE").is_some() {
-            // SAFETY: registering a function with no arguments that only reads the
-            // default heap, which lives for the whole process.
-            unsafe { libc::atexit(write_default_stats) };
-        }
-        heap
-    }) as *const gc_heap_t as *mut gc_heap_t
+    guard("gc_default_heap", std::ptr::null_mut(), || {
+        DEFAULT_HEAP.get_or_init(|| {
+            let heap = gc_heap_t::new(default_heap_from_env());
+            if std::env::var_os("GC_CORE_STATS_FILE").is_some() {
+                // SAFETY: registering a function with no arguments that only reads the
+                // default heap, which lives for the whole process.
+                unsafe { libc::atexit(write_default_stats) };
+            }
+            heap
+        }) as *const gc_heap_t as *mut gc_heap_t
+    })
 }
 
 /// At exit, with `GC_CORE_STATS_FILE=path`: the default heap's statistics as one JSON
@@ -457,31 +529,35 @@ fn heap_ref_null<'a>(what: &str) -> Option<&'a Heap> {
 /// `heap` is null or a live heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_thread_attach(heap: *mut gc_heap_t) -> *mut gc_mutator_t {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_thread_attach") }) else {
-        return std::ptr::null_mut();
-    };
-    match heap.attach() {
-        Ok(m) => {
-            let p = m.ptls() as *mut gc_mutator_t;
-            C_MUTATOR.with(|c| *c.borrow_mut() = Some(m));
-            p
+    guard("gc_thread_attach", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_thread_attach") }) else {
+            return std::ptr::null_mut();
+        };
+        match heap.attach() {
+            Ok(m) => {
+                let p = m.ptls() as *mut gc_mutator_t;
+                C_MUTATOR.with(|c| *c.borrow_mut() = Some(m));
+                p
+            }
+            Err(e) => fail(e, std::ptr::null_mut()),
         }
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    })
 }
 
 /// Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
-/// reachable objects stay alive. -1 if it was not attached through the C ABI.
+/// reachable objects stay alive. `RT_ERR_NOT_ATTACHED` if it was not attached through the C ABI.
 #[no_mangle]
 pub extern "C" fn gc_thread_detach() -> c_int {
-    match C_MUTATOR.with(|c| c.borrow_mut().take()) {
-        Some(m) => {
-            drop(m);
-            0
+    guard("gc_thread_detach", PANIC, || {
+        match C_MUTATOR.with(|c| c.borrow_mut().take()) {
+            Some(m) => {
+                drop(m);
+                0
+            }
+            None => fail_code(GcError::NotAttached),
         }
-        None => fail(GcError::NotAttached, -1),
-    }
+    })
 }
 
 /// The calling thread's mutator, NULL if it is not attached.
@@ -521,7 +597,10 @@ unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'
 fn mutator_ref_slow<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
     let current = mutator::current();
     if m.is_null() || current.is_null() {
-        set_error(format!("{what}: {}", GcError::NotAttached));
+        set_status(
+            status_of(&GcError::NotAttached),
+            format!("{what}: {}", GcError::NotAttached),
+        );
         return None;
     }
     if !std::ptr::eq(m as *const MutatorShared, current) {
@@ -574,36 +653,38 @@ pub unsafe extern "C" fn gc_new_foreign_type(
     haspointers: c_int,
     large: c_int,
 ) -> *mut c_void {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_foreign_type") }) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the name is null or NUL-terminated (this function's contract).
-    let Some(name) = (unsafe { c_str(name, "gc_new_foreign_type") }) else {
-        return std::ptr::null_mut();
-    };
-    if in_collection() {
-        return fail(
-            GcError::DuringCollection {
-                what: "creating a type",
-            },
-            std::ptr::null_mut(),
-        );
-    }
-    // SAFETY: the C mark signature differs from CMarkFn only in a pointer type: same
-    // ABI, same representation.
-    let markfunc = unsafe { std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc) };
-    let spec = ForeignTypeSpec {
-        name,
-        mark: markfunc.map_or(MarkProc::None, MarkProc::C),
-        sweep: sweepfunc.map_or(SweepProc::None, SweepProc::C),
-        has_pointers: haspointers != 0,
-        large: large != 0,
-    };
-    match heap.new_foreign_type(spec) {
-        Ok(t) => t.as_obj().as_ptr().cast(),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    guard("gc_new_foreign_type", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_new_foreign_type") }) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the name is null or NUL-terminated (this function's contract).
+        let Some(name) = (unsafe { c_str(name, "gc_new_foreign_type") }) else {
+            return std::ptr::null_mut();
+        };
+        if in_collection() {
+            return fail(
+                GcError::DuringCollection {
+                    what: "creating a type",
+                },
+                std::ptr::null_mut(),
+            );
+        }
+        // SAFETY: the C mark signature differs from CMarkFn only in a pointer type: same
+        // ABI, same representation.
+        let markfunc = unsafe { std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc) };
+        let spec = ForeignTypeSpec {
+            name,
+            mark: markfunc.map_or(MarkProc::None, MarkProc::C),
+            sweep: sweepfunc.map_or(SweepProc::None, SweepProc::C),
+            has_pointers: haspointers != 0,
+            large: large != 0,
+        };
+        match heap.new_foreign_type(spec) {
+            Ok(t) => t.as_obj().as_ptr().cast(),
+            Err(e) => fail(e, std::ptr::null_mut()),
+        }
+    })
 }
 
 /// Creates a precise type: objects of at least `size` bytes with references at the
@@ -619,36 +700,38 @@ pub unsafe extern "C" fn gc_new_layout_type(
     offsets: *const u32,
     n: usize,
 ) -> *mut c_void {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_new_layout_type") }) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the name is null or NUL-terminated (this function's contract).
-    let Some(name) = (unsafe { c_str(name, "gc_new_layout_type") }) else {
-        return std::ptr::null_mut();
-    };
-    if n > 0 && offsets.is_null() {
-        set_error("gc_new_layout_type: offsets is NULL");
-        return std::ptr::null_mut();
-    }
-    if in_collection() {
-        return fail(
-            GcError::DuringCollection {
-                what: "creating a type",
-            },
-            std::ptr::null_mut(),
-        );
-    }
-    let offs: &[u32] = if n == 0 {
-        &[]
-    } else {
-        // SAFETY: readable for n per the caller.
-        unsafe { std::slice::from_raw_parts(offsets, n) }
-    };
-    match heap.new_layout_type(name, size, offs) {
-        Ok(t) => t.as_obj().as_ptr().cast(),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    guard("gc_new_layout_type", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_new_layout_type") }) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the name is null or NUL-terminated (this function's contract).
+        let Some(name) = (unsafe { c_str(name, "gc_new_layout_type") }) else {
+            return std::ptr::null_mut();
+        };
+        if n > 0 && offsets.is_null() {
+            set_error("gc_new_layout_type: offsets is NULL");
+            return std::ptr::null_mut();
+        }
+        if in_collection() {
+            return fail(
+                GcError::DuringCollection {
+                    what: "creating a type",
+                },
+                std::ptr::null_mut(),
+            );
+        }
+        let offs: &[u32] = if n == 0 {
+            &[]
+        } else {
+            // SAFETY: readable for n per the caller.
+            unsafe { std::slice::from_raw_parts(offsets, n) }
+        };
+        match heap.new_layout_type(name, size, offs) {
+            Ok(t) => t.as_obj().as_ptr().cast(),
+            Err(e) => fail(e, std::ptr::null_mut()),
+        }
+    })
 }
 
 fn in_collection() -> bool {
@@ -705,52 +788,58 @@ pub unsafe extern "C" fn gc_alloc(
 #[cold]
 #[inline(never)]
 unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *mut c_void {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_alloc") }) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: ms is the calling thread's mutator.
-    let t = match unsafe { ms.type_at_cached(ty as usize) } {
-        Ok(t) => t,
-        Err(e) => return fail(e, std::ptr::null_mut()),
-    };
-    if ms.state.load(Ordering::Relaxed) != RUNNING {
-        // Checked before the thread's current page is used: a thread in a GC-safe region
-        // counts as stopped, and a collection may be sweeping that page.
-        return fail(GcError::InGcSafeRegion, std::ptr::null_mut());
-    }
-    // SAFETY: ms is the calling thread's mutator.
-    match unsafe { ms.alloc(size, t) } {
-        Ok(o) => o.as_ptr().cast(),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    // The panic guard is here, off the fast path (which has none: a panic there aborts,
+    // Rust's rule for an `extern "C"` function, rather than unwinding into C).
+    guard("gc_alloc", std::ptr::null_mut(), || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_alloc") }) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: ms is the calling thread's mutator.
+        let t = match unsafe { ms.type_at_cached(ty as usize) } {
+            Ok(t) => t,
+            Err(e) => return fail(e, std::ptr::null_mut()),
+        };
+        if ms.state.load(Ordering::Relaxed) != RUNNING {
+            // Checked before the thread's current page is used: a thread in a GC-safe region
+            // counts as stopped, and a collection may be sweeping that page.
+            return fail(GcError::InGcSafeRegion, std::ptr::null_mut());
+        }
+        // SAFETY: ms is the calling thread's mutator.
+        match unsafe { ms.alloc(size, t) } {
+            Ok(o) => o.as_ptr().cast(),
+            Err(e) => fail(e, std::ptr::null_mut()),
+        }
+    })
 }
 
 /// Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
-/// one, 0 if another thread's collection satisfied it, -1 on error.
+/// one, 0 if another thread's collection satisfied it, a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_collect") }) else {
-        return -1;
-    };
-    let kind = match kind {
-        GC_COLLECT_AUTO => CollectionKind::Auto,
-        GC_COLLECT_FULL => CollectionKind::Full,
-        GC_COLLECT_PARTIAL => CollectionKind::Partial,
-        other => {
-            set_error(format!("gc_collect: unknown collection kind {other}"));
-            return -1;
+    guard("gc_collect", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_collect") }) else {
+            return err_code();
+        };
+        let kind = match kind {
+            GC_COLLECT_AUTO => CollectionKind::Auto,
+            GC_COLLECT_FULL => CollectionKind::Full,
+            GC_COLLECT_PARTIAL => CollectionKind::Partial,
+            other => {
+                set_error(format!("gc_collect: unknown collection kind {other}"));
+                return err_code();
+            }
+        };
+        match crate::collect::collect(ms, kind) {
+            Ok(Some(_)) => 1,
+            Ok(None) => 0,
+            Err(e) => fail_code(e),
         }
-    };
-    match crate::collect::collect(ms, kind) {
-        Ok(Some(_)) => 1,
-        Ok(None) => 0,
-        Err(e) => fail(e, -1),
-    }
+    })
 }
 
 /// A safepoint poll.
@@ -812,10 +901,12 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
-    let mut regs = [0; mutator::SAVED_REGS];
-    mutator::save_registers(&mut regs);
-    // SAFETY: forwarded; `regs` is this call's.
-    unsafe { gc_safe_enter_impl(m, &regs) }
+    guard("gc_safe_enter", -1, || {
+        let mut regs = [0; mutator::SAVED_REGS];
+        mutator::save_registers(&mut regs);
+        // SAFETY: forwarded; `regs` is this call's.
+        unsafe { gc_safe_enter_impl(m, &regs) }
+    })
 }
 
 /// `gc_safe_enter` once the registers are saved: checks `m`, then forwards.
@@ -826,14 +917,17 @@ unsafe extern "C" fn gc_safe_enter_impl(
     m: *mut gc_mutator_t,
     regs: *const [usize; mutator::SAVED_REGS],
 ) -> i8 {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter") }) else {
-        return -1;
-    };
-    // SAFETY: the calling thread's own mutator (checked); the C caller keeps off the
-    // heap until gc_safe_leave (the function's documented contract); `regs` is the
-    // buffer `gc_safe_enter` filled.
-    unsafe { ms.enter_gc_safe(&*regs) as i8 }
+    guard("gc_safe_enter", -1, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's
+        // contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter") }) else {
+            return -1;
+        };
+        // SAFETY: the calling thread's own mutator (checked); the C caller keeps off the
+        // heap until gc_safe_leave (the function's documented contract); `regs` is the
+        // buffer `gc_safe_enter` filled.
+        unsafe { ms.enter_gc_safe(&*regs) as i8 }
+    })
 }
 
 /// Enters a GC-safe region like `gc_safe_enter`, recording `sp` as the lowest stack
@@ -849,15 +943,17 @@ unsafe extern "C" fn gc_safe_enter_impl(
 /// `m` is null or a mutator pointer; `sp` satisfies the above.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void) -> i8 {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter_sp") }) else {
-        return -1;
-    };
-    // SAFETY: the calling thread's own mutator (checked); `sp` as documented.
-    match unsafe { ms.enter_gc_safe_at(sp as usize) } {
-        Ok(state) => state as i8,
-        Err(e) => fail(e, -1),
-    }
+    guard("gc_safe_enter_sp", -1, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_enter_sp") }) else {
+            return -1;
+        };
+        // SAFETY: the calling thread's own mutator (checked); `sp` as documented.
+        match unsafe { ms.enter_gc_safe_at(sp as usize) } {
+            Ok(state) => state as i8,
+            Err(e) => fail(e, -1),
+        }
+    })
 }
 
 /// Leaves a GC-safe region entered with `gc_safe_enter` (`state` is what it returned),
@@ -867,17 +963,19 @@ pub unsafe extern "C" fn gc_safe_enter_sp(m: *mut gc_mutator_t, sp: *mut c_void)
 /// `m` is null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_leave(m: *mut gc_mutator_t, state: i8) {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_leave") }) else {
-        return;
-    };
-    let Some(state) = SafeState::from_raw(state) else {
-        set_error(format!("gc_safe_leave: invalid state {state}"));
-        return;
-    };
-    // SAFETY: the calling thread's own mutator (checked), with a state its entry
-    // returned (the caller's contract).
-    unsafe { ms.leave_gc_safe(state) };
+    guard("gc_safe_leave", (), || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_safe_leave") }) else {
+            return;
+        };
+        let Some(state) = SafeState::from_raw(state) else {
+            set_error(format!("gc_safe_leave: invalid state {state}"));
+            return;
+        };
+        // SAFETY: the calling thread's own mutator (checked), with a state its entry
+        // returned (the caller's contract).
+        unsafe { ms.leave_gc_safe(state) };
+    })
 }
 
 /// The write barrier: call after storing `child` into `parent` (either may be NULL).
@@ -924,26 +1022,28 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
     }
 }
 
-/// Schedules the sweep function of `obj` (once; a second call returns -1 and never
+/// Schedules the sweep function of `obj` (once; a second call returns `RT_ERR_STATE` and never
 /// causes a second sweep).
 ///
 /// # Safety
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_schedule_sweep(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_schedule_sweep") }) else {
-        return -1;
-    };
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_schedule_sweep: object is NULL");
-        return -1;
-    };
-    // SAFETY: calling thread's mutator; live object per the caller.
-    match unsafe { ms.schedule_sweep(o) } {
-        Ok(()) => 0,
-        Err(e) => fail(e, -1),
-    }
+    guard("gc_schedule_sweep", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_schedule_sweep") }) else {
+            return err_code();
+        };
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_schedule_sweep: object is NULL");
+            return err_code();
+        };
+        // SAFETY: calling thread's mutator; live object per the caller.
+        match unsafe { ms.schedule_sweep(o) } {
+            Ok(()) => 0,
+            Err(e) => fail_code(e),
+        }
+    })
 }
 
 /// # Safety
@@ -958,7 +1058,7 @@ pub(crate) unsafe fn active_marker<'a>(
     let head = (unsafe { marking_head(m, what) })?;
     let p = head.marker.load(Ordering::Acquire) as *mut Marker<'a>;
     if p.is_null() {
-        set_error(GcError::NotMarking { what });
+        set_status(Status::State, GcError::NotMarking { what });
         return None;
     }
     // SAFETY: set by the collector on this thread for the mark phase; mark functions and
@@ -1117,8 +1217,9 @@ fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
     }
 }
 
-/// Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). -1 if
-/// the function is NULL, already registered, or (on removal) not registered.
+/// Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). An
+/// `RT_ERR_*` code if the function is NULL, already registered, or (on removal) not
+/// registered.
 ///
 /// # Safety
 /// `heap` null or live; `f` null or a function of the kind's signature.
@@ -1129,53 +1230,57 @@ pub unsafe extern "C" fn gc_set_callback(
     f: *mut c_void,
     enable: c_int,
 ) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_callback") }) else {
-        return -1;
-    };
-    if f.is_null() {
-        set_error("gc_set_callback: callback is NULL");
-        return -1;
-    }
-    let Some(cb) = callback_of(kind, f) else {
-        set_error(format!("gc_set_callback: unknown callback kind {kind}"));
-        return -1;
-    };
-    let result = if enable != 0 {
-        heap.add_callback(cb).map(|_| ())
-    } else {
-        heap.remove_c_callback(cb.kind(), f as usize)
-    };
-    match result {
-        Ok(()) => 0,
-        Err(e) => fail(e, -1),
-    }
+    guard("gc_set_callback", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_set_callback") }) else {
+            return err_code();
+        };
+        if f.is_null() {
+            set_error("gc_set_callback: callback is NULL");
+            return err_code();
+        }
+        let Some(cb) = callback_of(kind, f) else {
+            set_error(format!("gc_set_callback: unknown callback kind {kind}"));
+            return err_code();
+        };
+        let result = if enable != 0 {
+            heap.add_callback(cb).map(|_| ())
+        } else {
+            heap.remove_c_callback(cb.kind(), f as usize)
+        };
+        match result {
+            Ok(()) => 0,
+            Err(e) => fail_code(e),
+        }
+    })
 }
 
-/// Number of callbacks of `kind` registered on `heap` (-1 on error).
+/// Number of callbacks of `kind` registered on `heap` (a negative `RT_ERR_*` code on error).
 ///
 /// # Safety
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_callback_count") }) else {
-        return -1;
-    };
-    let k = match kind {
-        GC_CB_PRE_GC => CallbackKind::PreGc,
-        GC_CB_POST_GC => CallbackKind::PostGc,
-        GC_CB_ROOT_SCANNER => CallbackKind::RootScanner,
-        GC_CB_TASK_SCANNER => CallbackKind::TaskScanner,
-        GC_CB_NOTIFY_EXTERNAL_ALLOC => CallbackKind::ExternalAlloc,
-        GC_CB_NOTIFY_EXTERNAL_FREE => CallbackKind::ExternalFree,
-        GC_CB_WEAK_PROCESSING => CallbackKind::WeakProcessing,
-        _ => {
-            set_error(format!("gc_callback_count: unknown callback kind {kind}"));
-            return -1;
-        }
-    };
-    heap.callback_count(k) as c_int
+    guard("gc_callback_count", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_callback_count") }) else {
+            return err_code();
+        };
+        let k = match kind {
+            GC_CB_PRE_GC => CallbackKind::PreGc,
+            GC_CB_POST_GC => CallbackKind::PostGc,
+            GC_CB_ROOT_SCANNER => CallbackKind::RootScanner,
+            GC_CB_TASK_SCANNER => CallbackKind::TaskScanner,
+            GC_CB_NOTIFY_EXTERNAL_ALLOC => CallbackKind::ExternalAlloc,
+            GC_CB_NOTIFY_EXTERNAL_FREE => CallbackKind::ExternalFree,
+            GC_CB_WEAK_PROCESSING => CallbackKind::WeakProcessing,
+            _ => {
+                set_error(format!("gc_callback_count: unknown callback kind {kind}"));
+                return err_code();
+            }
+        };
+        heap.callback_count(k) as c_int
+    })
 }
 
 /// Roots `obj` until `gc_root_delete`. NULL on error.
@@ -1184,20 +1289,22 @@ pub unsafe extern "C" fn gc_callback_count(heap: *mut gc_heap_t, kind: c_int) ->
 /// `heap` null or live; `obj` a live object of it.
 #[no_mangle]
 pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> *mut gc_root_t {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_root_new") }) else {
-        return std::ptr::null_mut();
-    };
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_root_new: object is NULL");
-        return std::ptr::null_mut();
-    };
-    if let Err(e) = heap.check_object(o, "gc_root_new") {
-        return fail(e, std::ptr::null_mut());
-    }
-    Box::into_raw(Box::new(gc_root_t {
-        root: heap.root_unchecked(o),
-    }))
+    guard("gc_root_new", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_root_new") }) else {
+            return std::ptr::null_mut();
+        };
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_root_new: object is NULL");
+            return std::ptr::null_mut();
+        };
+        if let Err(e) = heap.check_object(o, "gc_root_new") {
+            return fail(e, std::ptr::null_mut());
+        }
+        Box::into_raw(Box::new(gc_root_t {
+            root: heap.root_unchecked(o),
+        }))
+    })
 }
 
 /// The object a root holds.
@@ -1206,12 +1313,14 @@ pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> 
 /// `root` null or from `gc_root_new`, not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_root_get(root: *mut gc_root_t) -> *mut c_void {
-    if root.is_null() {
-        set_error("gc_root_get: root is NULL");
-        return std::ptr::null_mut();
-    }
-    // SAFETY: valid per the caller.
-    unsafe { &*root }.root.get().as_ptr().cast()
+    guard("gc_root_get", std::ptr::null_mut(), || {
+        if root.is_null() {
+            set_error("gc_root_get: root is NULL");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: valid per the caller.
+        unsafe { &*root }.root.get().as_ptr().cast()
+    })
 }
 
 /// Unroots and frees a root.
@@ -1220,10 +1329,12 @@ pub unsafe extern "C" fn gc_root_get(root: *mut gc_root_t) -> *mut c_void {
 /// `root` null or from `gc_root_new`, not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_root_delete(root: *mut gc_root_t) {
-    if !root.is_null() {
-        // SAFETY: created by Box::into_raw in gc_root_new.
-        drop(unsafe { Box::from_raw(root) });
-    }
+    guard("gc_root_delete", (), || {
+        if !root.is_null() {
+            // SAFETY: created by Box::into_raw in gc_root_new.
+            drop(unsafe { Box::from_raw(root) });
+        }
+    })
 }
 
 /// Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
@@ -1237,40 +1348,41 @@ pub unsafe extern "C" fn gc_register_task(
     lo: *mut c_void,
     hi: *mut c_void,
 ) -> *mut gc_task_t {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_register_task") }) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the C contract of gc_register_task: [lo, hi) stays mapped while registered.
-    match unsafe { heap.register_task(lo as usize, hi as usize) } {
-        Ok(t) => task_ptr(&t),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    guard("gc_register_task", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_register_task") }) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the C contract of gc_register_task: [lo, hi) stays mapped while registered.
+        match unsafe { heap.register_task(lo as usize, hi as usize) } {
+            Ok(t) => task_ptr(&t),
+            Err(e) => fail(e, std::ptr::null_mut()),
+        }
+    })
 }
 
-/// Unregisters a task registered with `gc_register_task`. -1 if unknown.
+/// Unregisters a task registered with `gc_register_task`. `RT_ERR_ARG` if unknown.
 ///
 /// # Safety
 /// `heap` null or live; `task` anything (it is looked up).
 #[no_mangle]
 pub unsafe extern "C" fn gc_unregister_task(heap: *mut gc_heap_t, task: *mut gc_task_t) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_unregister_task") }) else {
-        return -1;
-    };
-    let Some(t) = heap.task_from_addr(task as usize) else {
-        return fail(
-            GcError::BadTask {
+    guard("gc_unregister_task", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_unregister_task") }) else {
+            return err_code();
+        };
+        let Some(t) = heap.task_from_addr(task as usize) else {
+            return fail_code(GcError::BadTask {
                 addr: task as usize,
                 reason: "not a registered task of this heap",
-            },
-            -1,
-        );
-    };
-    match heap.unregister_task(&t) {
-        Ok(()) => 0,
-        Err(e) => fail(e, -1),
-    }
+            });
+        };
+        match heap.unregister_task(&t) {
+            Ok(()) => 0,
+            Err(e) => fail_code(e),
+        }
+    })
 }
 
 /// Records the lowest stack address in use by a suspended task (0: unknown).
@@ -1279,12 +1391,14 @@ pub unsafe extern "C" fn gc_unregister_task(heap: *mut gc_heap_t, task: *mut gc_
 /// `task` null or a registered task.
 #[no_mangle]
 pub unsafe extern "C" fn gc_task_set_sp(task: *mut gc_task_t, sp: *mut c_void) {
-    if task.is_null() {
-        set_error("gc_task_set_sp: task is NULL");
-        return;
-    }
-    // SAFETY: a registered task per the caller.
-    unsafe { &*(task as *const Task) }.set_saved_sp(sp as usize);
+    guard("gc_task_set_sp", (), || {
+        if task.is_null() {
+            set_error("gc_task_set_sp: task is NULL");
+            return;
+        }
+        // SAFETY: a registered task per the caller.
+        unsafe { &*(task as *const Task) }.set_saved_sp(sp as usize);
+    })
 }
 
 /// The stack bounds of a task.
@@ -1297,33 +1411,37 @@ pub unsafe extern "C" fn gc_task_stack(
     lo: *mut *mut c_void,
     hi: *mut *mut c_void,
 ) -> c_int {
-    if task.is_null() {
-        set_error("gc_task_stack: task is NULL");
-        return -1;
-    }
-    // SAFETY: a registered task per the caller.
-    let (l, h) = unsafe { &*(task as *const Task) }.stack_bounds();
-    // SAFETY: writable when non-null per the caller.
-    unsafe {
-        if !lo.is_null() {
-            *lo = l as *mut c_void;
+    guard("gc_task_stack", PANIC, || {
+        if task.is_null() {
+            set_error("gc_task_stack: task is NULL");
+            return err_code();
         }
-        if !hi.is_null() {
-            *hi = h as *mut c_void;
+        // SAFETY: a registered task per the caller.
+        let (l, h) = unsafe { &*(task as *const Task) }.stack_bounds();
+        // SAFETY: writable when non-null per the caller.
+        unsafe {
+            if !lo.is_null() {
+                *lo = l as *mut c_void;
+            }
+            if !hi.is_null() {
+                *hi = h as *mut c_void;
+            }
         }
-    }
-    0
+        0
+    })
 }
 
 /// The calling thread's own task (its stack), NULL if not attached.
 #[no_mangle]
 pub extern "C" fn gc_current_task() -> *mut gc_task_t {
-    let m = mutator::current();
-    if m.is_null() {
-        return fail(GcError::NotAttached, std::ptr::null_mut());
-    }
-    // SAFETY: the current thread's mutator is alive while attached.
-    task_ptr(unsafe { &*m }.task())
+    guard("gc_current_task", std::ptr::null_mut(), || {
+        let m = mutator::current();
+        if m.is_null() {
+            return fail(GcError::NotAttached, std::ptr::null_mut());
+        }
+        // SAFETY: the current thread's mutator is alive while attached.
+        task_ptr(unsafe { &*m }.task())
+    })
 }
 
 /// Copies the heap's statistics into `out`. From inside a collection (a callback, a
@@ -1333,38 +1451,40 @@ pub extern "C" fn gc_current_task() -> *mut gc_task_t {
 /// `heap` null or live; `out` null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_stats") }) else {
-        return -1;
-    };
-    if out.is_null() {
-        set_error("gc_stats: out is NULL");
-        return -1;
-    }
-    let s = heap.stats();
-    let ns = |d: std::time::Duration| d.as_nanos().min(u64::MAX as u128) as u64;
-    // SAFETY: writable per the caller.
-    unsafe {
-        out.write(gc_stats_t {
-            full_collections: s.full_collections,
-            partial_collections: s.partial_collections,
-            objects_allocated: s.objects_allocated,
-            bytes_allocated: s.bytes_allocated,
-            bytes_freed: s.bytes_freed,
-            live_bytes: s.live_bytes,
-            sweep_functions_run: s.sweep_functions_run,
-            verify_errors: s.verify_errors,
-            total_pause_ns: ns(s.total_pause),
-            max_pause_ns: ns(s.max_pause),
-            p50_pause_ns: ns(s.p50_pause),
-            p99_pause_ns: ns(s.p99_pause),
-            weak_refs_cleared: s.weak_refs_cleared,
-            finalizers_queued: s.finalizers_queued,
-            finalizers_run: s.finalizers_run,
-            tokens_queued: s.tokens_queued,
-        })
-    };
-    0
+    guard("gc_stats", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_stats") }) else {
+            return err_code();
+        };
+        if out.is_null() {
+            set_error("gc_stats: out is NULL");
+            return err_code();
+        }
+        let s = heap.stats();
+        let ns = |d: std::time::Duration| d.as_nanos().min(u64::MAX as u128) as u64;
+        // SAFETY: writable per the caller.
+        unsafe {
+            out.write(gc_stats_t {
+                full_collections: s.full_collections,
+                partial_collections: s.partial_collections,
+                objects_allocated: s.objects_allocated,
+                bytes_allocated: s.bytes_allocated,
+                bytes_freed: s.bytes_freed,
+                live_bytes: s.live_bytes,
+                sweep_functions_run: s.sweep_functions_run,
+                verify_errors: s.verify_errors,
+                total_pause_ns: ns(s.total_pause),
+                max_pause_ns: ns(s.max_pause),
+                p50_pause_ns: ns(s.p50_pause),
+                p99_pause_ns: ns(s.p99_pause),
+                weak_refs_cleared: s.weak_refs_cleared,
+                finalizers_queued: s.finalizers_queued,
+                finalizers_run: s.finalizers_run,
+                tokens_queued: s.tokens_queued,
+            })
+        };
+        0
+    })
 }
 
 /// Sets the stress mode: collect every `every` allocations per thread (0: off).
@@ -1373,14 +1493,16 @@ pub unsafe extern "C" fn gc_stats(heap: *mut gc_heap_t, out: *mut gc_stats_t) ->
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_stress") }) else {
-        return -1;
-    };
-    match heap.set_stress((every != 0).then_some(every)) {
-        Ok(()) => 0,
-        Err(e) => fail(e, -1),
-    }
+    guard("gc_set_stress", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_set_stress") }) else {
+            return err_code();
+        };
+        match heap.set_stress((every != 0).then_some(every)) {
+            Ok(()) => 0,
+            Err(e) => fail_code(e),
+        }
+    })
 }
 
 /// Turns the verify mode on (non-zero) or off.
@@ -1389,12 +1511,14 @@ pub unsafe extern "C" fn gc_set_stress(heap: *mut gc_heap_t, every: u64) -> c_in
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_set_verify") }) else {
-        return -1;
-    };
-    heap.set_verify(on != 0);
-    0
+    guard("gc_set_verify", PANIC, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_set_verify") }) else {
+            return err_code();
+        };
+        heap.set_verify(on != 0);
+        0
+    })
 }
 
 /// The type of a live object (`jl_typeof`); NULL for NULL, and for a free or
@@ -1478,11 +1602,17 @@ unsafe fn running_mutator<'a>(
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     let ms = (unsafe { mutator_ref(m, what) })?;
     if ms.in_collection.load(Ordering::Relaxed) {
-        set_error(format!("{what}: {}", GcError::DuringCollection { what }));
+        set_status(
+            Status::State,
+            format!("{what}: {}", GcError::DuringCollection { what }),
+        );
         return None;
     }
     if ms.state.load(Ordering::Relaxed) != RUNNING {
-        set_error(format!("{what}: {}", GcError::InGcSafeRegion));
+        set_status(
+            status_of(&GcError::InGcSafeRegion),
+            format!("{what}: {}", GcError::InGcSafeRegion),
+        );
         return None;
     }
     Some(ms)
@@ -1498,16 +1628,18 @@ pub unsafe extern "C" fn gc_weakref_new(
     m: *mut gc_mutator_t,
     obj: *mut c_void,
 ) -> *mut gc_weakref_t {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_new") }) else {
-        return std::ptr::null_mut();
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let mut mu = unsafe { Mutator::borrowed(ms) };
-    match mu.new_weak_object(ObjRef::from_ptr(obj.cast())) {
-        Ok(wr) => wr.as_ptr().cast(),
-        Err(e) => fail(e, std::ptr::null_mut()),
-    }
+    guard("gc_weakref_new", std::ptr::null_mut(), || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_new") }) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let mut mu = unsafe { Mutator::borrowed(ms) };
+        match mu.new_weak_object(ObjRef::from_ptr(obj.cast())) {
+            Ok(wr) => wr.as_ptr().cast(),
+            Err(e) => fail(e, std::ptr::null_mut()),
+        }
+    })
 }
 
 /// The referent of a weak-reference object, NULL once cleared (or for NULL `wr`).
@@ -1516,16 +1648,18 @@ pub unsafe extern "C" fn gc_weakref_new(
 /// `wr` null or a live weak-reference object.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weakref_get(wr: *mut gc_weakref_t) -> *mut c_void {
-    if wr.is_null() {
-        set_error("gc_weakref_get: weak reference is NULL");
-        return std::ptr::null_mut();
-    }
-    // SAFETY: a live weak-reference object: its first word is the referent, which the
-    // collector writes atomically.
-    unsafe { (*(wr as *const std::sync::atomic::AtomicPtr<c_void>)).load(Ordering::Acquire) }
+    guard("gc_weakref_get", std::ptr::null_mut(), || {
+        if wr.is_null() {
+            set_error("gc_weakref_get: weak reference is NULL");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: a live weak-reference object: its first word is the referent, which the
+        // collector writes atomically.
+        unsafe { (*(wr as *const std::sync::atomic::AtomicPtr<c_void>)).load(Ordering::Acquire) }
+    })
 }
 
-/// Points a weak-reference object at `obj` (NULL: at nothing). -1 if `wr` is not a
+/// Points a weak-reference object at `obj` (NULL: at nothing). `RT_ERR_ARG` if `wr` is not a
 /// weak-reference object or on a bad thread.
 ///
 /// # Safety
@@ -1536,21 +1670,23 @@ pub unsafe extern "C" fn gc_weakref_set(
     wr: *mut gc_weakref_t,
     obj: *mut c_void,
 ) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_set") }) else {
-        return -1;
-    };
-    let Some(w) = ObjRef::from_ptr(wr.cast()) else {
-        set_error("gc_weakref_set: weak reference is NULL");
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let mut mu = unsafe { Mutator::borrowed(ms) };
-    // SAFETY: live objects per the caller.
-    match unsafe { mu.weak_object_set(w, ObjRef::from_ptr(obj.cast())) } {
-        Ok(()) => 0,
-        Err(e) => fail(e, -1),
-    }
+    guard("gc_weakref_set", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_weakref_set") }) else {
+            return err_code();
+        };
+        let Some(w) = ObjRef::from_ptr(wr.cast()) else {
+            set_error("gc_weakref_set: weak reference is NULL");
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let mut mu = unsafe { Mutator::borrowed(ms) };
+        // SAFETY: live objects per the caller.
+        match unsafe { mu.weak_object_set(w, ObjRef::from_ptr(obj.cast())) } {
+            Ok(()) => 0,
+            Err(e) => fail_code(e),
+        }
+    })
 }
 
 /// The type of weak-reference objects of `heap` (what `gc_typeof` returns for them).
@@ -1559,11 +1695,13 @@ pub unsafe extern "C" fn gc_weakref_set(
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weakref_type(heap: *mut gc_heap_t) -> *mut c_void {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    match unsafe { heap_ref(heap, "gc_weakref_type") } {
-        Some(h) => h.weak_ref_type().as_obj().as_ptr().cast(),
-        None => std::ptr::null_mut(),
-    }
+    guard("gc_weakref_type", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        match unsafe { heap_ref(heap, "gc_weakref_type") } {
+            Some(h) => h.weak_ref_type().as_obj().as_ptr().cast(),
+            None => std::ptr::null_mut(),
+        }
+    })
 }
 
 /// A weak handle to `obj` for the embedder (lives outside the heap, never a root). NULL
@@ -1576,20 +1714,22 @@ pub unsafe extern "C" fn gc_weak_handle_new(
     heap: *mut gc_heap_t,
     obj: *mut c_void,
 ) -> *mut gc_weak_handle_t {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_weak_handle_new") }) else {
-        return std::ptr::null_mut();
-    };
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_weak_handle_new: object is NULL");
-        return std::ptr::null_mut();
-    };
-    if let Err(e) = heap.check_object(o, "gc_weak_handle_new") {
-        return fail(e, std::ptr::null_mut());
-    }
-    Box::into_raw(Box::new(gc_weak_handle_t {
-        weak: heap.new_weak_ref_unchecked(o),
-    }))
+    guard("gc_weak_handle_new", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_weak_handle_new") }) else {
+            return std::ptr::null_mut();
+        };
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_weak_handle_new: object is NULL");
+            return std::ptr::null_mut();
+        };
+        if let Err(e) = heap.check_object(o, "gc_weak_handle_new") {
+            return fail(e, std::ptr::null_mut());
+        }
+        Box::into_raw(Box::new(gc_weak_handle_t {
+            weak: heap.new_weak_ref_unchecked(o),
+        }))
+    })
 }
 
 /// The object of a weak handle, NULL once a collection found it unreachable.
@@ -1598,15 +1738,17 @@ pub unsafe extern "C" fn gc_weak_handle_new(
 /// `h` null or from `gc_weak_handle_new`, not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weak_handle_get(h: *mut gc_weak_handle_t) -> *mut c_void {
-    if h.is_null() {
-        set_error("gc_weak_handle_get: handle is NULL");
-        return std::ptr::null_mut();
-    }
-    // SAFETY: valid per the caller.
-    unsafe { &*h }
-        .weak
-        .get()
-        .map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
+    guard("gc_weak_handle_get", std::ptr::null_mut(), || {
+        if h.is_null() {
+            set_error("gc_weak_handle_get: handle is NULL");
+            return std::ptr::null_mut();
+        }
+        // SAFETY: valid per the caller.
+        unsafe { &*h }
+            .weak
+            .get()
+            .map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
+    })
 }
 
 /// Releases a weak handle.
@@ -1615,14 +1757,16 @@ pub unsafe extern "C" fn gc_weak_handle_get(h: *mut gc_weak_handle_t) -> *mut c_
 /// `h` null or from `gc_weak_handle_new`, not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_weak_handle_delete(h: *mut gc_weak_handle_t) {
-    if !h.is_null() {
-        // SAFETY: created by Box::into_raw in gc_weak_handle_new.
-        drop(unsafe { Box::from_raw(h) });
-    }
+    guard("gc_weak_handle_delete", (), || {
+        if !h.is_null() {
+            // SAFETY: created by Box::into_raw in gc_weak_handle_new.
+            drop(unsafe { Box::from_raw(h) });
+        }
+    })
 }
 
-/// Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). -1 on error
-/// (NULL object or function, bad thread, during a collection).
+/// Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). An
+/// `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
 ///
 /// # Safety
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
@@ -1632,95 +1776,105 @@ pub unsafe extern "C" fn gc_add_finalizer(
     obj: *mut c_void,
     f: gc_finalizer_t,
 ) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { running_mutator(m, "gc_add_finalizer") }) else {
-        return -1;
-    };
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_add_finalizer: object is NULL");
-        return -1;
-    };
-    let Some(f) = f else {
-        set_error("gc_add_finalizer: finalizer function is NULL");
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let mut m = unsafe { Mutator::borrowed(ms) };
-    if let Err(e) = m.heap().check_object(o, "gc_add_finalizer") {
-        return fail(e, -1);
-    }
-    m.add_c_finalizer_unchecked(o, f);
-    0
+    guard("gc_add_finalizer", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { running_mutator(m, "gc_add_finalizer") }) else {
+            return err_code();
+        };
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_add_finalizer: object is NULL");
+            return err_code();
+        };
+        let Some(f) = f else {
+            set_error("gc_add_finalizer: finalizer function is NULL");
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let mut m = unsafe { Mutator::borrowed(ms) };
+        if let Err(e) = m.heap().check_object(o, "gc_add_finalizer") {
+            return fail_code(e);
+        }
+        m.add_c_finalizer_unchecked(o, f);
+        0
+    })
 }
 
 /// Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
-/// finalizer: they are queued to run after it), -1 on error.
+/// finalizer: they are queued to run after it), a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer; `obj` null or a live object of its heap.
 #[no_mangle]
 pub unsafe extern "C" fn gc_finalize(m: *mut gc_mutator_t, obj: *mut c_void) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { running_mutator(m, "gc_finalize") }) else {
-        return -1;
-    };
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_finalize: object is NULL");
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let n = unsafe { Mutator::borrowed(ms) }.finalize(o);
-    n.min(c_int::MAX as usize) as c_int
+    guard("gc_finalize", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { running_mutator(m, "gc_finalize") }) else {
+            return err_code();
+        };
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_finalize: object is NULL");
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let n = unsafe { Mutator::borrowed(ms) }.finalize(o);
+        n.min(c_int::MAX as usize) as c_int
+    })
 }
 
 /// Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
-/// finalizer), -1 on error (bad thread, during a collection, in a GC-safe region).
+/// finalizer), a negative `RT_ERR_*` code on error (bad thread, during a collection, in a GC-safe region).
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_finalizers(m: *mut gc_mutator_t) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { running_mutator(m, "gc_run_finalizers") }) else {
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let n = unsafe { Mutator::borrowed(ms) }.run_finalizers();
-    n.min(c_int::MAX as usize) as c_int
+    guard("gc_run_finalizers", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { running_mutator(m, "gc_run_finalizers") }) else {
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let n = unsafe { Mutator::borrowed(ms) }.run_finalizers();
+        n.min(c_int::MAX as usize) as c_int
+    })
 }
 
 /// Runs every registered finalizer (reachable objects included) and the pending ones:
 /// for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
-/// Returns how many ran, -1 on error.
+/// Returns how many ran, a negative `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_run_all_finalizers(m: *mut gc_mutator_t) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { running_mutator(m, "gc_run_all_finalizers") }) else {
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    let n = unsafe { Mutator::borrowed(ms) }.run_all_finalizers();
-    n.min(c_int::MAX as usize) as c_int
+    guard("gc_run_all_finalizers", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { running_mutator(m, "gc_run_all_finalizers") }) else {
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        let n = unsafe { Mutator::borrowed(ms) }.run_all_finalizers();
+        n.min(c_int::MAX as usize) as c_int
+    })
 }
 
 /// Opts the calling thread in (non-zero) or out of running pending finalizers at its
 /// safepoints (after collections it runs or stops for, when leaving a GC-safe region).
-/// Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. -1 on error.
+/// Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. An `RT_ERR_*` code on error.
 ///
 /// # Safety
 /// `m` null or a mutator pointer.
 #[no_mangle]
 pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, on: c_int) -> c_int {
-    // SAFETY: the ptls is null or one this library handed out (this function's contract).
-    let Some(ms) = (unsafe { mutator_ref(m, "gc_set_finalizers_at_safepoints") }) else {
-        return -1;
-    };
-    // SAFETY: the calling thread's attached mutator.
-    unsafe { Mutator::borrowed(ms) }.set_finalizers_at_safepoints(on != 0);
-    0
+    guard("gc_set_finalizers_at_safepoints", PANIC, || {
+        // SAFETY: the ptls is null or one this library handed out (this function's contract).
+        let Some(ms) = (unsafe { mutator_ref(m, "gc_set_finalizers_at_safepoints") }) else {
+            return err_code();
+        };
+        // SAFETY: the calling thread's attached mutator.
+        unsafe { Mutator::borrowed(ms) }.set_finalizers_at_safepoints(on != 0);
+        0
+    })
 }
 
 /// Number of finalizers waiting to run on `heap` (0 and an error for NULL).
@@ -1729,8 +1883,10 @@ pub unsafe extern "C" fn gc_set_finalizers_at_safepoints(m: *mut gc_mutator_t, o
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    (unsafe { heap_ref(heap, "gc_pending_finalizers") }).map_or(0, |h| h.pending_finalizers())
+    guard("gc_pending_finalizers", 0, || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        (unsafe { heap_ref(heap, "gc_pending_finalizers") }).map_or(0, |h| h.pending_finalizers())
+    })
 }
 
 /// A new reference queue of `heap` (phantom semantics: a registered object's token is
@@ -1740,16 +1896,18 @@ pub unsafe extern "C" fn gc_pending_finalizers(heap: *mut gc_heap_t) -> usize {
 /// `heap` null or live.
 #[no_mangle]
 pub unsafe extern "C" fn gc_refqueue_new(heap: *mut gc_heap_t) -> *mut gc_refqueue_t {
-    // SAFETY: the heap pointer is null or live (this function's contract).
-    let Some(heap) = (unsafe { heap_ref(heap, "gc_refqueue_new") }) else {
-        return std::ptr::null_mut();
-    };
-    Box::into_raw(Box::new(gc_refqueue_t {
-        queue: heap.new_reference_queue(),
-    }))
+    guard("gc_refqueue_new", std::ptr::null_mut(), || {
+        // SAFETY: the heap pointer is null or live (this function's contract).
+        let Some(heap) = (unsafe { heap_ref(heap, "gc_refqueue_new") }) else {
+            return std::ptr::null_mut();
+        };
+        Box::into_raw(Box::new(gc_refqueue_t {
+            queue: heap.new_reference_queue(),
+        }))
+    })
 }
 
-/// Registers `obj` with `token`. -1 on error (NULL queue or object).
+/// Registers `obj` with `token`. `RT_ERR_ARG` on error (NULL queue or object).
 ///
 /// # Safety
 /// `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.
@@ -1759,21 +1917,23 @@ pub unsafe extern "C" fn gc_refqueue_register(
     obj: *mut c_void,
     token: usize,
 ) -> c_int {
-    if q.is_null() {
-        set_error("gc_refqueue_register: queue is NULL");
-        return -1;
-    }
-    let Some(o) = ObjRef::from_ptr(obj.cast()) else {
-        set_error("gc_refqueue_register: object is NULL");
-        return -1;
-    };
-    // SAFETY: valid per the caller.
-    let queue = &unsafe { &*q }.queue;
-    if let Err(e) = queue.heap().check_object(o, "gc_refqueue_register") {
-        return fail(e, -1);
-    }
-    queue.register_unchecked(o, token);
-    0
+    guard("gc_refqueue_register", PANIC, || {
+        if q.is_null() {
+            set_error("gc_refqueue_register: queue is NULL");
+            return err_code();
+        }
+        let Some(o) = ObjRef::from_ptr(obj.cast()) else {
+            set_error("gc_refqueue_register: object is NULL");
+            return err_code();
+        };
+        // SAFETY: valid per the caller.
+        let queue = &unsafe { &*q }.queue;
+        if let Err(e) = queue.heap().check_object(o, "gc_refqueue_register") {
+            return fail_code(e);
+        }
+        queue.register_unchecked(o, token);
+        0
+    })
 }
 
 /// Takes up to `cap` available tokens, oldest first, into `out`; returns how many. Any
@@ -1787,17 +1947,19 @@ pub unsafe extern "C" fn gc_refqueue_drain(
     out: *mut usize,
     cap: usize,
 ) -> usize {
-    if q.is_null() || (out.is_null() && cap > 0) {
-        set_error("gc_refqueue_drain: queue or out is NULL");
-        return 0;
-    }
-    // SAFETY: valid per the caller.
-    let tokens = unsafe { &*q }.queue.drain_up_to(cap);
-    for (i, t) in tokens.iter().enumerate() {
-        // SAFETY: i < tokens.len() <= cap; writable per the caller.
-        unsafe { out.add(i).write(*t) };
-    }
-    tokens.len()
+    guard("gc_refqueue_drain", 0, || {
+        if q.is_null() || (out.is_null() && cap > 0) {
+            set_error("gc_refqueue_drain: queue or out is NULL");
+            return 0;
+        }
+        // SAFETY: valid per the caller.
+        let tokens = unsafe { &*q }.queue.drain_up_to(cap);
+        for (i, t) in tokens.iter().enumerate() {
+            // SAFETY: i < tokens.len() <= cap; writable per the caller.
+            unsafe { out.add(i).write(*t) };
+        }
+        tokens.len()
+    })
 }
 
 /// Number of tokens available (no lock: a flag to poll).
@@ -1806,12 +1968,14 @@ pub unsafe extern "C" fn gc_refqueue_drain(
 /// `q` null or from `gc_refqueue_new`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_refqueue_len(q: *mut gc_refqueue_t) -> usize {
-    if q.is_null() {
-        set_error("gc_refqueue_len: queue is NULL");
-        return 0;
-    }
-    // SAFETY: valid per the caller.
-    unsafe { &*q }.queue.len()
+    guard("gc_refqueue_len", 0, || {
+        if q.is_null() {
+            set_error("gc_refqueue_len: queue is NULL");
+            return 0;
+        }
+        // SAFETY: valid per the caller.
+        unsafe { &*q }.queue.len()
+    })
 }
 
 /// Sets (NULL `f`: removes) the function a collecting thread calls with `data`, after
@@ -1825,13 +1989,15 @@ pub unsafe extern "C" fn gc_refqueue_set_notify(
     f: gc_notify_t,
     data: *mut c_void,
 ) -> c_int {
-    if q.is_null() {
-        set_error("gc_refqueue_set_notify: queue is NULL");
-        return -1;
-    }
-    // SAFETY: valid per the caller.
-    unsafe { &*q }.queue.set_c_notify(f, data);
-    0
+    guard("gc_refqueue_set_notify", PANIC, || {
+        if q.is_null() {
+            set_error("gc_refqueue_set_notify: queue is NULL");
+            return err_code();
+        }
+        // SAFETY: valid per the caller.
+        unsafe { &*q }.queue.set_c_notify(f, data);
+        0
+    })
 }
 
 /// Deletes a queue: its registrations end, tokens not drained are lost.
@@ -1840,10 +2006,12 @@ pub unsafe extern "C" fn gc_refqueue_set_notify(
 /// `q` null or from `gc_refqueue_new`, not deleted.
 #[no_mangle]
 pub unsafe extern "C" fn gc_refqueue_delete(q: *mut gc_refqueue_t) {
-    if !q.is_null() {
-        // SAFETY: created by Box::into_raw in gc_refqueue_new.
-        drop(unsafe { Box::from_raw(q) });
-    }
+    guard("gc_refqueue_delete", (), || {
+        if !q.is_null() {
+            // SAFETY: created by Box::into_raw in gc_refqueue_new.
+            drop(unsafe { Box::from_raw(q) });
+        }
+    })
 }
 
 /// In a weak-processing hook (or a mark function): 1 if `obj` is marked so far (it
@@ -1955,23 +2123,25 @@ fn is_symbol(sym: *const jl_sym_t, what: &str) -> bool {
 /// `name` null or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
-    // SAFETY: the name is null or NUL-terminated (this function's contract).
-    let Some(s) = (unsafe { c_str(name, "jl_symbol") }) else {
-        return std::ptr::null_mut();
-    };
-    let mut table = SYMBOLS.lock();
-    let map = table.get_or_insert_with(HashMap::new);
-    let sym = *map.entry(s.to_string()).or_insert_with(|| {
-        let sym: &'static jl_sym_t = Box::leak(Box::new(jl_sym_t {
-            name: CString::new(s).expect("came from a C string"),
-        }));
-        SYMBOL_ADDRS
-            .lock()
-            .get_or_insert_with(Default::default)
-            .insert(sym as *const jl_sym_t as usize);
-        sym
-    });
-    sym as *const jl_sym_t as *mut jl_sym_t
+    guard("jl_symbol", std::ptr::null_mut(), || {
+        // SAFETY: the name is null or NUL-terminated (this function's contract).
+        let Some(s) = (unsafe { c_str(name, "jl_symbol") }) else {
+            return std::ptr::null_mut();
+        };
+        let mut table = SYMBOLS.lock();
+        let map = table.get_or_insert_with(HashMap::new);
+        let sym = *map.entry(s.to_string()).or_insert_with(|| {
+            let sym: &'static jl_sym_t = Box::leak(Box::new(jl_sym_t {
+                name: CString::new(s).expect("came from a C string"),
+            }));
+            SYMBOL_ADDRS
+                .lock()
+                .get_or_insert_with(Default::default)
+                .insert(sym as *const jl_sym_t as usize);
+            sym
+        });
+        sym as *const jl_sym_t as *mut jl_sym_t
+    })
 }
 
 /// The text of a symbol.
@@ -1980,43 +2150,51 @@ pub unsafe extern "C" fn jl_symbol(name: *const c_char) -> *mut jl_sym_t {
 /// `sym` null or from `jl_symbol`.
 #[no_mangle]
 pub unsafe extern "C" fn jl_symbol_name(sym: *mut jl_sym_t) -> *const c_char {
-    if sym.is_null() || !is_symbol(sym, "jl_symbol_name") {
-        return std::ptr::null();
-    }
-    // SAFETY: symbols are immortal.
-    unsafe { &*sym }.name.as_ptr()
+    guard("jl_symbol_name", std::ptr::null(), || {
+        if sym.is_null() || !is_symbol(sym, "jl_symbol_name") {
+            return std::ptr::null();
+        }
+        // SAFETY: symbols are immortal.
+        unsafe { &*sym }.name.as_ptr()
+    })
 }
 
 /// Creates the default heap and attaches the calling thread (`jl_init`). Calling it
 /// again on an attached thread does nothing.
 #[no_mangle]
 pub extern "C" fn jl_init() {
-    julia::init_default();
+    guard("jl_init", (), || {
+        julia::init_default();
+    })
 }
 
 /// Attaches the calling thread to the default heap (Julia's `jl_adopt_thread`).
 #[no_mangle]
 pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
-    let current = mutator::current();
-    if !current.is_null() {
-        return current as jl_ptls_t;
-    }
-    // SAFETY: the default heap is live for the process.
-    let m = unsafe { gc_thread_attach(gc_default_heap()) };
-    if !m.is_null() {
-        // SAFETY: the mutator just attached.
-        unsafe { gc_set_finalizers_at_safepoints(m, 1) };
-    }
-    julia::update_thread_count();
-    m as jl_ptls_t
+    guard("jl_adopt_thread", std::ptr::null_mut(), || {
+        let current = mutator::current();
+        if !current.is_null() {
+            return current as jl_ptls_t;
+        }
+        // SAFETY: the default heap is live for the process.
+        let m = unsafe { gc_thread_attach(gc_default_heap()) };
+        if !m.is_null() {
+            // SAFETY: the mutator just attached.
+            unsafe { gc_set_finalizers_at_safepoints(m, 1) };
+        }
+        julia::update_thread_count();
+        m as jl_ptls_t
+    })
 }
 
 /// Detaches the calling thread.
 #[no_mangle]
 pub extern "C" fn jl_gc_thread_detach() -> c_int {
-    let r = gc_thread_detach();
-    julia::update_thread_count();
-    r
+    guard("jl_gc_thread_detach", PANIC, || {
+        let r = gc_thread_detach();
+        julia::update_thread_count();
+        r
+    })
 }
 
 /// The calling thread's `ptls`; NULL if not attached.
@@ -2024,7 +2202,7 @@ pub extern "C" fn jl_gc_thread_detach() -> c_int {
 pub extern "C" fn jl_get_ptls_states() -> jl_ptls_t {
     let m = cur();
     if m.is_null() {
-        set_error(GcError::NotAttached);
+        set_status(Status::NotAttached, GcError::NotAttached);
     }
     m as jl_ptls_t
 }
@@ -2033,6 +2211,12 @@ pub extern "C" fn jl_get_ptls_states() -> jl_ptls_t {
 #[no_mangle]
 pub extern "C" fn jl_gc_last_error() -> *const c_char {
     gc_last_error()
+}
+
+/// The status of the last error on this thread (`gc_last_status`).
+#[no_mangle]
+pub extern "C" fn jl_gc_last_status() -> i32 {
+    gc_last_status()
 }
 
 /// Forgets the last error.
@@ -2061,52 +2245,54 @@ pub unsafe extern "C" fn jl_new_foreign_type(
     haspointers: c_int,
     large: c_int,
 ) -> *mut jl_datatype_t {
-    // SAFETY: the seed's function types take pointers where ours take void pointers:
-    // same ABI, same representation.
-    let (markfunc, sweepfunc) = unsafe {
-        (
-            std::mem::transmute::<jl_markfunc_t, gc_markfunc_t>(markfunc),
-            std::mem::transmute::<jl_sweepfunc_t, gc_sweepfunc_t>(sweepfunc),
-        )
-    };
-    if name.is_null() {
-        set_error("jl_new_foreign_type: name is NULL");
-        return std::ptr::null_mut();
-    }
-    if !is_symbol(name, "jl_new_foreign_type") {
-        return std::ptr::null_mut();
-    }
-    let heap = gc_default_heap();
-    if !super_.is_null() {
-        // SAFETY: the default heap is live.
-        let h = &unsafe { &*heap }.heap;
-        if h.type_from_addr(super_ as usize).is_err() {
-            return fail(
-                GcError::NotAType {
-                    addr: super_ as usize,
-                },
-                std::ptr::null_mut(),
-            );
+    guard("jl_new_foreign_type", std::ptr::null_mut(), || {
+        // SAFETY: the seed's function types take pointers where ours take void pointers:
+        // same ABI, same representation.
+        let (markfunc, sweepfunc) = unsafe {
+            (
+                std::mem::transmute::<jl_markfunc_t, gc_markfunc_t>(markfunc),
+                std::mem::transmute::<jl_sweepfunc_t, gc_sweepfunc_t>(sweepfunc),
+            )
+        };
+        if name.is_null() {
+            set_error("jl_new_foreign_type: name is NULL");
+            return std::ptr::null_mut();
         }
-    }
-    // SAFETY: symbols are immortal; the default heap is live.
-    let ty = unsafe {
-        gc_new_foreign_type(
-            heap,
-            (*name).name.as_ptr(),
-            markfunc,
-            sweepfunc,
-            haspointers,
-            large,
-        )
-    };
-    if !ty.is_null() {
-        // SAFETY: ty is a type object we just created: its payload is its descriptor.
-        let desc = unsafe { &mut *(ty as *mut crate::types::TypeDesc) };
-        desc.module = module.cast();
-        desc.super_type = super_.cast();
-    }
-    ty.cast()
+        if !is_symbol(name, "jl_new_foreign_type") {
+            return std::ptr::null_mut();
+        }
+        let heap = gc_default_heap();
+        if !super_.is_null() {
+            // SAFETY: the default heap is live.
+            let h = &unsafe { &*heap }.heap;
+            if h.type_from_addr(super_ as usize).is_err() {
+                return fail(
+                    GcError::NotAType {
+                        addr: super_ as usize,
+                    },
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+        // SAFETY: symbols are immortal; the default heap is live.
+        let ty = unsafe {
+            gc_new_foreign_type(
+                heap,
+                (*name).name.as_ptr(),
+                markfunc,
+                sweepfunc,
+                haspointers,
+                large,
+            )
+        };
+        if !ty.is_null() {
+            // SAFETY: ty is a type object we just created: its payload is its descriptor.
+            let desc = unsafe { &mut *(ty as *mut crate::types::TypeDesc) };
+            desc.module = module.cast();
+            desc.super_type = super_.cast();
+        }
+        ty.cast()
+    })
 }
 
 /// `jl_gc_alloc_typed`.
@@ -2129,8 +2315,10 @@ pub unsafe extern "C" fn jl_gc_alloc_typed(
 /// As for `gc_schedule_sweep`.
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_schedule_foreign_sweepfunc(ptls: jl_ptls_t, obj: *mut jl_value_t) {
-    // SAFETY: forwarded.
-    unsafe { gc_schedule_sweep(self::ptls(ptls), obj.cast()) };
+    guard("jl_gc_schedule_foreign_sweepfunc", (), || {
+        // SAFETY: forwarded.
+        unsafe { gc_schedule_sweep(self::ptls(ptls), obj.cast()) };
+    })
 }
 
 /// `jl_gc_mark_queue_obj`.
@@ -2164,9 +2352,12 @@ macro_rules! set_cb {
         /// is refused with an error), zero removes.
         #[no_mangle]
         pub extern "C" fn $name(cb: $ty, enable: c_int) {
-            let f = cb.map_or(std::ptr::null_mut(), |f| f as *mut c_void);
-            // SAFETY: the default heap is live; f has the kind's signature (typed above).
-            unsafe { gc_set_callback(gc_default_heap(), $kind, f, enable) };
+            guard(stringify!($name), (), || {
+                let f = cb.map_or(std::ptr::null_mut(), |f| f as *mut c_void);
+                // SAFETY: the default heap is live; f has the kind's signature (typed
+                // above).
+                unsafe { gc_set_callback(gc_default_heap(), $kind, f, enable) };
+            })
         }
     };
 }
@@ -2197,8 +2388,10 @@ set_cb!(
 /// `jl_gc_collect(JL_GC_AUTO | JL_GC_FULL | JL_GC_INCREMENTAL)` on the calling thread.
 #[no_mangle]
 pub extern "C" fn jl_gc_collect(kind: jl_gc_collection_t) {
-    // SAFETY: gc_collect validates the mutator.
-    unsafe { gc_collect(cur(), kind.min(c_int::MAX as jl_gc_collection_t) as c_int) };
+    guard("jl_gc_collect", (), || {
+        // SAFETY: gc_collect validates the mutator.
+        unsafe { gc_collect(cur(), kind.min(c_int::MAX as jl_gc_collection_t) as c_int) };
+    })
 }
 
 /// `jl_gc_wb`: call after storing `ptr` into `parent`.
@@ -2263,15 +2456,19 @@ pub extern "C" fn jl_gc_safepoint() {
 /// (conservative scans read it).
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_register_task(lo: *mut c_void, hi: *mut c_void) -> *mut jl_task_t {
-    // SAFETY: the default heap is live; the range as the caller guarantees.
-    unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
+    guard("jl_gc_register_task", std::ptr::null_mut(), || {
+        // SAFETY: the default heap is live; the range as the caller guarantees.
+        unsafe { gc_register_task(gc_default_heap(), lo, hi).cast() }
+    })
 }
 
 /// Unregisters a task of the default heap.
 #[no_mangle]
 pub extern "C" fn jl_gc_unregister_task(task: *mut jl_task_t) -> c_int {
-    // SAFETY: the default heap is live; the task is looked up.
-    unsafe { gc_unregister_task(gc_default_heap(), task.cast()) }
+    guard("jl_gc_unregister_task", PANIC, || {
+        // SAFETY: the default heap is live; the task is looked up.
+        unsafe { gc_unregister_task(gc_default_heap(), task.cast()) }
+    })
 }
 
 /// Julia's `jl_task_stack_buffer`: the task's stack start and size; `tid` gets -1.
@@ -2284,22 +2481,24 @@ pub unsafe extern "C" fn jl_task_stack_buffer(
     size: *mut usize,
     tid: *mut c_int,
 ) -> *mut c_void {
-    if task.is_null() {
-        set_error("jl_task_stack_buffer: task is NULL");
-        return std::ptr::null_mut();
-    }
-    // SAFETY: registered task per the caller.
-    let (lo, hi) = unsafe { &*(task as *const Task) }.stack_bounds();
-    // SAFETY: writable when non-null.
-    unsafe {
-        if !size.is_null() {
-            *size = hi - lo;
+    guard("jl_task_stack_buffer", std::ptr::null_mut(), || {
+        if task.is_null() {
+            set_error("jl_task_stack_buffer: task is NULL");
+            return std::ptr::null_mut();
         }
-        if !tid.is_null() {
-            *tid = -1;
+        // SAFETY: registered task per the caller.
+        let (lo, hi) = unsafe { &*(task as *const Task) }.stack_bounds();
+        // SAFETY: writable when non-null.
+        unsafe {
+            if !size.is_null() {
+                *size = hi - lo;
+            }
+            if !tid.is_null() {
+                *tid = -1;
+            }
         }
-    }
-    lo as *mut c_void
+        lo as *mut c_void
+    })
 }
 
 /// `jl_gc_safe_enter`: as `gc_safe_enter` (it jumps there, so the caller's registers and
@@ -2323,8 +2522,10 @@ pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
 #[cfg(not(target_arch = "x86_64"))]
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
-    // SAFETY: forwarded (the ptls is checked there).
-    unsafe { gc_safe_enter(ptls as *mut gc_mutator_t) }
+    guard("jl_gc_safe_enter", -1, || {
+        // SAFETY: forwarded (the ptls is checked there).
+        unsafe { gc_safe_enter(ptls as *mut gc_mutator_t) }
+    })
 }
 
 /// `jl_gc_safe_leave`.
@@ -2333,14 +2534,18 @@ pub unsafe extern "C" fn jl_gc_safe_enter(ptls: jl_ptls_t) -> i8 {
 /// As for `gc_safe_leave`.
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_safe_leave(ptls: jl_ptls_t, state: i8) {
-    // SAFETY: forwarded.
-    unsafe { gc_safe_leave(self::ptls(ptls), state) }
+    guard("jl_gc_safe_leave", (), || {
+        // SAFETY: forwarded.
+        unsafe { gc_safe_leave(self::ptls(ptls), state) }
+    })
 }
 
 /// The task of the calling thread's own stack.
 #[no_mangle]
 pub extern "C" fn jl_gc_current_task() -> *mut jl_task_t {
-    gc_current_task().cast()
+    guard("jl_gc_current_task", std::ptr::null_mut(), || {
+        gc_current_task().cast()
+    })
 }
 
 /// `jl_weakref_t`: a weak-reference object; `value` reads the referent, NULL once
@@ -2358,8 +2563,10 @@ pub struct jl_weakref_t {
 /// `value` null or a live object of the default heap.
 #[no_mangle]
 pub unsafe extern "C" fn jl_gc_new_weakref(value: *mut jl_value_t) -> *mut jl_weakref_t {
-    // SAFETY: forwarded; the mutator is validated.
-    unsafe { gc_weakref_new(cur(), value.cast()).cast() }
+    guard("jl_gc_new_weakref", std::ptr::null_mut(), || {
+        // SAFETY: forwarded; the mutator is validated.
+        unsafe { gc_weakref_new(cur(), value.cast()).cast() }
+    })
 }
 
 /// `jl_gc_add_ptr_finalizer`: `f` is a `void (*)(void *)` called once with `v` after a
@@ -2373,11 +2580,13 @@ pub unsafe extern "C" fn jl_gc_add_ptr_finalizer(
     v: *mut jl_value_t,
     f: *mut c_void,
 ) {
-    // SAFETY: a function pointer and a data pointer have the same size and
-    // representation here; the caller passes a `void (*)(void *)` (or NULL).
-    let f = unsafe { std::mem::transmute::<*mut c_void, gc_finalizer_t>(f) };
-    // SAFETY: forwarded.
-    unsafe { gc_add_finalizer(self::ptls(ptls), v.cast(), f) };
+    guard("jl_gc_add_ptr_finalizer", (), || {
+        // SAFETY: a function pointer and a data pointer have the same size and
+        // representation here; the caller passes a `void (*)(void *)` (or NULL).
+        let f = unsafe { std::mem::transmute::<*mut c_void, gc_finalizer_t>(f) };
+        // SAFETY: forwarded.
+        unsafe { gc_add_finalizer(self::ptls(ptls), v.cast(), f) };
+    })
 }
 
 /// `jl_finalize`: runs the finalizers of `o` now, once, on the calling thread.
@@ -2386,8 +2595,10 @@ pub unsafe extern "C" fn jl_gc_add_ptr_finalizer(
 /// `o` null or a live object of the default heap.
 #[no_mangle]
 pub unsafe extern "C" fn jl_finalize(o: *mut jl_value_t) {
-    // SAFETY: forwarded.
-    unsafe { gc_finalize(cur(), o.cast()) };
+    guard("jl_finalize", (), || {
+        // SAFETY: forwarded.
+        unsafe { gc_finalize(cur(), o.cast()) };
+    })
 }
 
 /// Checks that `ct` is NULL or the calling thread's own task.
@@ -2404,7 +2615,10 @@ fn own_task(ct: *mut jl_task_t, what: &str) -> bool {
 fn current_handle(what: &'static str) -> Option<Mutator> {
     let m = mutator::current();
     if m.is_null() {
-        set_error(format!("{what}: {}", GcError::NotAttached));
+        set_status(
+            status_of(&GcError::NotAttached),
+            format!("{what}: {}", GcError::NotAttached),
+        );
         return None;
     }
     // SAFETY: the calling thread's attached mutator, alive while attached.
@@ -2416,14 +2630,16 @@ fn current_handle(what: &'static str) -> Option<Mutator> {
 /// disabled on it with `jl_gc_enable_finalizers`.
 #[no_mangle]
 pub extern "C" fn jl_gc_run_pending_finalizers(ct: *mut jl_task_t) {
-    if !own_task(ct, "jl_gc_run_pending_finalizers") {
-        return;
-    }
-    if current_handle("jl_gc_run_pending_finalizers").is_some_and(|m| m.finalizers_disabled()) {
-        return;
-    }
-    // SAFETY: gc_run_finalizers validates the mutator.
-    unsafe { gc_run_finalizers(cur()) };
+    guard("jl_gc_run_pending_finalizers", (), || {
+        if !own_task(ct, "jl_gc_run_pending_finalizers") {
+            return;
+        }
+        if current_handle("jl_gc_run_pending_finalizers").is_some_and(|m| m.finalizers_disabled()) {
+            return;
+        }
+        // SAFETY: gc_run_finalizers validates the mutator.
+        unsafe { gc_run_finalizers(cur()) };
+    })
 }
 
 /// `jl_gc_enable_finalizers`: `on == 0` disables running finalizers on the calling thread
@@ -2431,20 +2647,22 @@ pub extern "C" fn jl_gc_run_pending_finalizers(ct: *mut jl_task_t) {
 /// pending. Enabling more often than disabling is refused with an error.
 #[no_mangle]
 pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
-    if !own_task(ct, "jl_gc_enable_finalizers") {
-        return;
-    }
-    let Some(mut m) = current_handle("jl_gc_enable_finalizers") else {
-        return;
-    };
-    if on == 0 {
-        m.disable_finalizers();
-        return;
-    }
-    match m.enable_finalizers() {
-        // SAFETY: gc_run_finalizers validates the mutator (running, not collecting).
-        Ok(true) => drop(unsafe { gc_run_finalizers(cur()) }),
-        Ok(false) => {}
-        Err(e) => set_error(format!("jl_gc_enable_finalizers: {e}")),
-    }
+    guard("jl_gc_enable_finalizers", (), || {
+        if !own_task(ct, "jl_gc_enable_finalizers") {
+            return;
+        }
+        let Some(mut m) = current_handle("jl_gc_enable_finalizers") else {
+            return;
+        };
+        if on == 0 {
+            m.disable_finalizers();
+            return;
+        }
+        match m.enable_finalizers() {
+            // SAFETY: gc_run_finalizers validates the mutator (running, not collecting).
+            Ok(true) => drop(unsafe { gc_run_finalizers(cur()) }),
+            Ok(false) => {}
+            Err(e) => set_error(format!("jl_gc_enable_finalizers: {e}")),
+        }
+    })
 }

@@ -13,6 +13,7 @@
 //!
 //! // A C entry point of an extension reports its failures the way gc-core's do.
 //! ffi::set_error("my_extension: bad argument");
+//! assert_eq!(ffi::gc_last_status(), -1); // RT_ERR_ARG
 //! // SAFETY: gc_default_heap() returns the process's default heap, which never dies.
 //! let heap = unsafe { ffi::heap_from_ptr(ffi::default_heap(), "my_extension") }.unwrap();
 //! let _ = heap.id();
@@ -29,7 +30,8 @@ pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_val
 /// so that the compiler checks every call; their contracts are `gc_core.h`'s.
 pub use crate::capi::{
     gc_config_t, gc_current_mutator, gc_current_task, gc_heap_delete, gc_heap_new, gc_last_error,
-    gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach, gc_thread_detach,
+    gc_last_status, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
+    gc_thread_detach,
 };
 pub use crate::mark::{MarkFast, TlsHead, HELPER_MAGIC};
 pub use crate::mutator::MUTATOR_MAGIC;
@@ -50,10 +52,32 @@ pub const HDR_FREE: usize = crate::object::FREE;
 /// See [`HDR_MARK`].
 pub const HDR_TAG_BITS: usize = crate::object::TAG_BITS;
 
-/// Records `msg` as the calling thread's last C-API error (one slot shared by every
-/// crate whose C ABI is linked into the same library, so `gc_last_error` sees them all).
+/// Records `msg` as the calling thread's last C-API error, an argument error
+/// (`RT_ERR_ARG`): ffi-support's thread-local last error, one per library and shared by
+/// every crate whose C ABI is linked into it, so `gc_last_error` sees them all.
 pub fn set_error(msg: impl std::fmt::Display) {
     capi::set_error(msg)
+}
+
+/// Records `msg` as the calling thread's last C-API error with `status`.
+pub fn set_status(status: ffi_support::Status, msg: impl std::fmt::Display) {
+    capi::set_status(status, msg)
+}
+
+/// Records a [`GcError`](crate::GcError) with its status ([`status_of`]) and returns
+/// the status's code (`RT_ERR_*`).
+pub fn set_gc_error(err: &crate::GcError) -> i32 {
+    let status = status_of(err);
+    capi::set_status(status, err);
+    status.code()
+}
+
+/// The shared status (`RT_ERR_*`) gc-core's C ABI reports a [`GcError`](crate::GcError)
+/// as: `NotAttached`, `AlreadyAttached`, `OutOfMemory` (`RT_ERR_OOM`), `InGcSafeRegion`
+/// (`RT_ERR_INSIDE_REGION`), the wrong-state errors (`RT_ERR_STATE`), an unregistered
+/// callback (`RT_ERR_NOT_FOUND`), everything else `RT_ERR_ARG`.
+pub fn status_of(err: &crate::GcError) -> ffi_support::Status {
+    capi::status_of(err)
 }
 
 /// The process's default heap (`gc_default_heap`, what the seed's `jl_*` names use),

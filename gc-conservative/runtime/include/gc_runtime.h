@@ -14,63 +14,53 @@
 #include <stdlib.h>
 #include "gc_core.h"
 #include "gil.h"
+/* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
+#ifndef RT_STATUS_DEFINED
+#define RT_STATUS_DEFINED
+/* The workspace's one C convention: a function that can fail returns an rt_status
+ * (RT_OK, or a negative RT_ERR_* code; a crate's own names are aliases of these) or
+ * NULL, and leaves a message, per thread, for its library's *_last_error(). No
+ * panic crosses the boundary: it becomes RT_ERR_PANIC (or NULL) and a message. */
+typedef int32_t rt_status;
+#define RT_OK                    0     /* success */
+#define RT_ERR_ARG               (-1)  /* a NULL pointer, a bad handle or string, a value out of range */
+#define RT_ERR_SHUT_DOWN         (-2)  /* shut down: the thread must leave */
+#define RT_ERR_STOPPED           (-3)  /* the thread was asked to stop: unwind */
+#define RT_ERR_NOT_ATTACHED      (-4)  /* the calling thread is not attached */
+#define RT_ERR_ALREADY_ATTACHED  (-5)  /* the calling thread is already attached */
+#define RT_ERR_NOT_HOLDER        (-6)  /* released a lock the thread does not hold */
+#define RT_ERR_NOT_FOUND         (-7)  /* no such thread id, symbol or entry */
+#define RT_ERR_TIMEOUT           (-8)  /* a wait ran out of time */
+#define RT_ERR_PANIC             (-9)  /* an internal panic, caught at the C boundary */
+#define RT_ERR_CONFIG            (-10) /* a configuration value is out of range */
+#define RT_ERR_ALREADY_SHUT_DOWN (-11) /* shutdown was already called */
+#define RT_ERR_INSIDE_ACTION     (-12) /* not allowed inside a safepoint action */
+#define RT_ERR_INSIDE_HOOK       (-13) /* not allowed inside a block/unblock hook */
+#define RT_ERR_INSIDE_REGION     (-14) /* not allowed inside a blocking region */
+#define RT_ERR_STATE             (-15) /* not allowed in the current state */
+#define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
+#define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#define RT_ERR_REFUSED           (-18) /* a lower layer refused: the message has its text */
+#endif
+/* END rt_status */
+
+/* gc-runtime's names for the shared codes (src/status.rs). */
+#define GC_RUNTIME_OK RT_OK
+#define GC_RUNTIME_ERR_INVALID_ARGUMENT RT_ERR_ARG
+#define GC_RUNTIME_ERR_NOT_ATTACHED RT_ERR_NOT_ATTACHED
+#define GC_RUNTIME_ERR_ALREADY_ATTACHED RT_ERR_ALREADY_ATTACHED
+#define GC_RUNTIME_ERR_STATE RT_ERR_STATE
+#define GC_RUNTIME_ERR_GC RT_ERR_REFUSED
+#define GC_RUNTIME_ERR_GIL RT_ERR_REFUSED
+#define GC_RUNTIME_ERR_STOPPED RT_ERR_STOPPED
+#define GC_RUNTIME_ERR_SHUT_DOWN RT_ERR_SHUT_DOWN
+#define GC_RUNTIME_ERR_PANIC RT_ERR_PANIC
+
 
 /**
  * Callee-saved registers of the x86-64 SysV ABI: rbx, rbp, r12, r13, r14, r15.
  */
 #define SAVED_REGS 6
-
-/**
- * Success.
- */
-#define GC_RUNTIME_OK 0
-
-/**
- * A NULL or invalid argument (a handle that is not a live runtime, a bad configuration).
- */
-#define GC_RUNTIME_ERR_INVALID_ARGUMENT -1
-
-/**
- * The calling thread is not attached to this runtime.
- */
-#define GC_RUNTIME_ERR_NOT_ATTACHED -2
-
-/**
- * The calling thread is already attached to a runtime (a thread attached to the heap or
- * the GIL by other means gets `GC_RUNTIME_ERR_GC` / `GC_RUNTIME_ERR_GIL`).
- */
-#define GC_RUNTIME_ERR_ALREADY_ATTACHED -3
-
-/**
- * The call does not fit the thread's state (enter while inside, leave while outside,
- * end without begin, detach while inside, delete with threads attached).
- */
-#define GC_RUNTIME_ERR_STATE -4
-
-/**
- * gc-core refused (the message has `gc_last_error()`'s text).
- */
-#define GC_RUNTIME_ERR_GC -5
-
-/**
- * The GIL refused (the message has `gil_last_error()`'s text and code).
- */
-#define GC_RUNTIME_ERR_GIL -6
-
-/**
- * The GIL asked this thread to stop (`gil_request_stop`): unwind and leave.
- */
-#define GC_RUNTIME_ERR_STOPPED -7
-
-/**
- * The GIL is shut down (`gil_shutdown`): unwind and detach.
- */
-#define GC_RUNTIME_ERR_SHUT_DOWN -8
-
-/**
- * A panic inside the library was caught at the boundary.
- */
-#define GC_RUNTIME_ERR_PANIC -9
 
 /**
  * A runtime (opaque): a heap, its conservative task scanner and a GIL whose hooks make
@@ -120,6 +110,12 @@ typedef struct gc_runtime_config_t {
  * the thread's next failing call.
  */
 const char *gc_runtime_last_error(void);
+
+/**
+ * The status (`GC_RUNTIME_ERR_*` / `RT_ERR_*`) of the calling thread's last failed
+ * call, `GC_RUNTIME_OK` if none: what a NULL return meant.
+ */
+int32_t gc_runtime_last_status(void);
 
 /**
  * Fills `cfg` with the defaults: GIL "gc-runtime" with a 5 ms switch interval,
@@ -246,8 +242,8 @@ int32_t gc_runtime_blocking_end(struct gc_runtime_t *rt);
  * For a task scanner of the program's own (`conservative = 0`, installed with
  * `gc_set_callback(gc_runtime_heap(rt), GC_CB_TASK_SCANNER, ...)`): scans `task` as the
  * runtime's scanner would (its stack through the configured filter, and the registers
- * the runtime saved for its thread). Returns the words accepted, -1 on error (outside a
- * task scanner, NULL task, bad handle).
+ * the runtime saved for its thread). Returns the words accepted, a negative
+ * `GC_RUNTIME_ERR_*` code on error (outside a task scanner, NULL task, bad handle).
  *
  * # Safety
  * `rt` is null or from `gc_runtime_new`; `task` is null or the task the calling task

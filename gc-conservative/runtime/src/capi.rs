@@ -1,8 +1,10 @@
 //! The C ABI (`include/gc_runtime.h`, generated from this file by cbindgen): converts
 //! arguments, checks handles, and forwards to `runtime.rs`.
 //!
-//! Every function returns `GC_RUNTIME_OK` or a `GC_RUNTIME_ERR_*` code (the two
-//! constructors NULL) and leaves a message for `gc_runtime_last_error()`; a NULL or
+//! Every function returns `GC_RUNTIME_OK` or a `GC_RUNTIME_ERR_*` code (aliases of the
+//! workspace's shared `RT_*` codes; the two constructors NULL) and leaves a status and
+//! message, ffi-support's thread-local ones shared with gc-core's and gil's C layers in
+//! this library, for `gc_runtime_last_status()` / `gc_runtime_last_error()`; a NULL or
 //! foreign handle, a call in the wrong state or from a thread that is not attached is an
 //! error, never a crash, and no panic crosses the boundary. The entry points that may
 //! leave the calling thread GC-safe (`attach`, `enter`, `leave`, `poll`, `blocking_begin`,
@@ -14,10 +16,9 @@
 use crate::gil_sys::gil_t;
 use crate::runtime::{Config, Error, Runtime, Saved};
 use crate::status::*;
+use ffi_support::{guard, Status};
 use gc_core::ffi::{gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
-use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Marks a live runtime handle.
 const MAGIC: u64 = 0x6763_5f72_756e_7469;
@@ -55,33 +56,24 @@ pub struct gc_runtime_config_t {
     pub scan_filter_data: *mut c_void,
 }
 
-thread_local! {
-    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-}
-
-fn set_error(msg: &str) {
-    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
-    let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
+/// Records `msg` as the thread's last error with the status of `code` (ffi-support's
+/// thread-local last error, which gc-core's and gil's C layers in this library share).
+fn set_error(code: i32, msg: &str) {
+    ffi_support::set_error(Status::from_code(code).unwrap_or(Status::Arg), msg);
 }
 
 fn fail(e: Error) -> i32 {
-    set_error(&e.msg);
+    set_error(e.code, &e.msg);
     e.code
 }
 
-/// Runs `f`, turning an error into its code (message kept) and a panic into
-/// `GC_RUNTIME_ERR_PANIC`.
+/// Runs `f` in ffi-support's panic guard, turning an error into its code (message
+/// kept) and a panic into `GC_RUNTIME_ERR_PANIC` (`RT_ERR_PANIC`).
 fn guarded(what: &str, f: impl FnOnce() -> Result<(), Error>) -> i32 {
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => GC_RUNTIME_OK,
-        Ok(Err(e)) => fail(e),
-        Err(_) => {
-            set_error(&format!(
-                "{what}: internal panic (caught at the C boundary)"
-            ));
-            GC_RUNTIME_ERR_PANIC
-        }
-    }
+    guard(what, GC_RUNTIME_ERR_PANIC, || match f() {
+        Ok(()) => GC_RUNTIME_OK,
+        Err(e) => fail(e),
+    })
 }
 
 /// The runtime behind a handle.
@@ -108,9 +100,14 @@ unsafe fn runtime<'a>(p: *const gc_runtime_t, what: &str) -> Result<&'a Runtime,
 /// the thread's next failing call.
 #[no_mangle]
 pub extern "C" fn gc_runtime_last_error() -> *const c_char {
-    LAST_ERROR
-        .try_with(|e| e.borrow().as_ptr())
-        .unwrap_or(c"".as_ptr())
+    ffi_support::last_error_ptr()
+}
+
+/// The status (`GC_RUNTIME_ERR_*` / `RT_ERR_*`) of the calling thread's last failed
+/// call, `GC_RUNTIME_OK` if none: what a NULL return meant.
+#[no_mangle]
+pub extern "C" fn gc_runtime_last_status() -> i32 {
+    ffi_support::last_status().code()
 }
 
 /// Fills `cfg` with the defaults: GIL "gc-runtime" with a 5 ms switch interval,
@@ -120,21 +117,26 @@ pub extern "C" fn gc_runtime_last_error() -> *const c_char {
 /// `cfg` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_config_default(cfg: *mut gc_runtime_config_t) -> i32 {
-    if cfg.is_null() {
-        set_error("gc_runtime_config_default: cfg is NULL");
-        return GC_RUNTIME_ERR_INVALID_ARGUMENT;
-    }
-    // SAFETY: non-null and writable per the contract.
-    unsafe {
-        cfg.write(gc_runtime_config_t {
-            gil_name: std::ptr::null(),
-            switch_interval_us: 5000,
-            conservative: 1,
-            scan_filter: None,
-            scan_filter_data: std::ptr::null_mut(),
-        })
-    };
-    GC_RUNTIME_OK
+    guard("gc_runtime_config_default", GC_RUNTIME_ERR_PANIC, || {
+        if cfg.is_null() {
+            set_error(
+                GC_RUNTIME_ERR_INVALID_ARGUMENT,
+                "gc_runtime_config_default: cfg is NULL",
+            );
+            return GC_RUNTIME_ERR_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null and writable per the contract.
+        unsafe {
+            cfg.write(gc_runtime_config_t {
+                gil_name: std::ptr::null(),
+                switch_interval_us: 5000,
+                conservative: 1,
+                scan_filter: None,
+                scan_filter_data: std::ptr::null_mut(),
+            })
+        };
+        GC_RUNTIME_OK
+    })
 }
 
 /// Creates a runtime: a heap configured by `gc` (NULL: `gc_config_default`'s), with the
@@ -228,14 +230,16 @@ pub unsafe extern "C" fn gc_runtime_delete(rt: *mut gc_runtime_t) -> i32 {
 /// `rt` is null or from `gc_runtime_new`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_heap(rt: *const gc_runtime_t) -> *mut gc_heap_t {
-    // SAFETY: null or from gc_runtime_new (caller).
-    match unsafe { runtime(rt, "gc_runtime_heap") } {
-        Ok(r) => r.heap(),
-        Err(e) => {
-            fail(e);
-            std::ptr::null_mut()
+    guard("gc_runtime_heap", std::ptr::null_mut(), || {
+        // SAFETY: null or from gc_runtime_new (caller).
+        match unsafe { runtime(rt, "gc_runtime_heap") } {
+            Ok(r) => r.heap(),
+            Err(e) => {
+                fail(e);
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 /// The runtime's GIL, for `gil.h` calls (NULL for a bad handle). Do not `gil_delete` it.
@@ -246,14 +250,16 @@ pub unsafe extern "C" fn gc_runtime_heap(rt: *const gc_runtime_t) -> *mut gc_hea
 /// `rt` is null or from `gc_runtime_new`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_gil(rt: *const gc_runtime_t) -> *mut gil_t {
-    // SAFETY: null or from gc_runtime_new (caller).
-    match unsafe { runtime(rt, "gc_runtime_gil") } {
-        Ok(r) => r.gil(),
-        Err(e) => {
-            fail(e);
-            std::ptr::null_mut()
+    guard("gc_runtime_gil", std::ptr::null_mut(), || {
+        // SAFETY: null or from gc_runtime_new (caller).
+        match unsafe { runtime(rt, "gc_runtime_gil") } {
+            Ok(r) => r.gil(),
+            Err(e) => {
+                fail(e);
+                std::ptr::null_mut()
+            }
         }
-    }
+    })
 }
 
 /// Spills rbx, rbp, r12-r15 and the caller's stack pointer into a `Saved` record on the
@@ -451,8 +457,8 @@ unsafe extern "C" fn blocking_end_impl(saved: *const Saved, rt: *mut gc_runtime_
 /// For a task scanner of the program's own (`conservative = 0`, installed with
 /// `gc_set_callback(gc_runtime_heap(rt), GC_CB_TASK_SCANNER, ...)`): scans `task` as the
 /// runtime's scanner would (its stack through the configured filter, and the registers
-/// the runtime saved for its thread). Returns the words accepted, -1 on error (outside a
-/// task scanner, NULL task, bad handle).
+/// the runtime saved for its thread). Returns the words accepted, a negative
+/// `GC_RUNTIME_ERR_*` code on error (outside a task scanner, NULL task, bad handle).
 ///
 /// # Safety
 /// `rt` is null or from `gc_runtime_new`; `task` is null or the task the calling task
@@ -462,11 +468,15 @@ pub unsafe extern "C" fn gc_runtime_scan_task(
     rt: *const gc_runtime_t,
     task: *mut gc_task_t,
 ) -> isize {
-    let mut found = -1;
-    guarded("gc_runtime_scan_task", || {
+    let mut found = 0;
+    let code = guarded("gc_runtime_scan_task", || {
         // SAFETY: null or from gc_runtime_new (caller); task per the contract.
         found = unsafe { runtime(rt, "gc_runtime_scan_task")?.scan_task(task) }?;
         Ok(())
     });
-    found
+    if code == GC_RUNTIME_OK {
+        found
+    } else {
+        code as isize
+    }
 }

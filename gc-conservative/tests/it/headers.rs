@@ -28,6 +28,8 @@ fn generate(exclude: Vec<String>, includes: Vec<String>) -> String {
         style: cbindgen::Style::Both,
         usize_is_size_t: true,
         includes,
+        // The workspace's status block (RT_OK, RT_ERR_*), verbatim after the includes.
+        after_includes: Some(ffi_support::c_block()),
         ..Default::default()
     };
     config.export.exclude = exclude;
@@ -55,6 +57,9 @@ fn gc_conservative_h_is_generated_from_the_rust_side() {
     let path = crate_dir().join("include/gc_conservative.h");
     if std::env::var_os("UPDATE_HEADERS").is_some() {
         std::fs::write(&path, &fresh).unwrap();
+    }
+    if let Err(e) = test_support::check_header_block(&path, &ffi_support::c_block()) {
+        panic!("{e}");
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(committed == fresh, "include/gc_conservative.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-conservative --test it headers");

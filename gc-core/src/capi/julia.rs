@@ -23,6 +23,7 @@ use super::{
 use crate::mutator;
 use crate::task::Task;
 use crate::types::{ForeignTypeSpec, MarkProc, SweepProc};
+use ffi_support::guard;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 use std::sync::Once;
@@ -79,10 +80,14 @@ const PARALLEL_MARK_SINCE: (c_int, c_int) = (1, 10);
 /// `GC_CORE_MARK_THREADS` asks for more: parallel marking is then an explicit opt-in.
 #[no_mangle]
 pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
-    if (major, minor) < PARALLEL_MARK_SINCE && std::env::var_os("GC_CORE_MARK_THREADS").is_none() {
-        super::set_default_mark_threads(1);
-    }
-    init_default();
+    guard("jl_gc_compat_init", (), || {
+        if (major, minor) < PARALLEL_MARK_SINCE
+            && std::env::var_os("GC_CORE_MARK_THREADS").is_none()
+        {
+            super::set_default_mark_threads(1);
+        }
+        init_default();
+    })
 }
 
 /// `jl_init` proper: the default heap, the calling thread attached (finalizers run at its
@@ -152,7 +157,9 @@ pub(super) fn update_thread_count() {
 /// `jl_gc_current_task`); NULL if the thread is not attached.
 #[no_mangle]
 pub extern "C" fn jl_get_current_task() -> *mut jl_task_t {
-    gc_current_task().cast()
+    guard("jl_get_current_task", std::ptr::null_mut(), || {
+        gc_current_task().cast()
+    })
 }
 
 /// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`: from
@@ -170,35 +177,37 @@ pub unsafe extern "C" fn jl_active_task_stack(
     total_start: *mut *mut c_char,
     total_end: *mut *mut c_char,
 ) {
-    let (mut a0, mut a1, mut t0, mut t1) = (0usize, 0usize, 0usize, 0usize);
-    if task.is_null() {
-        set_error("jl_active_task_stack: task is NULL");
-    } else {
-        // SAFETY: a registered task per the caller.
-        let t = unsafe { &*(task as *const Task) };
-        (t0, t1) = t.stack_bounds();
-        let own = task == jl_get_current_task();
-        let sp = if own {
-            // The caller's frame is below this one's locals.
-            let here = 0u8;
-            std::ptr::addr_of!(here) as usize
+    guard("jl_active_task_stack", (), || {
+        let (mut a0, mut a1, mut t0, mut t1) = (0usize, 0usize, 0usize, 0usize);
+        if task.is_null() {
+            set_error("jl_active_task_stack: task is NULL");
         } else {
-            t.saved_sp()
-        };
-        a0 = if sp > t0 && sp < t1 { sp } else { t0 };
-        a1 = t1;
-    }
-    for (out, v) in [
-        (active_start, a0),
-        (active_end, a1),
-        (total_start, t0),
-        (total_end, t1),
-    ] {
-        if !out.is_null() {
-            // SAFETY: writable when non-null (caller).
-            unsafe { *out = v as *mut c_char };
+            // SAFETY: a registered task per the caller.
+            let t = unsafe { &*(task as *const Task) };
+            (t0, t1) = t.stack_bounds();
+            let own = task == jl_get_current_task();
+            let sp = if own {
+                // The caller's frame is below this one's locals.
+                let here = 0u8;
+                std::ptr::addr_of!(here) as usize
+            } else {
+                t.saved_sp()
+            };
+            a0 = if sp > t0 && sp < t1 { sp } else { t0 };
+            a1 = t1;
         }
-    }
+        for (out, v) in [
+            (active_start, a0),
+            (active_end, a1),
+            (total_start, t0),
+            (total_end, t1),
+        ] {
+            if !out.is_null() {
+                // SAFETY: writable when non-null (caller).
+                unsafe { *out = v as *mut c_char };
+            }
+        }
+    })
 }
 
 /// `jl_jmp_buf`: a `sigjmp_buf` (`jl_setjmp` is `sigsetjmp`); opaque here.
@@ -328,10 +337,12 @@ pub extern "C" fn jl_set_const(
 /// nothing on a thread that is not attached.
 #[no_mangle]
 pub extern "C" fn jl_atexit_hook(_status: c_int) {
-    if mutator::current().is_null() {
-        return;
-    }
-    // SAFETY: the calling thread's attached mutator (a failure is left for
-    // jl_gc_last_error).
-    unsafe { gc_run_all_finalizers(cur()) };
+    guard("jl_atexit_hook", (), || {
+        if mutator::current().is_null() {
+            return;
+        }
+        // SAFETY: the calling thread's attached mutator (a failure is left for
+        // jl_gc_last_error).
+        unsafe { gc_run_all_finalizers(cur()) };
+    })
 }

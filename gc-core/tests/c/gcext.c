@@ -302,6 +302,8 @@ static void *unattached_thread(void *arg)
     jl_gc_collect(JL_GC_FULL);
     CHECK(jl_gc_last_error() != NULL && strstr(jl_gc_last_error(), "not attached"),
           "collect from an unattached thread: %s", jl_gc_last_error());
+    CHECK(jl_gc_last_status() == RT_ERR_NOT_ATTACHED, "status %d for an unattached thread",
+          (int)jl_gc_last_status());
     /* Attached threads allocate and detach; their reachable objects stay alive. */
     jl_ptls_t mine = jl_adopt_thread();
     CHECK(mine != NULL, "adopt_thread failed: %s", jl_gc_last_error());
@@ -343,7 +345,9 @@ static void bad_use(jl_ptls_t ptls)
     jl_gc_clear_error();
     CHECK(jl_gc_alloc_typed(ptls, 16, NULL) == NULL, "NULL type accepted");
     CHECK(jl_gc_last_error() != NULL, "no error for NULL type");
+    CHECK(jl_gc_last_status() == RT_ERR_ARG, "status %d for NULL type", (int)jl_gc_last_status());
     jl_gc_clear_error();
+    CHECK(jl_gc_last_status() == RT_OK && jl_gc_last_error() == NULL, "error not cleared");
     CHECK(jl_gc_alloc_typed(ptls, 16, &failures) == NULL, "a non-type accepted as type");
     CHECK(jl_gc_last_error() && strstr(jl_gc_last_error(), "not a type"), "%s", jl_gc_last_error());
     CHECK(jl_gc_alloc_typed(ptls, 0, small_type) == NULL, "size 0 accepted");

@@ -96,11 +96,12 @@ fn internal_constants() -> Vec<String> {
     names
 }
 
-fn generate(mut exclude: Vec<String>) -> String {
+fn generate(mut exclude: Vec<String>, after_includes: Option<String>) -> String {
     let mut config = cbindgen::Config {
         language: cbindgen::Language::C,
         style: cbindgen::Style::Both,
         usize_is_size_t: true,
+        after_includes,
         ..Default::default()
     };
     exclude.extend(internal_constants());
@@ -131,7 +132,8 @@ fn native_header() -> String {
     let mut exclude = jl;
     exclude.extend(jl_types);
     exclude.push("jl_sym_t".into());
-    let body = generate(exclude);
+    // The workspace's status block (RT_OK, RT_ERR_*), verbatim after the includes.
+    let body = generate(exclude, Some(ffi_support::c_block()));
     format!(
         "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test it headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
         body.trim_end()
@@ -244,7 +246,7 @@ fn compat_header_matches_the_rust_jl_functions() {
         ]
         .map(String::from),
     );
-    let generated = generate(exclude);
+    let generated = generate(exclude, None);
     let dir = std::env::temp_dir().join(format!("gc-core-headers-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("from_rust.h"), &generated).unwrap();
@@ -258,6 +260,25 @@ fn compat_header_matches_the_rust_jl_functions() {
     let _ = std::fs::remove_dir_all(&dir);
     if let Err(err) = checked {
         panic!("julia_gcext_compat.h disagrees with the Rust jl_* functions:\n{err}\n--- cbindgen's view ---\n{generated}");
+    }
+}
+
+/// Both headers carry the workspace's status block verbatim (gc_core.h through cbindgen's
+/// `after_includes`, the hand-written compat header between its markers; `FFI_BLESS=1`
+/// rewrites the latter), and `gc_last_status` returns its values.
+#[test]
+fn headers_carry_the_shared_status_block() {
+    for h in ["gc_core.h", "julia_gcext_compat.h"] {
+        let path = crate_dir().join("include").join(h);
+        if let Err(e) = test_support::check_header_block(&path, &ffi_support::c_block()) {
+            panic!("{e}");
+        }
+    }
+    let src = "#include \"gc_core.h\"\n#include \"julia_gcext_compat.h\"\n\
+               _Static_assert(RT_ERR_ARG == -1, \"arg\");\n\
+               int main(void) { rt_status s = gc_last_status(); return s + jl_gc_last_status(); }\n";
+    if let Err(err) = c_syntax_check(src, &[&crate_dir().join("include")], &[]) {
+        panic!("{err}");
     }
 }
 

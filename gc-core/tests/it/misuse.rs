@@ -408,3 +408,41 @@ fn saved_registers_may_be_read_from_another_thread() {
         "the last region's stack pointer: {sp:#x}"
     );
 }
+
+/// The C ABI's failures carry the workspace's shared status codes (ffi-support's
+/// `RT_ERR_*`): int-returning functions return them, `gc_last_status` reports them after
+/// a NULL return, and `gc_last_error` keeps the message.
+#[test]
+fn c_failures_report_shared_status_codes() {
+    use gc_core::ffi::{gc_heap_delete, gc_heap_new, gc_last_error, gc_last_status};
+    use gc_core::ffi::{gc_thread_attach, gc_thread_detach};
+    use std::ffi::CStr;
+    let message = || {
+        // SAFETY: gc_last_error returns NULL or the thread's NUL-terminated message.
+        let p = gc_last_error();
+        assert!(!p.is_null(), "a failure leaves a message");
+        // SAFETY: non-null, as above.
+        unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    };
+    std::thread::spawn(move || {
+        // SAFETY: NULL is refused, never dereferenced.
+        assert_eq!(unsafe { gc_heap_delete(std::ptr::null_mut()) }, -1); // RT_ERR_ARG
+        assert_eq!(gc_last_status(), -1);
+        assert!(message().contains("heap is NULL"));
+        assert_eq!(gc_thread_detach(), -4, "RT_ERR_NOT_ATTACHED"); // not attached
+        assert_eq!(gc_last_status(), -4);
+        // SAFETY: NULL asks for the default configuration.
+        let heap = unsafe { gc_heap_new(std::ptr::null()) };
+        assert!(!heap.is_null());
+        // SAFETY: a live heap.
+        assert!(!unsafe { gc_thread_attach(heap) }.is_null());
+        // SAFETY: a live heap; refused while this thread is attached.
+        assert_eq!(unsafe { gc_heap_delete(heap) }, -15, "RT_ERR_STATE");
+        assert!(message().contains("still attached"), "{}", message());
+        assert_eq!(gc_thread_detach(), 0);
+        // SAFETY: a live heap with no thread attached.
+        assert_eq!(unsafe { gc_heap_delete(heap) }, 0);
+    })
+    .join()
+    .unwrap();
+}

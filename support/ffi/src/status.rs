@@ -52,11 +52,14 @@ pub enum Status {
     /// Loading foreign code failed (a malformed file, a missing dependency, an undefined
     /// symbol).
     Load = -17,
+    /// A lower layer refused the call (a composed library forwarding to another one:
+    /// gc-runtime over gc-core and gil); the message carries the lower layer's text.
+    Refused = -18,
 }
 
 impl Status {
     /// Every status, in value order (0, -1, -2, ...).
-    pub const ALL: [Status; 18] = [
+    pub const ALL: [Status; 19] = [
         Status::Ok,
         Status::Arg,
         Status::ShutDown,
@@ -75,6 +78,7 @@ impl Status {
         Status::State,
         Status::Oom,
         Status::Load,
+        Status::Refused,
     ];
 
     /// The value C sees.
@@ -108,6 +112,7 @@ impl Status {
             Status::State => "RT_ERR_STATE",
             Status::Oom => "RT_ERR_OOM",
             Status::Load => "RT_ERR_LOAD",
+            Status::Refused => "RT_ERR_REFUSED",
         }
     }
 
@@ -132,6 +137,7 @@ impl Status {
             Status::State => "not allowed in the current state",
             Status::Oom => "out of memory or over a memory cap",
             Status::Load => "loading foreign code failed",
+            Status::Refused => "a lower layer refused: the message has its text",
         }
     }
 }

@@ -444,7 +444,7 @@ static int run_misuse(void)
     if (gil_holds(gil) != 1)
         die("gil_holds after the blocking region", -1);
     expect_code("scan_task outside a collection", (int)gc_runtime_scan_task(rt, gc_current_task()),
-                -1, "gc_runtime_scan_task");
+                GC_RUNTIME_ERR_GC, "gc_runtime_scan_task");
     CHECK(gc_runtime_leave(rt));
     /* a blocking region from outside keeps the thread outside */
     CHECK(gc_runtime_blocking_begin(rt));
