@@ -42,6 +42,7 @@ typedef int32_t rt_status;
 #define RT_ERR_STATE             (-15) /* not allowed in the current state */
 #define RT_ERR_OOM               (-16) /* out of memory or over a memory cap */
 #define RT_ERR_LOAD              (-17) /* loading foreign code failed */
+#define RT_ERR_REFUSED           (-18) /* a lower layer refused: the message has its text */
 #endif
 /* END rt_status */
 
