@@ -188,7 +188,7 @@ fn parse_versions(list: &[String]) -> Result<Vec<(u32, u32)>> {
             .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
         match parsed {
             Some((3, 11)) => {}
-            Some(version) if (3, 10) <= version && version <= (3, 13) => {
+            Some(version) if ((3, 10)..=(3, 13)).contains(&version) => {
                 if !out.contains(&version) {
                     out.push(version);
                 }
