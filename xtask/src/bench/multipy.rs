@@ -271,15 +271,17 @@ pub fn run() -> Result<()> {
     // The sub-interpreter peer: 3.12's executable, and its numpy environment's
     // site-packages (that of the parallel workloads when 3.12 is measured).
     let py312 = super::interp_speed::find_python(3, 12);
-    let site312 = match &py312 {
-        Some(p) => match crate::venv::ensure_version(p, 3, 12) {
+    let measured312 = versions.iter().find(|v| (v.major, v.minor) == (3, 12));
+    let site312 = match (&py312, measured312) {
+        (_, Some(v)) => Some(v.venv.join("lib/python3.12/site-packages")),
+        (None, None) => None,
+        (Some(p), None) => match crate::venv::ensure_version(p, 3, 12) {
             Ok(v) => Some(v.join("lib/python3.12/site-packages")),
             Err(e) => {
                 println!("bench multipy: no 3.12 numpy venv ({e:#}); the numpy import is tried without it");
                 None
             }
         },
-        None => None,
     };
 
     // Ours (one driver run: its own medians over ROUNDS), then the peers, interleaved
@@ -467,13 +469,13 @@ pub fn run() -> Result<()> {
             median(v.processes.clone()),
         );
         r.compare(
-            &format!("{}: fib(30) x2: two interpreters vs one (s)", v.name()),
+            &format!("{}: fib(30) x2: two vs one interpreter (s)", v.name()),
             &format!("{tag}_fib_two_s"),
             &format!("{tag}_fib_one_s"),
             None,
         );
         r.compare(
-            &format!("{}: numpy, N at once: interpreters vs procs (s)", v.name()),
+            &format!("{}: numpy N at once, interps vs procs (s)", v.name()),
             &format!("{tag}_numpy_s_interpreters"),
             &format!("{tag}_numpy_s_processes"),
             None,
@@ -500,7 +502,7 @@ pub fn run() -> Result<()> {
     );
     println!("\n  the parallel promise per CPython (fib(30) x2 two interpreters vs one, target >= 1.85x; numpy workload, {WORKERS} at once, {ITERS} iterations each):");
     println!(
-        "    {:<6} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>7}",
+        "    {:<7} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>7}",
         "CPython",
         "one s",
         "two s",
