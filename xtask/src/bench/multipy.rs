@@ -178,7 +178,8 @@ static VERSIONS: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
 /// The newer CPythons measured when `--python` is not given.
 const NEWER: [(u32, u32); 2] = [(3, 12), (3, 13)];
 
-/// Parses `--python`'s `X.Y` list (3.11 is always measured, and accepted there).
+/// Parses `--python`'s `X.Y` list: 3.12 and 3.13 (3.11 is always measured, and
+/// accepted there; the pinned numpy 2.4 needs 3.11 or later).
 fn parse_versions(list: &[String]) -> Result<Vec<(u32, u32)>> {
     let mut out = Vec::new();
     for v in list {
@@ -188,12 +189,14 @@ fn parse_versions(list: &[String]) -> Result<Vec<(u32, u32)>> {
             .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
         match parsed {
             Some((3, 11)) => {}
-            Some(version) if ((3, 10)..=(3, 13)).contains(&version) => {
+            Some(version) if NEWER.contains(&version) => {
                 if !out.contains(&version) {
                     out.push(version);
                 }
             }
-            _ => bail!("--python {v}: expected CPython versions 3.10 to 3.13 as X.Y"),
+            _ => bail!(
+                "--python {v}: expected 3.12 and/or 3.13 (3.11 is always measured; the pinned numpy has no wheels for 3.10)"
+            ),
         }
     }
     Ok(out)
@@ -583,6 +586,7 @@ mod tests {
             vec![(3, 13)]
         );
         assert!(parse_versions(&list(&["3.9"])).is_err());
+        assert!(parse_versions(&list(&["3.10"])).is_err());
         assert!(parse_versions(&list(&["4.0"])).is_err());
         assert!(parse_versions(&list(&["python3.12"])).is_err());
     }
