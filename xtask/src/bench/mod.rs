@@ -58,7 +58,7 @@ Suite {
 },
 Suite {
     name: "multipy",
-    what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes",
+    what: "many CPython interpreters in one process (numpy) vs one interpreter, multiprocessing, 3.12 sub-interpreters, python processes; fib and numpy in parallel on 3.12 and 3.13 too",
     run: multipy::run,
 },
 Suite {
