@@ -8,6 +8,9 @@
 //! default all):
 //! - `fib_one_s` / `fib_two_s`: wall time of fib(30) in two threads on one interpreter
 //!   and on two interpreters (median of ROUNDS), and `fib_speedup_two_interpreters`;
+//!   `fib_cores_used_one` / `fib_cores_used_two`: the process's CPU time over that wall
+//!   time (median): one GIL keeps it at or below 1, and above 1 the two interpreters
+//!   did run at the same time, however loaded the machine (which lowers both);
 //! - `startup_ms_interpreter_numpy`: one more interpreter, load + initialise +
 //!   `import numpy`, with one already running (median of 3 x ROUNDS);
 //!   (`startup_ms_interpreter`: the same without numpy); each round is followed by a
@@ -31,6 +34,19 @@ pub const WORKLOAD: &str = "import numpy as np\nrng = np.random.default_rng(0)\n
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
+}
+
+/// CPU time of the whole process (every thread), in seconds.
+fn process_cpu_s() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_PROCESS_CPUTIME_ID always exists
+    // on Linux, and clock_gettime only writes through the pointer it is given.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_PROCESS_CPUTIME_ID)");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 fn private_mb() -> f64 {
@@ -97,24 +113,31 @@ fn main() {
         a.run(FIB).unwrap();
         b.run(FIB).unwrap();
         let (mut one, mut two) = (Vec::new(), Vec::new());
+        let (mut cores_one, mut cores_two) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
-            let t = Instant::now();
+            let (t, cpu) = (Instant::now(), process_cpu_s());
             std::thread::scope(|s| {
                 s.spawn(|| a.run("fib(30)").unwrap());
                 s.spawn(|| a.run("fib(30)").unwrap());
             });
-            one.push(t.elapsed().as_secs_f64());
-            let t = Instant::now();
+            let wall = t.elapsed().as_secs_f64();
+            one.push(wall);
+            cores_one.push((process_cpu_s() - cpu) / wall);
+            let (t, cpu) = (Instant::now(), process_cpu_s());
             std::thread::scope(|s| {
                 s.spawn(|| a.run("fib(30)").unwrap());
                 s.spawn(|| b.run("fib(30)").unwrap());
             });
-            two.push(t.elapsed().as_secs_f64());
+            let wall = t.elapsed().as_secs_f64();
+            two.push(wall);
+            cores_two.push((process_cpu_s() - cpu) / wall);
         }
         let (one, two) = (median(one), median(two));
         println!("fib_one_s={one}");
         println!("fib_two_s={two}");
         println!("fib_speedup_two_interpreters={}", one / two);
+        println!("fib_cores_used_one={}", median(cores_one));
+        println!("fib_cores_used_two={}", median(cores_two));
         drop(b);
     }
 

@@ -1,9 +1,11 @@
 //! `cargo xtask bench multipy`: many interpreters in one process (integration-tests'
 //! `multipy`) against its peers, all measured in the same run:
 //! - fib(30) in two threads: one interpreter vs two (`fib_speedup_two_interpreters`,
-//!   the seed's 1.9x; target >= 1.85x); the same work with `multiprocessing` (2
-//!   processes, pool start-up included) and with CPython 3.12 sub-interpreters with a
-//!   per-interpreter GIL (pure Python; `import numpy` is tried there and its failure
+//!   the seed's 1.9x; target >= 1.85x), with the cores used (`fib_cores_used_one`,
+//!   `fib_cores_used_two`: the process's CPU time over the wall time, which shows the
+//!   two interpreters running at once even when load keeps the speedup down); the same
+//!   work with `multiprocessing` (2 processes, pool start-up included) and with CPython
+//!   3.12 sub-interpreters with a per-interpreter GIL (pure Python; `import numpy` is tried there and its failure
 //!   recorded);
 //! - start-up of one more interpreter with `import numpy` vs a `python -c "import
 //!   numpy"` process (target <= 0.5x) and vs creating a 3.12 sub-interpreter (no numpy);
@@ -362,6 +364,8 @@ pub fn run() -> Result<()> {
         "fib_one_s",
         "fib_two_s",
         "fib_speedup_two_interpreters",
+        "fib_cores_used_one",
+        "fib_cores_used_two",
         "startup_ms_interpreter_numpy",
         "startup_ms_interpreter",
         "startup_ms_process_numpy_paired",
@@ -457,6 +461,8 @@ pub fn run() -> Result<()> {
             "fib_one_s",
             "fib_two_s",
             "fib_speedup_two_interpreters",
+            "fib_cores_used_one",
+            "fib_cores_used_two",
             "numpy_s_interpreters",
         ] {
             r.value(&format!("{tag}_{k}"), their(k));
@@ -504,14 +510,16 @@ pub fn run() -> Result<()> {
             .join(", ")
     );
     println!("\n  the parallel promise per CPython (fib(30) x2 two interpreters vs one, target >= 1.85x; numpy workload, {WORKERS} at once, {ITERS} iterations each):");
+    println!("  (cores: the process's CPU time over the wall time, one interpreter / two; one GIL keeps it <= 1, above 1 the two ran at once; load lowers both)");
     println!(
-        "    {:<7} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>7}",
+        "    {:<7} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>11} {:>7}",
         "CPython",
         "one s",
         "two s",
         "speedup",
         "target",
         "per pass",
+        "cores",
         "numpy ours",
         "numpy procs",
         "ratio"
@@ -538,7 +546,7 @@ pub fn run() -> Result<()> {
         let speedup = get("fib_speedup_two_interpreters");
         let (np_ours, np_procs) = (get("numpy_s_interpreters"), get("numpy_s_processes"));
         println!(
-            "    {:<7} {:>9.3} {:>9.3} {:>7.2}x  {:<8} {:<15} {:>11.3} {:>11.3} {:>6.2}x",
+            "    {:<7} {:>9.3} {:>9.3} {:>7.2}x  {:<8} {:<15} {:>11} {:>11.3} {:>11.3} {:>6.2}x",
             name,
             get("fib_one_s"),
             get("fib_two_s"),
@@ -549,6 +557,11 @@ pub fn run() -> Result<()> {
                 .map(|s| format!("{s:.2}x"))
                 .collect::<Vec<_>>()
                 .join(" "),
+            format!(
+                "{:.2} / {:.2}",
+                get("fib_cores_used_one"),
+                get("fib_cores_used_two")
+            ),
             np_ours,
             np_procs,
             np_ours / np_procs
