@@ -52,7 +52,8 @@ enum Command {
         /// The suite to run; without it every suite runs.
         suite: Option<String>,
         /// multipy: the CPython versions measured besides 3.11 (always measured), as
-        /// `3.12,3.13`; without it every one of 3.12 and 3.13 found on the machine.
+        /// `3.12,3.13`; without it every one of 3.12 and 3.13 found on the machine
+        /// (`--python 3.11`: 3.11 alone).
         #[arg(long, value_delimiter = ',', value_name = "X.Y,...")]
         python: Vec<String>,
     },

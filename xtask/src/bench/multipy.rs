@@ -5,8 +5,8 @@
 //!   `fib_cores_used_two`: the process's CPU time over the wall time, which shows the
 //!   two interpreters running at once even when load keeps the speedup down); the same
 //!   work with `multiprocessing` (2 processes, pool start-up included) and with CPython
-//!   3.12 sub-interpreters with a per-interpreter GIL (pure Python; `import numpy` is tried there and its failure
-//!   recorded);
+//!   3.12 sub-interpreters with a per-interpreter GIL (pure Python; `import numpy` is
+//!   tried there and its failure recorded);
 //! - start-up of one more interpreter with `import numpy` vs a `python -c "import
 //!   numpy"` process (target <= 0.5x) and vs creating a 3.12 sub-interpreter (no numpy);
 //!   also paired per round inside the driver (`startup_ratio_paired`: each start-up
@@ -18,11 +18,12 @@
 //!
 //! The parallel promise on the newer CPythons: for 3.12 and 3.13 (each found as `bench
 //! interp-speed` finds it: pyenv's newest `--enable-shared` build; `--python 3.12,3.13`
-//! chooses which), fib(30) x2 two interpreters vs one (target >= 1.85x, as on 3.11) and
-//! the numpy workload in N interpreters vs N processes, each version with a numpy
-//! environment of its own (`target/multipy-venv-X.Y`, xtask's `venv::ensure_version`).
-//! Their figures are the 3.11 ones' keys prefixed with `pyXY_` (`py312_fib_speedup_two_interpreters`,
-//! `py313_numpy_s_processes`, ...); 3.11's keep their unprefixed names.
+//! chooses which, `--python 3.11` none), fib(30) x2 two interpreters vs one (target >=
+//! 1.85x, as on 3.11) and the numpy workload in N interpreters vs N processes, each
+//! version with a numpy environment of its own (`target/multipy-venv-X.Y`, xtask's
+//! `venv::ensure_version`). Their figures are the 3.11 ones' keys prefixed with `pyXY_`
+//! (`py312_fib_speedup_two_interpreters`, `py313_numpy_s_processes`, ...); 3.11's keep
+//! their unprefixed names.
 //!
 //! Our side runs in `integration-tests/examples/multipy_bench`; the peers are Python
 //! scripts run here. Rounds interleave ours and the peers.
