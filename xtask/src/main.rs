@@ -51,6 +51,11 @@ enum Command {
     Bench {
         /// The suite to run; without it every suite runs.
         suite: Option<String>,
+        /// multipy: the CPython versions measured besides 3.11 (always measured), as
+        /// `3.12,3.13`; without it every one of 3.12 and 3.13 found on the machine
+        /// (`--python 3.11`: 3.11 alone).
+        #[arg(long, value_delimiter = ',', value_name = "X.Y,...")]
+        python: Vec<String>,
     },
     /// Write a Julia-compatibility prefix (bin/julia, include/julia, lib/libjulia.so)
     /// into DIR, for configuring julia-gcext clients against gc-core.
@@ -76,7 +81,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Test { full } => test::run(full),
         Command::Demo => demo::run(),
-        Command::Bench { suite } => bench::run(suite.as_deref()),
+        Command::Bench { suite, python } => bench::run(suite.as_deref(), &python),
         Command::JuliaPrefix { dir } => julia_prefix::make(&dir).map(|d| {
             println!("julia-prefix: {}", d.display());
             println!(

@@ -3,14 +3,19 @@
 //! `integration-tests/multipy-requirements.txt` (every version pinned). A stamp file
 //! records the requirements it was made from, so later runs reuse it and a changed
 //! requirements file remakes it.
+//!
+//! The other CPython versions' environments (`target/multipy-venv-X.Y`, numpy alone,
+//! from `integration-tests/multipy-numpy-requirements.txt`) are made the same way by
+//! [`ensure_version`], with that version's own Python (pyenv's `--enable-shared` build).
 
 use crate::steps::root;
 use anyhow::{bail, Context, Result};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
 const REQUIREMENTS: &str = "integration-tests/multipy-requirements.txt";
+const NUMPY_REQUIREMENTS: &str = "integration-tests/multipy-numpy-requirements.txt";
 const STAMP: &str = ".multipy-requirements";
 
 /// The environment's directory.
@@ -36,34 +41,71 @@ fn base_python() -> Result<String> {
 /// Makes `.venv` (or reuses it) with the pinned requirements installed.
 pub fn ensure() -> Result<PathBuf> {
     let venv = dir();
-    let req_path = root().join(REQUIREMENTS);
+    if let Some(v) = reuse(&venv, REQUIREMENTS)? {
+        return Ok(v);
+    }
+    let base = base_python()?;
+    make(&venv, Path::new(&base), REQUIREMENTS)?;
+    Ok(venv)
+}
+
+/// The directory of CPython `major.minor`'s numpy environment.
+pub fn version_dir(major: u32, minor: u32) -> PathBuf {
+    root().join(format!("target/multipy-venv-{major}.{minor}"))
+}
+
+/// Makes (or reuses) the numpy environment of the CPython whose executable is `python`
+/// (version `major.minor`): `target/multipy-venv-X.Y` with
+/// `integration-tests/multipy-numpy-requirements.txt` installed.
+pub fn ensure_version(python: &Path, major: u32, minor: u32) -> Result<PathBuf> {
+    let venv = version_dir(major, minor);
+    if let Some(v) = reuse(&venv, NUMPY_REQUIREMENTS)? {
+        return Ok(v);
+    }
+    make(&venv, python, NUMPY_REQUIREMENTS)?;
+    Ok(venv)
+}
+
+/// `venv` when it exists and its stamp records the current contents of `requirements`.
+fn reuse(venv: &Path, requirements: &str) -> Result<Option<PathBuf>> {
+    let req_path = root().join(requirements);
     let wanted = std::fs::read_to_string(&req_path)
         .with_context(|| format!("read {}", req_path.display()))?;
     let stamp = venv.join(STAMP);
     let python = venv.join("bin").join("python");
     if python.exists() && std::fs::read_to_string(&stamp).ok().as_deref() == Some(&wanted) {
         println!(
-            "xtask: reusing {} (pinned numpy scenario packages)",
+            "xtask: reusing {} (pinned packages of {requirements})",
             venv.display()
         );
-        return Ok(venv);
+        return Ok(Some(venv.to_path_buf()));
     }
+    Ok(None)
+}
+
+/// Makes `venv` afresh with `base -m venv` and installs `requirements` into it.
+fn make(venv: &Path, base: &Path, requirements: &str) -> Result<()> {
+    let req_path = root().join(requirements);
+    let wanted = std::fs::read_to_string(&req_path)
+        .with_context(|| format!("read {}", req_path.display()))?;
+    let stamp = venv.join(STAMP);
+    let python = venv.join("bin").join("python");
     let started = Instant::now();
-    let base = base_python()?;
+    let base_s = base.display();
     println!(
-        "xtask: making {} with {base} and installing {REQUIREMENTS} (pip)",
+        "xtask: making {} with {base_s} and installing {requirements} (pip)",
         venv.display()
     );
     if venv.exists() {
-        std::fs::remove_dir_all(&venv).with_context(|| format!("remove {}", venv.display()))?;
+        std::fs::remove_dir_all(venv).with_context(|| format!("remove {}", venv.display()))?;
     }
-    let status = Command::new(&base)
+    let status = Command::new(base)
         .args(["-m", "venv"])
-        .arg(&venv)
+        .arg(venv)
         .status()
-        .with_context(|| format!("run {base} -m venv"))?;
+        .with_context(|| format!("run {base_s} -m venv"))?;
     if !status.success() {
-        bail!("`{base} -m venv {}` failed ({status})", venv.display());
+        bail!("`{base_s} -m venv {}` failed ({status})", venv.display());
     }
     let status = Command::new(&python)
         .args([
@@ -80,7 +122,7 @@ pub fn ensure() -> Result<PathBuf> {
         .context("run pip install")?;
     if !status.success() {
         bail!(
-            "`pip install -r {REQUIREMENTS}` into {} failed ({status})",
+            "`pip install -r {requirements}` into {} failed ({status})",
             venv.display()
         );
     }
@@ -90,5 +132,26 @@ pub fn ensure() -> Result<PathBuf> {
         venv.display(),
         started.elapsed().as_secs_f64()
     );
-    Ok(venv)
+    Ok(())
+}
+
+/// The `numpy==` pin of a requirements text.
+#[cfg(test)]
+fn numpy_pin(text: &str) -> Option<&str> {
+    text.lines()
+        .map(str::trim)
+        .find_map(|l| l.strip_prefix("numpy=="))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_version_gets_the_same_numpy() {
+        let read = |p: &str| std::fs::read_to_string(root().join(p)).unwrap();
+        let (default, others) = (read(REQUIREMENTS), read(NUMPY_REQUIREMENTS));
+        let pin = numpy_pin(&default).expect("multipy-requirements.txt pins numpy");
+        assert_eq!(numpy_pin(&others), Some(pin));
+    }
 }

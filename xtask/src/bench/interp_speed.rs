@@ -30,7 +30,7 @@ const REPEAT: &str = "5";
 /// `libpythonX.Y.so` (Debian's 3.11: a static, non-PIC executable, 1.29x faster than
 /// the same version's shared library in a process of its own), which would compare two
 /// builds instead of two ways of running one.
-fn find_python(major: u32, minor: u32) -> Option<PathBuf> {
+pub(crate) fn find_python(major: u32, minor: u32) -> Option<PathBuf> {
     let name = format!("python{major}.{minor}");
     let pyenv = || -> Option<PathBuf> {
         let root = std::env::var_os("PYENV_ROOT")

@@ -1,10 +1,12 @@
 //! `cargo xtask bench multipy`: many interpreters in one process (integration-tests'
 //! `multipy`) against its peers, all measured in the same run:
 //! - fib(30) in two threads: one interpreter vs two (`fib_speedup_two_interpreters`,
-//!   the seed's 1.9x; target >= 1.85x); the same work with `multiprocessing` (2
-//!   processes, pool start-up included) and with CPython 3.12 sub-interpreters with a
-//!   per-interpreter GIL (pure Python; `import numpy` is tried there and its failure
-//!   recorded);
+//!   the seed's 1.9x; target >= 1.85x), with the cores used (`fib_cores_used_one`,
+//!   `fib_cores_used_two`: the process's CPU time over the wall time, which shows the
+//!   two interpreters running at once even when load keeps the speedup down); the same
+//!   work with `multiprocessing` (2 processes, pool start-up included) and with CPython
+//!   3.12 sub-interpreters with a per-interpreter GIL (pure Python; `import numpy` is
+//!   tried there and its failure recorded);
 //! - start-up of one more interpreter with `import numpy` vs a `python -c "import
 //!   numpy"` process (target <= 0.5x) and vs creating a 3.12 sub-interpreter (no numpy);
 //!   also paired per round inside the driver (`startup_ratio_paired`: each start-up
@@ -14,15 +16,24 @@
 //!   process with numpy imported (its private memory; its RSS too) (target <= 0.5x);
 //! - a numpy workload (matmul + ufuncs) in N interpreters at once vs N processes.
 //!
+//! The parallel promise on the newer CPythons: for 3.12 and 3.13 (each found as `bench
+//! interp-speed` finds it: pyenv's newest `--enable-shared` build; `--python 3.12,3.13`
+//! chooses which, `--python 3.11` none), fib(30) x2 two interpreters vs one (target >=
+//! 1.85x, as on 3.11) and the numpy workload in N interpreters vs N processes, each
+//! version with a numpy environment of its own (`target/multipy-venv-X.Y`, xtask's
+//! `venv::ensure_version`). Their figures are the 3.11 ones' keys prefixed with `pyXY_`
+//! (`py312_fib_speedup_two_interpreters`, `py313_numpy_s_processes`, ...); 3.11's keep
+//! their unprefixed names.
+//!
 //! Our side runs in `integration-tests/examples/multipy_bench`; the peers are Python
 //! scripts run here. Rounds interleave ours and the peers.
 
 use super::report::Report;
-use crate::steps::root;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 const ROUNDS: usize = 5;
@@ -164,56 +175,81 @@ fn numpy_processes(python: &Path) -> Result<f64> {
     Ok(worst)
 }
 
-/// A virtual environment for 3.12 with the same numpy, under target/bench (bench only).
-fn venv312(python312: &Path) -> Result<PathBuf> {
-    let dir = root().join("target/bench/venv-3.12");
-    let py = dir.join("bin/python");
-    if dir.join(".numpy-2.4.6").exists() {
-        return Ok(dir);
+/// The versions besides 3.11 that `--python` asked for (unset: 3.12 and 3.13).
+static VERSIONS: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
+
+/// The newer CPythons measured when `--python` is not given.
+const NEWER: [(u32, u32); 2] = [(3, 12), (3, 13)];
+
+/// Parses `--python`'s `X.Y` list: 3.12 and 3.13 (3.11 is always measured, and
+/// accepted there; the pinned numpy 2.4 needs 3.11 or later).
+fn parse_versions(list: &[String]) -> Result<Vec<(u32, u32)>> {
+    let mut out = Vec::new();
+    for v in list {
+        let parsed = v
+            .trim()
+            .split_once('.')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+        match parsed {
+            Some((3, 11)) => {}
+            Some(version) if NEWER.contains(&version) => {
+                if !out.contains(&version) {
+                    out.push(version);
+                }
+            }
+            _ => bail!(
+                "--python {v}: expected 3.12 and/or 3.13 (3.11 is always measured; the pinned numpy has no wheels for 3.10)"
+            ),
+        }
     }
-    let ok = Command::new(python312)
-        .args(["-m", "venv"])
-        .arg(&dir)
-        .status()?
-        .success()
-        && Command::new(&py)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "numpy==2.4.6",
-            ])
-            .status()?
-            .success();
-    if !ok {
-        bail!("making {} with numpy failed", dir.display());
-    }
-    std::fs::write(dir.join(".numpy-2.4.6"), "")?;
-    Ok(dir)
+    Ok(out)
 }
 
-fn find_python312() -> Option<PathBuf> {
-    if Command::new("python3.12")
-        .arg("-V")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-    {
-        return Some("python3.12".into());
+/// Records `--python`'s versions for [`run`].
+pub fn set_versions(list: &[String]) -> Result<()> {
+    let versions = parse_versions(list)?;
+    VERSIONS
+        .set(versions)
+        .map_err(|_| anyhow::anyhow!("--python given twice"))
+}
+
+/// One more CPython's side of the parallel workloads: its executable, its numpy
+/// environment, and the figures gathered over the passes.
+struct Version {
+    major: u32,
+    minor: u32,
+    python: PathBuf,
+    venv: PathBuf,
+    ours: Vec<HashMap<String, f64>>,
+    processes: Vec<f64>,
+}
+
+impl Version {
+    fn tag(&self) -> String {
+        format!("py{}{}", self.major, self.minor)
     }
-    let root = Command::new("pyenv").arg("root").output().ok()?;
-    let root = PathBuf::from(String::from_utf8_lossy(&root.stdout).trim());
-    let mut found: Vec<PathBuf> = std::fs::read_dir(root.join("versions"))
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("3.12."))
-        .map(|e| e.path().join("bin/python3.12"))
-        .filter(|p| p.exists())
-        .collect();
-    found.sort();
-    found.pop()
+    fn name(&self) -> String {
+        format!("{}.{}", self.major, self.minor)
+    }
+}
+
+/// Runs the driver on `venv` with the driver's extra arguments `extra` (`--python X.Y`
+/// for a venv of another version than 3.11, `--only SECTIONS`); its `key=value` lines.
+fn driver_run(driver: &Path, venv: &Path, extra: &[&str]) -> Result<HashMap<String, f64>> {
+    let out = Command::new(driver)
+        .arg(venv)
+        .args([ROUNDS.to_string(), WORKERS.to_string(), ITERS.to_string()])
+        .args(extra)
+        .output()
+        .context("run multipy_bench")?;
+    if !out.status.success() {
+        bail!(
+            "multipy_bench {} failed: {}",
+            extra.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(kv(&String::from_utf8_lossy(&out.stdout)))
 }
 
 /// The suite.
@@ -221,16 +257,37 @@ pub fn run() -> Result<()> {
     let venv = crate::venv::ensure()?;
     let python = venv.join("bin/python");
     let driver = crate::demo_multipy::build_example("multipy_bench")?;
-    let py312 = find_python312();
-    let site312 = match &py312 {
-        Some(p) => match venv312(p) {
+    let wanted = VERSIONS.get().cloned().unwrap_or_else(|| NEWER.to_vec());
+    let mut versions = Vec::new();
+    for (major, minor) in wanted {
+        let Some(python) = super::interp_speed::find_python(major, minor) else {
+            println!("bench multipy: no python{major}.{minor} on this machine; its parallel workloads were not measured");
+            continue;
+        };
+        let venv = crate::venv::ensure_version(&python, major, minor)?;
+        versions.push(Version {
+            major,
+            minor,
+            python,
+            venv,
+            ours: Vec::new(),
+            processes: Vec::new(),
+        });
+    }
+    // The sub-interpreter peer: 3.12's executable, and its numpy environment's
+    // site-packages (that of the parallel workloads when 3.12 is measured).
+    let py312 = super::interp_speed::find_python(3, 12);
+    let measured312 = versions.iter().find(|v| (v.major, v.minor) == (3, 12));
+    let site312 = match (&py312, measured312) {
+        (_, Some(v)) => Some(v.venv.join("lib/python3.12/site-packages")),
+        (None, None) => None,
+        (Some(p), None) => match crate::venv::ensure_version(p, 3, 12) {
             Ok(v) => Some(v.join("lib/python3.12/site-packages")),
             Err(e) => {
                 println!("bench multipy: no 3.12 numpy venv ({e:#}); the numpy import is tried without it");
                 None
             }
         },
-        None => None,
     };
 
     // Ours (one driver run: its own medians over ROUNDS), then the peers, interleaved
@@ -243,18 +300,7 @@ pub fn run() -> Result<()> {
     let mut sub_numpy_ok = None;
     for pass in 0..2 {
         println!("bench multipy: pass {}/2", pass + 1);
-        let out = Command::new(&driver)
-            .arg(&venv)
-            .args([ROUNDS.to_string(), WORKERS.to_string(), ITERS.to_string()])
-            .output()
-            .context("run multipy_bench")?;
-        if !out.status.success() {
-            bail!(
-                "multipy_bench failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        ours.push(kv(&String::from_utf8_lossy(&out.stdout)));
+        ours.push(driver_run(&driver, &venv, &[])?);
         for _ in 0..ROUNDS {
             mp.push(multiprocessing_fib(&python)?);
             let t = Instant::now();
@@ -292,6 +338,25 @@ pub fn run() -> Result<()> {
         }
         proc_np.push(numpy_processes(&python)?);
         proc_np.push(numpy_processes(&python)?);
+        // The newer versions' parallel workloads: ours, then N processes of the same
+        // version (twice, as for 3.11).
+        for v in &mut versions {
+            println!(
+                "bench multipy: pass {}/2, CPython {} ({})",
+                pass + 1,
+                v.name(),
+                v.python.display()
+            );
+            let name = v.name();
+            v.ours.push(driver_run(
+                &driver,
+                &v.venv,
+                &["--python", &name, "--only", "fib,numpy"],
+            )?);
+            let venv_python = v.venv.join("bin/python");
+            v.processes.push(numpy_processes(&venv_python)?);
+            v.processes.push(numpy_processes(&venv_python)?);
+        }
     }
 
     let mut r = Report::new("multipy");
@@ -300,6 +365,8 @@ pub fn run() -> Result<()> {
         "fib_one_s",
         "fib_two_s",
         "fib_speedup_two_interpreters",
+        "fib_cores_used_one",
+        "fib_cores_used_two",
         "startup_ms_interpreter_numpy",
         "startup_ms_interpreter",
         "startup_ms_process_numpy_paired",
@@ -388,6 +455,42 @@ pub fn run() -> Result<()> {
         "numpy_s_processes",
         None,
     );
+    for v in &versions {
+        let tag = v.tag();
+        let their = |k: &str| median(v.ours.iter().filter_map(|m| m.get(k).copied()).collect());
+        for k in [
+            "fib_one_s",
+            "fib_two_s",
+            "fib_speedup_two_interpreters",
+            "fib_cores_used_one",
+            "fib_cores_used_two",
+            "numpy_s_interpreters",
+        ] {
+            r.value(&format!("{tag}_{k}"), their(k));
+        }
+        for (i, m) in v.ours.iter().enumerate() {
+            r.value(
+                &format!("{tag}_fib_speedup_two_interpreters_pass{}", i + 1),
+                m["fib_speedup_two_interpreters"],
+            );
+        }
+        r.value(
+            &format!("{tag}_numpy_s_processes"),
+            median(v.processes.clone()),
+        );
+        r.compare(
+            &format!("{}: fib(30) x2: two vs one interpreter (s)", v.name()),
+            &format!("{tag}_fib_two_s"),
+            &format!("{tag}_fib_one_s"),
+            None,
+        );
+        r.compare(
+            &format!("{}: numpy N at once, interps vs procs (s)", v.name()),
+            &format!("{tag}_numpy_s_interpreters"),
+            &format!("{tag}_numpy_s_processes"),
+            None,
+        );
+    }
     r.finish()?;
     let speedup = r.get("fib_speedup_two_interpreters").unwrap_or(0.0);
     println!(
@@ -407,6 +510,64 @@ pub fn run() -> Result<()> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    println!("\n  the parallel promise per CPython (fib(30) x2 two interpreters vs one, target >= 1.85x; numpy workload, {WORKERS} at once, {ITERS} iterations each):");
+    println!("  (cores: the process's CPU time over the wall time, one interpreter / two; one GIL keeps it <= 1, above 1 the two ran at once; load lowers both)");
+    println!(
+        "    {:<7} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>11} {:>7}",
+        "CPython",
+        "one s",
+        "two s",
+        "speedup",
+        "target",
+        "per pass",
+        "cores",
+        "numpy ours",
+        "numpy procs",
+        "ratio"
+    );
+    let mut rows = vec![(
+        "3.11".to_string(),
+        String::new(),
+        ours.iter()
+            .map(|m| m["fib_speedup_two_interpreters"])
+            .collect::<Vec<_>>(),
+    )];
+    rows.extend(versions.iter().map(|v| {
+        (
+            v.name(),
+            format!("{}_", v.tag()),
+            v.ours
+                .iter()
+                .map(|m| m["fib_speedup_two_interpreters"])
+                .collect(),
+        )
+    }));
+    for (name, prefix, passes) in rows {
+        let get = |k: &str| r.get(&format!("{prefix}{k}")).unwrap_or(f64::NAN);
+        let speedup = get("fib_speedup_two_interpreters");
+        let (np_ours, np_procs) = (get("numpy_s_interpreters"), get("numpy_s_processes"));
+        println!(
+            "    {:<7} {:>9.3} {:>9.3} {:>7.2}x  {:<8} {:<15} {:>11} {:>11.3} {:>11.3} {:>6.2}x",
+            name,
+            get("fib_one_s"),
+            get("fib_two_s"),
+            speedup,
+            if speedup >= 1.85 { "met" } else { "MISSED" },
+            passes
+                .iter()
+                .map(|s| format!("{s:.2}x"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            format!(
+                "{:.2} / {:.2}",
+                get("fib_cores_used_one"),
+                get("fib_cores_used_two")
+            ),
+            np_ours,
+            np_procs,
+            np_ours / np_procs
+        );
+    }
     if py312.is_some() {
         println!(
             "  3.12 sub-interpreter `import numpy`: {}",
@@ -420,4 +581,27 @@ pub fn run() -> Result<()> {
         println!("  no CPython 3.12 on this machine: the sub-interpreter peer was not measured");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_versions_parse() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_versions(&list(&["3.12", "3.13"])).unwrap(),
+            vec![(3, 12), (3, 13)]
+        );
+        // 3.11 is always measured; repeats count once.
+        assert_eq!(
+            parse_versions(&list(&["3.11", "3.13", " 3.13"])).unwrap(),
+            vec![(3, 13)]
+        );
+        assert!(parse_versions(&list(&["3.9"])).is_err());
+        assert!(parse_versions(&list(&["3.10"])).is_err());
+        assert!(parse_versions(&list(&["4.0"])).is_err());
+        assert!(parse_versions(&list(&["python3.12"])).is_err());
+    }
 }
