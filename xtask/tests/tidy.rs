@@ -9,7 +9,9 @@
 //! - in a crate whose loom models check a sync shim (gil), no other file names
 //!   `std::sync` or `parking_lot` in code;
 //! - no module cycle in any crate beyond `KNOWN_MODULE_CYCLES` (a list that may only
-//!   shrink).
+//!   shrink);
+//! - a C layer inside its crate (`src/capi*`) names only the crate's root-level public API,
+//!   except the crates in `KNOWN_CAPI_INTERNALS` (a list that may only shrink).
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -848,4 +850,120 @@ fn module_cycle_check_finds_a_cycle_and_reexports() {
     // Without b -> a there is no cycle.
     let acyclic = module_edges(lib, &modules[..1]);
     assert!(cycles(&acyclic).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// C layers import only their crate's public API.
+//
+// A C layer inside its crate (`src/capi.rs`, `src/capi/*.rs`) may name `crate::X` only
+// where `X` is public at the crate root (a `pub use` re-export or a `pub` item of
+// `lib.rs`). C layers that are crates of their own (gil, refbridge, elf-loader) get this
+// from the compiler. `KNOWN_CAPI_INTERNALS` lists the crates whose C layer still reaches
+// internals; the list may only shrink.
+
+/// The names public at a crate root: `pub use` re-exports and `pub` items of `lib.rs`.
+fn root_public_names(lib_rs: &str) -> std::collections::BTreeSet<String> {
+    let mut names: std::collections::BTreeSet<String> = reexports(lib_rs)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for line in non_test_code(lib_rs) {
+        let t = line.trim_start();
+        for kw in [
+            "pub fn ",
+            "pub unsafe fn ",
+            "pub struct ",
+            "pub enum ",
+            "pub type ",
+            "pub const ",
+            "pub static ",
+            "pub trait ",
+            "pub mod ",
+        ] {
+            if let Some(rest) = t.strip_prefix(kw) {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// The `crate::` names a C layer's code uses that are not public at the crate root.
+fn capi_internal_names(lib_rs: &str, capi_text: &str) -> Vec<String> {
+    let public = root_public_names(lib_rs);
+    let mut bad: Vec<String> = non_test_code(capi_text)
+        .iter()
+        .flat_map(|l| crate_path_heads(l))
+        .filter(|h| !public.contains(h))
+        .collect();
+    bad.sort();
+    bad.dedup();
+    bad
+}
+
+/// Crates whose in-crate C layer still uses internals (gc-core: the inline fast paths, the
+/// jl_symbol table, the marking redirect; gc-runtime: it has no Rust API, its C layer
+/// drives the private runtime module).
+const KNOWN_CAPI_INTERNALS: &[&str] = &["gc-core", "gc-runtime"];
+
+#[test]
+fn c_layers_use_only_the_public_api() {
+    let root = workspace_root();
+    let mut offenders = Vec::new();
+    let mut checked = Vec::new();
+    for (name, _) in workspace_manifests() {
+        let Some(dir) = crate_dir(&root, &name) else {
+            continue;
+        };
+        let src = dir.join("src");
+        let mut files = Vec::new();
+        if src.join("capi.rs").is_file() {
+            files.push(src.join("capi.rs"));
+        }
+        if src.join("capi").is_dir() {
+            rust_files(&src.join("capi"), &mut files);
+        }
+        if files.is_empty() {
+            continue;
+        }
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
+        let text: String = files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let bad = capi_internal_names(&lib, &text);
+        checked.push(name.clone());
+        let known = KNOWN_CAPI_INTERNALS.contains(&name.as_str());
+        if bad.is_empty() && known {
+            offenders.push(format!(
+                "{name}: its C layer uses only the public API now: delete it from \
+                 KNOWN_CAPI_INTERNALS"
+            ));
+        } else if !bad.is_empty() && !known {
+            offenders.push(format!("{name}: the C layer names internals {bad:?}"));
+        }
+    }
+    assert!(
+        checked.contains(&"gc-conservative".to_string()),
+        "{checked:?}"
+    );
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+#[test]
+fn capi_check_fails_on_an_internal_path() {
+    let lib = "mod heap;\nmod lookup;\npub use heap::{Heap, HeapConfig};\npub fn version() {}\n";
+    assert!(capi_internal_names(lib, "use crate::{Heap, version};\n").is_empty());
+    assert_eq!(
+        capi_internal_names(
+            lib,
+            "use crate::Heap;\nfn f() { crate::lookup::page_of(0); }\n"
+        ),
+        vec!["lookup".to_string()]
+    );
 }
