@@ -14,7 +14,9 @@
 //!
 //! `RB_BENCH_N` sets the number of objects per measurement (default 100,000).
 
-use gc_core::{CollectionKind, Heap, HeapConfig, ObjRef, Root};
+mod common;
+
+use gc_core::{CollectionKind, Heap, HeapConfig};
 use refbridge::{
     Bridge, BridgeConfig, BridgeError, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT,
     PY_TPFLAGS_HAVE_GC,
@@ -61,10 +63,7 @@ unsafe extern "C" fn dealloc(op: *mut PyObject) {
 }
 
 fn main() {
-    let n: usize = std::env::var("RB_BENCH_N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000);
+    let n = common::env_usize("RB_BENCH_N", 100_000);
     let heap = Heap::new(HeapConfig::default()).unwrap();
     let mut m = heap.attach().unwrap();
     let bridge = Bridge::new(
@@ -97,39 +96,8 @@ fn main() {
     }
 
     // Managed objects, rooted through one array object.
-    let holder_ty = heap
-        .new_foreign_type(gc_core::ForeignTypeSpec {
-            name: "Holder",
-            mark: gc_core::MarkProc::Rust(|mk, o| {
-                // SAFETY: a holder: word 0 is the count, then the references.
-                unsafe {
-                    let k = o.read_slot(0);
-                    mk.queue_array(o, (o.addr() + 8) as *const Option<ObjRef>, k);
-                }
-                0
-            }),
-            sweep: gc_core::SweepProc::None,
-            has_pointers: true,
-            large: true,
-        })
-        .unwrap();
-    let holder = m.alloc_typed(8 + 8 * n, holder_ty).unwrap();
-    let holder: Root = heap.root(holder);
-    for i in 0..n {
-        let o = m.alloc_typed(16, mty).unwrap();
-        // SAFETY: the holder has room for n references; a fresh old-to-young store
-        // needs the barrier.
-        unsafe {
-            holder.get().write_slot(8 + 8 * i, o.addr());
-            holder.get().write_slot(0, i + 1);
-            m.wb(holder.get(), o);
-        }
-    }
-    m.collect(CollectionKind::Full).unwrap();
-    let objs: Vec<ObjRef> = (0..n)
-        // SAFETY: the holder's slots hold live objects.
-        .map(|i| unsafe { ObjRef::from_addr(holder.get().read_slot(8 + 8 * i)).unwrap() })
-        .collect();
+    let holder_ty = common::holder_type(&heap);
+    let (_holder, objs) = common::rooted_objects(&heap, &mut m, holder_ty, mty, n);
 
     let table_before = bridge.handle_table_bytes();
     let t = Instant::now();
