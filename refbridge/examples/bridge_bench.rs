@@ -17,10 +17,7 @@
 mod common;
 
 use gc_core::{CollectionKind, Heap, HeapConfig};
-use refbridge::{
-    Bridge, BridgeConfig, BridgeError, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT,
-    PY_TPFLAGS_HAVE_GC,
-};
+use refbridge::{BridgeError, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT, PY_TPFLAGS_HAVE_GC};
 use std::ffi::{c_int, c_void};
 use std::time::Instant;
 
@@ -66,21 +63,8 @@ fn main() {
     let n = common::env_usize("RB_BENCH_N", 100_000);
     let heap = Heap::new(HeapConfig::default()).unwrap();
     let mut m = heap.attach().unwrap();
-    let bridge = Bridge::new(
-        &heap,
-        BridgeConfig {
-            cycle_threshold: None,
-            ..BridgeConfig::default()
-        },
-    )
-    .unwrap();
+    let (bridge, mty) = common::bridge_with_managed_type(&heap);
     let _entered = bridge.enter().unwrap();
-    let mty = heap.new_layout_type("M", 16, &[0, 8]).unwrap();
-    let native_m: &'static mut PyTypeObject = Box::leak(Box::new(PyTypeObject::new(
-        c"bench.M",
-        std::mem::size_of::<PyObject>(),
-        PY_TPFLAGS_DEFAULT,
-    )));
     let node_ty: &'static mut PyTypeObject = Box::leak(Box::new(PyTypeObject::new(
         c"bench.Node",
         std::mem::size_of::<Node>(),
@@ -90,9 +74,7 @@ fn main() {
     node_ty.tp_dealloc = Some(dealloc);
     // SAFETY: leaked type objects outlive the bridge.
     unsafe {
-        refbridge::type_ready(native_m).unwrap();
         refbridge::type_ready(node_ty).unwrap();
-        bridge.register_managed_type(mty, native_m).unwrap();
     }
 
     // Managed objects, rooted through one array object.

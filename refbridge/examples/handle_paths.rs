@@ -25,7 +25,7 @@ mod common;
 use crossbeam_epoch::{self as epoch, Atomic, Owned};
 use gc_core::{Heap, HeapConfig};
 use parking_lot::Mutex;
-use refbridge::{Bridge, BridgeConfig, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT};
+use refbridge::PyObject;
 use std::hint::black_box;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -56,26 +56,8 @@ fn main() {
     let rounds = common::env_usize("RB_BENCH_ROUNDS", 7);
     let heap = Heap::new(HeapConfig::default()).unwrap();
     let mut m = heap.attach().unwrap();
-    let bridge = Bridge::new(
-        &heap,
-        BridgeConfig {
-            cycle_threshold: None,
-            ..BridgeConfig::default()
-        },
-    )
-    .unwrap();
+    let (bridge, mty) = common::bridge_with_managed_type(&heap);
     let _entered = bridge.enter().unwrap();
-    let mty = heap.new_layout_type("M", 16, &[0, 8]).unwrap();
-    let native_m: &'static mut PyTypeObject = Box::leak(Box::new(PyTypeObject::new(
-        c"bench.M",
-        std::mem::size_of::<PyObject>(),
-        PY_TPFLAGS_DEFAULT,
-    )));
-    // SAFETY: a leaked type object outlives the bridge.
-    unsafe {
-        refbridge::type_ready(native_m).unwrap();
-        bridge.register_managed_type(mty, native_m).unwrap();
-    }
 
     // Managed objects, rooted through one array object.
     let holder_ty = common::holder_type(&heap);

@@ -2,6 +2,7 @@
 //! `n` managed objects kept alive through one rooted holder array.
 
 use gc_core::{CollectionKind, Heap, MarkProc, Mutator, ObjRef, Root, SweepProc, TypeRef};
+use refbridge::{Bridge, BridgeConfig, PyObject, PyTypeObject, PY_TPFLAGS_DEFAULT};
 
 /// The value of the environment variable `name` as a number, or `default`.
 pub fn env_usize(name: &str, default: usize) -> usize {
@@ -59,4 +60,29 @@ pub fn rooted_objects(
         .map(|i| unsafe { ObjRef::from_addr(holder.get().read_slot(8 + 8 * i)).unwrap() })
         .collect();
     (holder, objs)
+}
+
+/// A bridge on `heap` with automatic cycle collection off, and a managed type `M` (16
+/// bytes, two reference slots) whose stubs have the native type `bench.M`.
+pub fn bridge_with_managed_type(heap: &Heap) -> (Bridge, TypeRef) {
+    let bridge = Bridge::new(
+        heap,
+        BridgeConfig {
+            cycle_threshold: None,
+            ..BridgeConfig::default()
+        },
+    )
+    .unwrap();
+    let mty = heap.new_layout_type("M", 16, &[0, 8]).unwrap();
+    let native_m: &'static mut PyTypeObject = Box::leak(Box::new(PyTypeObject::new(
+        c"bench.M",
+        std::mem::size_of::<PyObject>(),
+        PY_TPFLAGS_DEFAULT,
+    )));
+    // SAFETY: a leaked type object outlives the bridge.
+    unsafe {
+        refbridge::type_ready(native_m).unwrap();
+        bridge.register_managed_type(mty, native_m).unwrap();
+    }
+    (bridge, mty)
 }
