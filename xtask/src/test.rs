@@ -79,7 +79,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         .args([
             "test",
             "-p",
-            "gc-conservative",
+            "gc-conservative-capi",
             "--test",
             "it",
             "c_programs::",

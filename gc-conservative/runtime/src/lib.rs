@@ -33,8 +33,9 @@ compile_error!(
      other architectures are not supported yet"
 );
 
-// The C ABIs this crate calls and re-exports from its cdylib.
-extern crate gc_conservative;
+// The C ABIs this crate calls and re-exports from its cdylib (gc-core's C layer is inside
+// gc-core; gc-conservative's is the gc-conservative-capi crate).
+extern crate gc_conservative_capi;
 extern crate gc_core;
 
 mod capi;
