@@ -1,7 +1,8 @@
 /*
  * gc_conservative.h: conservative scanning for gc-core heaps. Generated from
- * src/capi.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-conservative
- * --test it headers). Link with libgc_conservative, which also carries gc_core.h's API.
+ * capi/src/lib.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p
+ * gc-conservative-capi --test it headers). Link with libgc_conservative, which also
+ * carries gc_core.h's API.
  */
 #ifndef GC_CONSERVATIVE_H
 #define GC_CONSERVATIVE_H

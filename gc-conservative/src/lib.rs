@@ -37,10 +37,11 @@
 //!
 //! The C ABI (`include/gc_conservative.h`, and the seed's `jl_gc_enable_conservative_scanning`,
 //! `jl_gc_internal_obj_base_ptr`, `jl_gc_is_internal_obj_alloc` declared in gc-core's
-//! `julia_gcext_compat.h`) is in `capi.rs`; this crate's `libgc_conservative.so`/`.a` also
-//! carries gc-core's whole C ABI, so a C client links one library and has one heap.
+//! `julia_gcext_compat.h`) is the crate `gc-conservative-capi` (`capi/`), over this
+//! crate's public API; `capi/artifact/` builds it as `libgc_conservative.so`, which also
+//! carries gc-core's whole C ABI, so a C client links one library and has one heap. This
+//! crate builds only its Rust library.
 
-mod capi;
 mod index;
 mod lookup;
 mod scan;

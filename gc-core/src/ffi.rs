@@ -1,6 +1,7 @@
-//! For crates that extend gc-core's C ABI (gc-conservative's `libgc_conservative` carries
-//! gc-core's C ABI and adds its own names): the C handle types, their conversion to the
-//! Rust API, and the thread's last C error (what `gc_last_error()` returns).
+//! For crates that extend gc-core's C ABI (gc-conservative-capi, whose
+//! `libgc_conservative` carries gc-core's C ABI and adds its own names; gc-runtime): the
+//! C handle types, their conversion to the Rust API, and the thread's last C error (what
+//! `gc_last_error()` returns).
 //!
 //! Also the layouts the compat header's inline fast paths read (`gc_tls_head_t`,
 //! `gc_mark_fast_t` and the `ptls` magics), for the tests that check the header against

@@ -65,9 +65,10 @@
 //! [`Mutator::gc_safe`] counts as stopped.
 //!
 //! # The C ABI
-//! `include/gc_core.h` (`libgc_core.so`/`.a`) and `include/julia_gcext_compat.h` (the
-//! seed's names). A crate that extends that C ABI with its own names (gc-conservative)
-//! uses [`ffi`]: the C handle types, their conversion, the shared last-error slot.
+//! `include/gc_core.h` and `include/julia_gcext_compat.h` (the seed's names), built as
+//! `libgc_core.so` by `capi/artifact/` (this crate builds only its Rust library). A crate
+//! that extends that C ABI with its own names (gc-conservative-capi, gc-runtime) uses
+//! [`ffi`]: the C handle types, their conversion, the shared last-error slot.
 
 mod big;
 mod callbacks;

@@ -39,12 +39,12 @@ pub fn header_sources() -> Vec<PathBuf> {
 /// earlier prefix there are replaced). Returns `dir`, absolute.
 pub fn make(dir: &Path) -> Result<PathBuf> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "gc-runtime", "--lib"]);
+    build.args(["build", "--release", "-p", "gc-runtime-artifact", "--lib"]);
     let status = build
         .status()
         .context("running cargo build for the prefix's library")?;
     if !status.success() {
-        bail!("cargo build --release -p gc-runtime failed ({status})");
+        bail!("cargo build --release -p gc-runtime-artifact failed ({status})");
     }
     let lib = root().join("target/release/libgc_runtime.so");
     write_prefix(dir, &lib)

@@ -48,9 +48,10 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     plan.push(("formatting (cargo fmt --check)", fmt));
 
     // Clippy checks in a target directory of its own: its metadata-only builds of the
-    // cdylib crates (gc-core, the `capi/artifact` crates, ...) would otherwise sit next
-    // to the test build's unhashed rlibs, and rustdoc refuses a doctest that sees both
-    // copies (E0460). Check builds share nothing with test builds, so this costs no time.
+    // cdylib crates (the `artifact` crates: gc-core's, gc-runtime's, the `capi/artifact`
+    // ones) would otherwise sit next to the test build's unhashed rlibs, and rustdoc
+    // refuses a doctest that sees both copies (E0460). Check builds share nothing with
+    // test builds, so this costs no time.
     let mut clippy = cargo();
     clippy.args([
         "clippy",
@@ -79,7 +80,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         .args([
             "test",
             "-p",
-            "gc-conservative",
+            "gc-conservative-capi",
             "--test",
             "it",
             "c_programs::",

@@ -6,7 +6,7 @@
  * jl_gc_wb, the array of doubles is a large foreign type without pointers, the stacks
  * are scanned conservatively (jl_gc_enable_conservative_scanning) and nothing else is
  * tuned. Built against julia_gcext_compat.h and libgc_conservative; `cargo xtask bench
- * gc` runs it next to Boehm GC's GCBench (gc-conservative/tests/c/gcbench.c,
+ * gc` runs it next to Boehm GC's GCBench (gc-conservative/capi/tests/c/gcbench.c,
  * -DUSE_BOEHM), interleaved.
  *
  * Usage: gcbench_user [STRETCH_DEPTH LONG_LIVED_DEPTH MAX_DEPTH] (default 18 16 16).

@@ -23,9 +23,10 @@
 //! runs while the thread waits.
 //!
 //! The crate has no Rust API of its own: Rust code uses gc-core, gc-conservative and gil
-//! directly. Its `rlib` exists so that a Rust program linking C code written against
+//! directly. It is an rlib so that a Rust program linking C code written against
 //! `gc_runtime.h` (integration-tests' minigap) links the C ABI; `extern crate gc_runtime;`
-//! keeps it linked.
+//! keeps it linked. `artifact/` (the `gc-runtime-artifact` crate) builds it as
+//! `libgc_runtime.so`, which carries gc-core's, gc-conservative's and gil's C ABI too.
 
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!(
@@ -33,8 +34,9 @@ compile_error!(
      other architectures are not supported yet"
 );
 
-// The C ABIs this crate calls and re-exports from its cdylib.
-extern crate gc_conservative;
+// The C ABIs this crate calls and that libgc_runtime.so re-exports (gc-core's C layer is inside
+// gc-core; gc-conservative's is the gc-conservative-capi crate).
+extern crate gc_conservative_capi;
 extern crate gc_core;
 
 mod capi;

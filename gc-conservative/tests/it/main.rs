@@ -1,10 +1,8 @@
-//! gc-conservative's integration tests, one binary (each file a module): C programs
-//! against the headers and the library, the example's snapshot, scan filters, header
-//! drift, lookups, and weak references next to conservative scanning.
+//! gc-conservative's integration tests, one binary (each file a module): the example's
+//! snapshot, scan filters, lookups, and weak references next to conservative scanning.
+//! The C programs and header drift checks are the C ABI's, in `capi/tests/it/`.
 
-mod c_programs;
 mod example_snapshot;
 mod filter;
-mod headers;
 mod lookup;
 mod weak;

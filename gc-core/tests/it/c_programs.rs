@@ -1,6 +1,6 @@
 //! C programs built with `cc` against the installed headers and the crate's shared
-//! library, run as child processes (a C client is a process of its own: the default heap
-//! is process-global). With `GC_CORE_VALGRIND=1` (set by `cargo xtask test`) they also
+//! library (`libgc_core.so`, `capi/artifact/`'s cdylib, built for the test), run as child
+//! processes (a C client is a process of its own: the default heap is process-global). With `GC_CORE_VALGRIND=1` (set by `cargo xtask test`) they also
 //! run under valgrind, which must report no error.
 
 use std::path::PathBuf;
@@ -9,7 +9,10 @@ use test_support::{cdylib_dir, run_ok, valgrind, valgrind_requested, CProgram};
 
 fn build(source: &str, name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    let lib = cdylib_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/capi/artifact"),
+        env!("CARGO_TARGET_TMPDIR"),
+    );
     CProgram::new(
         crate_dir.join(source),
         std::env::temp_dir().join(format!("gc-core-{name}-{}", std::process::id())),

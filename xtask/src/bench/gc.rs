@@ -3,7 +3,7 @@
 //! same run.
 //!
 //! `gc`:
-//! - GCBench in C (`gc-conservative/tests/c/gcbench.c`, the classic sizes) three ways:
+//! - GCBench in C (`gc-conservative/capi/tests/c/gcbench.c`, the classic sizes) three ways:
 //!   ours with conservative stack scanning as the only roots (the same program Boehm
 //!   runs), ours with precise roots (a shadow stack), and Boehm; run interleaved
 //!   `GCBENCH_RUNS` times each, medians of total time, GC time, max pause and peak RSS;
@@ -81,7 +81,8 @@ pub(crate) fn ensure_boehm() -> Result<()> {
     Ok(())
 }
 
-/// Builds libgc_conservative (which carries gc-core's C ABI) in release mode.
+/// Builds libgc_conservative (gc-conservative's C ABI crate's artifact, which carries
+/// gc-core's C ABI too) in release mode.
 fn build_library() -> Result<PathBuf> {
     let mut build = cargo();
     build.args([
@@ -89,11 +90,11 @@ fn build_library() -> Result<PathBuf> {
         "--release",
         "--quiet",
         "-p",
-        "gc-conservative",
+        "gc-conservative-capi-artifact",
         "--lib",
     ]);
     if !build.status()?.success() {
-        bail!("cargo build --release -p gc-conservative failed");
+        bail!("cargo build --release -p gc-conservative-capi-artifact failed");
     }
     Ok(root().join("target").join("release"))
 }
@@ -156,7 +157,7 @@ pub fn run_gc() -> Result<()> {
     ensure_apt_tools(&[("cc", "gcc")], "to build the C benchmarks")?;
     ensure_boehm()?;
     build_library()?;
-    let src = "gc-conservative/tests/c/gcbench.c";
+    let src = "gc-conservative/capi/tests/c/gcbench.c";
     let variants = [
         ("", compile(src, "gcbench_ours", &[], true, false)?),
         (
@@ -465,7 +466,7 @@ pub fn run_conservative() -> Result<()> {
     r.value("base_ptr_hit_ratio_min", lo);
     r.value("base_ptr_hit_ratio_max", hi);
     // GCBench with conservative roots only vs precise roots, same run.
-    let src = "gc-conservative/tests/c/gcbench.c";
+    let src = "gc-conservative/capi/tests/c/gcbench.c";
     let cons = compile(src, "gcbench_ours", &[], true, false)?;
     let precise = compile(src, "gcbench_precise", &["-DPRECISE_ROOTS"], true, false)?;
     let (mut a, mut b) = (Vec::new(), Vec::new());

@@ -1,5 +1,5 @@
-//! The C program `tests/c/runtime.c` against `gc_runtime.h` and `libgc_runtime.so`
-//! (which carries gc-core's, gc-conservative's and gil's C ABI too), run as a child
+//! The C program `tests/c/runtime.c` against `gc_runtime.h` and `libgc_runtime.so` (the
+//! `artifact/` crate's cdylib, built for the test; it carries gc-core's, gc-conservative's and gil's C ABI too), run as a child
 //! process: five threads, one holding an object only in a callee-saved register inside
 //! a blocking region, one holding an object only on its stack while it waits for the
 //! GIL, one whose object only the registers saved at its `gc_runtime_leave` refer to,
@@ -18,7 +18,10 @@ fn program() -> &'static Path {
     EXE.get_or_init(|| {
         let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
         let workspace = crate_dir.parent().unwrap().parent().unwrap();
-        let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+        let lib = cdylib_dir(
+            concat!(env!("CARGO_MANIFEST_DIR"), "/artifact"),
+            env!("CARGO_TARGET_TMPDIR"),
+        );
         CProgram::new(
             crate_dir.join("tests/c/runtime.c"),
             Path::new(env!("CARGO_TARGET_TMPDIR")).join("runtime"),

@@ -1,17 +1,24 @@
-//! `include/gc_conservative.h` is generated from `src/capi.rs` by cbindgen and must
-//! match (`UPDATE_HEADERS=1 cargo test -p gc-conservative --test it headers` rewrites it);
+//! `gc-conservative/include/gc_conservative.h` is generated from `src/lib.rs` by cbindgen
+//! and must match (`UPDATE_HEADERS=1 cargo test -p gc-conservative-capi --test it headers`
+//! rewrites it);
 //! the seed's three conservative-scanning functions, declared by hand in gc-core's
 //! `julia_gcext_compat.h`, must agree with their Rust definitions here (compiled together
 //! in one C translation unit, where a difference is a "conflicting types" error).
 
 use std::path::PathBuf;
 
-fn crate_dir() -> PathBuf {
+/// This crate's folder (`gc-conservative/capi`), which cbindgen parses.
+fn capi_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// gc-conservative's folder, the header's.
+fn crate_dir() -> PathBuf {
+    capi_dir().parent().unwrap().to_path_buf()
+}
+
 fn functions() -> Vec<String> {
-    let src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
+    let src = std::fs::read_to_string(capi_dir().join("src/lib.rs")).unwrap();
     src.lines()
         .filter_map(|l| {
             l.trim_start()
@@ -35,7 +42,7 @@ fn generate(exclude: Vec<String>, includes: Vec<String>) -> String {
     config.export.exclude = exclude;
     let mut out = Vec::new();
     cbindgen::Builder::new()
-        .with_crate(crate_dir())
+        .with_crate(capi_dir())
         .with_config(config)
         .generate()
         .expect("cbindgen parses the crate")
@@ -51,7 +58,7 @@ fn gc_conservative_h_is_generated_from_the_rust_side() {
         .collect();
     let body = generate(jl, vec!["gc_core.h".into()]);
     let fresh = format!(
-        "/*\n * gc_conservative.h: conservative scanning for gc-core heaps. Generated from\n * src/capi.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-conservative\n * --test it headers). Link with libgc_conservative, which also carries gc_core.h's API.\n */\n#ifndef GC_CONSERVATIVE_H\n#define GC_CONSERVATIVE_H\n\n{}\n#endif /* GC_CONSERVATIVE_H */\n",
+        "/*\n * gc_conservative.h: conservative scanning for gc-core heaps. Generated from\n * capi/src/lib.rs by cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p\n * gc-conservative-capi --test it headers). Link with libgc_conservative, which also\n * carries gc_core.h's API.\n */\n#ifndef GC_CONSERVATIVE_H\n#define GC_CONSERVATIVE_H\n\n{}\n#endif /* GC_CONSERVATIVE_H */\n",
         body.trim_end()
     );
     let path = crate_dir().join("include/gc_conservative.h");
@@ -62,7 +69,7 @@ fn gc_conservative_h_is_generated_from_the_rust_side() {
         panic!("{e}");
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(committed == fresh, "include/gc_conservative.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-conservative --test it headers");
+    assert!(committed == fresh, "include/gc_conservative.h is out of date; run UPDATE_HEADERS=1 cargo test -p gc-conservative-capi --test it headers");
 }
 
 #[test]

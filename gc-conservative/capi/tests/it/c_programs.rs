@@ -1,9 +1,10 @@
-//! C programs against the headers and `libgc_conservative.so` (which carries gc-core's C
-//! ABI too), each run as a child process (the default heap is process-global):
-//! conservative scanning of a local variable, of a callee-saved register and of two
-//! threads' stacks (each with scanning on, and off so that the test can fail), lookups
-//! of dead objects on pages waiting for their lazy sweep (`unswept`), misuse
-//! of the compat API (`misuse.c`), and GCBench with no precise roots at all under the collect-every-N stress mode. With
+//! C programs against the headers and `libgc_conservative.so` (the `artifact/` crate's
+//! cdylib, built for the test; it carries gc-core's C ABI too), each run as a child
+//! process (the default heap is process-global): conservative scanning of a local
+//! variable, of a callee-saved register and of two threads' stacks (each with scanning
+//! on, and off so that the test can fail), lookups of dead objects on pages waiting for
+//! their lazy sweep (`unswept`), misuse of the compat API (`misuse.c`), and GCBench with
+//! no precise roots at all under the collect-every-N stress mode. With
 //! `GC_CONSERVATIVE_VALGRIND=1` (set by `cargo xtask test`) GCBench also runs under
 //! valgrind, which must report no error.
 
@@ -12,30 +13,44 @@ use std::process::Command;
 use std::sync::OnceLock;
 use test_support::{cdylib_dir, run_ok as run, valgrind, valgrind_requested, CProgram};
 
+/// gc-conservative's folder (the header's) and the workspace's.
+fn dirs() -> (PathBuf, PathBuf) {
+    let capi = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let crate_dir = capi.parent().unwrap().to_path_buf();
+    let workspace = crate_dir.parent().unwrap().to_path_buf();
+    (crate_dir, workspace)
+}
+
+/// `libgc_conservative.so`'s folder (the `artifact/` crate's cdylib, built for the test).
+fn lib_dir() -> PathBuf {
+    cdylib_dir(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/artifact"),
+        env!("CARGO_TARGET_TMPDIR"),
+    )
+}
+
 fn build(source: &str, name: &str) -> PathBuf {
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
+    let (crate_dir, workspace) = dirs();
     CProgram::new(
-        crate_dir.join(source),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(source),
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
     )
-    .include(crate_dir.parent().unwrap().join("gc-core").join("include"))
+    .include(workspace.join("gc-core").join("include"))
     .include(crate_dir.join("include"))
-    .link(lib, "gc_conservative")
+    .link(lib_dir(), "gc_conservative")
     .build()
 }
 
 fn build_julia(source: &str, name: &str) -> PathBuf {
-    let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lib = cdylib_dir(env!("CARGO_MANIFEST_DIR"), env!("CARGO_TARGET_TMPDIR"));
-    let gc_core = crate_dir.parent().unwrap().join("gc-core").join("include");
+    let (_, workspace) = dirs();
+    let gc_core = workspace.join("gc-core").join("include");
     CProgram::new(
-        crate_dir.join(source),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(source),
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
     )
     .include(gc_core.join("julia"))
     .include(gc_core)
-    .link(lib, "gc_conservative")
+    .link(lib_dir(), "gc_conservative")
     .flags(&["-pthread"])
     .build()
 }
