@@ -11,7 +11,9 @@
 //! - no module cycle in any crate beyond `KNOWN_MODULE_CYCLES` (a list that may only
 //!   shrink);
 //! - a C layer inside its crate (`src/capi*`) names only the crate's root-level public API,
-//!   except the crates in `KNOWN_CAPI_INTERNALS` (a list that may only shrink).
+//!   except the crates in `KNOWN_CAPI_INTERNALS` (a list that may only shrink);
+//! - only `*-artifact` crates declare a `cdylib` or `staticlib`, so a Rust dependent of
+//!   any other crate builds only rlibs.
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -963,4 +965,54 @@ fn capi_check_fails_on_an_internal_path() {
         ),
         vec!["lookup".to_string()]
     );
+}
+
+// Rule: C libraries are built by artifact crates only. A `cdylib`/`staticlib` next to a
+// crate's `lib` is built by every Rust dependent (the finding was +130 MB in `target/`
+// and longer links); the C ABI's library comes from `<crate>/capi/artifact` instead.
+
+/// The `crate-type` kinds of a manifest other than `rlib`/`lib`, when its package name does
+/// not end in `-artifact`: the reason it breaks the rule, or `Ok`.
+fn check_library_kinds(name: &str, manifest: &str) -> Result<(), String> {
+    if name.ends_with("-artifact") {
+        return Ok(());
+    }
+    for line in manifest.lines() {
+        let line = line.trim();
+        let Some(kinds) = line.strip_prefix("crate-type") else {
+            continue;
+        };
+        let extra: Vec<&str> = ["cdylib", "staticlib", "dylib"]
+            .into_iter()
+            .filter(|k| kinds.contains(&format!("\"{k}\"")))
+            .collect();
+        if !extra.is_empty() {
+            return Err(format!(
+                "crate {name} declares {extra:?}: only `*-artifact` crates build C libraries \
+                 (put the C ABI in <crate>/capi and its library in <crate>/capi/artifact)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn only_artifact_crates_build_c_libraries() {
+    let bad: Vec<String> = workspace_manifests()
+        .iter()
+        .filter_map(|(name, text)| check_library_kinds(name, text).err())
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn library_kind_check_fails_on_a_cdylib_next_to_a_lib() {
+    let lib = "[package]\nname = \"gc-core\"\n[lib]\ncrate-type = [\"rlib\", \"cdylib\"]\n";
+    let err = check_library_kinds("gc-core", lib).unwrap_err();
+    assert!(err.contains("gc-core") && err.contains("cdylib"), "{err}");
+    let stat = "[lib]\ncrate-type = [\"staticlib\"]\n";
+    assert!(check_library_kinds("gil", stat).is_err());
+    let artifact = "[lib]\nname = \"gil\"\ncrate-type = [\"cdylib\"]\n";
+    assert!(check_library_kinds("gil-capi-artifact", artifact).is_ok());
+    assert!(check_library_kinds("gil", "[lib]\ncrate-type = [\"rlib\"]\n").is_ok());
 }
