@@ -33,8 +33,8 @@ pub use crate::capi::{
     gc_last_status, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
     gc_thread_detach,
 };
-pub use crate::mark::{MarkFast, TlsHead, HELPER_MAGIC};
-pub use crate::mutator::MUTATOR_MAGIC;
+pub use crate::mark::MarkFast;
+pub use crate::tls::{TlsHead, HELPER_MAGIC, MUTATOR_MAGIC};
 
 /// The GC bits of an object's header word, as the compat header's inline fast paths
 /// test them (`GC_HDR_*` in `julia_gcext_compat.h`, checked against these by the header

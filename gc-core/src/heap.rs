@@ -22,19 +22,6 @@ impl From<&Heap> for HeapId {
     }
 }
 
-/// The ids of the heaps that are alive. A heap's drop removes its id (under the write
-/// lock) before it frees anything its types own, so code holding the read lock with
-/// the id present may read the heap's type objects.
-static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
-    parking_lot::RwLock::new(std::collections::BTreeSet::new());
-
-/// Runs `f` while heap `id` cannot be dropped; `None` (without running `f`) if it has
-/// been. `f` must not create or drop a heap.
-pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
-    let live = LIVE_HEAPS.read();
-    live.contains(&id.get()).then(f)
-}
-
 /// Tuning of a heap. All sizes in bytes.
 #[derive(Clone, Debug)]
 pub struct HeapConfig {
@@ -590,7 +577,7 @@ impl Heap {
         inner
             .weakref_type
             .store(weakref.as_obj().addr(), Ordering::Release);
-        LIVE_HEAPS.write().insert(inner.id.get());
+        crate::heap_id::LIVE_HEAPS.write().insert(inner.id.get());
         tracing::debug!(heap = %inner.id, "heap created");
         Ok(Heap(inner))
     }
@@ -1060,7 +1047,7 @@ impl Drop for HeapInner {
         }
         // From here on no TypeRef of this heap reads its type object (the write lock
         // waits for readers that found the heap alive).
-        LIVE_HEAPS.write().remove(&self.id.get());
+        crate::heap_id::LIVE_HEAPS.write().remove(&self.id.get());
         for t in self.types.get_mut().drain(..) {
             // SAFETY: type objects die with the heap; free what their descriptors own.
             unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };
@@ -1081,5 +1068,5 @@ fn on_collector_thread() -> bool {
     let me = crate::mutator::current();
     // SAFETY: the current thread's mutator is alive while attached.
     (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))
-        || !crate::mark::helper_ptls().is_null()
+        || !crate::tls::helper_ptls().is_null()
 }

@@ -83,11 +83,13 @@ mod mark;
 mod mutator;
 mod object;
 mod page;
+mod pagemeta;
 mod pagetable;
 mod par;
 mod sizeclass;
 mod stats;
 mod task;
+mod tls;
 mod types;
 mod weak;
 
@@ -99,14 +101,13 @@ pub use lookup::{
     PoolLookup,
 };
 pub use mark::{Marker, ARRAY_CHUNK};
-pub use mutator::{
-    current_thread_task, save_registers, GcSafe, Mutator, MutatorShared, SafeState, SAVED_REGS,
-};
+pub use mutator::{current_thread_task, GcSafe, Mutator, MutatorShared, SafeState};
 pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
-pub use page::PageMeta;
+pub use pagemeta::PageMeta;
 pub use sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 pub use stats::{CollectionInfo, GcStats};
 pub use task::Task;
+pub use tls::{save_registers, SAVED_REGS};
 pub use types::{
     CMarkFn, CSweepFn, ForeignTypeSpec, MarkFn, MarkProc, SweepFn, SweepProc, TypeKind, TypeRef,
 };

@@ -132,62 +132,6 @@ pub struct MarkFast {
     pub young: u64,
 }
 
-/// The part of a collector thread's `ptls` that C code reads (`gc_tls_head_t`): the
-/// mutator of the collecting thread ([`crate::MutatorShared`]) and the helper threads'
-/// records start with it. Layout checked by `tests/it/headers.rs`.
-#[repr(C)]
-pub struct TlsHead {
-    /// Callee-saved registers and stack pointer saved when a mutator stops.
-    pub regs: std::cell::UnsafeCell<[usize; crate::mutator::SAVED_REGS]>,
-    /// `MUTATOR_MAGIC` (attached mutator), `HELPER_MAGIC` (collector helper thread) or
-    /// `MUTATOR_DEAD`.
-    pub magic: std::sync::atomic::AtomicU64,
-    /// `pthread_self()` of the owning thread; 0 once a mutator detached (the compat
-    /// header's cached `jl_get_ptls_states` relies on it).
-    pub thread: std::sync::atomic::AtomicUsize,
-    /// The marker this thread marks with (null outside marking).
-    pub marker: std::sync::atomic::AtomicPtr<c_void>,
-    /// Verify mode: C entry points check every argument.
-    pub checked: std::sync::atomic::AtomicBool,
-}
-
-/// `TlsHead::magic` of a collector helper thread (`GC_TLS_HELPER_MAGIC` in the C
-/// headers).
-pub const HELPER_MAGIC: u64 = 0x4743_4845_4C50_4552;
-
-thread_local! {
-    /// On a collector helper thread: its `ptls` record (lives as long as the thread).
-    static HELPER: std::cell::Cell<*const TlsHead> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-
-/// Called by each helper thread when it starts: makes its `ptls` record, which
-/// [`exit_helper_thread`] frees.
-pub(crate) fn enter_helper_thread() {
-    let head: *const TlsHead = Box::into_raw(Box::new(TlsHead {
-        regs: std::cell::UnsafeCell::new([0; crate::mutator::SAVED_REGS]),
-        magic: std::sync::atomic::AtomicU64::new(HELPER_MAGIC),
-        thread: std::sync::atomic::AtomicUsize::new(crate::mutator::thread_id()),
-        marker: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
-        checked: std::sync::atomic::AtomicBool::new(false),
-    }));
-    HELPER.with(|h| h.set(head));
-}
-
-/// Called by each helper thread when it ends.
-pub(crate) fn exit_helper_thread() {
-    let head = HELPER.with(|h| h.replace(std::ptr::null()));
-    if !head.is_null() {
-        // SAFETY: made by Box::into_raw in enter_helper_thread on this thread; no job
-        // runs any more, so nothing refers to it.
-        drop(unsafe { Box::from_raw(head as *mut TlsHead) });
-    }
-}
-
-/// The `ptls` of the calling thread if it is a collector helper thread, else null.
-pub(crate) fn helper_ptls() -> *const TlsHead {
-    HELPER.with(|h| h.get())
-}
-
 /// The collector threads of one collection: the helpers' markers (the collecting
 /// thread's is the one that holds the team) and every participant's stealer.
 pub(crate) struct Team<'p, 'h> {
@@ -1010,7 +954,7 @@ impl<'h> Marker<'h> {
                 unsafe { Self::drain_parallel(ctx.m0, ctx.job, 0, ctx.ptls0) };
             } else if let Some(&h) = ctx.helpers.get(i - 1) {
                 if ctx.job.term.join() {
-                    let head = helper_ptls();
+                    let head = crate::tls::helper_ptls();
                     // SAFETY: a helper thread's record lives as long as the thread; its
                     // marker pointer is read only by C code on this thread.
                     unsafe { (*head).marker.store(h as *mut c_void, Ordering::Release) };

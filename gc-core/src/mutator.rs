@@ -16,14 +16,14 @@ use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;
 use crate::error::GcError;
 use crate::heap::{Heap, HeapInner, World};
-use crate::mark::TlsHead;
 use crate::object::{
     back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, HEADER_SIZE, REMEMBERED,
 };
-use crate::page::PageMeta;
+use crate::pagemeta::PageMeta;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
 use crate::stats::CollectionInfo;
 use crate::task::{current_thread_stack, Task};
+use crate::tls::{save_registers, thread_id, TlsHead, MUTATOR_DEAD, MUTATOR_MAGIC, SAVED_REGS};
 use crate::types::{SweepProc, TypeKind, TypeRef};
 use crate::CollectionKind;
 use parking_lot::MutexGuard;
@@ -33,36 +33,8 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// `TlsHead::magic` of an attached mutator (`GC_TLS_MUTATOR_MAGIC` in the C headers).
-pub const MUTATOR_MAGIC: u64 = 0x4D55_5441_544F_5221;
-/// `MutatorShared::magic` of a detached one.
-pub(crate) const MUTATOR_DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
-
 /// Detached mutators, kept for reuse so that their memory stays a mutator.
 static SPARE: parking_lot::Mutex<Vec<Arc<MutatorShared>>> = parking_lot::Mutex::new(Vec::new());
-
-/// The calling thread's id, as stored in `MutatorShared::thread`.
-#[inline]
-pub(crate) fn thread_id() -> usize {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-    {
-        // glibc's pthread_self() on x86_64 is the thread pointer's self field, %fs:0x10
-        // (what the compat header's inline jl_get_ptls_states reads too): one load, so
-        // that every C entry point can afford to check the calling thread.
-        let id: usize;
-        // SAFETY: reads the current thread's TCB, which glibc keeps mapped for the
-        // thread's lifetime; no memory is written and no flags are changed.
-        unsafe {
-            std::arch::asm!("mov {}, fs:0x10", out(reg) id, options(nostack, readonly, preserves_flags, pure))
-        };
-        id
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-    // SAFETY: pthread_self has no preconditions.
-    unsafe {
-        libc::pthread_self() as usize
-    }
-}
 
 /// Running managed code (may touch the heap).
 pub(crate) const RUNNING: u8 = 0;
@@ -215,10 +187,6 @@ pub(crate) struct Local {
     pub fin_at_safepoints: bool,
 }
 
-/// Registers saved when the thread stops (rbx, rbp, r12-r15, rsp on x86_64), so that a
-/// conservative scanner sees references held only in callee-saved registers.
-pub const SAVED_REGS: usize = 7;
-
 /// A thread attached to a heap: the object behind the C API's `jl_ptls_t`.
 #[repr(C)]
 pub struct MutatorShared {
@@ -244,40 +212,6 @@ pub struct MutatorShared {
 unsafe impl Sync for MutatorShared {}
 // SAFETY: as above.
 unsafe impl Send for MutatorShared {}
-
-/// Copies the callee-saved registers and the stack pointer into `buf`.
-///
-/// Inlined into the caller, so the values are those of the frame that stays live while
-/// the thread is stopped. It writes only into `buf` (a raw pointer is not accepted):
-///
-/// ```compile_fail,E0308
-/// gc_core::save_registers(std::ptr::null_mut());
-/// ```
-#[inline(always)]
-pub fn save_registers(buf: &mut [usize; SAVED_REGS]) {
-    let buf: *mut [usize; SAVED_REGS] = buf;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: only stores to the 56-byte buffer the caller owns; no other effect.
-    unsafe {
-        std::arch::asm!(
-            "mov [{b}], rbx",
-            "mov [{b} + 8], rbp",
-            "mov [{b} + 16], r12",
-            "mov [{b} + 24], r13",
-            "mov [{b} + 32], r14",
-            "mov [{b} + 40], r15",
-            "mov [{b} + 48], rsp",
-            b = in(reg) buf,
-            options(nostack, preserves_flags)
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let marker = 0usize;
-        // SAFETY: the caller owns the buffer.
-        unsafe { *buf = [0, 0, 0, 0, 0, 0, &marker as *const usize as usize] };
-    }
-}
 
 impl MutatorShared {
     #[inline(always)]
