@@ -28,7 +28,7 @@
 
 use crate::callbacks::{Callback, CallbackKind};
 use crate::heap::{Heap, HeapConfig, HeapId, Root};
-use crate::mark::Marker;
+use crate::marker::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
 use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
 use crate::task::Task;

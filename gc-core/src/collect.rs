@@ -26,7 +26,7 @@ use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
 use crate::heap::{GcState, HeapId, HeapInner};
-use crate::mark::{Marker, Team};
+use crate::marker::{Marker, Team};
 use crate::mutator::{MutatorShared, RUNNING};
 use crate::object::{
     header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
@@ -316,7 +316,7 @@ fn run(
         mark_threads(config.mark_threads)
     };
     let mut marker = Marker::new(
-        heap,
+        heap.id(),
         full,
         gc.parity,
         gc.young_parity,
@@ -342,7 +342,7 @@ fn run(
         Some(p) if pool_ok => (0..p.helpers())
             .map(|_| {
                 Box::new(Marker::new(
-                    heap,
+                    heap.id(),
                     full,
                     gc.parity,
                     gc.young_parity,

@@ -21,7 +21,7 @@
 
 use crate::capi;
 use crate::heap::{Heap, HeapId};
-use crate::mark::Marker;
+use crate::marker::Marker;
 
 pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t};
 
@@ -33,7 +33,7 @@ pub use crate::capi::{
     gc_last_status, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
     gc_thread_detach,
 };
-pub use crate::mark::MarkFast;
+pub use crate::marker::MarkFast;
 pub use crate::tls::{TlsHead, HELPER_MAGIC, MUTATOR_MAGIC};
 
 /// The GC bits of an object's header word, as the compat header's inline fast paths

@@ -80,6 +80,7 @@ mod heap;
 mod heap_id;
 mod lookup;
 mod mark;
+mod marker;
 mod mutator;
 mod object;
 mod page;
@@ -100,7 +101,8 @@ pub use lookup::{
     internal_object, is_internal_cell, is_internal_object, is_object, page_of, pool_object,
     PoolLookup,
 };
-pub use mark::{Marker, ARRAY_CHUNK};
+pub use mark::ARRAY_CHUNK;
+pub use marker::Marker;
 pub use mutator::{current_thread_task, GcSafe, Mutator, MutatorShared, SafeState};
 pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
 pub use pagemeta::PageMeta;

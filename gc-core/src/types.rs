@@ -13,7 +13,7 @@
 //! - the meta type of types.
 
 use crate::heap_id::HeapId;
-use crate::mark::Marker;
+use crate::marker::Marker;
 use crate::object::ObjRef;
 use std::ffi::{c_void, CString};
 

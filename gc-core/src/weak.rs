@@ -55,7 +55,7 @@
 use crate::callbacks::{Callback, CallbackKind};
 use crate::error::GcError;
 use crate::heap::{Heap, HeapInner};
-use crate::mark::Marker;
+use crate::marker::Marker;
 use crate::mutator::{self, Mutator, MutatorShared, RUNNING};
 use crate::object::{ObjRef, OLD};
 use crate::types::{TypeKind, TypeRef};
