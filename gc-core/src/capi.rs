@@ -27,14 +27,17 @@
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};
-use crate::heap::{Heap, HeapConfig, HeapId, Root};
+use crate::config::HeapConfig;
+use crate::heap::Root;
+use crate::heap_id::HeapId;
 use crate::marker::Marker;
-use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
+use crate::mutator::{self, SafeState};
 use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
+use crate::state::{Heap, Mutator, MutatorShared, RUNNING};
 use crate::task::Task;
 use crate::tls::{TlsHead, HELPER_MAGIC};
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
-use crate::weak::{ReferenceQueue, WeakRef};
+use crate::weakref::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
 use ffi_support::{guard, Status};
 use parking_lot::Mutex;
@@ -764,7 +767,7 @@ pub unsafe extern "C" fn gc_alloc(
             (*ms).head.magic.load(Ordering::Relaxed) == crate::tls::MUTATOR_MAGIC
                 && (*ms).head.thread.load(Ordering::Relaxed) == crate::tls::thread_id()
                 && !(*ms).head.checked.load(Ordering::Relaxed)
-                && (*ms).state.load(Ordering::Relaxed) == mutator::RUNNING
+                && (*ms).state.load(Ordering::Relaxed) == RUNNING
         }
     {
         // SAFETY: the calling thread's attached mutator (the contract above).

@@ -25,9 +25,8 @@
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
-use crate::heap::{GcState, HeapId, HeapInner};
+use crate::heap_id::HeapId;
 use crate::marker::{Marker, Team};
-use crate::mutator::{MutatorShared, RUNNING};
 use crate::object::{
     header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
@@ -35,9 +34,10 @@ use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagemeta::SweepParams;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
+use crate::state::{GcState, HeapInner, MutatorShared, RUNNING};
 use crate::stats::CollectionInfo;
 use crate::tls::{abort_after_panic, save_registers};
-use crate::weak::QueueInner;
+use crate::weaktab::QueueInner;
 use crate::CollectionKind;
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};

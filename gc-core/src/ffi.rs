@@ -20,8 +20,9 @@
 //! ```
 
 use crate::capi;
-use crate::heap::{Heap, HeapId};
+use crate::heap_id::HeapId;
 use crate::marker::Marker;
+use crate::state::Heap;
 
 pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t};
 

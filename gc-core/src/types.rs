@@ -283,3 +283,30 @@ impl std::fmt::Debug for TypeRef {
         }
     }
 }
+
+impl SweepProc {
+    /// Whether there is a sweep function.
+    pub fn is_some(&self) -> bool {
+        !matches!(self, SweepProc::None)
+    }
+}
+
+impl SweepProc {
+    /// Runs the sweep function on `obj`.
+    pub(crate) fn run(&self, obj: ObjRef) {
+        match self {
+            SweepProc::None => {}
+            SweepProc::Rust(f) => f(obj),
+            // SAFETY: a C sweep function of the seed's signature, given its dead object
+            // before the memory is reused.
+            SweepProc::C(f) => unsafe { f(obj.as_ptr().cast()) },
+        }
+    }
+}
+
+impl TypeKind {
+    /// Whether objects of this kind may only be made by the heap itself.
+    pub(crate) fn is_internal(self) -> bool {
+        matches!(self, TypeKind::DataType | TypeKind::WeakRef)
+    }
+}
