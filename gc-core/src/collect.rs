@@ -21,6 +21,10 @@
 //! 7. **resume**: clear the flag, wake the threads; then, outside the stop-the-world, the
 //!    collecting thread notifies the reference queues that received tokens and runs
 //!    pending finalizers if it opted in.
+//!
+//! Layering: over the heap's state (`state.rs`), marking (`mark.rs`) and weak processing
+//! (`weak.rs`); called by `mutator` (allocation, `Mutator::collect`) and `heap`, never
+//! the other way round.
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};

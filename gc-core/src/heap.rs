@@ -1,5 +1,10 @@
-//! The heap: configuration, the registry of mutator threads, types, roots, tasks and
-//! the state the collector keeps between collections.
+//! The heap's public handle: [`Heap`]'s methods (creation, attaching threads, types,
+//! roots, callbacks, tasks, statistics and settings), [`Root`], and the heap's teardown
+//! (`Drop for HeapInner`). The heap's data (`HeapInner`, the world, the collector's
+//! state) is `state.rs`, its tuning `config.rs`.
+//!
+//! A top layer: may depend on every module but the C layer (`capi`, `ffi`) and
+//! `weakref`; `mutator` and `collect` are below it.
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::config::{first_interval, HeapConfig};

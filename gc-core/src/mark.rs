@@ -34,6 +34,11 @@
 //! Verify mode reuses the same machinery with marking turned off: scanning an old object
 //! then only counts its young children, which must be zero unless the object is in the
 //! remembered set (otherwise a write barrier was missed).
+//!
+//! Layering: the [`Marker`] struct and its work items are `marker.rs` (below the type
+//! descriptors, whose mark functions take a `&mut Marker`); the marking here reads type
+//! descriptors (`types`), pages (`lookup`, `big`) and the helper threads' records
+//! (`tls`, `par`), never the heap's state: a marker knows its heap by id.
 
 use crate::big::BigHeader;
 use crate::heap_id::HeapId;

@@ -11,6 +11,11 @@
 //! the heap's `gc_flag`, then reads every thread's `state`; a thread leaving a GC-safe
 //! region sets its `state` to RUNNING, then reads `gc_flag`. One of the two always sees
 //! the other, so no thread runs managed code during a collection.
+//!
+//! Layering: the [`Mutator`] and [`MutatorShared`] types are in `state.rs` (they refer
+//! to the heap's state and it to them), with the one-thread half of the stop-the-world
+//! handshake (`MutatorShared::park`); their methods here sit above `collect` (an
+//! allocation may collect) and `weak` (finalizers run at safepoints), below `heap`.
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;

@@ -7,6 +7,9 @@
 //! in the cell headers themselves (see `object.rs`); the metadata adds, per page, the
 //! age bits of young objects and the "sweep function scheduled" bits, both indexed by
 //! 16-byte granule so that no division is needed to find them.
+//!
+//! The per-page metadata ([`PageMeta`]) is `pagemeta.rs`, below both this module and the
+//! page table (`pagetable.rs`), which registers each page of a chunk mapped here.
 
 use crate::heap_id::HeapId;
 use crate::object::FREE_END;

@@ -32,98 +32,98 @@ use std::sync::Arc;
 
 /// Mutator threads and the collection handshake, under `HeapInner::world`.
 pub(crate) struct World {
-    pub mutators: Vec<Arc<MutatorShared>>,
-    pub collecting: bool,
+    pub(crate) mutators: Vec<Arc<MutatorShared>>,
+    pub(crate) collecting: bool,
     /// Incremented at the end of every collection.
-    pub epoch: u64,
+    pub(crate) epoch: u64,
     /// Kind of the last collection that ran.
-    pub last_full: bool,
+    pub(crate) last_full: bool,
 }
 
 /// State the collector keeps between collections, under `HeapInner::gc`.
 pub(crate) struct GcState {
     /// For old objects, the MARK value that means "marked" (flips at every full
     /// collection, which unmarks the whole old generation at once).
-    pub parity: usize,
+    pub(crate) parity: usize,
     /// For young objects, the MARK value that (with AGE) means "marked" (flips at every
     /// collection, which unmarks every young survivor at once).
-    pub young_parity: usize,
+    pub(crate) young_parity: usize,
     /// Old objects with young children (remembered set), from the last collection.
-    pub remset: Vec<ObjRef>,
+    pub(crate) remset: Vec<ObjRef>,
     /// Objects whose sweep function is scheduled (merged from threads).
-    pub sweep_list: Vec<ObjRef>,
+    pub(crate) sweep_list: Vec<ObjRef>,
     /// Old generation bytes after the last full collection.
-    pub old_after_full: usize,
+    pub(crate) old_after_full: usize,
     /// The last full collection's sweep was lazy: set `old_after_full` once it is done.
-    pub full_pending: bool,
-    pub stats: StatsAcc,
+    pub(crate) full_pending: bool,
+    pub(crate) stats: StatsAcc,
     /// Permanent (type) objects' pool.
-    pub perm: Pool,
+    pub(crate) perm: Pool,
     /// Errors found by the verify mode, most recent last (bounded).
-    pub verify_errors: Vec<String>,
+    pub(crate) verify_errors: Vec<String>,
 }
 
 /// The shared heap; `Heap` is an `Arc` of it.
 pub(crate) struct HeapInner {
     /// Non-zero while a collection asks threads to stop (polled at safepoints).
-    pub gc_flag: AtomicU32,
-    pub pages: Mutex<PageAlloc>,
-    pub world: Mutex<World>,
-    pub cv_stopped: Condvar,
-    pub cv_resume: Condvar,
-    pub gc: Mutex<GcState>,
+    pub(crate) gc_flag: AtomicU32,
+    pub(crate) pages: Mutex<PageAlloc>,
+    pub(crate) world: Mutex<World>,
+    pub(crate) cv_stopped: Condvar,
+    pub(crate) cv_resume: Condvar,
+    pub(crate) gc: Mutex<GcState>,
     /// The statistics as of the start of the running (or last) collection, for
     /// [`Heap::stats`] called from inside a collection (a callback, a mark or sweep
     /// function), where `gc` is held by the collection itself. Percentiles are those of
     /// the last `stats()` call outside a collection.
-    pub published: Mutex<GcStats>,
+    pub(crate) published: Mutex<GcStats>,
     /// External (big) objects, young and old. Locked briefly by allocation and by the
     /// sweep.
-    pub big: Mutex<BigLists>,
-    pub callbacks: Callbacks,
-    pub roots: Mutex<Roots>,
-    pub types: Mutex<Vec<TypeRef>>,
-    pub tasks: Mutex<Vec<Arc<Task>>>,
-    pub config: Mutex<HeapConfig>,
-    pub stress_every: AtomicU64,
-    pub verify: AtomicBool,
+    pub(crate) big: Mutex<BigLists>,
+    pub(crate) callbacks: Callbacks,
+    pub(crate) roots: Mutex<Roots>,
+    pub(crate) types: Mutex<Vec<TypeRef>>,
+    pub(crate) tasks: Mutex<Vec<Arc<Task>>>,
+    pub(crate) config: Mutex<HeapConfig>,
+    pub(crate) stress_every: AtomicU64,
+    pub(crate) verify: AtomicBool,
     /// Bytes handed to allocators since the last collection, and the trigger.
-    pub allocd: AtomicUsize,
-    pub trigger: AtomicUsize,
+    pub(crate) allocd: AtomicUsize,
+    pub(crate) trigger: AtomicUsize,
     /// Allocation statistics of threads that have detached.
-    pub detached_objects: AtomicU64,
-    pub detached_bytes: AtomicU64,
+    pub(crate) detached_objects: AtomicU64,
+    pub(crate) detached_bytes: AtomicU64,
     /// Weak references, finalizer and reference-queue registrations (`weak.rs`).
-    pub weak: Mutex<WeakState>,
+    pub(crate) weak: Mutex<WeakState>,
     /// Finalizers waiting to run and running (their objects are roots).
-    pub fin: Mutex<FinQueue>,
+    pub(crate) fin: Mutex<FinQueue>,
     /// `fin.pending.len()`, readable without the lock.
-    pub fin_pending: AtomicUsize,
+    pub(crate) fin_pending: AtomicUsize,
     /// Finalizers run, and Rust finalizers that panicked.
-    pub fin_run: AtomicU64,
-    pub fin_panics: AtomicU64,
+    pub(crate) fin_run: AtomicU64,
+    pub(crate) fin_panics: AtomicU64,
     pub(crate) datatype: AtomicUsize,
     pub(crate) weakref_type: AtomicUsize,
     /// The heap's identity, never reused.
     pub(crate) id: HeapId,
     /// Helper threads for parallel marking and lazy sweeping, started on first use.
-    pub pool: Mutex<Option<MarkPool>>,
+    pub(crate) pool: Mutex<Option<MarkPool>>,
 }
 
 /// The heap's external objects.
 #[derive(Default)]
 pub(crate) struct BigLists {
-    pub young: Vec<ObjRef>,
-    pub old: Vec<ObjRef>,
+    pub(crate) young: Vec<ObjRef>,
+    pub(crate) old: Vec<ObjRef>,
     /// Bytes (headers included) of the objects on the lists, and of the old ones.
-    pub live: usize,
-    pub old_bytes: usize,
+    pub(crate) live: usize,
+    pub(crate) old_bytes: usize,
 }
 
 /// Persistent roots: a slab of object references.
 #[derive(Default)]
 pub(crate) struct Roots {
-    pub slots: Vec<Option<ObjRef>>,
+    pub(crate) slots: Vec<Option<ObjRef>>,
     pub(crate) free: Vec<usize>,
 }
 
@@ -318,25 +318,25 @@ pub(crate) enum FinFn {
 
 /// One registered (or queued) finalizer.
 pub(crate) struct FinEntry {
-    pub obj: ObjRef,
+    pub(crate) obj: ObjRef,
     /// Registration order, heap-wide.
-    pub seq: u64,
-    pub f: FinFn,
+    pub(crate) seq: u64,
+    pub(crate) f: FinFn,
 }
 
 /// Registrations and weak references of a heap, under `HeapInner::weak`.
 #[derive(Default)]
 pub(crate) struct WeakState {
     /// Weak-reference objects whose referent or themselves may be young.
-    pub objs_young: Vec<ObjRef>,
+    pub(crate) objs_young: Vec<ObjRef>,
     /// Weak-reference objects that are old, with an old referent or none.
-    pub objs_old: Vec<ObjRef>,
+    pub(crate) objs_old: Vec<ObjRef>,
     /// A weak-reference object was re-pointed: the lists may hold duplicates.
-    pub objs_dirty: bool,
-    pub handles: HandleTable,
-    pub fin_young: Vec<FinEntry>,
-    pub fin_old: Vec<FinEntry>,
-    pub fin_seq: u64,
+    pub(crate) objs_dirty: bool,
+    pub(crate) handles: HandleTable,
+    pub(crate) fin_young: Vec<FinEntry>,
+    pub(crate) fin_old: Vec<FinEntry>,
+    pub(crate) fin_seq: u64,
     pub(crate) phantom_young: Vec<PhantomEntry>,
     pub(crate) phantom_old: Vec<PhantomEntry>,
     /// The live reference queues by slot (a dropped queue's slot is `None`, reused by
@@ -362,9 +362,9 @@ impl WeakState {
 #[derive(Default)]
 pub(crate) struct FinQueue {
     /// In the order they will run.
-    pub pending: VecDeque<FinEntry>,
+    pub(crate) pending: VecDeque<FinEntry>,
     /// Objects of batches being run, by batch id.
-    pub in_flight: Vec<(u64, Vec<ObjRef>)>,
+    pub(crate) in_flight: Vec<(u64, Vec<ObjRef>)>,
     pub(crate) next_batch: u64,
 }
 

@@ -16,10 +16,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// one way a cell is taken, by the allocation fast and slow paths and the permanent
 /// pool alike.
 pub(crate) struct Pool {
-    pub free: usize,
-    pub bump: usize,
-    pub bump_end: usize,
-    pub page: Option<&'static PageMeta>,
+    pub(crate) free: usize,
+    pub(crate) bump: usize,
+    pub(crate) bump_end: usize,
+    pub(crate) page: Option<&'static PageMeta>,
 }
 
 impl Pool {
@@ -91,26 +91,26 @@ impl Pool {
 /// Thread-owned allocation state. Touched by the owning thread, and by the collector
 /// only while the owning thread is stopped.
 pub(crate) struct Local {
-    pub pools: [Pool; NUM_CLASSES],
-    pub remset: Vec<ObjRef>,
-    pub sweep_list: Vec<ObjRef>,
-    pub objects: u64,
-    pub bytes: u64,
+    pub(crate) pools: [Pool; NUM_CLASSES],
+    pub(crate) remset: Vec<ObjRef>,
+    pub(crate) sweep_list: Vec<ObjRef>,
+    pub(crate) objects: u64,
+    pub(crate) bytes: u64,
     /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
     /// a GC-safe region, so that the allocation fast path (which needs it above 1)
     /// leaves every allocation to the slow path, which refuses it.
-    pub countdown: u64,
+    pub(crate) countdown: u64,
     /// `countdown` when the thread entered its GC-safe region, restored when it leaves.
-    pub countdown_before_safe: u64,
+    pub(crate) countdown_before_safe: u64,
     /// Types recently validated by the C ABI (types live as long as the heap).
-    pub type_cache: [usize; 4],
+    pub(crate) type_cache: [usize; 4],
     /// Weak-reference objects made (or re-pointed to a young referent) since the last
     /// collection.
-    pub weak_objs: Vec<ObjRef>,
+    pub(crate) weak_objs: Vec<ObjRef>,
     /// `weak_objs` may repeat objects already listed by the heap.
-    pub weak_dirty: bool,
+    pub(crate) weak_dirty: bool,
     /// Run pending finalizers at safepoints (see `Mutator::set_finalizers_at_safepoints`).
-    pub fin_at_safepoints: bool,
+    pub(crate) fin_at_safepoints: bool,
 }
 
 /// Largest cell (header included) whose payload the allocation fast path zeroes

@@ -51,6 +51,12 @@
 //! slots for the marker, and a [`WeakRef`] handle holds the index of a slot in a table
 //! outside the heap, never the referent's address, so a stack word holding a handle or a
 //! weak-reference object keeps only that handle or object alive.
+//!
+//! Layering: this module is the processing (`process`, between mark and sweep) and the
+//! finalizer runner (after a collection, at safepoints, on request), over the heap's
+//! state (`state.rs`: `WeakState`, `FinQueue`) and the tables of `weaktab.rs`; `collect`
+//! and `mutator` call it. The public handles and the `Mutator`/`Heap` methods that
+//! register things are `weakref.rs`, at the top.
 
 use crate::callbacks::{Callback, CallbackKind};
 use crate::marker::Marker;
