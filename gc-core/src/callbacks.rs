@@ -11,7 +11,7 @@
 //! registered at most once (a second registration is refused).
 
 use crate::error::GcError;
-use crate::mark::Marker;
+use crate::marker::Marker;
 use crate::object::ObjRef;
 use crate::task::Task;
 use crate::CollectionKind;

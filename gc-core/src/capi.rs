@@ -27,13 +27,17 @@
 #![allow(non_camel_case_types)]
 
 use crate::callbacks::{Callback, CallbackKind};
-use crate::heap::{Heap, HeapConfig, HeapId, Root};
-use crate::mark::{Marker, TlsHead, HELPER_MAGIC};
-use crate::mutator::{self, Mutator, MutatorShared, SafeState, RUNNING};
+use crate::config::HeapConfig;
+use crate::heap::Root;
+use crate::heap_id::HeapId;
+use crate::marker::Marker;
+use crate::mutator::{self, SafeState};
 use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
+use crate::state::{Heap, Mutator, MutatorShared, RUNNING};
 use crate::task::Task;
+use crate::tls::{TlsHead, HELPER_MAGIC};
 use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
-use crate::weak::{ReferenceQueue, WeakRef};
+use crate::weakref::{ReferenceQueue, WeakRef};
 use crate::{CollectionKind, GcError};
 use ffi_support::{guard, Status};
 use parking_lot::Mutex;
@@ -219,7 +223,7 @@ thread_local! {
 fn cur() -> *mut gc_mutator_t {
     let m = mutator::current();
     if m.is_null() {
-        return crate::mark::helper_ptls() as *mut gc_mutator_t;
+        return crate::tls::helper_ptls() as *mut gc_mutator_t;
     }
     m as *mut gc_mutator_t
 }
@@ -582,8 +586,8 @@ unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         let ok = unsafe {
-            (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
-                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
+            (*ms).head.magic.load(Ordering::Relaxed) == crate::tls::MUTATOR_MAGIC
+                && (*ms).head.thread.load(Ordering::Relaxed) == crate::tls::thread_id()
         };
         if ok {
             // SAFETY: the calling thread's attached mutator.
@@ -760,10 +764,10 @@ pub unsafe extern "C" fn gc_alloc(
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         && unsafe {
-            (*ms).head.magic.load(Ordering::Relaxed) == mutator::MUTATOR_MAGIC
-                && (*ms).head.thread.load(Ordering::Relaxed) == mutator::thread_id()
+            (*ms).head.magic.load(Ordering::Relaxed) == crate::tls::MUTATOR_MAGIC
+                && (*ms).head.thread.load(Ordering::Relaxed) == crate::tls::thread_id()
                 && !(*ms).head.checked.load(Ordering::Relaxed)
-                && (*ms).state.load(Ordering::Relaxed) == mutator::RUNNING
+                && (*ms).state.load(Ordering::Relaxed) == RUNNING
         }
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
@@ -902,8 +906,8 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
     guard("gc_safe_enter", -1, || {
-        let mut regs = [0; mutator::SAVED_REGS];
-        mutator::save_registers(&mut regs);
+        let mut regs = [0; crate::tls::SAVED_REGS];
+        crate::tls::save_registers(&mut regs);
         // SAFETY: forwarded; `regs` is this call's.
         unsafe { gc_safe_enter_impl(m, &regs) }
     })
@@ -915,7 +919,7 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 /// `m` is null or a mutator pointer; `regs` points to the saved registers.
 unsafe extern "C" fn gc_safe_enter_impl(
     m: *mut gc_mutator_t,
-    regs: *const [usize; mutator::SAVED_REGS],
+    regs: *const [usize; crate::tls::SAVED_REGS],
 ) -> i8 {
     guard("gc_safe_enter", -1, || {
         // SAFETY: the ptls is null or one this library handed out (this function's
@@ -1080,8 +1084,8 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
         // handed out (mutator or helper record), which stays readable.
         let h = unsafe { &*head };
         let magic = h.magic.load(Ordering::Relaxed);
-        if magic == mutator::MUTATOR_MAGIC || magic == HELPER_MAGIC {
-            if h.thread.load(Ordering::Relaxed) == mutator::thread_id() {
+        if magic == crate::tls::MUTATOR_MAGIC || magic == HELPER_MAGIC {
+            if h.thread.load(Ordering::Relaxed) == crate::tls::thread_id() {
                 return Some(h);
             }
             // A ptls of another thread. GAP keeps the collecting thread's ptls in a
@@ -1094,13 +1098,13 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
             }
         }
     }
-    if crate::mark::helper_ptls().is_null() {
+    if crate::tls::helper_ptls().is_null() {
         // SAFETY: the ptls is null or one this library handed out (this function's contract).
         (unsafe { mutator_ref(m, what) }).map(|ms| &ms.head)
     } else {
         set_error(format!(
             "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
-            crate::mark::helper_ptls()
+            crate::tls::helper_ptls()
         ));
         None
     }
@@ -1109,7 +1113,7 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
 /// The calling thread's own record if it is marking now: a collector helper thread's,
 /// or the collecting thread's while its marker is set.
 fn own_marking_head<'a>() -> Option<&'a TlsHead> {
-    let helper = crate::mark::helper_ptls();
+    let helper = crate::tls::helper_ptls();
     if !helper.is_null() {
         // SAFETY: a helper thread's record lives as long as the thread.
         return Some(unsafe { &*helper });

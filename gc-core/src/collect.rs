@@ -21,44 +21,33 @@
 //! 7. **resume**: clear the flag, wake the threads; then, outside the stop-the-world, the
 //!    collecting thread notifies the reference queues that received tokens and runs
 //!    pending finalizers if it opted in.
+//!
+//! Layering: over the heap's state (`state.rs`), marking (`mark.rs`) and weak processing
+//! (`weak.rs`); called by `mutator` (allocation, `Mutator::collect`) and `heap`, never
+//! the other way round.
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
-use crate::heap::{GcState, HeapId, HeapInner};
-use crate::mark::{Marker, Team};
-use crate::mutator::{save_registers, MutatorShared, RUNNING};
+use crate::heap_id::HeapId;
+use crate::marker::{Marker, Team};
 use crate::object::{
     header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
-use crate::page::{SweepParams, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
+use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
+use crate::pagemeta::SweepParams;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
+use crate::state::{GcState, HeapInner, MutatorShared, RUNNING};
 use crate::stats::CollectionInfo;
-use crate::weak::QueueInner;
+use crate::tls::{abort_after_panic, save_registers};
+use crate::weaktab::QueueInner;
 use crate::CollectionKind;
 use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A callback run during a collection (a mark or sweep function, a root or task
-/// scanner, a GC or weak-processing callback) panicked: the heap is half marked or half
-/// swept, the world stopped and the other threads parked, so nothing can continue or
-/// unwind safely. Says so and aborts (unwinding on used to leave every later collection
-/// and attach waiting forever).
-pub(crate) fn abort_after_panic(thread: &str, payload: &(dyn std::any::Any + Send)) -> ! {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "(no message)".into());
-    eprintln!(
-        "gc-core: a callback panicked during a collection on {thread} (mark or sweep function, root or task scanner, GC or weak-processing callback): {msg}; the heap cannot continue, aborting"
-    );
-    std::process::abort()
-}
 
 /// How long a collection waits for the other threads before it says which it waits for.
 const STOP_WARNING: Duration = Duration::from_secs(10);
@@ -331,7 +320,7 @@ fn run(
         mark_threads(config.mark_threads)
     };
     let mut marker = Marker::new(
-        heap,
+        heap.id(),
         full,
         gc.parity,
         gc.young_parity,
@@ -357,7 +346,7 @@ fn run(
         Some(p) if pool_ok => (0..p.helpers())
             .map(|_| {
                 Box::new(Marker::new(
-                    heap,
+                    heap.id(),
                     full,
                     gc.parity,
                     gc.young_parity,

@@ -21,8 +21,9 @@
 //! ```
 
 use crate::capi;
-use crate::heap::{Heap, HeapId};
-use crate::mark::Marker;
+use crate::heap_id::HeapId;
+use crate::marker::Marker;
+use crate::state::Heap;
 
 pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t};
 
@@ -34,8 +35,8 @@ pub use crate::capi::{
     gc_last_status, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
     gc_thread_detach,
 };
-pub use crate::mark::{MarkFast, TlsHead, HELPER_MAGIC};
-pub use crate::mutator::MUTATOR_MAGIC;
+pub use crate::marker::MarkFast;
+pub use crate::tls::{TlsHead, HELPER_MAGIC, MUTATOR_MAGIC};
 
 /// The GC bits of an object's header word, as the compat header's inline fast paths
 /// test them (`GC_HDR_*` in `julia_gcext_compat.h`, checked against these by the header

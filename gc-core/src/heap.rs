@@ -1,18 +1,27 @@
-//! The heap: configuration, the registry of mutator threads, types, roots, tasks and
-//! the state the collector keeps between collections.
+//! The heap's public handle: [`Heap`]'s methods (creation, attaching threads, types,
+//! roots, callbacks, tasks, statistics and settings), [`Root`], and the heap's teardown
+//! (`Drop for HeapInner`). The heap's data (`HeapInner`, the world, the collector's
+//! state) is `state.rs`, its tuning `config.rs`.
+//!
+//! A top layer: may depend on every module but the C layer (`capi`, `ffi`) and
+//! `weakref`; `mutator` and `collect` are below it.
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
+use crate::config::{first_interval, HeapConfig};
 use crate::error::GcError;
-pub use crate::heap_id::HeapId;
-use crate::mutator::{Mutator, MutatorShared, Pool};
+use crate::heap_id::HeapId;
 use crate::object::{ObjRef, MARK, OLD};
 use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
+use crate::state::{
+    BigLists, FinQueue, GcState, Heap, HeapInner, Mutator, Roots, WeakState, World, RUNNING,
+};
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
-use crate::types::{ForeignTypeSpec, MarkProc, SweepProc, TypeDesc, TypeKind, TypeRef};
-use crate::weak::{FinQueue, WeakState};
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use crate::tlab::Pool;
+use crate::types::{ForeignTypeSpec, MarkProc, TypeDesc, TypeKind, TypeRef};
+use crate::weaktab::WEAK_OBJECT_SIZE;
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -22,444 +31,7 @@ impl From<&Heap> for HeapId {
     }
 }
 
-/// The ids of the heaps that are alive. A heap's drop removes its id (under the write
-/// lock) before it frees anything its types own, so code holding the read lock with
-/// the id present may read the heap's type objects.
-static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
-    parking_lot::RwLock::new(std::collections::BTreeSet::new());
-
-/// Runs `f` while heap `id` cannot be dropped; `None` (without running `f`) if it has
-/// been. `f` must not create or drop a heap.
-pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
-    let live = LIVE_HEAPS.read();
-    live.contains(&id.get()).then(f)
-}
-
-/// Tuning of a heap. All sizes in bytes.
-#[derive(Clone, Debug)]
-pub struct HeapConfig {
-    /// The least number of bytes allocated (pool pages handed out plus big objects)
-    /// between two collections while the heap holds fewer than `small_heap` live bytes
-    /// (default 2 MiB); twice that from `small_heap` on. The first collection comes
-    /// after half of it (1 MiB by default): a small program's peak stays near that of a
-    /// collector with a small initial heap (Boehm's), and a program building something
-    /// large learns so at its first collection.
-    pub min_interval: usize,
-    /// Live bytes (after a collection's sweep) from which the least interval between
-    /// collections is `2 * min_interval` instead of `min_interval` (default 1 MiB; 0:
-    /// always twice). A heap of a few hundred KB that collects every `min_interval`
-    /// has its peak near `min_interval` above its live data (minigap's group orders:
-    /// 168 KB live, 20 MB allocated); a heap with a large structure under construction
-    /// needs the longer floor, or the structure survives two collections while it is
-    /// built and is promoted, to be freed only by a full collection (GCBench's stretch
-    /// tree at a 2 MiB floor: peak RSS 1.33x Boehm's). The live data is the figure of
-    /// the completed sweep, so a structure under construction at the first collection
-    /// sets the longer floor at once.
-    pub small_heap: usize,
-    /// After a collection the next one runs when `counted_live * growth + extra` more
-    /// bytes have been allocated (but never fewer than `min_interval`, never more than
-    /// `max_interval`), where `counted_live` is the old generation's live bytes plus
-    /// `young_weight` times the young survivors' bytes, and `extra` comes from
-    /// `headroom`.
-    pub growth: f64,
-    /// How much the young objects that survived the last collection count towards the
-    /// next interval (0.0 to 1.0; default 0.0). Young survivors are often transient (a
-    /// structure under construction, a value a stack slot still holds): counting them
-    /// lets one burst of them inflate the next interval, and the peak heap with it
-    /// (GCBench with `headroom` 32 MiB: peak RSS 37.6-38.0 MB at 0.0, 38.9-40.2 MB at
-    /// 0.25, 43.6 MB at 0.5). Survivors that stay are promoted by the second collection
-    /// they survive and then count in full, so the interval lags real growth by one or
-    /// two collections at most.
-    pub young_weight: f64,
-    /// Extra room for small and middle-sized heaps, in bytes (0: none; default 32 MiB):
-    /// the interval gets `extra = counted_live * headroom / (counted_live + headroom)`
-    /// more bytes: nearly `counted_live` (one more `growth`) while the counted live data
-    /// is well below `headroom`, never more than `headroom` however large the heap.
-    /// Partial collections of a small heap are cheap but, at `growth` 1, twice as
-    /// frequent as a non-generational collector's (GCBench: 71 collections against
-    /// Boehm's 37 before, 43 with it); a 160 MB heap grows by at most 32 MB more
-    /// (`bencharr`: +7% peak RSS), and below `min_interval` nothing changes.
-    pub headroom: usize,
-    /// Use of free memory the heap already holds (default 2.0; 1.0 or less: off): the
-    /// interval from `growth` and `headroom` is lengthened to the free pool memory that
-    /// is still resident (free cells of pages in use and free pages not yet returned to
-    /// the OS), up to `resident_reuse` times the formula's. Allocating into memory that
-    /// is already resident does not raise the peak; a heap that a transient structure
-    /// once grew (GCBench's stretch tree) otherwise collects more often than it needs
-    /// to afterwards (GCBench: 42-43 collections against Boehm's 37, which fills its
-    /// heap before collecting; with it 32-33, see the README). The factor bounds what a
-    /// large transient peak can do: pages beyond it stay idle and are returned to the OS.
-    pub resident_reuse: f64,
-    /// Upper bound of the interval between collections (default 32 MiB): the young
-    /// generation's size. A `min_interval` above it wins (the interval is never below
-    /// the floor). The formula above grows the interval with the old generation,
-    /// which suits a small heap; on a large one it let the heap double between
-    /// collections. Full collections come from the old generation's growth
-    /// (`full_growth`), whatever this bound. Real GAP 4.12.1 (48 testinstall files): with
-    /// 1 GiB, 13 partial collections and a peak RSS of 692 MB; with 32 MiB, 85 and
-    /// 360-378 MB, in the same time (9.9-10.3 s against 11.1 s).
-    pub max_interval: usize,
-    /// An automatic collection is full when the old generation has grown by this factor
-    /// since the last full collection (1.0 = doubled).
-    pub full_growth: f64,
-    /// Collect every N allocations on each thread (stress mode); `None` to disable.
-    pub stress_every: Option<u64>,
-    /// Verify mode: before each partial collection, check that no old object outside
-    /// the remembered set references a young one, and validate every queued reference.
-    pub verify: bool,
-    /// Free pages kept mapped after a collection; the rest is returned to the OS.
-    pub keep_free_pages: usize,
-    /// Collector threads that mark in parallel: the collecting thread and
-    /// `mark_threads - 1` helper threads of the heap, started at its first collection.
-    /// 0 (the default) means one per core; 1 marks on the collecting thread alone. Mark
-    /// functions then run on any of these threads, possibly at the same time. The verify
-    /// mode always marks on one thread.
-    pub mark_threads: usize,
-    /// With several collector threads: objects each drain of a collection marks on the
-    /// collecting thread alone before it wakes the helper threads (default 65536). Below
-    /// that, sharing work costs more than it saves (minigap's array workload: its
-    /// 50,000-130,000-object partial collections marked 1.3-2x slower with two threads).
-    /// 0: wake them at once.
-    pub parallel_threshold: usize,
-    /// Sweep pool pages lazily, after the world resumes (by the helper threads, or by
-    /// allocating threads when they need a page), instead of inside the pause. Sweep
-    /// functions and external objects are still swept in the pause.
-    pub lazy_sweep: bool,
-}
-
-impl Default for HeapConfig {
-    fn default() -> Self {
-        HeapConfig {
-            min_interval: 2 << 20,
-            small_heap: 1 << 20,
-            growth: 1.0,
-            young_weight: 0.0,
-            headroom: 32 << 20,
-            resident_reuse: 2.0,
-            max_interval: 32 << 20,
-            full_growth: 1.0,
-            stress_every: None,
-            verify: false,
-            keep_free_pages: 64,
-            mark_threads: 0,
-            parallel_threshold: 1 << 16,
-            lazy_sweep: true,
-        }
-    }
-}
-
-impl HeapConfig {
-    fn validate(&self) -> Result<(), GcError> {
-        if self.min_interval == 0 || self.max_interval == 0 {
-            return Err(GcError::BadConfig(format!(
-                "need min_interval ({}) and max_interval ({}) above 0",
-                self.min_interval, self.max_interval
-            )));
-        }
-        let positive = |x: f64| x > 0.0 && x.is_finite();
-        if !positive(self.growth) || !positive(self.full_growth) {
-            return Err(GcError::BadConfig(
-                "growth and full_growth must be positive and finite".into(),
-            ));
-        }
-        if !(self.resident_reuse >= 0.0 && self.resident_reuse.is_finite()) {
-            return Err(GcError::BadConfig(format!(
-                "resident_reuse ({}) must be finite and not negative",
-                self.resident_reuse
-            )));
-        }
-        if !(0.0..=1.0).contains(&self.young_weight) {
-            return Err(GcError::BadConfig(format!(
-                "young_weight ({}) must be between 0 and 1",
-                self.young_weight
-            )));
-        }
-        if self.mark_threads > 1024 {
-            return Err(GcError::BadConfig(format!(
-                "mark_threads ({}) must be at most 1024",
-                self.mark_threads
-            )));
-        }
-        if self.stress_every == Some(0) {
-            return Err(GcError::BadConfig("stress_every must be at least 1".into()));
-        }
-        Ok(())
-    }
-}
-
-impl HeapConfig {
-    /// This configuration with the `GC_CORE_*` environment variables applied (what the
-    /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_LAZY_SWEEP`,
-    /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
-    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
-    /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL` (the fields of those names),
-    /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
-    /// not parse or is out of range is reported on standard error and ignored.
-    pub fn with_env(self) -> HeapConfig {
-        let mut config = self;
-        if let Some(n) = env_knob("GC_CORE_MARK_THREADS", "a number from 0 to 1024", |v| {
-            v.parse::<usize>().ok().filter(|&n| n <= 1024)
-        }) {
-            config.mark_threads = n;
-        }
-        if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        }) {
-            config.lazy_sweep = on;
-        }
-        if let Some(g) = env_knob("GC_CORE_GROWTH", "a number from 0.1 to 100", |v| {
-            v.parse::<f64>().ok().filter(|g| (0.1..=100.0).contains(g))
-        }) {
-            config.growth = g;
-        }
-        if let Some(w) = env_knob("GC_CORE_YOUNG_WEIGHT", "a number from 0 to 1", |v| {
-            v.parse::<f64>().ok().filter(|w| (0.0..=1.0).contains(w))
-        }) {
-            config.young_weight = w;
-        }
-        if let Some(h) = env_knob("GC_CORE_HEADROOM", "a byte count up to 1 TiB", |v| {
-            v.parse::<usize>().ok().filter(|h| *h <= 1 << 40)
-        }) {
-            config.headroom = h;
-        }
-        if let Some(r) = env_knob("GC_CORE_RESIDENT_REUSE", "a number from 0 to 100", |v| {
-            v.parse::<f64>().ok().filter(|r| (0.0..=100.0).contains(r))
-        }) {
-            config.resident_reuse = r;
-        }
-        if let Some(s) = env_knob("GC_CORE_SMALL_HEAP", "a byte count up to 1 TiB", |v| {
-            v.parse::<usize>().ok().filter(|s| *s <= 1 << 40)
-        }) {
-            config.small_heap = s;
-        }
-        if let Some(f) = env_knob("GC_CORE_FULL_GROWTH", "a number from 0.05 to 100", |v| {
-            v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
-        }) {
-            config.full_growth = f;
-        }
-        if let Some(m) = env_knob(
-            "GC_CORE_MAX_INTERVAL",
-            "a byte count from 64 KiB to 1 TiB",
-            |v| {
-                v.parse::<usize>()
-                    .ok()
-                    .filter(|m| (64 << 10..=1 << 40).contains(m))
-            },
-        ) {
-            config.max_interval = m;
-        }
-        if let Some(n) = env_knob("GC_CORE_STRESS", "an allocation count from 1", |v| {
-            v.parse::<u64>().ok().filter(|n| *n >= 1)
-        }) {
-            config.stress_every = Some(n);
-        }
-        if let Some(on) = env_knob("GC_CORE_VERIFY", "0 or 1", |v| match v {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        }) {
-            config.verify = on;
-        }
-        if let Some(m) = env_knob(
-            "GC_CORE_MIN_INTERVAL",
-            "a byte count from 64 KiB to 1 GiB",
-            |v| {
-                v.parse::<usize>()
-                    .ok()
-                    .filter(|m| (64 << 10..=1 << 30).contains(m))
-            },
-        ) {
-            config.min_interval = m;
-        }
-        config
-    }
-}
-
-/// The value of environment variable `name` parsed by `parse`; reported and ignored
-/// when set but not `expected`.
-fn env_knob<T>(name: &str, expected: &str, parse: impl Fn(&str) -> Option<T>) -> Option<T> {
-    let v = std::env::var(name).ok()?;
-    let parsed = parse(v.trim());
-    if parsed.is_none() {
-        eprintln!("gc-core: ignoring {name}={v:?}: expected {expected}");
-    }
-    parsed
-}
-
-/// Bytes allocated before a heap's first collection: half of `min_interval`.
-pub(crate) fn first_interval(min_interval: usize) -> usize {
-    (min_interval / 2).max(1)
-}
-
-/// Mutator threads and the collection handshake, under `HeapInner::world`.
-pub(crate) struct World {
-    pub mutators: Vec<Arc<MutatorShared>>,
-    pub collecting: bool,
-    /// Incremented at the end of every collection.
-    pub epoch: u64,
-    /// Kind of the last collection that ran.
-    pub last_full: bool,
-}
-
-/// State the collector keeps between collections, under `HeapInner::gc`.
-pub(crate) struct GcState {
-    /// For old objects, the MARK value that means "marked" (flips at every full
-    /// collection, which unmarks the whole old generation at once).
-    pub parity: usize,
-    /// For young objects, the MARK value that (with AGE) means "marked" (flips at every
-    /// collection, which unmarks every young survivor at once).
-    pub young_parity: usize,
-    /// Old objects with young children (remembered set), from the last collection.
-    pub remset: Vec<ObjRef>,
-    /// Objects whose sweep function is scheduled (merged from threads).
-    pub sweep_list: Vec<ObjRef>,
-    /// Old generation bytes after the last full collection.
-    pub old_after_full: usize,
-    /// The last full collection's sweep was lazy: set `old_after_full` once it is done.
-    pub full_pending: bool,
-    pub stats: StatsAcc,
-    /// Permanent (type) objects' pool.
-    pub perm: Pool,
-    /// Errors found by the verify mode, most recent last (bounded).
-    pub verify_errors: Vec<String>,
-}
-
-/// The shared heap; `Heap` is an `Arc` of it.
-pub(crate) struct HeapInner {
-    /// Non-zero while a collection asks threads to stop (polled at safepoints).
-    pub gc_flag: AtomicU32,
-    pub pages: Mutex<PageAlloc>,
-    pub world: Mutex<World>,
-    pub cv_stopped: Condvar,
-    pub cv_resume: Condvar,
-    pub gc: Mutex<GcState>,
-    /// The statistics as of the start of the running (or last) collection, for
-    /// [`Heap::stats`] called from inside a collection (a callback, a mark or sweep
-    /// function), where `gc` is held by the collection itself. Percentiles are those of
-    /// the last `stats()` call outside a collection.
-    pub published: Mutex<GcStats>,
-    /// External (big) objects, young and old. Locked briefly by allocation and by the
-    /// sweep.
-    pub big: Mutex<BigLists>,
-    pub callbacks: Callbacks,
-    pub roots: Mutex<Roots>,
-    pub types: Mutex<Vec<TypeRef>>,
-    pub tasks: Mutex<Vec<Arc<Task>>>,
-    pub config: Mutex<HeapConfig>,
-    pub stress_every: AtomicU64,
-    pub verify: AtomicBool,
-    /// Bytes handed to allocators since the last collection, and the trigger.
-    pub allocd: AtomicUsize,
-    pub trigger: AtomicUsize,
-    /// Allocation statistics of threads that have detached.
-    pub detached_objects: AtomicU64,
-    pub detached_bytes: AtomicU64,
-    /// Weak references, finalizer and reference-queue registrations (`weak.rs`).
-    pub weak: Mutex<WeakState>,
-    /// Finalizers waiting to run and running (their objects are roots).
-    pub fin: Mutex<FinQueue>,
-    /// `fin.pending.len()`, readable without the lock.
-    pub fin_pending: AtomicUsize,
-    /// Finalizers run, and Rust finalizers that panicked.
-    pub fin_run: AtomicU64,
-    pub fin_panics: AtomicU64,
-    datatype: AtomicUsize,
-    weakref_type: AtomicUsize,
-    /// The heap's identity, never reused.
-    id: HeapId,
-    /// Helper threads for parallel marking and lazy sweeping, started on first use.
-    pub pool: Mutex<Option<crate::par::MarkPool>>,
-}
-
-/// The heap's external objects.
-#[derive(Default)]
-pub(crate) struct BigLists {
-    pub young: Vec<ObjRef>,
-    pub old: Vec<ObjRef>,
-    /// Bytes (headers included) of the objects on the lists, and of the old ones.
-    pub live: usize,
-    pub old_bytes: usize,
-}
-
-/// Persistent roots: a slab of object references.
-#[derive(Default)]
-pub(crate) struct Roots {
-    pub slots: Vec<Option<ObjRef>>,
-    free: Vec<usize>,
-}
-
-/// A garbage-collected heap. Cloning gives another handle to the same heap.
-#[derive(Clone)]
-pub struct Heap(pub(crate) Arc<HeapInner>);
-
 impl HeapInner {
-    /// `s` (the collector's counters) completed with the page and big-object totals.
-    /// With lazy sweeping, pages still waiting for the last collection's sweep are swept
-    /// first, so that bytes freed and live are exact. The caller holds `gc`.
-    fn complete_stats(&self, mut s: GcStats) -> GcStats {
-        let mut pages = self.pages.lock();
-        // SAFETY: the gc lock is held (by the caller), so no collection is marking;
-        // waiting pages are never held by a thread.
-        unsafe { pages.finish_sweep(&self.trigger) };
-        let big = self.big.lock();
-        s.live_bytes = (pages.totals.live + big.live) as u64;
-        s.old_bytes = (pages.totals.old + big.old_bytes) as u64;
-        s.bytes_freed += pages.totals.freed;
-        s.pages_in_use = pages.pages_in_use() as u64;
-        s.mapped_bytes = pages.mapped_bytes() as u64;
-        s
-    }
-
-    /// Called by a collection holding `gc`, before any callback runs: publishes the
-    /// statistics so far for `stats()` calls from inside it (cheap: no percentiles).
-    pub(crate) fn publish_stats(&self, gc: &GcState) {
-        let mut s = self.published.lock().clone();
-        gc.stats.publish_counters(&mut s);
-        let s = self.complete_stats(s);
-        *self.published.lock() = s;
-    }
-
-    /// The finalizer and detached-thread counters, kept outside `gc`.
-    fn add_outside_counters(&self, s: &mut GcStats) {
-        s.finalizers_run = self.fin_run.load(Ordering::Relaxed);
-        s.finalizer_panics = self.fin_panics.load(Ordering::Relaxed);
-        s.objects_allocated += self.detached_objects.load(Ordering::Relaxed);
-        s.bytes_allocated += self.detached_bytes.load(Ordering::Relaxed);
-    }
-
-    /// The heap's identity (see [`Heap::id`]).
-    #[inline]
-    pub(crate) fn id(&self) -> HeapId {
-        self.id
-    }
-
-    pub(crate) fn datatype(&self) -> TypeRef {
-        TypeRef::new(
-            ObjRef::from_addr(self.datatype.load(Ordering::Acquire)).expect("heap has a meta type"),
-            self.id,
-        )
-    }
-
-    pub(crate) fn weakref_type(&self) -> TypeRef {
-        TypeRef::new(
-            ObjRef::from_addr(self.weakref_type.load(Ordering::Acquire))
-                .expect("heap has a weak-reference type"),
-            self.id,
-        )
-    }
-
-    /// Waits until no collection runs and returns the world lock (for threads that are
-    /// not running mutators, or mutators that are about to park anyway).
-    pub(crate) fn quiescent_world(&self) -> MutexGuard<'_, World> {
-        let mut w = self.world.lock();
-        while w.collecting {
-            self.cv_resume.wait(&mut w);
-        }
-        w
-    }
-
     /// Allocates a permanent old object (a type) from the heap's own pool.
     ///
     /// # Safety
@@ -585,12 +157,12 @@ impl Heap {
         }
         // The type of weak-reference objects: one word the marker does not trace.
         let mut desc = TypeDesc::new(inner.id(), TypeKind::WeakRef, "WeakRef");
-        desc.min_size = crate::weak::WEAK_OBJECT_SIZE;
+        desc.min_size = WEAK_OBJECT_SIZE;
         let weakref = inner.new_type(desc)?;
         inner
             .weakref_type
             .store(weakref.as_obj().addr(), Ordering::Release);
-        LIVE_HEAPS.write().insert(inner.id.get());
+        crate::heap_id::LIVE_HEAPS.write().insert(inner.id.get());
         tracing::debug!(heap = %inner.id, "heap created");
         Ok(Heap(inner))
     }
@@ -626,7 +198,7 @@ impl Heap {
                 what: "borrowing the thread's mutator",
             });
         }
-        if ms.state.load(Ordering::Relaxed) != crate::mutator::RUNNING {
+        if ms.state.load(Ordering::Relaxed) != RUNNING {
             return Err(GcError::InGcSafeRegion);
         }
         // SAFETY: the calling thread's attached mutator, running managed code.
@@ -1060,18 +632,11 @@ impl Drop for HeapInner {
         }
         // From here on no TypeRef of this heap reads its type object (the write lock
         // waits for readers that found the heap alive).
-        LIVE_HEAPS.write().remove(&self.id.get());
+        crate::heap_id::LIVE_HEAPS.write().remove(&self.id.get());
         for t in self.types.get_mut().drain(..) {
             // SAFETY: type objects die with the heap; free what their descriptors own.
             unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };
         }
-    }
-}
-
-impl SweepProc {
-    /// Whether there is a sweep function.
-    pub fn is_some(&self) -> bool {
-        !matches!(self, SweepProc::None)
     }
 }
 
@@ -1081,5 +646,5 @@ fn on_collector_thread() -> bool {
     let me = crate::mutator::current();
     // SAFETY: the current thread's mutator is alive while attached.
     (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))
-        || !crate::mark::helper_ptls().is_null()
+        || !crate::tls::helper_ptls().is_null()
 }

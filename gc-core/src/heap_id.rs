@@ -1,5 +1,6 @@
 //! `HeapId`, a heap's identity: a leaf type that the page table, big-object headers,
-//! lookups and handles name without depending on the heap itself.
+//! lookups and handles name without depending on the heap itself, and the set of heaps
+//! alive (`with_live`). Depends on no other module of the crate.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,4 +44,17 @@ impl std::fmt::Display for HeapId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "heap #{}", self.0)
     }
+}
+
+/// The ids of the heaps that are alive. A heap's drop removes its id (under the write
+/// lock) before it frees anything its types own, so code holding the read lock with
+/// the id present may read the heap's type objects.
+pub(crate) static LIVE_HEAPS: parking_lot::RwLock<std::collections::BTreeSet<u64>> =
+    parking_lot::RwLock::new(std::collections::BTreeSet::new());
+
+/// Runs `f` while heap `id` cannot be dropped; `None` (without running `f`) if it has
+/// been. `f` must not create or drop a heap.
+pub(crate) fn with_live<R>(id: HeapId, f: impl FnOnce() -> R) -> Option<R> {
+    let live = LIVE_HEAPS.read();
+    live.contains(&id.get()).then(f)
 }

@@ -74,6 +74,7 @@ mod big;
 mod callbacks;
 mod capi;
 mod collect;
+mod config;
 mod error;
 pub mod ffi;
 mod geom;
@@ -81,39 +82,49 @@ mod heap;
 mod heap_id;
 mod lookup;
 mod mark;
+mod marker;
 mod mutator;
 mod object;
 mod page;
+mod pagemeta;
 mod pagetable;
 mod par;
 mod sizeclass;
+mod state;
 mod stats;
 mod task;
+mod tlab;
+mod tls;
 mod types;
 mod weak;
+mod weakref;
+mod weaktab;
 
 pub use callbacks::{Callback, CallbackId, CallbackKind, RootScannerFn, TaskScannerFn, WeakHookFn};
+pub use config::HeapConfig;
 pub use error::GcError;
-pub use heap::{Heap, HeapConfig, HeapId, Root};
+pub use heap::Root;
+pub use heap_id::HeapId;
 pub use lookup::{
     internal_object, is_internal_cell, is_internal_object, is_object, page_of, pool_object,
     PoolLookup,
 };
-pub use mark::{Marker, ARRAY_CHUNK};
-pub use mutator::{
-    current_thread_task, save_registers, GcSafe, Mutator, MutatorShared, SafeState, SAVED_REGS,
-};
+pub use mark::ARRAY_CHUNK;
+pub use marker::Marker;
+pub use mutator::{current_thread_task, GcSafe, SafeState};
 pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
-pub use page::PageMeta;
+pub use pagemeta::PageMeta;
 pub use sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
+pub use state::{FinalizerFn, Heap, Mutator, MutatorShared};
 pub use stats::{CollectionInfo, GcStats};
 pub use task::Task;
+pub use tls::{save_registers, SAVED_REGS};
 pub use types::{
     CMarkFn, CSweepFn, ForeignTypeSpec, MarkFn, MarkProc, SweepFn, SweepProc, TypeKind, TypeRef,
 };
-pub use weak::{
-    in_finalizer, CFinalizerFn, CNotifyFn, FinalizerFn, ReferenceQueue, WeakRef, WEAK_OBJECT_SIZE,
-};
+pub use weak::in_finalizer;
+pub use weakref::{ReferenceQueue, WeakRef};
+pub use weaktab::{CFinalizerFn, CNotifyFn, WEAK_OBJECT_SIZE};
 
 /// Which collection to run.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

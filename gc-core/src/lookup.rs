@@ -16,7 +16,7 @@
 use crate::big::{BIG_HEADER, BIG_MAGIC};
 use crate::heap_id::HeapId;
 use crate::object::{header_is_allocated, ObjRef, OBJ_ALIGN};
-use crate::page::PageMeta;
+use crate::pagemeta::PageMeta;
 use crate::pagetable;
 
 /// What [`pool_object`] found at an address.
@@ -247,7 +247,7 @@ mod tests {
                     leaf.bitmaps().alloc_word(a, idx).load(Ordering::Acquire) >> (idx & 63) & 1 != 0
                 }
                 None => {
-                    let clear = (0..pagetable::ALLOC_WORDS)
+                    let clear = (0..crate::pagemeta::ALLOC_WORDS)
                         .all(|w| leaf.bitmaps().alloc_word(a, w * 64).load(Ordering::Acquire) == 0);
                     assert!(clear, "a free page's bitmap is clear");
                     false

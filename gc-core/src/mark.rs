@@ -34,17 +34,24 @@
 //! Verify mode reuses the same machinery with marking turned off: scanning an old object
 //! then only counts its young children, which must be zero unless the object is in the
 //! remembered set (otherwise a write barrier was missed).
+//!
+//! Layering: the [`Marker`] struct and its work items are `marker.rs` (below the type
+//! descriptors, whose mark functions take a `&mut Marker`); the marking here reads type
+//! descriptors (`types`), pages (`lookup`, `big`) and the helper threads' records
+//! (`tls`, `par`), never the heap's state: a marker knows its heap by id.
 
 use crate::big::BigHeader;
-use crate::heap::{HeapId, HeapInner};
+use crate::heap_id::HeapId;
+use crate::marker::{ArrayWork, MarkFast, Marker, Mode, ParJob, Team, Work};
 use crate::object::{
     header_is_allocated, type_addr, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED,
 };
-use crate::par::{MarkPool, Termination};
+use crate::par::Termination;
 use crate::types::{MarkProc, TypeDesc, TypeKind};
 use crossbeam_deque::{Steal, Stealer, Worker};
 use std::collections::HashSet;
 use std::ffi::c_void;
+use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 
 /// Asks the CPU to start loading the line at `addr` (an object's header) early.
@@ -71,177 +78,9 @@ const SHARE_EVERY: u32 = 32;
 /// Most entries moved from a mark stack to its deque at once.
 const SHARE_MAX: usize = 1024;
 
-/// A part of a reference array still to scan.
-#[derive(Clone, Copy)]
-pub(crate) struct ArrayWork {
-    parent: ObjRef,
-    cur: *const usize,
-    end: *const usize,
-    young: usize,
-}
-
-/// Work shared between collector threads.
-pub(crate) enum Work {
-    /// A marked object to scan.
-    Obj(ObjRef),
-    /// A part of an array.
-    Array(ArrayWork),
-}
-
-// SAFETY: the pointers of an ArrayWork point into a live heap object, which any collector
-// thread may read while the world is stopped.
-unsafe impl Send for Work {}
-
-#[derive(PartialEq, Eq, Clone, Copy, Debug)]
-pub(crate) enum Mode {
-    Mark,
-    /// Count young children only; mark nothing.
-    Verify,
-    /// Mark, but young objects marked now are not promoted by this collection: what only
-    /// finalizable objects reach dies young once the finalizers ran (see `weak.rs`).
-    MarkKeepYoung,
-}
-
-/// The part of a [`Marker`] that C code reads and writes (`gc_mark_fast_t` in
-/// `gc_core.h` / `julia_gcext_compat.h`): the inline `jl_gc_mark_queue_obj` marks and
-/// pushes with it, and calls the out-of-line function when `slow` is set or the stack
-/// is full. Layout checked by `tests/it/headers.rs`.
-#[repr(C)]
-pub struct MarkFast {
-    /// Non-zero: every queue goes through the out-of-line path (verify and keep-young
-    /// modes).
-    pub slow: usize,
-    /// Next free slot of the mark stack.
-    pub top: *mut usize,
-    /// End of the mark stack.
-    pub limit: *mut usize,
-    /// Old objects are marked iff `header & old_mask == old_want` (0/0 in partial
-    /// collections: every old object counts as marked).
-    pub old_mask: usize,
-    /// See `old_mask`.
-    pub old_want: usize,
-    /// A young object is marked iff `header & (AGE | MARK) == young_marked`.
-    pub young_marked: usize,
-    /// Objects marked by this marker.
-    pub marked: u64,
-    /// Young results of queueing since the marker started the current object's mark
-    /// function: the marker counts an object's young children itself, so that a mark
-    /// function's return value (a count it may get wrong: a global shared by several
-    /// mark threads, or Julia's "newly marked" semantics) cannot lose a remembered-set
-    /// entry.
-    pub young: u64,
-}
-
-/// The part of a collector thread's `ptls` that C code reads (`gc_tls_head_t`): the
-/// mutator of the collecting thread ([`crate::MutatorShared`]) and the helper threads'
-/// records start with it. Layout checked by `tests/it/headers.rs`.
-#[repr(C)]
-pub struct TlsHead {
-    /// Callee-saved registers and stack pointer saved when a mutator stops.
-    pub regs: std::cell::UnsafeCell<[usize; crate::mutator::SAVED_REGS]>,
-    /// `MUTATOR_MAGIC` (attached mutator), `HELPER_MAGIC` (collector helper thread) or
-    /// `MUTATOR_DEAD`.
-    pub magic: std::sync::atomic::AtomicU64,
-    /// `pthread_self()` of the owning thread; 0 once a mutator detached (the compat
-    /// header's cached `jl_get_ptls_states` relies on it).
-    pub thread: std::sync::atomic::AtomicUsize,
-    /// The marker this thread marks with (null outside marking).
-    pub marker: std::sync::atomic::AtomicPtr<c_void>,
-    /// Verify mode: C entry points check every argument.
-    pub checked: std::sync::atomic::AtomicBool,
-}
-
-/// `TlsHead::magic` of a collector helper thread (`GC_TLS_HELPER_MAGIC` in the C
-/// headers).
-pub const HELPER_MAGIC: u64 = 0x4743_4845_4C50_4552;
-
-thread_local! {
-    /// On a collector helper thread: its `ptls` record (lives as long as the thread).
-    static HELPER: std::cell::Cell<*const TlsHead> = const { std::cell::Cell::new(std::ptr::null()) };
-}
-
-/// Called by each helper thread when it starts: makes its `ptls` record, which
-/// [`exit_helper_thread`] frees.
-pub(crate) fn enter_helper_thread() {
-    let head: *const TlsHead = Box::into_raw(Box::new(TlsHead {
-        regs: std::cell::UnsafeCell::new([0; crate::mutator::SAVED_REGS]),
-        magic: std::sync::atomic::AtomicU64::new(HELPER_MAGIC),
-        thread: std::sync::atomic::AtomicUsize::new(crate::mutator::thread_id()),
-        marker: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
-        checked: std::sync::atomic::AtomicBool::new(false),
-    }));
-    HELPER.with(|h| h.set(head));
-}
-
-/// Called by each helper thread when it ends.
-pub(crate) fn exit_helper_thread() {
-    let head = HELPER.with(|h| h.replace(std::ptr::null()));
-    if !head.is_null() {
-        // SAFETY: made by Box::into_raw in enter_helper_thread on this thread; no job
-        // runs any more, so nothing refers to it.
-        drop(unsafe { Box::from_raw(head as *mut TlsHead) });
-    }
-}
-
-/// The `ptls` of the calling thread if it is a collector helper thread, else null.
-pub(crate) fn helper_ptls() -> *const TlsHead {
-    HELPER.with(|h| h.get())
-}
-
-/// The collector threads of one collection: the helpers' markers (the collecting
-/// thread's is the one that holds the team) and every participant's stealer.
-pub(crate) struct Team<'p, 'h> {
-    pub(crate) pool: &'p MarkPool,
-    pub(crate) helpers: Vec<*mut Marker<'h>>,
-    pub(crate) stealers: Vec<Stealer<Work>>,
-}
-
-/// What the participants of one parallel drain share.
-pub(crate) struct ParJob {
-    pub(crate) term: Termination,
-    pub(crate) stealers: Vec<Stealer<Work>>,
-}
-
-/// The marking state of one collector thread in one collection, handed to mark
-/// functions, root scanners and task scanners.
-#[repr(C)]
-pub struct Marker<'h> {
-    /// First field: C code reaches it through `ptls->marker`.
-    fast: MarkFast,
-    /// Bottom of the mark stack (its storage is `buf`'s allocation).
-    base: *mut usize,
-    buf: Vec<usize>,
-    arrays: Vec<ArrayWork>,
-    pub(crate) heap: &'h HeapInner,
-    pub(crate) full: bool,
-    /// For old objects, the value of the MARK bit that means "marked" in this collection.
-    pub(crate) parity: usize,
-    pub(crate) next_remset: Vec<ObjRef>,
-    /// The `ptls` of the thread this marker runs on, passed to C mark functions.
-    pub(crate) ptls: *mut c_void,
-    mode: Mode,
-    /// Verify mode: addresses of the heap's big objects, to validate queued pointers.
-    pub(crate) big_set: Option<HashSet<usize>>,
-    pub(crate) errors: Vec<String>,
-    verify_first_young: Option<ObjRef>,
-    /// Bytes of young objects marked in keep-young mode (kept only for finalizers).
-    pub(crate) kept_for_finalizers: usize,
-    /// This marker's deque (parallel marking) and its index among the participants.
-    deque: Worker<Work>,
-    pub(crate) index: usize,
-    /// The parallel drain running (null when marking alone).
-    job: *const ParJob,
-    since_share: u32,
-    /// The collecting thread's marker: the team its drains run with (null: alone).
-    team: *const Team<'static, 'static>,
-    /// Objects a drain processes alone before it wakes the team
-    /// (`HeapConfig::parallel_threshold`).
-    solo_first: usize,
-}
-
 impl<'h> Marker<'h> {
     pub(crate) fn new(
-        heap: &'h HeapInner,
+        heap_id: HeapId,
         full: bool,
         parity: usize,
         young_parity: usize,
@@ -265,7 +104,8 @@ impl<'h> Marker<'h> {
             base,
             buf,
             arrays: Vec::new(),
-            heap,
+            heap_id,
+            _heap: PhantomData,
             full,
             parity,
             next_remset: Vec::new(),
@@ -308,7 +148,7 @@ impl<'h> Marker<'h> {
 
     /// The id of the heap being collected ([`crate::Heap::id`]).
     pub fn heap_id(&self) -> HeapId {
-        self.heap.id()
+        self.heap_id
     }
 
     /// Bytes available in the payload of a live object of the heap being collected
@@ -525,7 +365,7 @@ impl<'h> Marker<'h> {
                     );
                     self.fast.marked += 1;
                     self.kept_for_finalizers += match crate::lookup::page_of(obj.addr()) {
-                        Some(page) if page.is_owned_by(self.heap.id()) => {
+                        Some(page) if page.is_owned_by(self.heap_id) => {
                             page.cell_layout().map_or(0, |(cell, _)| cell)
                         }
                         // SAFETY: not in a pool page of ours: a live big object.
@@ -1010,7 +850,7 @@ impl<'h> Marker<'h> {
                 unsafe { Self::drain_parallel(ctx.m0, ctx.job, 0, ctx.ptls0) };
             } else if let Some(&h) = ctx.helpers.get(i - 1) {
                 if ctx.job.term.join() {
-                    let head = helper_ptls();
+                    let head = crate::tls::helper_ptls();
                     // SAFETY: a helper thread's record lives as long as the thread; its
                     // marker pointer is read only by C code on this thread.
                     unsafe { (*head).marker.store(h as *mut c_void, Ordering::Release) };
@@ -1095,7 +935,7 @@ impl<'h> Marker<'h> {
         let ok = if a % 16 != 0 {
             false
         } else if crate::lookup::page_of(a).is_some() {
-            crate::lookup::is_internal_object(self.heap.id(), a)
+            crate::lookup::is_internal_object(self.heap_id, a)
         } else {
             self.big_set.as_ref().is_some_and(|s| s.contains(&a)) && {
                 // SAFETY: a registered big object of this heap is live.

@@ -11,65 +11,32 @@
 //! the heap's `gc_flag`, then reads every thread's `state`; a thread leaving a GC-safe
 //! region sets its `state` to RUNNING, then reads `gc_flag`. One of the two always sees
 //! the other, so no thread runs managed code during a collection.
+//!
+//! Layering: the [`Mutator`] and [`MutatorShared`] types are in `state.rs` (they refer
+//! to the heap's state and it to them), with the one-thread half of the stop-the-world
+//! handshake (`MutatorShared::park`); their methods here sit above `collect` (an
+//! allocation may collect) and `weak` (finalizers run at safepoints), below `heap`.
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;
 use crate::error::GcError;
-use crate::heap::{Heap, HeapInner, World};
-use crate::mark::TlsHead;
-use crate::object::{
-    back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, HEADER_SIZE, REMEMBERED,
-};
-use crate::page::PageMeta;
-use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE, NUM_CLASSES};
+use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, REMEMBERED};
+use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
+use crate::state::{Heap, Mutator, MutatorShared, DETACHED, RUNNING, SAFE};
 use crate::stats::CollectionInfo;
 use crate::task::{current_thread_stack, Task};
-use crate::types::{SweepProc, TypeKind, TypeRef};
+use crate::tlab::{Local, Pool};
+use crate::tls::{save_registers, thread_id, TlsHead, MUTATOR_DEAD, MUTATOR_MAGIC, SAVED_REGS};
+use crate::types::{TypeKind, TypeRef};
 use crate::CollectionKind;
-use parking_lot::MutexGuard;
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// `TlsHead::magic` of an attached mutator (`GC_TLS_MUTATOR_MAGIC` in the C headers).
-pub const MUTATOR_MAGIC: u64 = 0x4D55_5441_544F_5221;
-/// `MutatorShared::magic` of a detached one.
-pub(crate) const MUTATOR_DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
-
 /// Detached mutators, kept for reuse so that their memory stays a mutator.
 static SPARE: parking_lot::Mutex<Vec<Arc<MutatorShared>>> = parking_lot::Mutex::new(Vec::new());
-
-/// The calling thread's id, as stored in `MutatorShared::thread`.
-#[inline]
-pub(crate) fn thread_id() -> usize {
-    #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-    {
-        // glibc's pthread_self() on x86_64 is the thread pointer's self field, %fs:0x10
-        // (what the compat header's inline jl_get_ptls_states reads too): one load, so
-        // that every C entry point can afford to check the calling thread.
-        let id: usize;
-        // SAFETY: reads the current thread's TCB, which glibc keeps mapped for the
-        // thread's lifetime; no memory is written and no flags are changed.
-        unsafe {
-            std::arch::asm!("mov {}, fs:0x10", out(reg) id, options(nostack, readonly, preserves_flags, pure))
-        };
-        id
-    }
-    #[cfg(not(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu")))]
-    // SAFETY: pthread_self has no preconditions.
-    unsafe {
-        libc::pthread_self() as usize
-    }
-}
-
-/// Running managed code (may touch the heap).
-pub(crate) const RUNNING: u8 = 0;
-/// Stopped at a safepoint or inside a GC-safe region (counts as stopped).
-pub(crate) const SAFE: u8 = 1;
-/// Detached from the heap.
-pub(crate) const DETACHED: u8 = 2;
 
 thread_local! {
     /// The mutator the calling thread is attached as (null if none).
@@ -112,180 +79,7 @@ pub fn current_thread_task() -> Option<Arc<Task>> {
     (!m.is_null()).then(|| unsafe { &*m }.task.clone())
 }
 
-/// Allocation state of one size class on one thread (and of the heap's permanent
-/// pool): the page held, its free list (threaded through the cell headers) and, on a
-/// fresh page, a bump range of zeroed cells. [`Pool::take`] and [`Pool::commit`] are the
-/// one way a cell is taken, by the allocation fast and slow paths and the permanent
-/// pool alike.
-pub(crate) struct Pool {
-    pub free: usize,
-    pub bump: usize,
-    pub bump_end: usize,
-    pub page: Option<&'static PageMeta>,
-}
-
-impl Pool {
-    /// An empty pool (no page).
-    pub(crate) const fn empty() -> Pool {
-        Pool {
-            free: FREE_END,
-            bump: 0,
-            bump_end: 0,
-            page: None,
-        }
-    }
-
-    /// Takes a cell of `cell_size` bytes (the pool's class): the head of the free list,
-    /// its payload zeroed, or else the next cell of the bump range (zero already).
-    /// Returns the cell's header address; `None` when both are exhausted, or, with
-    /// `INLINE`, when a free-list cell is larger than the fast path zeroes itself (with
-    /// word stores, no call: `INLINE_ZERO_MAX`), which the slow path then takes.
-    ///
-    /// # Safety
-    /// The pool is the caller's (its owning thread's, or the permanent pool under the
-    /// heap's `gc` lock) and `cell_size` is the cell size of its page's class.
-    #[inline(always)]
-    pub(crate) unsafe fn take<const INLINE: bool>(&mut self, cell_size: usize) -> Option<usize> {
-        let cell = self.free;
-        if cell != FREE_END {
-            if INLINE && cell_size > INLINE_ZERO_MAX {
-                // Zeroed by memset on the slow path (a call here would cost every
-                // allocation a stack frame).
-                return None;
-            }
-            // SAFETY: `cell` is a free cell of a page this pool holds (caller): its
-            // header holds the next link and its payload is ours to zero.
-            unsafe {
-                self.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
-                if INLINE {
-                    zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
-                } else {
-                    zero_words(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
-                }
-            }
-            Some(cell)
-        } else if self.bump < self.bump_end {
-            let c = self.bump;
-            self.bump = c + cell_size;
-            Some(c)
-        } else {
-            None
-        }
-    }
-
-    /// Makes the cell `take` returned (header at `cell`, size class `class`) an object
-    /// with header word `tag`: stores the header and sets the cell's allocation bit.
-    /// Returns the object.
-    ///
-    /// # Safety
-    /// `cell` was just taken from this pool.
-    #[inline(always)]
-    pub(crate) unsafe fn commit(&self, cell: usize, tag: usize, class: usize) -> ObjRef {
-        // SAFETY: the header word of the cell the caller just took.
-        unsafe { (*(cell as *const AtomicUsize)).store(tag, Ordering::Release) };
-        // SAFETY: a pool that hands out cells holds their page.
-        unsafe { self.page.unwrap_unchecked() }.set_allocated(cell + HEADER_SIZE, class);
-        // SAFETY: a cell address is not null.
-        unsafe { ObjRef::from_addr(cell + HEADER_SIZE).unwrap_unchecked() }
-    }
-}
-
-/// Thread-owned allocation state. Touched by the owning thread, and by the collector
-/// only while the owning thread is stopped.
-pub(crate) struct Local {
-    pub pools: [Pool; NUM_CLASSES],
-    pub remset: Vec<ObjRef>,
-    pub sweep_list: Vec<ObjRef>,
-    pub objects: u64,
-    pub bytes: u64,
-    /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
-    /// a GC-safe region, so that the allocation fast path (which needs it above 1)
-    /// leaves every allocation to the slow path, which refuses it.
-    pub countdown: u64,
-    /// `countdown` when the thread entered its GC-safe region, restored when it leaves.
-    pub countdown_before_safe: u64,
-    /// Types recently validated by the C ABI (types live as long as the heap).
-    pub type_cache: [usize; 4],
-    /// Weak-reference objects made (or re-pointed to a young referent) since the last
-    /// collection.
-    pub weak_objs: Vec<ObjRef>,
-    /// `weak_objs` may repeat objects already listed by the heap.
-    pub weak_dirty: bool,
-    /// Run pending finalizers at safepoints (see `Mutator::set_finalizers_at_safepoints`).
-    pub fin_at_safepoints: bool,
-}
-
-/// Registers saved when the thread stops (rbx, rbp, r12-r15, rsp on x86_64), so that a
-/// conservative scanner sees references held only in callee-saved registers.
-pub const SAVED_REGS: usize = 7;
-
-/// A thread attached to a heap: the object behind the C API's `jl_ptls_t`.
-#[repr(C)]
-pub struct MutatorShared {
-    /// First field, the part C code reads (`gc_tls_head_t`): saved registers (at offset
-    /// 0, where assembly finds them), magic (`MUTATOR_MAGIC` while attached,
-    /// `MUTATOR_DEAD` after: lets the C ABI check a `ptls` without a thread-local lookup;
-    /// memory of detached mutators is recycled for later ones, never freed, so a stale
-    /// `ptls` still reads as a mutator), owning thread, and the marker of the collection
-    /// this thread is running (for C mark functions).
-    pub(crate) head: TlsHead,
-    heap: *const HeapInner,
-    pub(crate) state: AtomicU8,
-    pub(crate) local: UnsafeCell<Local>,
-    pub(crate) task: Arc<Task>,
-    pub(crate) in_collection: AtomicBool,
-    /// The attaching thread's name and OS thread id, for diagnostics.
-    pub(crate) name: String,
-}
-
-// SAFETY: the UnsafeCell fields are accessed by the owning thread, or by the collector
-// while the owning thread is stopped (state SAFE observed under the world handshake),
-// which orders the accesses; all other fields are atomics or immutable.
-unsafe impl Sync for MutatorShared {}
-// SAFETY: as above.
-unsafe impl Send for MutatorShared {}
-
-/// Copies the callee-saved registers and the stack pointer into `buf`.
-///
-/// Inlined into the caller, so the values are those of the frame that stays live while
-/// the thread is stopped. It writes only into `buf` (a raw pointer is not accepted):
-///
-/// ```compile_fail,E0308
-/// gc_core::save_registers(std::ptr::null_mut());
-/// ```
-#[inline(always)]
-pub fn save_registers(buf: &mut [usize; SAVED_REGS]) {
-    let buf: *mut [usize; SAVED_REGS] = buf;
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: only stores to the 56-byte buffer the caller owns; no other effect.
-    unsafe {
-        std::arch::asm!(
-            "mov [{b}], rbx",
-            "mov [{b} + 8], rbp",
-            "mov [{b} + 16], r12",
-            "mov [{b} + 24], r13",
-            "mov [{b} + 32], r14",
-            "mov [{b} + 40], r15",
-            "mov [{b} + 48], rsp",
-            b = in(reg) buf,
-            options(nostack, preserves_flags)
-        );
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let marker = 0usize;
-        // SAFETY: the caller owns the buffer.
-        unsafe { *buf = [0, 0, 0, 0, 0, 0, &marker as *const usize as usize] };
-    }
-}
-
 impl MutatorShared {
-    #[inline(always)]
-    pub(crate) fn heap(&self) -> &HeapInner {
-        // SAFETY: the heap outlives its mutators (the Mutator handle holds an Arc).
-        unsafe { &*self.heap }
-    }
-
     /// The registers saved when the thread last stopped (at a safepoint, in a GC-safe
     /// region or collecting): the copy its task keeps ([`Task::saved_registers`]), which
     /// any thread may read at any time (atomically; while the thread runs it is the
@@ -304,32 +98,6 @@ impl MutatorShared {
     /// Whether the thread currently counts as stopped (at a safepoint or GC-safe).
     pub fn is_stopped(&self) -> bool {
         self.state.load(Ordering::Acquire) != RUNNING
-    }
-
-    /// Copies the registers the calling thread (this mutator's) saved into its buffer
-    /// to its task, where other threads read them.
-    pub(crate) fn record_stop(&self) {
-        // SAFETY: the buffer belongs to this thread's mutator; we are that thread (the
-        // callers' contract: every caller runs on the mutator's own thread).
-        let regs = unsafe { &*self.head.regs.get() };
-        self.task.record_stop(regs);
-    }
-
-    /// Parks at a safepoint until the running collection ends. Called with the world
-    /// lock held and a collection running.
-    #[inline(never)]
-    pub(crate) fn park(&self, w: &mut MutexGuard<'_, World>) {
-        // SAFETY: the calling thread's own register buffer; nothing reads it while the
-        // thread runs.
-        save_registers(unsafe { &mut *self.head.regs.get() });
-        self.record_stop();
-        let heap = self.heap();
-        self.state.store(SAFE, Ordering::SeqCst);
-        heap.cv_stopped.notify_all();
-        while w.collecting {
-            heap.cv_resume.wait(w);
-        }
-        self.state.store(RUNNING, Ordering::SeqCst);
     }
 
     /// The slow part of a safepoint poll: a collection was requested.
@@ -890,50 +658,6 @@ impl MutatorShared {
     }
 }
 
-/// Largest cell (header included) whose payload the allocation fast path zeroes
-/// itself, with word stores.
-const INLINE_ZERO_MAX: usize = 256;
-
-/// Zeroes `bytes` (a multiple of 8, at most `INLINE_ZERO_MAX`) at `addr` with word
-/// stores, not a call to memset: the stores are volatile so that the compiler does not
-/// turn the loop back into that call.
-///
-/// # Safety
-/// `[addr, addr + bytes)` is writable memory of the caller's.
-#[inline(always)]
-unsafe fn zero_words_inline(addr: usize, bytes: usize) {
-    let mut p = addr as *mut u64;
-    let end = (addr + bytes) as *mut u64;
-    while p < end {
-        // SAFETY: within the range the caller gave.
-        unsafe {
-            p.write_volatile(0);
-            p = p.add(1);
-        }
-    }
-}
-
-/// Zeroes `bytes` (a multiple of 8) at `addr`.
-///
-/// # Safety
-/// The range is writable and 8-aligned.
-#[inline(always)]
-unsafe fn zero_words(addr: usize, bytes: usize) {
-    // SAFETY: forwarded.
-    unsafe { std::ptr::write_bytes(addr as *mut u64, 0, bytes / 8) };
-}
-
-/// A thread attached to a heap. Not `Send`: it stands for the thread that attached.
-/// Dropping it detaches the thread; its objects stay alive as long as they are reachable.
-pub struct Mutator {
-    shared: Arc<MutatorShared>,
-    heap: Heap,
-    /// Dropping it detaches the thread (false for the handles the heap lends to
-    /// finalizers run at safepoints).
-    owned: bool,
-    _not_send: PhantomData<*mut ()>,
-}
-
 impl Mutator {
     pub(crate) fn attach(heap: &Heap) -> Result<Mutator, GcError> {
         if !current().is_null() {
@@ -993,41 +717,13 @@ impl Mutator {
         }
         CURRENT.with(|c| c.set(Arc::as_ptr(&shared)));
         EXIT_DETACH.with(|g| *g.0.borrow_mut() = Some(shared.clone()));
-        tracing::trace!(heap = %heap.id(), "thread attached");
+        tracing::trace!(heap = %heap.0.id(), "thread attached");
         Ok(Mutator {
             shared,
             heap: heap.clone(),
             owned: true,
             _not_send: PhantomData,
         })
-    }
-
-    /// A handle for the calling thread's existing attachment `shared`, which dropping
-    /// does not detach (for running finalizers where only the shared state is at hand).
-    ///
-    /// # Safety
-    /// `shared` is the calling thread's attached mutator (it lives in an `Arc`, as does
-    /// its heap).
-    pub(crate) unsafe fn borrowed(shared: &MutatorShared) -> Mutator {
-        let p: *const MutatorShared = shared;
-        let h: *const HeapInner = shared.heap;
-        // SAFETY: both pointers come from `Arc::as_ptr` of live Arcs (attach); adding a
-        // strong count first makes `from_raw` produce an extra owner.
-        unsafe {
-            Arc::increment_strong_count(p);
-            Arc::increment_strong_count(h);
-            Mutator {
-                shared: Arc::from_raw(p),
-                heap: Heap(Arc::from_raw(h)),
-                owned: false,
-                _not_send: PhantomData,
-            }
-        }
-    }
-
-    /// The heap this thread is attached to.
-    pub fn heap(&self) -> &Heap {
-        &self.heap
     }
 
     /// The C API's `ptls` for this thread.
@@ -1287,17 +983,4 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
         }
     });
     tracing::trace!(heap = %heap.id(), "thread detached");
-}
-
-impl SweepProc {
-    /// Runs the sweep function on `obj`.
-    pub(crate) fn run(&self, obj: ObjRef) {
-        match self {
-            SweepProc::None => {}
-            SweepProc::Rust(f) => f(obj),
-            // SAFETY: a C sweep function of the seed's signature, given its dead object
-            // before the memory is reused.
-            SweepProc::C(f) => unsafe { f(obj.as_ptr().cast()) },
-        }
-    }
 }

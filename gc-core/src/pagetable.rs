@@ -29,7 +29,7 @@
 use crate::geom::Geom;
 use crate::heap_id::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
-use crate::page::PageMeta;
+use crate::pagemeta::{AllocBits, Entry, PageMeta, ALLOC_WORDS};
 use crate::sizeclass::PAGE_SHIFT;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
@@ -37,69 +37,6 @@ const ADDR_BITS: usize = 48;
 const LEAF_SHIFT: usize = 30;
 const TOP_ENTRIES: usize = 1 << (ADDR_BITS - LEAF_SHIFT);
 const LEAF_ENTRIES: usize = 1 << (LEAF_SHIFT - PAGE_SHIFT);
-
-/// Words of a page's allocation bitmap: one bit per cell (a page has at most 1,023
-/// cells, of 16 bytes).
-pub const ALLOC_WORDS: usize = 16;
-
-/// A page's allocation bitmap: bit `i % 64` of word `i / 64` is set while cell `i` holds
-/// an allocated object (see `PageMeta::is_allocated`). 128 bytes, two cache lines; for
-/// every class of 32 bytes or more (at most 511 cells) only the first is used.
-pub type AllocBits = [AtomicU64; ALLOC_WORDS];
-
-/// One page's entry: its metadata, and a copy of what an interior-pointer lookup needs
-/// (the owner while the page is in use; the cell size with its division magic, see
-/// [`Geom`]) so that a lookup reads this entry (one cache line: 32 bytes, aligned)
-/// and then only the page's allocation bitmap, with no table of its own.
-#[repr(C, align(32))]
-pub struct Entry {
-    owner: AtomicU64,
-    meta: AtomicPtr<PageMeta>,
-    geom: AtomicU64,
-}
-
-impl Entry {
-    /// The id of the heap the page is in use by; 0 while the page is free and for an
-    /// address no pool page was ever registered at. (A lookup compares it with its heap's
-    /// id: one instruction with a memory operand.)
-    #[inline(always)]
-    pub fn owner(&self) -> u64 {
-        self.owner.load(Ordering::Acquire)
-    }
-
-    /// The page's metadata; `None` if no pool page was ever registered here.
-    #[inline(always)]
-    pub fn meta(&self) -> Option<&'static PageMeta> {
-        // SAFETY: page metadata is leaked when registered and never freed.
-        unsafe { self.meta.load(Ordering::Acquire).as_ref() }
-    }
-
-    /// The cell geometry of the page's last layout: published before the owner word, so
-    /// a lookup that read a heap's id as the owner reads a geometry at least as recent as
-    /// that heap's layout of the page.
-    #[inline(always)]
-    pub(crate) fn geom(&self) -> Geom {
-        Geom::from_word(self.geom.load(Ordering::Acquire))
-    }
-
-    /// Replaces the geometry word alone (the page waits for its sweep: [`Geom::waiting`]).
-    pub(crate) fn set_geom(&self, geom: Geom) {
-        self.geom.store(geom.word(), Ordering::Release);
-    }
-
-    /// Publishes the page's state: `Some((owner, geometry))` while in use by a heap,
-    /// `None` while free. The geometry is stored before the owner (see [`Entry::geom`]);
-    /// a free page keeps its last geometry.
-    pub(crate) fn publish(&self, in_use: Option<(HeapId, Geom)>) {
-        match in_use {
-            Some((owner, geom)) => {
-                self.geom.store(geom.word(), Ordering::Release);
-                self.owner.store(owner.get(), Ordering::Release);
-            }
-            None => self.owner.store(0, Ordering::Release),
-        }
-    }
-}
 
 /// The entries of one GiB of pages (2 MiB).
 #[repr(C)]
@@ -345,6 +282,26 @@ static TOP: [AtomicPtr<Entries>; TOP_ENTRIES] =
 static BITMAPS: [AtomicPtr<BitmapArray>; TOP_ENTRIES] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; TOP_ENTRIES];
 
+/// Maps `len` bytes of zeroed, private, anonymous memory without reserve (only the
+/// pages touched become resident); page-aligned.
+pub(crate) fn map_anonymous(len: usize) -> Result<*mut libc::c_void, std::io::Error> {
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(p)
+}
+
 /// The value of `slot`, mapping a zeroed `T` (anonymous memory, without reserve: only
 /// the pages touched become resident) and publishing it there if it was empty. A thread
 /// that loses the race for the slot unmaps its own mapping.
@@ -355,7 +312,7 @@ fn get_or_map<T>(slot: &AtomicPtr<T>, what: &str) -> &'static T {
         return unsafe { &*cur };
     }
     let size = std::mem::size_of::<T>();
-    let p = crate::page::map_anonymous(size).unwrap_or_else(|e| panic!("mapping {what}: {e}"));
+    let p = map_anonymous(size).unwrap_or_else(|e| panic!("mapping {what}: {e}"));
     match slot.compare_exchange(
         std::ptr::null_mut(),
         p as *mut T,
@@ -392,9 +349,6 @@ pub(crate) fn register(
     let entries = get_or_map(&TOP[top], "a page-table leaf's entries");
     let leaf = Leaf { entries, bits };
     let entry = leaf.entry(page_base);
-    entry.owner.store(0, Ordering::Release);
-    entry
-        .meta
-        .store(meta as *const PageMeta as *mut PageMeta, Ordering::Release);
+    entry.register(meta);
     (entry, leaf.bitmaps().page(page_base))
 }

@@ -247,15 +247,15 @@ mod pool {
     }
 
     fn helper_main(sh: &Shared, index: usize) {
-        crate::mark::enter_helper_thread();
+        crate::tls::enter_helper_thread();
         if let Err(payload) =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| helper_loop(sh, index)))
         {
             // A mark function panicked here: the collecting thread would wait for this
             // thread's share of the work forever.
-            crate::collect::abort_after_panic("a collector helper thread", payload.as_ref());
+            crate::tls::abort_after_panic("a collector helper thread", payload.as_ref());
         }
-        crate::mark::exit_helper_thread();
+        crate::tls::exit_helper_thread();
     }
 
     fn helper_loop(sh: &Shared, index: usize) {

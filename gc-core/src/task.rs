@@ -3,7 +3,7 @@
 //! conservative stack scanning (gc-conservative) reads the bounds and saved stack
 //! pointer recorded here.
 
-use crate::mutator::SAVED_REGS;
+use crate::tls::SAVED_REGS;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 

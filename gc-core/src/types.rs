@@ -12,8 +12,8 @@
 //!   so that Rust users need no mark function;
 //! - the meta type of types.
 
-use crate::heap::HeapId;
-use crate::mark::Marker;
+use crate::heap_id::HeapId;
+use crate::marker::Marker;
 use crate::object::ObjRef;
 use std::ffi::{c_void, CString};
 
@@ -214,7 +214,7 @@ impl TypeRef {
     /// drop waits for `f`); panics if the heap was dropped.
     #[track_caller]
     fn with_desc<R>(self, f: impl FnOnce(&TypeDesc) -> R) -> R {
-        match crate::heap::with_live(self.heap, || f(self.desc())) {
+        match crate::heap_id::with_live(self.heap, || f(self.desc())) {
             Some(r) => r,
             None => panic!(
                 "TypeRef {:#x} used after its heap ({}) was dropped",
@@ -272,7 +272,7 @@ impl TypeRef {
 
 impl std::fmt::Debug for TypeRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match crate::heap::with_live(self.heap, || self.desc().name().to_string()) {
+        match crate::heap_id::with_live(self.heap, || self.desc().name().to_string()) {
             Some(name) => write!(f, "TypeRef({name}@{:#x})", self.obj.addr()),
             None => write!(
                 f,
@@ -281,5 +281,32 @@ impl std::fmt::Debug for TypeRef {
                 self.obj.addr()
             ),
         }
+    }
+}
+
+impl SweepProc {
+    /// Whether there is a sweep function.
+    pub fn is_some(&self) -> bool {
+        !matches!(self, SweepProc::None)
+    }
+}
+
+impl SweepProc {
+    /// Runs the sweep function on `obj`.
+    pub(crate) fn run(&self, obj: ObjRef) {
+        match self {
+            SweepProc::None => {}
+            SweepProc::Rust(f) => f(obj),
+            // SAFETY: a C sweep function of the seed's signature, given its dead object
+            // before the memory is reused.
+            SweepProc::C(f) => unsafe { f(obj.as_ptr().cast()) },
+        }
+    }
+}
+
+impl TypeKind {
+    /// Whether objects of this kind may only be made by the heap itself.
+    pub(crate) fn is_internal(self) -> bool {
+        matches!(self, TypeKind::DataType | TypeKind::WeakRef)
     }
 }
