@@ -32,7 +32,7 @@ use crate::heap::Root;
 use crate::heap_id::HeapId;
 use crate::marker::Marker;
 use crate::mutator::{self, SafeState};
-use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef};
+use crate::object::{back_barrier_fires, barrier_fires, ObjRef};
 use crate::state::{Heap, Mutator, MutatorShared, RUNNING};
 use crate::task::Task;
 use crate::tls::{TlsHead, HELPER_MAGIC};
@@ -1537,10 +1537,10 @@ pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
         Some(o) => {
             // SAFETY: a live object or a pool cell per the caller.
             let h = unsafe { o.header_bits() };
-            if h & crate::object::FREE != 0 {
+            if h.is_free() {
                 std::ptr::null_mut()
             } else {
-                type_addr(h) as *mut c_void
+                h.type_addr() as *mut c_void
             }
         }
         None => std::ptr::null_mut(),

@@ -31,9 +31,7 @@ use crate::callbacks::{Callback, CallbackId, CallbackKind};
 use crate::error::GcError;
 use crate::heap_id::HeapId;
 use crate::marker::{Marker, Team};
-use crate::object::{
-    header_is_allocated, is_dead, ObjRef, AGE, FREE_END, HEADER_SIZE, MARK, OLD, REMEMBERED,
-};
+use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagemeta::SweepParams;
 use crate::par::MarkPool;
@@ -301,13 +299,14 @@ fn run(
     // ---- mark ----
     let t_mark = Instant::now();
     let mark_span = tracing::debug_span!("gc_mark").entered();
-    gc.young_parity ^= MARK;
+    gc.young_parity = Header::flip_parity(gc.young_parity);
     if full {
-        gc.parity ^= MARK;
+        gc.parity = Header::flip_parity(gc.parity);
         for obj in gc.remset.drain(..) {
             // SAFETY: remembered objects are live old objects (the world is stopped).
             let hdr = unsafe { obj.header() };
-            hdr.store(hdr.load(Ordering::Relaxed) & !REMEMBERED, Ordering::Relaxed);
+            let h = Header::from_raw(hdr.load(Ordering::Relaxed));
+            hdr.store(h.without_remembered().raw(), Ordering::Relaxed);
         }
     } else {
         gc.remset.sort_unstable();
@@ -422,7 +421,7 @@ fn run(
         let excess = gc.verify_errors.len().saturating_sub(1000);
         gc.verify_errors.drain(..excess);
     }
-    let young_marked = AGE | gc.young_parity;
+    let young_marked = Header::young_marked(gc.young_parity);
     drop(marker);
     drop(mark_span);
 
@@ -641,9 +640,10 @@ fn verify_remembered_set(heap: &HeapInner, marker: &mut Marker<'_>) {
         for i in 0..cells_per_page(class) {
             let obj = page.object_at(i, cell);
             // SAFETY: a cell header of a page of ours (always mapped).
-            let h =
-                unsafe { (*((obj - HEADER_SIZE) as *const AtomicUsize)).load(Ordering::Relaxed) };
-            if header_is_allocated(h) && h & OLD != 0 && h & REMEMBERED == 0 {
+            let h = Header::from_raw(unsafe {
+                (*((obj - HEADER_SIZE) as *const AtomicUsize)).load(Ordering::Relaxed)
+            });
+            if h.is_allocated() && h.is_old_unremembered() {
                 // SAFETY: an allocated old object; m is our marker, unaliased.
                 unsafe { Marker::verify_object(m, ObjRef::from_addr(obj).expect("non-null")) };
             }
@@ -678,12 +678,12 @@ fn sweep_scheduled(
     for obj in list {
         // SAFETY: scheduled objects are live until this sweep frees them.
         let h = unsafe { obj.header_bits() };
-        if !is_dead(h, full, parity, young_marked) {
+        if !h.is_dead(full, parity, young_marked) {
             keep.push(obj);
             continue;
         }
         // SAFETY: h is a live header: its type is a live type object.
-        let desc = unsafe { &*((crate::object::type_addr(h)) as *const crate::types::TypeDesc) };
+        let desc = unsafe { &*(h.type_addr() as *const crate::types::TypeDesc) };
         match crate::lookup::page_of(obj.addr()) {
             Some(page) if page.cell_layout().is_some() && page.is_owned_by(heap_id) => {
                 page.clear_sweep(obj.addr())
@@ -737,10 +737,10 @@ fn sweep_big(
         let mut keep = Vec::with_capacity(old.len());
         for obj in old {
             // SAFETY: objects on the big lists are allocated until freed here.
-            let h = unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed);
+            let h = Header::from_raw(unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed));
             // SAFETY: as above.
             let size = unsafe { big::size(obj) } + big::BIG_HEADER;
-            if h & MARK == parity {
+            if h.is_marked_old(parity) {
                 keep.push(obj);
             } else {
                 lists.old_bytes -= size;
@@ -755,13 +755,13 @@ fn sweep_big(
     let mut keep_young = Vec::with_capacity(young.len());
     for obj in young {
         // SAFETY: objects on the big lists are allocated until freed here.
-        let h = unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed);
+        let h = Header::from_raw(unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed));
         // SAFETY: as above.
         let size = unsafe { big::size(obj) } + big::BIG_HEADER;
-        if h & OLD != 0 {
+        if h.is_old() {
             lists.old_bytes += size;
             lists.old.push(obj);
-        } else if h & (AGE | MARK) == young_marked {
+        } else if h.is_young_marked(young_marked) {
             keep_young.push(obj);
         } else {
             lists.live -= size;

@@ -11,7 +11,7 @@
 //! entry ([`Geom`]: cell size and division magic, plus, while the page waits for its lazy
 //! sweep, the sweep's parameters, [`Geom::waiting`]). Every reader decodes them here.
 
-use crate::object::{header_is_allocated, is_dead, AGE, HEADER_SIZE, MARK};
+use crate::object::{Header, HEADER_SIZE};
 use crate::sizeclass::{cells_per_page, div_magic, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
 
 /// A page-table entry's geometry word: division magic in bits 0..32, cell size (header
@@ -156,7 +156,7 @@ impl Geom {
     }
 
     /// This geometry flagged as waiting for the sweep of a collection (`full`, old-mark
-    /// `parity`, `young_marked` as in [`crate::object::is_dead`]; `epoch` its number).
+    /// `parity`, `young_marked` as in [`Header::is_dead`]; `epoch` its number).
     pub(crate) fn waiting(
         self,
         full: bool,
@@ -165,32 +165,27 @@ impl Geom {
         epoch: u32,
     ) -> Geom {
         debug_assert!(self.0 < 1 << WAIT_EPOCH_SHIFT);
-        debug_assert!(parity & !MARK == 0 && young_marked & !(AGE | MARK) == 0);
+        debug_assert!(Header::valid_parities(parity, young_marked));
         let mut g = self.0 | WAITING | (epoch as u64 & WAIT_EPOCH_MASK) << WAIT_EPOCH_SHIFT;
         if full {
             g |= WAIT_FULL;
         }
-        if parity & MARK != 0 {
+        if Header::parity_is_set(parity) {
             g |= WAIT_PARITY;
         }
-        if young_marked & MARK != 0 {
+        if Header::parity_is_set(young_marked) {
             g |= WAIT_YOUNG_PARITY;
         }
         Geom(g)
     }
 
     /// Whether the allocated object with header word `h` is live on a page whose
-    /// geometry is this waiting one (the sweep's rule, [`crate::object::is_dead`]).
+    /// geometry is this waiting one (the sweep's rule, [`Header::is_dead`]).
     #[inline]
-    pub(crate) fn live_while_waiting(self, h: usize) -> bool {
-        let parity = if self.0 & WAIT_PARITY != 0 { MARK } else { 0 };
-        let young_marked = AGE
-            | if self.0 & WAIT_YOUNG_PARITY != 0 {
-                MARK
-            } else {
-                0
-            };
-        header_is_allocated(h) && !is_dead(h, self.0 & WAIT_FULL != 0, parity, young_marked)
+    pub(crate) fn live_while_waiting(self, h: Header) -> bool {
+        let parity = Header::parity(self.0 & WAIT_PARITY != 0);
+        let young_marked = Header::young_marked(Header::parity(self.0 & WAIT_YOUNG_PARITY != 0));
+        h.is_allocated() && !h.is_dead(self.0 & WAIT_FULL != 0, parity, young_marked)
     }
 }
 
@@ -246,7 +241,7 @@ mod tests {
     #[test]
     fn waiting_words_keep_the_geometry_and_the_sweep_parameters() {
         let g = Geom::of_class(3);
-        let w = g.waiting(true, MARK, AGE, 5);
+        let w = g.waiting(true, Header::parity(true), Header::young_marked(0), 5);
         assert!(w.is_waiting() && !g.is_waiting());
         assert!(w.same_cell(g));
         assert_eq!(

@@ -10,7 +10,7 @@ use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::config::{first_interval, HeapConfig};
 use crate::error::GcError;
 use crate::heap_id::HeapId;
-use crate::object::{ObjRef, MARK, OLD};
+use crate::object::{Header, ObjRef};
 use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{
@@ -56,7 +56,7 @@ impl HeapInner {
             };
             if let Some(cell) = taken {
                 // SAFETY: just taken from the pool; permanent objects are old and marked.
-                return Ok(unsafe { perm.commit(cell, tag | OLD | parity, class) });
+                return Ok(unsafe { perm.commit(cell, Header::new_old(tag, parity), class) });
             }
             let mut pages = self.pages.lock();
             if let Some(page) = perm.page.take() {
@@ -108,7 +108,7 @@ impl Heap {
             cv_stopped: Condvar::new(),
             cv_resume: Condvar::new(),
             gc: Mutex::new(GcState {
-                parity: MARK,
+                parity: Header::parity(true),
                 young_parity: 0,
                 remset: Vec::new(),
                 sweep_list: Vec::new(),
@@ -151,7 +151,12 @@ impl Heap {
             unsafe { (obj.as_ptr() as *mut TypeDesc).write(desc) };
             // SAFETY: obj is live; point its type at itself, keeping the GC bits.
             let hdr = unsafe { obj.header() };
-            hdr.store(hdr.load(Ordering::Relaxed) | obj.addr(), Ordering::Release);
+            hdr.store(
+                Header::from_raw(hdr.load(Ordering::Relaxed))
+                    .with_type_addr(obj.addr())
+                    .raw(),
+                Ordering::Release,
+            );
             inner.datatype.store(obj.addr(), Ordering::Release);
             inner.types.lock().push(TypeRef::new(obj, inner.id));
         }
@@ -287,7 +292,7 @@ impl Heap {
         // SAFETY: forwarded.
         let h = unsafe { obj.header_bits() };
         TypeRef::new(
-            ObjRef::from_addr(crate::object::type_addr(h)).expect("live objects have a type"),
+            ObjRef::from_addr(h.type_addr()).expect("live objects have a type"),
             self.0.id,
         )
     }

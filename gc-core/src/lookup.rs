@@ -15,7 +15,7 @@
 
 use crate::big::{BIG_HEADER, BIG_MAGIC};
 use crate::heap_id::HeapId;
-use crate::object::{header_is_allocated, ObjRef, OBJ_ALIGN};
+use crate::object::{Header, ObjRef, OBJ_ALIGN};
 use crate::pagemeta::PageMeta;
 use crate::pagetable;
 
@@ -182,7 +182,7 @@ pub fn is_object(heap: impl Into<HeapId>, addr: usize) -> bool {
     }
     // The fields' positions in BigHeader (repr(C)): magic at 16, heap id at 24, tag at 40.
     let (magic, heap, tag) = (buf[2], buf[3], buf[5]);
-    magic == BIG_MAGIC && heap == heap_id.word() && header_is_allocated(tag)
+    magic == BIG_MAGIC && heap == heap_id.word() && Header::from_raw(tag).is_allocated()
 }
 
 impl PageMeta {

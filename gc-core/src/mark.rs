@@ -43,9 +43,7 @@
 use crate::big::BigHeader;
 use crate::heap_id::HeapId;
 use crate::marker::{ArrayWork, MarkFast, Marker, Mode, ParJob, Team, Work};
-use crate::object::{
-    header_is_allocated, type_addr, ObjRef, AGE, HEADER_SIZE, MARK, OLD, REMEMBERED,
-};
+use crate::object::{Header, ObjRef, HEADER_SIZE};
 use crate::par::Termination;
 use crate::types::{MarkProc, TypeDesc, TypeKind};
 use crossbeam_deque::{Steal, Stealer, Worker};
@@ -88,7 +86,7 @@ impl<'h> Marker<'h> {
     ) -> Self {
         let mut buf: Vec<usize> = Vec::with_capacity(4096);
         let base = buf.as_mut_ptr();
-        let (old_mask, old_want) = if full { (MARK, parity) } else { (0, 0) };
+        let (old_mask, old_want) = Header::old_mark_test(full, parity);
         Marker {
             fast: MarkFast {
                 slow: 0,
@@ -97,7 +95,7 @@ impl<'h> Marker<'h> {
                 limit: unsafe { base.add(buf.capacity()) },
                 old_mask,
                 old_want,
-                young_marked: AGE | young_parity,
+                young_marked: Header::young_marked(young_parity),
                 marked: 0,
                 young: 0,
             },
@@ -177,10 +175,10 @@ impl<'h> Marker<'h> {
     pub unsafe fn is_marked(&self, obj: ObjRef) -> bool {
         // SAFETY: the caller hands us an allocated object of this heap.
         let h = unsafe { obj.header_bits() };
-        if h & OLD != 0 {
-            h & self.fast.old_mask == self.fast.old_want
+        if h.is_old() {
+            h.old_mark_is(self.fast.old_mask, self.fast.old_want)
         } else {
-            h & (AGE | MARK) == self.fast.young_marked
+            h.is_young_marked(self.fast.young_marked)
         }
     }
 
@@ -285,21 +283,24 @@ impl<'h> Marker<'h> {
         }
         // SAFETY: the caller hands us a reference to a live object of this heap.
         let hdr = unsafe { obj.header() };
-        let h = hdr.load(Ordering::Relaxed);
-        if h & OLD != 0 {
-            if h & self.fast.old_mask != self.fast.old_want {
-                hdr.store(h ^ MARK, Ordering::Relaxed);
+        let h = Header::from_raw(hdr.load(Ordering::Relaxed));
+        if h.is_old() {
+            if !h.old_mark_is(self.fast.old_mask, self.fast.old_want) {
+                hdr.store(h.mark_flipped().raw(), Ordering::Relaxed);
                 self.fast.marked += 1;
                 self.push_if_scannable(obj, h);
             }
             false
-        } else if h & (AGE | MARK) == self.fast.young_marked {
+        } else if h.is_young_marked(self.fast.young_marked) {
             self.fast.young += 1;
             true
-        } else if h & AGE != 0 {
+        } else if h.has_age() {
             self.promote(obj, h)
         } else {
-            hdr.store(h | self.fast.young_marked, Ordering::Relaxed);
+            hdr.store(
+                h.first_marked(self.fast.young_marked).raw(),
+                Ordering::Relaxed,
+            );
             self.fast.marked += 1;
             self.fast.young += 1;
             self.push_if_scannable(obj, h);
@@ -310,10 +311,10 @@ impl<'h> Marker<'h> {
     /// Marks a young object that survived the previous collection: it is promoted now.
     #[cold]
     #[inline(never)]
-    fn promote(&mut self, obj: ObjRef, h: usize) -> bool {
+    fn promote(&mut self, obj: ObjRef, h: Header) -> bool {
         // SAFETY: a live object (queue's contract).
         let hdr = unsafe { obj.header() };
-        hdr.store((h & !(AGE | MARK)) | OLD | self.parity, Ordering::Relaxed);
+        hdr.store(h.promoted(self.parity).raw(), Ordering::Relaxed);
         self.fast.marked += 1;
         self.push_if_scannable(obj, h);
         false
@@ -331,8 +332,8 @@ impl<'h> Marker<'h> {
         }
         // SAFETY: a live object (queue's contract; checked above in verify mode).
         let hdr = unsafe { obj.header() };
-        let h = hdr.load(Ordering::Relaxed);
-        let young = h & OLD == 0;
+        let h = Header::from_raw(hdr.load(Ordering::Relaxed));
+        let young = h.is_young();
         match self.mode {
             Mode::Mark => {
                 self.fast.slow = 0;
@@ -358,9 +359,9 @@ impl<'h> Marker<'h> {
                     self.fast.slow = 1;
                     return r;
                 }
-                if h & (AGE | MARK) != self.fast.young_marked {
+                if !h.is_young_marked(self.fast.young_marked) {
                     hdr.store(
-                        (h & !(AGE | MARK)) | self.fast.young_marked,
+                        h.marked_young(self.fast.young_marked).raw(),
                         Ordering::Relaxed,
                     );
                     self.fast.marked += 1;
@@ -436,9 +437,9 @@ impl<'h> Marker<'h> {
     }
 
     #[inline(always)]
-    fn push_if_scannable(&mut self, obj: ObjRef, h: usize) {
+    fn push_if_scannable(&mut self, obj: ObjRef, h: Header) {
         // SAFETY: h is the header of a live object: its type pointer is a live type.
-        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
+        let desc = unsafe { &*(h.type_addr() as *const TypeDesc) };
         if desc.has_pointers {
             self.push(obj.addr());
         }
@@ -488,24 +489,24 @@ impl<'h> Marker<'h> {
         }
         // SAFETY: obj is a live object being scanned.
         let hdr = unsafe { obj.header() };
-        let h = hdr.load(Ordering::Relaxed);
+        let h = Header::from_raw(hdr.load(Ordering::Relaxed));
         if self.mode == Mode::Verify {
             self.after_scan_verify(obj, young, h);
             return;
         }
-        if h & (OLD | REMEMBERED) == OLD {
-            hdr.store(h | REMEMBERED, Ordering::Relaxed);
+        if h.is_old_unremembered() {
+            hdr.store(h.with_remembered().raw(), Ordering::Relaxed);
             self.next_remset.push(obj);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn after_scan_verify(&mut self, obj: ObjRef, young: usize, h: usize) {
-        if young > 0 && h & OLD != 0 && h & REMEMBERED == 0 {
+    fn after_scan_verify(&mut self, obj: ObjRef, young: usize, h: Header) {
+        if young > 0 && h.is_old_unremembered() {
             let child = self.verify_first_young.map_or(0, |c| c.addr());
             // SAFETY: h is a live object's header.
-            let ty = unsafe { &*(type_addr(h) as *const TypeDesc) }
+            let ty = unsafe { &*(h.type_addr() as *const TypeDesc) }
                 .name()
                 .to_string();
             self.errors.push(format!(
@@ -524,12 +525,12 @@ impl<'h> Marker<'h> {
     unsafe fn scan(m: *mut Marker<'_>, obj: ObjRef) {
         // SAFETY: obj is a marked, live object; its header holds its type.
         let hdr = unsafe { obj.header() };
-        let h = hdr.load(Ordering::Relaxed);
-        if h & (OLD | REMEMBERED) == OLD | REMEMBERED {
-            hdr.store(h & !REMEMBERED, Ordering::Relaxed);
+        let h = Header::from_raw(hdr.load(Ordering::Relaxed));
+        if h.is_old_remembered() {
+            hdr.store(h.without_remembered().raw(), Ordering::Relaxed);
         }
         // SAFETY: the type pointer of a live object is a live type object.
-        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
+        let desc = unsafe { &*(h.type_addr() as *const TypeDesc) };
         if !desc.has_pointers {
             return;
         }
@@ -918,8 +919,8 @@ impl<'h> Marker<'h> {
         // SAFETY: obj is live.
         let h = unsafe { obj.header_bits() };
         // SAFETY: type of a live object.
-        let desc = unsafe { &*(type_addr(h) as *const TypeDesc) };
-        if desc.has_pointers && h & REMEMBERED == 0 {
+        let desc = unsafe { &*(h.type_addr() as *const TypeDesc) };
+        if desc.has_pointers && !h.is_remembered() {
             // Scanning in verify mode never clears REMEMBERED (the bit is clear here).
             // SAFETY: forwarded.
             unsafe { Self::scan(m, obj) };
@@ -939,7 +940,8 @@ impl<'h> Marker<'h> {
         } else {
             self.big_set.as_ref().is_some_and(|s| s.contains(&a)) && {
                 // SAFETY: a registered big object of this heap is live.
-                header_is_allocated(unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed))
+                Header::from_raw(unsafe { BigHeader::of(obj) }.tag.load(Ordering::Relaxed))
+                    .is_allocated()
             }
         };
         if !ok {

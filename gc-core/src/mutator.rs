@@ -20,7 +20,7 @@
 use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;
 use crate::error::GcError;
-use crate::object::{back_barrier_fires, barrier_fires, type_addr, ObjRef, FREE_END, REMEMBERED};
+use crate::object::{back_barrier_fires, barrier_fires, Header, ObjRef, FREE_END};
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{Heap, Mutator, MutatorShared, DETACHED, RUNNING, SAFE};
 use crate::stats::CollectionInfo;
@@ -244,7 +244,7 @@ impl MutatorShared {
         // SAFETY: an allocated, live object of this heap (the lookup above; nothing is
         // freed while the owning thread runs managed code).
         let h = unsafe { obj.header_bits() };
-        if type_addr(h) != heap.datatype().as_obj().addr() {
+        if h.type_addr() != heap.datatype().as_obj().addr() {
             return Err(not_a_type);
         }
         Ok(TypeRef::new(obj, heap.id()))
@@ -362,7 +362,7 @@ impl MutatorShared {
             // SAFETY: the thread's own pool of `class`.
             let cell = unsafe { pool.take::<true>(cell_size) }?;
             // SAFETY: just taken from this pool.
-            let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
+            let obj = unsafe { pool.commit(cell, Header::new_young(ty.obj.addr()), class) };
             local.objects += 1;
             local.bytes += cell_size as u64;
             local.countdown -= 1;
@@ -469,7 +469,7 @@ impl MutatorShared {
             // SAFETY: the thread's own pool of `class`.
             if let Some(cell) = unsafe { pool.take::<false>(cell_size) } {
                 // SAFETY: just taken from this pool.
-                let obj = unsafe { pool.commit(cell, ty.obj.addr(), class) };
+                let obj = unsafe { pool.commit(cell, Header::new_young(ty.obj.addr()), class) };
                 local.objects += 1;
                 local.bytes += cell_size as u64;
                 local.countdown = local.countdown.saturating_sub(1).max(1);
@@ -605,9 +605,9 @@ impl MutatorShared {
 
     #[cold]
     #[inline(never)]
-    pub(crate) unsafe fn remember(&self, parent: ObjRef, h: usize) {
+    pub(crate) unsafe fn remember(&self, parent: ObjRef, h: Header) {
         // SAFETY: live object (caller); only the REMEMBERED bit changes.
-        unsafe { parent.header() }.store(h | REMEMBERED, Ordering::Relaxed);
+        unsafe { parent.header() }.store(h.with_remembered().raw(), Ordering::Relaxed);
         // SAFETY: owning thread.
         unsafe { &mut *self.local.get() }.remset.push(parent);
     }
@@ -627,7 +627,7 @@ impl MutatorShared {
         }
         // SAFETY: live object.
         let ty = TypeRef::new(
-            ObjRef::from_addr(type_addr(unsafe { obj.header_bits() })).expect("typed"),
+            ObjRef::from_addr(unsafe { obj.header_bits() }.type_addr()).expect("typed"),
             heap.id(),
         );
         let desc = ty.desc();

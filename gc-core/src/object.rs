@@ -6,12 +6,12 @@
 //! and type pointers (which point at payloads of type objects) have their low four bits
 //! clear. Those four bits hold the GC state:
 //!
-//! | bit | name | meaning |
-//! |---|---|---|
-//! | 0 | `MARK` | old: marked iff it equals the heap's old-mark parity (flips at every full collection); young: see `AGE` |
-//! | 1 | `OLD` | the object has been promoted to the old generation |
-//! | 2 | `REMEMBERED` / `AGE` | old object: in the remembered set (the write barrier fired for it); young object: marked by some collection (survived it, or is surviving the current one) |
-//! | 3 | `FREE` | never set in a live header: a free pool cell's header holds a free-list link, which is the address of another cell's header and therefore 8 mod 16, or the end marker [`FREE_END`] |
+//! | bit | name | meaning | [`Header`] methods |
+//! |---|---|---|---|
+//! | 0 | `MARK` | old: marked iff it equals the heap's old-mark parity (flips at every full collection); young: see `AGE` | `is_marked_old`, `mark_flipped`, `promoted` |
+//! | 1 | `OLD` | the object has been promoted to the old generation | `is_old`, `is_young`, `new_old`, `promoted` |
+//! | 2 | `REMEMBERED` / `AGE` | old object: in the remembered set (the write barrier fired for it); young object: marked by some collection (survived it, or is surviving the current one) | `is_remembered`, `is_old_unremembered`, `with_remembered`, `without_remembered`; `has_age`, `is_young_marked`, `first_marked`, `marked_young` |
+//! | 3 | `FREE` | never set in a live header: a free pool cell's header holds a free-list link, which is the address of another cell's header and therefore 8 mod 16, or the end marker [`FREE_END`] | `is_free`, `is_allocated` |
 //!
 //! A young object is marked in the current collection iff `AGE` is set and `MARK` equals
 //! the heap's young parity, which flips at every collection: a survivor of the previous
@@ -25,25 +25,35 @@
 //! A pool cell is therefore allocated iff its header is non-zero and has bit 3 clear:
 //! never-used cells are zero, free cells carry bit 3. This is what makes the allocation
 //! state of any cell an O(1) question.
+//!
+//! [`Header`] is the header word as a type, and the one place that packs and unpacks it:
+//! its constructors build new objects' headers, its queries read the bits above
+//! (allocated, free, type pointer, old, remembered, marked for a parity, dead after a
+//! collection) and its transitions are the writes of marking, promotion and the write
+//! barriers. Everything else handles a `Header`, never the bits; the bit constants stay
+//! visible to the crate only for the C layer (`ffi.rs` exports them as `HDR_*`, which
+//! `tests/it/headers.rs` checks against the C header's `GC_HDR_*`). The word lives in
+//! an `AtomicUsize` ([`ObjRef::header`]); its users load and store [`Header::raw`] with
+//! the orderings of their own protocol.
 
 use std::fmt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Mark bit (see the module table).
-pub const MARK: usize = 1;
+pub(crate) const MARK: usize = 1;
 /// Old-generation bit.
-pub const OLD: usize = 2;
+pub(crate) const OLD: usize = 2;
 /// Remembered-set bit (old objects).
-pub const REMEMBERED: usize = 4;
+pub(crate) const REMEMBERED: usize = 4;
 /// Survived-a-collection bit (young objects; same bit as `REMEMBERED`).
-pub const AGE: usize = 4;
+pub(crate) const AGE: usize = 4;
 /// Free-cell bit: set in every free cell's header, never in an object's.
-pub const FREE: usize = 8;
+pub(crate) const FREE: usize = 8;
 /// All bits that are not part of the type pointer.
-pub const TAG_BITS: usize = 15;
+pub(crate) const TAG_BITS: usize = 15;
 /// Free-list end marker stored in the header of the last free cell of a list.
-pub const FREE_END: usize = FREE;
+pub(crate) const FREE_END: usize = FREE;
 /// Size of the header word that precedes every object.
 pub const HEADER_SIZE: usize = 8;
 /// Alignment of every object payload.
@@ -96,14 +106,14 @@ impl ObjRef {
         unsafe { &*((self.addr() - HEADER_SIZE) as *const AtomicUsize) }
     }
 
-    /// The raw header word.
+    /// The header word, loaded with `Relaxed` ordering.
     ///
     /// # Safety
     /// The object must be allocated (alive) in a heap.
     #[inline]
-    pub(crate) unsafe fn header_bits(self) -> usize {
+    pub(crate) unsafe fn header_bits(self) -> Header {
         // SAFETY: forwarded from the caller.
-        unsafe { self.header() }.load(Ordering::Relaxed)
+        Header(unsafe { self.header() }.load(Ordering::Relaxed))
     }
 
     /// Whether the object is young (not yet promoted to the old generation): what
@@ -113,7 +123,7 @@ impl ObjRef {
     /// The object must be allocated (alive) in a heap.
     pub unsafe fn is_young(self) -> bool {
         // SAFETY: forwarded from the caller.
-        (unsafe { self.header_bits() }) & OLD == 0
+        (unsafe { self.header_bits() }).is_young()
     }
 
     /// Reads the pointer-sized slot at byte `offset` of the payload.
@@ -143,58 +153,258 @@ impl fmt::Debug for ObjRef {
     }
 }
 
-/// Whether a header word describes an allocated object (as opposed to a free or
-/// never-used pool cell).
-#[inline]
-pub fn header_is_allocated(h: usize) -> bool {
-    h != 0 && h & FREE == 0
+/// A header word: an object's type pointer and GC bits, or a free cell's link (see the
+/// module table). The one place that packs and unpacks header words: every reading of
+/// the GC bits and every transition the collector or a barrier makes goes through a
+/// method here. The word's layout is fixed (the C header's inline fast paths read it),
+/// and `Header` is exactly that word (`repr(transparent)`); the atomic it lives in stays
+/// an `AtomicUsize` ([`ObjRef::header`]), whose users load and store [`Header::raw`].
+///
+/// Two collection-wide values are bit sets of the same word and are passed along as
+/// `usize`: an old-mark `parity` (0 or the mark bit: an old object is marked iff its
+/// mark bit equals it; see [`Header::parity`]) and `young_marked` (the age and mark bits
+/// of a young object marked in the current collection; see [`Header::young_marked`]).
+#[derive(Copy, Clone, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct Header(usize);
+
+impl fmt::Debug for Header {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Header({:#x})", self.0)
+    }
 }
 
-/// The type object's address in header word `h` (of an allocated object).
-#[inline(always)]
-pub(crate) fn type_addr(h: usize) -> usize {
-    h & !TAG_BITS
+impl Header {
+    /// The header read from a header word.
+    #[inline(always)]
+    pub(crate) const fn from_raw(word: usize) -> Header {
+        Header(word)
+    }
+
+    /// The word to store.
+    #[inline(always)]
+    pub(crate) const fn raw(self) -> usize {
+        self.0
+    }
+
+    /// The header of a new young object of the type at `type_addr` (no GC bit set).
+    #[inline(always)]
+    pub(crate) fn new_young(type_addr: usize) -> Header {
+        debug_assert!(type_addr & TAG_BITS == 0, "type pointers are 16-aligned");
+        Header(type_addr)
+    }
+
+    /// The header of a new old object marked for `parity` (permanent objects).
+    #[inline(always)]
+    pub(crate) fn new_old(type_addr: usize, parity: usize) -> Header {
+        debug_assert!(type_addr & TAG_BITS == 0, "type pointers are 16-aligned");
+        Header(type_addr | OLD | parity)
+    }
+
+    /// The old-mark parity value: the mark bit if `set`, else 0.
+    #[inline(always)]
+    pub(crate) const fn parity(set: bool) -> usize {
+        if set {
+            MARK
+        } else {
+            0
+        }
+    }
+
+    /// Whether old-mark `parity` (or the parity inside a `young_marked`) is the set one.
+    #[inline(always)]
+    pub(crate) const fn parity_is_set(parity: usize) -> bool {
+        parity & MARK != 0
+    }
+
+    /// The other parity (what a collection switches to).
+    #[inline(always)]
+    pub(crate) const fn flip_parity(parity: usize) -> usize {
+        parity ^ MARK
+    }
+
+    /// The bits of a young object marked in a collection with the young parity
+    /// `young_parity`.
+    #[inline(always)]
+    pub(crate) const fn young_marked(young_parity: usize) -> usize {
+        AGE | young_parity
+    }
+
+    /// Whether `parity` and `young_marked` are values of the kinds above.
+    pub(crate) const fn valid_parities(parity: usize, young_marked: usize) -> bool {
+        parity & !MARK == 0 && young_marked & !(AGE | MARK) == 0
+    }
+
+    /// The marker's old-mark test as `(mask, want)`: an old object counts as marked iff
+    /// `header & mask == want` ([`Header::old_mark_is`]). In a full collection that is
+    /// its mark bit equal to `parity`; in a partial one every old object counts as
+    /// marked.
+    #[inline]
+    pub(crate) const fn old_mark_test(full: bool, parity: usize) -> (usize, usize) {
+        if full {
+            (MARK, parity)
+        } else {
+            (0, 0)
+        }
+    }
+
+    /// Whether the word describes an allocated object (as opposed to a free or
+    /// never-used pool cell).
+    #[inline(always)]
+    pub(crate) const fn is_allocated(self) -> bool {
+        self.0 != 0 && self.0 & FREE == 0
+    }
+
+    /// Whether the word is a free cell's link (or the free-list end).
+    #[inline(always)]
+    pub(crate) const fn is_free(self) -> bool {
+        self.0 & FREE != 0
+    }
+
+    /// The type object's address (of an allocated object).
+    #[inline(always)]
+    pub(crate) const fn type_addr(self) -> usize {
+        self.0 & !TAG_BITS
+    }
+
+    /// Whether the object has been promoted to the old generation.
+    #[inline(always)]
+    pub(crate) const fn is_old(self) -> bool {
+        self.0 & OLD != 0
+    }
+
+    /// Whether the object is young (not promoted).
+    #[inline(always)]
+    pub(crate) const fn is_young(self) -> bool {
+        self.0 & OLD == 0
+    }
+
+    /// Whether the remembered bit is set (an old object in the remembered set).
+    #[inline(always)]
+    pub(crate) const fn is_remembered(self) -> bool {
+        self.0 & REMEMBERED != 0
+    }
+
+    /// Old and not remembered: the write barrier's test on the parent, and what the
+    /// marker checks before adding an object to the next remembered set.
+    #[inline(always)]
+    pub(crate) const fn is_old_unremembered(self) -> bool {
+        self.0 & (OLD | REMEMBERED) == OLD
+    }
+
+    /// Old and remembered.
+    #[inline(always)]
+    pub(crate) const fn is_old_remembered(self) -> bool {
+        self.0 & (OLD | REMEMBERED) == OLD | REMEMBERED
+    }
+
+    /// A young object's age bit: it was marked by some collection.
+    #[inline(always)]
+    pub(crate) const fn has_age(self) -> bool {
+        self.0 & AGE != 0
+    }
+
+    /// A young object is marked in the current collection (`young_marked` as above).
+    #[inline(always)]
+    pub(crate) const fn is_young_marked(self, young_marked: usize) -> bool {
+        self.0 & (AGE | MARK) == young_marked
+    }
+
+    /// An old object's mark bit equals `parity`.
+    #[inline(always)]
+    pub(crate) const fn is_marked_old(self, parity: usize) -> bool {
+        self.0 & MARK == parity
+    }
+
+    /// An old object passes the marker's old-mark test ([`Header::old_mark_test`]).
+    #[inline(always)]
+    pub(crate) const fn old_mark_is(self, mask: usize, want: usize) -> bool {
+        self.0 & mask == want
+    }
+
+    /// Whether the allocated object was left unmarked by a collection (`full`, with the
+    /// old-mark `parity` and `young_marked`): an old object dies only in a full
+    /// collection, when its mark bit differs from the parity; a young one unless it has
+    /// exactly `young_marked`. The rule of the sweep (`page.rs` `sweep_page`), of the
+    /// weak phase and of lookups on pages waiting for their sweep (`pagetable.rs`).
+    #[inline(always)]
+    pub(crate) const fn is_dead(self, full: bool, parity: usize, young_marked: usize) -> bool {
+        if self.is_old() {
+            full && !self.is_marked_old(parity)
+        } else {
+            !self.is_young_marked(young_marked)
+        }
+    }
+
+    /// With the remembered bit set.
+    #[inline(always)]
+    pub(crate) const fn with_remembered(self) -> Header {
+        Header(self.0 | REMEMBERED)
+    }
+
+    /// With the remembered bit clear.
+    #[inline(always)]
+    pub(crate) const fn without_remembered(self) -> Header {
+        Header(self.0 & !REMEMBERED)
+    }
+
+    /// An old object marked: its mark bit flipped (to the parity, when the old-mark
+    /// test failed).
+    #[inline(always)]
+    pub(crate) const fn mark_flipped(self) -> Header {
+        Header(self.0 ^ MARK)
+    }
+
+    /// A young object never marked before (age and mark bits clear) marked now.
+    #[inline(always)]
+    pub(crate) const fn first_marked(self, young_marked: usize) -> Header {
+        Header(self.0 | young_marked)
+    }
+
+    /// A young object marked, whatever its age and mark bits were (keep-young mode).
+    #[inline(always)]
+    pub(crate) const fn marked_young(self, young_marked: usize) -> Header {
+        Header((self.0 & !(AGE | MARK)) | young_marked)
+    }
+
+    /// A young object promoted: old, marked for `parity`.
+    #[inline(always)]
+    pub(crate) const fn promoted(self, parity: usize) -> Header {
+        Header((self.0 & !(AGE | MARK)) | OLD | parity)
+    }
+
+    /// With `type_addr` put in the type pointer, which must be clear (bootstrap of the
+    /// type of types, which is its own type).
+    #[inline]
+    pub(crate) fn with_type_addr(self, type_addr: usize) -> Header {
+        debug_assert!(self.type_addr() == 0 && type_addr & TAG_BITS == 0);
+        Header(self.0 | type_addr)
+    }
 }
 
 /// The write barrier's test, in one place (the Rust API's barrier and the C layer's
 /// `gc_wb`/`jl_gc_wb`): storing a reference to `child` into `parent` must put `parent`
 /// in the remembered set when `parent` is old and not remembered yet and `child` is
-/// young. Returns `parent`'s header word then.
+/// young. Returns `parent`'s header then.
 ///
 /// # Safety
 /// Both objects are allocated (alive) in a heap.
 #[inline(always)]
-pub(crate) unsafe fn barrier_fires(parent: ObjRef, child: ObjRef) -> Option<usize> {
+pub(crate) unsafe fn barrier_fires(parent: ObjRef, child: ObjRef) -> Option<Header> {
     // SAFETY: live objects (caller).
     let h = unsafe { parent.header_bits() };
     // SAFETY: as above.
-    (h & (OLD | REMEMBERED) == OLD && unsafe { child.header_bits() } & OLD == 0).then_some(h)
+    (h.is_old_unremembered() && unsafe { child.header_bits() }.is_young()).then_some(h)
 }
 
 /// The backward barrier's test (after storing possibly young references into
-/// `parent` in bulk): `parent` is old and not remembered yet. Returns its header word
-/// then.
+/// `parent` in bulk): `parent` is old and not remembered yet. Returns its header then.
 ///
 /// # Safety
 /// The object is allocated (alive) in a heap.
 #[inline(always)]
-pub(crate) unsafe fn back_barrier_fires(parent: ObjRef) -> Option<usize> {
+pub(crate) unsafe fn back_barrier_fires(parent: ObjRef) -> Option<Header> {
     // SAFETY: live object (caller).
     let h = unsafe { parent.header_bits() };
-    (h & (OLD | REMEMBERED) == OLD).then_some(h)
-}
-
-/// Whether the allocated object with header word `h` was left unmarked by a collection
-/// (`full`, with the old-mark `parity` and `young_marked`, the `AGE | MARK` bits of a
-/// marked young object): an old object dies only in a full collection, when its mark bit
-/// differs from the parity; a young one unless it has exactly `young_marked`. The rule of
-/// the sweep (`page.rs` `sweep_page`), of the weak phase and of lookups on pages waiting
-/// for their sweep (`pagetable.rs`).
-#[inline]
-pub(crate) fn is_dead(h: usize, full: bool, parity: usize, young_marked: usize) -> bool {
-    if h & OLD != 0 {
-        full && h & MARK != parity
-    } else {
-        h & (AGE | MARK) != young_marked
-    }
+    h.is_old_unremembered().then_some(h)
 }

@@ -597,7 +597,7 @@ struct PageSweep {
 /// Mutators may run meanwhile: they never touch dead cells, and the sweep never writes a
 /// live one.
 unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
-    use crate::object::{header_is_allocated, AGE, MARK, OLD};
+    use crate::object::Header;
     let (cell, class) = page.cell_layout().expect("in-use page");
     let n = cells_per_page(class);
     let first = page.base() + FIRST_CELL;
@@ -613,18 +613,18 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
     for i in 0..n {
         let hp = first + i * cell;
         // SAFETY: a cell header inside the page (always mapped).
-        let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Relaxed);
-        let free = if !header_is_allocated(h) {
+        let h = Header::from_raw(unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Relaxed));
+        let free = if !h.is_allocated() {
             true
-        } else if h & OLD != 0 {
-            if p.full && h & MARK != p.parity {
+        } else if h.is_old() {
+            if p.full && !h.is_marked_old(p.parity) {
                 freed += 1;
                 true
             } else {
                 old += 1;
                 false
             }
-        } else if h & (AGE | MARK) == p.young_marked {
+        } else if h.is_young_marked(p.young_marked) {
             has_young = true;
             false
         } else {

@@ -28,7 +28,7 @@
 
 use crate::geom::Geom;
 use crate::heap_id::HeapId;
-use crate::object::{ObjRef, HEADER_SIZE};
+use crate::object::{Header, ObjRef, HEADER_SIZE};
 use crate::pagemeta::{AllocBits, Entry, PageMeta, ALLOC_WORDS};
 use crate::sizeclass::PAGE_SHIFT;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
@@ -191,7 +191,7 @@ fn object_in_waiting_page(heap_id: HeapId, p: usize) -> Option<ObjRef> {
             // is a cell header inside that page, a pool page (its entry names an
             // owner), never unmapped.
             let h = unsafe { &*(hp as *const AtomicUsize) }.load(Ordering::Acquire);
-            geom.live_while_waiting(h)
+            geom.live_while_waiting(Header::from_raw(h))
         } else {
             true
         };

@@ -5,7 +5,7 @@
 //!
 //! Depends on `object`, `pagemeta` and `sizeclass`.
 
-use crate::object::{ObjRef, FREE_END, HEADER_SIZE};
+use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::pagemeta::PageMeta;
 use crate::sizeclass::NUM_CLASSES;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,9 +78,9 @@ impl Pool {
     /// # Safety
     /// `cell` was just taken from this pool.
     #[inline(always)]
-    pub(crate) unsafe fn commit(&self, cell: usize, tag: usize, class: usize) -> ObjRef {
+    pub(crate) unsafe fn commit(&self, cell: usize, header: Header, class: usize) -> ObjRef {
         // SAFETY: the header word of the cell the caller just took.
-        unsafe { (*(cell as *const AtomicUsize)).store(tag, Ordering::Release) };
+        unsafe { (*(cell as *const AtomicUsize)).store(header.raw(), Ordering::Release) };
         // SAFETY: a pool that hands out cells holds their page.
         unsafe { self.page.unwrap_unchecked() }.set_allocated(cell + HEADER_SIZE, class);
         // SAFETY: a cell address is not null.

@@ -8,7 +8,7 @@
 
 use crate::error::GcError;
 use crate::mutator;
-use crate::object::{ObjRef, OLD};
+use crate::object::{Header, ObjRef};
 use crate::state::{FinEntry, FinFn, Heap, Mutator, RUNNING};
 use crate::types::TypeRef;
 use crate::weak::{
@@ -241,7 +241,7 @@ impl Mutator {
         // SAFETY: a live weak-reference object.
         unsafe { value_word(wr) }.store(target.map_or(0, |t| t.addr()), Ordering::Release);
         // SAFETY: live object (caller).
-        if h & OLD != 0 && target.is_some_and(|t| unsafe { t.header_bits() } & OLD == 0) {
+        if h.is_old() && target.is_some_and(|t| unsafe { t.header_bits() }.is_young()) {
             // SAFETY: owning thread.
             let local = unsafe { &mut *self.shared().local.get() };
             local.weak_objs.push(wr);
@@ -251,8 +251,8 @@ impl Mutator {
     }
 }
 
-fn check_weak_type(heap: &Heap, wr: ObjRef, h: usize) -> Result<(), GcError> {
-    if crate::object::type_addr(h) != heap.weak_ref_type().as_obj().addr() {
+fn check_weak_type(heap: &Heap, wr: ObjRef, h: Header) -> Result<(), GcError> {
+    if h.type_addr() != heap.weak_ref_type().as_obj().addr() {
         return Err(GcError::NotAWeakRef { addr: wr.addr() });
     }
     Ok(())

@@ -5,7 +5,7 @@
 //!
 //! Depends only on `object`.
 
-use crate::object::{ObjRef, OLD};
+use crate::object::ObjRef;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -175,6 +175,5 @@ impl QueueInner {
 pub(crate) fn is_old(obj: ObjRef) -> bool {
     // SAFETY: callers only pass objects that are allocated (registered objects and
     // referents stay allocated until a collection finds them dead and drops them).
-    let h = unsafe { obj.header_bits() };
-    h & OLD != 0
+    unsafe { obj.header_bits() }.is_old()
 }
