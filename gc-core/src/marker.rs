@@ -60,11 +60,14 @@ pub struct MarkFast {
     /// End of the mark stack.
     pub limit: *mut usize,
     /// Old objects are marked iff `header & old_mask == old_want` (0/0 in partial
-    /// collections: every old object counts as marked).
+    /// collections: every old object counts as marked; `object::Header::old_mark_test`
+    /// computes both, `Header::old_mark_is` applies them; the C header's inline
+    /// `queue` reads them too).
     pub old_mask: usize,
     /// See `old_mask`.
     pub old_want: usize,
-    /// A young object is marked iff `header & (AGE | MARK) == young_marked`.
+    /// A young object is marked iff `header & (AGE | MARK) == young_marked`
+    /// (`object::Header::is_young_marked`).
     pub young_marked: usize,
     /// Objects marked by this marker.
     pub marked: u64,

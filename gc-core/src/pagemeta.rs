@@ -403,8 +403,10 @@ impl PageMeta {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct SweepParams {
     pub full: bool,
-    /// Old objects are marked iff `MARK == parity`.
+    /// Old objects are marked iff their mark bit equals `parity`
+    /// (`object::Header::is_marked_old`).
     pub parity: usize,
-    /// Young objects are marked iff `header & (AGE | MARK) == young_marked`.
+    /// Young objects are marked iff `header & (AGE | MARK) == young_marked`
+    /// (`object::Header::is_young_marked`).
     pub young_marked: usize,
 }
