@@ -408,3 +408,69 @@ pub(crate) unsafe fn back_barrier_fires(parent: ObjRef) -> Option<Header> {
     let h = unsafe { parent.header_bits() };
     h.is_old_unremembered().then_some(h)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TY: usize = 0x7f00_1230;
+
+    /// The life of a header through the transitions, against the module table.
+    #[test]
+    fn header_transitions_follow_the_table() {
+        let (p0, p1) = (Header::parity(false), Header::parity(true));
+        assert_eq!(Header::flip_parity(p0), p1);
+        assert!(Header::parity_is_set(p1) && !Header::parity_is_set(p0));
+        let ym = Header::young_marked(p1);
+        assert!(Header::valid_parities(p0, ym));
+
+        let new = Header::new_young(TY);
+        assert_eq!(new.raw(), TY);
+        assert!(new.is_allocated() && !new.is_free() && new.is_young() && !new.has_age());
+        assert!(new.is_dead(false, p0, ym) && new.is_dead(true, p0, ym));
+
+        // Marked as new, it survives this collection and reads unmarked in the next one
+        // (the young parity flips) without a write.
+        let marked = new.first_marked(ym);
+        assert_eq!(marked.type_addr(), TY);
+        assert!(marked.is_young_marked(ym) && marked.has_age() && !marked.is_dead(false, p0, ym));
+        let ym2 = Header::young_marked(Header::flip_parity(p1));
+        assert!(!marked.is_young_marked(ym2) && marked.is_dead(false, p0, ym2));
+        assert_eq!(marked.marked_young(ym2).raw(), TY | ym2);
+
+        // Marked again: promoted, marked for the old parity.
+        let old = marked.promoted(p1);
+        assert_eq!(old.raw(), Header::new_old(TY, p1).raw());
+        assert!(old.is_old() && old.is_marked_old(p1) && !old.is_remembered());
+        assert!(!old.is_dead(true, p1, ym2) && old.is_dead(true, p0, ym2));
+        assert!(
+            !old.is_dead(false, p0, ym2),
+            "old objects die only in full collections"
+        );
+        let (mask, want) = Header::old_mark_test(true, p0);
+        assert!(!old.old_mark_is(mask, want) && old.mark_flipped().old_mark_is(mask, want));
+        let (mask, want) = Header::old_mark_test(false, p0);
+        assert!(old.old_mark_is(mask, want));
+
+        // The barrier's states.
+        assert!(old.is_old_unremembered() && !old.is_old_remembered());
+        let rem = old.with_remembered();
+        assert!(rem.is_remembered() && rem.is_old_remembered() && !rem.is_old_unremembered());
+        assert_eq!(rem.without_remembered(), old);
+        assert!(
+            !marked.is_old_unremembered(),
+            "young objects are never remembered"
+        );
+
+        // Free and never-used cells.
+        assert!(!Header::from_raw(0).is_allocated());
+        assert!(Header::from_raw(FREE_END).is_free() && !Header::from_raw(FREE_END).is_allocated());
+        let link = Header::from_raw(0x7f00_1238);
+        assert!(link.is_free() && !link.is_allocated());
+
+        assert_eq!(
+            Header::new_old(0, p1).with_type_addr(TY),
+            Header::new_old(TY, p1)
+        );
+    }
+}
