@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Rounds by default.
-pub(super) const ROUNDS: usize = 5;
+pub(super) const ROUNDS: usize = 8;
 /// Warm-up values and measured values of one pyperf worker run.
 const WARMUPS: &str = "1";
 const VALUES: &str = "6";
