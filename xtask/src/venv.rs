@@ -7,6 +7,8 @@
 //! The other CPython versions' environments (`target/multipy-venv-X.Y`, numpy alone,
 //! from `integration-tests/multipy-numpy-requirements.txt`) are made the same way by
 //! [`ensure_version`], with that version's own Python (pyenv's `--enable-shared` build).
+//! So are `bench interp-speed`'s pyperformance environments (`target/pyperf-venv-X.Y`,
+//! from `integration-tests/bench/pyperformance-requirements.txt`: [`ensure_pyperformance`]).
 
 use crate::steps::root;
 use anyhow::{bail, Context, Result};
@@ -16,6 +18,7 @@ use std::time::Instant;
 
 const REQUIREMENTS: &str = "integration-tests/multipy-requirements.txt";
 const NUMPY_REQUIREMENTS: &str = "integration-tests/multipy-numpy-requirements.txt";
+const PYPERFORMANCE_REQUIREMENTS: &str = "integration-tests/bench/pyperformance-requirements.txt";
 const STAMP: &str = ".multipy-requirements";
 
 /// The environment's directory.
@@ -64,6 +67,25 @@ pub fn ensure_version(python: &Path, major: u32, minor: u32) -> Result<PathBuf> 
     }
     make(&venv, python, NUMPY_REQUIREMENTS)?;
     Ok(venv)
+}
+
+/// Makes (or reuses) `target/pyperf-venv-X.Y`, the pinned pyperformance and pyperf of
+/// `bench interp-speed`, with the CPython whose executable is `python`.
+pub fn ensure_pyperformance(python: &Path, major: u32, minor: u32) -> Result<PathBuf> {
+    let venv = root().join(format!("target/pyperf-venv-{major}.{minor}"));
+    if let Some(v) = reuse(&venv, PYPERFORMANCE_REQUIREMENTS)? {
+        return Ok(v);
+    }
+    make(&venv, python, PYPERFORMANCE_REQUIREMENTS)?;
+    Ok(venv)
+}
+
+/// The requirement lines of a requirements text (comments and blank lines left out).
+fn pins(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .collect()
 }
 
 /// `venv` when it exists and its stamp records the current contents of `requirements`.
@@ -122,8 +144,10 @@ fn make(venv: &Path, base: &Path, requirements: &str) -> Result<()> {
         .context("run pip install")?;
     if !status.success() {
         bail!(
-            "`pip install -r {requirements}` into {} failed ({status})",
-            venv.display()
+            "`pip install -r {requirements}` into {} failed ({status}); it pins {} \
+             (pip's messages above name the package that failed)",
+            venv.display(),
+            pins(&wanted).join(", ")
         );
     }
     std::fs::write(&stamp, &wanted).with_context(|| format!("write {}", stamp.display()))?;
@@ -146,6 +170,24 @@ fn numpy_pin(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pins_leave_out_comments() {
+        let text = "# comment\npyperf==2.9.0\n\ntomli==2.5.0; python_version < \"3.11\"  # why\n";
+        assert_eq!(
+            pins(text),
+            vec!["pyperf==2.9.0", "tomli==2.5.0; python_version < \"3.11\""]
+        );
+    }
+
+    #[test]
+    fn pyperformance_requirements_pin_every_package() {
+        let text = std::fs::read_to_string(root().join(PYPERFORMANCE_REQUIREMENTS)).unwrap();
+        let pins = pins(&text);
+        assert!(pins.contains(&"pyperformance==1.11.0"), "{pins:?}");
+        assert!(pins.contains(&"pyperf==2.9.0"), "{pins:?}");
+        assert!(pins.iter().all(|p| p.contains("==")), "{pins:?}");
+    }
 
     #[test]
     fn every_version_gets_the_same_numpy() {

@@ -63,7 +63,7 @@ Suite {
 },
 Suite {
     name: "interp-speed",
-    what: "Python workloads (pyperformance-style bodies, issue 25's) in one multipy interpreter vs a python process, CPython 3.10-3.13",
+    what: "Python workloads (pyperformance-style bodies, issue 25's; then pyperformance 1.11.0's own benchmark files, pinned) in one multipy interpreter vs a python process, CPython 3.10-3.13",
     run: interp_speed::run,
 },
 Suite {
