@@ -943,10 +943,13 @@ impl Image {
                         let module = img.tls_module.ok_or_else(|| {
                             self.reloc_err(r, &name, "defining library has no PT_TLS")
                         })?;
-                        dynamic(TlsIndex {
-                            module,
-                            offset: s.value.wrapping_add(r.addend as u64),
-                        })
+                        let offset = s.value.wrapping_add(r.addend as u64);
+                        match tls::static_offset(module) {
+                            // In the loader's static pool: a constant offset, as glibc's
+                            // descriptors for its surplus static TLS.
+                            Some(off) => tls::tlsdesc_static(&entries, off.wrapping_add(offset)),
+                            None => dynamic(TlsIndex { module, offset }),
+                        }
                     }
                     Some(Def::SystemTls(ti)) => {
                         let static_off = (ti.module & tls::OUR_MODULE == 0)
@@ -1001,11 +1004,23 @@ impl Image {
                         })?;
                         off.wrapping_add(r.addend as u64)
                     }
+                    (R_X86_64_TPOFF64, Some(Def::Custom(img, s)))
+                        if img.tls_module.and_then(tls::static_offset).is_some() =>
+                    {
+                        // Initial-exec access to a module in the loader's static pool: its
+                        // block is at this offset from every thread's thread pointer.
+                        let off = img.tls_module.and_then(tls::static_offset).unwrap_or(0);
+                        off.wrapping_add(s.value).wrapping_add(r.addend as u64)
+                    }
                     (R_X86_64_TPOFF64, Some(Def::Custom(..) | Def::SystemTls(_))) => {
                         return Err(self.reloc_err(
                             r,
                             &name,
-                            "initial-exec TLS (static TLS offset) in a custom-loaded library cannot be honoured; build it with -ftls-model=global-dynamic",
+                            &format!(
+                                "initial-exec TLS (a static TLS offset) is given only to a library flagged DF_STATIC_TLS whose thread-local data is all zero-initialised (no .tdata: threads started later get zeros, not the init image) while the loader's {}-byte static pool has room ({} bytes left); build it with -ftls-model=global-dynamic",
+                                tls::STATIC_POOL_SIZE,
+                                tls::static_pool_free()
+                            ),
                         ))
                     }
                     (_, Some(_)) => return Err(self.reloc_err(r, &name, "symbol resolved to a non-TLS definition")),

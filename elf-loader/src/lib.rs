@@ -68,4 +68,7 @@ pub use plan::set_relocation_plans;
 pub use search::{LD_SO_CACHE, SYSTEM_DIRS};
 pub use symbol::Symbol;
 pub use system::{SymbolProvider, SystemLibrary};
-pub use tls::{live_blocks as tls_live_blocks, TlsIndex};
+pub use tls::{
+    live_blocks as tls_live_blocks, static_pool_free as tls_static_pool_free, TlsIndex,
+    STATIC_POOL_SIZE as TLS_STATIC_POOL_SIZE,
+};

@@ -559,6 +559,7 @@ impl NsInner {
                 filesz: t.filesz as usize,
                 memsz: t.memsz as usize,
                 align: t.align.max(1) as usize,
+                static_tls: info.static_tls,
             })
         });
         let writable = info.reloc_ranges();

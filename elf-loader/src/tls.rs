@@ -13,6 +13,18 @@
 //! thread exits (a thread-local destructor) or when the module is unloaded, whichever
 //! comes first; a stale cache entry never matches because ids are never reused.
 //!
+//! Initial-exec TLS (`TPOFF64` against a custom library's own variables, `DF_STATIC_TLS`):
+//! the access is `%fs`-relative with an offset fixed at load, so the block must be at the
+//! same offset from every thread's thread pointer, i.e. in the static TLS block that
+//! each thread gets when it starts. glibc gives a `dlopen`ed library a slot of its
+//! surplus static TLS; this loader has a static pool of its own for the same purpose
+//! (`elf_loader_static_tls_pool`, [`STATIC_POOL_SIZE`] bytes of the loader library's
+//! `.tbss`, so every thread, started before or after a load, has it zeroed). A module
+//! flagged `DF_STATIC_TLS` whose TLS is all zero-initialised (no `.tdata`: a thread that
+//! starts later would get zeros, not the init image) gets a never-reused part of it
+//! while there is room (glibc does not reuse its surplus either); its block in every
+//! thread is then `tp + offset`, which the general-dynamic paths serve too.
+//!
 //! Fast path: each thread has an array of its own, slot -> (module id, block) (the
 //! loader's dtv), found through a 16-byte thread-local of the loader library itself
 //! (`elf_loader_tls_dtv`: pointer and length), defined and read in assembly with the
@@ -69,11 +81,17 @@ pub(crate) struct Template {
     pub memsz: usize,
     /// Block alignment.
     pub align: usize,
+    /// The library is flagged `DF_STATIC_TLS` (initial-exec accesses to its own TLS):
+    /// give it a part of the static pool if it qualifies (see the module doc).
+    pub static_tls: bool,
 }
 
 struct Module {
     id: u64,
     template: Template,
+    /// Offset of the module's block from the thread pointer when it lives in the static
+    /// pool (the same in every thread); `None` for per-thread allocated blocks.
+    static_off: Option<u64>,
     layout: Layout,
     /// Blocks by thread key.
     blocks: Mutex<HashMap<u64, usize>>,
@@ -125,8 +143,76 @@ std::arch::global_asm!(
     ".size elf_loader_tls_dtv, 16",
     "elf_loader_tls_dtv:",
     ".zero 16",
+    ".p2align 6",
+    ".globl elf_loader_static_tls_pool",
+    ".hidden elf_loader_static_tls_pool",
+    ".type elf_loader_static_tls_pool, @object",
+    ".size elf_loader_static_tls_pool, 512",
+    "elf_loader_static_tls_pool:",
+    ".zero 512",
     ".text",
 );
+
+/// Bytes of the loader's static TLS pool for initial-exec modules (the size in the
+/// assembly above): about what glibc keeps for `dlopen`ed libraries (its
+/// `rtld.optional_static_tls` default is 512 bytes), and what every thread of a process
+/// that links the loader carries.
+pub const STATIC_POOL_SIZE: usize = 512;
+
+/// Bytes of the static pool handed out so far (never given back: a thread's copy of a
+/// part is only zero until a module has used it).
+static STATIC_POOL_USED: Mutex<usize> = Mutex::new(0);
+
+/// This thread's offset of `elf_loader_static_tls_pool` from the thread pointer (the
+/// same in every thread).
+fn static_pool_tpoff() -> u64 {
+    let off: u64;
+    // SAFETY: reads the GOT entry (or the immediate the linker relaxed it to) holding the
+    // offset; no memory is written.
+    unsafe {
+        std::arch::asm!(
+            "mov {o}, qword ptr [rip + elf_loader_static_tls_pool@GOTTPOFF]",
+            o = out(reg) off,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    off
+}
+
+/// A part of the static pool for a module with this template, as its offset from the
+/// thread pointer: `None` unless the module asks for static TLS, has no `.tdata`, and
+/// fits what is left.
+fn static_part(t: &Template) -> Option<u64> {
+    if !t.static_tls || t.filesz != 0 || t.align > 64 {
+        return None;
+    }
+    let align = t.align.max(1);
+    let mut used = STATIC_POOL_USED.lock();
+    let start = used.div_ceil(align) * align;
+    let end = start.checked_add(t.memsz.max(1))?;
+    if end > STATIC_POOL_SIZE {
+        return None;
+    }
+    *used = end;
+    Some(static_pool_tpoff().wrapping_add(start as u64))
+}
+
+/// The offset from the thread pointer of module `id`'s block if it lives in the static
+/// pool (what a `TPOFF64` relocation against its variables adds to their offsets).
+pub(crate) fn static_offset(id: u64) -> Option<u64> {
+    let slot = (id & 0xffff_ffff) as usize;
+    let reg = REGISTRY.read();
+    reg.slots
+        .get(slot)?
+        .as_ref()
+        .filter(|m| m.id == id)?
+        .static_off
+}
+
+/// Bytes of the static pool still free for initial-exec modules.
+pub fn static_pool_free() -> usize {
+    STATIC_POOL_SIZE - *STATIC_POOL_USED.lock()
+}
 
 /// This thread's dtv as the fast paths see it: (entries, number of entries). The
 /// thread-local holds the length in bytes (16 per entry), which the fast paths compare
@@ -223,9 +309,11 @@ pub(crate) fn register(template: Template) -> u64 {
         reg.slots.len() - 1
     });
     let id = OUR_MODULE | (seq << 32) | slot as u64;
+    let static_off = static_part(&template);
     reg.slots[slot] = Some(Module {
         id,
         template,
+        static_off,
         layout,
         blocks: Mutex::new(HashMap::new()),
     });
@@ -309,6 +397,9 @@ pub(crate) fn allocated_block(id: u64) -> Option<usize> {
     }
     let reg = REGISTRY.read();
     let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
+    if let Some(off) = m.static_off {
+        return Some(thread_pointer().wrapping_add(off as usize));
+    }
     let b = m.blocks.lock().get(&key).copied();
     b
 }
@@ -319,8 +410,11 @@ fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
     let block = {
         let reg = REGISTRY.read();
         let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
-        let mut blocks = m.blocks.lock();
-        *blocks.entry(key).or_insert_with(|| new_block(m))
+        match m.static_off {
+            // In the static pool: this thread's copy, zeroed since the thread started.
+            Some(off) => thread_pointer().wrapping_add(off as usize),
+            None => *m.blocks.lock().entry(key).or_insert_with(|| new_block(m)),
+        }
     };
     // Cache it, unless this thread's cache is already destroyed (thread exit): then the
     // block stays owned by the module and is freed at unload.
@@ -919,6 +1013,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn static_pool_parts_go_only_to_zero_initialised_static_modules() {
+        let t = |filesz, memsz, align, static_tls| Template {
+            image: 0,
+            filesz,
+            memsz,
+            align,
+            static_tls,
+        };
+        assert_eq!(
+            static_part(&t(0, 16, 8, false)),
+            None,
+            "not flagged DF_STATIC_TLS"
+        );
+        assert_eq!(static_part(&t(4, 16, 8, true)), None, "has .tdata");
+        assert_eq!(static_part(&t(0, 16, 128, true)), None, "over-aligned");
+        assert_eq!(
+            static_part(&t(0, STATIC_POOL_SIZE + 1, 8, true)),
+            None,
+            "too big"
+        );
+        let free = static_pool_free();
+        let a = static_part(&t(0, 12, 8, true)).expect("a part");
+        let b = static_part(&t(0, 8, 16, true)).expect("another");
+        assert!(
+            b >= a + 12 && b % 16 == static_pool_tpoff() % 16,
+            "after a, aligned"
+        );
+        assert!(static_pool_free() <= free - 20, "parts are not given back");
+        // In the static TLS block: below the thread pointer, at most its size away.
+        assert!(static_tls_offset(thread_pointer().wrapping_add(a as usize)).is_some());
+    }
+
+    #[test]
     fn blocks_are_per_thread_initialised_and_freed() {
         let image: [u8; 8] = *b"abcdefgh";
         let id = register(Template {
@@ -926,6 +1053,7 @@ mod tests {
             filesz: 8,
             memsz: 64,
             align: 32,
+            static_tls: false,
         });
         let before = live_blocks();
         let b1 = block_for(id).unwrap();
@@ -953,6 +1081,7 @@ mod tests {
             filesz: 4,
             memsz: 16,
             align: 8,
+            static_tls: false,
         });
         assert_eq!(id2 & 0xffff_ffff, id & 0xffff_ffff, "slot reused");
         assert_ne!(id2, id);

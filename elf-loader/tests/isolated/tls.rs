@@ -189,6 +189,172 @@ fn initial_exec_tls_is_refused_with_the_symbol_named() {
     );
 }
 
+/// The thread pointer (`%fs:0`).
+fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86_64 Linux %fs:0 holds the TCB's self pointer.
+    unsafe {
+        std::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+#[derive(Clone, Copy)]
+struct Ie {
+    bump: extern "C" fn() -> i32,
+    add: extern "C" fn(i32, i64) -> i64,
+    counter_addr: extern "C" fn() -> usize,
+}
+
+fn ie_fns(lib: &CustomLibrary) -> Ie {
+    // SAFETY: signatures as in tlsie_bss.c.
+    unsafe {
+        Ie {
+            bump: common::function::<extern "C" fn() -> i32>(lib, "ie_bump"),
+            add: common::function::<extern "C" fn(i32, i64) -> i64>(lib, "ie_add"),
+            counter_addr: common::function::<extern "C" fn() -> usize>(lib, "ie_counter_addr"),
+        }
+    }
+}
+
+/// What a thread sees of one copy: fresh zeros, then its own counts.
+fn ie_fresh_view(t: &Ie) {
+    assert_eq!((t.bump)(), 1, "tbss starts at zero in every thread");
+    assert_eq!((t.bump)(), 2);
+    assert_eq!((t.add)(3, 7), 7);
+    assert_eq!((t.add)(3, 5), 12);
+}
+
+#[test]
+fn initial_exec_tls_with_zeroed_data_gets_the_static_pool() {
+    let _serial = crate::serial();
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    static_pool_copies(common::build_so("tlsie_bss", &["tlsie_bss.c"], &[]));
+    // The general-dynamic variable through TLS descriptors (a constant offset now).
+    let desc = common::build_so("tlsie_bss_desc", &["tlsie_bss.c"], &["-mtls-dialect=gnu2"]);
+    let out = std::process::Command::new("readelf")
+        .arg("-rW")
+        .arg(&desc)
+        .output()
+        .unwrap();
+    let relocs = String::from_utf8_lossy(&out.stdout);
+    assert!(relocs.contains("R_X86_64_TLSDESC"), "{relocs}");
+    static_pool_copies(desc);
+}
+
+/// Two copies of a `tlsie_bss.c` build, in threads started before and after the load.
+fn static_pool_copies(so: std::path::PathBuf) {
+    let data = std::fs::read(&so).unwrap();
+    let info = elf_loader::elf::ElfInfo::parse(&so, &data).expect("parse the fixture");
+    assert!(info.static_tls, "the fixture is flagged DF_STATIC_TLS");
+    // glibc takes the same file (a slot of its surplus static TLS).
+    let c = std::ffi::CString::new(so.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: the fixture has no initialisers.
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(!h.is_null(), "glibc loads the fixture");
+    // SAFETY: our handle, nothing of it in use.
+    unsafe { libc::dlclose(h) };
+
+    // A thread started before the load, parked until the copies exist.
+    type Bump = extern "C" fn() -> i32;
+    let (go_tx, go_rx) = mpsc::channel::<(Bump, Bump)>();
+    let early = std::thread::spawn(move || {
+        // ie_bump of two copies, kept loaded below until this thread is joined.
+        let (a, b) = go_rx.recv().unwrap();
+        assert_eq!(a(), 1, "an early thread's copy is zero too");
+        assert_eq!(a(), 2);
+        assert_eq!(b(), 1, "the second copy is apart");
+    });
+
+    let free_before = elf_loader::tls_static_pool_free();
+    let blocks_before = tls_live_blocks();
+    // SAFETY: loading runs the fixture's (absent) initialisers.
+    let a = unsafe { Namespace::new("ie-a").load(&so) }.expect("initial-exec .tbss loads");
+    // SAFETY: as above.
+    let b = unsafe { Namespace::new("ie-b").load(&so) }.expect("and a second copy");
+    assert!(
+        elf_loader::tls_static_pool_free() <= free_before - 2 * (4 + 8 * 8),
+        "each copy took its part of the pool"
+    );
+    let (ta, tb) = (ie_fns(&a), ie_fns(&b));
+    ie_fresh_view(&ta);
+    assert_eq!((tb.bump)(), 1, "copies do not share the variable");
+    // The variable is in the static TLS block, at the same offset in every thread; the
+    // general-dynamic path (tls_sym) reaches the same storage.
+    let off = (ta.counter_addr)().wrapping_sub(thread_pointer());
+    assert!(
+        (off as isize) < 0,
+        "below the thread pointer, as static TLS is"
+    );
+    let ti = a.tls_sym("ie_counter").expect("a TLS symbol");
+    // SAFETY: a module of ours.
+    let gd = unsafe { ti.address_in_thread() }.unwrap().as_ptr() as usize;
+    assert_eq!(gd, (ta.counter_addr)(), "TPOFF64 and __tls_get_addr agree");
+    // SAFETY: signatures as in tlsie_bss.c.
+    let (gd_bump, gd_addr) = unsafe {
+        (
+            common::function::<extern "C" fn() -> i32>(&a, "ie_gd_bump"),
+            common::function::<extern "C" fn() -> usize>(&a, "ie_gd_addr"),
+        )
+    };
+    assert_eq!(
+        (gd_bump(), gd_bump()),
+        (1, 2),
+        "the general-dynamic variable too"
+    );
+    let gd_off = gd_addr().wrapping_sub(thread_pointer());
+    assert!((gd_off as isize) < 0, "in the static block as well");
+    assert_eq!(
+        tls_live_blocks(),
+        blocks_before,
+        "no block allocated for a static module"
+    );
+
+    go_tx.send((ta.bump, tb.bump)).unwrap();
+    early.join().unwrap();
+    // Threads started after the load (the copy stays loaded until they are joined).
+    let later: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                ie_fresh_view(&ta);
+                assert_eq!(gd_bump(), 1, "fresh in this thread too");
+                let tp = thread_pointer();
+                (
+                    (ta.counter_addr)().wrapping_sub(tp),
+                    gd_addr().wrapping_sub(tp),
+                )
+            })
+        })
+        .collect();
+    for t in later {
+        assert_eq!(
+            t.join().unwrap(),
+            (off, gd_off),
+            "the same offsets from every thread's pointer"
+        );
+    }
+    assert_eq!((ta.bump)(), 3, "this thread's count is its own");
+    drop((a, b));
+}
+
+#[test]
+fn initial_exec_tls_beyond_the_static_pool_is_refused_with_the_pool_named() {
+    let _serial = crate::serial();
+    let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let so = common::build_so("tlsie_big", &["tlsie_bss.c"], &["-DIE_BIG"]);
+    // SAFETY: loading runs the fixture's (absent) initialisers.
+    let err = unsafe { Namespace::new("ie-big").load(&so) }
+        .err()
+        .expect("4 KiB of initial-exec TLS does not fit the pool")
+        .to_string();
+    assert!(
+        err.contains("R_X86_64_TPOFF64")
+            && err.contains("libtlsie_big.so")
+            && err.contains("static pool"),
+        "{err}"
+    );
+}
+
 extern "C" {
     fn __errno_location() -> *mut i32;
 }
