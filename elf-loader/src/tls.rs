@@ -163,20 +163,27 @@ pub const STATIC_POOL_SIZE: usize = 512;
 /// part is only zero until a module has used it).
 static STATIC_POOL_USED: Mutex<usize> = Mutex::new(0);
 
-/// This thread's offset of `elf_loader_static_tls_pool` from the thread pointer (the
-/// same in every thread).
+/// The offset from the thread pointer of a variable in the loader library's own static
+/// TLS (the same in every thread), read from its `@GOTTPOFF` GOT entry.
+macro_rules! own_tpoff {
+    ($symbol:literal) => {{
+        let off: u64;
+        // SAFETY: reads the GOT entry (or, relaxed by the linker, the immediate) that
+        // holds the offset; no memory is written.
+        unsafe {
+            std::arch::asm!(
+                concat!("mov {o}, qword ptr [rip + ", $symbol, "@GOTTPOFF]"),
+                o = out(reg) off,
+                options(nostack, readonly, preserves_flags),
+            )
+        };
+        off
+    }};
+}
+
+/// This thread's offset of `elf_loader_static_tls_pool` from the thread pointer.
 fn static_pool_tpoff() -> u64 {
-    let off: u64;
-    // SAFETY: reads the GOT entry (or the immediate the linker relaxed it to) holding the
-    // offset; no memory is written.
-    unsafe {
-        std::arch::asm!(
-            "mov {o}, qword ptr [rip + elf_loader_static_tls_pool@GOTTPOFF]",
-            o = out(reg) off,
-            options(nostack, readonly, preserves_flags),
-        )
-    };
-    off
+    own_tpoff!("elf_loader_static_tls_pool")
 }
 
 /// A part of the static pool for a module with this template, as its offset from the
@@ -807,17 +814,7 @@ fn global_entries() -> Entries {
 /// This thread's offset of `elf_loader_tls_dtv` from the thread pointer (the same in
 /// every thread: it is in the static TLS block).
 fn dtv_tpoff() -> u64 {
-    let off: u64;
-    // SAFETY: reads the GOT entry (or, relaxed by the linker, the immediate) that holds
-    // the offset; no memory is written.
-    unsafe {
-        std::arch::asm!(
-            "mov {o}, qword ptr [rip + elf_loader_tls_dtv@GOTTPOFF]",
-            o = out(reg) off,
-            options(nostack, readonly, preserves_flags),
-        )
-    };
-    off
+    own_tpoff!("elf_loader_tls_dtv")
 }
 
 /// The TLS entries for a library mapped at `addr`: a copy of the template in a page of
