@@ -1,6 +1,6 @@
 /*
- * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by
- * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test it headers).
+ * gc_core.h: gc-core's native C API (explicit heaps). Generated from gc-core/capi/src by
+ * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core-capi --test it headers).
  * The seed's names are in julia_gcext_compat.h.
  */
 #ifndef GC_CORE_H

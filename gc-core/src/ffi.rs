@@ -1,40 +1,12 @@
-//! For crates that extend gc-core's C ABI (gc-conservative-capi, whose
-//! `libgc_conservative` carries gc-core's C ABI and adds its own names; gc-runtime): the
-//! C handle types, their conversion to the Rust API, and the thread's last C error (what
-//! `gc_last_error()` returns).
+//! The raw layouts of gc-core that a C layer reads: what the C header's inline fast
+//! paths read (`gc_tls_head_t`, `gc_mark_fast_t`, the `ptls` magics, the header word's
+//! bits), and the low-level entry points the C layer (the `gc-core-capi` crate, built as
+//! `libgc_core.so`) forwards to. Each item is a documented contract of this crate; the
+//! C layer reads nothing else of gc-core.
 //!
-//! Also the layouts the compat header's inline fast paths read (`gc_tls_head_t`,
-//! `gc_mark_fast_t` and the `ptls` magics), for the tests that check the header against
-//! them.
-//!
-//! A Rust program needs none of this: the crate root is the Rust API.
-//!
-//! ```
-//! use gc_core::ffi;
-//!
-//! // A C entry point of an extension reports its failures the way gc-core's do.
-//! ffi::set_error("my_extension: bad argument");
-//! assert_eq!(ffi::gc_last_status(), -1); // RT_ERR_ARG
-//! // SAFETY: gc_default_heap() returns the process's default heap, which never dies.
-//! let heap = unsafe { ffi::heap_from_ptr(ffi::default_heap(), "my_extension") }.unwrap();
-//! let _ = heap.id();
-//! ```
+//! A Rust program needs none of this: the crate root is the Rust API. C handle types
+//! (`gc_heap_t`, ...), the C functions and the shared last error live in `gc-core-capi`.
 
-use crate::capi;
-use crate::heap_id::HeapId;
-use crate::marker::Marker;
-use crate::state::Heap;
-
-pub use crate::capi::{gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, jl_value_t};
-
-/// gc-core's C functions a composing C library calls itself (gc-runtime: a heap, thread
-/// attach and detach, GC-safe regions around its GIL's blocking sections), as Rust items
-/// so that the compiler checks every call; their contracts are `gc_core.h`'s.
-pub use crate::capi::{
-    gc_config_t, gc_current_mutator, gc_current_task, gc_heap_delete, gc_heap_new, gc_last_error,
-    gc_last_status, gc_safe_enter, gc_safe_enter_sp, gc_safe_leave, gc_thread_attach,
-    gc_thread_detach,
-};
 pub use crate::marker::MarkFast;
 pub use crate::tls::{TlsHead, HELPER_MAGIC, MUTATOR_MAGIC};
 
@@ -54,85 +26,51 @@ pub const HDR_FREE: usize = crate::object::FREE;
 /// See [`HDR_MARK`].
 pub const HDR_TAG_BITS: usize = crate::object::TAG_BITS;
 
-/// Records `msg` as the calling thread's last C-API error, an argument error
-/// (`RT_ERR_ARG`): ffi-support's thread-local last error, one per library and shared by
-/// every crate whose C ABI is linked into it, so `gc_last_error` sees them all.
-pub fn set_error(msg: impl std::fmt::Display) {
-    capi::set_error(msg)
+/// The calling thread's attached mutator record (its `ptls`, what
+/// `jl_get_ptls_states` returns), or null if the thread is not attached. The record
+/// stays readable after the thread detaches (records are recycled, never freed), but its
+/// methods' contracts hold only while the calling thread owns it.
+#[inline]
+pub fn current_ptls() -> *const crate::MutatorShared {
+    crate::mutator::current()
 }
 
-/// Records `msg` as the calling thread's last C-API error with `status`.
-pub fn set_status(status: ffi_support::Status, msg: impl std::fmt::Display) {
-    capi::set_status(status, msg)
+/// The `ptls` record of the calling thread if it is one of a heap's collector helper
+/// threads (parallel marking; [`TlsHead::magic`] is [`HELPER_MAGIC`]), else null. It
+/// lives as long as the thread.
+#[inline]
+pub fn helper_ptls() -> *const TlsHead {
+    crate::tls::helper_ptls()
 }
 
-/// Records a [`GcError`](crate::GcError) with its status ([`status_of`]) and returns
-/// the status's code (`RT_ERR_*`).
-pub fn set_gc_error(err: &crate::GcError) -> i32 {
-    let status = status_of(err);
-    capi::set_status(status, err);
-    status.code()
+/// The calling thread's id as [`TlsHead::thread`] stores it (`pthread_self()`): a
+/// `ptls` whose magic is [`MUTATOR_MAGIC`] and whose thread is this one is the calling
+/// thread's attached mutator, checked without a thread-local lookup.
+#[inline]
+pub fn thread_id() -> usize {
+    crate::tls::thread_id()
 }
 
-/// The shared status (`RT_ERR_*`) gc-core's C ABI reports a [`GcError`](crate::GcError)
-/// as: `NotAttached`, `AlreadyAttached`, `OutOfMemory` (`RT_ERR_OOM`), `InGcSafeRegion`
-/// (`RT_ERR_INSIDE_REGION`), the wrong-state errors (`RT_ERR_STATE`), an unregistered
-/// callback (`RT_ERR_NOT_FOUND`), everything else `RT_ERR_ARG`.
-pub fn status_of(err: &crate::GcError) -> ffi_support::Status {
-    capi::status_of(err)
-}
-
-/// The process's default heap (`gc_default_heap`, what the seed's `jl_*` names use),
-/// made on first use from the `GC_CORE_*` environment variables.
-pub fn default_heap() -> *mut gc_heap_t {
-    capi::gc_default_heap()
-}
-
-/// The Rust heap behind a C heap pointer; `None` (and the last error set, naming
-/// `what`) for NULL.
+/// The write barrier's test alone (`gc_wb`'s fast path): whether storing a reference to
+/// `child` into `parent` must remember `parent` (old, not remembered yet, and `child`
+/// young). It needs no mutator, so a C layer looks its thread up only when it is true,
+/// then calls [`MutatorShared::wb`](crate::MutatorShared::wb).
 ///
 /// # Safety
-/// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted while the
-/// returned reference is used.
+/// Both objects are allocated (alive) in a heap.
 #[inline(always)]
-pub unsafe fn heap_from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+pub unsafe fn barrier_fires(parent: crate::ObjRef, child: crate::ObjRef) -> bool {
     // SAFETY: forwarded from the caller.
-    unsafe { capi::heap_ref(p, what) }
+    unsafe { crate::object::barrier_fires(parent, child) }.is_some()
 }
 
-/// The id of the heap behind a C heap pointer (one load); `None` (and the last error
-/// set) for NULL.
+/// The backward barrier's test alone (`gc_wb_back`'s fast path): `parent` is old and
+/// not remembered yet; then [`MutatorShared::wb_back`](crate::MutatorShared::wb_back).
 ///
 /// # Safety
-/// As for [`heap_from_ptr`].
+/// The object is allocated (alive) in a heap.
 #[inline(always)]
-pub unsafe fn heap_id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<HeapId> {
+pub unsafe fn back_barrier_fires(parent: crate::ObjRef) -> bool {
     // SAFETY: forwarded from the caller.
-    unsafe { gc_heap_t::id_from_ptr(p, what) }
-}
-
-/// Runs `f` with the marker of the collection the calling thread is marking for, if `m`
-/// is the `ptls` of the calling thread (or of the collector thread it runs on) and it is
-/// marking; otherwise sets the last error (naming `what`) and returns `None`.
-///
-/// # Safety
-/// `m` is null or a `ptls` this library handed out (a mutator or a collector thread's
-/// record; their memory stays readable for the process's lifetime).
-pub unsafe fn with_active_marker<R>(
-    m: *mut gc_mutator_t,
-    what: &'static str,
-    f: impl FnOnce(&mut Marker<'_>) -> R,
-) -> Option<R> {
-    // SAFETY: forwarded from the caller.
-    unsafe { capi::active_marker(m, what) }.map(f)
-}
-
-/// A task pointer handed to a task scanner (`gc_task_t`) as the Rust task.
-///
-/// # Safety
-/// `task` is non-null and a registered, live task (what a task scanner is given), for
-/// as long as the returned reference is used.
-pub unsafe fn task_from_ptr<'a>(task: *mut gc_task_t) -> &'a crate::Task {
-    // SAFETY: forwarded from the caller: gc_task_t pointers are `Arc<Task>` payloads.
-    unsafe { &*(task as *const crate::Task) }
+    unsafe { crate::object::back_barrier_fires(parent) }.is_some()
 }

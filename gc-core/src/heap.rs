@@ -3,7 +3,7 @@
 //! (`Drop for HeapInner`). The heap's data (`HeapInner`, the world, the collector's
 //! state) is `state.rs`, its tuning `config.rs`.
 //!
-//! A top layer: may depend on every module but the C layer (`capi`, `ffi`) and
+//! A top layer: may depend on every module but `ffi` and
 //! `weakref`; `mutator` and `collect` are below it.
 
 use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
@@ -310,8 +310,12 @@ impl Heap {
         }
     }
 
-    /// [`Heap::assert_object`]'s check as an error, for the C entry points.
-    pub(crate) fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
+    /// Whether `obj` is the start of a live object of this heap: the check that
+    /// [`Heap::root`], [`Heap::new_weak_ref`] and the other methods taking an
+    /// untrusted [`ObjRef`] make (and panic on), as an error naming `what`. With
+    /// the `*_unchecked` methods it splits such a call in two, for a C layer that
+    /// reports errors instead of panicking.
+    pub fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
         if crate::lookup::is_object(self.id(), obj.addr()) {
             Ok(())
         } else {
@@ -327,11 +331,16 @@ impl Heap {
     #[track_caller]
     pub fn root(&self, obj: ObjRef) -> Root {
         self.assert_object(obj, "Heap::root");
-        self.root_unchecked(obj)
+        // SAFETY: checked just above.
+        unsafe { self.root_unchecked(obj) }
     }
 
     /// [`Heap::root`] for an object already checked.
-    pub(crate) fn root_unchecked(&self, obj: ObjRef) -> Root {
+    ///
+    /// # Safety
+    /// `obj` is an object of this heap: [`Heap::check_object`] accepted it (or it comes
+    /// from this heap's allocation and is alive).
+    pub unsafe fn root_unchecked(&self, obj: ObjRef) -> Root {
         let mut roots = self.0.roots.lock();
         let idx = match roots.free.pop() {
             Some(i) => {

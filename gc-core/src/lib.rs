@@ -65,14 +65,15 @@
 //! [`Mutator::gc_safe`] counts as stopped.
 //!
 //! # The C ABI
-//! `include/gc_core.h` and `include/julia_gcext_compat.h` (the seed's names), built as
-//! `libgc_core.so` by `capi/artifact/` (this crate builds only its Rust library). A crate
-//! that extends that C ABI with its own names (gc-conservative-capi, gc-runtime) uses
-//! [`ffi`]: the C handle types, their conversion, the shared last-error slot.
+//! `include/gc_core.h` and `include/julia_gcext_compat.h` (the seed's names) are the
+//! crate `gc-core-capi` (`capi/`), built as `libgc_core.so` by `capi/artifact/`; this
+//! crate builds only its Rust library. The C layer uses this crate's public API only:
+//! the handles, and for its per-object entry points the raw tier in [`ffi`] (the `ptls`
+//! record [`MutatorShared`] and its `unsafe` fast paths, the barrier tests, the current
+//! and helper `ptls`) with the `check_object` + `*_unchecked` pairs.
 
 mod big;
 mod callbacks;
-mod capi;
 mod collect;
 mod config;
 mod error;

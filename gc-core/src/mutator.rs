@@ -68,6 +68,7 @@ fn still_attached_here(shared: &MutatorShared) -> bool {
 }
 
 /// The calling thread's mutator, if it is attached (the C API's `jl_get_ptls_states`).
+#[inline]
 pub(crate) fn current() -> *const MutatorShared {
     CURRENT.with(|c| c.get())
 }
@@ -80,6 +81,28 @@ pub fn current_thread_task() -> Option<Arc<Task>> {
 }
 
 impl MutatorShared {
+    /// The part of this record C code reads (`gc_tls_head_t`): magic, owning thread,
+    /// marker, verify flag, saved registers.
+    #[inline(always)]
+    pub fn head(&self) -> &TlsHead {
+        &self.head
+    }
+
+    /// Whether the owning thread runs managed code: not stopped at a safepoint, not in
+    /// a GC-safe region, not detached (one relaxed load; the C allocation fast path's
+    /// test before it touches the thread's current page).
+    #[inline(always)]
+    pub fn is_running(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == RUNNING
+    }
+
+    /// Whether the owning thread is inside a collection (running its callbacks, mark
+    /// functions or sweep functions), where allocation and most heap calls are refused.
+    #[inline]
+    pub fn in_collection(&self) -> bool {
+        self.in_collection.load(Ordering::Relaxed)
+    }
+
     /// The registers saved when the thread last stopped (at a safepoint, in a GC-safe
     /// region or collecting): the copy its task keeps ([`Task::saved_registers`]), which
     /// any thread may read at any time (atomically; while the thread runs it is the
@@ -257,7 +280,7 @@ impl MutatorShared {
     /// # Safety
     /// Called on the thread that owns this mutator.
     #[inline(always)]
-    pub(crate) unsafe fn cached_type(&self, addr: usize) -> Option<TypeRef> {
+    pub unsafe fn cached_type(&self, addr: usize) -> Option<TypeRef> {
         // SAFETY: the owning thread's local state (caller).
         let local = unsafe { &*self.local.get() };
         if addr == 0 || !local.type_cache.contains(&addr) {
@@ -273,7 +296,7 @@ impl MutatorShared {
     ///
     /// # Safety
     /// Called on the thread that owns this mutator, running managed code.
-    pub(crate) unsafe fn type_at_cached(&self, addr: usize) -> Result<TypeRef, GcError> {
+    pub unsafe fn type_at_cached(&self, addr: usize) -> Result<TypeRef, GcError> {
         // SAFETY: forwarded.
         if let Some(t) = unsafe { self.cached_type(addr) } {
             return Ok(t);
@@ -287,8 +310,11 @@ impl MutatorShared {
     }
 
     /// Safepoint poll: one relaxed load when no collection is requested.
+    ///
+    /// # Safety
+    /// Called on the thread that owns this mutator.
     #[inline(always)]
-    pub(crate) fn safepoint(&self) {
+    pub unsafe fn safepoint(&self) {
         if self.heap().gc_flag.load(Ordering::Relaxed) != 0 {
             self.safepoint_slow();
         }
@@ -299,7 +325,7 @@ impl MutatorShared {
     /// # Safety
     /// Called on the thread that owns this mutator.
     #[inline(always)]
-    pub(crate) unsafe fn alloc(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
+    pub unsafe fn alloc(&self, size: usize, ty: TypeRef) -> Result<ObjRef, GcError> {
         // SAFETY: forwarded.
         unsafe { self.alloc_impl::<false>(size, ty) }
     }
@@ -332,7 +358,7 @@ impl MutatorShared {
     /// # Safety
     /// Called on the thread that owns this mutator.
     #[inline(always)]
-    pub(crate) unsafe fn alloc_fast<const INTERNAL: bool>(
+    pub unsafe fn alloc_fast<const INTERNAL: bool>(
         &self,
         size: usize,
         ty: TypeRef,
@@ -441,7 +467,8 @@ impl MutatorShared {
         if self.state.load(Ordering::Relaxed) != RUNNING {
             return Err(GcError::InGcSafeRegion);
         }
-        self.safepoint();
+        // SAFETY: owning thread (this function's contract).
+        unsafe { self.safepoint() };
         // SAFETY: owning thread.
         let local = unsafe { &mut *self.local.get() };
         let stress = heap.stress_every.load(Ordering::Relaxed);
@@ -581,7 +608,7 @@ impl MutatorShared {
     /// # Safety
     /// Owning thread; both objects live.
     #[inline(always)]
-    pub(crate) unsafe fn wb(&self, parent: ObjRef, child: ObjRef) {
+    pub unsafe fn wb(&self, parent: ObjRef, child: ObjRef) {
         // SAFETY: live objects (caller).
         if let Some(h) = unsafe { barrier_fires(parent, child) } {
             // SAFETY: forwarded.
@@ -595,7 +622,7 @@ impl MutatorShared {
     /// # Safety
     /// Owning thread; the object is live.
     #[inline(always)]
-    pub(crate) unsafe fn wb_back(&self, parent: ObjRef) {
+    pub unsafe fn wb_back(&self, parent: ObjRef) {
         // SAFETY: live object (caller).
         if let Some(h) = unsafe { back_barrier_fires(parent) } {
             // SAFETY: forwarded.
@@ -617,7 +644,7 @@ impl MutatorShared {
     ///
     /// # Safety
     /// Owning thread; `obj` is a live object of this heap.
-    pub(crate) unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
+    pub unsafe fn schedule_sweep(&self, obj: ObjRef) -> Result<(), GcError> {
         let heap = self.heap();
         if !crate::lookup::is_object(heap.id(), obj.addr()) {
             return Err(GcError::NotAnObject {
@@ -754,7 +781,8 @@ impl Mutator {
     /// A safepoint poll: stops here if a collection is requested.
     #[inline(always)]
     pub fn safepoint(&mut self) {
-        self.shared.safepoint();
+        // SAFETY: a Mutator is !Send, so we are its owning thread.
+        unsafe { self.shared.safepoint() };
     }
 
     /// Runs `f` in a GC-safe region: collections may run meanwhile and this thread does

@@ -116,6 +116,23 @@ impl ObjRef {
         Header(unsafe { self.header() }.load(Ordering::Relaxed))
     }
 
+    /// The type object's address in the header of a live object (Julia's
+    /// `jl_typeof`), or null for a free or never-used pool cell, whose header holds a
+    /// free-list link or 0, never a type.
+    ///
+    /// # Safety
+    /// The object is allocated (alive) in a heap, or is a cell of a pool page.
+    #[inline]
+    pub unsafe fn type_ptr(self) -> *mut u8 {
+        // SAFETY: forwarded from the caller.
+        let h = unsafe { self.header_bits() };
+        if h.is_free() {
+            std::ptr::null_mut()
+        } else {
+            h.type_addr() as *mut u8
+        }
+    }
+
     /// Whether the object is young (not yet promoted to the old generation): what
     /// [`crate::Marker::queue`] returns for it, and what a foreign mark function counts.
     ///

@@ -283,7 +283,7 @@ impl Mutator {
     /// # Safety
     /// `shared` is the calling thread's attached mutator (it lives in an `Arc`, as does
     /// its heap).
-    pub(crate) unsafe fn borrowed(shared: &MutatorShared) -> Mutator {
+    pub unsafe fn borrowed(shared: &MutatorShared) -> Mutator {
         let p: *const MutatorShared = shared;
         let h: *const HeapInner = shared.heap;
         // SAFETY: both pointers come from `Arc::as_ptr` of live Arcs (attach); adding a

@@ -100,9 +100,6 @@ pub struct TypeDesc {
     /// Layout types: byte offsets of the reference slots (owned, from `Box<[u32]>`).
     pub(crate) offsets: *mut u32,
     pub(crate) noffsets: usize,
-    /// Opaque module and super pointers given by a C caller, kept for them.
-    pub(crate) module: *mut c_void,
-    pub(crate) super_type: *mut c_void,
 }
 
 /// Value of `TypeDesc::magic`.
@@ -124,8 +121,6 @@ impl TypeDesc {
             name: name.into_raw(),
             offsets: std::ptr::null_mut(),
             noffsets: 0,
-            module: std::ptr::null_mut(),
-            super_type: std::ptr::null_mut(),
         }
     }
 

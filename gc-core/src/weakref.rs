@@ -67,7 +67,11 @@ impl Mutator {
     }
 
     /// [`Mutator::add_c_finalizer`] for an object already checked.
-    pub(crate) fn add_c_finalizer_unchecked(&mut self, obj: ObjRef, f: CFinalizerFn) {
+    ///
+    /// # Safety
+    /// `obj` is an object of this mutator's heap: [`Heap::check_object`] accepted it (or it comes
+    /// from this mutator's heap's allocation and is alive).
+    pub unsafe fn add_c_finalizer_unchecked(&mut self, obj: ObjRef, f: CFinalizerFn) {
         self.push_finalizer_unchecked(obj, FinFn::C(f));
     }
 
@@ -286,11 +290,16 @@ impl Heap {
     #[track_caller]
     pub fn new_weak_ref(&self, obj: ObjRef) -> WeakRef {
         self.assert_object(obj, "Heap::new_weak_ref");
-        self.new_weak_ref_unchecked(obj)
+        // SAFETY: checked just above.
+        unsafe { self.new_weak_ref_unchecked(obj) }
     }
 
     /// [`Heap::new_weak_ref`] for an object already checked.
-    pub(crate) fn new_weak_ref_unchecked(&self, obj: ObjRef) -> WeakRef {
+    ///
+    /// # Safety
+    /// `obj` is an object of this heap: [`Heap::check_object`] accepted it (or it comes
+    /// from this heap's allocation and is alive).
+    pub unsafe fn new_weak_ref_unchecked(&self, obj: ObjRef) -> WeakRef {
         let (idx, slot) = self.0.weak.lock().handles.alloc(obj);
         WeakRef {
             heap: self.clone(),
@@ -440,11 +449,16 @@ impl ReferenceQueue {
     #[track_caller]
     pub fn register(&self, obj: ObjRef, token: usize) {
         self.heap.assert_object(obj, "ReferenceQueue::register");
-        self.register_unchecked(obj, token);
+        // SAFETY: checked just above.
+        unsafe { self.register_unchecked(obj, token) };
     }
 
     /// [`ReferenceQueue::register`] for an object already checked.
-    pub(crate) fn register_unchecked(&self, obj: ObjRef, token: usize) {
+    ///
+    /// # Safety
+    /// `obj` is an object of the queue's heap: [`Heap::check_object`] accepted it (or it comes
+    /// from the queue's heap's allocation and is alive).
+    pub unsafe fn register_unchecked(&self, obj: ObjRef, token: usize) {
         self.heap.0.weak.lock().phantom_young.push(PhantomEntry {
             obj,
             token,

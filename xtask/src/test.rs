@@ -48,8 +48,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     plan.push(("formatting (cargo fmt --check)", fmt));
 
     // Clippy checks in a target directory of its own: its metadata-only builds of the
-    // cdylib crates (the `artifact` crates: gc-core's, gc-runtime's, the `capi/artifact`
-    // ones) would otherwise sit next to the test build's unhashed rlibs, and rustdoc
+    // cdylib crates (the `artifact` crates) would otherwise sit next to the test build's unhashed rlibs, and rustdoc
     // refuses a doctest that sees both copies (E0460). Check builds share nothing with
     // test builds, so this costs no time.
     let mut clippy = cargo();
@@ -71,7 +70,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
 
     let mut gc_valgrind = cargo();
     gc_valgrind
-        .args(["test", "-p", "gc-core", "--test", "it", "c_programs::"])
+        .args(["test", "-p", "gc-core-capi", "--test", "it", "c_programs::"])
         .env("GC_CORE_VALGRIND", "1");
     plan.push(("gc-core C test program under valgrind", gc_valgrind));
 

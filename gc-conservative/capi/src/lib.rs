@@ -2,7 +2,7 @@
 //! `include/gc_conservative.h` (explicit heaps, generated from this file by cbindgen) and
 //! the seed's three conservative-scanning names (declared in gc-core's
 //! `julia_gcext_compat.h`) over gc-core's default heap, converting and forwarding to
-//! gc-conservative's public Rust API and reaching gc-core through its public `ffi` module
+//! gc-conservative's public Rust API and reaching gc-core's C ABI through gc-core-capi
 //! (C handle types, their conversion, the shared last error). Errors go to the same
 //! thread-local status and message as gc-core's (ffi-support's: `gc_last_error()`,
 //! `gc_last_status()`); int-returning entries return the `RT_ERR_*` code. Every entry
@@ -21,11 +21,11 @@ use ffi_support::{guard, Status};
 use gc_conservative::{
     base_ptr, enable_conservative_scanning, internal_obj_base_ptr, is_internal_obj_alloc,
 };
-use gc_core::ffi::{
+use gc_core::SweepProc;
+use gc_core_capi::{
     default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, heap_from_ptr,
     heap_id_from_ptr, jl_value_t, set_error, set_gc_error, task_from_ptr, with_active_marker,
 };
-use gc_core::SweepProc;
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Turns on conservative scanning of every attached thread's stack for `heap`

@@ -17,7 +17,7 @@ use crate::gil_sys::gil_t;
 use crate::runtime::{Config, Error, Runtime, Saved};
 use crate::status::*;
 use ffi_support::{guard, Status};
-use gc_core::ffi::{gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
+use gc_core_capi::{gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Marks a live runtime handle.

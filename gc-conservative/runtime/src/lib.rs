@@ -34,10 +34,10 @@ compile_error!(
      other architectures are not supported yet"
 );
 
-// The C ABIs this crate calls and that libgc_runtime.so re-exports (gc-core's C layer is inside
-// gc-core; gc-conservative's is the gc-conservative-capi crate).
+// The C ABIs this crate calls and that libgc_runtime.so re-exports: gc-core-capi,
+// gc-conservative-capi (and gil-capi, through `gil_sys`).
 extern crate gc_conservative_capi;
-extern crate gc_core;
+extern crate gc_core_capi;
 
 mod capi;
 mod gil_sys;

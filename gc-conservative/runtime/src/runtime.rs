@@ -19,8 +19,8 @@ use crate::status::{
     GC_RUNTIME_ERR_INVALID_ARGUMENT, GC_RUNTIME_ERR_NOT_ATTACHED, GC_RUNTIME_ERR_SHUT_DOWN,
     GC_RUNTIME_ERR_STATE, GC_RUNTIME_ERR_STOPPED,
 };
-use gc_core::ffi::{self as gc, gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
 use gc_core::{Callback, Marker, ObjRef, Task};
+use gc_core_capi::{self as gc, gc_config_t, gc_heap_t, gc_mutator_t, gc_task_t};
 use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,20 +2,9 @@
 //! collections, promotion, the write barrier, big objects, sweep functions, errors.
 
 use gc_core::{
-    Callback, CollectionKind, ForeignTypeSpec, GcError, Heap, HeapConfig, MarkProc, Marker, ObjRef,
-    SweepProc,
+    CollectionKind, ForeignTypeSpec, GcError, Heap, HeapConfig, MarkProc, Marker, ObjRef, SweepProc,
 };
-use parking_lot::Mutex;
-use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-
-// gc-core's C ABI (include/gc_core.h, julia_gcext_compat.h), linked from the crate like
-// any C client's.
-extern "C" {
-    fn jl_gc_wb_back(parent: *mut c_void);
-    fn gc_is_young(obj: *mut c_void) -> c_int;
-}
 
 fn heap() -> Heap {
     Heap::new(HeapConfig {
@@ -124,62 +113,6 @@ fn partial_collection_keeps_young_reachable_from_old_through_barrier() {
     m.collect(CollectionKind::Full).unwrap();
     assert!(!pool_allocated(&heap, young));
     assert!(pool_allocated(&heap, root.get()));
-}
-
-/// GAP's PreGCHook: GAP stores into its current local-variables bag without barriers and
-/// calls `CHANGED_BAG` (`jl_gc_wb_back`) on it from its pre-GC callback. Julia runs the
-/// pre-GC callbacks before it merges the threads' remembered sets, so that barrier counts
-/// for the collection the callback runs in: a young child stored into an old object
-/// without a barrier survives the partial collection.
-#[test]
-fn a_backward_barrier_from_a_pre_gc_callback_counts_for_that_collection() {
-    let heap = Heap::new(HeapConfig {
-        min_interval: 1 << 30,
-        max_interval: 1 << 30,
-        lazy_sweep: false,
-        mark_threads: 1,
-        ..HeapConfig::default()
-    })
-    .unwrap();
-    let mut m = heap.attach().unwrap();
-    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
-    let lvars = m.alloc_typed(16, node).unwrap();
-    let _root = heap.root(lvars);
-    m.collect(CollectionKind::Full).unwrap();
-    m.collect(CollectionKind::Full).unwrap();
-    // SAFETY: rooted, so alive.
-    assert!(!unsafe { lvars.is_young() }, "two collections promote it");
-    let kinds = Arc::new(Mutex::new(Vec::new()));
-    let (k, addr) = (kinds.clone(), lvars.addr());
-    let id = heap
-        .add_callback(Callback::PreGc(Arc::new(move |kind| {
-            k.lock().push(kind);
-            // SAFETY: `lvars` is rooted, so alive; the callback runs on the collecting
-            // thread, which is attached to the heap.
-            unsafe { jl_gc_wb_back(addr as *mut c_void) };
-        })))
-        .unwrap();
-    let child = m.alloc_typed(16, node).unwrap();
-    // SAFETY: a live Node; the store deliberately skips the barrier (the callback's comes
-    // later).
-    unsafe { lvars.write_slot(0, child.addr()) };
-    m.collect(CollectionKind::Partial).unwrap();
-    assert_eq!(*kinds.lock(), [CollectionKind::Partial]);
-    assert!(
-        pool_allocated(&heap, child),
-        "the young child of a bag the pre-GC callback remembered was freed"
-    );
-    // SAFETY: `child` is allocated (just checked), so its header is its own.
-    assert_eq!(unsafe { heap.type_of(child) }, node);
-    // The child stays alive in later partial collections (the remembered set keeps it
-    // until it is promoted) and its type is intact.
-    heap.remove_callback(id).unwrap();
-    for _ in 0..3 {
-        m.collect(CollectionKind::Partial).unwrap();
-        assert!(pool_allocated(&heap, child));
-    }
-    // SAFETY: rooted.
-    assert_eq!(unsafe { m.load_ref(lvars, 0) }, Some(child));
 }
 
 #[test]
@@ -358,30 +291,6 @@ fn verify_mode_reports_a_missing_write_barrier() {
     unsafe { m.store_ref(old, 0, Some(young2)) };
     m.collect(CollectionKind::Partial).unwrap();
     assert_eq!(heap.verify_errors().len(), 1);
-}
-
-#[test]
-fn is_young_tells_the_generation_until_promotion() {
-    let heap = heap();
-    let mut m = heap.attach().unwrap();
-    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
-    let obj = m.alloc_typed(16, node).unwrap();
-    let root = heap.root(obj);
-    let young = |o: ObjRef| {
-        // SAFETY: o is rooted, so alive, whenever this is called.
-        let (rust, c) = unsafe { (o.is_young(), gc_is_young(o.as_ptr().cast())) };
-        assert_eq!(rust, c == 1);
-        rust
-    };
-    assert!(young(obj));
-    m.collect(CollectionKind::Partial).unwrap();
-    assert!(young(obj), "promoted after one collection");
-    m.collect(CollectionKind::Partial).unwrap();
-    assert!(!young(obj), "not promoted after two collections");
-    // SAFETY: NULL is accepted.
-    let null = unsafe { gc_is_young(std::ptr::null_mut()) };
-    assert_eq!(null, 0);
-    drop(root);
 }
 
 #[test]

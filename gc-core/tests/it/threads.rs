@@ -180,55 +180,6 @@ fn threads_allocate_share_and_collect_without_loss_or_deadlock() {
     drop(table_root);
 }
 
-#[test]
-fn gc_safe_enter_sp_records_a_live_frame_and_lets_others_collect() {
-    use std::ffi::{c_int, c_void};
-    // gc-core's C ABI (include/gc_core.h), linked from the crate like any C client's.
-    extern "C" {
-        fn gc_heap_new(config: *const c_void) -> *mut c_void;
-        fn gc_thread_attach(heap: *mut c_void) -> *mut c_void;
-        fn gc_thread_detach() -> c_int;
-        fn gc_safe_enter_sp(m: *mut c_void, sp: *mut c_void) -> i8;
-        fn gc_safe_leave(m: *mut c_void, state: i8);
-        fn gc_collect(m: *mut c_void, kind: c_int) -> c_int;
-    }
-    const GC_COLLECT_FULL: c_int = 1;
-    // SAFETY: NULL config means the defaults.
-    let heap = unsafe { gc_heap_new(std::ptr::null()) } as usize;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let blocked = std::thread::spawn(move || {
-        // SAFETY: a live heap.
-        let m = unsafe { gc_thread_attach(heap as *mut _) };
-        let frame = [0usize; 4];
-        let sp = frame.as_ptr() as *mut std::ffi::c_void;
-        // SAFETY: m is this thread's mutator; `frame` lives until gc_safe_leave.
-        let bad = unsafe { gc_safe_enter_sp(m, 16 as *mut _) };
-        assert_eq!(bad, -1, "an address outside the stack is refused");
-        // SAFETY: as above.
-        let st = unsafe { gc_safe_enter_sp(m, sp) };
-        assert_eq!(st, 0);
-        tx.send(()).unwrap();
-        done_rx.recv().unwrap();
-        // SAFETY: leaving the region entered above.
-        unsafe { gc_safe_leave(m, st) };
-        std::hint::black_box(&frame);
-        // SAFETY: this thread attached through the C ABI.
-        unsafe { gc_thread_detach() };
-    });
-    rx.recv().unwrap();
-    // SAFETY: a live heap; this thread attaches, collects (the other thread counts as
-    // stopped, so this does not wait for it) and detaches.
-    unsafe {
-        let m = gc_thread_attach(heap as *mut _);
-        assert_eq!(gc_collect(m, GC_COLLECT_FULL), 1);
-    }
-    // SAFETY: this thread attached through the C ABI.
-    unsafe { gc_thread_detach() };
-    done_tx.send(()).unwrap();
-    blocked.join().unwrap();
-}
-
 /// Mutators allocate objects with finalizers, queue registrations and weak handles while
 /// other threads run the finalizers (an attached finalizer thread, and a mutator that
 /// opted in to running them at its safepoints) and drain the reference queue (a thread
@@ -450,23 +401,4 @@ fn a_forgotten_gc_safe_guard_refuses_allocation() {
     .join()
     .unwrap();
     drop(m);
-}
-
-/// `gc_safe_enter` with a pointer that is no mutator: an error, and nothing written
-/// through it (its assembly used to store the caller's registers there before the
-/// pointer was checked).
-#[test]
-fn gc_safe_enter_checks_its_argument_before_writing() {
-    use std::ffi::c_void;
-    extern "C" {
-        fn gc_safe_enter(m: *mut c_void) -> i8;
-        fn jl_gc_safe_enter(m: *mut c_void) -> i8;
-    }
-    let mut not_a_mutator = [0x5a5a_5a5a_5a5a_5a5au64; 16];
-    let p = not_a_mutator.as_mut_ptr().cast::<c_void>();
-    // SAFETY: the function checks its argument (what this test shows).
-    assert_eq!(unsafe { gc_safe_enter(p) }, -1);
-    // SAFETY: as above.
-    assert_eq!(unsafe { jl_gc_safe_enter(p) }, -1);
-    assert!(not_a_mutator.iter().all(|&w| w == 0x5a5a_5a5a_5a5a_5a5a));
 }

@@ -18,12 +18,11 @@
 
 mod ffi;
 
-// The C kernel calls gc-runtime's, gc-core's, gc-conservative's and gil's C ABI (gc-core's
-// is inside gc-core; gc-conservative's and gil's are the gc-conservative-capi and
-// gil-capi crates; the Boehm kernel calls gil's directly): link the crates even though no
-// Rust item of theirs is named here.
+// The C kernel calls gc-runtime's, gc-core's, gc-conservative's and gil's C ABI (the
+// gc-core-capi, gc-conservative-capi and gil-capi crates; the Boehm kernel calls gil's
+// directly): link the crates even though no Rust item of theirs is named here.
 extern crate gc_conservative_capi;
-extern crate gc_core;
+extern crate gc_core_capi;
 extern crate gc_runtime;
 extern crate gil_capi;
 

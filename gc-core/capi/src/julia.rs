@@ -20,10 +20,9 @@ use super::{
     gc_thread_attach, gc_typeof, jl_datatype_t, jl_module_t, jl_sym_t, jl_task_t, jl_value_t,
     set_error,
 };
-use crate::mutator;
-use crate::task::Task;
-use crate::types::{ForeignTypeSpec, MarkProc, SweepProc};
 use ffi_support::guard;
+use gc_core::ffi::current_ptls;
+use gc_core::{ForeignTypeSpec, MarkProc, SweepProc, Task};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 use std::sync::Once;
@@ -94,7 +93,7 @@ pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
 /// safepoints), the built-in types published.
 pub(super) fn init_default() {
     let heap = gc_default_heap();
-    if mutator::current().is_null() {
+    if current_ptls().is_null() {
         // SAFETY: the default heap is live for the process.
         let m = unsafe { gc_thread_attach(heap) };
         if !m.is_null() {
@@ -338,7 +337,7 @@ pub extern "C" fn jl_set_const(
 #[no_mangle]
 pub extern "C" fn jl_atexit_hook(_status: c_int) {
     guard("jl_atexit_hook", (), || {
-        if mutator::current().is_null() {
+        if current_ptls().is_null() {
             return;
         }
         // SAFETY: the calling thread's attached mutator (a failure is left for

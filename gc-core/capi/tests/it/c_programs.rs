@@ -1,5 +1,5 @@
 //! C programs built with `cc` against the installed headers and the crate's shared
-//! library (`libgc_core.so`, `capi/artifact/`'s cdylib, built for the test), run as child
+//! library (`libgc_core.so`, `artifact/`'s cdylib, built for the test), run as child
 //! processes (a C client is a process of its own: the default heap is process-global). With `GC_CORE_VALGRIND=1` (set by `cargo xtask test`) they also
 //! run under valgrind, which must report no error.
 
@@ -10,7 +10,7 @@ use test_support::{cdylib_dir, run_ok, valgrind, valgrind_requested, CProgram};
 fn build(source: &str, name: &str) -> PathBuf {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let lib = cdylib_dir(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/capi/artifact"),
+        concat!(env!("CARGO_MANIFEST_DIR"), "/artifact"),
         env!("CARGO_TARGET_TMPDIR"),
     );
     CProgram::new(
@@ -18,7 +18,7 @@ fn build(source: &str, name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("gc-core-{name}-{}", std::process::id())),
     )
     .flags(&["-D_GNU_SOURCE"])
-    .include(crate_dir.join("include"))
+    .include(crate_dir.join("../include"))
     .link(lib, "gc_core")
     .build()
 }

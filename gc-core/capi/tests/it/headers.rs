@@ -1,6 +1,6 @@
 //! The C headers cannot drift from the Rust side.
 //!
-//! - `include/gc_core.h` is generated from `src/capi.rs` by cbindgen; this test
+//! - `include/gc_core.h` is generated from this crate's `src/` by cbindgen; this test
 //!   regenerates it and fails on any difference (`UPDATE_HEADERS=1 cargo test -p gc-core
 //!   --test it headers` rewrites it).
 //! - `include/julia_gcext_compat.h` is written by hand with the seed's names. This test
@@ -12,14 +12,20 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use test_support::c_syntax_check;
 
+/// gc-core-capi's directory (`gc-core/capi`), whose sources cbindgen reads.
 fn crate_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The C ABI's sources: `capi.rs` and its `capi/` modules.
+/// gc-core's `include/`, where both headers live.
+fn include_dir() -> PathBuf {
+    crate_dir().join("../include")
+}
+
+/// The C ABI's sources: this crate's `src/*.rs`.
 fn capi_source() -> String {
-    let mut src = std::fs::read_to_string(crate_dir().join("src/capi.rs")).unwrap();
-    for entry in std::fs::read_dir(crate_dir().join("src/capi")).unwrap() {
+    let mut src = String::new();
+    for entry in std::fs::read_dir(crate_dir().join("src")).unwrap() {
         src.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
     }
     src
@@ -78,24 +84,6 @@ fn rust_types() -> Vec<String> {
         .collect()
 }
 
-/// Public constants defined outside capi.rs (internal to Rust, not part of the C API).
-fn internal_constants() -> Vec<String> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(crate_dir().join("src")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() || path.file_name().is_some_and(|n| n == "capi.rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&path).unwrap();
-        for line in text.lines() {
-            if let Some(rest) = line.trim_start().strip_prefix("pub const ") {
-                names.push(rest.split(':').next().unwrap().trim().to_string());
-            }
-        }
-    }
-    names
-}
-
 fn generate(mut exclude: Vec<String>, after_includes: Option<String>) -> String {
     let mut config = cbindgen::Config {
         language: cbindgen::Language::C,
@@ -104,7 +92,6 @@ fn generate(mut exclude: Vec<String>, after_includes: Option<String>) -> String 
         after_includes,
         ..Default::default()
     };
-    exclude.extend(internal_constants());
     exclude.extend(rust_statics());
     // libc functions the C ABI declares for itself.
     exclude.push("siglongjmp".into());
@@ -135,14 +122,14 @@ fn native_header() -> String {
     // The workspace's status block (RT_OK, RT_ERR_*), verbatim after the includes.
     let body = generate(exclude, Some(ffi_support::c_block()));
     format!(
-        "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from src/capi.rs by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core --test it headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
+        "/*\n * gc_core.h: gc-core's native C API (explicit heaps). Generated from gc-core/capi/src by\n * cbindgen; do not edit (UPDATE_HEADERS=1 cargo test -p gc-core-capi --test it headers).\n * The seed's names are in julia_gcext_compat.h.\n */\n#ifndef GC_CORE_H\n#define GC_CORE_H\n\n{}\n#endif /* GC_CORE_H */\n",
         body.trim_end()
     )
 }
 
 #[test]
 fn gc_core_h_is_generated_from_the_rust_side() {
-    let path = crate_dir().join("include/gc_core.h");
+    let path = include_dir().join("gc_core.h");
     let fresh = native_header();
     if std::env::var_os("UPDATE_HEADERS").is_some() {
         std::fs::write(&path, &fresh).unwrap();
@@ -150,7 +137,7 @@ fn gc_core_h_is_generated_from_the_rust_side() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == fresh,
-        "include/gc_core.h is out of date with src/capi.rs; run UPDATE_HEADERS=1 cargo test -p gc-core --test it headers"
+        "include/gc_core.h is out of date with gc-core/capi/src; run UPDATE_HEADERS=1 cargo test -p gc-core-capi --test it headers"
     );
 }
 
@@ -184,7 +171,7 @@ fn header_functions(text: &str) -> BTreeSet<String> {
 
 #[test]
 fn compat_header_matches_the_rust_jl_functions() {
-    let header = std::fs::read_to_string(crate_dir().join("include/julia_gcext_compat.h")).unwrap();
+    let header = std::fs::read_to_string(include_dir().join("julia_gcext_compat.h")).unwrap();
     let declared: BTreeSet<String> = header_functions(&header)
         .into_iter()
         .filter(|n| n.starts_with("jl_"))
@@ -254,7 +241,7 @@ fn compat_header_matches_the_rust_jl_functions() {
     // compared in the checked build, which has none.
     let checked = c_syntax_check(
         "#include \"julia_gcext_compat.h\"\n#include \"from_rust.h\"\nint main(void) { return 0; }\n",
-        &[&crate_dir().join("include"), &dir],
+        &[&include_dir(), &dir],
         &["-DGC_CORE_CHECKED"],
     );
     let _ = std::fs::remove_dir_all(&dir);
@@ -269,7 +256,7 @@ fn compat_header_matches_the_rust_jl_functions() {
 #[test]
 fn headers_carry_the_shared_status_block() {
     for h in ["gc_core.h", "julia_gcext_compat.h"] {
-        let path = crate_dir().join("include").join(h);
+        let path = include_dir().join(h);
         if let Err(e) = test_support::check_header_block(&path, &ffi_support::c_block()) {
             panic!("{e}");
         }
@@ -277,7 +264,7 @@ fn headers_carry_the_shared_status_block() {
     let src = "#include \"gc_core.h\"\n#include \"julia_gcext_compat.h\"\n\
                _Static_assert(RT_ERR_ARG == -1, \"arg\");\n\
                int main(void) { rt_status s = gc_last_status(); return s + jl_gc_last_status(); }\n";
-    if let Err(err) = c_syntax_check(src, &[&crate_dir().join("include")], &[]) {
+    if let Err(err) = c_syntax_check(src, &[&include_dir()], &[]) {
         panic!("{err}");
     }
 }
@@ -291,7 +278,7 @@ fn header_function_parser_sees_declarations_only() {
         names.into_iter().collect::<Vec<_>>(),
         vec!["f".to_string(), "g".to_string()]
     );
-    assert!(Path::new(&crate_dir()).join("src/capi.rs").exists());
+    assert!(Path::new(&crate_dir()).join("src/lib.rs").exists());
 }
 
 /// The weak-reference structs C code reads `value` from have the layout of the Rust
@@ -311,7 +298,7 @@ fn weak_reference_structs_have_the_object_layout() {
         // test above): this pins the value the compat header's users compile against.
         hook = 6,
     );
-    if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], &[]) {
+    if let Err(err) = c_syntax_check(&src, &[&include_dir()], &[]) {
         panic!("{err}");
     }
 }
@@ -377,7 +364,7 @@ fn fast_path_layouts_match_the_rust_side() {
         &["-std=gnu11", "-Wextra"][..],
         &["-std=gnu11", "-Wextra", "-DGC_CORE_CHECKED"],
     ] {
-        if let Err(err) = c_syntax_check(&src, &[&crate_dir().join("include")], extra) {
+        if let Err(err) = c_syntax_check(&src, &[&include_dir()], extra) {
             panic!("fast-path layouts ({extra:?}):\n{err}\n{src}");
         }
     }

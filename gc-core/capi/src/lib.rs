@@ -1,12 +1,22 @@
-//! The C ABI: `include/gc_core.h` (native names, explicit heap) and
-//! `include/julia_gcext_compat.h` (the seed's names over a default heap).
+//! `gc-core-capi`: the C ABI of the `gc-core` crate: `include/gc_core.h` (native
+//! names, explicit heap; generated from this crate by cbindgen) and
+//! `include/julia_gcext_compat.h` (the seed's names over a default heap, by hand).
 //!
-//! A private module: the functions check and convert their arguments (every pointer
-//! before it is used: the helpers that dereference one are `unsafe fn`s) and forward to
-//! the Rust API. Still decided here rather than in the Rust API: the inline fast paths of
-//! `gc_alloc` and the barriers (a `ptls` check before the Rust fast path), `jl_symbol`'s
-//! table, and the mark stack a `ptls` of another thread queues to (`marking_head`, for
-//! GAP's mark functions).
+//! The functions check and convert their arguments (every pointer before it is used:
+//! the helpers that dereference one are `unsafe fn`s) and forward to gc-core's public
+//! API. Per-object entry points (allocation, barriers, mark queueing, safepoints) take a
+//! `ptls` and reach gc-core through its raw tier (`gc_core::ffi`: the `ptls` record
+//! `MutatorShared`, its unchecked fast paths, the barrier tests, the current and helper
+//! `ptls`); everything else through the handles (`Heap`, `Mutator`, `Marker`, ...).
+//! Decided here because they are C concerns: the `ptls` checks before a fast path,
+//! `jl_symbol`'s table (interned names that live for the process), which mark stack a
+//! `ptls` of another thread queues to (`marking_head`, for GAP's mark functions), and
+//! the thread-local mutator of threads attached through C (`C_MUTATOR`).
+//!
+//! This crate is an rlib (gc-conservative-capi and gc-runtime link it, so that their
+//! libraries carry gc-core's C ABI too); `artifact/` builds it as `libgc_core.so`. The
+//! last items (`set_error`, `heap_from_ptr`, `with_active_marker`, ...) are for those
+//! crates, which extend this C ABI with their own names.
 //!
 //! The workspace's C convention (`ffi_support`): failures return a null pointer or 0
 //! (the seed's names keep Julia's signatures) or, from an int-returning `gc_*` function,
@@ -26,20 +36,16 @@
 //! sections.
 #![allow(non_camel_case_types)]
 
-use crate::callbacks::{Callback, CallbackKind};
-use crate::config::HeapConfig;
-use crate::heap::Root;
-use crate::heap_id::HeapId;
-use crate::marker::Marker;
-use crate::mutator::{self, SafeState};
-use crate::object::{back_barrier_fires, barrier_fires, ObjRef};
-use crate::state::{Heap, Mutator, MutatorShared, RUNNING};
-use crate::task::Task;
-use crate::tls::{TlsHead, HELPER_MAGIC};
-use crate::types::{CMarkFn, ForeignTypeSpec, MarkProc, SweepProc};
-use crate::weakref::{ReferenceQueue, WeakRef};
-use crate::{CollectionKind, GcError};
 use ffi_support::{guard, Status};
+use gc_core::ffi::{
+    back_barrier_fires, barrier_fires, current_ptls, helper_ptls, thread_id, TlsHead, HELPER_MAGIC,
+    MUTATOR_MAGIC,
+};
+use gc_core::{
+    CMarkFn, Callback, CallbackKind, CollectionKind, ForeignTypeSpec, GcError, Heap, HeapConfig,
+    HeapId, MarkProc, Marker, Mutator, MutatorShared, ObjRef, ReferenceQueue, Root, SafeState,
+    SweepProc, Task, WeakRef,
+};
 use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -221,9 +227,9 @@ thread_local! {
 /// The calling thread's mutator as a C pointer (null if not attached); on a collector
 /// helper thread, its `ptls` record (for marking calls only).
 fn cur() -> *mut gc_mutator_t {
-    let m = mutator::current();
+    let m = current_ptls();
     if m.is_null() {
-        return crate::tls::helper_ptls() as *mut gc_mutator_t;
+        return helper_ptls() as *mut gc_mutator_t;
     }
     m as *mut gc_mutator_t
 }
@@ -586,8 +592,8 @@ unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         let ok = unsafe {
-            (*ms).head.magic.load(Ordering::Relaxed) == crate::tls::MUTATOR_MAGIC
-                && (*ms).head.thread.load(Ordering::Relaxed) == crate::tls::thread_id()
+            (*ms).head().magic.load(Ordering::Relaxed) == MUTATOR_MAGIC
+                && (*ms).head().thread.load(Ordering::Relaxed) == thread_id()
         };
         if ok {
             // SAFETY: the calling thread's attached mutator.
@@ -599,7 +605,7 @@ unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'
 
 #[cold]
 fn mutator_ref_slow<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a MutatorShared> {
-    let current = mutator::current();
+    let current = current_ptls();
     if m.is_null() || current.is_null() {
         set_status(
             status_of(&GcError::NotAttached),
@@ -620,7 +626,7 @@ fn mutator_ref_slow<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'a 
 /// `jl_gc_max_internal_obj_size`.
 #[no_mangle]
 pub extern "C" fn gc_max_internal_obj_size() -> usize {
-    crate::max_internal_obj_size()
+    gc_core::max_internal_obj_size()
 }
 
 /// # Safety
@@ -739,9 +745,9 @@ pub unsafe extern "C" fn gc_new_layout_type(
 }
 
 fn in_collection() -> bool {
-    let m = mutator::current();
+    let m = current_ptls();
     // SAFETY: the current mutator is alive while attached.
-    !m.is_null() && unsafe { &*m }.in_collection.load(Ordering::Relaxed)
+    !m.is_null() && unsafe { &*m }.in_collection()
 }
 
 /// Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
@@ -764,10 +770,10 @@ pub unsafe extern "C" fn gc_alloc(
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
         // handed out; mutator memory is recycled, never freed, so it stays readable.
         && unsafe {
-            (*ms).head.magic.load(Ordering::Relaxed) == crate::tls::MUTATOR_MAGIC
-                && (*ms).head.thread.load(Ordering::Relaxed) == crate::tls::thread_id()
-                && !(*ms).head.checked.load(Ordering::Relaxed)
-                && (*ms).state.load(Ordering::Relaxed) == RUNNING
+            (*ms).head().magic.load(Ordering::Relaxed) == MUTATOR_MAGIC
+                && (*ms).head().thread.load(Ordering::Relaxed) == thread_id()
+                && !(*ms).head().checked.load(Ordering::Relaxed)
+                && (*ms).is_running()
         }
     {
         // SAFETY: the calling thread's attached mutator (the contract above).
@@ -804,7 +810,7 @@ unsafe fn gc_alloc_slow(m: *mut gc_mutator_t, size: usize, ty: *mut c_void) -> *
             Ok(t) => t,
             Err(e) => return fail(e, std::ptr::null_mut()),
         };
-        if ms.state.load(Ordering::Relaxed) != RUNNING {
+        if !ms.is_running() {
             // Checked before the thread's current page is used: a thread in a GC-safe region
             // counts as stopped, and a collection may be sweeping that page.
             return fail(GcError::InGcSafeRegion, std::ptr::null_mut());
@@ -838,7 +844,8 @@ pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int 
                 return err_code();
             }
         };
-        match crate::collect::collect(ms, kind) {
+        // SAFETY: the calling thread's attached mutator (`mutator_ref` checked it).
+        match unsafe { Mutator::borrowed(ms) }.collect(kind) {
             Ok(Some(_)) => 1,
             Ok(None) => 0,
             Err(e) => fail_code(e),
@@ -854,7 +861,8 @@ pub unsafe extern "C" fn gc_collect(m: *mut gc_mutator_t, kind: c_int) -> c_int 
 pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     if let Some(ms) = unsafe { mutator_ref(m, "gc_safepoint") } {
-        ms.safepoint();
+        // SAFETY: the calling thread's attached mutator (`mutator_ref` checked it).
+        unsafe { ms.safepoint() };
     }
 }
 
@@ -906,8 +914,8 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
     guard("gc_safe_enter", -1, || {
-        let mut regs = [0; crate::tls::SAVED_REGS];
-        crate::tls::save_registers(&mut regs);
+        let mut regs = [0; gc_core::SAVED_REGS];
+        gc_core::tls::save_registers(&mut regs);
         // SAFETY: forwarded; `regs` is this call's.
         unsafe { gc_safe_enter_impl(m, &regs) }
     })
@@ -919,7 +927,7 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 /// `m` is null or a mutator pointer; `regs` points to the saved registers.
 unsafe extern "C" fn gc_safe_enter_impl(
     m: *mut gc_mutator_t,
-    regs: *const [usize; crate::tls::SAVED_REGS],
+    regs: *const [usize; gc_core::SAVED_REGS],
 ) -> i8 {
     guard("gc_safe_enter", -1, || {
         // SAFETY: the ptls is null or one this library handed out (this function's
@@ -996,13 +1004,13 @@ pub unsafe extern "C" fn gc_wb(m: *mut gc_mutator_t, parent: *mut c_void, child:
     };
     // The common case (nothing to remember) needs no thread lookup at all.
     // SAFETY: live objects per the caller.
-    let Some(h) = (unsafe { barrier_fires(p, c) }) else {
+    if !unsafe { barrier_fires(p, c) } {
         return;
-    };
+    }
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     if let Some(ms) = unsafe { mutator_ref(m, "gc_wb") } {
-        // SAFETY: calling thread's mutator; live object.
-        unsafe { ms.remember(p, h) };
+        // SAFETY: calling thread's mutator; live objects.
+        unsafe { ms.wb(p, c) };
     }
 }
 
@@ -1016,13 +1024,13 @@ pub unsafe extern "C" fn gc_wb_back(m: *mut gc_mutator_t, parent: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    let Some(h) = (unsafe { back_barrier_fires(p) }) else {
+    if !unsafe { back_barrier_fires(p) } {
         return;
-    };
+    }
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     if let Some(ms) = unsafe { mutator_ref(m, "gc_wb_back") } {
         // SAFETY: as above.
-        unsafe { ms.remember(p, h) };
+        unsafe { ms.wb_back(p) };
     }
 }
 
@@ -1084,8 +1092,8 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
         // handed out (mutator or helper record), which stays readable.
         let h = unsafe { &*head };
         let magic = h.magic.load(Ordering::Relaxed);
-        if magic == crate::tls::MUTATOR_MAGIC || magic == HELPER_MAGIC {
-            if h.thread.load(Ordering::Relaxed) == crate::tls::thread_id() {
+        if magic == MUTATOR_MAGIC || magic == HELPER_MAGIC {
+            if h.thread.load(Ordering::Relaxed) == thread_id() {
                 return Some(h);
             }
             // A ptls of another thread. GAP keeps the collecting thread's ptls in a
@@ -1098,13 +1106,13 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
             }
         }
     }
-    if crate::tls::helper_ptls().is_null() {
+    if helper_ptls().is_null() {
         // SAFETY: the ptls is null or one this library handed out (this function's contract).
-        (unsafe { mutator_ref(m, what) }).map(|ms| &ms.head)
+        (unsafe { mutator_ref(m, what) }).map(|ms| ms.head())
     } else {
         set_error(format!(
             "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
-            crate::tls::helper_ptls()
+            helper_ptls()
         ));
         None
     }
@@ -1113,17 +1121,17 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
 /// The calling thread's own record if it is marking now: a collector helper thread's,
 /// or the collecting thread's while its marker is set.
 fn own_marking_head<'a>() -> Option<&'a TlsHead> {
-    let helper = crate::tls::helper_ptls();
+    let helper = helper_ptls();
     if !helper.is_null() {
         // SAFETY: a helper thread's record lives as long as the thread.
         return Some(unsafe { &*helper });
     }
-    let cur = mutator::current();
+    let cur = current_ptls();
     if cur.is_null() {
         return None;
     }
     // SAFETY: the calling thread's attached mutator is alive while attached.
-    let head = unsafe { &(*cur).head };
+    let head = unsafe { (*cur).head() };
     (!head.marker.load(Ordering::Acquire).is_null()).then_some(head)
 }
 
@@ -1306,7 +1314,8 @@ pub unsafe extern "C" fn gc_root_new(heap: *mut gc_heap_t, obj: *mut c_void) -> 
             return fail(e, std::ptr::null_mut());
         }
         Box::into_raw(Box::new(gc_root_t {
-            root: heap.root_unchecked(o),
+            // SAFETY: check_object accepted it just above.
+            root: unsafe { heap.root_unchecked(o) },
         }))
     })
 }
@@ -1439,7 +1448,7 @@ pub unsafe extern "C" fn gc_task_stack(
 #[no_mangle]
 pub extern "C" fn gc_current_task() -> *mut gc_task_t {
     guard("gc_current_task", std::ptr::null_mut(), || {
-        let m = mutator::current();
+        let m = current_ptls();
         if m.is_null() {
             return fail(GcError::NotAttached, std::ptr::null_mut());
         }
@@ -1534,15 +1543,8 @@ pub unsafe extern "C" fn gc_set_verify(heap: *mut gc_heap_t, on: c_int) -> c_int
 #[no_mangle]
 pub unsafe extern "C" fn gc_typeof(obj: *mut c_void) -> *mut c_void {
     match ObjRef::from_ptr(obj.cast()) {
-        Some(o) => {
-            // SAFETY: a live object or a pool cell per the caller.
-            let h = unsafe { o.header_bits() };
-            if h.is_free() {
-                std::ptr::null_mut()
-            } else {
-                h.type_addr() as *mut c_void
-            }
-        }
+        // SAFETY: a live object or a pool cell per the caller.
+        Some(o) => unsafe { o.type_ptr() }.cast(),
         None => std::ptr::null_mut(),
     }
 }
@@ -1605,14 +1607,14 @@ unsafe fn running_mutator<'a>(
 ) -> Option<&'a MutatorShared> {
     // SAFETY: the ptls is null or one this library handed out (this function's contract).
     let ms = (unsafe { mutator_ref(m, what) })?;
-    if ms.in_collection.load(Ordering::Relaxed) {
+    if ms.in_collection() {
         set_status(
             Status::State,
             format!("{what}: {}", GcError::DuringCollection { what }),
         );
         return None;
     }
-    if ms.state.load(Ordering::Relaxed) != RUNNING {
+    if !ms.is_running() {
         set_status(
             status_of(&GcError::InGcSafeRegion),
             format!("{what}: {}", GcError::InGcSafeRegion),
@@ -1731,7 +1733,8 @@ pub unsafe extern "C" fn gc_weak_handle_new(
             return fail(e, std::ptr::null_mut());
         }
         Box::into_raw(Box::new(gc_weak_handle_t {
-            weak: heap.new_weak_ref_unchecked(o),
+            // SAFETY: check_object accepted it just above.
+            weak: unsafe { heap.new_weak_ref_unchecked(o) },
         }))
     })
 }
@@ -1798,7 +1801,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
         if let Err(e) = m.heap().check_object(o, "gc_add_finalizer") {
             return fail_code(e);
         }
-        m.add_c_finalizer_unchecked(o, f);
+        // SAFETY: check_object accepted it just above.
+        unsafe { m.add_c_finalizer_unchecked(o, f) };
         0
     })
 }
@@ -1935,7 +1939,8 @@ pub unsafe extern "C" fn gc_refqueue_register(
         if let Err(e) = queue.heap().check_object(o, "gc_refqueue_register") {
             return fail_code(e);
         }
-        queue.register_unchecked(o, token);
+        // SAFETY: check_object accepted it just above.
+        unsafe { queue.register_unchecked(o, token) };
         0
     })
 }
@@ -2176,7 +2181,7 @@ pub extern "C" fn jl_init() {
 #[no_mangle]
 pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
     guard("jl_adopt_thread", std::ptr::null_mut(), || {
-        let current = mutator::current();
+        let current = current_ptls();
         if !current.is_null() {
             return current as jl_ptls_t;
         }
@@ -2235,14 +2240,16 @@ pub extern "C" fn jl_gc_max_internal_obj_size() -> usize {
     gc_max_internal_obj_size()
 }
 
-/// `jl_new_foreign_type`: module and super may be NULL (super, if given, must be a type).
+/// `jl_new_foreign_type`: module and super may be NULL (super, if given, must be a type
+/// of the default heap). Neither is stored: this ABI has no call that reads a type's
+/// module or supertype back (`jl_datatype_t` is opaque here).
 ///
 /// # Safety
 /// `name` null or from `jl_symbol`; the functions have the seed's signatures.
 #[no_mangle]
 pub unsafe extern "C" fn jl_new_foreign_type(
     name: *mut jl_sym_t,
-    module: *mut jl_module_t,
+    _module: *mut jl_module_t,
     super_: *mut jl_datatype_t,
     markfunc: jl_markfunc_t,
     sweepfunc: jl_sweepfunc_t,
@@ -2289,12 +2296,6 @@ pub unsafe extern "C" fn jl_new_foreign_type(
                 large,
             )
         };
-        if !ty.is_null() {
-            // SAFETY: ty is a type object we just created: its payload is its descriptor.
-            let desc = unsafe { &mut *(ty as *mut crate::types::TypeDesc) };
-            desc.module = module.cast();
-            desc.super_type = super_.cast();
-        }
         ty.cast()
     })
 }
@@ -2412,7 +2413,7 @@ pub unsafe extern "C" fn jl_gc_wb(parent: *mut c_void, ptr: *mut c_void) {
     };
     // The thread's mutator is looked up only when something must be remembered.
     // SAFETY: live objects per the caller.
-    if unsafe { barrier_fires(p, c) }.is_none() {
+    if !unsafe { barrier_fires(p, c) } {
         return;
     }
     // SAFETY: forwarded.
@@ -2429,7 +2430,7 @@ pub unsafe extern "C" fn jl_gc_wb_back(ptr: *mut c_void) {
         return;
     };
     // SAFETY: live object per the caller.
-    if unsafe { back_barrier_fires(p) }.is_none() {
+    if !unsafe { back_barrier_fires(p) } {
         return;
     }
     // SAFETY: forwarded.
@@ -2617,7 +2618,7 @@ fn own_task(ct: *mut jl_task_t, what: &str) -> bool {
 /// The calling thread's mutator as a handle, for the functions below; `None` (and the
 /// last error set) if the thread is not attached.
 fn current_handle(what: &'static str) -> Option<Mutator> {
-    let m = mutator::current();
+    let m = current_ptls();
     if m.is_null() {
         set_status(
             status_of(&GcError::NotAttached),
@@ -2669,4 +2670,69 @@ pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
             Err(e) => set_error(format!("jl_gc_enable_finalizers: {e}")),
         }
     })
+}
+
+// ---- For crates that extend this C ABI (gc-conservative-capi, gc-runtime) ----
+
+/// Records a [`GcError`](gc_core::GcError) with its status ([`status_of`]) and returns
+/// the status's code (`RT_ERR_*`).
+pub fn set_gc_error(err: &gc_core::GcError) -> i32 {
+    let status = status_of(err);
+    set_status(status, err);
+    status.code()
+}
+
+/// The process's default heap (`gc_default_heap`, what the seed's `jl_*` names use),
+/// made on first use from the `GC_CORE_*` environment variables.
+pub fn default_heap() -> *mut gc_heap_t {
+    gc_default_heap()
+}
+
+/// The Rust heap behind a C heap pointer; `None` (and the last error set, naming
+/// `what`) for NULL.
+///
+/// # Safety
+/// `p` is null or from `gc_heap_new`/`gc_default_heap` and not deleted while the
+/// returned reference is used.
+#[inline(always)]
+pub unsafe fn heap_from_ptr<'a>(p: *mut gc_heap_t, what: &str) -> Option<&'a Heap> {
+    // SAFETY: forwarded from the caller.
+    unsafe { heap_ref(p, what) }
+}
+
+/// The id of the heap behind a C heap pointer (one load); `None` (and the last error
+/// set) for NULL.
+///
+/// # Safety
+/// As for [`heap_from_ptr`].
+#[inline(always)]
+pub unsafe fn heap_id_from_ptr(p: *mut gc_heap_t, what: &str) -> Option<HeapId> {
+    // SAFETY: forwarded from the caller.
+    unsafe { gc_heap_t::id_from_ptr(p, what) }
+}
+
+/// Runs `f` with the marker of the collection the calling thread is marking for, if `m`
+/// is the `ptls` of the calling thread (or of the collector thread it runs on) and it is
+/// marking; otherwise sets the last error (naming `what`) and returns `None`.
+///
+/// # Safety
+/// `m` is null or a `ptls` this library handed out (a mutator or a collector thread's
+/// record; their memory stays readable for the process's lifetime).
+pub unsafe fn with_active_marker<R>(
+    m: *mut gc_mutator_t,
+    what: &'static str,
+    f: impl FnOnce(&mut Marker<'_>) -> R,
+) -> Option<R> {
+    // SAFETY: forwarded from the caller.
+    unsafe { active_marker(m, what) }.map(f)
+}
+
+/// A task pointer handed to a task scanner (`gc_task_t`) as the Rust task.
+///
+/// # Safety
+/// `task` is non-null and a registered, live task (what a task scanner is given), for
+/// as long as the returned reference is used.
+pub unsafe fn task_from_ptr<'a>(task: *mut gc_task_t) -> &'a gc_core::Task {
+    // SAFETY: forwarded from the caller: gc_task_t pointers are `Arc<Task>` payloads.
+    unsafe { &*(task as *const gc_core::Task) }
 }
