@@ -492,7 +492,11 @@ impl Inner {
                 (*gc_head(op)).gc_prev |= GC_MIRRORED;
             }
         }
-        self.queue.register(mirror, ((rec as usize) << 1) | 1);
+        // SAFETY: the mirror is a live object of the bridge's heap (allocated above).
+        unsafe {
+            self.queue
+                .register_unchecked(mirror, ((rec as usize) << 1) | 1)
+        };
         self.counters.mirrors_made.fetch_add(1, Ordering::Relaxed);
         rec
     }
