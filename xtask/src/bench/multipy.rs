@@ -3,8 +3,11 @@
 //! - fib(30) in two threads: one interpreter vs two (`fib_speedup_two_interpreters`,
 //!   the seed's 1.9x; target >= 1.85x), with the cores used (`fib_cores_used_one`,
 //!   `fib_cores_used_two`: the process's CPU time over the wall time, which shows the
-//!   two interpreters running at once even when load keeps the speedup down); the same
-//!   work with `multiprocessing` (2 processes, pool start-up included) and with CPython
+//!   two interpreters running at once even when load keeps the speedup down), and the
+//!   speedup separate processes get on the machine in the same passes
+//!   (`fib_speedup_two_processes`: two threads of one `python` vs two `python`s at
+//!   once, the most a second interpreter can give here); the same work with
+//!   `multiprocessing` (2 processes, pool start-up included) and with CPython
 //!   3.12 sub-interpreters with a per-interpreter GIL (pure Python; `import numpy` is
 //!   tried there and its failure recorded);
 //! - start-up of one more interpreter with `import numpy` vs a `python -c "import
@@ -175,6 +178,47 @@ fn numpy_processes(python: &Path) -> Result<f64> {
     Ok(worst)
 }
 
+/// The parallel speedup separate processes get on this machine, the peer of
+/// `fib_speedup_two_interpreters`: fib(30) in two threads of one `python` process (one
+/// GIL, as the driver's one-interpreter case) and fib(30) in each of two processes whose
+/// loops start at one agreed instant (the slower one's time). Two processes share nothing
+/// but the machine, so their speedup is what a second interpreter can give here at most.
+fn fib_processes(python: &Path) -> Result<(f64, f64)> {
+    let one = py(
+        python,
+        &format!(
+            "{FIB}import threading, time\nfib(20)\nt = time.perf_counter()\nts = [threading.Thread(target=fib, args=(30,)) for _ in range(2)]\nfor th in ts: th.start()\nfor th in ts: th.join()\nprint('s=%r' % (time.perf_counter() - t))\n"
+        ),
+        &[],
+    )?["s"];
+    let start = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()
+        + 0.5;
+    let code = format!(
+        "{FIB}import time\nfib(20)\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\nfib(30)\nprint('s=%r' % (time.perf_counter() - t))\n"
+    );
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(python)
+                .args(["-c", &code])
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+        })
+        .collect::<std::io::Result<_>>()
+        .context("start fib processes")?;
+    let mut two: f64 = 0.0;
+    for c in children {
+        let out = c.wait_with_output()?;
+        let s = kv(&String::from_utf8_lossy(&out.stdout))
+            .get("s")
+            .copied()
+            .context("fib process printed no time")?;
+        two = two.max(s);
+    }
+    Ok((one, two))
+}
+
 /// The versions besides 3.11 that `--python` asked for (unset: 3.12 and 3.13).
 static VERSIONS: OnceLock<Vec<(u32, u32)>> = OnceLock::new();
 
@@ -222,6 +266,8 @@ struct Version {
     venv: PathBuf,
     ours: Vec<HashMap<String, f64>>,
     processes: Vec<f64>,
+    /// [`fib_processes`]' samples: one process (two threads), two processes.
+    fib_procs: (Vec<f64>, Vec<f64>),
 }
 
 impl Version {
@@ -272,6 +318,7 @@ pub fn run() -> Result<()> {
             venv,
             ours: Vec::new(),
             processes: Vec::new(),
+            fib_procs: (Vec::new(), Vec::new()),
         });
     }
     // The sub-interpreter peer: 3.12's executable, and its numpy environment's
@@ -296,12 +343,16 @@ pub fn run() -> Result<()> {
     let (mut mp, mut sub_fib, mut sub_create, mut proc_start, mut proc_np) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut proc_private, mut proc_rss, mut proc_bare) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut fib_proc_one, mut fib_proc_two) = (Vec::new(), Vec::new());
     let mut numpy_error = String::new();
     let mut sub_numpy_ok = None;
     for pass in 0..2 {
         println!("bench multipy: pass {}/2", pass + 1);
         ours.push(driver_run(&driver, &venv, &[])?);
         for _ in 0..ROUNDS {
+            let (one, two) = fib_processes(&python)?;
+            fib_proc_one.push(one);
+            fib_proc_two.push(two);
             mp.push(multiprocessing_fib(&python)?);
             let t = Instant::now();
             let ok = Command::new(&python)
@@ -354,6 +405,11 @@ pub fn run() -> Result<()> {
                 &["--python", &name, "--only", "fib,numpy"],
             )?);
             let venv_python = v.venv.join("bin/python");
+            for _ in 0..ROUNDS {
+                let (one, two) = fib_processes(&venv_python)?;
+                v.fib_procs.0.push(one);
+                v.fib_procs.1.push(two);
+            }
             v.processes.push(numpy_processes(&venv_python)?);
             v.processes.push(numpy_processes(&venv_python)?);
         }
@@ -387,6 +443,10 @@ pub fn run() -> Result<()> {
         );
     }
     r.value("fib_s_multiprocessing", median(mp));
+    let (p1, p2) = (median(fib_proc_one), median(fib_proc_two));
+    r.value("fib_one_s_processes", p1);
+    r.value("fib_two_s_processes", p2);
+    r.value("fib_speedup_two_processes", p1 / p2);
     r.value("startup_ms_process_numpy", median(proc_start));
     r.value("startup_ms_process", median(proc_bare));
     r.value("rss_mb_process_numpy", median(proc_private));
@@ -478,6 +538,10 @@ pub fn run() -> Result<()> {
             &format!("{tag}_numpy_s_processes"),
             median(v.processes.clone()),
         );
+        let (p1, p2) = (median(v.fib_procs.0.clone()), median(v.fib_procs.1.clone()));
+        r.value(&format!("{tag}_fib_one_s_processes"), p1);
+        r.value(&format!("{tag}_fib_two_s_processes"), p2);
+        r.value(&format!("{tag}_fib_speedup_two_processes"), p1 / p2);
         r.compare(
             &format!("{}: fib(30) x2: two vs one interpreter (s)", v.name()),
             &format!("{tag}_fib_two_s"),
@@ -512,12 +576,14 @@ pub fn run() -> Result<()> {
     );
     println!("\n  the parallel promise per CPython (fib(30) x2 two interpreters vs one, target >= 1.85x; numpy workload, {WORKERS} at once, {ITERS} iterations each):");
     println!("  (cores: the process's CPU time over the wall time, one interpreter / two; one GIL keeps it <= 1, above 1 the two ran at once; load lowers both)");
+    println!("  (procs: the same fib in two threads of one python process vs two python processes at once, in the same passes: the speedup the machine gives separate processes)");
     println!(
-        "    {:<7} {:>9} {:>9} {:>8}  {:<8} {:<15} {:>11} {:>11} {:>11} {:>7}",
+        "    {:<7} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<15} {:>11} {:>11} {:>11} {:>7}",
         "CPython",
         "one s",
         "two s",
         "speedup",
+        "procs",
         "target",
         "per pass",
         "cores",
@@ -547,11 +613,12 @@ pub fn run() -> Result<()> {
         let speedup = get("fib_speedup_two_interpreters");
         let (np_ours, np_procs) = (get("numpy_s_interpreters"), get("numpy_s_processes"));
         println!(
-            "    {:<7} {:>9.3} {:>9.3} {:>7.2}x  {:<8} {:<15} {:>11} {:>11.3} {:>11.3} {:>6.2}x",
+            "    {:<7} {:>9.3} {:>9.3} {:>7.2}x {:>5.2}x  {:<8} {:<15} {:>11} {:>11.3} {:>11.3} {:>6.2}x",
             name,
             get("fib_one_s"),
             get("fib_two_s"),
             speedup,
+            get("fib_speedup_two_processes"),
             if speedup >= 1.85 { "met" } else { "MISSED" },
             passes
                 .iter()
