@@ -947,8 +947,8 @@ impl Image {
                         match tls::static_offset(module) {
                             // In the loader's static pool: a constant offset, as glibc's
                             // descriptors for its surplus static TLS.
-                            Some(off) => tls::tlsdesc_static(&entries, off.wrapping_add(offset)),
-                            None => dynamic(TlsIndex { module, offset }),
+                            Ok(off) => tls::tlsdesc_static(&entries, off.wrapping_add(offset)),
+                            Err(_) => dynamic(TlsIndex { module, offset }),
                         }
                     }
                     Some(Def::SystemTls(ti)) => {
@@ -1004,23 +1004,29 @@ impl Image {
                         })?;
                         off.wrapping_add(r.addend as u64)
                     }
-                    (R_X86_64_TPOFF64, Some(Def::Custom(img, s)))
-                        if img.tls_module.and_then(tls::static_offset).is_some() =>
-                    {
+                    (R_X86_64_TPOFF64, Some(Def::Custom(img, s))) => {
                         // Initial-exec access to a module in the loader's static pool: its
                         // block is at this offset from every thread's thread pointer.
-                        let off = img.tls_module.and_then(tls::static_offset).unwrap_or(0);
+                        let module = img.tls_module.ok_or_else(|| {
+                            self.reloc_err(r, &name, "the defining library has no TLS segment")
+                        })?;
+                        let off = tls::static_offset(module).map_err(|why| {
+                            self.reloc_err(
+                                r,
+                                &name,
+                                &format!(
+                                    "initial-exec TLS needs a static TLS offset, a part of the loader's {}-byte static pool, which its library did not get: {why}; or build it with -ftls-model=global-dynamic",
+                                    tls::STATIC_POOL_SIZE
+                                ),
+                            )
+                        })?;
                         off.wrapping_add(s.value).wrapping_add(r.addend as u64)
                     }
-                    (R_X86_64_TPOFF64, Some(Def::Custom(..) | Def::SystemTls(_))) => {
+                    (R_X86_64_TPOFF64, Some(Def::SystemTls(_))) => {
                         return Err(self.reloc_err(
                             r,
                             &name,
-                            &format!(
-                                "initial-exec TLS (a static TLS offset) is given only to a library flagged DF_STATIC_TLS whose thread-local data is all zero-initialised (no .tdata: threads started later get zeros, not the init image) while the loader's {}-byte static pool has room ({} bytes left); build it with -ftls-model=global-dynamic",
-                                tls::STATIC_POOL_SIZE,
-                                tls::static_pool_free()
-                            ),
+                            "initial-exec TLS against a variable whose blocks are allocated per thread (a custom-loaded module's TLS outside the static pool)",
                         ))
                     }
                     (_, Some(_)) => return Err(self.reloc_err(r, &name, "symbol resolved to a non-TLS definition")),

@@ -665,6 +665,10 @@ impl NsInner {
         let _ = img.deps.set(deps);
         let scope = self.scope_for(img);
         let stats = img.relocate(&scope)?;
+        if let Some(module) = img.tls_module {
+            // Initialised initial-exec TLS: its image into the static pool's copies.
+            tls::publish_static(module).map_err(|why| Error::unsupported(&img.path, why))?;
+        }
         img.check_init_fini()?;
         img.map.protect_relro(&img.info)?;
         crate::debug::register(img);

@@ -18,12 +18,17 @@
 //! same offset from every thread's thread pointer, i.e. in the static TLS block that
 //! each thread gets when it starts. glibc gives a `dlopen`ed library a slot of its
 //! surplus static TLS; this loader has a static pool of its own for the same purpose
-//! (`elf_loader_static_tls_pool`, [`STATIC_POOL_SIZE`] bytes of the loader library's
-//! `.tbss`, so every thread, started before or after a load, has it zeroed). A module
-//! flagged `DF_STATIC_TLS` whose TLS is all zero-initialised (no `.tdata`: a thread that
-//! starts later would get zeros, not the init image) gets a never-reused part of it
-//! while there is room (glibc does not reuse its surplus either); its block in every
-//! thread is then `tp + offset`, which the general-dynamic paths serve too.
+//! (`elf_loader_static_tls_pool`, [`STATIC_POOL_SIZE`] zero bytes of the loader's
+//! `.tdata`, i.e. of the TLS init image glibc copies into every thread's static TLS
+//! when the thread starts). A module flagged `DF_STATIC_TLS` gets a never-reused part
+//! of it while there is room (glibc does not reuse its surplus either); its block in
+//! every thread is then `tp + offset`, which the general-dynamic paths serve too. A
+//! module with initialised data (`.tdata`) gets one only while the loading thread is the
+//! process's only thread: after its relocation its image is copied into that thread's
+//! part and into the loader's init image (pages made writable for the copy, `RELRO`
+//! restored after), so every thread started later starts with it. Threads running
+//! already would keep zeros (glibc sets them through its own thread list), so with
+//! other threads running such a module is refused, naming them.
 //!
 //! Fast path: each thread has an array of its own, slot -> (module id, block) (the
 //! loader's dtv), found through a 16-byte thread-local of the loader library itself
@@ -90,8 +95,9 @@ struct Module {
     id: u64,
     template: Template,
     /// Offset of the module's block from the thread pointer when it lives in the static
-    /// pool (the same in every thread); `None` for per-thread allocated blocks.
-    static_off: Option<u64>,
+    /// pool (the same in every thread), or why it does not (its blocks are then per
+    /// thread, and an initial-exec relocation against it is refused with that reason).
+    static_off: Result<u64, String>,
     layout: Layout,
     /// Blocks by thread key.
     blocks: Mutex<HashMap<u64, usize>>,
@@ -134,6 +140,10 @@ const _: () = assert!(std::mem::size_of::<DtvEntry>() == 16);
 // loader library's static TLS; `elf_loader_tls_dtv@GOTTPOFF` gives its offset from the
 // thread pointer (initial-exec: the library that holds this code is loaded at start-up
 // or is the executable, where the linker relaxes it to local-exec).
+//
+// The static pool for initial-exec modules is in `.tdata`, zero-filled: part of the init
+// image glibc copies into each thread's static TLS when the thread starts, which is
+// where a module with initialised data has its image written (`publish_static`).
 std::arch::global_asm!(
     ".section .tbss,\"awT\",@nobits",
     ".p2align 4",
@@ -143,6 +153,7 @@ std::arch::global_asm!(
     ".size elf_loader_tls_dtv, 16",
     "elf_loader_tls_dtv:",
     ".zero 16",
+    ".section .tdata,\"awT\",@progbits",
     ".p2align 6",
     ".globl elf_loader_static_tls_pool",
     ".hidden elf_loader_static_tls_pool",
@@ -187,33 +198,226 @@ fn static_pool_tpoff() -> u64 {
 }
 
 /// A part of the static pool for a module with this template, as its offset from the
-/// thread pointer: `None` unless the module asks for static TLS, has no `.tdata`, and
-/// fits what is left.
-fn static_part(t: &Template) -> Option<u64> {
-    if !t.static_tls || t.filesz != 0 || t.align > 64 {
-        return None;
+/// thread pointer, or why it gets none: it does not ask for static TLS, is aligned
+/// beyond the pool's 64 bytes, does not fit what is left, or has initialised data
+/// (`.tdata`) while other threads run (their copies of the pool could not be given the
+/// init image: glibc does that through its own thread list, which is not ours to walk).
+fn static_part(t: &Template) -> Result<u64, String> {
+    if !t.static_tls {
+        return Err("it is not flagged DF_STATIC_TLS".into());
+    }
+    if t.align > 64 {
+        return Err(format!(
+            "its TLS alignment {} is beyond the static pool's 64",
+            t.align
+        ));
+    }
+    if t.filesz != 0 {
+        match running_threads() {
+            Some(1) => {}
+            Some(n) => {
+                return Err(format!(
+                    "it has initialised thread-local data (.tdata, {} bytes), which every running thread's copy must get, and {n} threads run now; load it before the process starts threads",
+                    t.filesz
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "it has initialised thread-local data (.tdata, {} bytes) and /proc/self/task cannot tell whether other threads run",
+                    t.filesz
+                ))
+            }
+        }
     }
     let align = t.align.max(1);
     let mut used = STATIC_POOL_USED.lock();
     let start = used.div_ceil(align) * align;
-    let end = start.checked_add(t.memsz.max(1))?;
+    let end = start.saturating_add(t.memsz.max(1));
     if end > STATIC_POOL_SIZE {
-        return None;
+        return Err(format!(
+            "it needs {} bytes and the loader's {STATIC_POOL_SIZE}-byte static pool has {} left",
+            t.memsz,
+            STATIC_POOL_SIZE - *used
+        ));
     }
     *used = end;
-    Some(static_pool_tpoff().wrapping_add(start as u64))
+    Ok(static_pool_tpoff().wrapping_add(start as u64))
+}
+
+/// How many threads the process runs (`/proc/self/task`), if that can be read.
+fn running_threads() -> Option<usize> {
+    Some(std::fs::read_dir("/proc/self/task").ok()?.count())
+}
+
+/// Where the static pool's bytes are in the loader's TLS init image, the image glibc
+/// copies into every thread's static TLS when the thread starts: found through
+/// `dl_iterate_phdr` as the object whose TLS block in the calling thread
+/// (`dlpi_tls_data`) holds the calling thread's pool. With the pages' protection to
+/// restore after writing (read-only inside the object's `PT_GNU_RELRO`).
+#[derive(Clone, Copy, Debug)]
+struct PoolTemplate {
+    /// Address of the pool's first byte in the init image.
+    addr: usize,
+    /// The object's `PT_GNU_RELRO` range (start, end), if it has one.
+    relro: Option<(usize, usize)>,
+}
+
+fn pool_template() -> Result<PoolTemplate, String> {
+    static FOUND: OnceLock<Result<PoolTemplate, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            struct Search {
+                pool: usize,
+                found: Option<Result<PoolTemplate, String>>,
+            }
+            unsafe extern "C" fn visit(
+                info: *mut libc::dl_phdr_info,
+                _size: libc::size_t,
+                data: *mut std::ffi::c_void,
+            ) -> std::ffi::c_int {
+                // SAFETY: glibc passes a valid info for the duration of the call; data is
+                // the `Search` below.
+                let (info, search) = unsafe { (&*info, &mut *(data as *mut Search)) };
+                if info.dlpi_tls_data.is_null() || info.dlpi_phdr.is_null() {
+                    return 0;
+                }
+                // SAFETY: dlpi_phdr has dlpi_phnum entries.
+                let phdrs =
+                    unsafe { std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+                let Some(tls) = phdrs.iter().find(|p| p.p_type == libc::PT_TLS) else {
+                    return 0;
+                };
+                let block = info.dlpi_tls_data as usize;
+                if search.pool < block || search.pool >= block + tls.p_memsz as usize {
+                    return 0;
+                }
+                let off = search.pool - block;
+                search.found = Some(if off + STATIC_POOL_SIZE > tls.p_filesz as usize {
+                    Err(format!(
+                        "the loader's static pool is not in its TLS init image (offset {off}, init image {} bytes)",
+                        tls.p_filesz
+                    ))
+                } else {
+                    let base = info.dlpi_addr as usize;
+                    let relro = phdrs
+                        .iter()
+                        .find(|p| p.p_type == libc::PT_GNU_RELRO)
+                        .map(|p| {
+                            let start = base + p.p_vaddr as usize;
+                            (start, start + p.p_memsz as usize)
+                        });
+                    Ok(PoolTemplate {
+                        addr: base + tls.p_vaddr as usize + off,
+                        relro,
+                    })
+                });
+                1
+            }
+            let mut search = Search {
+                pool: thread_pointer().wrapping_add(static_pool_tpoff() as usize),
+                found: None,
+            };
+            // SAFETY: the callback matches dl_iterate_phdr's contract and `search` outlives
+            // the call.
+            unsafe {
+                libc::dl_iterate_phdr(Some(visit), (&mut search as *mut Search).cast());
+            }
+            search.found.unwrap_or_else(|| {
+                Err("no loaded object's TLS block holds the loader's static pool".into())
+            })
+        })
+        .clone()
+}
+
+/// Gives a module with initialised data in the static pool its init image, after its
+/// relocation and before its initialisers: in the calling thread's copy of its part
+/// of the pool, and in the loader's TLS init image, from which glibc fills the pool of
+/// every thread started later. The part was given while the calling thread was the
+/// process's only one (`static_part`); a thread started since (by a dependency's
+/// initialiser) fails the load.
+pub(crate) fn publish_static(id: u64) -> Result<(), String> {
+    let (t, off) = {
+        let slot = (id & 0xffff_ffff) as usize;
+        let reg = REGISTRY.read();
+        let Some(m) = reg
+            .slots
+            .get(slot)
+            .and_then(Option::as_ref)
+            .filter(|m| m.id == id)
+        else {
+            return Ok(());
+        };
+        match m.static_off {
+            Ok(off) if m.template.filesz != 0 => (m.template, off),
+            _ => return Ok(()),
+        }
+    };
+    match running_threads() {
+        Some(1) => {}
+        n => {
+            return Err(format!(
+                "initial-exec TLS with initialised data: {} threads run now (one started during the load), and their copies of the static pool cannot be given the init image",
+                n.map_or("several".to_string(), |n| n.to_string())
+            ))
+        }
+    }
+    let template = pool_template()?;
+    let part = off.wrapping_sub(static_pool_tpoff()) as usize;
+    let here = thread_pointer().wrapping_add(off as usize) as *mut u8;
+    // SAFETY: the part lies inside this thread's pool (static_part checked its end), and
+    // the image has `filesz <= memsz` readable bytes inside the module's mapping.
+    unsafe {
+        std::ptr::copy_nonoverlapping(t.image as *const u8, here, t.filesz);
+        std::ptr::write_bytes(here.add(t.filesz), 0, t.memsz - t.filesz);
+    }
+    write_init_image(template, part, t.image, t.filesz)
+}
+
+/// Writes `len` bytes from `src` at `part` bytes into the pool's copy in the loader's
+/// TLS init image, making its pages writable meanwhile.
+fn write_init_image(t: PoolTemplate, part: usize, src: usize, len: usize) -> Result<(), String> {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
+    let dst = t.addr + part;
+    let (first, last) = (dst & !(page - 1), (dst + len).div_ceil(page) * page);
+    let protect = |prot| {
+        // SAFETY: the pages hold the loader's own TLS init image, mapped for the process's
+        // life; only their protection changes.
+        if unsafe { libc::mprotect(first as *mut libc::c_void, last - first, prot) } != 0 {
+            Err(format!(
+                "mprotect of the loader's TLS init image: {}",
+                std::io::Error::last_os_error()
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    protect(libc::PROT_READ | libc::PROT_WRITE)?;
+    // SAFETY: inside the init image's pool (part + len <= STATIC_POOL_SIZE), now writable;
+    // the source is the module's relocated image.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+    let in_relro = t
+        .relro
+        .is_some_and(|(a, b)| first >= a && last <= b.div_ceil(page) * page);
+    protect(if in_relro {
+        libc::PROT_READ
+    } else {
+        libc::PROT_READ | libc::PROT_WRITE
+    })
 }
 
 /// The offset from the thread pointer of module `id`'s block if it lives in the static
 /// pool (what a `TPOFF64` relocation against its variables adds to their offsets).
-pub(crate) fn static_offset(id: u64) -> Option<u64> {
+pub(crate) fn static_offset(id: u64) -> Result<u64, String> {
     let slot = (id & 0xffff_ffff) as usize;
     let reg = REGISTRY.read();
     reg.slots
-        .get(slot)?
-        .as_ref()
-        .filter(|m| m.id == id)?
+        .get(slot)
+        .and_then(Option::as_ref)
+        .filter(|m| m.id == id)
+        .ok_or_else(|| "its TLS module is no longer registered".to_string())?
         .static_off
+        .clone()
 }
 
 /// Bytes of the static pool still free for initial-exec modules.
@@ -404,7 +608,7 @@ pub(crate) fn allocated_block(id: u64) -> Option<usize> {
     }
     let reg = REGISTRY.read();
     let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
-    if let Some(off) = m.static_off {
+    if let Ok(off) = m.static_off {
         return Some(thread_pointer().wrapping_add(off as usize));
     }
     let b = m.blocks.lock().get(&key).copied();
@@ -418,9 +622,10 @@ fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
         let reg = REGISTRY.read();
         let m = reg.slots.get(slot)?.as_ref().filter(|m| m.id == id)?;
         match m.static_off {
-            // In the static pool: this thread's copy, zeroed since the thread started.
-            Some(off) => thread_pointer().wrapping_add(off as usize),
-            None => *m.blocks.lock().entry(key).or_insert_with(|| new_block(m)),
+            // In the static pool: this thread's copy, set from the loader's init image
+            // when the thread started (or by `publish_static` on the loading thread).
+            Ok(off) => thread_pointer().wrapping_add(off as usize),
+            Err(_) => *m.blocks.lock().entry(key).or_insert_with(|| new_block(m)),
         }
     };
     // Cache it, unless this thread's cache is already destroyed (thread exit): then the
@@ -1010,7 +1215,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn static_pool_parts_go_only_to_zero_initialised_static_modules() {
+    fn static_pool_parts_go_only_to_static_modules_that_fit() {
         let t = |filesz, memsz, align, static_tls| Template {
             image: 0,
             filesz,
@@ -1018,18 +1223,15 @@ mod tests {
             align,
             static_tls,
         };
-        assert_eq!(
-            static_part(&t(0, 16, 8, false)),
-            None,
-            "not flagged DF_STATIC_TLS"
-        );
-        assert_eq!(static_part(&t(4, 16, 8, true)), None, "has .tdata");
-        assert_eq!(static_part(&t(0, 16, 128, true)), None, "over-aligned");
-        assert_eq!(
-            static_part(&t(0, STATIC_POOL_SIZE + 1, 8, true)),
-            None,
-            "too big"
-        );
+        let refused = |t: Template, why: &str| {
+            let err = static_part(&t).expect_err(why);
+            assert!(err.contains(why), "{err}");
+        };
+        refused(t(0, 16, 8, false), "DF_STATIC_TLS");
+        // The test harness runs several threads: .tdata cannot be given to them all.
+        refused(t(4, 16, 8, true), "threads run now");
+        refused(t(0, 16, 128, true), "alignment 128");
+        refused(t(0, STATIC_POOL_SIZE + 1, 8, true), "static pool has");
         let free = static_pool_free();
         let a = static_part(&t(0, 12, 8, true)).expect("a part");
         let b = static_part(&t(0, 8, 16, true)).expect("another");
@@ -1040,6 +1242,33 @@ mod tests {
         assert!(static_pool_free() <= free - 20, "parts are not given back");
         // In the static TLS block: below the thread pointer, at most its size away.
         assert!(static_tls_offset(thread_pointer().wrapping_add(a as usize)).is_some());
+    }
+
+    /// The pool's bytes in the init image (here: this test executable's, which links the
+    /// loader) are what a thread started later finds in its own pool: the mechanism that
+    /// gives initialised initial-exec modules their image in later threads. The last 8
+    /// bytes of the pool, which no test hands out, carry a pattern and are cleared again.
+    #[test]
+    fn the_init_image_fills_the_pool_of_threads_started_later() {
+        let template = pool_template().expect("the pool is in the loader's TLS init image");
+        let last = STATIC_POOL_SIZE - 8;
+        let pattern = 0x5eed_0f74_15aa_u64.to_ne_bytes();
+        write_init_image(template, last, pattern.as_ptr() as usize, 8).unwrap();
+        let read_own = move || {
+            let p = thread_pointer().wrapping_add(static_pool_tpoff() as usize + last);
+            // SAFETY: inside this thread's static pool.
+            unsafe { std::ptr::read_unaligned(p as *const [u8; 8]) }
+        };
+        let later = std::thread::spawn(read_own).join().unwrap();
+        write_init_image(template, last, [0u8; 8].as_ptr() as usize, 8).unwrap();
+        let after = std::thread::spawn(read_own).join().unwrap();
+        assert_eq!(later, pattern, "a thread started after the write");
+        assert_eq!(after, [0; 8], "and after the clearing");
+        assert_eq!(
+            read_own(),
+            [0; 8],
+            "this thread's own copy was never written"
+        );
     }
 
     #[test]

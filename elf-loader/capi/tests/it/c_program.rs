@@ -36,3 +36,31 @@ fn c_program_is_clean_under_valgrind() {
     );
     assert!(text.contains("all checks passed"), "{text}");
 }
+
+/// Initial-exec TLS with initialised data (`.tdata`): two copies in a single-threaded C
+/// program (the init image in the loading thread and, through the loader's TLS init
+/// image, in every thread started later; the relocated word of the image; the
+/// general-dynamic path to the same block), also under valgrind; and the load refused,
+/// naming the running threads, once another thread runs.
+#[test]
+fn initial_exec_tls_with_initialised_data_reaches_every_later_thread() {
+    let so = common::build_so("tlsie_data", &["tlsie_data.c"], &[]);
+    let desc = common::build_so(
+        "tlsie_data_desc",
+        &["tlsie_data.c"],
+        &["-mtls-dialect=gnu2"],
+    );
+    let exe = hosts::build_c_host("tlsie_host", "tlsie_host.c", &["-pthread"]);
+    for lib in [&so, &desc] {
+        let text = test_support::run_ok(Command::new(&exe).arg(lib));
+        assert!(text.contains("all checks passed"), "{text}");
+        let text = test_support::run_ok(Command::new(&exe).arg(lib).arg("threads-first"));
+        assert!(text.contains("all checks passed"), "{text}");
+    }
+    let text = test_support::run_ok(
+        test_support::valgrind(&["--track-origins=yes"])
+            .arg(&exe)
+            .arg(&so),
+    );
+    assert!(text.contains("all checks passed"), "{text}");
+}
