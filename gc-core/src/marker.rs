@@ -49,7 +49,7 @@ pub(crate) enum Mode {
 /// The part of a [`Marker`] that C code reads and writes (`gc_mark_fast_t` in
 /// `gc_core.h` / `julia_gcext_compat.h`): the inline `jl_gc_mark_queue_obj` marks and
 /// pushes with it, and calls the out-of-line function when `slow` is set or the stack
-/// is full. Layout checked by `tests/it/headers.rs`.
+/// is full. Layout checked by `capi/tests/it/headers.rs`.
 #[repr(C)]
 pub struct MarkFast {
     /// Non-zero: every queue goes through the out-of-line path (verify and keep-young

@@ -32,7 +32,7 @@
 //! collection) and its transitions are the writes of marking, promotion and the write
 //! barriers. Everything else handles a `Header`, never the bits; the bit constants stay
 //! visible to the crate only for the C layer (`ffi.rs` exports them as `HDR_*`, which
-//! `tests/it/headers.rs` checks against the C header's `GC_HDR_*`). The word lives in
+//! `capi/tests/it/headers.rs` checks against the C header's `GC_HDR_*`). The word lives in
 //! an `AtomicUsize` ([`ObjRef::header`]); its users load and store [`Header::raw`] with
 //! the orderings of their own protocol.
 

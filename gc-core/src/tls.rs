@@ -76,7 +76,7 @@ pub(crate) const MUTATOR_DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
 
 /// The part of a collector thread's `ptls` that C code reads (`gc_tls_head_t`): the
 /// mutator of the collecting thread ([`crate::MutatorShared`]) and the helper threads'
-/// records start with it. Layout checked by `tests/it/headers.rs`.
+/// records start with it. Layout checked by `capi/tests/it/headers.rs`.
 #[repr(C)]
 pub struct TlsHead {
     /// Callee-saved registers and stack pointer saved when a mutator stops.
