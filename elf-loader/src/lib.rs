@@ -42,6 +42,7 @@
 
 mod api;
 mod boundary;
+mod broadcast;
 mod debug;
 mod dlfcn;
 pub mod elf;

@@ -22,13 +22,13 @@
 //! `.tdata`, i.e. of the TLS init image glibc copies into every thread's static TLS
 //! when the thread starts). A module flagged `DF_STATIC_TLS` gets a never-reused part
 //! of it while there is room (glibc does not reuse its surplus either); its block in
-//! every thread is then `tp + offset`, which the general-dynamic paths serve too. A
-//! module with initialised data (`.tdata`) gets one only while the loading thread is the
-//! process's only thread: after its relocation its image is copied into that thread's
-//! part and into the loader's init image (pages made writable for the copy, `RELRO`
-//! restored after), so every thread started later starts with it. Threads running
-//! already would keep zeros (glibc sets them through its own thread list), so with
-//! other threads running such a module is refused, naming them.
+//! every thread is then `tp + offset`, which the general-dynamic paths serve too. For a
+//! module with initialised data (`.tdata`), after its relocation its image is copied
+//! into the loading thread's part, into the loader's init image (pages made writable
+//! for the copy, `RELRO` restored after), so every thread started later starts with it,
+//! and into the part of every thread already running (`broadcast.rs`: glibc walks its
+//! own thread list for this; here each thread copies into its own static TLS on a
+//! signal, and a thread that does not answer fails the load, naming it).
 //!
 //! Fast path: each thread has an array of its own, slot -> (module id, block) (the
 //! loader's dtv), found through a 16-byte thread-local of the loader library itself
@@ -199,9 +199,7 @@ fn static_pool_tpoff() -> u64 {
 
 /// A part of the static pool for a module with this template, as its offset from the
 /// thread pointer, or why it gets none: it does not ask for static TLS, is aligned
-/// beyond the pool's 64 bytes, does not fit what is left, or has initialised data
-/// (`.tdata`) while other threads run (their copies of the pool could not be given the
-/// init image: glibc does that through its own thread list, which is not ours to walk).
+/// beyond the pool's 64 bytes, or does not fit what is left.
 fn static_part(t: &Template) -> Result<u64, String> {
     if !t.static_tls {
         return Err("it is not flagged DF_STATIC_TLS".into());
@@ -211,23 +209,6 @@ fn static_part(t: &Template) -> Result<u64, String> {
             "its TLS alignment {} is beyond the static pool's 64",
             t.align
         ));
-    }
-    if t.filesz != 0 {
-        match running_threads() {
-            Some(1) => {}
-            Some(n) => {
-                return Err(format!(
-                    "it has initialised thread-local data (.tdata, {} bytes), which every running thread's copy must get, and {n} threads run now; load it before the process starts threads",
-                    t.filesz
-                ))
-            }
-            None => {
-                return Err(format!(
-                    "it has initialised thread-local data (.tdata, {} bytes) and /proc/self/task cannot tell whether other threads run",
-                    t.filesz
-                ))
-            }
-        }
     }
     let align = t.align.max(1);
     let mut used = STATIC_POOL_USED.lock();
@@ -242,11 +223,6 @@ fn static_part(t: &Template) -> Result<u64, String> {
     }
     *used = end;
     Ok(static_pool_tpoff().wrapping_add(start as u64))
-}
-
-/// How many threads the process runs (`/proc/self/task`), if that can be read.
-fn running_threads() -> Option<usize> {
-    Some(std::fs::read_dir("/proc/self/task").ok()?.count())
 }
 
 /// Where the static pool's bytes are in the loader's TLS init image, the image glibc
@@ -330,11 +306,9 @@ fn pool_template() -> Result<PoolTemplate, String> {
 }
 
 /// Gives a module with initialised data in the static pool its init image, after its
-/// relocation and before its initialisers: in the calling thread's copy of its part
-/// of the pool, and in the loader's TLS init image, from which glibc fills the pool of
-/// every thread started later. The part was given while the calling thread was the
-/// process's only one (`static_part`); a thread started since (by a dependency's
-/// initialiser) fails the load.
+/// relocation and before its initialisers: in the calling thread's copy of its part of
+/// the pool, in the loader's TLS init image (from which glibc fills the pool of every
+/// thread started later), then in every other running thread's copy (`broadcast`).
 pub(crate) fn publish_static(id: u64) -> Result<(), String> {
     let (t, off) = {
         let slot = (id & 0xffff_ffff) as usize;
@@ -352,15 +326,6 @@ pub(crate) fn publish_static(id: u64) -> Result<(), String> {
             _ => return Ok(()),
         }
     };
-    match running_threads() {
-        Some(1) => {}
-        n => {
-            return Err(format!(
-                "initial-exec TLS with initialised data: {} threads run now (one started during the load), and their copies of the static pool cannot be given the init image",
-                n.map_or("several".to_string(), |n| n.to_string())
-            ))
-        }
-    }
     let template = pool_template()?;
     let part = off.wrapping_sub(static_pool_tpoff()) as usize;
     let here = thread_pointer().wrapping_add(off as usize) as *mut u8;
@@ -370,7 +335,8 @@ pub(crate) fn publish_static(id: u64) -> Result<(), String> {
         std::ptr::copy_nonoverlapping(t.image as *const u8, here, t.filesz);
         std::ptr::write_bytes(here.add(t.filesz), 0, t.memsz - t.filesz);
     }
-    write_init_image(template, part, t.image, t.filesz)
+    write_init_image(template, part, t.image, t.filesz)?;
+    crate::broadcast::copy_into_other_threads(off, t.image, t.filesz, t.memsz).map(|_| ())
 }
 
 /// Writes `len` bytes from `src` at `part` bytes into the pool's copy in the loader's
@@ -1228,8 +1194,6 @@ mod tests {
             assert!(err.contains(why), "{err}");
         };
         refused(t(0, 16, 8, false), "DF_STATIC_TLS");
-        // The test harness runs several threads: .tdata cannot be given to them all.
-        refused(t(4, 16, 8, true), "threads run now");
         refused(t(0, 16, 128, true), "alignment 128");
         refused(t(0, STATIC_POOL_SIZE + 1, 8, true), "static pool has");
         let free = static_pool_free();

@@ -173,18 +173,90 @@ fn per_thread_and_per_copy(so: &std::path::Path, use_so: &std::path::Path, prefi
     assert_eq!(tls_live_blocks(), base_blocks, "unload freed every block");
 }
 
+/// Initial-exec TLS with initialised data (`tlsie_data.c`) loaded while threads run (this
+/// harness's own, and one of the test's, parked before the load): each gets the init
+/// image in its copy of the static pool (the loader's signal to every thread); a thread
+/// started after the load gets it from the loader's TLS init image.
 #[test]
-fn initial_exec_tls_is_refused_with_the_symbol_named() {
+fn initial_exec_tls_with_initialised_data_reaches_running_threads() {
     let _serial = crate::serial();
     let _blocks = BLOCKS.lock().unwrap_or_else(|e| e.into_inner());
+    let so = common::build_so("tlsie_data", &["tlsie_data.c"], &[]);
+    type Word = extern "C" fn(i32) -> i64;
+    type Bump = extern "C" fn() -> i32;
+    let (go_tx, go_rx) = mpsc::channel::<(Word, Bump)>();
+    let before = std::thread::spawn(move || {
+        let (word, bump) = go_rx.recv().unwrap();
+        ((0..4).map(|i| word(i)).collect::<Vec<_>>(), bump())
+    });
+    let base_blocks = tls_live_blocks();
+    // SAFETY: the fixture has no initialisers.
+    let lib = unsafe { Namespace::new("ie-data").load(&so) }.expect("loads while threads run");
+    // SAFETY: signatures as in tlsie_data.c.
+    let (word, bump, self_ok) = unsafe {
+        (
+            common::function::<Word>(&lib, "ie_word"),
+            common::function::<Bump>(&lib, "ie_bump"),
+            common::function::<extern "C" fn() -> i32>(&lib, "ie_self_ok"),
+        )
+    };
+    assert_eq!(
+        (0..4).map(|i| word(i)).collect::<Vec<_>>(),
+        [10, 20, 30, 40]
+    );
+    assert_eq!(self_ok(), 1, "the relocated word of the image");
+    assert_eq!(bump(), 42);
+    go_tx.send((word, bump)).unwrap();
+    let (words, first) = before.join().unwrap();
+    assert_eq!(words, [10, 20, 30, 40], "a thread started before the load");
+    assert_eq!(first, 42, "its own counter");
+    let after = std::thread::spawn(move || (word(1), bump(), self_ok()));
+    assert_eq!(
+        after.join().unwrap(),
+        (20, 42, 1),
+        "a thread started after the load"
+    );
+    assert_eq!(bump(), 43, "this thread's counter is its own");
+    assert_eq!(
+        tls_live_blocks(),
+        base_blocks,
+        "no block allocated: the static pool"
+    );
+}
+
+/// A running thread that blocks every signal cannot be given the image: the load fails
+/// after the loader's timeout, naming the thread, and the process goes on.
+#[test]
+fn initial_exec_tls_with_initialised_data_names_a_thread_that_blocks_signals() {
+    let _serial = crate::serial();
     let so = common::build_so("tlsie", &["tlsie.c"], &[]);
-    // SAFETY: loading runs the initialisers of this test's (or the machine's) libraries.
+    let (tid_tx, tid_rx) = mpsc::channel::<i64>();
+    let (done_tx, done_rx) = mpsc::channel::<()>();
+    let blocker = std::thread::spawn(move || {
+        // SAFETY: blocks every signal in this thread only.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, std::ptr::null_mut());
+        }
+        // SAFETY: gettid has no preconditions.
+        tid_tx
+            .send(unsafe { libc::syscall(libc::SYS_gettid) })
+            .unwrap();
+        done_rx.recv().unwrap();
+    });
+    let tid = tid_rx.recv().unwrap();
+    // SAFETY: loading runs the initialisers of this test's libraries (none).
     let err = unsafe { Namespace::new("ie").load(&so) }
         .err()
-        .expect("initial-exec TLS must be refused")
+        .expect("a thread that blocks signals cannot be reached")
         .to_string();
+    done_tx.send(()).unwrap();
+    blocker.join().unwrap();
     assert!(
-        err.contains("ie_var") && err.contains("R_X86_64_TPOFF64") && err.contains("libtlsie.so"),
+        err.contains("libtlsie.so")
+            && err.contains("did not take signal")
+            && err.contains(&tid.to_string()),
         "{err}"
     );
 }

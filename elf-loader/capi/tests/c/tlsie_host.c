@@ -1,15 +1,16 @@
-/* Initial-exec TLS with initialised data (.tdata) through the C ABI: a single-threaded
- * program loads the fixture twice (two copies, two parts of the loader's static pool),
- * checks the init image in its own thread, changes its copies, then starts threads,
- * which must each see the init image (given to them by glibc from the loader's TLS init
- * image) and their own copies. With "threads-first" a thread runs before the load,
- * which must then be refused with an error naming the running threads.
- * Usage: tlsie_host /path/to/libtlsie_data.so [threads-first] */
+/* Initial-exec TLS with initialised data (.tdata) through the C ABI: the program loads
+ * the fixture twice (two copies, two parts of the loader's static pool), checks the init
+ * image in its own thread, changes its copies, then starts threads, which must each see
+ * the init image (given to them by glibc from the loader's TLS init image) and their own
+ * copies. With "threads-first" a thread started before the load (which the loader
+ * reaches with a signal) checks the image too; with "blocked" that thread blocks every
+ * signal, and the load must be refused naming it.
+ * Usage: tlsie_host /path/to/libtlsie_data.so [threads-first|blocked] */
 #include "elf_loader.h"
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 static int failures = 0;
 #define CHECK(cond, ...) do { if (!(cond)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
@@ -68,9 +69,23 @@ static void *thread_main(void *arg) {
     return NULL;
 }
 
-static void *idle(void *arg) {
-    (void)arg;
-    sleep(2);
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int loaded = 0, ready = 0;
+
+/* Started before the load; checks both copies once they exist. */
+static void *early(void *arg) {
+    if (arg) {
+        sigset_t all;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, NULL);
+    }
+    pthread_mutex_lock(&lock);
+    ready = 1;
+    pthread_cond_broadcast(&cond);
+    while (!loaded) pthread_cond_wait(&cond, &lock);
+    pthread_mutex_unlock(&lock);
+    if (loaded > 0) thread_main(NULL);
     return NULL;
 }
 
@@ -79,22 +94,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: tlsie_host libtlsie_data.so [threads-first]\n");
         return 2;
     }
-    if (argc > 2 && strcmp(argv[2], "threads-first") == 0) {
-        pthread_t t;
-        pthread_create(&t, NULL, idle, NULL);
-        elf_loader_namespace *ns = elf_loader_namespace_new("ie-threads-first");
-        elf_loader_library *lib = NULL;
-        int rc = elf_loader_namespace_load(ns, argv[1], &lib);
+    const char *mode = argc > 2 ? argv[2] : "";
+    int blocked = strcmp(mode, "blocked") == 0;
+    pthread_t first;
+    if (blocked || strcmp(mode, "threads-first") == 0) {
+        pthread_create(&first, NULL, early, blocked ? (void *)1 : NULL);
+        pthread_mutex_lock(&lock);
+        while (!ready) pthread_cond_wait(&cond, &lock);
+        pthread_mutex_unlock(&lock);
+    }
+    elf_loader_namespace *ns[2] = {elf_loader_namespace_new("ie-a"), elf_loader_namespace_new("ie-b")};
+    elf_loader_library *lib[2] = {NULL, NULL};
+    if (blocked) {
+        int rc = elf_loader_namespace_load(ns[0], argv[1], &lib[0]);
         const char *err = elf_loader_last_error();
-        CHECK(rc != ELF_LOADER_OK && lib == NULL, "the load must be refused while another thread runs");
-        CHECK(err && strstr(err, "threads run now") && strstr(err, "R_X86_64_TPOFF64") && strstr(err, "libtlsie_data"),
-              "error: %s", err ? err : "(none)");
+        CHECK(rc != ELF_LOADER_OK && lib[0] == NULL, "the load must be refused: a thread blocks every signal");
+        CHECK(err && strstr(err, "did not take signal") && strstr(err, "libtlsie_data"), "error: %s", err ? err : "(none)");
         printf("refused: %s\n", err ? err : "(none)");
-        elf_loader_namespace_delete(ns);
-        pthread_join(t, NULL);
     } else {
-        elf_loader_namespace *ns[2] = {elf_loader_namespace_new("ie-a"), elf_loader_namespace_new("ie-b")};
-        elf_loader_library *lib[2] = {NULL, NULL};
         for (int i = 0; i < 2; i++) {
             CHECK(elf_loader_namespace_load(ns[i], argv[1], &lib[i]) == ELF_LOADER_OK, "load: %s", elf_loader_last_error());
             if (!lib[i]) return 1;
@@ -110,10 +127,17 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
         CHECK(copies[0].word(0) == -1 && copies[0].word(2) == 30 && copies[0].bump() == 43,
               "main: its own copy, untouched by the threads");
-        for (int i = 0; i < 2; i++) {
-            elf_loader_library_delete(lib[i]);
-            elf_loader_namespace_delete(ns[i]);
-        }
+    }
+    if (blocked || strcmp(mode, "threads-first") == 0) {
+        pthread_mutex_lock(&lock);
+        loaded = blocked ? -1 : 1;
+        pthread_cond_broadcast(&cond);
+        pthread_mutex_unlock(&lock);
+        pthread_join(first, NULL);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (lib[i]) elf_loader_library_delete(lib[i]);
+        elf_loader_namespace_delete(ns[i]);
     }
     if (failures) {
         fprintf(stderr, "%d checks failed\n", failures);
