@@ -87,14 +87,17 @@ fn other_threads(me: u32) -> Result<BTreeSet<u32>, String> {
         .collect())
 }
 
-/// The highest real-time signal whose disposition is the default, with that disposition.
-fn free_signal() -> Result<(libc::c_int, libc::sigaction), String> {
+/// Installs the handler on the highest real-time signal whose disposition is the
+/// default and that can be installed (a tool like valgrind may keep one for itself);
+/// returns it with its previous disposition.
+fn install_on_free_signal() -> Result<(libc::c_int, libc::sigaction), String> {
     for sig in (libc::SIGRTMIN()..=libc::SIGRTMAX()).rev() {
         // SAFETY: a zeroed sigaction is a valid out-parameter.
         let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: reads the disposition only.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } == 0
             && old.sa_sigaction == libc::SIG_DFL
+            && set_action(sig, on_signal as *const () as libc::sighandler_t)
         {
             return Ok((sig, old));
         }
@@ -102,7 +105,8 @@ fn free_signal() -> Result<(libc::c_int, libc::sigaction), String> {
     Err("every real-time signal has a handler (none is free to reach the other threads)".into())
 }
 
-fn set_action(sig: libc::c_int, handler: libc::sighandler_t) {
+/// Sets `sig`'s disposition; false if the system refused.
+fn set_action(sig: libc::c_int, handler: libc::sighandler_t) -> bool {
     // SAFETY: a zeroed sigaction with an empty mask is valid; `handler` is SIG_IGN,
     // SIG_DFL or `on_signal`.
     unsafe {
@@ -110,7 +114,7 @@ fn set_action(sig: libc::c_int, handler: libc::sighandler_t) {
         sa.sa_sigaction = handler;
         sa.sa_flags = libc::SA_RESTART;
         libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sig, &sa, std::ptr::null_mut());
+        libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0
     }
 }
 
@@ -127,13 +131,18 @@ pub(crate) fn copy_into_other_threads(
     if other_threads(me)?.is_empty() {
         return Ok(0);
     }
-    let (sig, old) = free_signal()?;
     NANSWERS.store(0, Ordering::Relaxed);
     TPOFF.store(tpoff, Ordering::Relaxed);
     FILESZ.store(filesz, Ordering::Relaxed);
     MEMSZ.store(memsz, Ordering::Relaxed);
-    SRC.store(src, Ordering::Release);
-    set_action(sig, on_signal as *const () as libc::sighandler_t);
+    SRC.store(src, Ordering::SeqCst);
+    let (sig, old) = match install_on_free_signal() {
+        Ok(found) => found,
+        Err(e) => {
+            SRC.store(0, Ordering::SeqCst);
+            return Err(e);
+        }
+    };
     let result = reach_all(me, sig);
     SRC.store(0, Ordering::SeqCst);
     while IN_FLIGHT.load(Ordering::SeqCst) != 0 {
@@ -141,7 +150,7 @@ pub(crate) fn copy_into_other_threads(
     }
     if result.is_err() {
         // Discards what is still pending in threads that block it.
-        set_action(sig, libc::SIG_IGN);
+        let _ = set_action(sig, libc::SIG_IGN);
     }
     // SAFETY: restores the disposition read by free_signal (the default).
     unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
