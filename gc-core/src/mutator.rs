@@ -291,8 +291,8 @@ impl MutatorShared {
         Some(TypeRef::new(obj, self.heap().id()))
     }
 
-    /// [`Self::cached_type`], or else the checked [`Self::type_at`], whose type then
-    /// joins the cache.
+    /// [`Self::cached_type`], or else the checked lookup of a type of this heap at
+    /// `addr`, whose type then joins the cache.
     ///
     /// # Safety
     /// Called on the thread that owns this mutator, running managed code.
@@ -351,7 +351,7 @@ impl MutatorShared {
     }
 
     /// The allocation fast path alone: a cell of the thread's current page for `ty`, or
-    /// `None` when [`Self::alloc_slow`] has to decide (validation, safepoint, stress
+    /// `None` when the slow path has to decide (validation, safepoint, stress
     /// mode, a big object, a page refill). Calls nothing, so that a caller inlining it
     /// needs no stack frame on its way to a cell.
     ///

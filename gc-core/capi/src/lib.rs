@@ -2674,7 +2674,7 @@ pub extern "C" fn jl_gc_enable_finalizers(ct: *mut jl_task_t, on: c_int) {
 
 // ---- For crates that extend this C ABI (gc-conservative-capi, gc-runtime) ----
 
-/// Records a [`GcError`](gc_core::GcError) with its status ([`status_of`]) and returns
+/// Records a [`GcError`] with its status ([`status_of`]) and returns
 /// the status's code (`RT_ERR_*`).
 pub fn set_gc_error(err: &gc_core::GcError) -> i32 {
     let status = status_of(err);
