@@ -75,21 +75,25 @@ pub fn run() -> Result<String> {
         "import numpy as np\nprint(np.arange(10)*10)\nprint('I think None is', id(None))",
     ])?;
 
-    println!("\n  2. fib(30) twice: two threads of one interpreter, then two interpreters");
+    println!("\n  2. fib(30) twice: two threads of one interpreter, then two interpreters (three rounds, the best of each: a shared VM's vCPU is sometimes taken for a moment)");
     let fib = "def fib(x):\n    return 1 if x <= 1 else fib(x - 1) + fib(x - 2)\nfib(30)";
-    let one = run_secs(&multipy(&[
-        "-n",
-        "1",
-        "--threads-per-interpreter",
-        "2",
-        "-c",
-        fib,
-    ])?)
-    .context("no run time from the one-interpreter run")?;
-    let two = run_secs(&multipy(&["-n", "2", "-c", fib])?)
-        .context("no run time from the two-interpreter run")?;
+    let (mut one, mut two) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..3 {
+        let o = run_secs(&multipy(&[
+            "-n",
+            "1",
+            "--threads-per-interpreter",
+            "2",
+            "-c",
+            fib,
+        ])?)
+        .context("no run time from the one-interpreter run")?;
+        let t = run_secs(&multipy(&["-n", "2", "-c", fib])?)
+            .context("no run time from the two-interpreter run")?;
+        (one, two) = (one.min(o), two.min(t));
+    }
     println!(
-        "      one interpreter {one:.2} s, two interpreters {two:.2} s: {:.2}x",
+        "      one interpreter {one:.2} s, two interpreters {two:.2} s (best of 3 each): {:.2}x",
         one / two
     );
 
@@ -119,7 +123,7 @@ pub fn run() -> Result<String> {
         .and_then(|l| l.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
     Ok(format!(
-        "numpy in 2 interpreters; fib(30) twice: {one:.2} s on one interpreter, {two:.2} s on two (speedup {:.2}x, load average {load}); pytest test_pocketfft: {}",
+        "numpy in 2 interpreters; fib(30) twice: {one:.2} s on one interpreter, {two:.2} s on two (best of 3; speedup {:.2}x, load average {load}); pytest test_pocketfft: {}",
         one / two,
         passed.join(" / ")
     ))
