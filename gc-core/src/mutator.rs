@@ -83,8 +83,13 @@ pub fn current_thread_task() -> Option<Arc<Task>> {
 impl MutatorShared {
     /// The part of this record C code reads (`gc_tls_head_t`): magic, owning thread,
     /// marker, verify flag, saved registers.
+    ///
+    /// # Safety
+    /// The fields are atomics that gc-core's C layer trusts (a `ptls` whose magic and
+    /// thread match is used as the calling thread's mutator): the caller only reads
+    /// them.
     #[inline(always)]
-    pub fn head(&self) -> &TlsHead {
+    pub unsafe fn head(&self) -> &TlsHead {
         &self.head
     }
 

@@ -590,7 +590,8 @@ unsafe fn mutator_ref<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&'
         // ptls of another thread would otherwise allocate from, or queue into, that
         // thread's pages and corrupt them.
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
-        // handed out; mutator memory is recycled, never freed, so it stays readable.
+        // handed out; mutator memory is recycled, never freed, so it stays readable; its
+        // head is only read.
         let ok = unsafe {
             (*ms).head().magic.load(Ordering::Relaxed) == MUTATOR_MAGIC
                 && (*ms).head().thread.load(Ordering::Relaxed) == thread_id()
@@ -768,7 +769,8 @@ pub unsafe extern "C" fn gc_alloc(
     let ms = m as *const MutatorShared;
     if !ms.is_null()
         // SAFETY: a non-null ptls is, by the documented contract, a pointer this library
-        // handed out; mutator memory is recycled, never freed, so it stays readable.
+        // handed out; mutator memory is recycled, never freed, so it stays readable; its
+        // head is only read.
         && unsafe {
             (*ms).head().magic.load(Ordering::Relaxed) == MUTATOR_MAGIC
                 && (*ms).head().thread.load(Ordering::Relaxed) == thread_id()
@@ -1108,7 +1110,8 @@ unsafe fn marking_head<'a>(m: *mut gc_mutator_t, what: &'static str) -> Option<&
     }
     if helper_ptls().is_null() {
         // SAFETY: the ptls is null or one this library handed out (this function's contract).
-        (unsafe { mutator_ref(m, what) }).map(|ms| ms.head())
+        // SAFETY: the head is only read (here and by the callers of marking_head).
+        (unsafe { mutator_ref(m, what) }).map(|ms| unsafe { ms.head() })
     } else {
         set_error(format!(
             "{what}: ptls {m:p} is not the calling collector thread's ({:p})",
@@ -1130,7 +1133,8 @@ fn own_marking_head<'a>() -> Option<&'a TlsHead> {
     if cur.is_null() {
         return None;
     }
-    // SAFETY: the calling thread's attached mutator is alive while attached.
+    // SAFETY: the calling thread's attached mutator is alive while attached; its head
+    // is only read (here, and by C through `jl_gc_mark_ptls`-style callers).
     let head = unsafe { (*cur).head() };
     (!head.marker.load(Ordering::Acquire).is_null()).then_some(head)
 }
