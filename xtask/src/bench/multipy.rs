@@ -145,37 +145,57 @@ fn private_and_rss_code() -> &'static str {
     "import numpy\nnumpy.ones(10).sum()\nkb = {}\nfor line in open('/proc/self/smaps_rollup'):\n    k, _, v = line.partition(':')\n    if v.strip().endswith('kB'): kb[k] = int(v.split()[0])\nprint('private_mb=%r' % ((kb['Private_Clean'] + kb['Private_Dirty']) / 1024))\nprint('rss_mb=%r' % (kb['Rss'] / 1024))\n"
 }
 
-/// WORKERS processes at once, each running the workload; the slowest one's loop time.
-/// The loops start at one agreed wall-clock instant, after every process has imported
-/// numpy and warmed up, so no process's start-up overlaps another's loop.
-fn numpy_processes(python: &Path) -> Result<f64> {
+/// `n` processes of `python`, each running `setup`, then waiting for one agreed
+/// wall-clock instant `delay_s` from now, then timing `body`; the slowest one's time.
+/// Every process has started and warmed up before the loops begin, so no process's
+/// start-up overlaps another's loop.
+fn slowest_of_simultaneous(
+    python: &Path,
+    n: usize,
+    setup: &str,
+    body: &str,
+    delay_s: f64,
+    env: &[(&str, &str)],
+) -> Result<f64> {
     let start = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)?
         .as_secs_f64()
-        + 2.0;
+        + delay_s;
     let code = format!(
-        "{WORKLOAD}work(1)\nimport time\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\nwork({ITERS})\nprint('s=%r' % (time.perf_counter() - t))\n"
+        "{setup}import time\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\n{body}\nprint('s=%r' % (time.perf_counter() - t))\n"
     );
-    let children: Vec<_> = (0..WORKERS)
+    let children: Vec<_> = (0..n)
         .map(|_| {
             Command::new(python)
                 .args(["-c", &code])
-                .env("OPENBLAS_NUM_THREADS", "1")
+                .envs(env.iter().copied())
                 .stdout(std::process::Stdio::piped())
                 .spawn()
         })
         .collect::<std::io::Result<_>>()
-        .context("start numpy workload processes")?;
+        .context("start the simultaneous processes")?;
     let mut worst: f64 = 0.0;
     for c in children {
         let out = c.wait_with_output()?;
         let s = kv(&String::from_utf8_lossy(&out.stdout))
             .get("s")
             .copied()
-            .context("workload process printed no time")?;
+            .context("a simultaneous process printed no time")?;
         worst = worst.max(s);
     }
     Ok(worst)
+}
+
+/// WORKERS processes at once, each running the workload; the slowest one's loop time.
+fn numpy_processes(python: &Path) -> Result<f64> {
+    slowest_of_simultaneous(
+        python,
+        WORKERS,
+        &format!("{WORKLOAD}work(1)\n"),
+        &format!("work({ITERS})"),
+        2.0,
+        &[("OPENBLAS_NUM_THREADS", "1")],
+    )
 }
 
 /// The parallel speedup separate processes get on this machine, the peer of
@@ -191,31 +211,7 @@ fn fib_processes(python: &Path) -> Result<(f64, f64)> {
         ),
         &[],
     )?["s"];
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64()
-        + 0.5;
-    let code = format!(
-        "{FIB}import time\nfib(20)\nwhile time.time() < {start}:\n    time.sleep(0.0005)\nt = time.perf_counter()\nfib(30)\nprint('s=%r' % (time.perf_counter() - t))\n"
-    );
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            Command::new(python)
-                .args(["-c", &code])
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-        })
-        .collect::<std::io::Result<_>>()
-        .context("start fib processes")?;
-    let mut two: f64 = 0.0;
-    for c in children {
-        let out = c.wait_with_output()?;
-        let s = kv(&String::from_utf8_lossy(&out.stdout))
-            .get("s")
-            .copied()
-            .context("fib process printed no time")?;
-        two = two.max(s);
-    }
+    let two = slowest_of_simultaneous(python, 2, &format!("{FIB}fib(20)\n"), "fib(30)", 0.5, &[])?;
     Ok((one, two))
 }
 
