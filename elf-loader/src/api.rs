@@ -257,7 +257,7 @@ impl CustomLibrary {
             )));
         }
         let path = self.resolve_path()?;
-        let loaded = self.ns.inner.load_image(&path, pending.clone(), true);
+        let loaded = self.ns.inner.load_image(&path, pending.clone(), true, None);
         self.ns.inner.deliver_events();
         let img = loaded?;
         // A load through the API is an open that is never closed: the library leaves

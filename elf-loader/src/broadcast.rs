@@ -38,9 +38,9 @@ static NANSWERS: AtomicUsize = AtomicUsize::new(0);
 /// for none to be left before the image may go (a late handler then sees `SRC` 0).
 static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 
+/// The calling thread's id (async-signal-safe: one system call).
 fn gettid() -> u32 {
-    // SAFETY: gettid has no arguments and cannot fail; async-signal-safe.
-    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+    crate::kthread::current() as u32
 }
 
 /// The signal handler: copies the image into the calling thread's block, then records

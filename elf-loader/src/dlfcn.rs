@@ -172,10 +172,11 @@ unsafe fn dlopen_in(
         };
     }
     let result = if name.contains('/') && !ns.policy_is_system(&name) {
-        ns.load_image(std::path::Path::new(&name), Vec::new(), global)
+        crate::namespace::expand_path_name(&name, requester.as_ref())
+            .and_then(|path| ns.load_image(&path, Vec::new(), global, requester.as_ref()))
             .map(|i| Dep::Custom(Arc::downgrade(&i)))
     } else {
-        ns.load_dependency(&name, requester.as_deref())
+        ns.load_dependency(&name, requester.as_ref())
             .map(|d| match d {
                 Dep::Custom(w) => {
                     if let (true, Some(i)) = (global, w.upgrade()) {

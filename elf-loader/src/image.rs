@@ -40,6 +40,10 @@ pub(crate) struct Image {
     pub tls_module: Option<u64>,
     /// Direct dependencies (set once loaded).
     pub deps: OnceLock<Vec<Dep>>,
+    /// The image that loaded this one (glibc's `l_loader`): the library whose
+    /// `DT_NEEDED` entry or `dlopen` asked for it; `None` for a load through the API.
+    /// Its `DT_RPATH` is searched for this image's dependencies (`search.rs`).
+    pub loader: Option<Weak<Image>>,
     /// Extra providers searched after the library's dependencies.
     pub search: Vec<Arc<dyn SymbolProvider>>,
     /// Init functions have run.

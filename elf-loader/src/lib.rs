@@ -49,6 +49,7 @@ pub mod elf;
 mod error;
 mod image;
 mod iterate_phdr;
+mod kthread;
 mod map;
 mod namespace;
 mod overrides;
@@ -70,6 +71,6 @@ pub use search::{LD_SO_CACHE, SYSTEM_DIRS};
 pub use symbol::Symbol;
 pub use system::{SymbolProvider, SystemLibrary};
 pub use tls::{
-    live_blocks as tls_live_blocks, static_pool_free as tls_static_pool_free, TlsIndex,
-    STATIC_POOL_SIZE as TLS_STATIC_POOL_SIZE,
+    live_blocks as tls_live_blocks, reap_exited_threads as tls_reap_exited_threads,
+    static_pool_free as tls_static_pool_free, TlsIndex, STATIC_POOL_SIZE as TLS_STATIC_POOL_SIZE,
 };

@@ -454,13 +454,13 @@ impl NsInner {
     pub(crate) fn load_dependency(
         self: &Arc<Self>,
         name: &str,
-        requester: Option<&Image>,
+        requester: Option<&Arc<Image>>,
     ) -> Result<Dep> {
         if self.policy.is_system_name(name) {
             return Ok(Dep::System(self.system_library(name)?));
         }
         let found = if name.contains('/') {
-            Some(PathBuf::from(name))
+            Some(expand_path_name(name, requester)?)
         } else {
             if let Some(img) = self.find_loaded(name, None) {
                 return Ok(Dep::Custom(Arc::downgrade(&img)));
@@ -486,7 +486,7 @@ impl NsInner {
             }
         };
         let path = found.expect("set above");
-        let img = self.load_image(&path, Vec::new(), false)?;
+        let img = self.load_image(&path, Vec::new(), false, requester)?;
         Ok(Dep::Custom(Arc::downgrade(&img)))
     }
 
@@ -512,12 +512,15 @@ impl NsInner {
         Ok(lib)
     }
 
-    /// Maps, relocates and initialises `path` and its dependencies in this namespace.
+    /// Maps, relocates and initialises `path` and its dependencies in this namespace;
+    /// `loader` is the image whose `DT_NEEDED` entry or `dlopen` asked for it (none for a
+    /// load through the API).
     pub(crate) fn load_image(
         self: &Arc<Self>,
         path: &Path,
         search: Vec<Arc<dyn SymbolProvider>>,
         global: bool,
+        loader: Option<&Arc<Image>>,
     ) -> Result<Arc<Image>> {
         let _guard = LOAD_LOCK.lock();
         crate::thread_atexit::reap();
@@ -590,6 +593,7 @@ impl NsInner {
             map,
             tls_module,
             deps: OnceLock::new(),
+            loader: loader.map(Arc::downgrade),
             search,
             initialized: Default::default(),
             finalized: Default::default(),
@@ -801,26 +805,64 @@ impl Drop for NsInner {
     }
 }
 
-/// Finds `name` (no `/`) as glibc's `dlopen` from `requester` does (see `search.rs`;
-/// from the main program when `requester` is `None`). Returns the path and whether it
-/// was found in the cache or a default directory, or the list of places searched.
+/// Finds `name` (no `/`) as glibc's `_dl_map_object` does for `requester` (see
+/// `search.rs`): the `DT_RPATH`s of `requester` and of its chain of loaders, ...; from the
+/// main program when `requester` is `None`. Returns the path and whether it was found in
+/// the cache or a default directory, or the list of places searched.
 pub(crate) fn search_paths(
     name: &str,
-    requester: Option<&Image>,
+    requester: Option<&Arc<Image>>,
 ) -> (Option<(PathBuf, bool)>, String) {
     let sp = match requester {
-        Some(r) => crate::search::SearchPath::of_library(
-            r.info.rpath.as_deref(),
-            r.info.runpath.as_deref(),
-            r.path.parent().unwrap_or(Path::new(".")),
-            r.info.nodeflib,
-        ),
+        Some(r) => {
+            let chain = loader_chain(r);
+            let links: Vec<crate::search::Link<'_>> = chain
+                .iter()
+                .map(|i| crate::search::Link {
+                    rpath: i.info.rpath.as_deref(),
+                    runpath: i.info.runpath.as_deref(),
+                    origin: i.path.parent().unwrap_or(Path::new(".")),
+                })
+                .collect();
+            crate::search::SearchPath::of_chain(&links, r.info.nodeflib)
+        }
         None => crate::search::SearchPath::of_program(),
     };
     match sp.find(name) {
         Ok(f) => (Some((f.path, f.system)), String::new()),
         Err(searched) => (None, searched),
     }
+}
+
+/// A name with a `/` (a `DT_NEEDED` entry or a `dlopen` argument) with its dynamic
+/// string tokens expanded for `requester` (`$ORIGIN` is its directory), as glibc's
+/// `_dl_map_object` does before opening it; an error if a token cannot be expanded.
+pub(crate) fn expand_path_name(name: &str, requester: Option<&Arc<Image>>) -> Result<PathBuf> {
+    let origin = match requester {
+        Some(r) => r.path.parent().map(Path::to_path_buf),
+        None => crate::search::program_origin(),
+    };
+    crate::search::expand_dst(name, origin.as_deref())
+        .map(PathBuf::from)
+        .ok_or_else(|| Error::NotFound {
+            name: name.to_string(),
+            searched: "($ORIGIN unknown: the name cannot be expanded)".into(),
+        })
+}
+
+/// `img`, the image that loaded it (glibc's `l_loader`: the library that needed it, or
+/// the caller of the `dlopen` that loaded it), that one's loader, and so on, up to an
+/// image loaded through the API (whose loader is the program). An image unloaded since
+/// ends the chain.
+fn loader_chain(img: &Arc<Image>) -> Vec<Arc<Image>> {
+    let mut chain = vec![img.clone()];
+    while let Some(next) = chain.last().and_then(|i| i.loader.as_ref()?.upgrade()) {
+        if chain.iter().any(|c| Arc::ptr_eq(c, &next)) {
+            break;
+        }
+        chain.push(next);
+    }
+    chain
 }
 
 fn global_scope() -> Arc<SystemLibrary> {

@@ -1,15 +1,35 @@
-//! Finding a library by name as glibc's `dlopen` does: the caller's `DT_RPATH` (when it
-//! has no `DT_RUNPATH`), `LD_LIBRARY_PATH`, the caller's `DT_RUNPATH`, `/etc/ld.so.cache`,
-//! then the default directories (skipped, with the cache, for a caller linked with
-//! `-z nodeflib`). `$ORIGIN` expands to the caller's directory. The cache is read here
-//! (its "glibc-ld.so.cache1.1" format), not through `ldconfig -p`.
+//! Finding a library by name as glibc 2.36's `_dl_map_object` (`elf/dl-load.c`) does,
+//! in its order:
 //!
-//! Not done, as glibc does: the `glibc-hwcaps/x86-64-v*` and legacy `x86_64`/`tls`
-//! subdirectories of each directory (Debian 12 installs no library there), and the
-//! executable's `DT_RPATH` for a custom library's own `dlopen` (glibc's loader-chain
-//! rule; here only the calling library's).
+//! 1. when the loading object has no `DT_RUNPATH`: the `DT_RPATH` of the loading
+//!    object, then of the object that loaded it, and so on up the chain of loaders
+//!    (`l_loader`; an object with a `DT_RUNPATH` has its `DT_RPATH` ignored but the
+//!    walk goes on through it), then the executable's `DT_RPATH`;
+//! 2. `LD_LIBRARY_PATH` as it was when the process started (glibc reads it once; a
+//!    later `setenv`, e.g. `os.environ[...] = ...` in one interpreter, changes nothing);
+//! 3. the loading object's own `DT_RUNPATH` (its direct dependencies and `dlopen`s only);
+//! 4. `/etc/ld.so.cache`, then the default directories; for a loading object linked
+//!    with `-z nodeflib` (`DF_1_NODEFLIB`) neither the default directories nor a cache
+//!    entry inside them.
+//!
+//! Every directory of steps 1-3 and the default directories is tried with glibc's
+//! subdirectories first: `glibc-hwcaps/x86-64-v4`, `-v3`, `-v2` (those the CPU
+//! supports), then the legacy ones (`tls`, the platform, `x86_64`, combined as glibc
+//! 2.36 combines them), then the directory itself. In path lists, `$ORIGIN` (the
+//! directory of the object whose list it is; the executable's for `LD_LIBRARY_PATH`),
+//! `$LIB` and `$PLATFORM` (also as `${...}`) are expanded; an element whose token
+//! cannot be expanded is dropped; an empty element is the current directory. A file of
+//! another ELF class or machine is skipped and the search goes on, as glibc's
+//! `open_verify` does. The cache is read here (its "glibc-ld.so.cache1.1" format), not
+//! through `ldconfig -p`.
+//!
+//! Not done as glibc does: cache entries for `glibc-hwcaps` subdirectories (skipped:
+//! Debian 12's `ldconfig` writes none), `LD_LIBRARY_PATH` for a set-user-id program
+//! (ignored here as by glibc: `AT_SECURE` is honoured), `glibc.rtld` tunables and
+//! `LD_PRELOAD` (a process-wide matter of the system loader).
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// glibc's default directories on Debian x86-64 (`ld.so --help`: "system search path"),
 /// searched after the cache.
@@ -23,6 +43,10 @@ pub const SYSTEM_DIRS: &[&str] = &[
 /// The cache file `ldconfig` writes.
 pub const LD_SO_CACHE: &str = "/etc/ld.so.cache";
 
+/// What `$LIB` expands to: glibc's `DL_DST_LIB` as Debian builds it (`ld.so
+/// --list-diagnostics` prints it as `dl_dst_lib`).
+pub const DST_LIB: &str = "lib/x86_64-linux-gnu";
+
 /// Where a name was found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Found {
@@ -33,47 +57,61 @@ pub(crate) struct Found {
     pub system: bool,
 }
 
-/// The search path of one caller, in order.
+/// One object of a chain of loaders, as the search reads it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Link<'a> {
+    /// `DT_RPATH`.
+    pub rpath: Option<&'a str>,
+    /// `DT_RUNPATH`.
+    pub runpath: Option<&'a str>,
+    /// The directory of the object's file (`$ORIGIN`).
+    pub origin: &'a Path,
+}
+
+impl Link<'_> {
+    /// glibc ignores an object's `DT_RPATH` when it also has a `DT_RUNPATH`
+    /// (`elf/get-dynamic-info.h`).
+    fn effective_rpath(&self) -> Option<&str> {
+        if self.runpath.is_some() {
+            None
+        } else {
+            self.rpath
+        }
+    }
+}
+
+/// The search path of one lookup, in order.
 pub(crate) struct SearchPath {
-    /// Directories before the cache (RPATH, `LD_LIBRARY_PATH`, RUNPATH).
+    /// Directories before the cache (RPATHs, `LD_LIBRARY_PATH`, RUNPATH), expanded.
     pub dirs: Vec<PathBuf>,
-    /// Whether the cache and the default directories are searched (not with
-    /// `DF_1_NODEFLIB`).
-    pub defaults: bool,
+    /// The loading object has `DF_1_NODEFLIB`: no default directories, and no cache
+    /// entry inside them.
+    pub nodeflib: bool,
 }
 
 impl SearchPath {
-    /// The search path of a library with these dynamic entries, in `origin`
-    /// (`LD_LIBRARY_PATH` as it is now).
-    pub fn of_library(
-        rpath: Option<&str>,
-        runpath: Option<&str>,
-        origin: &Path,
-        nodeflib: bool,
-    ) -> SearchPath {
-        let expand = |list: &str| -> Vec<PathBuf> {
-            let o = origin.to_string_lossy();
-            list.split(':')
-                .filter(|s| !s.is_empty())
-                .map(|s| PathBuf::from(s.replace("${ORIGIN}", &o).replace("$ORIGIN", &o)))
-                .collect()
-        };
+    /// The search path for a name needed (or `dlopen`ed) by `chain[0]`, whose loader
+    /// is `chain[1]`, and so on (the last is an object loaded through the API, whose
+    /// loader is the program). `nodeflib` is `chain[0]`'s `DF_1_NODEFLIB`.
+    pub fn of_chain(chain: &[Link<'_>], nodeflib: bool) -> SearchPath {
         let mut dirs = Vec::new();
-        if runpath.is_none() {
-            if let Some(rp) = rpath {
-                dirs.extend(expand(rp));
+        let loader_runpath = chain.first().and_then(|l| l.runpath);
+        if loader_runpath.is_none() {
+            for l in chain {
+                if let Some(rp) = l.effective_rpath() {
+                    dirs.extend(expand_list(rp, ":", Some(l.origin)));
+                }
+            }
+            let exe = program();
+            if let Some(rp) = exe.link().effective_rpath() {
+                dirs.extend(expand_list(rp, ":", exe.origin.as_deref()));
             }
         }
-        if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
-            dirs.extend(expand(&ld));
+        dirs.extend(startup_library_path());
+        if let (Some(rp), Some(l)) = (loader_runpath, chain.first()) {
+            dirs.extend(expand_list(rp, ":", Some(l.origin)));
         }
-        if let Some(rp) = runpath {
-            dirs.extend(expand(rp));
-        }
-        SearchPath {
-            dirs,
-            defaults: !nodeflib,
-        }
+        SearchPath { dirs, nodeflib }
     }
 
     /// The search path of `dlopen` called from the main program: glibc's own list for
@@ -82,7 +120,7 @@ impl SearchPath {
     /// [`SearchPath::find`] adds after the cache.
     pub fn of_program() -> SearchPath {
         let mut dirs = Vec::new();
-        let mut defaults = true;
+        let mut nodeflib = false;
         match program_serinfo() {
             Some(mut list) => {
                 // glibc 2.36 leaves the entries' flags 0: the default directories are
@@ -96,41 +134,39 @@ impl SearchPath {
                     saw_default = true;
                 }
                 dirs.extend(list.into_iter().map(|(d, _)| d));
-                defaults = saw_default;
+                nodeflib = !saw_default;
             }
             None => {
-                if let Ok(ld) = std::env::var("LD_LIBRARY_PATH") {
-                    dirs.extend(ld.split(':').filter(|s| !s.is_empty()).map(PathBuf::from));
-                }
+                let exe = program();
+                dirs = Self::of_chain(&[exe.link()], false).dirs;
             }
         }
-        SearchPath { dirs, defaults }
+        SearchPath { dirs, nodeflib }
     }
 
     /// Finds `name` (no `/`): the directories, the cache, the default directories.
     /// Otherwise `Err` with what was searched, for the message.
     pub fn find(&self, name: &str) -> Result<Found, String> {
         for d in &self.dirs {
-            let p = d.join(name);
-            if p.is_file() {
+            if let Some(p) = find_in_dir(d, name) {
                 return Ok(Found {
                     path: p,
                     system: false,
                 });
             }
         }
-        if self.defaults {
-            if let Some(p) = cache_lookup(Path::new(LD_SO_CACHE), name) {
-                if p.is_file() {
-                    return Ok(Found {
-                        path: p,
-                        system: true,
-                    });
-                }
+        if let Some(p) = cache_lookup(Path::new(LD_SO_CACHE), name) {
+            let in_default = SYSTEM_DIRS.iter().any(|d| p.starts_with(d));
+            if !(self.nodeflib && in_default) && is_candidate(&p) {
+                return Ok(Found {
+                    path: p,
+                    system: true,
+                });
             }
+        }
+        if !self.nodeflib {
             for d in SYSTEM_DIRS {
-                let p = Path::new(d).join(name);
-                if p.is_file() {
+                if let Some(p) = find_in_dir(Path::new(d), name) {
                     return Ok(Found {
                         path: p,
                         system: true,
@@ -138,15 +174,347 @@ impl SearchPath {
                 }
             }
         }
-        let mut searched: Vec<String> = self.dirs.iter().map(|d| d.display().to_string()).collect();
-        if self.defaults {
-            searched.push(LD_SO_CACHE.to_string());
-            searched.extend(SYSTEM_DIRS.iter().map(|d| d.to_string()));
+        let mut searched: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|d| match d.as_os_str().is_empty() {
+                true => "(current directory)".to_string(),
+                false => d.display().to_string(),
+            })
+            .collect();
+        searched.push(LD_SO_CACHE.to_string());
+        if self.nodeflib {
+            searched.push("(not the default directories: DF_1_NODEFLIB)".into());
         } else {
-            searched.push("(not the cache or default directories: DF_1_NODEFLIB)".into());
+            searched.extend(SYSTEM_DIRS.iter().map(|d| d.to_string()));
         }
         Err(searched.join(":"))
     }
+}
+
+/// `name` in `dir` or, before it, in one of glibc's subdirectories of it
+/// ([`subdirectories`]): the first file there that is an x86-64 ELF object of class 64.
+fn find_in_dir(dir: &Path, name: &str) -> Option<PathBuf> {
+    subdirectories()
+        .iter()
+        .map(|sub| dir.join(sub).join(name))
+        .chain(std::iter::once(dir.join(name)))
+        .find(|p| is_candidate(p))
+}
+
+/// A file glibc's `open_verify` would take: a regular file whose ELF header says class
+/// 64 and machine x86-64 (another class or machine is skipped). A file that is not ELF
+/// at all is taken (and its load then fails naming it, as glibc's does).
+fn is_candidate(p: &Path) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = std::fs::File::open(p) else {
+        return false;
+    };
+    if !f.metadata().is_ok_and(|m| m.is_file()) {
+        return false;
+    }
+    let mut head = [0u8; 20];
+    if f.read_exact(&mut head).is_err() || head[..4] != *b"\x7fELF" {
+        return true;
+    }
+    let class64 = head[4] == 2;
+    let machine = u16::from_le_bytes([head[18], head[19]]);
+    class64 && machine == 62
+}
+
+/// glibc 2.36's subdirectories of every search directory, tried in this order before
+/// the directory itself: the `glibc-hwcaps` levels this CPU supports (highest first),
+/// then the legacy hardware-capability directories. Computed once.
+pub(crate) fn subdirectories() -> &'static [String] {
+    static SUBS: OnceLock<Vec<String>> = OnceLock::new();
+    SUBS.get_or_init(|| {
+        let mut out: Vec<String> = x86_64_levels()
+            .into_iter()
+            .rev()
+            .map(|v| format!("glibc-hwcaps/x86-64-v{v}"))
+            .collect();
+        out.extend(legacy_subdirectories(&platform(), avx512_1()));
+        out
+    })
+}
+
+/// The legacy subdirectories (`elf/dl-hwcaps.c`, `_dl_important_hwcaps`, legacy part)
+/// without the empty one: every combination of the components `tls`, the platform,
+/// `avx512_1` (when the CPU has it) and `x86_64`, in that order within a path, the
+/// combinations enumerated as glibc does (a binary count down, the first component the
+/// highest bit). Duplicates (the platform is `x86_64` too) are kept once.
+fn legacy_subdirectories(platform: &str, avx512_1: bool) -> Vec<String> {
+    let mut comps = vec!["tls", platform];
+    if avx512_1 {
+        comps.push("avx512_1");
+    }
+    comps.push("x86_64");
+    let n = comps.len();
+    let mut out: Vec<String> = Vec::new();
+    for mask in (1..1u32 << n).rev() {
+        let path: Vec<&str> = (0..n)
+            .filter(|i| mask & (1 << (n - 1 - i)) != 0)
+            .map(|i| comps[i])
+            .collect();
+        let p = path.join("/");
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The x86-64 micro-architecture levels (2, 3, 4) this CPU supports, as glibc's
+/// `sysdeps/x86/get-isa-level.h` defines them.
+fn x86_64_levels() -> Vec<u32> {
+    use std::arch::x86_64::__cpuid;
+    let (leaf1, ext1) = (__cpuid(1), __cpuid(0x8000_0001));
+    let movbe = leaf1.ecx & (1 << 22) != 0;
+    let lahf = ext1.ecx & 1 != 0;
+    let v2 = std::arch::is_x86_feature_detected!("cmpxchg16b")
+        && lahf
+        && std::arch::is_x86_feature_detected!("popcnt")
+        && std::arch::is_x86_feature_detected!("sse3")
+        && std::arch::is_x86_feature_detected!("sse4.1")
+        && std::arch::is_x86_feature_detected!("sse4.2")
+        && std::arch::is_x86_feature_detected!("ssse3");
+    let v3 = v2
+        && std::arch::is_x86_feature_detected!("avx")
+        && std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("bmi1")
+        && std::arch::is_x86_feature_detected!("bmi2")
+        && std::arch::is_x86_feature_detected!("f16c")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("lzcnt")
+        && movbe
+        && std::arch::is_x86_feature_detected!("xsave");
+    let v4 = v3 && avx512_1();
+    [(2, v2), (3, v3), (4, v4)]
+        .into_iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(v, _)| v)
+        .collect()
+}
+
+/// glibc's `HWCAP_X86_AVX512_1`: AVX512F, CD, BW, DQ and VL usable.
+fn avx512_1() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512cd")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512dq")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+}
+
+/// `$PLATFORM`: the kernel's `AT_PLATFORM` (glibc's `dl_platform`), `x86_64` if absent.
+pub(crate) fn platform() -> String {
+    // SAFETY: getauxval is always safe to call; AT_PLATFORM's value, when present, is
+    // the address of a NUL-terminated string the kernel placed on the initial stack,
+    // which lives as long as the process.
+    let p = unsafe { libc::getauxval(libc::AT_PLATFORM) } as *const libc::c_char;
+    if p.is_null() {
+        return "x86_64".into();
+    }
+    // SAFETY: as above.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// glibc's `is_dst`: the length of the token `name` at the start of `s` (just after a
+/// `$`), as `NAME` not followed by an identifier character or as `{NAME}`, else 0.
+fn dst_len(s: &str, name: &str) -> usize {
+    if let Some(rest) = s.strip_prefix('{') {
+        if rest.strip_prefix(name).is_some_and(|r| r.starts_with('}')) {
+            return name.len() + 2;
+        }
+        return 0;
+    }
+    match s.strip_prefix(name) {
+        Some(r) if !r.starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_') => name.len(),
+        _ => 0,
+    }
+}
+
+/// Expands the dynamic string tokens of `s` as glibc's `_dl_dst_substitute` does:
+/// `$ORIGIN` (`origin`), `$LIB`, `$PLATFORM`, each also as `${...}`; any other `$` is
+/// kept. `None` when a token cannot be expanded (no origin): glibc drops that element.
+pub(crate) fn expand_dst(s: &str, origin: Option<&Path>) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(k) = rest.find('$') {
+        out.push_str(&rest[..k]);
+        let after = &rest[k + 1..];
+        let (len, repl) = if let n @ 1.. = dst_len(after, "ORIGIN") {
+            (n, Some(origin?.to_string_lossy().into_owned()))
+        } else if let n @ 1.. = dst_len(after, "PLATFORM") {
+            (n, Some(platform()))
+        } else if let n @ 1.. = dst_len(after, "LIB") {
+            (n, Some(DST_LIB.to_string()))
+        } else {
+            (0, None)
+        };
+        match repl {
+            Some(r) => {
+                out.push_str(&r);
+                rest = &after[len..];
+            }
+            None => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// A path list split on `seps` (`:` for `DT_RPATH`/`DT_RUNPATH`, `:;` for
+/// `LD_LIBRARY_PATH`), each element expanded ([`expand_dst`]): an element that cannot be
+/// expanded or expands to nothing is dropped, an empty element is the current
+/// directory (glibc's `fillin_rpath`).
+pub(crate) fn expand_list(list: &str, seps: &str, origin: Option<&Path>) -> Vec<PathBuf> {
+    list.split(|c| seps.contains(c))
+        .filter_map(|e| {
+            if e.is_empty() {
+                return Some(PathBuf::new());
+            }
+            let x = expand_dst(e, origin)?;
+            (!x.is_empty()).then(|| PathBuf::from(x))
+        })
+        .collect()
+}
+
+/// The executable, as the search reads it.
+pub(crate) struct Program {
+    rpath: Option<String>,
+    runpath: Option<String>,
+    /// Its directory (`$ORIGIN`), if known.
+    origin: Option<PathBuf>,
+}
+
+impl Program {
+    fn link(&self) -> Link<'_> {
+        Link {
+            rpath: self.rpath.as_deref(),
+            runpath: self.runpath.as_deref(),
+            origin: self.origin.as_deref().unwrap_or(Path::new("")),
+        }
+    }
+}
+
+/// The executable's `DT_RPATH`, `DT_RUNPATH` and directory, read once from its dynamic
+/// section in memory (the first object `dl_iterate_phdr` reports).
+pub(crate) fn program() -> &'static Program {
+    static P: OnceLock<Program> = OnceLock::new();
+    P.get_or_init(|| {
+        let origin = std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let (mut rpath, mut runpath) = (None, None);
+        let mut first = true;
+        crate::phdr::for_each_system_object(|o| {
+            if !std::mem::take(&mut first) {
+                return true;
+            }
+            // SAFETY: the main program's dynamic section, mapped for the process's
+            // lifetime (see `read_program_paths`).
+            (rpath, runpath) = unsafe { read_program_paths(o) };
+            true
+        });
+        Program {
+            rpath,
+            runpath,
+            origin,
+        }
+    })
+}
+
+/// The executable's directory (`$ORIGIN` of the program), if known.
+pub(crate) fn program_origin() -> Option<PathBuf> {
+    program().origin.clone()
+}
+
+/// `DT_RPATH` and `DT_RUNPATH` of a system object from its `PT_DYNAMIC` in memory.
+///
+/// # Safety
+/// `o` describes an object mapped for the process's lifetime (the main program).
+unsafe fn read_program_paths(
+    o: &crate::phdr::SystemObject<'_>,
+) -> (Option<String>, Option<String>) {
+    const DT_NULL: i64 = 0;
+    const DT_STRTAB: i64 = 5;
+    const DT_RPATH: i64 = 15;
+    const DT_RUNPATH: i64 = 29;
+    let Some(dynamic) = o.phdrs.iter().find(|p| p.p_type == libc::PT_DYNAMIC) else {
+        return (None, None);
+    };
+    // glibc relocates the address entries of a writable dynamic section in place
+    // (`elf/get-dynamic-info.h`); a read-only one keeps link-time addresses.
+    let writable = o.phdrs.iter().any(|p| {
+        p.p_type == libc::PT_LOAD
+            && p.p_flags & libc::PF_W != 0
+            && (p.p_vaddr..p.p_vaddr + p.p_memsz).contains(&dynamic.p_vaddr)
+    });
+    let mut at = o.addr.wrapping_add(dynamic.p_vaddr as usize) as *const [i64; 2];
+    let (mut strtab, mut rp, mut rn) = (None, None, None);
+    for _ in 0..dynamic.p_memsz / 16 {
+        // SAFETY: inside the mapped PT_DYNAMIC (the caller's contract).
+        let [tag, val] = unsafe { *at };
+        match tag {
+            DT_NULL => break,
+            DT_STRTAB => {
+                strtab = Some(if writable {
+                    val as usize
+                } else {
+                    o.addr.wrapping_add(val as usize)
+                })
+            }
+            DT_RPATH => rp = Some(val as usize),
+            DT_RUNPATH => rn = Some(val as usize),
+            _ => {}
+        }
+        // SAFETY: the next entry of the same section (bounded by p_memsz).
+        at = unsafe { at.add(1) };
+    }
+    let Some(strtab) = strtab else {
+        return (None, None);
+    };
+    let string = |off: Option<usize>| {
+        // SAFETY: DT_RPATH/DT_RUNPATH are offsets of NUL-terminated strings in the
+        // mapped DT_STRTAB.
+        off.map(|off| {
+            unsafe { std::ffi::CStr::from_ptr((strtab + off) as *const libc::c_char) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    (string(rp), string(rn))
+}
+
+/// `LD_LIBRARY_PATH` as the process started with it (glibc reads it once, in `ld.so`):
+/// read from `/proc/self/environ`, which holds the environment as `execve` passed it
+/// whatever `setenv` did since; expanded with the executable's `$ORIGIN`. Empty for a
+/// set-user-id program (`AT_SECURE`), as glibc ignores it there.
+pub(crate) fn startup_library_path() -> Vec<PathBuf> {
+    static DIRS: OnceLock<Vec<PathBuf>> = OnceLock::new();
+    DIRS.get_or_init(|| {
+        // SAFETY: getauxval is always safe to call.
+        if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+            return Vec::new();
+        }
+        let value = match std::fs::read("/proc/self/environ") {
+            Ok(env) => env
+                .split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(b"LD_LIBRARY_PATH="))
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            Err(_) => std::env::var("LD_LIBRARY_PATH").ok(),
+        };
+        match value {
+            Some(v) if !v.is_empty() => expand_list(&v, ":;", program().origin.as_deref()),
+            _ => Vec::new(),
+        }
+    })
+    .clone()
 }
 
 /// `dlinfo(dlopen(NULL), RTLD_DI_SERINFO)`: glibc's search directories for `dlopen`

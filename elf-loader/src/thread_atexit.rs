@@ -78,7 +78,7 @@ pub(crate) fn reap() {
         let mut ready = Vec::new();
         zombies.retain(|p| {
             let mut st = p.state.lock();
-            let done = st.pending == 0 && st.threads.iter().all(|&t| !thread_alive(t));
+            let done = st.pending == 0 && st.threads.iter().all(|&t| !crate::kthread::alive(t));
             if done {
                 ready.extend(st.zombie.take());
             }
@@ -90,11 +90,6 @@ pub(crate) fn reap() {
     for unload in ready {
         unload();
     }
-}
-
-/// Whether the kernel thread `tid` of this process still exists.
-fn thread_alive(tid: libc::pid_t) -> bool {
-    std::path::Path::new(&format!("/proc/self/task/{tid}")).exists()
 }
 
 /// One registered destructor.
@@ -182,8 +177,7 @@ fn unpin(rec: Pending) {
         let mut st = rec.pins.state.lock();
         st.pending -= 1;
         if st.zombie.is_some() {
-            // SAFETY: plain system call.
-            let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::pid_t;
+            let tid = crate::kthread::current();
             if !st.threads.contains(&tid) {
                 st.threads.push(tid);
             }

@@ -10,8 +10,21 @@
 //! A thread's block for a module is allocated on its first access (so threads created
 //! before and after the load are alike), initialised from the relocated init image plus
 //! zeroed tbss. Blocks are owned by the module's registry entry: they are freed when the
-//! thread exits (a thread-local destructor) or when the module is unloaded, whichever
-//! comes first; a stale cache entry never matches because ids are never reused.
+//! module is unloaded, or after the thread has exited, whichever comes first; a stale
+//! cache entry never matches because ids are never reused.
+//!
+//! Thread exit, in glibc's order (`nptl/pthread_create.c`, `start_thread`): the
+//! `thread_local` destructors (`__call_tls_dtors`, C++'s and Rust's), then the pthread
+//! key destructors (`__nptl_deallocate_tsd`, up to four rounds), then glibc's own
+//! cleanup; the thread's dynamic TLS blocks are freed only after that, when its stack
+//! is reused. Libraries rely on the order: jemalloc (bundled by pyarrow and duckdb)
+//! stores the address of its thread-local data as a pthread key value and writes
+//! through it from the key destructor. So a thread's blocks stay valid through all of
+//! that: when the thread's cache is destroyed (a Rust thread-local destructor, the first
+//! of those steps) the thread is *retired*, its blocks stay where they are (a later
+//! access, from a key destructor, finds them by the thread's key), and they are freed
+//! once the kernel reports the thread gone ([`reap_exited_threads`], run on the next
+//! retirement, block allocation, load or unload).
 //!
 //! Initial-exec TLS (`TPOFF64` against a custom library's own variables, `DF_STATIC_TLS`):
 //! the access is `%fs`-relative with an offset fixed at load, so the block must be at the
@@ -43,7 +56,7 @@ use parking_lot::{Mutex, RwLock};
 use std::alloc::Layout;
 use std::cell::{Cell, UnsafeCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// A `tls_index` as the x86_64 ABI passes it to `__tls_get_addr`.
@@ -435,22 +448,69 @@ struct ThreadCache {
 }
 
 impl Drop for ThreadCache {
+    /// The thread is exiting (this runs among its `thread_local` destructors): the fast
+    /// paths stop using the cache, and the thread is retired, its blocks kept until the
+    /// kernel reports it gone (see the module doc).
     fn drop(&mut self) {
-        let key = THREAD_KEY.with(|k| k.get());
         set_dtv(std::ptr::null(), 0);
-        let entries = std::mem::take(self.entries.get_mut());
-        if key == 0 || entries.is_empty() {
-            return;
-        }
-        let reg = REGISTRY.read();
-        for (slot, DtvEntry { id, block }) in entries.into_iter().enumerate() {
-            if block == 0 {
-                continue;
+        drop(std::mem::take(self.entries.get_mut()));
+        retire_this_thread();
+        reap_exited_threads();
+    }
+}
+
+thread_local! {
+    /// This thread is in [`RETIRED`] already (no destructor: always accessible).
+    static IS_RETIRED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Exiting threads whose blocks are kept until they are gone: (thread key, kernel id).
+static RETIRED: Mutex<Vec<(u64, libc::pid_t)>> = Mutex::new(Vec::new());
+/// [`RETIRED`] is not empty.
+static ANY_RETIRED: AtomicBool = AtomicBool::new(false);
+
+/// Records that the calling thread is exiting (once), if it has blocks at all.
+fn retire_this_thread() {
+    let key = THREAD_KEY.with(Cell::get);
+    if key == 0 || IS_RETIRED.with(|r| r.replace(true)) {
+        return;
+    }
+    RETIRED.lock().push((key, crate::kthread::current()));
+    ANY_RETIRED.store(true, Ordering::Release);
+}
+
+/// Frees now the TLS blocks of threads that have exited; the loader does it on its own
+/// at its next load or unload and when a thread allocates a block. A thread's blocks
+/// outlive everything glibc runs at its exit (`thread_local` destructors, then pthread
+/// key destructors, which libraries such as jemalloc use to write into their
+/// thread-local data), so they are freed only once the kernel reports the thread gone,
+/// a moment after `join` returns. Cheap when no thread is exiting.
+pub fn reap_exited_threads() {
+    if !ANY_RETIRED.load(Ordering::Acquire) {
+        return;
+    }
+    let gone: Vec<u64> = {
+        let mut retired = RETIRED.lock();
+        let mut gone = Vec::new();
+        retired.retain(|&(key, tid)| {
+            let alive = crate::kthread::alive(tid);
+            if !alive {
+                gone.push(key);
             }
-            if let Some(Some(m)) = reg.slots.get(slot) {
-                if m.id == id && m.blocks.lock().remove(&key) == Some(block) {
-                    free_block(block, m.layout);
-                }
+            alive
+        });
+        ANY_RETIRED.store(!retired.is_empty(), Ordering::Release);
+        gone
+    };
+    if gone.is_empty() {
+        return;
+    }
+    let reg = REGISTRY.read();
+    for m in reg.slots.iter().flatten() {
+        let mut blocks = m.blocks.lock();
+        for key in &gone {
+            if let Some(block) = blocks.remove(key) {
+                free_block(block, m.layout);
             }
         }
     }
@@ -476,6 +536,7 @@ fn free_block(block: usize, layout: Layout) {
 
 /// Registers a module; returns its id for `DTPMOD64`.
 pub(crate) fn register(template: Template) -> u64 {
+    reap_exited_threads();
     let align = template.align.max(16);
     let layout = Layout::from_size_align(template.memsz.max(1), align)
         .expect("TLS layout (checked by the parser)");
@@ -518,7 +579,8 @@ pub(crate) fn unregister(id: u64) {
     }
 }
 
-/// Number of TLS blocks currently allocated for custom-loaded modules (all threads).
+/// Number of TLS blocks currently allocated for custom-loaded modules (all threads;
+/// those of exited threads until [`reap_exited_threads`] has freed them).
 pub fn live_blocks() -> usize {
     LIVE_BLOCKS.load(Ordering::Relaxed)
 }
@@ -583,6 +645,7 @@ pub(crate) fn allocated_block(id: u64) -> Option<usize> {
 
 #[cold]
 fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
+    reap_exited_threads();
     let key = thread_key();
     let block = {
         let reg = REGISTRY.read();
@@ -594,9 +657,10 @@ fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
             Err(_) => *m.blocks.lock().entry(key).or_insert_with(|| new_block(m)),
         }
     };
-    // Cache it, unless this thread's cache is already destroyed (thread exit): then the
-    // block stays owned by the module and is freed at unload.
-    let _ = CACHE.try_with(|c| {
+    // Cache it, unless this thread's cache is already destroyed (thread exit, e.g. a
+    // pthread key destructor): the thread is then retired (if it was not yet), and the
+    // block is freed with its others once the thread is gone.
+    let cached = CACHE.try_with(|c| {
         // SAFETY: as in `block_for`: this thread only, not re-entrant.
         let v = unsafe { &mut *c.entries.get() };
         if v.len() <= slot {
@@ -605,6 +669,9 @@ fn slow_block_for(id: u64, slot: usize) -> Option<usize> {
         v[slot] = DtvEntry { id, block };
         set_dtv(v.as_ptr(), v.len());
     });
+    if cached.is_err() {
+        retire_this_thread();
+    }
     Some(block)
 }
 
@@ -1261,7 +1328,13 @@ mod tests {
             .join()
             .unwrap();
         assert_ne!(other, b1);
-        // The other thread exited: its block is freed; ours remains.
+        // The other thread exited: its block is freed once the kernel reports it gone
+        // (join returns a moment before); ours remains.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while live_blocks() != before + 1 && std::time::Instant::now() < deadline {
+            reap_exited_threads();
+            std::thread::yield_now();
+        }
         assert_eq!(live_blocks(), before + 1);
         unregister(id);
         assert_eq!(live_blocks(), before);

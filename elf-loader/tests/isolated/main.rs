@@ -22,3 +22,19 @@ fn serial() -> MutexGuard<'static, ()> {
     // A failed test poisons the lock; the next one runs all the same.
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
+
+/// Live TLS blocks once the threads joined so far are gone: a thread's blocks outlive
+/// its pthread key destructors and are freed once the kernel reports the thread exited,
+/// a moment after `join` returns. Waits (up to 10 s) for the count to reach `expected`
+/// and returns it as it then is.
+fn settled_live_blocks(expected: usize) -> usize {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        elf_loader::tls_reap_exited_threads();
+        let n = elf_loader::tls_live_blocks();
+        if n == expected || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::yield_now();
+    }
+}
