@@ -13,7 +13,6 @@ use crate::tls::TlsIndex;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 /// An isolated world of custom-loaded libraries: each library it loads (and each
@@ -257,12 +256,16 @@ impl CustomLibrary {
             )));
         }
         let path = self.resolve_path()?;
-        let loaded = self.ns.inner.load_image(&path, pending.clone(), true, None);
+        // A load through the API is an open that is never closed (counted before the
+        // initialisers run): the library leaves with its namespace.
+        let open = crate::namespace::Open {
+            global: true,
+            count: true,
+            nodelete: false,
+        };
+        let loaded = self.ns.inner.load_image(&path, pending.clone(), open);
         self.ns.inner.deliver_events();
         let img = loaded?;
-        // A load through the API is an open that is never closed: the library leaves
-        // with its namespace.
-        img.opens.fetch_add(1, Ordering::AcqRel);
         let _ = self.loaded.set(img);
         Ok(())
     }

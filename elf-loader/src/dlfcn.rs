@@ -30,6 +30,9 @@ enum Target {
     System(*mut c_void),
     /// `dlopen(NULL)` from inside a namespace: the namespace's global scope.
     Scope,
+    /// A handle of a namespace that has been unloaded (its memory is kept for the next
+    /// handle, so that the address is never the system loader's).
+    Closed,
 }
 
 struct Handle {
@@ -38,11 +41,18 @@ struct Handle {
     target: Target,
 }
 
-/// Our handles, by address (a handle is a leaked `Box<Handle>` until its namespace dies).
+/// Our handles, by address. A handle is a `Box<Handle>` that is never freed: when its
+/// namespace is gone it becomes [`Target::Closed`] and its memory serves a later
+/// handle, so an address we handed out never becomes one of the system loader's (a
+/// stale `dlclose` or `dlsym` gets an error from us, never a forward to glibc with a
+/// pointer glibc did not make). Like glibc's, a stale handle may name a later library
+/// once its memory is reused.
 struct Handles {
     by_addr: HashMap<usize, Box<Handle>>,
     /// (namespace id, image id or 0 for the scope) -> handle address, for identity.
     by_key: HashMap<(u64, u64), usize>,
+    /// Addresses of closed handles, for reuse.
+    free: Vec<usize>,
 }
 
 // SAFETY: the raw system handle inside is only passed to thread-safe dl* functions.
@@ -55,6 +65,7 @@ fn with_handles<R>(f: impl FnOnce(&mut Handles) -> R) -> R {
     let h = g.get_or_insert_with(|| Handles {
         by_addr: HashMap::new(),
         by_key: HashMap::new(),
+        free: Vec::new(),
     });
     f(h)
 }
@@ -64,23 +75,40 @@ fn make_handle(ns: &Arc<NsInner>, key: u64, target: Target) -> *mut c_void {
         if let Some(&a) = h.by_key.get(&(ns.id, key)) {
             return a as *mut c_void;
         }
-        let b = Box::new(Handle {
+        let handle = Handle {
             ns_id: ns.id,
             ns: Arc::downgrade(ns),
             target,
-        });
-        let a = &*b as *const Handle as usize;
-        h.by_addr.insert(a, b);
+        };
+        let a = match h.free.pop() {
+            Some(a) => {
+                **h.by_addr
+                    .get_mut(&a)
+                    .expect("a closed handle stays in by_addr") = handle;
+                a
+            }
+            None => {
+                let b = Box::new(handle);
+                let a = &*b as *const Handle as usize;
+                h.by_addr.insert(a, b);
+                a
+            }
+        };
         h.by_key.insert((ns.id, key), a);
         a as *mut c_void
     })
 }
 
-/// Drops every handle of a namespace that is going away.
+/// Closes every handle of a namespace that has been unloaded.
 pub(crate) fn forget_namespace(ns_id: u64) {
     with_handles(|h| {
-        h.by_addr.retain(|_, v| v.ns_id != ns_id);
         h.by_key.retain(|k, _| k.0 != ns_id);
+        for (&a, hd) in h.by_addr.iter_mut() {
+            if hd.ns_id == ns_id && !matches!(hd.target, Target::Closed) {
+                hd.target = Target::Closed;
+                h.free.push(a);
+            }
+        }
     });
 }
 
@@ -118,6 +146,15 @@ unsafe extern "C" fn dlopen_impl(file: *const c_char, flags: c_int, caller: usiz
     guarded("dlopen", std::ptr::null_mut(), set_error, || {
         reset_errors();
         let Some((_img, ns)) = namespace_of(caller) else {
+            if let Some(img) = image_containing(caller) {
+                // Custom code whose namespace is being unloaded (a destructor or exit
+                // handler of one of its libraries): it loads nothing more.
+                set_error(format!(
+                    "dlopen from {}: its namespace is being unloaded",
+                    img.path.display()
+                ));
+                return std::ptr::null_mut();
+            }
             // SAFETY: forwarding the caller's arguments unchanged.
             return unsafe { libc::dlopen(file, flags) };
         };
@@ -171,21 +208,17 @@ unsafe fn dlopen_in(
             None => std::ptr::null_mut(),
         };
     }
+    let open = crate::namespace::Open {
+        global,
+        count: true,
+        nodelete: flags & libc::RTLD_NODELETE != 0,
+    };
     let result = if name.contains('/') && !ns.policy_is_system(&name) {
         crate::namespace::expand_path_name(&name, requester.as_ref())
-            .and_then(|path| ns.load_image(&path, Vec::new(), global, requester.as_ref()))
+            .and_then(|path| ns.load_image(&path, Vec::new(), open))
             .map(|i| Dep::Custom(Arc::downgrade(&i)))
     } else {
-        ns.load_dependency(&name, requester.as_ref())
-            .map(|d| match d {
-                Dep::Custom(w) => {
-                    if let (true, Some(i)) = (global, w.upgrade()) {
-                        ns.make_global(&i);
-                    }
-                    Dep::Custom(w)
-                }
-                s => s,
-            })
+        ns.open_dependency(&name, requester.as_ref(), open)
     };
     match result {
         Ok(Dep::Custom(w)) => {
@@ -193,7 +226,6 @@ unsafe fn dlopen_in(
                 set_error(format!("{name}: library vanished while loading"));
                 return std::ptr::null_mut();
             };
-            opened(&i, flags);
             make_handle(ns, i.id, Target::Image(Arc::downgrade(&i)))
         }
         Ok(Dep::System(s)) => {
@@ -390,11 +422,20 @@ unsafe fn dlsym_common(
             h.by_addr
                 .get(&(handle as usize))
                 .map(|hd| match &hd.target {
-                    Target::Image(w) => (Some(w.clone()), None, hd.ns.clone()),
-                    Target::System(s) => (None, Some(*s), hd.ns.clone()),
-                    Target::Scope => (None, None, hd.ns.clone()),
+                    Target::Image(w) => Some((Some(w.clone()), None, hd.ns.clone())),
+                    Target::System(s) => Some((None, Some(*s), hd.ns.clone())),
+                    Target::Scope => Some((None, None, hd.ns.clone())),
+                    Target::Closed => None,
                 })
         });
+        let target = match target {
+            Some(None) => {
+                set_error("dlsym: invalid handle (its namespace was unloaded)".into());
+                return std::ptr::null_mut();
+            }
+            Some(Some(t)) => Some(t),
+            None => None,
+        };
         match target {
             None => return system(handle),
             Some((_, Some(sys), _)) => return system(sys),
@@ -485,17 +526,22 @@ unsafe extern "C" fn dlclose_impl(handle: *mut c_void) -> c_int {
             h.by_addr
                 .get(&(handle as usize))
                 .map(|hd| match &hd.target {
-                    Target::Image(w) => Some((w.clone(), hd.ns.clone())),
-                    Target::System(_) | Target::Scope => None,
+                    Target::Image(w) => Ok(Some((w.clone(), hd.ns.clone()))),
+                    Target::System(_) | Target::Scope => Ok(None),
+                    Target::Closed => Err(()),
                 })
         });
         let (w, ns) = match target {
             // SAFETY: not ours: forward to the system.
             None => return unsafe { libc::dlclose(handle) },
+            Some(Err(())) => {
+                set_error("dlclose: invalid handle (its namespace was unloaded)".into());
+                return -1;
+            }
             // System libraries stay open for the namespace's lifetime (its dependency
             // cache holds them); the namespace's scope is not a library.
-            Some(None) => return 0,
-            Some(Some(t)) => t,
+            Some(Ok(None)) => return 0,
+            Some(Ok(Some(t))) => t,
         };
         let Some(img) = w.upgrade() else {
             set_error("dlclose: shared object not open (the library was unloaded)".into());

@@ -50,9 +50,6 @@ pub(crate) struct Image {
     pub initialized: AtomicBool,
     /// Fini functions have run.
     pub finalized: AtomicBool,
-    /// When init completed, in the process's order of initialisations (0: not yet):
-    /// fini at exit runs newest first.
-    pub init_seq: std::sync::atomic::AtomicU64,
     /// C++ `thread_local` destructors registered by this image's code, not run yet.
     pub tls_dtors: std::sync::atomic::AtomicUsize,
     /// Opens not closed yet: `dlopen` calls from loaded code, plus one for a load through
@@ -1216,9 +1213,6 @@ impl Image {
             let f: InitFn = unsafe { std::mem::transmute(v) };
             f(argc, argv, envp);
         }
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        self.init_seq
-            .store(SEQ.fetch_add(1, Ordering::AcqRel), Ordering::Release);
     }
 
     /// Runs DT_FINI_ARRAY in reverse, then DT_FINI (once, and only after init).

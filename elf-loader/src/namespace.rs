@@ -413,8 +413,7 @@ impl NsInner {
         if unused.is_empty() {
             return;
         }
-        // Load order puts dependencies before dependents: fini in reverse.
-        for img in unused.iter().rev() {
+        for img in fini_order(&unused) {
             img.run_fini();
         }
         {
@@ -449,34 +448,40 @@ impl NsInner {
         st.by_soname.get(key).cloned()
     }
 
-    /// Loads `name` for `requester` (a DT_NEEDED entry or a dlopen argument): a custom
-    /// image in this namespace or a system library, as the policy says.
-    pub(crate) fn load_dependency(
+    /// Finds or maps `name` for `requester` (a `DT_NEEDED` entry or, with `dlopen`, the
+    /// argument of a `dlopen` from `requester`'s code): a system library as the policy
+    /// says, an image of the namespace already loaded (by soname, or by file after the
+    /// search), or a new image, mapped and appended to `new` (not relocated or
+    /// initialised: see [`NsInner::load`]). A new dependency's loader is `requester`; a
+    /// `dlopen`ed object has none (glibc searches along the caller's path for the name
+    /// itself, but the chain of loaders of the object's own dependencies starts at it).
+    fn resolve(
         self: &Arc<Self>,
         name: &str,
         requester: Option<&Arc<Image>>,
+        dlopen: bool,
+        new: &mut Vec<Arc<Image>>,
     ) -> Result<Dep> {
         if self.policy.is_system_name(name) {
             return Ok(Dep::System(self.system_library(name)?));
         }
-        let found = if name.contains('/') {
-            Some(expand_path_name(name, requester)?)
+        let path = if name.contains('/') {
+            expand_path_name(name, requester)?
         } else {
             if let Some(img) = self.find_loaded(name, None) {
                 return Ok(Dep::Custom(Arc::downgrade(&img)));
             }
-            let (found, searched) = search_paths(name, requester);
-            match found {
-                Some((p, in_system_dir)) => {
+            match search_paths(name, requester) {
+                (Some((p, in_system_dir)), _) => {
                     if in_system_dir
                         && self.policy.share_system_dirs
                         && !self.policy.is_private_name(name)
                     {
                         return Ok(Dep::System(self.system_library(&p.to_string_lossy())?));
                     }
-                    Some(p)
+                    p
                 }
-                None => {
+                (None, searched) => {
                     return Err(Error::MissingDependency {
                         path: requester.map(|r| r.path.clone()).unwrap_or_default(),
                         name: name.to_string(),
@@ -485,8 +490,8 @@ impl NsInner {
                 }
             }
         };
-        let path = found.expect("set above");
-        let img = self.load_image(&path, Vec::new(), false, requester)?;
+        let loader = if dlopen { None } else { requester };
+        let img = self.map_image(&path, Vec::new(), loader, new)?;
         Ok(Dep::Custom(Arc::downgrade(&img)))
     }
 
@@ -512,18 +517,135 @@ impl NsInner {
         Ok(lib)
     }
 
-    /// Maps, relocates and initialises `path` and its dependencies in this namespace;
-    /// `loader` is the image whose `DT_NEEDED` entry or `dlopen` asked for it (none for a
-    /// load through the API).
+    /// Loads `path` (a load through the API, or a `dlopen` by path) and what it needs
+    /// into this namespace. The object has no loader (glibc's `dlopen` leaves
+    /// `l_loader` empty: its dependencies' search starts at it).
     pub(crate) fn load_image(
         self: &Arc<Self>,
         path: &Path,
         search: Vec<Arc<dyn SymbolProvider>>,
-        global: bool,
-        loader: Option<&Arc<Image>>,
+        open: Open,
     ) -> Result<Arc<Image>> {
+        let dep = self.load(open, |ns, new| {
+            ns.map_image(path, search, None, new)
+                .map(|i| Dep::Custom(Arc::downgrade(&i)))
+        })?;
+        match dep {
+            Dep::Custom(w) => w
+                .upgrade()
+                .ok_or_else(|| Error::Usage(format!("{}: unloaded while loading", path.display()))),
+            Dep::System(_) => unreachable!("map_image gives a custom image"),
+        }
+    }
+
+    /// `dlopen` of `name` (found as a dependency of `requester` would be: a system
+    /// library, an image already loaded, or a new one) from loaded code.
+    pub(crate) fn open_dependency(
+        self: &Arc<Self>,
+        name: &str,
+        requester: Option<&Arc<Image>>,
+        open: Open,
+    ) -> Result<Dep> {
+        self.load(open, |ns, new| ns.resolve(name, requester, true, new))
+    }
+
+    /// One load, in glibc's phases (`elf/dl-open.c`, `dl_open_worker`): `first` finds or
+    /// maps the object asked for; then its dependencies are mapped breadth-first (each
+    /// object's `DT_NEEDED` entries in order, as `_dl_map_object_deps`), every new
+    /// object is relocated in the reverse of that order (dependencies first), the open
+    /// is counted (before any initialiser runs: a constructor that `dlopen`s and
+    /// `dlclose`s its own library does not unload it), the initialisers run in glibc's
+    /// order ([`init_order`]), and only then does an `RTLD_GLOBAL` open join the
+    /// namespace's global scope. If anything fails before the initialisers, every
+    /// object this load mapped is unmapped again and no initialiser has run.
+    fn load(
+        self: &Arc<Self>,
+        open: Open,
+        first: impl FnOnce(&Arc<Self>, &mut Vec<Arc<Image>>) -> Result<Dep>,
+    ) -> Result<Dep> {
         let _guard = LOAD_LOCK.lock();
         crate::thread_atexit::reap();
+        crate::tls::reap_exited_threads();
+        let started = std::time::Instant::now();
+        let mut new = Vec::new();
+        let result = first(self, &mut new).and_then(|dep| {
+            self.map_dependencies(&mut new)?;
+            self.relocate_new(&new)?;
+            Ok(dep)
+        });
+        let dep = match result {
+            Ok(dep) => dep,
+            Err(e) => {
+                self.undo(&new);
+                return Err(e);
+            }
+        };
+        let root = match &dep {
+            Dep::Custom(w) => w.upgrade(),
+            Dep::System(_) => None,
+        };
+        if let Some(root) = &root {
+            if open.count {
+                root.opens.fetch_add(1, Ordering::AcqRel);
+            }
+            if open.nodelete {
+                root.nodelete.store(true, Ordering::Release);
+            }
+        }
+        let order = init_order(&new);
+        self.state.lock().images.extend(order.iter().cloned());
+        if !new.is_empty() {
+            fini_at_exit_registered();
+        }
+        // The objects to initialise: the new ones, and any of the root's dependency
+        // closure loaded by an outer load whose initialisers have not run yet (a
+        // constructor `dlopen`ing a library its own load mapped: glibc's `_dl_init`
+        // initialises it then).
+        let mut pending = new.clone();
+        if let Some(root) = &root {
+            let mut closure = Vec::new();
+            append_closure(&mut closure, root);
+            for item in closure {
+                if let ScopeItem::Custom(i) = item {
+                    if !i.initialized.load(Ordering::Acquire)
+                        && !pending.iter().any(|p| Arc::ptr_eq(p, &i))
+                    {
+                        pending.push(i);
+                    }
+                }
+            }
+        }
+        pending.sort_by_key(|i| i.id);
+        for img in init_order(&pending) {
+            img.run_init();
+        }
+        if let (true, Some(root)) = (open.global, &root) {
+            self.state.lock().add_global(root);
+        }
+        // Reported in the order they were initialised (a dependency first).
+        for img in &order {
+            self.note_event(true, img);
+        }
+        if !new.is_empty() {
+            tracing::debug!(
+                objects = new.len(),
+                micros = started.elapsed().as_micros() as u64,
+                namespace = %self.name,
+                "load complete"
+            );
+        }
+        Ok(dep)
+    }
+
+    /// Maps `path` into the namespace (registered, not yet relocated) and appends it to
+    /// `new`, or returns the image already loaded from that file.
+    fn map_image(
+        self: &Arc<Self>,
+        path: &Path,
+        search: Vec<Arc<dyn SymbolProvider>>,
+        loader: Option<&Arc<Image>>,
+        new: &mut Vec<Arc<Image>>,
+    ) -> Result<Arc<Image>> {
         // The file's identity is its device and inode (as glibc compares): a path, a
         // symlink to it and a hard link are one library.
         let file = std::fs::File::open(path).map_err(|e| Error::Io {
@@ -539,14 +661,8 @@ impl NsInner {
         let id = FileId::of(&meta);
         let stamp = crate::plan::FileStamp::of(&meta);
         if let Some(img) = self.find_loaded("", Some(id)) {
-            if global {
-                self.state.lock().add_global(&img);
-            }
             return Ok(img);
         }
-        let span = tracing::info_span!("load", library = %path.display(), namespace = %self.name);
-        let _e = span.enter();
-        let started = std::time::Instant::now();
         let (info, map) = crate::map::parse_and_map(path, &file, meta.len())?;
         drop(file);
         let tab = crate::symtab::SymTab::from_info(&info, map.bias);
@@ -580,7 +696,15 @@ impl NsInner {
                 p_align: p.align,
             })
             .collect();
-        let nodelete = info.nodelete;
+        // glibc marks an object nodelete once a lookup finds one of its
+        // `STB_GNU_UNIQUE` definitions (`elf/dl-lookup.c`, `do_lookup_unique`): C++
+        // inline statics and template statics, which the object's own relocations look
+        // up, so such a library stays loaded after its last `dlclose` (LLVM's does).
+        let defines_unique = (1..tab.nsyms).any(|i| {
+            let s = tab.sym(i);
+            s.is_defined() && s.bind() == crate::elf::consts::STB_GNU_UNIQUE
+        });
+        let nodelete = info.nodelete || defines_unique;
         let img = Arc::new(Image {
             raw_phdrs,
             id: next_id(),
@@ -597,7 +721,6 @@ impl NsInner {
             search,
             initialized: Default::default(),
             finalized: Default::default(),
-            init_seq: Default::default(),
             tls_dtors: Default::default(),
             opens: Default::default(),
             nodelete: AtomicBool::new(nodelete),
@@ -622,70 +745,204 @@ impl NsInner {
                 st.by_soname.insert(s.clone(), img.clone());
             }
         }
-        let result = self.finish_load(&img, global);
-        match result {
-            Ok(stats) => {
-                tracing::info!(
-                    relative = stats.relative,
-                    symbolic = stats.symbolic,
-                    irelative = stats.irelative,
-                    tls = stats.tls,
-                    self_bound = stats.self_bound,
-                    weak_zero = stats.weak_zero,
-                    planned = stats.planned,
-                    prefaulted_pages = stats.prefaulted_pages,
-                    micros = started.elapsed().as_micros() as u64,
-                    "loaded"
-                );
-                self.note_event(true, &img);
-                Ok(img)
-            }
-            Err(e) => {
-                // Undo: forget the image; dropping the last reference unmaps it.
-                let mut st = self.state.lock();
-                st.by_file.remove(&id);
-                if let Some(s) = &img.info.soname {
-                    st.by_soname.remove(s);
-                }
-                st.images.retain(|i| !Arc::ptr_eq(i, &img));
-                st.remove_global(&img);
-                drop(st);
-                forget_image(&img);
-                Err(e)
-            }
-        }
+        new.push(img.clone());
+        Ok(img)
     }
 
-    fn finish_load(
-        self: &Arc<Self>,
-        img: &Arc<Image>,
-        global: bool,
-    ) -> Result<crate::image::RelocStats> {
-        let mut deps = Vec::new();
-        for name in img.info.needed.clone() {
-            deps.push(self.load_dependency(&name, Some(img))?);
+    /// Maps the dependencies of the images in `new` breadth-first, appending the new
+    /// ones to `new` (glibc's `_dl_map_object_deps`), and checks their versions.
+    fn map_dependencies(self: &Arc<Self>, new: &mut Vec<Arc<Image>>) -> Result<()> {
+        let mut next = 0;
+        while next < new.len() {
+            let img = new[next].clone();
+            next += 1;
+            let mut deps = Vec::new();
+            for name in &img.info.needed {
+                deps.push(self.resolve(name, Some(&img), false, new)?);
+            }
+            check_versions(&img, &deps)?;
+            let _ = img.deps.set(deps);
         }
-        check_versions(img, &deps)?;
-        let _ = img.deps.set(deps);
-        let scope = self.scope_for(img);
-        let stats = img.relocate(&scope)?;
-        if let Some(module) = img.tls_module {
-            // Initialised initial-exec TLS: its image into the static pool's copies.
-            tls::publish_static(module).map_err(|why| Error::unsupported(&img.path, why))?;
+        Ok(())
+    }
+
+    /// Relocates the new images, last mapped first (glibc relocates a load's objects in
+    /// the reverse of their search-list order, so dependencies are relocated, and their
+    /// ifunc resolvers can run, before the objects that use them); then each one's
+    /// initialised initial-exec TLS, init/fini checks, `RELRO` and debugger entry.
+    fn relocate_new(self: &Arc<Self>, new: &[Arc<Image>]) -> Result<()> {
+        for img in new.iter().rev() {
+            let span =
+                tracing::info_span!("load", library = %img.path.display(), namespace = %self.name);
+            let _e = span.enter();
+            let started = std::time::Instant::now();
+            let scope = self.scope_for(img);
+            let stats = img.relocate(&scope)?;
+            if let Some(module) = img.tls_module {
+                // Initialised initial-exec TLS: its image into the static pool's copies.
+                tls::publish_static(module).map_err(|why| Error::unsupported(&img.path, why))?;
+            }
+            img.check_init_fini()?;
+            img.map.protect_relro(&img.info)?;
+            crate::debug::register(img);
+            tracing::info!(
+                relative = stats.relative,
+                symbolic = stats.symbolic,
+                irelative = stats.irelative,
+                tls = stats.tls,
+                self_bound = stats.self_bound,
+                weak_zero = stats.weak_zero,
+                planned = stats.planned,
+                prefaulted_pages = stats.prefaulted_pages,
+                micros = started.elapsed().as_micros() as u64,
+                "loaded"
+            );
         }
-        img.check_init_fini()?;
-        img.map.protect_relro(&img.info)?;
-        crate::debug::register(img);
-        {
-            let mut st = self.state.lock();
-            st.images.push(img.clone());
-            if global {
-                st.add_global(img);
+        Ok(())
+    }
+
+    /// Forgets and unmaps the images a failed load mapped (none was initialised).
+    fn undo(&self, new: &[Arc<Image>]) {
+        let mut st = self.state.lock();
+        for img in new {
+            st.by_file.retain(|_, i| !Arc::ptr_eq(i, img));
+            if let Some(s) = &img.info.soname {
+                if st.by_soname.get(s).is_some_and(|i| Arc::ptr_eq(i, img)) {
+                    st.by_soname.remove(s);
+                }
             }
         }
-        fini_at_exit_registered();
-        img.run_init();
-        Ok(stats)
+        drop(st);
+        for img in new.iter().rev() {
+            forget_image(img);
+        }
+    }
+}
+
+/// How a load counts: the namespace's global scope (`RTLD_GLOBAL`, a load through the
+/// API), an open that a `dlclose` will close (or, for the API, that lasts as long as the
+/// namespace), `RTLD_NODELETE`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Open {
+    pub global: bool,
+    pub count: bool,
+    pub nodelete: bool,
+}
+
+/// glibc's sort of link maps (`elf/dl-sort-maps.c`, its default depth-first
+/// algorithm, `glibc.rtld.dynamic_sort=2`), over `maps` in load order: each object is
+/// visited from the last loaded to the first, and a visit first visits the object's
+/// dependencies (`DT_NEEDED` order) and, with `reldeps`, the objects it bound symbols of
+/// outside its own dependency closure (glibc's `l_reldeps`, newest first); objects
+/// outside `maps` are not entered. The result lists every object before its
+/// dependencies (the reverse of the order in which visits completed). The second value
+/// says whether a relocation dependency was followed.
+fn sort_maps(maps: &[Arc<Image>], reldeps: bool) -> (Vec<Arc<Image>>, bool) {
+    struct Dfs<'a> {
+        index: HashMap<*const Image, usize>,
+        maps: &'a [Arc<Image>],
+        seen: Vec<bool>,
+        done: Vec<Arc<Image>>,
+        reldeps: bool,
+        saw_reldeps: bool,
+    }
+    impl Dfs<'_> {
+        fn visit(&mut self, img: &Arc<Image>) {
+            let Some(&k) = self.index.get(&Arc::as_ptr(img)) else {
+                return;
+            };
+            if std::mem::replace(&mut self.seen[k], true) {
+                return;
+            }
+            let deps: Vec<Arc<Image>> = img
+                .deps
+                .get()
+                .map(|v| v.as_slice())
+                .unwrap_or(&[])
+                .iter()
+                .filter_map(|d| match d {
+                    Dep::Custom(w) => w.upgrade(),
+                    Dep::System(_) => None,
+                })
+                .collect();
+            for d in &deps {
+                self.visit(d);
+            }
+            if self.reldeps {
+                let bound: Vec<Arc<Image>> = img
+                    .reldeps
+                    .lock()
+                    .iter()
+                    .filter_map(Weak::upgrade)
+                    .collect();
+                if !bound.is_empty() {
+                    let mut closure = Vec::new();
+                    append_closure(&mut closure, img);
+                    let outside: Vec<&Arc<Image>> = bound
+                        .iter()
+                        .filter(|b| {
+                            !closure
+                                .iter()
+                                .any(|c| c.same(&ScopeItem::Custom((*b).clone())))
+                        })
+                        .collect();
+                    if !outside.is_empty() {
+                        self.saw_reldeps = true;
+                    }
+                    for b in outside.into_iter().rev() {
+                        self.visit(b);
+                    }
+                }
+            }
+            self.done.push(self.maps[k].clone());
+        }
+    }
+    let mut dfs = Dfs {
+        index: maps
+            .iter()
+            .enumerate()
+            .map(|(k, m)| (Arc::as_ptr(m), k))
+            .collect(),
+        maps,
+        seen: vec![false; maps.len()],
+        done: Vec::with_capacity(maps.len()),
+        reldeps,
+        saw_reldeps: false,
+    };
+    for img in maps.iter().rev() {
+        dfs.visit(img);
+    }
+    dfs.done.reverse();
+    (dfs.done, dfs.saw_reldeps)
+}
+
+/// The order in which glibc runs the initialisers of a load's new objects (`new` in
+/// breadth-first load order): the end of [`sort_maps`]' list first (`_dl_init`). So
+/// dependencies are initialised first, and objects with no dependency between them in
+/// the reverse of their load order (a library needing `b` then `c`, unrelated: `c`,
+/// `b`, then the library). Only new objects are ordered: those loaded before are
+/// initialised already.
+pub(crate) fn init_order(new: &[Arc<Image>]) -> Vec<Arc<Image>> {
+    let (mut order, _) = sort_maps(new, false);
+    order.reverse();
+    order
+}
+
+/// The order in which glibc runs the fini functions of `images` (in any order; sorted
+/// here by load order) at `dlclose` and at exit (`_dl_close_worker`, `_dl_fini`): the
+/// front of [`sort_maps`]' list first, relocation dependencies included; when one was
+/// followed, sorted again by `DT_NEEDED` alone from that order, so static dependencies
+/// win over relocation ones. So an object goes before its dependencies, and objects
+/// with no dependency between them in load order (glibc finalises two unrelated
+/// `dlopen`ed libraries in the order they were loaded).
+pub(crate) fn fini_order(images: &[Arc<Image>]) -> Vec<Arc<Image>> {
+    let mut maps = images.to_vec();
+    maps.sort_by_key(|i| i.id);
+    let (order, saw_reldeps) = sort_maps(&maps, true);
+    if saw_reldeps {
+        sort_maps(&order, false).0
+    } else {
+        order
     }
 }
 
@@ -739,12 +996,16 @@ pub(crate) fn fini_at_exit_registered() {
     });
 }
 
-/// At process exit: the fini functions of the initialised custom images not yet
-/// finalised, newest initialisation first (dependents before their dependencies). The
-/// memory stays mapped (other exit handlers and threads may still run their code), and a
-/// namespace dropped later finds them finalised (each runs once). Skipped, with nothing
-/// run, if another thread holds the load lock for more than a second (it is loading or
-/// unloading right now; glibc's `_dl_fini` would wait for it).
+/// At process exit, as glibc's `_dl_fini` (registered with `atexit` as glibc registers
+/// it, so exit handlers registered later, such as the libraries' own static
+/// destructors, run first): the fini functions of the initialised custom images not yet
+/// finalised, namespace by namespace from the newest (images of namespaces already
+/// dropped but kept for pending `thread_local` destructors first), each namespace's in
+/// glibc's fini order ([`fini_order`]). The memory stays mapped (other exit handlers and
+/// threads may still run their code), and a namespace dropped later finds them
+/// finalised (each runs once). Skipped, with nothing run, if another thread holds the
+/// load lock for more than a second (it is loading or unloading right now; glibc's
+/// `_dl_fini` would wait for it).
 extern "C" fn fini_at_exit() {
     let Some(_guard) = LOAD_LOCK.try_lock_for(std::time::Duration::from_secs(1)) else {
         return;
@@ -752,12 +1013,19 @@ extern "C" fn fini_at_exit() {
     let Some(map) = IMAGES.try_read_for(std::time::Duration::from_secs(1)) else {
         return;
     };
-    let mut live: Vec<Arc<Image>> = map.values().filter_map(|r| r.image.upgrade()).collect();
+    let mut groups: BTreeMap<std::cmp::Reverse<u64>, Vec<Arc<Image>>> = BTreeMap::new();
+    for r in map.values() {
+        if let Some(img) = r.image.upgrade() {
+            let ns = r.ns.upgrade().map_or(u64::MAX, |n| n.id);
+            groups.entry(std::cmp::Reverse(ns)).or_default().push(img);
+        }
+    }
     drop(map);
-    live.sort_by_key(|img| std::cmp::Reverse(img.init_seq.load(Ordering::Acquire)));
-    for img in live {
-        // A panic must not unwind out of an exit handler.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| img.run_fini()));
+    for images in groups.into_values() {
+        for img in fini_order(&images) {
+            // A panic must not unwind out of an exit handler.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| img.run_fini()));
+        }
     }
 }
 
@@ -784,17 +1052,20 @@ impl Drop for NsInner {
         st.scope.clear();
         st.by_file.clear();
         st.by_soname.clear();
-        (self.on_drop)(self.id);
+        let (on_drop, id) = (self.on_drop, self.id);
         let name = std::mem::take(&mut self.name);
         // C++ thread_local destructors still registered by the namespace's code (in
         // threads that have not exited yet) need its code and TLS blocks: the namespace
         // stays loaded until they have run, as glibc keeps such a library loaded.
         self.pins.unload_when_unpinned(Box::new(move || {
             let _guard = LOAD_LOCK.lock();
-            // Dependents were loaded after their dependencies: fini in reverse load order.
-            for img in images.iter().rev() {
+            for img in fini_order(&images) {
                 img.run_fini();
             }
+            // The handles given out stay valid through the fini functions (LLVM's
+            // `~Globals` `dlclose`s its handles from a static destructor); then they are
+            // closed, before the images go.
+            on_drop(id);
             for img in images.iter().rev() {
                 forget_image(img);
             }

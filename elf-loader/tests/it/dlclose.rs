@@ -287,3 +287,32 @@ fn load_events_report_loads_and_unloads_in_order() {
             .any(|(l2, p2, s2)| *l2 && p2 == p && s2 == s));
     }
 }
+
+/// A library defining a `STB_GNU_UNIQUE` symbol (a C++ inline or template static, here
+/// `std::to_string`'s digit table) stays loaded after its last `dlclose`, as glibc keeps
+/// it (`do_lookup_unique` marks it nodelete); its namespace's end unloads it.
+#[test]
+fn a_library_defining_a_unique_symbol_stays_after_its_last_dlclose() {
+    let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let f = fixtures();
+    let lib = common::build_so("llvm_globals", &["llvm_globals.cpp"], &[]);
+    let host = Host::load(&f.host, "dlclose-unique");
+    let h = host.open(&lib, libc::RTLD_NOW);
+    assert_eq!((host.close)(h), 0);
+    assert!(host.paths().contains(&lib), "{:?}", host.paths());
+    drop(host);
+    // glibc, in this process: still there after dlclose (RTLD_NOLOAD finds it).
+    let c = CString::new(lib.to_str().unwrap()).unwrap();
+    // SAFETY: plain dlopen/dlclose of the fixture (its initialisers are trivial).
+    unsafe {
+        let h = libc::dlopen(c.as_ptr(), libc::RTLD_NOW);
+        assert!(!h.is_null());
+        assert_eq!(libc::dlclose(h), 0);
+        let again = libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        assert!(
+            !again.is_null(),
+            "glibc keeps a library with a unique symbol"
+        );
+        libc::dlclose(again);
+    }
+}

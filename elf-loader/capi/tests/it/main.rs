@@ -9,6 +9,7 @@ mod common;
 
 mod c_hosts;
 mod c_program;
+mod glibc_order;
 mod header;
 mod hosts;
 mod panics;
