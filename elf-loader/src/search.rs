@@ -480,9 +480,9 @@ unsafe fn read_program_paths(
         return (None, None);
     };
     let string = |off: Option<usize>| {
-        // SAFETY: DT_RPATH/DT_RUNPATH are offsets of NUL-terminated strings in the
-        // mapped DT_STRTAB.
         off.map(|off| {
+            // SAFETY: DT_RPATH/DT_RUNPATH are offsets of NUL-terminated strings in the
+            // mapped DT_STRTAB.
             unsafe { std::ffi::CStr::from_ptr((strtab + off) as *const libc::c_char) }
                 .to_string_lossy()
                 .into_owned()
