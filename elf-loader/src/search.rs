@@ -724,6 +724,102 @@ mod tests {
     }
 
     #[test]
+    fn dynamic_string_tokens_expand_as_glibcs() {
+        let o = Path::new("/o");
+        let x = |s: &str| expand_dst(s, Some(o));
+        assert_eq!(x("$ORIGIN/lib").as_deref(), Some("/o/lib"));
+        assert_eq!(x("${ORIGIN}/lib").as_deref(), Some("/o/lib"));
+        assert_eq!(x("$ORIGIN").as_deref(), Some("/o"));
+        assert_eq!(x("$LIB").as_deref(), Some(DST_LIB));
+        assert_eq!(x("a/$PLATFORM/b"), Some(format!("a/{}/b", platform())));
+        // Not a token: followed by an identifier character, or unknown, or unclosed.
+        assert_eq!(x("$ORIGINAL/x").as_deref(), Some("$ORIGINAL/x"));
+        assert_eq!(x("$FOO/x").as_deref(), Some("$FOO/x"));
+        assert_eq!(x("${ORIGIN/x").as_deref(), Some("${ORIGIN/x"));
+        assert_eq!(x("a$").as_deref(), Some("a$"));
+        // $ORIGIN without an origin: the element is dropped.
+        assert_eq!(expand_dst("$ORIGIN/x", None), None);
+        assert_eq!(
+            expand_dst("$LIB/x", None).as_deref(),
+            Some("lib/x86_64-linux-gnu/x")
+        );
+        // Lists: empty elements are the current directory, unexpandable ones dropped.
+        assert_eq!(
+            expand_list("/a::$ORIGIN/b;/c", ":", Some(o)),
+            vec![
+                PathBuf::from("/a"),
+                PathBuf::new(),
+                PathBuf::from("/o/b;/c")
+            ]
+        );
+        assert_eq!(
+            expand_list("/a;/b", ":;", None),
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(
+            expand_list("$ORIGIN:/a", ":", None),
+            vec![PathBuf::from("/a")]
+        );
+    }
+
+    #[test]
+    fn legacy_subdirectories_combine_as_glibcs() {
+        // What glibc 2.36 tried on this kind of machine (LD_DEBUG=libs), without the
+        // repeated x86_64 entries.
+        assert_eq!(
+            legacy_subdirectories("x86_64", false),
+            [
+                "tls/x86_64/x86_64",
+                "tls/x86_64",
+                "tls",
+                "x86_64/x86_64",
+                "x86_64"
+            ]
+        );
+        let with_avx512 = legacy_subdirectories("x86_64", true);
+        assert_eq!(with_avx512[0], "tls/x86_64/avx512_1/x86_64");
+        assert_eq!(with_avx512.len(), 13, "{with_avx512:?}");
+        assert!(with_avx512.contains(&"avx512_1".to_string()));
+    }
+
+    /// The subdirectories, `$LIB` and `$PLATFORM` agree with what this machine's
+    /// `ld.so` says it searches and substitutes.
+    #[test]
+    fn subdirectories_and_tokens_match_this_machines_ld_so() {
+        let ld_so = "/lib64/ld-linux-x86-64.so.2";
+        let Ok(help) = std::process::Command::new(ld_so).arg("--help").output() else {
+            return;
+        };
+        let help = String::from_utf8_lossy(&help.stdout);
+        let searched: Vec<String> = help
+            .lines()
+            .skip_while(|l| !l.starts_with("Subdirectories of glibc-hwcaps"))
+            .skip(1)
+            .take_while(|l| l.starts_with("  "))
+            .filter(|l| l.contains("searched"))
+            .map(|l| format!("glibc-hwcaps/{}", l.split_whitespace().next().unwrap()))
+            .collect();
+        let ours: Vec<&String> = subdirectories()
+            .iter()
+            .filter(|s| s.starts_with("glibc-hwcaps/"))
+            .collect();
+        assert_eq!(ours, searched.iter().collect::<Vec<_>>(), "{help}");
+        let diag = std::process::Command::new(ld_so)
+            .arg("--list-diagnostics")
+            .output()
+            .unwrap();
+        let diag = String::from_utf8_lossy(&diag.stdout);
+        assert!(
+            diag.contains(&format!("dl_dst_lib=\"{DST_LIB}\"")),
+            "{diag}"
+        );
+        assert!(
+            diag.contains(&format!("dl_platform=\"{}\"", platform())),
+            "{diag}"
+        );
+    }
+
+    #[test]
     fn the_systems_cache_agrees_with_the_files() {
         // Every entry of this machine's cache names an existing file with that name
         // (ldconfig writes the soname as the key).

@@ -13,6 +13,9 @@ pub fn run(full: bool) -> Result<()> {
     crate::bench::ensure_boehm()?;
     // The numpy scenario's tests (integration-tests/tests/it/multipy_* and tests/multipy_*) need it.
     crate::venv::ensure()?;
+    // tests/multipy_wheels.rs: popular binary wheels (scipy, pandas with pyarrow, duckdb,
+    // numba, ...) in two interpreters.
+    crate::venv::ensure_wheels()?;
     // tests/multipy_versions.rs imports numpy on 3.12 and 3.13 too, where they exist.
     for (major, minor) in [(3, 12), (3, 13)] {
         match crate::bench::find_python(major, minor) {

@@ -19,6 +19,7 @@ use std::time::Instant;
 const REQUIREMENTS: &str = "integration-tests/multipy-requirements.txt";
 const NUMPY_REQUIREMENTS: &str = "integration-tests/multipy-numpy-requirements.txt";
 const PYPERFORMANCE_REQUIREMENTS: &str = "integration-tests/bench/pyperformance-requirements.txt";
+const WHEELS_REQUIREMENTS: &str = "integration-tests/wheels/requirements.txt";
 const STAMP: &str = ".multipy-requirements";
 
 /// The environment's directory.
@@ -137,6 +138,7 @@ fn make(venv: &Path, base: &Path, requirements: &str) -> Result<()> {
             "--quiet",
             "--disable-pip-version-check",
             "--no-input",
+            "--only-binary=:all:",
             "-r",
         ])
         .arg(&req_path)
@@ -157,6 +159,24 @@ fn make(venv: &Path, base: &Path, requirements: &str) -> Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The wheel scenario's environment: `target/wheels-venv`, CPython 3.11 with the
+/// popular binary wheels of `integration-tests/wheels/requirements.txt` (binary wheels
+/// only: a package pip would build from source is an error, not a slow build).
+pub fn wheels_dir() -> PathBuf {
+    root().join("target/wheels-venv")
+}
+
+/// Makes (or reuses) [`wheels_dir`].
+pub fn ensure_wheels() -> Result<PathBuf> {
+    let venv = wheels_dir();
+    if let Some(v) = reuse(&venv, WHEELS_REQUIREMENTS)? {
+        return Ok(v);
+    }
+    let base = base_python()?;
+    make(&venv, Path::new(&base), WHEELS_REQUIREMENTS)?;
+    Ok(venv)
 }
 
 /// The `numpy==` pin of a requirements text.
@@ -187,6 +207,16 @@ mod tests {
         assert!(pins.contains(&"pyperformance==1.11.0"), "{pins:?}");
         assert!(pins.contains(&"pyperf==2.9.0"), "{pins:?}");
         assert!(pins.iter().all(|p| p.contains("==")), "{pins:?}");
+    }
+
+    #[test]
+    fn the_wheel_scenario_pins_every_package_and_numpy_alike() {
+        let text = std::fs::read_to_string(root().join(WHEELS_REQUIREMENTS)).unwrap();
+        let pins = pins(&text);
+        assert!(pins.len() >= 30, "{pins:?}");
+        assert!(pins.iter().all(|p| p.contains("==")), "{pins:?}");
+        let default = std::fs::read_to_string(root().join(REQUIREMENTS)).unwrap();
+        assert_eq!(numpy_pin(&text), numpy_pin(&default));
     }
 
     #[test]

@@ -2,37 +2,8 @@
 //! insta snapshot, ids and timings filtered), `-m` and FILE modes with arguments, the
 //! exit status when one interpreter raises, and usage errors.
 
-use std::path::PathBuf;
+use crate::multipy_common::example;
 use std::process::{Command, Output};
-
-/// The example, built by cargo in a target directory of its own
-/// (`CARGO_TARGET_TMPDIR/own-build`): a `cargo build` of it in the workspace's target
-/// directory resolves features for integration-tests alone and could rebuild rlibs that
-/// the crates already compiled by `cargo test --workspace` link against (E0460; it did
-/// while elf-loader was also a cdylib, whose rlib is unhashed). A no-op when current.
-fn example() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let target = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("own-build");
-    BUILT.call_once(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args([
-                "build",
-                "--quiet",
-                "-p",
-                "integration-tests",
-                "--example",
-                "multipy",
-                "--target-dir",
-            ])
-            .arg(&target)
-            .env_remove("RUSTFLAGS")
-            .status()
-            .unwrap();
-        assert!(status.success(), "building the example failed");
-    });
-    target.join("debug/examples/multipy")
-}
 
 fn run(args: &[&str]) -> Output {
     Command::new(example())

@@ -609,7 +609,8 @@ fn order_run(args: &[&Path], how: &str) -> String {
 
 // Initialisers in glibc's order (`_dl_sort_maps` over the breadth-first load order,
 // run from the end): a library needing `b` then `e`, `b` needing `d`: `d`, `e`, `b`,
-// then the library; fini functions at `dlclose` the other way round.
+// then the library; fini functions at `dlclose` the other way round, each library's
+// `atexit` handlers run by its own `__cxa_finalize` after its destructors.
 #[test]
 fn init_and_fini_order_of_one_load() {
     let dir = common::out_dir().join("order/one");
@@ -621,13 +622,15 @@ fn init_and_fini_order_of_one_load() {
     let text = order_run(&[&a], "unload");
     assert_eq!(
         text,
-        "init d\ninit e\ninit b\ninit a\nloaded\nfini a\nfini b\nfini e\nfini d\nunloaded\n"
+        "init d\ninit e\ninit b\ninit a\nloaded\n\
+         fini a\natexit a\nfini b\natexit b\nfini e\natexit e\nfini d\natexit d\nunloaded\n"
     );
 }
 
-// At exit (`_dl_fini`), two unrelated loads are finalised in the order they were
-// loaded (glibc's sort keeps load order where no dependency says otherwise), each
-// object before its dependencies.
+// At exit, the `atexit` handlers first, newest first (`__run_exit_handlers`, before
+// `_dl_fini`), then the fini functions: two unrelated loads are finalised in the order
+// they were loaded (glibc's sort keeps load order where no dependency says otherwise),
+// each object before its dependencies.
 #[test]
 fn fini_order_at_exit() {
     let dir = common::out_dir().join("order/exit");
@@ -638,7 +641,8 @@ fn fini_order_at_exit() {
     let text = order_run(&[&e, &b], "exit");
     assert_eq!(
         text,
-        "init e\nloaded\ninit d\ninit b\nloaded\nfini e\nfini b\nfini d\n"
+        "init e\nloaded\ninit d\ninit b\nloaded\n\
+         atexit b\natexit d\natexit e\nfini e\nfini b\nfini d\n"
     );
 }
 
@@ -667,6 +671,6 @@ fn a_constructor_may_open_and_close_its_own_library() {
     let text = order_run(&[&lib], "unload");
     assert_eq!(
         text,
-        "init selfish\nself dlopen ok\nself dlclose 0\nloaded\nfini selfish\nunloaded\n"
+        "init selfish\nself dlopen ok\nself dlclose 0\nloaded\nfini selfish\natexit selfish\nunloaded\n"
     );
 }
