@@ -1,7 +1,9 @@
-//! The numpy scenario's demo: the `multipy` CLI example (integration-tests) run three
+//! The numpy scenario's demo: the `multipy` CLI example (integration-tests) run four
 //! ways: the seed's numpy example in two interpreters, fib(30) on two threads of one
-//! interpreter vs two interpreters, and one of numpy's own test modules under pytest in
-//! two interpreters at once.
+//! interpreter vs two interpreters, one of numpy's own test modules under pytest in
+//! two interpreters at once, and popular binary wheels from PyPI (scipy, pandas with
+//! pyarrow, duckdb, numba, ...: `integration-tests/wheels/smoke.py`) in two
+//! interpreters.
 
 use crate::steps::{cargo, root};
 use anyhow::{bail, Context, Result};
@@ -117,14 +119,33 @@ pub fn run() -> Result<String> {
         .filter(|l| l.contains(" passed"))
         .map(|l| l.split_once("] ").map_or(l, |(_, r)| r))
         .collect();
+    println!("\n  4. popular PyPI wheels (scipy, pandas with pyarrow, duckdb, numba, scikit-learn, opencv, ...) in two interpreters");
+    let wheels = crate::venv::ensure_wheels()?;
+    let smoke = root().join("integration-tests/wheels/smoke.py");
+    let out = multipy(&[
+        "-n",
+        "2",
+        "--venv",
+        &wheels.to_string_lossy(),
+        &smoke.to_string_lossy(),
+    ])?;
+    let smoke_lines: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("] smoke: "))
+        .map(|l| l.split_once("] ").map_or(l, |(_, r)| r))
+        .collect();
+    if smoke_lines.len() != 2 || smoke_lines.iter().any(|l| !l.ends_with(" 0 failed")) {
+        bail!("the wheel smoke script failed in an interpreter: {smoke_lines:?}");
+    }
     // The speedup needs two idle cores; say how busy the machine was.
     let load = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|l| l.split_whitespace().next().map(str::to_string))
         .unwrap_or_else(|| "unknown".into());
     Ok(format!(
-        "numpy in 2 interpreters; fib(30) twice: {one:.2} s on one interpreter, {two:.2} s on two (best of 3; speedup {:.2}x, load average {load}); pytest test_pocketfft: {}",
+        "numpy in 2 interpreters; fib(30) twice: {one:.2} s on one interpreter, {two:.2} s on two (best of 3; speedup {:.2}x, load average {load}); pytest test_pocketfft: {}; PyPI wheels: {}",
         one / two,
-        passed.join(" / ")
+        passed.join(" / "),
+        smoke_lines.join(" / ")
     ))
 }
