@@ -347,6 +347,44 @@ def dispatch(op, *args):
     return (status, "".join(parts[1]), "".join(parts[2]), etype, emsg, etb, code, value)
 
 
+def _remote_exception(e):
+    """`e` with its formatted traceback, pickled as ProcessPoolExecutor's workers pickle
+    a task's exception: unpickled, it is `e` again with `__cause__` set to a
+    `_RemoteTraceback` holding the worker's traceback text."""
+    from concurrent.futures.process import _ExceptionWithTraceback
+
+    return _ExceptionWithTraceback(e, e.__traceback__)
+
+
+def call_pickled(payload, buffers):
+    """Runs one task of the host: `payload` is `(function, args, kwargs)` pickled with
+    protocol 5, its out-of-band buffers the objects in `buffers` (views of the host's
+    memory, no copy). Returns (status, data, views): status 0 and the pickled result,
+    or 1 and the pickled exception (with its traceback, see `_remote_exception`); views
+    are the out-of-band buffers of that pickle, lent to the host until it releases
+    them. Output goes where the interpreter's output goes (no per-call capture)."""
+    import pickle
+
+    try:
+        fn, args, kwargs = pickle.loads(payload, buffers=buffers)
+        value, status = fn(*args, **kwargs), 0
+    except BaseException as e:
+        value, status = _remote_exception(e), 1
+    out = []
+    try:
+        data = pickle.dumps(value, protocol=5, buffer_callback=out.append)
+    except BaseException as e:
+        err = (type(e).__name__ + ": " + str(e)) if status == 0 else repr(value.exc)
+        what = "result" if status == 0 else "exception"
+        out = []
+        value, status = (
+            _remote_exception(RuntimeError(f"the task's {what} could not be pickled ({err})")),
+            1,
+        )
+        data = pickle.dumps(value, protocol=5)
+    return status, data, [b.raw() for b in out]
+
+
 def before_finalize():
     """Threads other than the main one still alive (daemon threads)."""
     me = threading.main_thread()

@@ -1,7 +1,7 @@
 //! [`Interpreter`]: one CPython interpreter in a libpython copy of its own, with a main
 //! thread of its own, callable from any thread.
 
-use super::buffer::{Block, SharedBuffer};
+use super::buffer::SharedBuffer;
 use super::error::{Error, Output, PythonException, Result};
 use super::python::{PythonInstall, PythonSpec};
 use super::runner::{self, Loaded, MpConfig, MpResult, FIELDS};
@@ -134,7 +134,57 @@ struct Host {
     forward: Option<Sink>,
     background: Option<Sink>,
     orphan: Mutex<Output>,
-    buffers: Mutex<HashMap<u64, Arc<Block>>>,
+    /// What keeps host memory alive while this interpreter has a view of it, by id.
+    buffers: Mutex<HashMap<u64, KeepAlive>>,
+}
+
+/// What keeps host memory alive while an interpreter has a view of it (a
+/// [`SharedBuffer`]'s block, or whatever owns a [`LentBuffer`]'s memory): dropped when
+/// the interpreter's last view is gone, or after the interpreter is unloaded.
+pub type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+
+/// Host memory lent to an interpreter for one [`Interpreter::call_pickled`]: an
+/// out-of-band buffer of the task's pickle, seen there without a copy.
+pub struct LentBuffer {
+    /// Its first byte.
+    pub ptr: *const u8,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Read-only in the interpreter.
+    pub readonly: bool,
+    /// Keeps `ptr..ptr+len` valid; dropped when the interpreter no longer sees it.
+    pub keep: KeepAlive,
+}
+
+/// An out-of-band buffer of a pickled call's result: the interpreter's memory, lent to
+/// the host until [`Interpreter::release_borrowed`] (or a later call's `release` list)
+/// gives it back, or the interpreter is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BorrowedBuffer {
+    /// Its first byte.
+    pub ptr: *const u8,
+    /// Its length in bytes.
+    pub len: usize,
+    /// The interpreter exported it read-only.
+    pub readonly: bool,
+    /// The interpreter's id for it, for the release.
+    pub id: u64,
+}
+
+// SAFETY: a description of memory (address, length, id); using it is the holder's
+// business, under the interpreter's lending contract.
+unsafe impl Send for BorrowedBuffer {}
+
+/// The answer of [`Interpreter::call_pickled`].
+#[derive(Debug)]
+pub struct PickledReply {
+    /// The task raised: `payload` is the pickled exception (with the worker's traceback
+    /// as ProcessPoolExecutor carries it), not its result.
+    pub raised: bool,
+    /// The result or exception, pickled with protocol 5.
+    pub payload: Vec<u8>,
+    /// The pickle's out-of-band buffers, lent by the interpreter.
+    pub buffers: Vec<BorrowedBuffer>,
 }
 
 /// The runner's `write` callback.
@@ -653,7 +703,7 @@ impl Interpreter {
             .buffers
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(id, buffer.block.clone());
+            .insert(id, buffer.block.clone() as KeepAlive);
         let mut err: *mut c_char = std::ptr::null_mut();
         // SAFETY: the block stays allocated while the host holds it (until release(id)
         // or this interpreter is unloaded); the name outlives the call.
@@ -674,6 +724,118 @@ impl Interpreter {
             });
         }
         Ok(())
+    }
+
+    /// Runs a task sent as a pickle (protocol 5) of `(function, args, kwargs)` whose
+    /// out-of-band buffers are `buffers` (seen in the interpreter as buffer-protocol
+    /// objects over the same memory, read-only or not as each says): the function is
+    /// found by its qualified name as pickle finds it, called on the calling thread under
+    /// this interpreter's GIL, and its result (or exception) pickled back with its own
+    /// out-of-band buffers lent to the host, not copied. `release` gives back the
+    /// borrowed buffers of earlier replies the host is done with. Output goes to the
+    /// interpreter's sink (no per-call capture).
+    ///
+    /// # Safety
+    /// Each buffer's memory stays valid (and, if not read-only, writable) as long as its
+    /// `keep` lives; the host must not write a read-only one while the interpreter may
+    /// read it.
+    pub unsafe fn call_pickled(
+        &self,
+        payload: &[u8],
+        buffers: Vec<LentBuffer>,
+        release: &[u64],
+    ) -> Result<PickledReply> {
+        let fns = self.loaded().fns;
+        let mut lent = Vec::with_capacity(buffers.len());
+        {
+            let mut held = self.host.buffers.lock().unwrap_or_else(|e| e.into_inner());
+            for b in buffers {
+                let id = NEXT_BUFFER.fetch_add(1, Ordering::Relaxed);
+                held.insert(id, b.keep);
+                lent.push(runner::MpBuffer {
+                    ptr: b.ptr as *mut c_void,
+                    len: b.len,
+                    readonly: c_int::from(b.readonly),
+                    id,
+                });
+            }
+        }
+        let mut out = runner::MpPickled {
+            status: -1,
+            payload: std::ptr::null_mut(),
+            payload_len: 0,
+            buffers: std::ptr::null_mut(),
+            nbuffers: 0,
+            error: std::ptr::null_mut(),
+        };
+        // SAFETY: the copy is alive (self is borrowed); the payload, buffer table and
+        // release list outlive the call; each lent buffer's memory is kept alive by its
+        // `keep`, held in `host.buffers` until the copy's release callback (the caller's
+        // contract for the memory itself).
+        let status = unsafe {
+            (fns.call_pickled)(
+                payload.as_ptr().cast(),
+                payload.len(),
+                lent.as_ptr(),
+                lent.len(),
+                release.as_ptr(),
+                release.len(),
+                &mut out,
+            )
+        };
+        let borrowed: Vec<BorrowedBuffer> = (0..out.nbuffers)
+            .map(|i| {
+                // SAFETY: runner.c filled `nbuffers` entries of the array.
+                let b = unsafe { *out.buffers.add(i) };
+                BorrowedBuffer {
+                    ptr: b.ptr as *const u8,
+                    len: b.len,
+                    readonly: b.readonly != 0,
+                    id: b.id,
+                }
+            })
+            .collect();
+        let data = if out.payload.is_null() {
+            Vec::new()
+        } else {
+            // SAFETY: payload_len bytes malloc'd by runner.c.
+            unsafe { std::slice::from_raw_parts(out.payload.cast::<u8>(), out.payload_len) }
+                .to_vec()
+        };
+        // SAFETY: both malloc'd by runner.c (or null), freed once.
+        unsafe {
+            (fns.free)(out.payload.cast());
+            (fns.free)(out.buffers.cast());
+        }
+        if status < 0 {
+            return Err(Error::Host {
+                interpreter: self.id,
+                message: take_c_string(self.loaded(), out.error),
+            });
+        }
+        Ok(PickledReply {
+            raised: status == 1,
+            payload: data,
+            buffers: borrowed,
+        })
+    }
+
+    /// Gives back borrowed buffers of earlier [`Interpreter::call_pickled`] replies (by
+    /// id; unknown ids are ignored). Takes this interpreter's GIL.
+    pub fn release_borrowed(&self, ids: &[u64]) {
+        if ids.is_empty() {
+            return;
+        }
+        // SAFETY: the copy is alive; the id list outlives the call.
+        unsafe { (self.loaded().fns.release_lent)(ids.as_ptr(), ids.len()) };
+    }
+
+    /// Raises `KeyboardInterrupt` in the thread `ident` (its `threading.get_ident()`,
+    /// the pthread id of a thread running this interpreter's code) at its next bytecode
+    /// boundary. Whether such a thread was found.
+    pub fn interrupt(&self, ident: u64) -> bool {
+        // SAFETY: the copy is alive; plain integer argument.
+        unsafe { (self.loaded().fns.interrupt)(ident as std::ffi::c_ulong) > 0 }
     }
 
     /// Number of shared buffers (views) this interpreter's Python objects hold.

@@ -35,7 +35,10 @@ mod runner;
 
 pub use buffer::SharedBuffer;
 pub use error::{Error, Output, PythonException, Result};
-pub use interpreter::{main_stack_size, Config, Interpreter, Reply, Sink, Stream};
+pub use interpreter::{
+    main_stack_size, BorrowedBuffer, Config, Interpreter, KeepAlive, LentBuffer, PickledReply,
+    Reply, Sink, Stream,
+};
 pub use python::{PythonInstall, PythonSpec, SUPPORTED};
 pub use runner::cache_dir as runner_cache_dir;
 

@@ -13,6 +13,10 @@
  *   mp_dispatch    from any thread: under this copy's GIL, calls the host module's
  *                  dispatch(op, *args) and copies the result strings out;
  *   mp_share_buffer exposes host memory as a buffer-protocol object;
+ *   mp_call_pickled from any thread: runs a task given as a pickle (protocol 5) whose
+ *                  out-of-band buffers are host memory, and lends the host the
+ *                  out-of-band buffers of the result's pickle until mp_release_lent;
+ *   mp_interrupt   raises KeyboardInterrupt in a thread running in this copy;
  *   mp_finalize    on the main thread: Py_FinalizeEx;
  *   mp_free        frees strings this file allocated.
  * No entry point lets a Python exception or a C++ exception escape: errors are strings. */
@@ -24,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MP_ABI 4
+#define MP_ABI 5
 #define MP_FIELDS 8
 
 typedef void (*mp_write_fn)(void *host, int stream, const char *data, size_t len);
@@ -345,6 +349,160 @@ int mp_share_buffer(const char *name, void *ptr, size_t len, int readonly, uint6
     return rc;
 }
 
+/* One out-of-band buffer of a pickled call: host memory lent to this copy (released
+ * through the host's release callback with its id when the last view is gone), or this
+ * copy's memory lent to the host (held until mp_release_lent(id)). */
+struct mp_buffer {
+    void *ptr;
+    size_t len;
+    int readonly;
+    uint64_t id;
+};
+
+/* A pickled call's answer. status: 0 the task returned, 1 it raised (payload is then
+ * the pickled exception), -1 the call could not be made (error says why). payload and
+ * buffers are malloc'd (mp_free). */
+struct mp_pickled {
+    int status;
+    char *payload;
+    size_t payload_len;
+    struct mp_buffer *buffers;
+    size_t nbuffers;
+    char *error;
+};
+
+/* The result buffers lent to the host: each a Py_buffer held until released. */
+typedef struct {
+    uint64_t id;
+    Py_buffer view;
+} Lent;
+static Lent *g_lent;
+static size_t g_nlent, g_caplent;
+static uint64_t g_next_lent = 1;
+
+/* Releases the lent buffers with these ids (unknown ids are ignored). GIL held. */
+static void release_lent(const uint64_t *ids, size_t n) {
+    for (size_t k = 0; k < n; k++) {
+        for (size_t i = 0; i < g_nlent; i++) {
+            if (g_lent[i].id == ids[k]) {
+                PyBuffer_Release(&g_lent[i].view);
+                g_lent[i] = g_lent[--g_nlent];
+                break;
+            }
+        }
+    }
+}
+
+/* Lends the buffer of `obj` (a contiguous memoryview) to the host: out receives its
+ * address, length, read-only flag and id. GIL held; 0 or -1 with an exception. */
+static int lend(PyObject *obj, struct mp_buffer *out) {
+    if (g_nlent == g_caplent) {
+        size_t cap = g_caplent ? 2 * g_caplent : 16;
+        Lent *n = realloc(g_lent, cap * sizeof *n);
+        if (!n) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        g_lent = n;
+        g_caplent = cap;
+    }
+    Lent *l = &g_lent[g_nlent];
+    if (PyObject_GetBuffer(obj, &l->view, PyBUF_SIMPLE) < 0) return -1;
+    l->id = g_next_lent++;
+    g_nlent++;
+    out->ptr = l->view.buf;
+    out->len = (size_t)l->view.len;
+    out->readonly = l->view.readonly;
+    out->id = l->id;
+    return 0;
+}
+
+/* Runs _multipy_host.call_pickled(payload, buffers) under this copy's GIL, from any
+ * thread; first releases the lent buffers listed in `release`. Returns out->status. */
+int mp_call_pickled(const char *payload, size_t len, const struct mp_buffer *in, size_t nin,
+                    const uint64_t *release, size_t nrelease, struct mp_pickled *out) {
+    memset(out, 0, sizeof *out);
+    out->status = -1;
+    PyGILState_STATE g = PyGILState_Ensure();
+    release_lent(release, nrelease);
+    PyObject *mod = PyImport_AddModule("_multipy_host"); /* borrowed */
+    PyObject *f = mod ? PyObject_GetAttrString(mod, "call_pickled") : NULL;
+    PyObject *data = f ? PyBytes_FromStringAndSize(payload, (Py_ssize_t)len) : NULL;
+    PyObject *bufs = data ? PyList_New((Py_ssize_t)nin) : NULL;
+    size_t wrapped = 0;
+    for (; bufs && wrapped < nin; wrapped++) {
+        SharedBuffer *b = PyObject_New(SharedBuffer, &SharedBufferType);
+        if (!b) {
+            Py_CLEAR(bufs);
+            break;
+        }
+        b->ptr = in[wrapped].ptr;
+        b->len = (Py_ssize_t)in[wrapped].len;
+        b->readonly = in[wrapped].readonly;
+        b->id = in[wrapped].id;
+        PyList_SET_ITEM(bufs, (Py_ssize_t)wrapped, (PyObject *)b);
+    }
+    /* A buffer wrapped in an object is given back by its deallocator; the others now. */
+    for (size_t j = bufs ? nin : wrapped; j < nin; j++)
+        if (g_release) g_release(g_host, in[j].id);
+    PyObject *res = bufs ? PyObject_CallFunctionObjArgs(f, data, bufs, NULL) : NULL;
+    Py_XDECREF(bufs);
+    Py_XDECREF(data);
+    Py_XDECREF(f);
+    PyObject *status = NULL, *pickled = NULL, *views = NULL;
+    if (res && PyTuple_Check(res) && PyTuple_GET_SIZE(res) == 3) {
+        status = PyTuple_GET_ITEM(res, 0);
+        pickled = PyTuple_GET_ITEM(res, 1);
+        views = PyTuple_GET_ITEM(res, 2);
+    }
+    if (status && PyBytes_Check(pickled) && PyList_Check(views)) {
+        Py_ssize_t n = PyList_GET_SIZE(views);
+        out->buffers = calloc((size_t)n + 1, sizeof *out->buffers);
+        out->payload = malloc((size_t)PyBytes_GET_SIZE(pickled) + 1);
+        int ok = out->buffers && out->payload;
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            if (lend(PyList_GET_ITEM(views, i), &out->buffers[i]) < 0) ok = 0;
+            else out->nbuffers++;
+        }
+        if (ok) {
+            memcpy(out->payload, PyBytes_AS_STRING(pickled), (size_t)PyBytes_GET_SIZE(pickled));
+            out->payload_len = (size_t)PyBytes_GET_SIZE(pickled);
+            out->status = (int)PyLong_AsLong(status);
+        } else {
+            for (size_t i = 0; i < out->nbuffers; i++) release_lent(&out->buffers[i].id, 1);
+            free(out->buffers);
+            free(out->payload);
+            out->buffers = NULL;
+            out->payload = NULL;
+            out->nbuffers = 0;
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+        }
+    } else if (res && !PyErr_Occurred()) {
+        PyErr_SetString(PyExc_TypeError, "call_pickled() returned no (status, bytes, list)");
+    }
+    Py_XDECREF(res);
+    if (out->status == -1) out->error = take_error("multipy pickled call");
+    PyGILState_Release(g);
+    return out->status;
+}
+
+/* Releases the lent buffers with these ids, under this copy's GIL. */
+void mp_release_lent(const uint64_t *ids, size_t n) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    release_lent(ids, n);
+    PyGILState_Release(g);
+}
+
+/* Raises KeyboardInterrupt asynchronously in the thread `ident` (a threading.get_ident()
+ * value) of this copy, at its next bytecode boundary. Returns the number of threads
+ * found (0 or 1). */
+int mp_interrupt(unsigned long ident) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    int n = PyThreadState_SetAsyncExc(ident, PyExc_KeyboardInterrupt);
+    PyGILState_Release(g);
+    return n;
+}
+
 /* On the main thread: takes the GIL back and finalises. Returns Py_FinalizeEx's result;
  * *live_threads is the number of Python threads other than the main one still running
  * just before finalisation (daemon threads: they may still be inside this copy). */
@@ -359,6 +517,10 @@ int mp_finalize(int *live_threads) {
     Py_XDECREF(n);
     Py_XDECREF(f);
     Py_CLEAR(g_dispatch);
+    for (size_t i = 0; i < g_nlent; i++) PyBuffer_Release(&g_lent[i].view);
+    free(g_lent);
+    g_lent = NULL;
+    g_nlent = g_caplent = 0;
     int rc = Py_FinalizeEx();
     g_main = NULL;
     return rc;

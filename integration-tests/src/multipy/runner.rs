@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// The source, embedded so that the layer needs no file of the repository at run time.
 const SOURCE: &str = include_str!("runner.c");
 /// Must equal `MP_ABI` in runner.c.
-pub const ABI: u32 = 4;
+pub const ABI: u32 = 5;
 /// Fields of `struct mp_result`.
 pub const FIELDS: usize = 8;
 
@@ -79,6 +79,52 @@ pub type DispatchFn =
 /// `int mp_share_buffer(const char *name, void *ptr, size_t len, int ro, uint64_t id, char **error)`.
 pub type ShareBufferFn =
     unsafe extern "C" fn(*const c_char, *mut c_void, usize, c_int, u64, *mut *mut c_char) -> c_int;
+/// `struct mp_buffer` of runner.c: an out-of-band buffer of a pickled call.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct MpBuffer {
+    /// Its first byte.
+    pub ptr: *mut c_void,
+    /// Its length in bytes.
+    pub len: usize,
+    /// Read-only (non-zero) or writable.
+    pub readonly: c_int,
+    /// The host's id (host memory) or the copy's (lent memory).
+    pub id: u64,
+}
+
+/// `struct mp_pickled` of runner.c: a pickled call's answer.
+#[repr(C)]
+pub struct MpPickled {
+    /// 0 returned, 1 raised, -1 could not call.
+    pub status: c_int,
+    /// The pickled result or exception (malloc'd).
+    pub payload: *mut c_char,
+    /// Its length.
+    pub payload_len: usize,
+    /// The result's out-of-band buffers lent to the host (malloc'd array).
+    pub buffers: *mut MpBuffer,
+    /// How many.
+    pub nbuffers: usize,
+    /// Why the call could not be made (malloc'd), or null.
+    pub error: *mut c_char,
+}
+
+/// `int mp_call_pickled(const char *payload, size_t len, const struct mp_buffer *in,
+/// size_t nin, const uint64_t *release, size_t nrelease, struct mp_pickled *out)`.
+pub type CallPickledFn = unsafe extern "C" fn(
+    *const c_char,
+    usize,
+    *const MpBuffer,
+    usize,
+    *const u64,
+    usize,
+    *mut MpPickled,
+) -> c_int;
+/// `void mp_release_lent(const uint64_t *ids, size_t n)`.
+pub type ReleaseLentFn = unsafe extern "C" fn(*const u64, usize);
+/// `int mp_interrupt(unsigned long ident)`.
+pub type InterruptFn = unsafe extern "C" fn(std::ffi::c_ulong) -> c_int;
 /// `int mp_finalize(int *live_threads)`.
 pub type FinalizeFn = unsafe extern "C" fn(*mut c_int) -> c_int;
 /// `void mp_free(void *)`.
@@ -93,6 +139,12 @@ pub struct RunnerFns {
     pub dispatch: DispatchFn,
     /// `mp_share_buffer`.
     pub share_buffer: ShareBufferFn,
+    /// `mp_call_pickled`.
+    pub call_pickled: CallPickledFn,
+    /// `mp_release_lent`.
+    pub release_lent: ReleaseLentFn,
+    /// `mp_interrupt`.
+    pub interrupt: InterruptFn,
     /// `mp_finalize`.
     pub finalize: FinalizeFn,
     /// `mp_free`.
@@ -182,6 +234,9 @@ pub fn load(install: &PythonInstall, name: &str) -> Result<Loaded> {
             initialize: function::<InitializeFn>(&runner, &so, "mp_initialize")?,
             dispatch: function::<DispatchFn>(&runner, &so, "mp_dispatch")?,
             share_buffer: function::<ShareBufferFn>(&runner, &so, "mp_share_buffer")?,
+            call_pickled: function::<CallPickledFn>(&runner, &so, "mp_call_pickled")?,
+            release_lent: function::<ReleaseLentFn>(&runner, &so, "mp_release_lent")?,
+            interrupt: function::<InterruptFn>(&runner, &so, "mp_interrupt")?,
             finalize: function::<FinalizeFn>(&runner, &so, "mp_finalize")?,
             free: function::<FreeFn>(&runner, &so, "mp_free")?,
         }

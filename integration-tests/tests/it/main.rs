@@ -19,4 +19,5 @@ mod multipy_common;
 mod multipy_example;
 mod multipy_many;
 mod multipy_numpy_suite;
+mod multipy_pickled;
 mod multipy_profiler;
