@@ -156,6 +156,10 @@ pub struct LentBuffer {
     pub keep: KeepAlive,
 }
 
+// SAFETY: a description of memory whose validity `keep` (Send + Sync) guarantees; the
+// pointer is only dereferenced by the interpreter under its lending contract.
+unsafe impl Send for LentBuffer {}
+
 /// An out-of-band buffer of a pickled call's result: the interpreter's memory, lent to
 /// the host until [`Interpreter::release_borrowed`] (or a later call's `release` list)
 /// gives it back, or the interpreter is dropped.

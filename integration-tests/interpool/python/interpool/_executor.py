@@ -1,0 +1,409 @@
+"""The executor and the worker interpreters.
+
+``InterpreterPoolExecutor`` is, as CPython 3.14's, a ``ThreadPoolExecutor`` whose
+worker threads each own an interpreter: the futures, the work queue, ``shutdown``,
+``cancel_futures`` and the exit hook are the standard library's own; a task goes from
+the worker thread into that thread's interpreter as a protocol-5 pickle, and comes back
+the same way. The host's GIL is released while the interpreter runs the task.
+"""
+
+import concurrent.futures
+import functools
+import itertools
+import multiprocessing.spawn
+import os
+import pickle
+import sys
+import threading
+import types
+import weakref
+from concurrent.futures import thread as _thread
+
+from . import _native
+
+InterpreterError = _native.InterpreterError
+RemoteBuffer = _native.RemoteBuffer
+
+__all__ = [
+    "InterpreterPoolExecutor",
+    "BrokenInterpreterPool",
+    "Interpreter",
+    "InterpreterError",
+    "RemoteBuffer",
+    "writable",
+]
+
+
+class BrokenInterpreterPool(_thread.BrokenThreadPool):
+    """The pool cannot run tasks any more: a worker interpreter could not start, its
+    initializer failed, or a task broke its interpreter. (A crash in C code, such as a
+    segmentation fault, ends the whole process, as it would a thread pool's.)"""
+
+
+# ---------------------------------------------------------------------------------
+# Out-of-band buffers: read-only unless asked otherwise.
+
+_marks = threading.local()
+
+
+class _Writable:
+    """A value whose buffer the worker may write (see `writable`). Pickles exactly as
+    the value it wraps, recording the value's memory region on the way."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __reduce_ex__(self, protocol):
+        regions = getattr(_marks, "regions", None)
+        if regions is not None:
+            regions.add(_native.buffer_region(self.obj))
+        return self.obj.__reduce_ex__(protocol)
+
+
+def writable(obj):
+    """Marks `obj` (a numpy array, `bytearray`, ... anything exporting a writable,
+    contiguous buffer) as shared writable with the worker: the task sees the same
+    memory and its writes are the caller's. Arguments are read-only in the worker
+    otherwise."""
+    return _Writable(obj)
+
+
+def _dumps(value):
+    """`value` pickled with protocol 5: (data, out-of-band buffers, writable flags)."""
+    found = []
+    _marks.regions = set()
+    try:
+        data = pickle.dumps(value, protocol=5, buffer_callback=found.append)
+        regions = _marks.regions
+    finally:
+        _marks.regions = None
+    raws = [b.raw() for b in found]
+    flags = [bool(regions) and _native.buffer_region(r) in regions for r in raws]
+    return data, raws, flags
+
+
+# ---------------------------------------------------------------------------------
+# Helpers that must exist, under the same name, in the host and in every worker: the
+# module is made from this source in both (pickle refers to its functions by name).
+
+_TASKS_MODULE = "_interpool_tasks"
+_TASKS_SOURCE = '''
+"""interpool's helpers, made from the same source in the host and in every worker."""
+
+
+def run_chunk(fn, chunk):
+    """One chunk of `InterpreterPoolExecutor.map(..., chunksize=N)`."""
+    return [fn(*args) for args in chunk]
+'''
+
+
+def _tasks_module():
+    m = sys.modules.get(_TASKS_MODULE)
+    if m is None:
+        m = types.ModuleType(_TASKS_MODULE)
+        exec(compile(_TASKS_SOURCE, f"<{_TASKS_MODULE}>", "exec"), m.__dict__)
+        sys.modules[_TASKS_MODULE] = m
+    return m
+
+
+# A worker re-imports the host's main script (as the spawn start method does), which
+# may import interpool: there `interpool._native` is this stand-in, so the import works
+# and a pool made inside a worker fails with this message, instead of a second copy of
+# the native extension being loaded into the worker.
+_NATIVE_STANDIN = '''
+"""interpool's native extension does not load in a worker interpreter."""
+
+_WHY = "interpool cannot start interpreters from inside one of its worker interpreters"
+
+
+class InterpreterError(RuntimeError):
+    pass
+
+
+class RemoteBuffer:
+    pass
+
+
+class Interpreter:
+    def __init__(self, *args, **kwargs):
+        raise InterpreterError(_WHY)
+
+
+def buffer_region(obj):
+    raise InterpreterError(_WHY)
+'''
+
+_WORKER_SETUP = f"""
+import sys, types
+def _module(name, source):
+    if name not in sys.modules:
+        m = types.ModuleType(name)
+        exec(compile(source, '<' + name + '>', 'exec'), m.__dict__)
+        sys.modules[name] = m
+_module({_TASKS_MODULE!r}, {_TASKS_SOURCE!r})
+_module('interpool._native', {_NATIVE_STANDIN!r})
+del _module
+"""
+
+
+def _host_executable():
+    return getattr(sys, "_base_executable", None) or sys.executable
+
+
+def _host_venv():
+    return sys.prefix if sys.prefix != sys.base_prefix else None
+
+
+# ---------------------------------------------------------------------------------
+# One worker interpreter.
+
+
+class Interpreter:
+    """One interpreter of this process, of the same CPython as the host, seeing the same
+    virtual environment, `sys.path` and `__main__` module (prepared as
+    `multiprocessing`'s spawn start method prepares a child).
+
+    `call(fn, *args, **kwargs)` runs `fn` there (found by qualified name, as pickle finds
+    it) and returns its result or raises its exception, with the worker's traceback as
+    `__cause__`; `run(code)` executes source in its `__main__`; `close()` finalises it.
+    Its output goes to this process's standard output and error."""
+
+    def __init__(self, *, writable_results=False, prepare=True):
+        self._native = _native.Interpreter(
+            _host_executable(), _host_venv(), writable_results
+        )
+        self._native.run(_WORKER_SETUP)
+        if prepare:
+            data = multiprocessing.spawn.get_preparation_data("interpool-worker")
+            # An AuthenticationString refuses pickling outside multiprocessing's own
+            # spawning; the worker gets the same key as plain bytes.
+            if "authkey" in data:
+                data["authkey"] = bytes(data["authkey"])
+            self.call(multiprocessing.spawn.prepare, data)
+
+    @property
+    def id(self):
+        """This interpreter's number in the process."""
+        return self._native.id
+
+    @property
+    def closed(self):
+        return self._native.closed
+
+    def run(self, code):
+        """Runs `code` (source text) in the interpreter's `__main__`; an exception there
+        raises `InterpreterError` with its traceback."""
+        self._native.run(code)
+
+    def call(self, fn, /, *args, **kwargs):
+        """`fn(*args, **kwargs)` in this interpreter."""
+        data, buffers, flags = _dumps((fn, args, kwargs))
+        raised, payload, result_buffers = self._native.call_pickled(data, buffers, flags)
+        value = pickle.loads(payload, buffers=result_buffers)
+        if raised:
+            try:
+                raise value
+            finally:
+                value = None
+        return value
+
+    def interrupt(self, thread_id):
+        """Raises KeyboardInterrupt in the thread `thread_id` (`threading.get_ident()`)
+        while it runs a call in this interpreter. Whether it was."""
+        return self._native.interrupt(thread_id)
+
+    def close(self):
+        """Finalises and unloads the interpreter (result buffers it lent keep its memory
+        until they are garbage). Idempotent."""
+        self._native.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return repr(self._native)
+
+
+# ---------------------------------------------------------------------------------
+# The executor.
+
+_worker = threading.local()
+
+
+class _WorkerState:
+    """A worker thread's interpreter; closed when the thread ends (its thread-local
+    storage is freed) or when the pool shuts down."""
+
+    def __init__(self, interp):
+        self.interp = interp
+        self.running = False
+
+    def __del__(self):
+        try:
+            self.interp.close()
+        except Exception:
+            pass
+
+
+def _start_worker(pool_ref, writable_results, initializer, initargs):
+    """The worker thread's initializer: starts its interpreter, then runs the user's
+    initializer there. Any failure breaks the pool (ThreadPoolExecutor's
+    `_initializer_failed`)."""
+    interp = Interpreter(writable_results=writable_results)
+    state = _WorkerState(interp)
+    _worker.state = state
+    pool = pool_ref()
+    if pool is not None:
+        with pool._states_lock:
+            pool._states.append(state)
+        del pool
+    if initializer is not None:
+        interp.call(initializer, *initargs)
+
+
+def _run_task(pool_ref, fn, args, kwargs):
+    """Runs in a worker thread of the pool: the task, in that thread's interpreter."""
+    state = getattr(_worker, "state", None)
+    if state is None or state.interp.closed:
+        raise BrokenInterpreterPool("this worker has no interpreter")
+    state.running = True
+    try:
+        return state.interp.call(fn, *args, **kwargs)
+    except InterpreterError as e:
+        pool = pool_ref()
+        if pool is not None:
+            pool._interpreter_broke(str(e))
+        raise BrokenInterpreterPool(f"a task broke its worker interpreter: {e}") from e
+    finally:
+        state.running = False
+
+
+def _chunks(chunksize, iterables):
+    it = zip(*iterables)
+    while True:
+        chunk = tuple(itertools.islice(it, chunksize))
+        if not chunk:
+            return
+        yield chunk
+
+
+class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
+    """An Executor running calls in a pool of at most `max_workers` interpreters of this
+    process, each in a worker thread of its own (CPython 3.14's
+    `concurrent.futures.InterpreterPoolExecutor`, here with any C extension).
+
+    Callables, arguments and results are pickled (protocol 5): functions by qualified
+    name, as `ProcessPoolExecutor` sends them, so they must be importable in the worker
+    (defined in a module, or in the main script under `if __name__ == "__main__":`
+    guard, as with the spawn start method). Out-of-band buffers are shared without a
+    copy: read-only in the worker unless wrapped with `interpool.writable(...)`;
+    a result's buffers are read-only views of the worker's memory unless
+    `writable_results=True`.
+
+    `initializer(*initargs)` runs in each worker interpreter when it starts; if it
+    raises, or an interpreter cannot start, the pool is broken (`BrokenInterpreterPool`
+    for pending and later tasks). A task's exception is raised by `Future.result()`
+    with the worker's traceback as its `__cause__`.
+    """
+
+    _counter = itertools.count().__next__
+
+    def __init__(
+        self,
+        max_workers=None,
+        thread_name_prefix="",
+        initializer=None,
+        initargs=(),
+        *,
+        writable_results=False,
+    ):
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        thread_name_prefix = thread_name_prefix or (
+            f"InterpreterPoolExecutor-{self._counter()}"
+        )
+        self._states = []
+        self._states_lock = threading.Lock()
+        self._user_initializer = initializer
+        _tasks_module()
+        start = functools.partial(
+            _start_worker, weakref.ref(self), writable_results, initializer, tuple(initargs)
+        )
+        super().__init__(max_workers, thread_name_prefix, start, ())
+
+    def submit(self, fn, /, *args, **kwargs):
+        if self._broken:
+            raise BrokenInterpreterPool(self._broken)
+        return super().submit(_run_task, weakref.ref(self), fn, args, kwargs)
+
+    submit.__doc__ = concurrent.futures.Executor.submit.__doc__
+
+    def map(self, fn, *iterables, timeout=None, chunksize=1, buffersize=None):
+        """As `Executor.map`; with `chunksize` > 1 the items go to the workers in
+        chunks of that many (one task each), as with `ProcessPoolExecutor`."""
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if buffersize is not None:
+            raise NotImplementedError("buffersize (3.14) is not supported on this Python")
+        if chunksize == 1:
+            return super().map(fn, *iterables, timeout=timeout)
+        run_chunk = _tasks_module().run_chunk
+        results = super().map(
+            functools.partial(run_chunk, fn), _chunks(chunksize, iterables), timeout=timeout
+        )
+        return itertools.chain.from_iterable(results)
+
+    def _initializer_failed(self):
+        with self._shutdown_lock:
+            self._broken = (
+                "A worker interpreter failed to start or its initializer failed, "
+                "the interpreter pool is not usable anymore"
+            )
+            self._fail_pending(self._broken)
+
+    def _interpreter_broke(self, why):
+        with self._shutdown_lock:
+            self._broken = f"A worker interpreter broke ({why}), the pool is not usable anymore"
+            self._fail_pending(self._broken)
+
+    def _fail_pending(self, why):
+        while True:
+            try:
+                item = self._work_queue.get_nowait()
+            except Exception:
+                break
+            if item is not None:
+                item.future.set_exception(BrokenInterpreterPool(why))
+
+    def _interrupt_running(self):
+        """Raises KeyboardInterrupt in every task running in a worker interpreter."""
+        with self._states_lock:
+            states = list(self._states)
+        for t in list(self._threads):
+            for s in states:
+                if s.running:
+                    s.interp.interrupt(t.ident)
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        super().shutdown(wait=wait, cancel_futures=cancel_futures)
+        if wait:
+            with self._states_lock:
+                states, self._states = self._states, []
+            for s in states:
+                s.interp.close()
+
+    shutdown.__doc__ = concurrent.futures.Executor.shutdown.__doc__
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            # Ctrl-C: pending work is cancelled, running tasks interrupted.
+            self._interrupt_running()
+            self.shutdown(wait=True, cancel_futures=True)
+            return False
+        return super().__exit__(exc_type, exc_val, exc_tb)
