@@ -647,6 +647,10 @@ pub(crate) fn overrides() -> &'static Overrides {
             (b"dl_iterate_phdr", crate::iterate_phdr::iterate_entry()),
             (b"__cxa_thread_atexit", thread_atexit),
             (b"__cxa_thread_atexit_impl", thread_atexit),
+            (
+                b"pthread_create",
+                pthread_create_entry as *const () as usize,
+            ),
         ])
     })
 }
@@ -672,4 +676,75 @@ unsafe extern "C" fn cxa_thread_atexit(
             unsafe { crate::thread_atexit::register(dtor, obj, dso, owner) }
         },
     )
+}
+
+type StartRoutine = extern "C" fn(*mut c_void) -> *mut c_void;
+type PthreadCreate = unsafe extern "C" fn(
+    *mut libc::pthread_t,
+    *const libc::pthread_attr_t,
+    StartRoutine,
+    *mut c_void,
+) -> c_int;
+
+/// The system's `pthread_create`.
+fn system_pthread_create() -> Option<PthreadCreate> {
+    static SYS: OnceLock<usize> = OnceLock::new();
+    let a = *SYS.get_or_init(|| crate::phdr::global_symbol(c"pthread_create").unwrap_or(0));
+    // SAFETY: glibc's pthread_create has this signature.
+    (a != 0).then(|| unsafe { std::mem::transmute::<usize, PthreadCreate>(a) })
+}
+
+/// A thread started by a namespace's code, on its way to its start routine.
+struct Starting {
+    start: StartRoutine,
+    arg: *mut c_void,
+    pins: Arc<crate::thread_atexit::Pins>,
+}
+
+/// `pthread_create` for custom-loaded code: the system's, and a thread whose start
+/// routine is a namespace's code is recorded in that namespace's pins (its end waits
+/// for the thread, see `thread_atexit.rs`).
+///
+/// # Safety
+/// The contract of `pthread_create`.
+unsafe extern "C" fn pthread_create_entry(
+    thread: *mut libc::pthread_t,
+    attr: *const libc::pthread_attr_t,
+    start: StartRoutine,
+    arg: *mut c_void,
+) -> c_int {
+    let Some(sys) = system_pthread_create() else {
+        return libc::EAGAIN;
+    };
+    let pins = namespace_containing(start as usize).map(|(_, ns)| ns.pins.clone());
+    let Some(pins) = pins else {
+        // SAFETY: forwarding the caller's arguments.
+        return unsafe { sys(thread, attr, start, arg) };
+    };
+    pins.thread_starting();
+    let rec = Box::into_raw(Box::new(Starting {
+        start,
+        arg,
+        pins: pins.clone(),
+    }));
+    // SAFETY: the trampoline takes back the box exactly once; the caller's contract
+    // for the rest.
+    let rc = unsafe { sys(thread, attr, starting_trampoline, rec.cast()) };
+    if rc != 0 {
+        // SAFETY: the thread was not created: the box is still ours.
+        drop(unsafe { Box::from_raw(rec) });
+        pins.thread_started(None);
+    }
+    rc
+}
+
+/// The first frame of a thread started by a namespace's code (the loader's code, never
+/// unmapped): records the thread, then runs the start routine.
+extern "C" fn starting_trampoline(p: *mut c_void) -> *mut c_void {
+    // SAFETY: the box made by pthread_create_entry, passed exactly once.
+    let rec = unsafe { Box::from_raw(p.cast::<Starting>()) };
+    rec.pins.thread_started(Some(crate::kthread::current()));
+    let (start, arg) = (rec.start, rec.arg);
+    drop(rec);
+    start(arg)
 }

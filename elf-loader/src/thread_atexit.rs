@@ -1,4 +1,5 @@
-//! C++ `thread_local` destructors registered by custom-loaded code.
+//! What keeps a dropped namespace mapped: C++ `thread_local` destructors registered by
+//! its code, and threads its code started.
 //!
 //! A C++ `thread_local` object with a destructor is registered, when first constructed
 //! in a thread, through `__cxa_thread_atexit(dtor, obj, &__dso_handle)` (libstdc++),
@@ -10,12 +11,24 @@
 //! Custom libraries are not glibc's, so custom code's references to both names bind to
 //! the loader's entry (`dlfcn.rs`), which calls [`register`]: it registers a trampoline with glibc instead (the same
 //! per-thread list, so the order of destructors is unchanged) and pins the custom image
-//! and its namespace's [`Pins`]. A namespace dropped while destructors are pending
-//! becomes a *zombie*: still mapped, its fini not run. It is unloaded by the next load
-//! or unload of the loader (any namespace, under the load lock, never from a dying
-//! thread) once every pending destructor has run and the threads that ran them have
-//! exited (they may still run the library's code after the destructor: pthread key
-//! destructors come later in a thread's exit).
+//! and its namespace's [`Pins`].
+//!
+//! Threads: custom code's `pthread_create` is the loader's too (`dlfcn.rs`); a thread
+//! whose start routine is a namespace's code is recorded in that namespace's [`Pins`]
+//! (its kernel id, once it runs). Such threads outlive their namespace when nobody
+//! stops them: jemalloc's background thread (bundled by pyarrow) runs until the
+//! process exits, and unmapping its code under it crashed the process when a
+//! `multipy` interpreter was dropped. glibc's `dlclose` would unmap it all the same (a
+//! `dlopen`ed library is expected to stop its threads in its fini functions); the end of
+//! a namespace, which glibc has no counterpart of, waits for them instead.
+//!
+//! A namespace dropped while destructors are pending or its threads run becomes a
+//! *zombie*: still mapped, its fini not run. It is unloaded by the next load or unload
+//! of the loader (any namespace, under the load lock, never from a dying thread) once
+//! every pending destructor has run and the threads that ran them, and the threads its
+//! code started, have exited (a thread may still run the library's code after the
+//! destructor: pthread key destructors come later in a thread's exit). A thread that
+//! never ends keeps its namespace mapped until the process exits (logged).
 
 use crate::image::Image;
 use parking_lot::Mutex;
@@ -36,10 +49,25 @@ pub(crate) struct Pins {
 #[derive(Default)]
 struct PinState {
     pending: usize,
-    /// The unload of a dropped namespace (a zombie) waiting for `pending` to reach 0.
+    /// The unload of a dropped namespace (a zombie) waiting for `pending` to reach 0
+    /// and its threads to end.
     zombie: Option<Deferred>,
     /// Threads that ran a destructor of the zombie (kernel thread ids).
     threads: Vec<libc::pid_t>,
+    /// Threads the namespace's code started that may still run (kernel thread ids),
+    /// and how many were created but have not reported their id yet.
+    own_threads: Vec<libc::pid_t>,
+    starting: usize,
+}
+
+impl PinState {
+    /// Nothing keeps the namespace mapped any more.
+    fn unpinned(&self) -> bool {
+        self.pending == 0
+            && self.starting == 0
+            && self.threads.iter().all(|&t| !crate::kthread::alive(t))
+            && self.own_threads.iter().all(|&t| !crate::kthread::alive(t))
+    }
 }
 
 /// Dropped namespaces kept loaded for pending destructors.
@@ -51,14 +79,21 @@ impl Pins {
     /// loaded as a zombie that [`reap`] unloads once that is safe.
     pub(crate) fn unload_when_unpinned(self: &Arc<Self>, unload: Deferred) {
         let mut st = self.state.lock();
-        if st.pending == 0 {
+        if st.unpinned() {
             drop(st);
             unload();
             return;
         }
-        tracing::debug!(
-            pending = st.pending,
-            "namespace kept loaded until its thread_local destructors have run"
+        let live = st
+            .own_threads
+            .iter()
+            .filter(|&&t| crate::kthread::alive(t))
+            .count()
+            + st.starting;
+        tracing::info!(
+            pending_destructors = st.pending,
+            running_threads = live,
+            "namespace kept loaded until its thread_local destructors have run and the threads its code started have ended"
         );
         st.zombie = Some(unload);
         drop(st);
@@ -78,7 +113,7 @@ pub(crate) fn reap() {
         let mut ready = Vec::new();
         zombies.retain(|p| {
             let mut st = p.state.lock();
-            let done = st.pending == 0 && st.threads.iter().all(|&t| !crate::kthread::alive(t));
+            let done = st.unpinned();
             if done {
                 ready.extend(st.zombie.take());
             }
@@ -89,6 +124,25 @@ pub(crate) fn reap() {
     };
     for unload in ready {
         unload();
+    }
+}
+
+impl Pins {
+    /// A thread whose start routine is the namespace's code is being created.
+    pub(crate) fn thread_starting(&self) {
+        self.state.lock().starting += 1;
+    }
+
+    /// That thread runs: its kernel id (or, with `None`, it was not created).
+    pub(crate) fn thread_started(&self, tid: Option<libc::pid_t>) {
+        let mut st = self.state.lock();
+        st.starting -= 1;
+        if let Some(tid) = tid {
+            if st.own_threads.len() >= 64 {
+                st.own_threads.retain(|&t| crate::kthread::alive(t));
+            }
+            st.own_threads.push(tid);
+        }
     }
 }
 

@@ -7,6 +7,9 @@
 //!   clients (GAP's `--with-gc=julia` build) over gc-core and gc-conservative.
 //! - `cargo xtask gap-real [MODE]`: GAP 4.12.1's real kernel built against that prefix,
 //!   running a part of its test suite.
+//! - `cargo xtask wheel`: the `interpool` Python package's wheels in `target/wheels/`;
+//!   `cargo xtask interpool-test`: each in a fresh venv, its pytest suite and CPython's
+//!   concurrent.futures tests.
 //!
 //! It only shells out (to cargo, cc, python, ...); it links none of the workspace crates.
 
@@ -22,6 +25,7 @@ mod loader_libs;
 mod steps;
 mod test;
 mod venv;
+mod wheel;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -63,6 +67,23 @@ enum Command {
         /// Where to write it (created if needed).
         dir: std::path::PathBuf,
     },
+    /// Build the interpool wheels (PyO3 + maturin) into target/wheels/, one per CPython
+    /// 3.10-3.13 found (or those named).
+    Wheel {
+        /// Only these versions, as `3.11,3.13`.
+        #[arg(long, value_delimiter = ',', value_name = "X.Y,...")]
+        python: Vec<String>,
+    },
+    /// Build the interpool wheels, install each into a fresh venv, run the package's
+    /// pytest suite and CPython's concurrent.futures tests against the executor.
+    InterpoolTest {
+        /// Only these versions, as `3.11,3.13`.
+        #[arg(long, value_delimiter = ',', value_name = "X.Y,...")]
+        python: Vec<String>,
+        /// Only the quick part of the pytest suite (not the tests marked slow).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Build GAP 4.12.1's kernel against the prefix and run its test files (what
     /// `cargo xtask test` runs as its GAP steps).
     GapReal {
@@ -90,6 +111,8 @@ fn main() -> ExitCode {
             );
         }),
         Command::GapReal { mode, full } => gap_real::run_mode(&mode, full),
+        Command::Wheel { python } => wheel::run(&python),
+        Command::InterpoolTest { python, quick } => wheel::test(&python, quick),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

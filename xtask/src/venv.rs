@@ -20,6 +20,7 @@ const REQUIREMENTS: &str = "integration-tests/multipy-requirements.txt";
 const NUMPY_REQUIREMENTS: &str = "integration-tests/multipy-numpy-requirements.txt";
 const PYPERFORMANCE_REQUIREMENTS: &str = "integration-tests/bench/pyperformance-requirements.txt";
 const WHEELS_REQUIREMENTS: &str = "integration-tests/wheels/requirements.txt";
+const MATURIN_REQUIREMENTS: &str = "integration-tests/interpool/build-requirements.txt";
 const STAMP: &str = ".multipy-requirements";
 
 /// The environment's directory.
@@ -176,6 +177,17 @@ pub fn ensure_wheels() -> Result<PathBuf> {
     }
     let base = base_python()?;
     make(&venv, Path::new(&base), WHEELS_REQUIREMENTS)?;
+    Ok(venv)
+}
+
+/// `target/maturin-venv`: the pinned maturin that builds the interpool wheels.
+pub fn ensure_maturin() -> Result<PathBuf> {
+    let venv = root().join("target/maturin-venv");
+    if let Some(v) = reuse(&venv, MATURIN_REQUIREMENTS)? {
+        return Ok(v);
+    }
+    let base = base_python()?;
+    make(&venv, Path::new(&base), MATURIN_REQUIREMENTS)?;
     Ok(venv)
 }
 

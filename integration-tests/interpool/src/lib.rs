@@ -297,10 +297,10 @@ impl PyInterpreter {
         let reply = py.detach(move || {
             let g = worker.interp.read().unwrap_or_else(|e| e.into_inner());
             match (&*g, worker.closed.load(Ordering::Acquire)) {
-                // SAFETY: each lent buffer's memory is held by its Py_buffer (kept by
-                // `keep` until the worker's last view dies); writable only where the
-                // exporter granted PyBUF_WRITABLE.
                 (Some(i), false) => {
+                    // SAFETY: each lent buffer's memory is held by its Py_buffer (kept
+                    // by `keep` until the worker's last view dies); writable only where
+                    // the exporter granted PyBUF_WRITABLE.
                     unsafe { i.call_pickled(&payload, lent, &returned) }.map_err(interpreter_error)
                 }
                 _ => {

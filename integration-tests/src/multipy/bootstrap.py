@@ -363,7 +363,20 @@ def call_pickled(payload, buffers):
     or 1 and the pickled exception (with its traceback, see `_remote_exception`); views
     are the out-of-band buffers of that pickle, lent to the host until it releases
     them. Output goes where the interpreter's output goes (no per-call capture)."""
+    import io
     import pickle
+
+    class Pickler(pickle.Pickler):
+        # A contiguous memoryview (which pickle refuses) travels out of band.
+        def reducer_override(self, obj):
+            if type(obj) is memoryview and obj.contiguous:
+                return memoryview, (pickle.PickleBuffer(obj),)
+            return NotImplemented
+
+    def dumps(value, out):
+        f = io.BytesIO()
+        Pickler(f, protocol=5, buffer_callback=out.append).dump(value)
+        return f.getvalue()
 
     try:
         fn, args, kwargs = pickle.loads(payload, buffers=buffers)
@@ -372,7 +385,7 @@ def call_pickled(payload, buffers):
         value, status = _remote_exception(e), 1
     out = []
     try:
-        data = pickle.dumps(value, protocol=5, buffer_callback=out.append)
+        data = dumps(value, out)
     except BaseException as e:
         err = (type(e).__name__ + ": " + str(e)) if status == 0 else repr(value.exc)
         what = "result" if status == 0 else "exception"

@@ -9,6 +9,7 @@ the same way. The host's GIL is released while the interpreter runs the task.
 
 import concurrent.futures
 import functools
+import io
 import itertools
 import multiprocessing.spawn
 import os
@@ -59,6 +60,8 @@ class _Writable:
         regions = getattr(_marks, "regions", None)
         if regions is not None:
             regions.add(_native.buffer_region(self.obj))
+        if type(self.obj) is memoryview:
+            return _Pickler.reducer_override(None, self.obj)
         return self.obj.__reduce_ex__(protocol)
 
 
@@ -70,12 +73,25 @@ def writable(obj):
     return _Writable(obj)
 
 
+class _Pickler(pickle.Pickler):
+    """Protocol 5 with one addition: a contiguous `memoryview` (which pickle refuses)
+    travels as an out-of-band buffer and arrives as a `memoryview` of the same memory.
+    The worker pickles results the same way (multipy's bootstrap)."""
+
+    def reducer_override(self, obj):
+        if type(obj) is memoryview and obj.contiguous:
+            return memoryview, (pickle.PickleBuffer(obj),)
+        return NotImplemented
+
+
 def _dumps(value):
     """`value` pickled with protocol 5: (data, out-of-band buffers, writable flags)."""
     found = []
     _marks.regions = set()
     try:
-        data = pickle.dumps(value, protocol=5, buffer_callback=found.append)
+        f = io.BytesIO()
+        _Pickler(f, protocol=5, buffer_callback=found.append).dump(value)
+        data = f.getvalue()
         regions = _marks.regions
     finally:
         _marks.regions = None
@@ -115,7 +131,12 @@ def _tasks_module():
 _NATIVE_STANDIN = '''
 """interpool's native extension does not load in a worker interpreter."""
 
-_WHY = "interpool cannot start interpreters from inside one of its worker interpreters"
+IN_WORKER = True
+_WHY = (
+    "interpool cannot start interpreters from inside one of its worker interpreters "
+    "(if this is the host's main script, which each worker runs again as __mp_main__, "
+    "make the pool under `if __name__ == '__main__':`, as with ProcessPoolExecutor)"
+)
 
 
 class InterpreterError(RuntimeError):
@@ -251,37 +272,49 @@ class _WorkerState:
             pass
 
 
-def _start_worker(pool_ref, writable_results, initializer, initargs):
-    """The worker thread's initializer: starts its interpreter, then runs the user's
-    initializer there. Any failure breaks the pool (ThreadPoolExecutor's
-    `_initializer_failed`)."""
-    interp = Interpreter(writable_results=writable_results)
-    state = _WorkerState(interp)
-    _worker.state = state
-    pool = pool_ref()
-    if pool is not None:
+def _worker_interpreter(pool):
+    """This worker thread's interpreter, started (and its initializer run) on the
+    thread's first task, after the task was taken from the queue: a pool shut down
+    with `cancel_futures=True` right after submitting still runs the tasks its threads
+    took, as a thread pool does. If it cannot start or its initializer raises, the pool
+    is broken (`BrokenInterpreterPool` for this and every pending task), as a thread
+    pool's failing initializer breaks it."""
+    state = getattr(_worker, "state", None)
+    if state is not None:
+        return state.interp
+    try:
+        interp = Interpreter(writable_results=pool._writable_results)
+        state = _WorkerState(interp)
         with pool._states_lock:
             pool._states.append(state)
-        del pool
-    if initializer is not None:
-        interp.call(initializer, *initargs)
+        if pool._user_initializer is not None:
+            interp.call(pool._user_initializer, *pool._user_initargs)
+    except BaseException as e:
+        concurrent.futures._base.LOGGER.critical("Exception in initializer:", exc_info=True)
+        pool._initializer_failed()
+        raise BrokenInterpreterPool(pool._broken) from e
+    _worker.state = state
+    return interp
 
 
 def _run_task(pool_ref, fn, args, kwargs):
     """Runs in a worker thread of the pool: the task, in that thread's interpreter."""
-    state = getattr(_worker, "state", None)
-    if state is None or state.interp.closed:
-        raise BrokenInterpreterPool("this worker has no interpreter")
+    pool = pool_ref()
+    if pool is None:
+        raise BrokenInterpreterPool("the pool is gone")
+    if pool._broken:
+        raise BrokenInterpreterPool(pool._broken)
+    interp = _worker_interpreter(pool)
+    state = _worker.state
     state.running = True
     try:
-        return state.interp.call(fn, *args, **kwargs)
+        return interp.call(fn, *args, **kwargs)
     except InterpreterError as e:
-        pool = pool_ref()
-        if pool is not None:
-            pool._interpreter_broke(str(e))
+        pool._interpreter_broke(str(e))
         raise BrokenInterpreterPool(f"a task broke its worker interpreter: {e}") from e
     finally:
         state.running = False
+        del pool
 
 
 def _chunks(chunksize, iterables):
@@ -323,6 +356,8 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
         *,
         writable_results=False,
     ):
+        if getattr(_native, "IN_WORKER", False):
+            raise RuntimeError(_native._WHY)
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
         thread_name_prefix = thread_name_prefix or (
@@ -331,11 +366,10 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
         self._states = []
         self._states_lock = threading.Lock()
         self._user_initializer = initializer
+        self._user_initargs = tuple(initargs)
+        self._writable_results = writable_results
         _tasks_module()
-        start = functools.partial(
-            _start_worker, weakref.ref(self), writable_results, initializer, tuple(initargs)
-        )
-        super().__init__(max_workers, thread_name_prefix, start, ())
+        super().__init__(max_workers, thread_name_prefix)
 
     def submit(self, fn, /, *args, **kwargs):
         if self._broken:
