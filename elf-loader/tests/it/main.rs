@@ -31,3 +31,4 @@ mod python;
 mod python_dlclose;
 mod relr;
 mod scope;
+mod threads;
