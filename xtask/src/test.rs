@@ -218,6 +218,20 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         plan.push((*name, gap));
     }
 
+    // interpool (integration-tests/interpool): the Python package's wheels, each in a
+    // fresh venv with numpy, scipy and pandas: its pytest suite and CPython's own
+    // concurrent.futures tests against the executor (3.11 and 3.13; every version
+    // found with --full).
+    let mut interpool = xtask();
+    interpool.arg("interpool-test");
+    if !full {
+        interpool.args(["--python", "3.11,3.13"]);
+    }
+    plan.push((
+        "interpool: wheels, pytest suite and CPython's concurrent.futures tests",
+        interpool,
+    ));
+
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");

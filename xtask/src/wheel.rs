@@ -229,6 +229,35 @@ fn cpython_tests(python: &Path) -> Result<CfTests> {
     Ok(CfTests::From(module.parent().unwrap().to_path_buf()))
 }
 
+/// The wheel of CPython `version` (`X.Y`) built and installed into
+/// `target/interpool-venv-X.Y` (made with the test requirements when missing; the wheel
+/// is reinstalled every time): for the benchmark.
+pub fn test_venv(version: &str) -> Result<PathBuf> {
+    let pythons = pythons(&[version.to_string()])?;
+    let wheels = build(&pythons)?;
+    let (_, wheel) = &wheels[0];
+    let dir = root().join(format!("target/interpool-venv-{version}"));
+    let py = dir.join("bin/python");
+    if !py.exists() {
+        return fresh_venv(
+            &pythons[0].1,
+            &dir,
+            &root().join("integration-tests/interpool/test-requirements.txt"),
+            wheel,
+        );
+    }
+    let status = Command::new(&py)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args(["--no-deps", "--force-reinstall"])
+        .arg(wheel)
+        .status()
+        .context("pip install the wheel")?;
+    if !status.success() {
+        bail!("pip install {} failed ({status})", wheel.display());
+    }
+    Ok(dir)
+}
+
 /// `cargo xtask interpool-test`: for each version, a fresh venv with the wheel, the
 /// pytest suite (`--quick`: its quick part) and CPython's concurrent.futures tests.
 pub fn test(only: &[String], quick: bool) -> Result<()> {

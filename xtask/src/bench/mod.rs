@@ -2,6 +2,7 @@
 //! run. Each suite writes `target/bench/SUITE.json` (a flat object of named numbers) and
 //! prints a table with ratios to the peer.
 
+mod executor;
 mod frame_hooks;
 mod gap;
 mod gap_real;
@@ -70,6 +71,11 @@ Suite {
     name: "frame-hooks",
     what: "PEP 523 hooks on CPython: default vs Rust and C pass-through vs the Rust profiler vs cProfile vs sys.setprofile; code-extra lookups",
     run: frame_hooks::run,
+},
+Suite {
+    name: "executor",
+    what: "interpool's InterpreterPoolExecutor vs ProcessPoolExecutor and ThreadPoolExecutor: round trip, a 200 MB array, CPU-bound tasks on 2 workers, 8 and 16 workers with numpy/scipy/pandas (start-up, memory)",
+    run: executor::run,
 },
 Suite {
     name: "refbridge",

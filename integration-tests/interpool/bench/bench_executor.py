@@ -1,0 +1,138 @@
+"""`cargo xtask bench executor`: interpool's InterpreterPoolExecutor against
+ProcessPoolExecutor (the default start method, fork on 3.10-3.13, and forkserver, 3.14's
+default) and ThreadPoolExecutor, in one run. Prints one JSON object of figures."""
+
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+import multiprocessing as mp
+
+import numpy as np
+
+import bench_tasks as T
+from interpool import InterpreterPoolExecutor
+
+
+def status_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def pss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def mib(kib):
+    return kib / 1024.0
+
+
+def round_trip_us(pool, n=2000):
+    for i in range(50):
+        pool.submit(T.noop, i).result()
+    times = []
+    for i in range(n):
+        t = time.perf_counter()
+        pool.submit(T.noop, i).result()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
+def array_sum_s(pool, a, rounds=5):
+    pool.submit(T.total, a[:10]).result()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        v = pool.submit(T.total, a).result()
+        best = min(best, time.perf_counter() - t)
+        assert v == float(a.size)
+    return best
+
+
+def cpu_s(pool, tasks=8, n=2_000_000):
+    pool.submit(T.noop, 0).result()
+    t = time.perf_counter()
+    list(pool.map(T.cpu, [n] * tasks))
+    return time.perf_counter() - t
+
+
+def stack_startup(make, workers):
+    """Seconds from creating a pool of `workers` to each worker having imported numpy,
+    scipy and pandas (a checked result from each), and the memory it added: this
+    process's RSS and PSS growth plus its children's (processes)."""
+    gc.collect()
+    me = os.getpid()
+    rss0, pss0 = status_kib(me, "VmRSS"), pss_kib(me)
+    t = time.perf_counter()
+    pool = make(workers)
+    fs = [pool.submit(T.import_stack_and_wait, 0.5) for _ in range(workers)]
+    results = [f.result() for f in fs]
+    startup = time.perf_counter() - t - 0.5
+    assert all(abs(r - results[0]) < 1e-9 for r in results)
+    children = list(getattr(pool, "_processes", {}) or {})
+    rss = status_kib(me, "VmRSS") - rss0 + sum(status_kib(p, "VmRSS") for p in children)
+    pss = pss_kib(me) - pss0 + sum(pss_kib(p) for p in children)
+    pool.shutdown()
+    return startup, mib(rss), mib(pss)
+
+
+def main():
+    out = {}
+    fork = mp.get_context("fork")
+    forkserver = mp.get_context("forkserver")
+
+    with InterpreterPoolExecutor(1) as p:
+        out["round_trip_us_interpreters"] = round_trip_us(p)
+    with ProcessPoolExecutor(1, mp_context=fork) as p:
+        out["round_trip_us_processes"] = round_trip_us(p)
+    with ThreadPoolExecutor(1) as p:
+        out["round_trip_us_threads"] = round_trip_us(p)
+
+    a = np.ones(25_000_000)  # 200 MB of float64
+    with InterpreterPoolExecutor(1) as p:
+        p.submit(T.total, a[:10]).result()
+        gc.collect()
+        rss0 = status_kib(os.getpid(), "VmRSS")
+        out["array_200mb_s_interpreters"] = array_sum_s(p, a)
+        out["array_200mb_rss_growth_mib"] = mib(status_kib(os.getpid(), "VmRSS") - rss0)
+    with ProcessPoolExecutor(1, mp_context=fork) as p:
+        out["array_200mb_s_processes"] = array_sum_s(p, a, rounds=3)
+    del a
+
+    with InterpreterPoolExecutor(1) as p:
+        out["cpu_8_tasks_s_1_interpreter"] = cpu_s(p)
+    with InterpreterPoolExecutor(2) as p:
+        out["cpu_8_tasks_s_2_interpreters"] = cpu_s(p)
+    with ProcessPoolExecutor(2, mp_context=fork) as p:
+        out["cpu_8_tasks_s_2_processes"] = cpu_s(p)
+
+    for n in (8, 16):
+        s, rss, pss = stack_startup(lambda w: InterpreterPoolExecutor(w), n)
+        out[f"stack_{n}_startup_s_interpreters"] = s
+        out[f"stack_{n}_rss_mib_interpreters"] = rss
+        out[f"stack_{n}_pss_mib_interpreters"] = pss
+        for name, ctx in (("processes", fork), ("forkserver", forkserver)):
+            s, rss, pss = stack_startup(lambda w: ProcessPoolExecutor(w, mp_context=ctx), n)
+            out[f"stack_{n}_startup_s_{name}"] = s
+            out[f"stack_{n}_rss_mib_{name}"] = rss
+            out[f"stack_{n}_pss_mib_{name}"] = pss
+
+    out["python"] = float("%d.%02d" % sys.version_info[:2])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
