@@ -356,6 +356,26 @@ def _remote_exception(e):
     return _ExceptionWithTraceback(e, e.__traceback__)
 
 
+_pickler = None
+
+
+def _pickler_class():
+    """A protocol-5 pickler whose one addition is that a contiguous memoryview (which
+    pickle refuses) travels out of band (made once)."""
+    global _pickler
+    if _pickler is None:
+        import pickle
+
+        class Pickler(pickle.Pickler):
+            def reducer_override(self, obj):
+                if type(obj) is memoryview and obj.contiguous:
+                    return memoryview, (pickle.PickleBuffer(obj),)
+                return NotImplemented
+
+        _pickler = Pickler
+    return _pickler
+
+
 def call_pickled(payload, buffers):
     """Runs one task of the host: `payload` is `(function, args, kwargs)` pickled with
     protocol 5, its out-of-band buffers the objects in `buffers` (views of the host's
@@ -366,16 +386,9 @@ def call_pickled(payload, buffers):
     import io
     import pickle
 
-    class Pickler(pickle.Pickler):
-        # A contiguous memoryview (which pickle refuses) travels out of band.
-        def reducer_override(self, obj):
-            if type(obj) is memoryview and obj.contiguous:
-                return memoryview, (pickle.PickleBuffer(obj),)
-            return NotImplemented
-
     def dumps(value, out):
         f = io.BytesIO()
-        Pickler(f, protocol=5, buffer_callback=out.append).dump(value)
+        _pickler_class()(f, protocol=5, buffer_callback=out.append).dump(value)
         return f.getvalue()
 
     try:

@@ -424,6 +424,15 @@ int mp_call_pickled(const char *payload, size_t len, const struct mp_buffer *in,
     memset(out, 0, sizeof *out);
     out->status = -1;
     PyGILState_STATE g = PyGILState_Ensure();
+    /* Keep this thread's thread state in this copy from one call to the next (one
+     * extra count, never given back): PyGILState_Release would otherwise delete it and
+     * the next call make it again, most of a small call's cost. It goes with the
+     * interpreter at finalisation. */
+    static __thread int pinned;
+    if (!pinned) {
+        PyGILState_Ensure();
+        pinned = 1;
+    }
     release_lent(release, nrelease);
     PyObject *mod = PyImport_AddModule("_multipy_host"); /* borrowed */
     PyObject *f = mod ? PyObject_GetAttrString(mod, "call_pickled") : NULL;
