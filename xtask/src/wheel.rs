@@ -247,7 +247,13 @@ pub fn test_venv(version: &str) -> Result<PathBuf> {
         );
     }
     let status = Command::new(&py)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(["--no-deps", "--force-reinstall"])
         .arg(wheel)
         .status()

@@ -772,10 +772,10 @@ impl Interpreter {
             nbuffers: 0,
             error: std::ptr::null_mut(),
         };
+        // Each lent buffer's memory is kept alive by its `keep`, held in `host.buffers`
+        // until the copy's release callback (the caller's contract for the memory).
         // SAFETY: the copy is alive (self is borrowed); the payload, buffer table and
-        // release list outlive the call; each lent buffer's memory is kept alive by its
-        // `keep`, held in `host.buffers` until the copy's release callback (the caller's
-        // contract for the memory itself).
+        // release list outlive the call; the buffers as said above.
         let status = unsafe {
             (fns.call_pickled)(
                 payload.as_ptr().cast(),

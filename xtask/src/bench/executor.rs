@@ -13,7 +13,10 @@ use std::process::Command;
 pub fn run() -> Result<()> {
     let venv = crate::wheel::test_venv("3.11")?;
     let dir = crate::steps::root().join("integration-tests/interpool/bench");
-    println!("bench executor: {} (CPython 3.11)", dir.join("bench_executor.py").display());
+    println!(
+        "bench executor: {} (CPython 3.11)",
+        dir.join("bench_executor.py").display()
+    );
     let out = Command::new(venv.join("bin/python"))
         .arg(dir.join("bench_executor.py"))
         .current_dir(&dir)
