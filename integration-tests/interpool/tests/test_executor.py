@@ -339,3 +339,26 @@ def test_an_unguarded_main_script_breaks_the_pool_with_a_hint(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "BrokenInterpreterPool" in r.stdout and "__main__" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_worker_that_cannot_start_breaks_the_pool(monkeypatch):
+    import interpool._executor as ex
+
+    monkeypatch.setattr(ex, "_host_executable", lambda: "/nonexistent/python3")
+    pool = InterpreterPoolExecutor(max_workers=1)
+    try:
+        with pytest.raises(BrokenInterpreterPool) as info:
+            pool.submit(tasks.add, 1, 2).result(timeout=60)
+        assert "nonexistent" in str(info.value.__cause__)
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.slow
+def test_sixteen_workers_each_with_numpy_scipy_and_pandas():
+    with InterpreterPoolExecutor(max_workers=16) as pool:
+        fs = [pool.submit(tasks.import_numpy_scipy_pandas_and_check) for _ in range(16)]
+        results = [f.result(timeout=300) for f in fs]
+        ids = {pool.submit(tasks.interpreter_identity).result() for _ in range(64)}
+    assert all(r == [2.0, 3.0, 6] for r in results), results
+    assert len(ids) > 1
