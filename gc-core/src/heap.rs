@@ -603,8 +603,12 @@ impl Root {
             .expect("root slot is occupied while the Root lives")
     }
 
-    /// Points the root at another object.
+    /// Points the root at another object. Panics if `obj` is not an allocated object of
+    /// the root's heap (the check [`Heap::root`] makes: a root is marked by every
+    /// collection, so it must name an object).
+    #[track_caller]
     pub fn set(&self, obj: ObjRef) {
+        self.heap.assert_object(obj, "Root::set");
         self.heap.0.roots.lock().slots[self.idx] = Some(obj);
     }
 }

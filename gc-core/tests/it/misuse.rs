@@ -408,3 +408,58 @@ fn saved_registers_may_be_read_from_another_thread() {
         "the last region's stack pointer: {sp:#x}"
     );
 }
+
+/// `Root::set` checks its object as `Heap::root` does: a root naming no object (or an
+/// object of another heap) would be marked by every collection (a SIGSEGV in the marker
+/// before the check). The root keeps its old object.
+#[test]
+fn root_set_refuses_what_heap_root_refuses() {
+    let (a, b) = (
+        Heap::new(HeapConfig::default()).unwrap(),
+        Heap::new(HeapConfig::default()).unwrap(),
+    );
+    let (ta, tb) = (leaf_type(&a), leaf_type(&b));
+    let mut m = a.attach().unwrap();
+    let obj = m.alloc_typed(16, ta).unwrap();
+    let root = a.root(obj);
+    let refused = |f: &dyn Fn()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let msg = refused(&|| root.set(ObjRef::from_addr(0x1000).unwrap()));
+    assert!(
+        msg.contains("Root::set")
+            && msg.contains("0x1000")
+            && msg.contains("not an allocated object"),
+        "{msg}"
+    );
+    let interior = ObjRef::from_addr(obj.addr() + 16).unwrap();
+    let msg = refused(&|| root.set(interior));
+    assert!(msg.contains("Root::set"), "{msg}");
+    // An object of heap B, made (and rooted there) by a thread attached to B.
+    let (other, _keep) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut mb = b.attach().unwrap();
+            let o = mb.alloc_typed(16, tb).unwrap();
+            (o, b.root(o))
+        })
+        .join()
+        .unwrap()
+    });
+    let msg = refused(&|| root.set(other));
+    assert!(
+        msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+    assert_eq!(root.get(), obj, "a refused set leaves the root as it was");
+    m.collect(Full).unwrap();
+    m.collect(Full).unwrap();
+    let obj2 = m.alloc_typed(16, ta).unwrap();
+    root.set(obj2);
+    assert_eq!(root.get(), obj2);
+    m.collect(Full).unwrap();
+    assert!(
+        a.check_object(obj2, "test").is_ok(),
+        "the new object is kept"
+    );
+}
