@@ -185,7 +185,8 @@ pub unsafe extern "C" fn gc_scan_task(
 /// needed); `sweepfunc` may be NULL. NULL on error.
 ///
 /// # Safety
-/// `heap` null or live; `name` null or NUL-terminated.
+/// `heap` null or live; `name` null or NUL-terminated; `sweepfunc` null or a sweep
+/// function of the documented signature.
 #[no_mangle]
 pub unsafe extern "C" fn gc_new_conservative_type(
     heap: *mut gc_heap_t,
@@ -210,7 +211,9 @@ pub unsafe extern "C" fn gc_new_conservative_type(
         match gc_conservative::new_conservative_type(
             h,
             name,
-            sweepfunc.map_or(SweepProc::None, SweepProc::C),
+            // SAFETY: the C caller's function is the seed's sweep function (this
+            // function's contract), called as `SweepProc::c` requires.
+            sweepfunc.map_or(SweepProc::None, |f| unsafe { SweepProc::c(f) }),
             large != 0,
         ) {
             Ok(t) => t.as_obj().as_ptr().cast(),

@@ -424,7 +424,8 @@ fn c_finalizers_get_the_object_pointer() {
     }
     let (_heap, mut m, ty) = setup();
     let x = node(&mut m, ty, 77);
-    m.add_c_finalizer(x, fin);
+    // SAFETY: `fin` reads word 2 of a live node, which is what it is given.
+    unsafe { m.add_c_finalizer(x, fin) };
     collect(&mut m, CollectionKind::Partial);
     assert_eq!(m.run_finalizers(), 1);
     assert_eq!(SEEN.load(Ordering::SeqCst), 77);
