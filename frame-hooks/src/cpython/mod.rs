@@ -168,7 +168,8 @@ impl Python {
     /// libpython (the backend calls and reads them as CPython declares them); a symbol
     /// the copy lacks may be reported as missing, never as another address.
     pub unsafe fn new(resolver: &dyn Resolver) -> Result<Python, Error> {
-        let api = Api::resolve(resolver)?;
+        // SAFETY: the caller's contract on `resolver` is `Api::resolve`'s.
+        let api = unsafe { Api::resolve(resolver) }?;
         // SAFETY: Py_IsInitialized may be called at any time.
         if unsafe { (api.is_initialized)() } == 0 {
             return Err(Error::NotInitialized);
