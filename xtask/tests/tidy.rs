@@ -267,9 +267,11 @@ fn dependency_table(architecture: &str) -> Result<Vec<(String, Vec<String>)>, St
     Ok(rows)
 }
 
-/// The workspace crates a `Cargo.toml` depends on in `[dependencies]` and
-/// `[build-dependencies]` (dev-dependencies may also name `test-support`).
-fn cargo_workspace_deps(manifest: &str, crates: &[String]) -> Vec<String> {
+/// The workspace crates the `Cargo.toml` of crate `own` depends on in `[dependencies]` and
+/// `[build-dependencies]` (dev-dependencies may also name `test-support`, and `own`
+/// itself: a crate's tests turning on one of its features, e.g. elf-loader's
+/// `elf-parser`).
+fn cargo_workspace_deps(own: &str, manifest: &str, crates: &[String]) -> Vec<String> {
     let mut section = String::new();
     let mut out = Vec::new();
     for line in manifest.lines() {
@@ -285,7 +287,9 @@ fn cargo_workspace_deps(manifest: &str, crates: &[String]) -> Vec<String> {
         let Some(name) = t.split(['=', '.', ' ']).next() else {
             continue;
         };
-        if crates.iter().any(|c| c == name) && (normal || dev && name != "test-support") {
+        if crates.iter().any(|c| c == name)
+            && (normal || dev && name != "test-support" && name != own)
+        {
             out.push(name.to_string());
         }
     }
@@ -308,7 +312,7 @@ fn check_dependency_table(
             errors.push(format!("{name} is in the table but has no Cargo.toml"));
             continue;
         };
-        for dep in cargo_workspace_deps(manifest, &crates) {
+        for dep in cargo_workspace_deps(name, manifest, &crates) {
             if !allowed.contains(&dep) {
                 errors.push(format!(
                     "{name} depends on {dep}, which ARCHITECTURE.md's table does not allow"
@@ -476,6 +480,19 @@ fn dependency_table_check_fails_on_a_broken_tree() {
         .1
         .push_str("[dev-dependencies]\naddon.workspace = true\n");
     assert!(check_dependency_table(arch, &bad).is_err());
+    // A crate's dev-dependency on itself (its tests turning on a feature) is allowed; a
+    // dependency on itself is not.
+    let mut own = ok.clone();
+    own[0]
+        .1
+        .push_str("[dev-dependencies]\ncore = { path = \".\", features = [\"x\"] }\n");
+    assert_eq!(check_dependency_table(arch, &own), Ok(()));
+    let mut bad = ok.clone();
+    bad[0]
+        .1
+        .push_str("[dependencies]\ncore = { path = \".\" }\n");
+    let err = check_dependency_table(arch, &bad).unwrap_err();
+    assert!(err.contains("core depends on core"), "{err}");
     // A crate missing from the table.
     let mut bad = ok.clone();
     bad.push(("stray".into(), "[package]\nname = \"stray\"\n".into()));
