@@ -75,6 +75,12 @@ fn misuse_is_an_error_naming_the_thread() {
     let err = gil.acquire().unwrap_err();
     assert!(matches!(err, GilError::NotAttached { .. }), "{err}");
     assert!(err.to_string().contains("interp-7"), "{err}");
+    // Releasing from a thread that is not attached is refused whatever `acquired` says
+    // (`release(false)` was Ok there).
+    for acquired in [false, true] {
+        let err = gil.release(acquired).unwrap_err();
+        assert!(matches!(err, GilError::NotAttached { .. }), "{err}");
+    }
 
     let h = gil.attach("worker-a").unwrap();
     let err = gil.attach("again").unwrap_err();
@@ -747,4 +753,87 @@ fn blocking_region_tokens() {
     assert!(!region.held_gil(), "entered without the GIL");
     region.leave().unwrap();
     assert!(!h.holds_gil(), "not taken at leave either");
+}
+
+/// A hook (`on_block` / `on_unblock`) runs while its thread changes state: taking the
+/// GIL from it is refused with [`GilError::InsideHook`], whichever entry asks
+/// (`acquire`, `lock`, `ensure`), on the thread that attached first and on a spawned one,
+/// and whether or not the lock word already names the thread (a waiter in `on_block` may
+/// have been handed the GIL meanwhile: `lock`/`ensure` answered Ok there while `acquire`,
+/// a moment earlier, was refused).
+#[test]
+fn gil_calls_from_hooks_get_one_answer_from_every_entry() {
+    struct Probe {
+        gil: Gil,
+        seen: Mutex<Vec<(ThreadId, BlockReason, bool, [Result<bool, String>; 3])>>,
+    }
+    impl Probe {
+        fn record(&self, thread: ThreadId, reason: BlockReason, block: bool) {
+            let name = |e: GilError| match e {
+                GilError::InsideHook { .. } => "InsideHook".to_string(),
+                other => other.to_string(),
+            };
+            let acquire = self.gil.acquire().map_err(name);
+            if let Ok(true) = acquire {
+                self.gil.release(true).unwrap();
+            }
+            let lock = self
+                .gil
+                .current()
+                .unwrap()
+                .lock()
+                .map(|g| g.acquired())
+                .map_err(name);
+            let ensure = self
+                .gil
+                .ensure()
+                .map(|g| g.state().acquired || g.state().attached)
+                .map_err(name);
+            self.seen
+                .lock()
+                .unwrap()
+                .push((thread, reason, block, [acquire, lock, ensure]));
+        }
+    }
+    impl GilHooks for Probe {
+        fn on_block(&self, thread: ThreadId, reason: BlockReason) {
+            if reason == BlockReason::WaitingForGil {
+                // The case that raced: the releaser hands the GIL over while the waiter
+                // is still in its hook.
+                wait_until("the handoff", || self.gil.holder() == Some(thread));
+            }
+            self.record(thread, reason, true);
+        }
+        fn on_unblock(&self, thread: ThreadId, reason: BlockReason) {
+            self.record(thread, reason, false);
+        }
+    }
+    let gil = Gil::new();
+    let probe = Arc::new(Probe {
+        gil: gil.clone(),
+        seen: Mutex::new(Vec::new()),
+    });
+    gil.set_hooks(Some(probe.clone()));
+    let main = gil.attach("main").unwrap();
+    assert!(main.acquire().unwrap());
+    main.allow_threads(|| ()).unwrap();
+    let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+    let waiter = gil
+        .spawn("waiter", move |h| {
+            queued_tx.send(()).unwrap();
+            let a = h.acquire().unwrap(); // waits: main holds it
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    queued_rx.recv().unwrap();
+    wait_until("the waiter to queue", || gil.waiters() == 1);
+    main.release(true).unwrap();
+    waiter.join_timeout(BOUND).unwrap();
+    gil.set_hooks(None);
+    let seen = probe.seen.lock().unwrap().clone();
+    let refused: [Result<bool, String>; 3] = std::array::from_fn(|_| Err("InsideHook".to_string()));
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for (thread, reason, block, answers) in seen {
+        assert_eq!(answers, refused, "{thread:?} {reason:?} block={block}");
+    }
 }
