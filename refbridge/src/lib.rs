@@ -206,7 +206,7 @@ pub use abi::{
 pub use bridge::{Bridge, BridgeStats};
 pub use collect::{collect, CollectReport};
 pub use cycle::CycleReport;
-pub use debug::{type_name_of, DebugReport, ReportKind, QUARANTINE};
+pub use debug::{type_name_of, DebugReport, ReportKind, Site, QUARANTINE};
 pub use error::BridgeError;
 pub use mem::MemAccount;
 pub use object::{
