@@ -7,6 +7,7 @@ use gil::{BlockReason, BorrowError, Config, Gil, GilCell, GilError, GilHooks, Th
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::wait_until;
 
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -16,15 +17,6 @@ fn gil_with(interval_ms: u64) -> Gil {
         ..Config::default()
     })
     .unwrap()
-}
-
-/// Waits (bounded) until `cond` holds.
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
 }
 
 /// Runs a check whose outcome depends on the scheduler (latencies, shares of the GIL)
@@ -277,7 +269,6 @@ fn handoff_is_fair_the_releaser_cannot_take_it_back() {
         .spawn("waiter", move |h| {
             let a = h.acquire().unwrap();
             o.lock().unwrap().push("waiter");
-            std::thread::sleep(Duration::from_millis(5));
             h.release(a).unwrap();
         })
         .unwrap();
@@ -377,6 +368,8 @@ fn priority_budget_keeps_the_cpu_bound_share_fair() {
             })
             .unwrap();
         let s = stop.clone();
+        let cycles = Arc::new(AtomicU64::new(0));
+        let n = cycles.clone();
         let abuser = gil
             .spawn("abuser", move |h| {
                 let a = h.acquire().unwrap();
@@ -386,13 +379,18 @@ fn priority_budget_keeps_the_cpu_bound_share_fair() {
                         h.poll().unwrap();
                     }
                     h.allow_threads(|| ()).unwrap();
+                    n.fetch_add(1, Ordering::Relaxed);
                 }
                 h.release(a).unwrap();
             })
             .unwrap();
-        let run = Duration::from_millis(600);
-        std::thread::sleep(run);
+        // The window is 150 of the abuser's blocking calls (at least 300 ms), measured.
+        let started = Instant::now();
+        wait_until("150 blocking calls", || {
+            cycles.load(Ordering::Relaxed) >= 150
+        });
         stop.store(true, Ordering::Relaxed);
+        let run = started.elapsed();
         cpu.join_timeout(BOUND).unwrap();
         abuser.join_timeout(BOUND).unwrap();
         let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
@@ -445,12 +443,14 @@ fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
     let gil = Gil::new();
     let entered = Arc::new(AtomicBool::new(false));
     let e = entered.clone();
+    let (stopped, stop_seen) = std::sync::mpsc::channel::<()>();
     let t = gil
         .spawn("stopped", move |h| {
             assert!(h.acquire().unwrap());
             let r = h.allow_threads(|| {
                 e.store(true, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(50));
+                // The region ends only once the stop was requested.
+                stop_seen.recv().unwrap();
                 42
             });
             let err = r.unwrap_err();
@@ -468,6 +468,7 @@ fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
         .unwrap()
         .id;
     gil.request_stop(id).unwrap();
+    stopped.send(()).unwrap();
     t.join_timeout(BOUND).unwrap();
     let h = gil.attach("main").unwrap();
     assert!(h.acquire().unwrap());
@@ -508,13 +509,15 @@ fn nested_guards_dropped_outer_first_keep_the_gil_until_the_last_one() {
     };
     wait_until("the other thread to queue", || gil.waiters() == 1);
     drop(outer);
+    // A release hands the GIL to the queued thread at once (the lock word names it), so
+    // these checks need no wait.
     assert!(
         h.holds_gil(),
         "the inner guard is alive: the GIL stays held"
     );
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
     assert_eq!(gil.holder(), Some(h.id()));
+    assert_eq!(gil.waiters(), 1, "the other thread is still queued");
+    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
     drop(inner);
     t.join_timeout(BOUND).unwrap();
     assert!(took.load(Ordering::SeqCst));
