@@ -40,6 +40,8 @@
 //! The C ABI (`include/elf_loader.h`, `libelf_loader.so`) is the `elf-loader-capi`
 //! crate in `capi/`, over this API.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 mod api;
 mod boundary;
 mod broadcast;

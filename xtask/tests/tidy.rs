@@ -14,6 +14,8 @@
 //!   except the crates in `KNOWN_CAPI_INTERNALS` (a list that may only shrink);
 //! - only `*-artifact` crates declare a `cdylib` or `staticlib`, so a Rust dependent of
 //!   any other crate builds only rlibs.
+//! - every crate root turns on rustc's `unused_crate_dependencies`, and every dev- and
+//!   build-dependency is named by the crate's code.
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -1187,6 +1189,163 @@ fn module_cycle_check_follows_nested_modules_and_super_paths() {
         ("p::c", "use super::E;\n"),
     ];
     assert!(check(&quiet).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Unused dependencies.
+//
+// rustc's `unused_crate_dependencies` checks a crate's `[dependencies]` when its library
+// or binary is built: every crate root turns it on (`UNUSED_DEPS_LINT`; not in its own
+// unit-test build, which sees the dev-dependencies too, nor workspace-wide, since each
+// test, example and bench target sees every dev-dependency). The dependencies only
+// those targets and build scripts see are checked here instead: each `[dev-dependencies]`
+// and `[build-dependencies]` entry must be named (`name::`, `use name`, `extern crate
+// name`) by some Rust file of the crate.
+
+/// The line every crate root (`src/lib.rs`, `src/main.rs`) carries.
+const UNUSED_DEPS_LINT: &str = "#![cfg_attr(not(test), warn(unused_crate_dependencies))]";
+
+/// A crate root must turn the lint on, as a crate-level attribute (not in a comment).
+fn check_unused_deps_lint(root_text: &str) -> Result<(), String> {
+    if root_text.lines().any(|l| l.trim() == UNUSED_DEPS_LINT) {
+        Ok(())
+    } else {
+        Err(format!("does not carry `{UNUSED_DEPS_LINT}`"))
+    }
+}
+
+/// The dev- and build-dependencies of a manifest (`[dev-dependencies]`,
+/// `[build-dependencies]`, and their `[target.*.]` forms), as Rust names.
+fn dev_and_build_deps(manifest: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = t.to_string();
+            continue;
+        }
+        let wanted =
+            section.ends_with("dev-dependencies]") || section.ends_with("build-dependencies]");
+        if !wanted || t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = t.split(['=', '.', ' ']).next().filter(|n| !n.is_empty()) {
+            out.push(name.trim_matches('"').replace('-', "_"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The dependencies in `deps` that no text of `sources` names.
+fn unnamed_deps(deps: &[String], sources: &[String]) -> Vec<String> {
+    deps.iter()
+        .filter(|d| {
+            !sources.iter().any(|text| {
+                text.lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .any(|l| {
+                        let code = code_part(l);
+                        let named = |pat: &str| {
+                            code.match_indices(pat).any(|(i, _)| {
+                                code[..i]
+                                    .chars()
+                                    .last()
+                                    .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                            })
+                        };
+                        named(&format!("{d}::"))
+                            || code.contains(&format!("use {d}"))
+                            || code.contains(&format!("extern crate {d}"))
+                    })
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn crate_roots_turn_on_unused_crate_dependencies_and_dev_deps_are_used() {
+    let root = workspace_root();
+    let mut problems = Vec::new();
+    for (name, manifest) in workspace_manifests() {
+        let Some(dir) = crate_dir(&root, &name) else {
+            continue;
+        };
+        for root_file in ["src/lib.rs", "src/main.rs"] {
+            let path = dir.join(root_file);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if let Err(e) = check_unused_deps_lint(&text) {
+                    problems.push(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+        // The crate's own Rust files (not those of crates nested in its folder).
+        let mut files = Vec::new();
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = entry.path();
+                let n = entry.file_name().to_string_lossy().into_owned();
+                if p.is_dir() {
+                    if !SKIP_DIRS.contains(&n.as_str()) && !p.join("Cargo.toml").exists() {
+                        stack.push(p);
+                    }
+                } else if n.ends_with(".rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    // A module it includes from elsewhere (`#[path = "..."]`) is its code too.
+                    for line in text.lines() {
+                        if let Some(rel) = line
+                            .trim()
+                            .strip_prefix("#[path = \"")
+                            .and_then(|r| r.strip_suffix("\"]"))
+                        {
+                            if let Ok(t) = std::fs::read_to_string(d.join(rel)) {
+                                files.push(t);
+                            }
+                        }
+                    }
+                    files.push(text);
+                }
+            }
+        }
+        for dep in unnamed_deps(&dev_and_build_deps(&manifest), &files) {
+            problems.push(format!(
+                "{name}: dev- or build-dependency `{dep}` is never used"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn unused_dependency_checks_fail_on_broken_input() {
+    assert!(check_unused_deps_lint(&format!("//! doc\n\n{UNUSED_DEPS_LINT}\n")).is_ok());
+    assert!(check_unused_deps_lint("//! doc\n\nmod a;\n").is_err());
+    assert!(check_unused_deps_lint(&format!("// {UNUSED_DEPS_LINT}\n")).is_err());
+    let manifest = "[dependencies]\nlibc.workspace = true\n[dev-dependencies]\ntest-support.workspace = true\ninsta = \"1\"\n[build-dependencies]\ncc.workspace = true\n";
+    assert_eq!(
+        dev_and_build_deps(manifest),
+        ["cc", "insta", "test_support"]
+    );
+    let deps = dev_and_build_deps(manifest);
+    let used = vec![
+        "fn main() { cc::Build::new(); }\n".to_string(),
+        "use test_support::wait_until;\n#[test]\nfn t() { insta::assert_snapshot!(x); }\n"
+            .to_string(),
+    ];
+    assert!(unnamed_deps(&deps, &used).is_empty());
+    // A comment, a longer name or another crate's path does not count.
+    let unused = vec![
+        "// insta::assert_snapshot!\nuse my_cc::Build;\nfn f() { other::test_support::x(); }\n"
+            .to_string(),
+    ];
+    assert_eq!(
+        unnamed_deps(&deps, &unused),
+        ["cc", "insta", "test_support"]
+    );
 }
 
 // ---------------------------------------------------------------------------------------

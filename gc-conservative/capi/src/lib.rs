@@ -15,6 +15,8 @@
 //! `gc_conservative.h`'s ABI too); `artifact/` builds it as `libgc_conservative.so`,
 //! which also carries gc-core's whole C ABI. The header is checked against this file by
 //! `tests/it/headers.rs`.
+
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use ffi_support::{guard, Status};

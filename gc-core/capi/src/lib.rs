@@ -34,6 +34,8 @@
 //! paths take mutator pointers (`ptls`) and reach their heap through them, so a registry
 //! would check only the rare calls; the pointers' contracts are the functions' `# Safety`
 //! sections.
+
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use ffi_support::{guard, Status};

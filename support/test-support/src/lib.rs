@@ -7,6 +7,8 @@
 //! run an example binary that cargo built next to the test binary. This crate does each
 //! once, with failure messages that name the program, the command and its output.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
