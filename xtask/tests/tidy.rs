@@ -1349,6 +1349,164 @@ fn unused_dependency_checks_fail_on_broken_input() {
 }
 
 // ---------------------------------------------------------------------------------------
+// Ready to publish.
+//
+// A library crate (one that does not opt out with `publish = false` or the workspace's
+// `publish.workspace = true`) carries what crates.io requires and shows: description,
+// license, readme (a file that exists), keywords (at most five, crates.io's syntax),
+// categories and documentation; each workspace crate it depends on is declared in the
+// root manifest with a version. `cargo xtask test` then builds each package from its
+// tarball (`cargo publish --workspace --dry-run`).
+
+/// The keys a publishable manifest must set (itself or through `key.workspace = true`).
+const PUBLISH_KEYS: &[&str] = &[
+    "description",
+    "license",
+    "readme",
+    "keywords",
+    "categories",
+    "documentation",
+];
+
+/// Whether a manifest's package is published.
+fn is_published(manifest: &str) -> bool {
+    !manifest
+        .lines()
+        .any(|l| matches!(l.trim(), "publish = false" | "publish.workspace = true"))
+}
+
+/// The problems of one publishable manifest; `readme_exists` answers for its readme
+/// path and `versioned` for a workspace dependency's name.
+fn publish_problems(
+    manifest: &str,
+    readme_exists: impl Fn(&str) -> bool,
+    versioned: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let package: Vec<&str> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .collect();
+    let value = |key: &str| {
+        package.iter().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            let k = k.trim();
+            (k == key || k == format!("{key}.workspace")).then(|| v.trim().to_string())
+        })
+    };
+    let mut out = Vec::new();
+    for key in PUBLISH_KEYS {
+        if value(key).is_none() {
+            out.push(format!("no `{key}`"));
+        }
+    }
+    if let Some(readme) = value("readme") {
+        let path = readme.trim_matches('"');
+        if readme != "true" && !readme_exists(path) {
+            out.push(format!("readme {path} does not exist"));
+        }
+    }
+    if let Some(kw) = value("keywords") {
+        let words: Vec<&str> = kw
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|w| w.trim().trim_matches('"'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let valid = |w: &str| {
+            w.len() <= 20
+                && w.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-+".contains(c))
+        };
+        if words.len() > 5 || words.iter().any(|w| !valid(w)) {
+            out.push(format!(
+                "keywords {words:?}: at most five, each 20 ASCII letters, digits, _ - + at most"
+            ));
+        }
+    }
+    let mut section = String::new();
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = t.to_string();
+            continue;
+        }
+        let normal = section == "[dependencies]" || section == "[build-dependencies]";
+        if let Some(dep) = t.strip_suffix(".workspace = true") {
+            if normal && !versioned(dep) {
+                out.push(format!(
+                    "dependency {dep} has no version in the root manifest"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether the root manifest's `[workspace.dependencies]` entry for `name` is a path
+/// dependency without a version.
+fn unversioned_path_dep(root_manifest: &str, name: &str) -> bool {
+    root_manifest.lines().any(|l| {
+        l.trim_start().starts_with(&format!("{name} = "))
+            && l.contains("path =")
+            && !l.contains("version =")
+    })
+}
+
+#[test]
+fn library_crates_are_ready_to_publish() {
+    let root = workspace_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let mut problems = Vec::new();
+    let mut published = 0;
+    for (name, manifest) in workspace_manifests() {
+        if !is_published(&manifest) {
+            continue;
+        }
+        published += 1;
+        let dir = crate_dir(&root, &name).unwrap();
+        for p in publish_problems(
+            &manifest,
+            |r| dir.join(r).is_file(),
+            |dep| !unversioned_path_dep(&root_manifest, dep),
+        ) {
+            problems.push(format!("{name}: {p}"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(published >= 13, "only {published} crates are published");
+}
+
+#[test]
+fn publish_check_fails_on_broken_input() {
+    let good = "[package]\nname = \"a\"\ndescription = \"x\"\nlicense.workspace = true\nreadme = \"README.md\"\nkeywords = [\"gc\", \"c-api\"]\ncategories = [\"memory-management\"]\ndocumentation = \"https://docs.rs/a\"\n\n[dependencies]\ncore.workspace = true\nlibc.workspace = true\n[dev-dependencies]\ntest-support.workspace = true\n";
+    let root = "[workspace.dependencies]\ncore = { path = \"core\", version = \"=0.1.0\" }\ntest-support = { path = \"support/test-support\" }\nlibc = \"0.2\"\n";
+    let check =
+        |m: &str| publish_problems(m, |r| r == "README.md", |d| !unversioned_path_dep(root, d));
+    assert!(check(good).is_empty(), "{:?}", check(good));
+    assert!(is_published(good));
+    assert!(!is_published(
+        &good.replace("[package]\n", "[package]\npublish = false\n")
+    ));
+    let missing = check(&good.replace("documentation = \"https://docs.rs/a\"\n", ""));
+    assert_eq!(missing, ["no `documentation`"]);
+    assert_eq!(
+        check(&good.replace("README.md", "README")),
+        ["readme README does not exist"]
+    );
+    assert_eq!(check(&good.replace("\"c-api\"", "\"a b\"")).len(), 1);
+    let root_unversioned = root.replace(", version = \"=0.1.0\"", "");
+    let p = publish_problems(
+        good,
+        |_| true,
+        |d| !unversioned_path_dep(&root_unversioned, d),
+    );
+    assert_eq!(p, ["dependency core has no version in the root manifest"]);
+}
+
+// ---------------------------------------------------------------------------------------
 // C layers import only their crate's public API.
 //
 // A C layer inside its crate (`src/capi.rs`, `src/capi/*.rs`) may name `crate::X` only
