@@ -881,7 +881,7 @@ impl ModuleTree {
                 let exported = alias.unwrap_or_else(|| segs.last().cloned().unwrap_or_default());
                 if exported == name {
                     return self
-                        .resolve(module, &start, &segs[..segs.len() - 1].to_vec(), depth + 1)
+                        .resolve(module, &start, &segs[..segs.len() - 1], depth + 1)
                         .or_else(|| {
                             let m = join_path(module, &segs[..segs.len() - 1]);
                             self.code.contains_key(&m).then_some(m)

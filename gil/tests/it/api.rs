@@ -766,9 +766,11 @@ fn blocking_region_tokens() {
 /// a moment earlier, was refused).
 #[test]
 fn gil_calls_from_hooks_get_one_answer_from_every_entry() {
+    /// What one hook call saw: thread, reason, on_block?, and acquire/lock/ensure.
+    type Seen = (ThreadId, BlockReason, bool, [Result<bool, String>; 3]);
     struct Probe {
         gil: Gil,
-        seen: Mutex<Vec<(ThreadId, BlockReason, bool, [Result<bool, String>; 3])>>,
+        seen: Mutex<Vec<Seen>>,
     }
     impl Probe {
         fn record(&self, thread: ThreadId, reason: BlockReason, block: bool) {
