@@ -728,6 +728,9 @@ fn sweep_big(
         .any(CallbackKind::ExternalFree)
         .then(|| heap.callbacks.snapshot(CallbackKind::ExternalFree));
     let free = |obj: ObjRef, size: usize, totals: &mut SweepTotals| {
+        // SAFETY: unmarked, so unreachable; not freed yet. From here on no lookup takes
+        // it for an object, so a listener cannot root it again.
+        unsafe { big::retire(obj) };
         if let Some(list) = &notify {
             notify_free(list, obj);
         }
