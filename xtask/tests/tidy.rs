@@ -469,31 +469,28 @@ fn dependency_table_check_fails_on_a_broken_tree() {
         ),
     ];
     assert_eq!(check_dependency_table(arch, &ok), Ok(()));
+    // `ok` with more lines in core's manifest.
+    let core_with = |extra: &str| {
+        let mut m = ok.clone();
+        m[0].1.push_str(extra);
+        m
+    };
     // core must not depend on addon.
-    let mut bad = ok.clone();
-    bad[0]
-        .1
-        .push_str("[dependencies]\naddon.workspace = true\n");
-    let err = check_dependency_table(arch, &bad).unwrap_err();
+    let err = check_dependency_table(arch, &core_with("[dependencies]\naddon.workspace = true\n"))
+        .unwrap_err();
     assert!(err.contains("core depends on addon"), "{err}");
     // A dev-dependency counts too.
-    let mut bad = ok.clone();
-    bad[0]
-        .1
-        .push_str("[dev-dependencies]\naddon.workspace = true\n");
+    let bad = core_with("[dev-dependencies]\naddon.workspace = true\n");
     assert!(check_dependency_table(arch, &bad).is_err());
     // A crate's dev-dependency on itself (its tests turning on a feature) is allowed; a
     // dependency on itself is not.
-    let mut own = ok.clone();
-    own[0]
-        .1
-        .push_str("[dev-dependencies]\ncore = { path = \".\", features = [\"x\"] }\n");
+    let own = core_with("[dev-dependencies]\ncore = { path = \".\", features = [\"x\"] }\n");
     assert_eq!(check_dependency_table(arch, &own), Ok(()));
-    let mut bad = ok.clone();
-    bad[0]
-        .1
-        .push_str("[dependencies]\ncore = { path = \".\" }\n");
-    let err = check_dependency_table(arch, &bad).unwrap_err();
+    let err = check_dependency_table(
+        arch,
+        &core_with("[dependencies]\ncore = { path = \".\" }\n"),
+    )
+    .unwrap_err();
     assert!(err.contains("core depends on core"), "{err}");
     // A crate missing from the table.
     let mut bad = ok.clone();
