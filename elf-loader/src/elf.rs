@@ -1458,7 +1458,7 @@ impl ElfInfo {
         self.loads
             .iter()
             .filter(|l| self.textrel || l.flags & PF_W != 0)
-            .map(|l| (l.vaddr, l.vaddr + l.memsz))
+            .map(|l| (l.vaddr, l.vaddr.saturating_add(l.memsz)))
             .collect()
     }
 
@@ -1496,39 +1496,39 @@ impl ElfInfo {
         Ok(())
     }
 
-    /// Reads symbol `i` from the file bytes (for tools and the fuzz target).
+    /// Reads symbol `i` from the file bytes (for tools and the fuzz target); `None` if
+    /// it is not in `data`.
     pub fn file_sym(&self, data: &[u8], i: u32) -> Option<Sym> {
         if i >= self.nsyms {
             return None;
         }
-        let o = (self.symtab.file_off + u64::from(i) * 24) as usize;
-        read_sym(data.get(o..o + 24)?)
+        let o = self.symtab.file_off.checked_add(u64::from(i) * 24)?;
+        read_sym(file_range(data, o, 24)?)
     }
 
     /// Reads a name from the string table in the file bytes.
     pub fn file_str<'a>(&self, data: &'a [u8], off: u32) -> Option<&'a [u8]> {
-        let tab = data.get(
-            self.strtab.file_off as usize..(self.strtab.file_off + self.strtab.len) as usize,
-        )?;
+        let tab = file_range(data, self.strtab.file_off, self.strtab.len)?;
         let s = tab.get(off as usize..)?;
         let n = s.iter().position(|&b| b == 0)?;
         Some(&s[..n])
     }
 
-    /// Reads the relocations of `table` from the file bytes.
+    /// Reads the relocations of `table` from the file bytes (none if the table is not in
+    /// `data`; a partial last entry is left out).
     pub fn file_relocs(&self, data: &[u8], table: Table) -> Vec<Rela> {
-        let Some(bytes) = data.get(table.file_off as usize..(table.file_off + table.len) as usize)
-        else {
+        let Some(bytes) = file_range(data, table.file_off, table.len) else {
             return Vec::new();
         };
-        bytes.chunks_exact(24).map(read_rela).collect()
+        bytes.chunks_exact(24).filter_map(read_rela).collect()
     }
 
-    /// The version index of symbol `i` from the file bytes (`None` without DT_VERSYM).
+    /// The version index of symbol `i` from the file bytes (`None` without DT_VERSYM or
+    /// if it is not in `data`).
     pub fn file_versym(&self, data: &[u8], i: u32) -> Option<u16> {
         let t = self.versym?;
-        let o = (t.file_off + u64::from(i) * 2) as usize;
-        let b = data.get(o..o + 2)?;
+        let o = t.file_off.checked_add(u64::from(i) * 2)?;
+        let b = file_range(data, o, 2)?;
         Some(u16::from_le_bytes([b[0], b[1]]))
     }
 }
@@ -1774,16 +1774,23 @@ fn chains_off_len(fixed: u64, nsyms: u32, symoffset: u32) -> Option<u64> {
     fixed.checked_add(u64::from(nsyms.checked_sub(symoffset)?) * 4)
 }
 
-/// Decodes an `Elf64_Sym` from (at least) 24 bytes.
+/// The `len` bytes of `data` at file offset `off`, if all of them are there.
+fn file_range(data: &[u8], off: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(off).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    data.get(start..end)
+}
+
+/// Decodes an `Elf64_Sym` from (at least) 24 bytes; `None` if `b` is shorter.
 pub fn read_sym(b: &[u8]) -> Option<Sym> {
     let (s, _) = object::pod::from_bytes::<oelf::Sym64<LE>>(b).ok()?;
     Some(Sym::from_object(s))
 }
 
-/// Decodes an `Elf64_Rela` from 24 bytes (panics if `b` is shorter).
-pub fn read_rela(b: &[u8]) -> Rela {
-    let (r, _) = object::pod::from_bytes::<oelf::Rela64<LE>>(b).expect("24-byte chunk");
-    Rela::from_object(r)
+/// Decodes an `Elf64_Rela` from (at least) 24 bytes; `None` if `b` is shorter.
+pub fn read_rela(b: &[u8]) -> Option<Rela> {
+    let (r, _) = object::pod::from_bytes::<oelf::Rela64<LE>>(b).ok()?;
+    Some(Rela::from_object(r))
 }
 
 /// The GNU hash of a symbol name (djb2: `h = h * 33 + c`, from 5381).
@@ -1861,6 +1868,66 @@ mod tests {
         assert_eq!(gnu_hash(b""), 5381);
         assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
         assert_eq!(sysv_hash(b"printf"), 0x0779_05a6);
+    }
+
+    /// The parser's public entry points (behind the `elf-parser` feature, for tools) give
+    /// `None`, nothing or an error on short or inconsistent input, never a panic:
+    /// `read_rela(&[0; 3])` used to panic, and an `ElfInfo` whose tables point past the
+    /// end of the address space overflowed in the file readers.
+    #[test]
+    fn parser_entry_points_never_panic_on_short_or_inconsistent_input() {
+        for n in 0..24 {
+            assert!(read_rela(&[0; 24][..n]).is_none(), "{n} bytes");
+            assert!(read_sym(&[0; 24][..n]).is_none(), "{n} bytes");
+        }
+        assert_eq!(read_rela(&[0; 24]).map(|r| r.kind), Some(R_X86_64_NONE));
+        assert!(read_sym(&[0; 24]).is_some());
+
+        // A real library (libgcc_s, which Rust's std links for unwinding; libc is an
+        // executable too), then the same description with every table out of reach.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let lib = maps
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.contains("/libgcc_s.so"))
+            .expect("the test links libgcc_s");
+        let data = std::fs::read(lib).unwrap();
+        let p = Path::new(lib);
+        let info = ElfInfo::parse(p, &data).unwrap();
+        check_bytes(p, &data).unwrap();
+        assert!(info.file_sym(&data, 1).is_some());
+        let far = Table {
+            file_off: u64::MAX - 7,
+            vaddr: u64::MAX - 7,
+            len: u64::MAX,
+        };
+        let mut bad = info.clone();
+        bad.symtab = far;
+        bad.strtab = far;
+        bad.versym = Some(far);
+        bad.nsyms = u32::MAX;
+        for l in &mut bad.loads {
+            l.vaddr = u64::MAX - 1;
+            l.memsz = u64::MAX;
+        }
+        for i in [0, 1, u32::MAX - 1] {
+            assert!(bad.file_sym(&data, i).is_none());
+            assert!(bad.file_versym(&data, i).is_none());
+            assert!(bad.file_str(&data, i).is_none());
+        }
+        assert!(bad.file_relocs(&data, far).is_empty());
+        assert!(bad.file_relocs(&data[..30], info.rela).len() <= 1);
+        assert!(bad.reloc_ranges().iter().all(|&(s, e)| s <= e));
+
+        // A short prefix of the file is an error naming the file, not a panic (a longer
+        // one may hold all the loader reads: the section headers at the end are not).
+        for n in (0..256).chain([1024, 4096]) {
+            let e = check_bytes(p, &data[..n]).expect_err("a truncated library");
+            assert!(e.to_string().contains("libgcc_s.so"), "{e}");
+        }
+        for n in [data.len() / 2, data.len() - 1] {
+            let _ = check_bytes(p, &data[..n]);
+        }
     }
 
     #[test]

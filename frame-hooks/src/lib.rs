@@ -13,6 +13,8 @@
 //!   typed code extras over `_PyCode_GetExtra`/`_PyCode_SetExtra`, panics turned into
 //!   Python exceptions.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod cpython;
 pub mod extra;
 pub mod hook;

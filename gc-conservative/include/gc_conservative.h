@@ -120,7 +120,8 @@ ptrdiff_t gc_scan_task(gc_mutator_t *m, gc_task_t *task, gc_scan_filter_t filter
  * needed); `sweepfunc` may be NULL. NULL on error.
  *
  * # Safety
- * `heap` null or live; `name` null or NUL-terminated.
+ * `heap` null or live; `name` null or NUL-terminated; `sweepfunc` null or a sweep
+ * function of the documented signature.
  */
 void *gc_new_conservative_type(gc_heap_t *heap,
                                const char *name,

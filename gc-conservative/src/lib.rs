@@ -42,6 +42,8 @@
 //! carries gc-core's whole C ABI, so a C client links one library and has one heap. This
 //! crate builds only its Rust library.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 mod index;
 mod lookup;
 mod scan;

@@ -462,7 +462,8 @@ fn weak_costs(n: usize) {
         let objs: Vec<ObjRef> = (0..n).map(|_| m.alloc_typed(16, obj).unwrap()).collect();
         let t = Instant::now();
         for &o in &objs {
-            m.add_c_finalizer(o, noop_finalizer);
+            // SAFETY: noop_finalizer may be called with any object, on any thread.
+            unsafe { m.add_c_finalizer(o, noop_finalizer) };
         }
         reg = reg.min(t.elapsed().as_nanos() as f64);
         gc1 = gc1.min(best_collect(&mut m, CollectionKind::Partial, 1));
@@ -494,7 +495,8 @@ fn weak_costs(n: usize) {
 
     // Registered finalizers of live (old) objects.
     for i in 0..n {
-        m.add_c_finalizer(target(&m, i), noop_finalizer);
+        // SAFETY: as above.
+        unsafe { m.add_c_finalizer(target(&m, i), noop_finalizer) };
     }
     m.collect(CollectionKind::Full).unwrap();
     m.collect(CollectionKind::Full).unwrap();

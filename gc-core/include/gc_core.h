@@ -727,7 +727,9 @@ void gc_weak_handle_delete(struct gc_weak_handle_t *h);
  * `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
  *
  * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap; `f` null or a
+ * function of `gc_finalizer_t`'s type that may be called once with `obj` (it must not
+ * free it).
  */
 int gc_add_finalizer(struct gc_mutator_t *m, void *obj, gc_finalizer_t f);
 

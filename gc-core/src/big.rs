@@ -67,6 +67,18 @@ pub(crate) fn alloc(size: usize, tag: usize, heap_id: HeapId) -> Option<ObjRef> 
     ObjRef::from_addr(p as usize + BIG_HEADER)
 }
 
+/// Makes a dead big object no object for any lookup ([`crate::is_object`]) before it
+/// is freed: the external-free listeners are told about it in between, and one that
+/// tried to take it back (`Heap::root`) must be refused.
+///
+/// # Safety
+/// `obj` was returned by `alloc`, is dead and not freed yet.
+pub(crate) unsafe fn retire(obj: ObjRef) {
+    let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
+    // SAFETY: forwarded from the caller: the header is still ours.
+    unsafe { (*p).magic = 0 };
+}
+
 /// Frees a big object.
 ///
 /// # Safety
@@ -75,7 +87,10 @@ pub(crate) unsafe fn free(obj: ObjRef) {
     let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
     // SAFETY: forwarded from the caller: the header is ours until the dealloc below.
     let size = unsafe {
-        debug_assert_eq!((*p).magic, BIG_MAGIC);
+        debug_assert!(
+            (*p).magic == BIG_MAGIC || (*p).magic == 0,
+            "a big object's header"
+        );
         // A stale ObjRef of the freed object must not pass `is_allocated_object` while
         // the memory still holds the old header (the allocator does not clear it).
         (*p).magic = 0;

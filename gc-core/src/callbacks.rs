@@ -54,21 +54,118 @@ pub enum Callback {
     /// alive so far and [`Marker::queue`] keeps more objects alive. Called again (with
     /// every other hook) while a round marks new objects. See `weak.rs`.
     WeakProcessing(Arc<WeakHookFn>),
-    /// C `jl_gc_cb_pre_gc_t`.
+    /// C `jl_gc_cb_pre_gc_t` (made by the `unsafe` [`Callback::c_pre_gc`]).
+    #[non_exhaustive]
     CPreGc(unsafe extern "C" fn(c_int)),
-    /// C `jl_gc_cb_post_gc_t`.
+    /// C `jl_gc_cb_post_gc_t` (made by the `unsafe` [`Callback::c_post_gc`]).
+    #[non_exhaustive]
     CPostGc(unsafe extern "C" fn(c_int)),
-    /// C `jl_gc_cb_root_scanner_t`.
+    /// C `jl_gc_cb_root_scanner_t` (made by the `unsafe` [`Callback::c_root_scanner`]).
+    #[non_exhaustive]
     CRootScanner(unsafe extern "C" fn(c_int)),
-    /// C `jl_gc_cb_task_scanner_t`.
+    /// C `jl_gc_cb_task_scanner_t` (made by the `unsafe` [`Callback::c_task_scanner`]).
+    #[non_exhaustive]
     CTaskScanner(unsafe extern "C" fn(*mut Task, c_int)),
-    /// C `jl_gc_cb_notify_external_alloc_t`.
+    /// C `jl_gc_cb_notify_external_alloc_t` (made by the `unsafe`
+    /// [`Callback::c_external_alloc`]).
+    #[non_exhaustive]
     CExternalAlloc(unsafe extern "C" fn(*mut c_void, usize)),
-    /// C `jl_gc_cb_notify_external_free_t`.
+    /// C `jl_gc_cb_notify_external_free_t` (made by the `unsafe`
+    /// [`Callback::c_external_free`]).
+    #[non_exhaustive]
     CExternalFree(unsafe extern "C" fn(*mut c_void)),
     /// C weak-processing hook, `void (*)(int full)`; it reaches the marker through the
-    /// collecting thread's ptls (`gc_is_marked`, `gc_mark_queue_obj`).
+    /// collecting thread's ptls (`gc_is_marked`, `gc_mark_queue_obj`) (made by the
+    /// `unsafe` [`Callback::c_weak_processing`]).
+    #[non_exhaustive]
     CWeakProcessing(unsafe extern "C" fn(c_int)),
+}
+
+/// The C variants of [`Callback`] hold functions the heap calls later, with arguments
+/// of its own: safe code cannot make them (the variants are `#[non_exhaustive]`), only
+/// these `unsafe` constructors, whose callers promise what the call needs. Every one of
+/// them has this contract:
+///
+/// # Safety
+/// While it is registered, `f` may be called by the heap as the seed documents its kind
+/// (on the thread running a collection with the world stopped, for the pre/post GC
+/// callbacks, the root and task scanners and the weak-processing hook; on the
+/// allocating thread after a big object is allocated, and before a big object is freed,
+/// for the external-object notifications), with the arguments gc-core passes (the
+/// `full` flag, a registered task, a big object's payload address and size): calling it
+/// so must be sound, and it must not unwind.
+///
+/// ```compile_fail,E0603
+/// // Safe code cannot store a C function the heap would call with its own arguments:
+/// let heap = gc_core::Heap::default();
+/// extern "C" fn free_it(_obj: *mut std::ffi::c_void) {}
+/// heap.add_callback(gc_core::Callback::CExternalFree(free_it)).unwrap();
+/// ```
+///
+/// ```compile_fail,E0133
+/// let heap = gc_core::Heap::default();
+/// extern "C" fn free_it(_obj: *mut std::ffi::c_void) {}
+/// heap.add_callback(gc_core::Callback::c_external_free(free_it)).unwrap();
+/// ```
+impl Callback {
+    /// A C pre-GC callback (`jl_gc_cb_pre_gc_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(full)` is called once per collection, world stopped.
+    pub unsafe fn c_pre_gc(f: unsafe extern "C" fn(c_int)) -> Callback {
+        Callback::CPreGc(f)
+    }
+
+    /// A C post-GC callback (`jl_gc_cb_post_gc_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(full)` is called once per collection, world stopped.
+    pub unsafe fn c_post_gc(f: unsafe extern "C" fn(c_int)) -> Callback {
+        Callback::CPostGc(f)
+    }
+
+    /// A C root scanner (`jl_gc_cb_root_scanner_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(full)` is called while marking, world stopped.
+    pub unsafe fn c_root_scanner(f: unsafe extern "C" fn(c_int)) -> Callback {
+        Callback::CRootScanner(f)
+    }
+
+    /// A C task scanner (`jl_gc_cb_task_scanner_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(task, full)` is called once per registered task while
+    /// marking, world stopped.
+    pub unsafe fn c_task_scanner(f: unsafe extern "C" fn(*mut Task, c_int)) -> Callback {
+        Callback::CTaskScanner(f)
+    }
+
+    /// A C notification of big-object allocation (`jl_gc_cb_notify_external_alloc_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(payload, size)` is called after each big object is
+    /// allocated, on the allocating thread.
+    pub unsafe fn c_external_alloc(f: unsafe extern "C" fn(*mut c_void, usize)) -> Callback {
+        Callback::CExternalAlloc(f)
+    }
+
+    /// A C notification of big-object release (`jl_gc_cb_notify_external_free_t`).
+    ///
+    /// # Safety
+    /// See the contract above: `f(payload)` is called before each big object is freed
+    /// (the object is dead: `f` must not free it or keep it).
+    pub unsafe fn c_external_free(f: unsafe extern "C" fn(*mut c_void)) -> Callback {
+        Callback::CExternalFree(f)
+    }
+
+    /// A C weak-processing hook.
+    ///
+    /// # Safety
+    /// See the contract above: `f(full)` is called between mark and sweep, world stopped.
+    pub unsafe fn c_weak_processing(f: unsafe extern "C" fn(c_int)) -> Callback {
+        Callback::CWeakProcessing(f)
+    }
 }
 
 /// Which of the seven lists a callback belongs to.

@@ -594,7 +594,8 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
             match &**cb {
                 // SAFETY: m is valid and unaliased during the call.
                 Callback::RootScanner(f) => f(unsafe { &mut *m }, kind),
-                // SAFETY: a C root scanner; it reaches the marker through its ptls.
+                // SAFETY: a C root scanner (`Callback::c_root_scanner`'s contract: called while
+                // marking, world stopped); it reaches the marker through its ptls.
                 Callback::CRootScanner(f) => unsafe { f(full as c_int) },
                 _ => {}
             }
@@ -608,7 +609,8 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
                 match &**cb {
                     // SAFETY: as above.
                     Callback::TaskScanner(f) => f(unsafe { &mut *m }, task, kind),
-                    // SAFETY: a C task scanner given a registered task.
+                    // SAFETY: a C task scanner given a registered task (`Callback::c_task_scanner`'s
+                    // contract).
                     Callback::CTaskScanner(f) => unsafe {
                         f(Arc::as_ptr(task) as *mut _, full as c_int)
                     },
@@ -704,7 +706,8 @@ pub(crate) fn notify_free(list: &[(CallbackId, Arc<Callback>)], obj: ObjRef) {
     for (_, cb) in list {
         match &**cb {
             Callback::ExternalFree(f) => f(obj),
-            // SAFETY: a C callback of the seed's signature, given the dying object.
+            // SAFETY: a C callback of the seed's signature, given the dying object
+            // (`Callback::c_external_free`'s contract).
             Callback::CExternalFree(f) => unsafe { f(obj.as_ptr().cast()) },
             _ => {}
         }
@@ -725,6 +728,9 @@ fn sweep_big(
         .any(CallbackKind::ExternalFree)
         .then(|| heap.callbacks.snapshot(CallbackKind::ExternalFree));
     let free = |obj: ObjRef, size: usize, totals: &mut SweepTotals| {
+        // SAFETY: unmarked, so unreachable; not freed yet. From here on no lookup takes
+        // it for an object, so a listener cannot root it again.
+        unsafe { big::retire(obj) };
         if let Some(list) = &notify {
             notify_free(list, obj);
         }
@@ -784,7 +790,8 @@ fn invoke_simple(heap: &HeapInner, kind: CallbackKind, full: bool) {
     for (_, cb) in heap.callbacks.snapshot(kind).iter() {
         match &**cb {
             Callback::PreGc(f) | Callback::PostGc(f) => f(ck),
-            // SAFETY: C callbacks of the seed's signature.
+            // SAFETY: C callbacks of the seed's signature, called once per collection with
+            // the world stopped (`Callback::c_pre_gc`/`c_post_gc`'s contract).
             Callback::CPreGc(f) | Callback::CPostGc(f) => unsafe { f(full as c_int) },
             _ => {}
         }

@@ -315,7 +315,16 @@ impl Heap {
     /// untrusted [`ObjRef`] make (and panic on), as an error naming `what`. With
     /// the `*_unchecked` methods it splits such a call in two, for a C layer that
     /// reports errors instead of panicking.
+    ///
+    /// On a thread running a collection (in a callback, a root or task scanner, a mark or
+    /// sweep function) every object is refused with [`GcError::DuringCollection`]: what
+    /// these calls register (a root, a weak handle, a finalizer, a queue registration)
+    /// would not be seen by the collection under way, whose sweep may free the object
+    /// (a sweep function's own dying object passes the lookup until its cell is freed).
     pub fn check_object(&self, obj: ObjRef, what: &'static str) -> Result<(), GcError> {
+        if on_collector_thread() {
+            return Err(GcError::DuringCollection { what });
+        }
         if crate::lookup::is_object(self.id(), obj.addr()) {
             Ok(())
         } else {
@@ -603,8 +612,12 @@ impl Root {
             .expect("root slot is occupied while the Root lives")
     }
 
-    /// Points the root at another object.
+    /// Points the root at another object. Panics if `obj` is not an allocated object of
+    /// the root's heap (the check [`Heap::root`] makes: a root is marked by every
+    /// collection, so it must name an object).
+    #[track_caller]
     pub fn set(&self, obj: ObjRef) {
+        self.heap.assert_object(obj, "Root::set");
         self.heap.0.roots.lock().slots[self.idx] = Some(obj);
     }
 }
@@ -638,6 +651,8 @@ impl Drop for HeapInner {
             .any(CallbackKind::ExternalFree)
             .then(|| self.callbacks.snapshot(CallbackKind::ExternalFree));
         for obj in big {
+            // SAFETY: the heap is gone: nothing can reach its big objects; not freed yet.
+            unsafe { crate::big::retire(obj) };
             if let Some(list) = &notify {
                 crate::collect::notify_free(list, obj);
             }

@@ -72,6 +72,8 @@
 //! record [`MutatorShared`] and its `unsafe` fast paths, the barrier tests, the current
 //! and helper `ptls`) with the `check_object` + `*_unchecked` pairs.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 mod big;
 mod callbacks;
 mod collect;

@@ -571,7 +571,7 @@ impl<'h> Marker<'h> {
                     MarkProc::C(f) => {
                         // SAFETY: reading the ptls field; no borrow is kept across the call.
                         let ptls = unsafe { (*m).ptls };
-                        // SAFETY: a C mark function of the seed's signature, called with
+                        // SAFETY: a C mark function (`MarkProc::c`'s contract), called with
                         // this collector thread's ptls and a live object of its type.
                         unsafe { f(ptls, obj.as_ptr().cast()) }
                     }

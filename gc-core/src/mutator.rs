@@ -599,7 +599,8 @@ impl MutatorShared {
             for (_, cb) in heap.callbacks.snapshot(CallbackKind::ExternalAlloc).iter() {
                 match &**cb {
                     crate::Callback::ExternalAlloc(f) => f(obj, size),
-                    // SAFETY: a C callback of the seed's signature, given the new object.
+                    // SAFETY: a C callback of the seed's signature, given the new object
+                    // (`Callback::c_external_alloc`'s contract).
                     crate::Callback::CExternalAlloc(f) => unsafe { f(obj.as_ptr().cast(), size) },
                     _ => {}
                 }

@@ -37,8 +37,28 @@ pub enum MarkProc {
     None,
     /// A Rust mark function.
     Rust(MarkFn),
-    /// A C mark function, called with the collecting thread's `ptls`.
+    /// A C mark function, called with the collecting thread's `ptls` (made by the
+    /// `unsafe` [`MarkProc::c`]: safe code cannot store a C function the collector calls).
+    #[non_exhaustive]
     C(CMarkFn),
+}
+
+impl MarkProc {
+    /// A C mark function (the seed's `jl_markfunc_t`).
+    ///
+    /// ```compile_fail,E0603
+    /// extern "C" fn mark(_: *mut std::ffi::c_void, _: *mut std::ffi::c_void) -> usize { 0 }
+    /// let _ = gc_core::MarkProc::C(mark);
+    /// ```
+    ///
+    /// # Safety
+    /// For every object of the types it is given to, `f(ptls, obj)` may be called on any
+    /// collector thread, concurrently, with that thread's `ptls` and a live object of the
+    /// type; calling it so must be sound (it reads only the object's payload and queues
+    /// children through the ptls), and it must not unwind.
+    pub unsafe fn c(f: CMarkFn) -> MarkProc {
+        MarkProc::C(f)
+    }
 }
 
 /// What runs when a scheduled object dies.
@@ -48,8 +68,27 @@ pub enum SweepProc {
     None,
     /// A Rust sweep function.
     Rust(SweepFn),
-    /// A C sweep function.
+    /// A C sweep function (made by the `unsafe` [`SweepProc::c`]: safe code cannot store
+    /// a C function the collector calls).
+    #[non_exhaustive]
     C(CSweepFn),
+}
+
+impl SweepProc {
+    /// A C sweep function (the seed's `jl_sweepfunc_t`).
+    ///
+    /// ```compile_fail,E0603
+    /// let _ = gc_core::SweepProc::C(libc_free);
+    /// extern "C" fn libc_free(_: *mut std::ffi::c_void) {}
+    /// ```
+    ///
+    /// # Safety
+    /// `f(obj)` may be called once for each dead object of the types it is given to whose
+    /// sweep was scheduled, during the sweep, before the memory is reused; calling it so
+    /// must be sound (it must not free the object, touch the heap or unwind).
+    pub unsafe fn c(f: CSweepFn) -> SweepProc {
+        SweepProc::C(f)
+    }
 }
 
 /// The kind of a type.
@@ -292,7 +331,7 @@ impl SweepProc {
         match self {
             SweepProc::None => {}
             SweepProc::Rust(f) => f(obj),
-            // SAFETY: a C sweep function of the seed's signature, given its dead object
+            // SAFETY: a C sweep function (`SweepProc::c`'s contract), given its dead object
             // before the memory is reused.
             SweepProc::C(f) => unsafe { f(obj.as_ptr().cast()) },
         }

@@ -118,7 +118,8 @@ pub(crate) unsafe fn process(
                 match &**cb {
                     // SAFETY: m is valid and unaliased during the call.
                     Callback::WeakProcessing(f) => f(unsafe { &mut *m }, kind),
-                    // SAFETY: a C hook; it reaches the marker through its ptls.
+                    // SAFETY: a C hook (`Callback::c_weak_processing`'s contract); it reaches the
+                    // marker through its ptls.
                     Callback::CWeakProcessing(f) => unsafe { f(full as c_int) },
                     _ => {}
                 }
@@ -380,7 +381,7 @@ pub(crate) fn run_batch(m: &mut Mutator, entries: Vec<FinEntry>) -> usize {
     for e in entries {
         let obj = e.obj;
         match e.f {
-            // SAFETY: a C finalizer of Julia's ptr-finalizer signature, given its object,
+            // SAFETY: a C finalizer (`Mutator::add_c_finalizer`'s contract), given its object,
             // which is alive (in flight, so rooted).
             FinFn::C(f) => unsafe { f(obj.as_ptr().cast()) },
             FinFn::Rust(f) => {

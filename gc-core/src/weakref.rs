@@ -61,8 +61,29 @@ impl Mutator {
     }
 
     /// Registers a C finalizer for `obj` (Julia's `jl_gc_add_ptr_finalizer`): `f(obj)`
-    /// runs once, as for [`Mutator::add_finalizer`].
-    pub fn add_c_finalizer(&mut self, obj: ObjRef, f: CFinalizerFn) {
+    /// runs once, as for [`Mutator::add_finalizer`]. Panics if `obj` is not an allocated
+    /// object of this heap.
+    ///
+    /// The heap calls `f` later with an argument of its own, so safe code cannot
+    /// register one:
+    ///
+    /// ```compile_fail,E0133
+    /// # let heap = gc_core::Heap::default();
+    /// # let mut m = heap.attach().unwrap();
+    /// # let ty = heap.new_layout_type("Leaf", 16, &[]).unwrap();
+    /// # let obj = m.alloc_typed(16, ty).unwrap();
+    /// extern "C" { fn free(p: *mut std::ffi::c_void); }
+    /// m.add_c_finalizer(obj, free); // `free` would be given the object's address
+    /// ```
+    ///
+    /// # Safety
+    /// `f(obj)` is sound to call once, on whichever thread attached to this heap runs
+    /// finalizers ([`Mutator::run_finalizers`], a safepoint of a thread that opted in,
+    /// [`Mutator::finalize`]), with `obj` alive (its memory is the heap's: `f` must not
+    /// free it), after the collection that finds `obj` unreachable or at
+    /// [`Mutator::finalize`]/[`Mutator::run_all_finalizers`]; `f` must not unwind.
+    #[track_caller]
+    pub unsafe fn add_c_finalizer(&mut self, obj: ObjRef, f: CFinalizerFn) {
         self.push_finalizer(obj, FinFn::C(f));
     }
 
@@ -70,7 +91,8 @@ impl Mutator {
     ///
     /// # Safety
     /// `obj` is an object of this mutator's heap: [`Heap::check_object`] accepted it (or it comes
-    /// from this mutator's heap's allocation and is alive).
+    /// from this mutator's heap's allocation and is alive); `f` as for
+    /// [`Mutator::add_c_finalizer`].
     pub unsafe fn add_c_finalizer_unchecked(&mut self, obj: ObjRef, f: CFinalizerFn) {
         self.push_finalizer_unchecked(obj, FinFn::C(f));
     }
@@ -538,7 +560,22 @@ impl ReferenceQueue {
     }
 
     /// Sets (or removes, with `None`) a C notification function called with `data`.
-    pub fn set_c_notify(&self, f: Option<CNotifyFn>, data: *mut c_void) {
+    ///
+    /// The heap calls `f` later, on a thread of its choosing, so safe code cannot set one:
+    ///
+    /// ```compile_fail,E0133
+    /// # let heap = gc_core::Heap::default();
+    /// let q = heap.new_reference_queue();
+    /// extern "C" { fn free(p: *mut std::ffi::c_void); }
+    /// q.set_c_notify(Some(free), 0x1234 as *mut _); // would free 0x1234
+    /// ```
+    ///
+    /// # Safety
+    /// Until it is replaced or the queue is dropped, `f(data)` is sound to call any
+    /// number of times, from any thread attached to the queue's heap (the one that ran a
+    /// collection that put tokens on this queue, after the world resumed); `f` must not
+    /// unwind.
+    pub unsafe fn set_c_notify(&self, f: Option<CNotifyFn>, data: *mut c_void) {
         *self.inner.notify.lock() = f.map(|f| Notify::C(f, data as usize));
     }
 

@@ -165,7 +165,7 @@ impl QueueInner {
         match n {
             None => {}
             Some(Notify::Rust(f)) => f(),
-            // SAFETY: a C function registered with its data pointer for this purpose.
+            // SAFETY: `set_c_notify`'s caller promised that `f(data)` may be called here.
             Some(Notify::C(f, data)) => unsafe { f(data as *mut c_void) },
         }
     }

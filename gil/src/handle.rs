@@ -45,11 +45,10 @@ impl Gil {
         self.shared.acquire(&ts)
     }
 
-    /// [`ThreadHandle::release`] for the calling thread.
+    /// [`ThreadHandle::release`] for the calling thread (which must be attached, whatever
+    /// `acquired` says: [`GilError::NotAttached`] otherwise, as for
+    /// [`Gil::acquire`]).
     pub fn release(&self, acquired: bool) -> Result<(), GilError> {
-        if !acquired {
-            return Ok(());
-        }
         let ts = self.current_state().ok_or_else(|| self.not_attached())?;
         self.shared.release(&ts, acquired)
     }
@@ -173,8 +172,9 @@ impl ThreadHandle {
 
     /// Takes the GIL: `Ok(true)` if this call took it, `Ok(false)` if the thread already
     /// held it (never deadlocks on itself). Pass the result to [`release`](Self::release).
-    /// Errors if the thread was stopped or the GIL shut down, and inside a blocking
-    /// region ([`GilError::InsideRegion`]).
+    /// Errors if the thread was stopped or the GIL shut down, inside a blocking
+    /// region ([`GilError::InsideRegion`]) and inside an embedder hook
+    /// ([`GilError::InsideHook`], even where the thread holds the GIL).
     ///
     /// ```
     /// let gil = gil::Gil::new();

@@ -75,6 +75,8 @@
 //! The README has the state machine, the rules for embedders, the C usage and the
 //! measured figures.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 // The modules, bottom to top: each uses only modules listed before it (the layering
 // ARCHITECTURE.md describes; the tidy test checks that there is no module cycle).
 // 1. leaves: the sync shim, errors, thread ids and statuses

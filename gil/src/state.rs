@@ -355,6 +355,16 @@ impl Shared {
         let me = (ts.id as usize) << 1;
         let v = self.lock.load(Ordering::Relaxed);
         if v & !WAITERS == me {
+            // Inside a hook the answer must not depend on timing: a thread in `on_block`
+            // may already have been handed the GIL by its releaser, and refusing there
+            // but saying "held" a moment later gave `ensure` Ok where `acquire` failed.
+            if ts.flags.load(Ordering::Relaxed) & F_IN_HOOK != 0 {
+                return Err(GilError::InsideHook {
+                    gil: self.label.clone(),
+                    thread: ts.label(),
+                    call: "acquire",
+                });
+            }
             return Ok(false);
         }
         let f = ts.flags.load(Ordering::Relaxed);

@@ -12,6 +12,8 @@
 //! The GAP scenario is [`minigap`], the numpy scenario [`multipy`], the C-extension
 //! scenario [`cext`]; `cargo xtask demo` runs them.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub mod cext;
 pub mod minigap;
 pub mod multipy;

@@ -281,6 +281,7 @@ impl Bridge {
     /// # Safety
     /// `obj` is a live object of the bridge's heap that stays reachable across the call
     /// (the call drains the reference queue, which runs deallocators).
+    #[track_caller]
     pub unsafe fn to_native(&self, obj: ObjRef) -> Result<*mut PyObject, BridgeError> {
         let inner = self.inner()?;
         inner.transition();
@@ -293,6 +294,7 @@ impl Bridge {
     ///
     /// # Safety
     /// As [`Bridge::to_native`].
+    #[track_caller]
     pub unsafe fn to_native_new_ref(&self, obj: ObjRef) -> Result<*mut PyObject, BridgeError> {
         // SAFETY: forwarded.
         let op = unsafe { self.to_native(obj)? };
@@ -584,6 +586,7 @@ impl Inner {
     /// # Safety
     /// `obj` is a live object of the heap.
     #[inline]
+    #[track_caller]
     pub(crate) unsafe fn stub_for(&self, obj: ObjRef) -> Result<*mut PyObject, BridgeError> {
         let mut st = self.state.lock();
         if let Some(idx) = st.table.lookup(obj.addr()) {

@@ -3,7 +3,8 @@
 //! predictable branch on the bridge's slow paths.
 //!
 //! When on, the bridge records where each native object and each stub was made (a
-//! backtrace), and:
+//! [`Site`]: the Rust call into the bridge, exact in every build through
+//! `#[track_caller]`, and a backtrace for context), and:
 //! - freed native objects are kept in a **quarantine** instead of being returned to the
 //!   allocator: their count is set to 1 and their type to a "freed object" type, so a
 //!   `Py_DECREF` of a freed object reaches the slow path at once (reported as use after
@@ -26,6 +27,7 @@ use crate::abi::{PyObject, PyTypeObject, PY_TPFLAGS_READY};
 use std::backtrace::Backtrace;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
+use std::panic::Location;
 use std::sync::Arc;
 
 /// Freed objects kept in quarantine (and freed stub slots kept unused) before reuse.
@@ -54,6 +56,39 @@ pub enum ReportKind {
     Leak,
 }
 
+/// Where the debug mode saw an object (or stub) made or freed.
+///
+/// `location` is the place in the program that called the bridge's Rust API (its
+/// allocation and free functions and [`crate::Bridge::to_native`] are
+/// `#[track_caller]`, and so may a caller's own helpers be): it is exact in every build,
+/// release builds included, where the backtrace may have lost inlined functions (and,
+/// built with `debug = "line-tables-only"`, their module paths). A C caller reaches the
+/// bridge through its C layer, so `location` names that layer's entry and the backtrace
+/// names the C caller.
+pub struct Site {
+    /// The Rust caller of the bridge.
+    pub location: &'static Location<'static>,
+    /// The thread's stack at that moment.
+    pub backtrace: Backtrace,
+}
+
+impl Site {
+    /// The caller's site (through `#[track_caller]` callers) and the stack now.
+    #[track_caller]
+    pub(crate) fn here() -> Arc<Site> {
+        Arc::new(Site {
+            location: Location::caller(),
+            backtrace: Backtrace::force_capture(),
+        })
+    }
+}
+
+impl fmt::Debug for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Site({})", self.location)
+    }
+}
+
 /// One finding of the debug mode.
 #[derive(Clone)]
 pub struct DebugReport {
@@ -66,9 +101,9 @@ pub struct DebugReport {
     /// A one-line description.
     pub message: String,
     /// Where the object (or stub) was made.
-    pub made_at: Option<Arc<Backtrace>>,
+    pub made_at: Option<Arc<Site>>,
     /// Where it was freed (or its managed object died).
-    pub freed_at: Option<Arc<Backtrace>>,
+    pub freed_at: Option<Arc<Site>>,
 }
 
 impl fmt::Debug for DebugReport {
@@ -78,13 +113,14 @@ impl fmt::Debug for DebugReport {
 }
 
 impl fmt::Display for DebugReport {
-    /// The message, then the backtraces (only frames with a file).
+    /// The message, then each site: its location, then its backtrace (only frames
+    /// with a file).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "refbridge debug: {:?}: {}", self.kind, self.message)?;
-        for (what, bt) in [("made at", &self.made_at), ("freed at", &self.freed_at)] {
-            if let Some(bt) = bt {
-                writeln!(f, "  {what}:")?;
-                for line in short_backtrace(bt) {
+        for (what, site) in [("made at", &self.made_at), ("freed at", &self.freed_at)] {
+            if let Some(site) = site {
+                writeln!(f, "  {what}: {}", site.location)?;
+                for line in short_backtrace(&site.backtrace) {
                     writeln!(f, "    {line}")?;
                 }
             }
@@ -152,15 +188,15 @@ pub fn short_backtrace(bt: &Backtrace) -> Vec<String> {
 /// What the debug mode knows about a live native object.
 struct Live {
     type_name: String,
-    made: Arc<Backtrace>,
+    made: Arc<Site>,
 }
 
 /// A freed native object kept in quarantine.
 struct Freed {
     addr: usize,
     type_name: String,
-    made: Option<Arc<Backtrace>>,
-    freed: Arc<Backtrace>,
+    made: Option<Arc<Site>>,
+    freed: Arc<Site>,
     /// The counted block to free when the entry leaves the quarantine.
     block: *mut u8,
 }
@@ -173,7 +209,7 @@ pub(crate) struct DebugState {
     freed_at: HashMap<usize, usize>,
     freed_seq: usize,
     /// Stub handle -> where it was made, where its managed object died.
-    stubs: HashMap<u32, (Arc<Backtrace>, Option<Arc<Backtrace>>)>,
+    stubs: HashMap<u32, (Arc<Site>, Option<Arc<Site>>)>,
     pub reports: Vec<DebugReport>,
 }
 
@@ -204,13 +240,14 @@ impl DebugState {
         self.reports.push(r);
     }
 
-    /// A native object was made.
+    /// A native object was made (by the caller's caller: see [`Site`]).
+    #[track_caller]
     pub fn object_made(&mut self, op: *mut PyObject, type_name: String) {
         self.live.insert(
             op as usize,
             Live {
                 type_name,
-                made: Arc::new(Backtrace::force_capture()),
+                made: Site::here(),
             },
         );
     }
@@ -248,6 +285,7 @@ impl DebugState {
     ///
     /// # Safety
     /// `op` is the object inside the live counted block `block`.
+    #[track_caller]
     pub unsafe fn object_freed(&mut self, op: *mut PyObject, block: *mut u8) -> Option<*mut u8> {
         let info = self.live.remove(&(op as usize));
         let type_name = match &info {
@@ -265,7 +303,7 @@ impl DebugState {
             addr: op as usize,
             type_name,
             made: info.map(|l| l.made),
-            freed: Arc::new(Backtrace::force_capture()),
+            freed: Site::here(),
             block,
         });
         self.freed_at.insert(op as usize, self.freed_seq);
@@ -322,15 +360,16 @@ impl DebugState {
     }
 
     /// A stub was made (handle `idx`).
+    #[track_caller]
     pub fn stub_made(&mut self, idx: u32) {
-        self.stubs
-            .insert(idx, (Arc::new(Backtrace::force_capture()), None));
+        self.stubs.insert(idx, (Site::here(), None));
     }
 
     /// The managed object of stub `idx` died.
+    #[track_caller]
     pub fn stub_died(&mut self, idx: u32) {
         if let Some(s) = self.stubs.get_mut(&idx) {
-            s.1 = Some(Arc::new(Backtrace::force_capture()));
+            s.1 = Some(Site::here());
         }
     }
 
@@ -341,7 +380,7 @@ impl DebugState {
     }
 
     /// Where stub `idx` was made and where its managed object died.
-    pub fn stub_history(&self, idx: u32) -> (Option<Arc<Backtrace>>, Option<Arc<Backtrace>>) {
+    pub fn stub_history(&self, idx: u32) -> (Option<Arc<Site>>, Option<Arc<Site>>) {
         match self.stubs.get(&idx) {
             Some((m, d)) => (Some(m.clone()), d.clone()),
             None => (None, None),
@@ -349,7 +388,7 @@ impl DebugState {
     }
 
     /// Where the live native object `op` was made.
-    pub fn made_at(&self, op: *const PyObject) -> Option<Arc<Backtrace>> {
+    pub fn made_at(&self, op: *const PyObject) -> Option<Arc<Site>> {
         self.live.get(&(op as usize)).map(|l| l.made.clone())
     }
 

@@ -168,6 +168,8 @@
 //! only the Rust library. The README has the C quick start, the guarantees, the limits
 //! and the figures.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 // The modules, bottom to top: each uses only modules of the groups before its own (the
 // layering `docs/design/refbridge.md` describes; the tidy test checks there is no module
 // cycle).
@@ -206,7 +208,7 @@ pub use abi::{
 pub use bridge::{Bridge, BridgeStats};
 pub use collect::{collect, CollectReport};
 pub use cycle::CycleReport;
-pub use debug::{type_name_of, DebugReport, ReportKind, QUARANTINE};
+pub use debug::{type_name_of, DebugReport, ReportKind, Site, QUARANTINE};
 pub use error::BridgeError;
 pub use mem::MemAccount;
 pub use object::{

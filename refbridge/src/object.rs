@@ -118,6 +118,7 @@ pub unsafe fn mem_realloc(p: *mut u8, size: usize) -> Result<NonNull<u8>, Bridge
 /// # Safety
 /// `p` is NULL or a live block of these allocators that nobody uses any more.
 #[inline]
+#[track_caller]
 pub unsafe fn mem_free(p: *mut u8) {
     if p.is_null() {
         return;
@@ -310,6 +311,7 @@ unsafe fn check_type(
 ///
 /// # Safety
 /// `tp` is a ready GC type.
+#[track_caller]
 unsafe fn gc_alloc(tp: *mut PyTypeObject, size: usize) -> Result<NonNull<PyObject>, BridgeError> {
     // (no `ok_or(error)` on these paths: the error would be made and dropped on success)
     let Some(inner) = current() else {
@@ -352,6 +354,7 @@ fn var_size(tp: &PyTypeObject, n: PySsizeT) -> Option<usize> {
 ///
 /// # Safety
 /// `tp` is NULL or a type object as [`type_ready_with`] requires.
+#[track_caller]
 pub unsafe fn gc_new(tp: *mut PyTypeObject) -> Result<NonNull<PyObject>, BridgeError> {
     // SAFETY: forwarded.
     unsafe { check_type(tp, true, "PyObject_GC_New")? };
@@ -364,6 +367,7 @@ pub unsafe fn gc_new(tp: *mut PyTypeObject) -> Result<NonNull<PyObject>, BridgeE
 ///
 /// # Safety
 /// As [`gc_new`].
+#[track_caller]
 pub unsafe fn gc_new_var(
     tp: *mut PyTypeObject,
     n: PySsizeT,
@@ -389,6 +393,7 @@ pub unsafe fn gc_new_var(
 ///
 /// # Safety
 /// As [`gc_new`].
+#[track_caller]
 pub unsafe fn object_new(tp: *mut PyTypeObject) -> Result<NonNull<PyObject>, BridgeError> {
     // SAFETY: forwarded.
     unsafe { check_type(tp, false, "PyObject_New")? };
@@ -565,6 +570,7 @@ pub unsafe fn gc_untrack(op: *mut PyObject) -> Result<(), BridgeError> {
 /// # Safety
 /// `op` is NULL or a live object nobody references any more.
 #[inline]
+#[track_caller]
 pub unsafe fn gc_del(op: *mut PyObject) -> Result<(), BridgeError> {
     if op.is_null() {
         return Ok(());

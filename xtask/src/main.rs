@@ -13,6 +13,8 @@
 //!
 //! It only shells out (to cargo, cc, python, ...); it links none of the workspace crates.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 mod bench;
 mod demo;
 mod demo_cext;

@@ -9,11 +9,13 @@
 //! - in a crate whose loom models check a sync shim (gil), no other file names
 //!   `std::sync` or `parking_lot` in code;
 //! - no module cycle in any crate beyond `KNOWN_MODULE_CYCLES` (a list that may only
-//!   shrink);
+//!   shrink), nested modules and `super::` paths included;
 //! - a C layer inside its crate (`src/capi*`) names only the crate's root-level public API,
 //!   except the crates in `KNOWN_CAPI_INTERNALS` (a list that may only shrink);
 //! - only `*-artifact` crates declare a `cdylib` or `staticlib`, so a Rust dependent of
 //!   any other crate builds only rlibs.
+//! - every crate root turns on rustc's `unused_crate_dependencies`, and every dev- and
+//!   build-dependency is named by the crate's code.
 //!
 //! Each check is a function over one file's text, tested below on good and bad inputs so
 //! that the tidy test itself can fail.
@@ -267,9 +269,11 @@ fn dependency_table(architecture: &str) -> Result<Vec<(String, Vec<String>)>, St
     Ok(rows)
 }
 
-/// The workspace crates a `Cargo.toml` depends on in `[dependencies]` and
-/// `[build-dependencies]` (dev-dependencies may also name `test-support`).
-fn cargo_workspace_deps(manifest: &str, crates: &[String]) -> Vec<String> {
+/// The workspace crates the `Cargo.toml` of crate `own` depends on in `[dependencies]` and
+/// `[build-dependencies]` (dev-dependencies may also name `test-support`, and `own`
+/// itself: a crate's tests turning on one of its features, e.g. elf-loader's
+/// `elf-parser`).
+fn cargo_workspace_deps(own: &str, manifest: &str, crates: &[String]) -> Vec<String> {
     let mut section = String::new();
     let mut out = Vec::new();
     for line in manifest.lines() {
@@ -285,7 +289,9 @@ fn cargo_workspace_deps(manifest: &str, crates: &[String]) -> Vec<String> {
         let Some(name) = t.split(['=', '.', ' ']).next() else {
             continue;
         };
-        if crates.iter().any(|c| c == name) && (normal || dev && name != "test-support") {
+        if crates.iter().any(|c| c == name)
+            && (normal || dev && name != "test-support" && name != own)
+        {
             out.push(name.to_string());
         }
     }
@@ -308,7 +314,7 @@ fn check_dependency_table(
             errors.push(format!("{name} is in the table but has no Cargo.toml"));
             continue;
         };
-        for dep in cargo_workspace_deps(manifest, &crates) {
+        for dep in cargo_workspace_deps(name, manifest, &crates) {
             if !allowed.contains(&dep) {
                 errors.push(format!(
                     "{name} depends on {dep}, which ARCHITECTURE.md's table does not allow"
@@ -463,19 +469,29 @@ fn dependency_table_check_fails_on_a_broken_tree() {
         ),
     ];
     assert_eq!(check_dependency_table(arch, &ok), Ok(()));
+    // `ok` with more lines in core's manifest.
+    let core_with = |extra: &str| {
+        let mut m = ok.clone();
+        m[0].1.push_str(extra);
+        m
+    };
     // core must not depend on addon.
-    let mut bad = ok.clone();
-    bad[0]
-        .1
-        .push_str("[dependencies]\naddon.workspace = true\n");
-    let err = check_dependency_table(arch, &bad).unwrap_err();
+    let err = check_dependency_table(arch, &core_with("[dependencies]\naddon.workspace = true\n"))
+        .unwrap_err();
     assert!(err.contains("core depends on addon"), "{err}");
     // A dev-dependency counts too.
-    let mut bad = ok.clone();
-    bad[0]
-        .1
-        .push_str("[dev-dependencies]\naddon.workspace = true\n");
+    let bad = core_with("[dev-dependencies]\naddon.workspace = true\n");
     assert!(check_dependency_table(arch, &bad).is_err());
+    // A crate's dev-dependency on itself (its tests turning on a feature) is allowed; a
+    // dependency on itself is not.
+    let own = core_with("[dev-dependencies]\ncore = { path = \".\", features = [\"x\"] }\n");
+    assert_eq!(check_dependency_table(arch, &own), Ok(()));
+    let err = check_dependency_table(
+        arch,
+        &core_with("[dependencies]\ncore = { path = \".\" }\n"),
+    )
+    .unwrap_err();
+    assert!(err.contains("core depends on core"), "{err}");
     // A crate missing from the table.
     let mut bad = ok.clone();
     bad.push(("stray".into(), "[package]\nname = \"stray\"\n".into()));
@@ -552,12 +568,17 @@ fn sync_shim_check_fails_on_a_std_mutex() {
 // ---------------------------------------------------------------------------------------
 // Module cycles.
 //
-// A crate's top-level modules (`src/foo.rs` or `src/foo/`) are the nodes; a path
-// `crate::foo...` (or `crate::Name` where `lib.rs` re-exports `Name` from `foo`) in code
-// of module `m` is an edge m -> foo. Test modules (from a `#[cfg(test)]` line on) and
-// comments are ignored. A strongly connected component of two or more modules is a
-// cycle. Cycles that exist today are listed in `KNOWN_MODULE_CYCLES`; the list may only
-// shrink: a new cycle, a grown one, or a listed one that no longer exists all fail.
+// Every module of a crate is a node (`src/a.rs` or `src/a/mod.rs` is `a`, `src/a/b.rs`
+// is `a::b`); a path in module m's code that leads to module t is an edge m -> t:
+// `crate::a::b::X`, `super::X`, `self::c::X` and a child module's `c::X`, resolved to the
+// deepest module named and through the names a module brings in with `use` (`crate::X`
+// where `lib.rs` re-exports `X` from `a::b` leads to `a::b`). Test modules (from a
+// `#[cfg(test)]` line on), comments and `mod` lines are ignored. Cycles are looked for
+// under every parent (the crate root included) among its own file and its children's
+// subtrees: a strongly connected component of two or more is a cycle (siblings
+// `a::b` <-> `a::c`, a parent file and its child, or top-level subtrees). Cycles that
+// exist today are listed in `KNOWN_MODULE_CYCLES`; the list may only shrink: a new
+// cycle, a grown one, or a listed one that no longer exists all fail.
 
 /// Identifiers after `crate::` in one line of code: `crate::a::b` gives `a`,
 /// `crate::{a::x, b}` gives `a` and `b` (the first segment of each item of the group).
@@ -654,31 +675,296 @@ fn reexports(lib_rs: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The module graph of one crate: (module, its files' texts) plus lib.rs; returns edges.
+/// A path in code: how it starts and its segments (`super::super::a::B` is
+/// `(Super(2), [a, B])`; a bare `a::B` is `(Bare, [a, B])`).
+#[derive(Debug, Clone, PartialEq)]
+enum PathStart {
+    Crate,
+    Super(usize),
+    SelfMod,
+    Bare,
+}
+
+fn is_ident_char(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The paths with at least one `::` in one line of code, each item of a `{...}` group a
+/// path of its own (`crate::{a::x, b}` gives `crate::a::x` and `crate::b`).
+fn code_paths(code: &str) -> Vec<(PathStart, Vec<String>)> {
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_ident = is_ident_char(chars[i])
+            && !chars[i].is_ascii_digit()
+            && (i == 0 || !(is_ident_char(chars[i - 1]) || chars[i - 1] == ':'));
+        if !starts_ident {
+            i += 1;
+            continue;
+        }
+        let mut segs: Vec<String> = Vec::new();
+        let mut j = i;
+        // identifiers joined by `::`
+        loop {
+            let s = j;
+            while j < chars.len() && is_ident_char(chars[j]) {
+                j += 1;
+            }
+            segs.push(chars[s..j].iter().collect());
+            if j + 1 < chars.len() && chars[j] == ':' && chars[j + 1] == ':' {
+                j += 2;
+                if j < chars.len() && is_ident_char(chars[j]) {
+                    continue;
+                }
+                if j < chars.len() && chars[j] == '{' {
+                    // A group: each top-level item is a path continuing `segs`.
+                    let mut depth = 0usize;
+                    let mut k = j + 1;
+                    let mut item = String::new();
+                    let mut items = Vec::new();
+                    while k < chars.len() {
+                        let c = chars[k];
+                        match c {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => break,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                items.push(std::mem::take(&mut item));
+                                k += 1;
+                                continue;
+                            }
+                            _ => {}
+                        }
+                        item.push(c);
+                        k += 1;
+                    }
+                    items.push(item);
+                    for it in items {
+                        let it = it.split(" as ").next().unwrap_or("").trim().to_string();
+                        if it.is_empty() || it == "*" {
+                            continue;
+                        }
+                        let inner = code_paths(&it);
+                        let head: Vec<String> = match inner.first() {
+                            Some((PathStart::Bare, rest)) => rest.clone(),
+                            _ if it.chars().all(is_ident_char) => vec![it.clone()],
+                            _ => continue,
+                        };
+                        let mut full = segs.clone();
+                        full.extend(head.into_iter().filter(|h| h != "self"));
+                        out.push(full);
+                    }
+                    j = k;
+                    segs.clear();
+                }
+            }
+            break;
+        }
+        if segs.len() >= 2 {
+            out.push(segs);
+        }
+        i = j.max(i + 1);
+    }
+    out.into_iter()
+        .map(|segs| {
+            let mut k = 0;
+            let start = match segs[0].as_str() {
+                "crate" => {
+                    k = 1;
+                    PathStart::Crate
+                }
+                "self" => {
+                    k = 1;
+                    PathStart::SelfMod
+                }
+                "super" => {
+                    while k < segs.len() && segs[k] == "super" {
+                        k += 1;
+                    }
+                    PathStart::Super(k)
+                }
+                _ => PathStart::Bare,
+            };
+            (start, segs[k..].to_vec())
+        })
+        .filter(|(_, rest)| !rest.is_empty())
+        .collect()
+}
+
+/// A crate's module tree: each module's path (`a`, `a::b`; `""` for `lib.rs`) with the
+/// code of its own file and the names it re-exports (`pub use`), which lead on to the
+/// module where the item is.
+struct ModuleTree {
+    /// path -> non-test code lines
+    code: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+fn join_path(base: &str, rest: &[String]) -> String {
+    let mut parts: Vec<&str> = base.split("::").filter(|p| !p.is_empty()).collect();
+    parts.extend(rest.iter().map(String::as_str));
+    parts.join("::")
+}
+
+impl ModuleTree {
+    /// The module a path in module `from` leads to (following re-exports), if it is one
+    /// of the crate's modules.
+    fn resolve(
+        &self,
+        from: &str,
+        start: &PathStart,
+        segs: &[String],
+        depth: usize,
+    ) -> Option<String> {
+        if depth > 8 {
+            return None;
+        }
+        let base = match start {
+            PathStart::Crate => String::new(),
+            PathStart::SelfMod | PathStart::Bare => from.to_string(),
+            PathStart::Super(n) => {
+                let mut parts: Vec<&str> = from.split("::").filter(|p| !p.is_empty()).collect();
+                for _ in 0..*n {
+                    parts.pop()?;
+                }
+                parts.join("::")
+            }
+        };
+        if *start == PathStart::Bare && !self.code.contains_key(&join_path(&base, &segs[..1])) {
+            return None; // a bare path is a child module's, or none of ours
+        }
+        // The longest prefix that is a module.
+        let mut k = segs.len();
+        while k > 0 && !self.code.contains_key(&join_path(&base, &segs[..k])) {
+            k -= 1;
+        }
+        let module = join_path(&base, &segs[..k]);
+        if k < segs.len() {
+            // `module::Name`: Name may be re-exported from elsewhere.
+            if let Some(target) = self.reexport(&module, &segs[k], depth) {
+                return Some(target);
+            }
+        }
+        (!module.is_empty()).then_some(module)
+    }
+
+    /// Where the name `name` of module `module` comes from when a `use` brings it in
+    /// (`pub use x::Name`, `pub(crate) use x::{.., Name}`, `use y::Y as Name`: a path
+    /// `module::Name` may name any of them).
+    fn reexport(&self, module: &str, name: &str, depth: usize) -> Option<String> {
+        let code = self.code.get(module)?;
+        let joined = code.join(" ");
+        let mut stmts = Vec::new();
+        let mut rest = joined.as_str();
+        while let Some(i) = rest.find("use ") {
+            let before = rest[..i].chars().last();
+            let after = &rest[i + "use ".len()..];
+            if before.is_none_or(|c| c == ' ' || c == ')' || c == ';' || c == '}') {
+                stmts.push(after.split(';').next().unwrap_or("").trim());
+            }
+            rest = after;
+        }
+        for stmt in stmts {
+            for (start, segs) in code_paths(stmt) {
+                // The exported name is the path's last segment, or its alias.
+                let alias = stmt
+                    .split(&format!("{} as ", segs.last()?))
+                    .nth(1)
+                    .map(|a| {
+                        a.chars()
+                            .take_while(|c| is_ident_char(*c))
+                            .collect::<String>()
+                    });
+                let exported = alias.unwrap_or_else(|| segs.last().cloned().unwrap_or_default());
+                if exported == name {
+                    return self
+                        .resolve(module, &start, &segs[..segs.len() - 1], depth + 1)
+                        .or_else(|| {
+                            let m = join_path(module, &segs[..segs.len() - 1]);
+                            self.code.contains_key(&m).then_some(m)
+                        });
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The module graph of one crate (`modules`: each module's path and its own file's
+/// text; `lib.rs` is the root, `""`): an edge m -> t for each path in m's code (not its
+/// tests or comments, not its `mod` lines) that leads to module t (`crate::`, `super::`,
+/// `self::` and child-module paths, through re-exports).
 fn module_edges(lib_rs: &str, modules: &[(String, String)]) -> Vec<(String, String)> {
-    let names: std::collections::BTreeSet<&str> = modules.iter().map(|(m, _)| m.as_str()).collect();
-    let reexported = reexports(lib_rs);
+    let mut code: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    code.insert(String::new(), non_test_code(lib_rs));
+    for (m, text) in modules {
+        code.insert(m.clone(), non_test_code(text));
+    }
+    let tree = ModuleTree { code };
     let mut edges = std::collections::BTreeSet::new();
-    for (module, text) in modules {
-        for line in non_test_code(text) {
-            for head in crate_path_heads(&line) {
-                let target = if names.contains(head.as_str()) {
-                    Some(head.clone())
-                } else {
-                    reexported
-                        .iter()
-                        .find(|(name, _)| *name == head)
-                        .map(|(_, m)| m.clone())
-                };
-                if let Some(t) = target {
-                    if t != *module {
-                        edges.insert((module.clone(), t));
+    for (module, lines) in &tree.code {
+        if module.is_empty() {
+            continue; // lib.rs: the front door
+        }
+        for line in lines {
+            let t = line.trim_start();
+            if t.starts_with("mod ")
+                || t.starts_with("pub mod ")
+                || t.starts_with("pub(crate) mod ")
+            {
+                continue;
+            }
+            for (start, segs) in code_paths(line) {
+                if let Some(target) = tree.resolve(module, &start, &segs, 0) {
+                    if target != *module {
+                        edges.insert((module.clone(), target));
                     }
                 }
             }
         }
     }
     edges.into_iter().collect()
+}
+
+/// Cycles among the parts of each module: for every module (the crate root included),
+/// its children (each with everything below it, as one node) and its own file, with the
+/// edges between them; each strongly connected component of two or more (as sorted
+/// module paths). Top-level cycles are the root's; `a::b` <-> `a::c` are `a`'s.
+fn nested_cycles(edges: &[(String, String)], modules: &[String]) -> Vec<Vec<String>> {
+    let mut parents: std::collections::BTreeSet<String> = [String::new()].into();
+    for m in modules {
+        let mut parts: Vec<&str> = m.split("::").collect();
+        parts.pop();
+        parents.insert(parts.join("::"));
+    }
+    let mut out = Vec::new();
+    for parent in &parents {
+        // The node a module belongs to under `parent`: the parent itself, or the child
+        // whose subtree holds it; None outside the parent's subtree.
+        let node = |m: &str| -> Option<String> {
+            if m == parent {
+                return Some(m.to_string());
+            }
+            let rest = if parent.is_empty() {
+                m
+            } else {
+                m.strip_prefix(parent.as_str())?.strip_prefix("::")?
+            };
+            let child = rest.split("::").next()?;
+            Some(join_path(parent, &[child.to_string()]))
+        };
+        let level: Vec<(String, String)> = edges
+            .iter()
+            .filter_map(|(a, b)| {
+                let (a, b) = (node(a)?, node(b)?);
+                (a != b).then_some((a, b))
+            })
+            .collect();
+        out.extend(cycles(&level));
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Strongly connected components of two or more nodes, each sorted, in sorted order.
@@ -725,7 +1011,9 @@ fn cycles(edges: &[(String, String)]) -> Vec<Vec<String>> {
     out
 }
 
-/// A crate's `src` as modules: `src/foo.rs` and every file under `src/foo/` are `foo`.
+/// A crate's `src` as modules: `src/a.rs` and `src/a/mod.rs` are `a`, `src/a/b.rs` is
+/// `a::b`; returns `lib.rs` and the modules (`main.rs` and `src/bin/` are not modules of
+/// the library).
 fn crate_modules(src: &Path) -> (String, Vec<(String, String)>) {
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap_or_default();
     let mut by_module: std::collections::BTreeMap<String, String> = Default::default();
@@ -733,18 +1021,19 @@ fn crate_modules(src: &Path) -> (String, Vec<(String, String)>) {
     rust_files(src, &mut files);
     for f in files {
         let rel = f.strip_prefix(src).unwrap();
-        let first = rel
+        let mut parts: Vec<String> = rel
             .components()
-            .next()
-            .unwrap()
-            .as_os_str()
-            .to_string_lossy();
-        let module = first.trim_end_matches(".rs").to_string();
-        if module == "lib" || module == "main" || module == "bin" {
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .collect();
+        if matches!(parts[0].as_str(), "lib.rs" | "main.rs" | "bin") {
             continue;
         }
+        let last = parts.pop().unwrap();
+        if last != "mod.rs" {
+            parts.push(last.trim_end_matches(".rs").to_string());
+        }
         let text = std::fs::read_to_string(&f).unwrap();
-        let entry = by_module.entry(module).or_default();
+        let entry = by_module.entry(parts.join("::")).or_default();
         entry.push_str(&text);
         entry.push('\n');
     }
@@ -753,7 +1042,12 @@ fn crate_modules(src: &Path) -> (String, Vec<(String, String)>) {
 
 /// Module cycles that exist today (crate, sorted modules). Fixing one means deleting its
 /// line; the test fails while a listed cycle is gone or a cycle is not listed.
-const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[];
+const KNOWN_MODULE_CYCLES: &[(&str, &[&str])] = &[
+    // runner.rs builds for a `PythonInstall` (python.rs), python.rs caches its probes
+    // with runner.rs's cache helpers (`fnv`, `cache_dir`, `write_cache_file`): moving
+    // those into a leaf `multipy/cache.rs` both use ends it (multipy's owner's call).
+    ("integration-tests", &["multipy::python", "multipy::runner"]),
+];
 
 #[test]
 fn no_module_cycles_beyond_the_known_list() {
@@ -768,7 +1062,8 @@ fn no_module_cycles_beyond_the_known_list() {
             continue;
         }
         let (lib, modules) = crate_modules(&src);
-        for c in cycles(&module_edges(&lib, &modules)) {
+        let names: Vec<String> = modules.iter().map(|(m, _)| m.clone()).collect();
+        for c in nested_cycles(&module_edges(&lib, &modules), &names) {
             found.push((name.clone(), c));
         }
     }
@@ -836,6 +1131,376 @@ fn module_cycle_check_finds_a_cycle_and_reexports() {
     // Without b -> a there is no cycle.
     let acyclic = module_edges(lib, &modules[..1]);
     assert!(cycles(&acyclic).is_empty());
+}
+
+/// The rule follows nested modules and `super::`/`self::`/child paths (through the
+/// names a parent brings in with `use`): sibling modules of one parent, a parent's own
+/// file and its child, and top-level subtrees are each checked for cycles.
+#[test]
+fn module_cycle_check_follows_nested_modules_and_super_paths() {
+    let check = |modules: &[(&str, &str)]| {
+        let modules: Vec<(String, String)> = modules
+            .iter()
+            .map(|(m, t)| (m.to_string(), t.to_string()))
+            .collect();
+        let names: Vec<String> = modules.iter().map(|(m, _)| m.clone()).collect();
+        nested_cycles(&module_edges("mod m;\nmod p;\nmod z;\n", &modules), &names)
+    };
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    // Siblings: b reaches a through the parent's re-export, a reaches b by `super::`.
+    let siblings = [
+        ("m", "mod a;\nmod b;\npub use a::A;\n"),
+        ("m::a", "pub struct A;\nuse super::b::helper;\n"),
+        ("m::b", "pub fn helper() -> super::A { super::A }\n"),
+    ];
+    assert_eq!(check(&siblings), vec![s(&["m::a", "m::b"])]);
+    let one_way = [siblings[0], siblings[1], ("m::b", "pub fn helper() {}\n")];
+    assert!(check(&one_way).is_empty(), "a -> b alone is no cycle");
+    // A parent's own code and its child: the child uses the parent's item, the parent
+    // the child's function (a child path without a prefix).
+    let parent = [
+        ("p", "mod c;\npub struct E;\nfn g() { c::run(); }\n"),
+        ("p::c", "use super::E;\npub fn run() {}\n"),
+    ];
+    assert_eq!(check(&parent), vec![s(&["p", "p::c"])]);
+    // With the item in a leaf of its own, re-exported by the parent, there is none.
+    let fixed = [
+        ("p", "mod c;\nmod e;\npub use e::E;\nfn g() { c::run(); }\n"),
+        ("p::c", "use super::E;\npub fn run() {}\n"),
+        ("p::e", "pub struct E;\n"),
+    ];
+    assert!(check(&fixed).is_empty(), "{:?}", check(&fixed));
+    // Top-level subtrees: a nested module reaching another top-level one, and back.
+    let subtrees = [
+        ("m", "mod a;\n"),
+        ("m::a", "use crate::z::Z;\n"),
+        ("z", "pub struct Z;\nfn f() { crate::m::a::g(); }\n"),
+    ];
+    assert_eq!(check(&subtrees), vec![s(&["m", "z"])]);
+    // Comments, `mod` lines and test code are no edges.
+    let quiet = [
+        (
+            "p",
+            "mod c;\n// c::run()\n#[cfg(test)]\nfn t() { c::run(); }\n",
+        ),
+        ("p::c", "use super::E;\n"),
+    ];
+    assert!(check(&quiet).is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Unused dependencies.
+//
+// rustc's `unused_crate_dependencies` checks a crate's `[dependencies]` when its library
+// or binary is built: every crate root turns it on (`UNUSED_DEPS_LINT`; not in its own
+// unit-test build, which sees the dev-dependencies too, nor workspace-wide, since each
+// test, example and bench target sees every dev-dependency). The dependencies only
+// those targets and build scripts see are checked here instead: each `[dev-dependencies]`
+// and `[build-dependencies]` entry must be named (`name::`, `use name`, `extern crate
+// name`) by some Rust file of the crate.
+
+/// The line every crate root (`src/lib.rs`, `src/main.rs`) carries.
+const UNUSED_DEPS_LINT: &str = "#![cfg_attr(not(test), warn(unused_crate_dependencies))]";
+
+/// A crate root must turn the lint on, as a crate-level attribute (not in a comment).
+fn check_unused_deps_lint(root_text: &str) -> Result<(), String> {
+    if root_text.lines().any(|l| l.trim() == UNUSED_DEPS_LINT) {
+        Ok(())
+    } else {
+        Err(format!("does not carry `{UNUSED_DEPS_LINT}`"))
+    }
+}
+
+/// The dev- and build-dependencies of a manifest (`[dev-dependencies]`,
+/// `[build-dependencies]`, and their `[target.*.]` forms), as Rust names.
+fn dev_and_build_deps(manifest: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = t.to_string();
+            continue;
+        }
+        let wanted =
+            section.ends_with("dev-dependencies]") || section.ends_with("build-dependencies]");
+        if !wanted || t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = t.split(['=', '.', ' ']).next().filter(|n| !n.is_empty()) {
+            out.push(name.trim_matches('"').replace('-', "_"));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The dependencies in `deps` that no text of `sources` names.
+fn unnamed_deps(deps: &[String], sources: &[String]) -> Vec<String> {
+    deps.iter()
+        .filter(|d| {
+            !sources.iter().any(|text| {
+                text.lines()
+                    .filter(|l| !l.trim_start().starts_with("//"))
+                    .any(|l| {
+                        let code = code_part(l);
+                        let named = |pat: &str| {
+                            code.match_indices(pat).any(|(i, _)| {
+                                code[..i]
+                                    .chars()
+                                    .last()
+                                    .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                            })
+                        };
+                        named(&format!("{d}::"))
+                            || code.contains(&format!("use {d}"))
+                            || code.contains(&format!("extern crate {d}"))
+                    })
+            })
+        })
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn crate_roots_turn_on_unused_crate_dependencies_and_dev_deps_are_used() {
+    let root = workspace_root();
+    let mut problems = Vec::new();
+    for (name, manifest) in workspace_manifests() {
+        let Some(dir) = crate_dir(&root, &name) else {
+            continue;
+        };
+        for root_file in ["src/lib.rs", "src/main.rs"] {
+            let path = dir.join(root_file);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if let Err(e) = check_unused_deps_lint(&text) {
+                    problems.push(format!("{}: {e}", path.display()));
+                }
+            }
+        }
+        // The crate's own Rust files (not those of crates nested in its folder).
+        let mut files = Vec::new();
+        let mut stack = vec![dir.clone()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = entry.path();
+                let n = entry.file_name().to_string_lossy().into_owned();
+                if p.is_dir() {
+                    if !SKIP_DIRS.contains(&n.as_str()) && !p.join("Cargo.toml").exists() {
+                        stack.push(p);
+                    }
+                } else if n.ends_with(".rs") {
+                    let text = std::fs::read_to_string(&p).unwrap();
+                    // A module it includes from elsewhere (`#[path = "..."]`) is its code too.
+                    for line in text.lines() {
+                        if let Some(rel) = line
+                            .trim()
+                            .strip_prefix("#[path = \"")
+                            .and_then(|r| r.strip_suffix("\"]"))
+                        {
+                            if let Ok(t) = std::fs::read_to_string(d.join(rel)) {
+                                files.push(t);
+                            }
+                        }
+                    }
+                    files.push(text);
+                }
+            }
+        }
+        for dep in unnamed_deps(&dev_and_build_deps(&manifest), &files) {
+            problems.push(format!(
+                "{name}: dev- or build-dependency `{dep}` is never used"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+#[test]
+fn unused_dependency_checks_fail_on_broken_input() {
+    assert!(check_unused_deps_lint(&format!("//! doc\n\n{UNUSED_DEPS_LINT}\n")).is_ok());
+    assert!(check_unused_deps_lint("//! doc\n\nmod a;\n").is_err());
+    assert!(check_unused_deps_lint(&format!("// {UNUSED_DEPS_LINT}\n")).is_err());
+    let manifest = "[dependencies]\nlibc.workspace = true\n[dev-dependencies]\ntest-support.workspace = true\ninsta = \"1\"\n[build-dependencies]\ncc.workspace = true\n";
+    assert_eq!(
+        dev_and_build_deps(manifest),
+        ["cc", "insta", "test_support"]
+    );
+    let deps = dev_and_build_deps(manifest);
+    let used = vec![
+        "fn main() { cc::Build::new(); }\n".to_string(),
+        "use test_support::wait_until;\n#[test]\nfn t() { insta::assert_snapshot!(x); }\n"
+            .to_string(),
+    ];
+    assert!(unnamed_deps(&deps, &used).is_empty());
+    // A comment, a longer name or another crate's path does not count.
+    let unused = vec![
+        "// insta::assert_snapshot!\nuse my_cc::Build;\nfn f() { other::test_support::x(); }\n"
+            .to_string(),
+    ];
+    assert_eq!(
+        unnamed_deps(&deps, &unused),
+        ["cc", "insta", "test_support"]
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Ready to publish.
+//
+// A library crate (one that does not opt out with `publish = false` or the workspace's
+// `publish.workspace = true`) carries what crates.io requires and shows: description,
+// license, readme (a file that exists), keywords (at most five, crates.io's syntax),
+// categories and documentation; each workspace crate it depends on is declared in the
+// root manifest with a version. `cargo xtask test` then builds each package from its
+// tarball (`cargo publish --workspace --dry-run`).
+
+/// The keys a publishable manifest must set (itself or through `key.workspace = true`).
+const PUBLISH_KEYS: &[&str] = &[
+    "description",
+    "license",
+    "readme",
+    "keywords",
+    "categories",
+    "documentation",
+];
+
+/// Whether a manifest's package is published.
+fn is_published(manifest: &str) -> bool {
+    !manifest
+        .lines()
+        .any(|l| matches!(l.trim(), "publish = false" | "publish.workspace = true"))
+}
+
+/// The problems of one publishable manifest; `readme_exists` answers for its readme
+/// path and `versioned` for a workspace dependency's name.
+fn publish_problems(
+    manifest: &str,
+    readme_exists: impl Fn(&str) -> bool,
+    versioned: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let package: Vec<&str> = manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package]")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .collect();
+    let value = |key: &str| {
+        package.iter().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            let k = k.trim();
+            (k == key || k == format!("{key}.workspace")).then(|| v.trim().to_string())
+        })
+    };
+    let mut out = Vec::new();
+    for key in PUBLISH_KEYS {
+        if value(key).is_none() {
+            out.push(format!("no `{key}`"));
+        }
+    }
+    if let Some(readme) = value("readme") {
+        let path = readme.trim_matches('"');
+        if readme != "true" && !readme_exists(path) {
+            out.push(format!("readme {path} does not exist"));
+        }
+    }
+    if let Some(kw) = value("keywords") {
+        let words: Vec<&str> = kw
+            .trim_matches(['[', ']'])
+            .split(',')
+            .map(|w| w.trim().trim_matches('"'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let valid = |w: &str| {
+            w.len() <= 20
+                && w.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-+".contains(c))
+        };
+        if words.len() > 5 || words.iter().any(|w| !valid(w)) {
+            out.push(format!(
+                "keywords {words:?}: at most five, each 20 ASCII letters, digits, _ - + at most"
+            ));
+        }
+    }
+    let mut section = String::new();
+    for line in manifest.lines() {
+        let t = line.trim();
+        if t.starts_with('[') {
+            section = t.to_string();
+            continue;
+        }
+        let normal = section == "[dependencies]" || section == "[build-dependencies]";
+        if let Some(dep) = t.strip_suffix(".workspace = true") {
+            if normal && !versioned(dep) {
+                out.push(format!(
+                    "dependency {dep} has no version in the root manifest"
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether the root manifest's `[workspace.dependencies]` entry for `name` is a path
+/// dependency without a version.
+fn unversioned_path_dep(root_manifest: &str, name: &str) -> bool {
+    root_manifest.lines().any(|l| {
+        l.trim_start().starts_with(&format!("{name} = "))
+            && l.contains("path =")
+            && !l.contains("version =")
+    })
+}
+
+#[test]
+fn library_crates_are_ready_to_publish() {
+    let root = workspace_root();
+    let root_manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let mut problems = Vec::new();
+    let mut published = 0;
+    for (name, manifest) in workspace_manifests() {
+        if !is_published(&manifest) {
+            continue;
+        }
+        published += 1;
+        let dir = crate_dir(&root, &name).unwrap();
+        for p in publish_problems(
+            &manifest,
+            |r| dir.join(r).is_file(),
+            |dep| !unversioned_path_dep(&root_manifest, dep),
+        ) {
+            problems.push(format!("{name}: {p}"));
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(published >= 13, "only {published} crates are published");
+}
+
+#[test]
+fn publish_check_fails_on_broken_input() {
+    let good = "[package]\nname = \"a\"\ndescription = \"x\"\nlicense.workspace = true\nreadme = \"README.md\"\nkeywords = [\"gc\", \"c-api\"]\ncategories = [\"memory-management\"]\ndocumentation = \"https://docs.rs/a\"\n\n[dependencies]\ncore.workspace = true\nlibc.workspace = true\n[dev-dependencies]\ntest-support.workspace = true\n";
+    let root = "[workspace.dependencies]\ncore = { path = \"core\", version = \"=0.1.0\" }\ntest-support = { path = \"support/test-support\" }\nlibc = \"0.2\"\n";
+    let check =
+        |m: &str| publish_problems(m, |r| r == "README.md", |d| !unversioned_path_dep(root, d));
+    assert!(check(good).is_empty(), "{:?}", check(good));
+    assert!(is_published(good));
+    assert!(!is_published(
+        &good.replace("[package]\n", "[package]\npublish = false\n")
+    ));
+    let missing = check(&good.replace("documentation = \"https://docs.rs/a\"\n", ""));
+    assert_eq!(missing, ["no `documentation`"]);
+    assert_eq!(
+        check(&good.replace("README.md", "README")),
+        ["readme README does not exist"]
+    );
+    assert_eq!(check(&good.replace("\"c-api\"", "\"a b\"")).len(), 1);
+    let root_unversioned = root.replace(", version = \"=0.1.0\"", "");
+    let p = publish_problems(
+        good,
+        |_| true,
+        |d| !unversioned_path_dep(&root_unversioned, d),
+    );
+    assert_eq!(p, ["dependency core has no version in the root manifest"]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 //! This crate is an rlib (Rust programs with C parts link it); `artifact/` builds it as
 //! `libelf_loader.so`. The header is checked against this file by `tests/it/header.rs`.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use elf_loader::{CustomLibrary, Namespace, SymbolProvider, SystemLibrary, TlsIndex};

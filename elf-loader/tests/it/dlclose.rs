@@ -316,3 +316,52 @@ fn a_library_defining_a_unique_symbol_stays_after_its_last_dlclose() {
         libc::dlclose(again);
     }
 }
+
+/// A library whose constructor `dlopen`s its own file and `dlclose`s it again (plugin code
+/// pinning or looking itself up), loaded through the Rust API: the load is counted before
+/// the initialisers run, so the inner close unloads nothing. The namespace reports one
+/// `Loaded` event and no `Unloaded`, keeps the library (count, path, global lookups), and
+/// a second load of the same path gives the same copy; the namespace's end unmaps it.
+/// (`capi/tests/it/glibc_order.rs` checks the init/fini sequence against glibc's.)
+#[test]
+fn a_constructor_opening_and_closing_its_own_library_leaves_it_loaded() {
+    let lib = common::build_so(
+        "selfish",
+        &["order_lib.c"],
+        &["-DNAME=selfish", "-DSELF_OPEN", "-ldl"],
+    );
+    let ns = Namespace::new("self-open");
+    let seen = std::sync::Arc::new(Mutex::new(Vec::<(bool, PathBuf)>::new()));
+    let log = seen.clone();
+    ns.on_event(move |e| {
+        let entry = match *e {
+            elf_loader::LoadEvent::Loaded { path, .. } => (true, path.to_path_buf()),
+            elf_loader::LoadEvent::Unloaded { path, .. } => (false, path.to_path_buf()),
+        };
+        log.lock().unwrap().push(entry);
+    });
+    // SAFETY: the fixture's constructor prints and opens/closes itself; nothing else.
+    let first = unsafe { ns.load(&lib) }.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![(true, lib.clone())]);
+    assert_eq!(ns.library_count(), 1);
+    assert_eq!(ns.library_paths(), vec![lib.clone()]);
+    assert!(first.is_loaded());
+    let present = first.own_sym("order_present").expect("its own symbol");
+    assert_eq!(ns.sym("order_present"), Some(present));
+    assert!(mapped(&lib));
+    // SAFETY: as above (the library is loaded already: nothing runs).
+    let second = unsafe { ns.load(&lib) }.unwrap();
+    assert_eq!(
+        second.address_range(),
+        first.address_range(),
+        "the same copy"
+    );
+    assert_eq!(second.own_sym("order_present"), Some(present));
+    assert_eq!(ns.library_count(), 1);
+    assert_eq!(*seen.lock().unwrap(), vec![(true, lib.clone())]);
+    drop((first, second));
+    assert!(mapped(&lib), "the namespace keeps its libraries");
+    drop(ns);
+    assert!(!mapped(&lib), "the namespace's end unloads it");
+    assert_eq!(*seen.lock().unwrap(), vec![(true, lib.clone())]);
+}

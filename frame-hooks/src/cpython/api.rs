@@ -44,9 +44,16 @@ impl<F: Fn(&CStr) -> Option<usize>> Resolver for F {
     }
 }
 
-/// A resolver over a `dlopen` handle (or `RTLD_DEFAULT`): `dlsym`.
+/// A resolver over a `dlopen` handle (or `RTLD_DEFAULT`): `dlsym`. Made by
+/// [`Dlsym::process`], [`crate::cpython::Libpython::resolver`] or the `unsafe`
+/// [`Dlsym::from_handle`]: `dlsym` on a handle that is not one is undefined behaviour, so
+/// safe code cannot make one from any pointer:
+///
+/// ```compile_fail,E0423
+/// let _ = frame_hooks::cpython::Dlsym(0x1234 as *mut std::ffi::c_void);
+/// ```
 #[derive(Clone, Copy, Debug)]
-pub struct Dlsym(pub *mut c_void);
+pub struct Dlsym(*mut c_void);
 
 // SAFETY: a dlopen handle may be used from any thread.
 unsafe impl Send for Dlsym {}
@@ -59,6 +66,20 @@ impl Dlsym {
     pub fn process() -> Dlsym {
         Dlsym(libc::RTLD_DEFAULT)
     }
+
+    /// A resolver over `handle`.
+    ///
+    /// # Safety
+    /// `handle` is a handle `dlopen` returned (or `RTLD_DEFAULT`/`RTLD_NEXT`), and the
+    /// library stays loaded while the resolver (or a copy) is used.
+    pub unsafe fn from_handle(handle: *mut c_void) -> Dlsym {
+        Dlsym(handle)
+    }
+
+    /// The handle this resolver looks symbols up in.
+    pub fn handle(&self) -> *mut c_void {
+        self.0
+    }
 }
 
 impl Resolver for Dlsym {
@@ -69,8 +90,22 @@ impl Resolver for Dlsym {
     }
 }
 
-/// The resolved functions and objects of one libpython copy.
+/// The resolved functions and objects of one libpython copy, as a [`Python`] holds
+/// them ([`Python::api`]): made only by the crate, from a resolver the caller of the
+/// `unsafe` [`Python::new`] vouched for, and shared read-only, since its safe methods
+/// call these functions. Safe code can neither make one nor change one:
+///
+/// ```compile_fail,E0624
+/// use frame_hooks::cpython::Api;
+/// let bogus = |_: &std::ffi::CStr| Some(0x1000usize);
+/// let _ = Api::resolve(&bogus); // would read and call whatever is at 0x1000
+/// ```
+///
+/// [`Python`]: crate::cpython::Python
+/// [`Python::new`]: crate::cpython::Python::new
+/// [`Python::api`]: crate::cpython::Python::api
 #[allow(missing_docs)]
+#[non_exhaustive]
 pub struct Api {
     pub version: u32,
     pub is_initialized: unsafe extern "C" fn() -> c_int,
@@ -146,9 +181,13 @@ fn sym<T: Copy>(r: &dyn Resolver, name: &CStr) -> Result<T, Error> {
 /// The version a copy without `Py_Version` reports through `Py_GetVersion()` (every
 /// CPython 3 has it, and it only formats constants, so it may be called before the
 /// interpreter is initialised): `3.10.13`.
-fn reported_version(r: &dyn Resolver) -> Option<String> {
+///
+/// # Safety
+/// As for [`Api::resolve`].
+unsafe fn reported_version(r: &dyn Resolver) -> Option<String> {
     let get: unsafe extern "C" fn() -> *const c_char = sym(r, c"Py_GetVersion").ok()?;
-    // SAFETY: `const char *Py_GetVersion(void)` returns a NUL-terminated static string.
+    // SAFETY: the resolver gives libpython's `const char *Py_GetVersion(void)` (the
+    // caller's contract), which returns a NUL-terminated static string.
     let text = unsafe { CStr::from_ptr(get()) }.to_string_lossy();
     let version = text.split_whitespace().next()?;
     let numeric = version.starts_with(|c: char| c.is_ascii_digit()) && version.contains('.');
@@ -158,17 +197,23 @@ fn reported_version(r: &dyn Resolver) -> Option<String> {
 impl Api {
     /// Resolves everything for the copy behind `r`; the version is read from the copy's
     /// exported `Py_Version` first and gates the names used.
-    pub fn resolve(r: &dyn Resolver) -> Result<Api, Error> {
+    ///
+    /// # Safety
+    /// As for [`crate::cpython::Python::new`]: every address `r` returns is that of the
+    /// named symbol in one loaded libpython.
+    pub(crate) unsafe fn resolve(r: &dyn Resolver) -> Result<Api, Error> {
         let Some(version_addr) = r.resolve(c"Py_Version") else {
             // CPython 3.10 and older: named by the version they report.
-            return Err(match reported_version(r) {
+            // SAFETY: the caller's contract on `r`.
+            return Err(match unsafe { reported_version(r) } {
                 Some(version) => Error::UnsupportedVersion { version },
                 None => Error::MissingSymbol {
                     name: "Py_Version (exported from CPython 3.11 on)".into(),
                 },
             });
         };
-        // SAFETY: `Py_Version` is a `const unsigned long` in the library's data.
+        // SAFETY: `Py_Version` is a `const unsigned long` in the library's data (the
+        // caller's contract on `r`).
         let version = unsafe { *(version_addr as *const std::ffi::c_ulong) } as u32;
         let minor = (version >> 16) & 0xff;
         if version >> 24 != 3 || !(11..=13).contains(&minor) {

@@ -155,7 +155,8 @@ impl Libpython {
 
     /// A resolver over this library (`dlsym` on its handle).
     pub fn resolver(&self) -> Dlsym {
-        Dlsym(self.handle)
+        // SAFETY: the handle this library was opened with; it is never closed.
+        unsafe { Dlsym::from_handle(self.handle) }
     }
 
     /// The function `name` of this libpython, typed.

@@ -1026,9 +1026,9 @@ fn case_hooks_change_during_check(cx: &Ctx) {
         cx.py
             .run("t = threading.Thread(target=new_python)\nt.start()")
             .unwrap();
-        while PROBE_HELD.load(Ordering::SeqCst) == 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        test_support::wait_until("the probe held by the hook", || {
+            PROBE_HELD.load(Ordering::SeqCst) != 0
+        });
         inst
     };
     let release = |cx: &Ctx| {

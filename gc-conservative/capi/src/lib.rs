@@ -15,6 +15,8 @@
 //! `gc_conservative.h`'s ABI too); `artifact/` builds it as `libgc_conservative.so`,
 //! which also carries gc-core's whole C ABI. The header is checked against this file by
 //! `tests/it/headers.rs`.
+
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use ffi_support::{guard, Status};
@@ -185,7 +187,8 @@ pub unsafe extern "C" fn gc_scan_task(
 /// needed); `sweepfunc` may be NULL. NULL on error.
 ///
 /// # Safety
-/// `heap` null or live; `name` null or NUL-terminated.
+/// `heap` null or live; `name` null or NUL-terminated; `sweepfunc` null or a sweep
+/// function of the documented signature.
 #[no_mangle]
 pub unsafe extern "C" fn gc_new_conservative_type(
     heap: *mut gc_heap_t,
@@ -210,7 +213,9 @@ pub unsafe extern "C" fn gc_new_conservative_type(
         match gc_conservative::new_conservative_type(
             h,
             name,
-            sweepfunc.map_or(SweepProc::None, SweepProc::C),
+            // SAFETY: the C caller's function is the seed's sweep function (this
+            // function's contract), called as `SweepProc::c` requires.
+            sweepfunc.map_or(SweepProc::None, |f| unsafe { SweepProc::c(f) }),
             large != 0,
         ) {
             Ok(t) => t.as_obj().as_ptr().cast(),

@@ -28,6 +28,8 @@
 //! keeps it linked. `artifact/` (the `gc-runtime-artifact` crate) builds it as
 //! `libgc_runtime.so`, which carries gc-core's, gc-conservative's and gil's C ABI too.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!(
     "gc-runtime saves the caller's callee-saved registers in naked x86-64 entry points; \

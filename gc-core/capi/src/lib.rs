@@ -34,6 +34,8 @@
 //! paths take mutator pointers (`ptls`) and reach their heap through them, so a registry
 //! would check only the rare calls; the pointers' contracts are the functions' `# Safety`
 //! sections.
+
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use ffi_support::{guard, Status};
@@ -686,8 +688,11 @@ pub unsafe extern "C" fn gc_new_foreign_type(
         let markfunc = unsafe { std::mem::transmute::<gc_markfunc_t, Option<CMarkFn>>(markfunc) };
         let spec = ForeignTypeSpec {
             name,
-            mark: markfunc.map_or(MarkProc::None, MarkProc::C),
-            sweep: sweepfunc.map_or(SweepProc::None, SweepProc::C),
+            // SAFETY: the C caller's functions are the seed's mark and sweep functions
+            // (this function's contract), called as `MarkProc::c`/`SweepProc::c` require.
+            mark: markfunc.map_or(MarkProc::None, |f| unsafe { MarkProc::c(f) }),
+            // SAFETY: as above.
+            sweep: sweepfunc.map_or(SweepProc::None, |f| unsafe { SweepProc::c(f) }),
             has_pointers: haspointers != 0,
             large: large != 0,
         };
@@ -1196,35 +1201,36 @@ pub unsafe extern "C" fn gc_mark_queue_objarray(
 
 /// Per-kind C callback registrations, for the seed's set/remove-by-pointer semantics.
 fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
-    // SAFETY: the caller passes a function of the kind's documented signature; a
-    // function pointer and a data pointer have the same size and representation here.
+    // SAFETY: the caller passes a function of the kind's documented signature, to be
+    // called as the seed documents the kind (the `Callback::c_*` constructors' contract);
+    // a function pointer and a data pointer have the same size and representation here.
     unsafe {
         Some(match kind {
-            GC_CB_PRE_GC => Callback::CPreGc(std::mem::transmute::<
+            GC_CB_PRE_GC => Callback::c_pre_gc(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(c_int),
             >(f)),
-            GC_CB_POST_GC => Callback::CPostGc(std::mem::transmute::<
+            GC_CB_POST_GC => Callback::c_post_gc(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(c_int),
             >(f)),
-            GC_CB_ROOT_SCANNER => Callback::CRootScanner(std::mem::transmute::<
+            GC_CB_ROOT_SCANNER => Callback::c_root_scanner(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(c_int),
             >(f)),
-            GC_CB_TASK_SCANNER => Callback::CTaskScanner(std::mem::transmute::<
+            GC_CB_TASK_SCANNER => Callback::c_task_scanner(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(*mut Task, c_int),
             >(f)),
-            GC_CB_NOTIFY_EXTERNAL_ALLOC => Callback::CExternalAlloc(std::mem::transmute::<
+            GC_CB_NOTIFY_EXTERNAL_ALLOC => Callback::c_external_alloc(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void, usize),
             >(f)),
-            GC_CB_NOTIFY_EXTERNAL_FREE => Callback::CExternalFree(std::mem::transmute::<
+            GC_CB_NOTIFY_EXTERNAL_FREE => Callback::c_external_free(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(*mut c_void),
             >(f)),
-            GC_CB_WEAK_PROCESSING => Callback::CWeakProcessing(std::mem::transmute::<
+            GC_CB_WEAK_PROCESSING => Callback::c_weak_processing(std::mem::transmute::<
                 *mut c_void,
                 unsafe extern "C" fn(c_int),
             >(f)),
@@ -1780,7 +1786,9 @@ pub unsafe extern "C" fn gc_weak_handle_delete(h: *mut gc_weak_handle_t) {
 /// `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
 ///
 /// # Safety
-/// `m` null or a mutator pointer; `obj` null or a live object of its heap.
+/// `m` null or a mutator pointer; `obj` null or a live object of its heap; `f` null or a
+/// function of `gc_finalizer_t`'s type that may be called once with `obj` (it must not
+/// free it).
 #[no_mangle]
 pub unsafe extern "C" fn gc_add_finalizer(
     m: *mut gc_mutator_t,
@@ -1805,7 +1813,8 @@ pub unsafe extern "C" fn gc_add_finalizer(
         if let Err(e) = m.heap().check_object(o, "gc_add_finalizer") {
             return fail_code(e);
         }
-        // SAFETY: check_object accepted it just above.
+        // SAFETY: check_object accepted it just above; `f` is a finalizer of Julia's
+        // ptr-finalizer signature (this function's contract).
         unsafe { m.add_c_finalizer_unchecked(o, f) };
         0
     })
@@ -2007,8 +2016,9 @@ pub unsafe extern "C" fn gc_refqueue_set_notify(
             set_error("gc_refqueue_set_notify: queue is NULL");
             return err_code();
         }
-        // SAFETY: valid per the caller.
-        unsafe { &*q }.queue.set_c_notify(f, data);
+        // SAFETY: `q` is valid and `f(data)` may be called from any attached thread
+        // (this function's contract).
+        unsafe { (*q).queue.set_c_notify(f, data) };
         0
     })
 }

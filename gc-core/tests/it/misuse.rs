@@ -408,3 +408,189 @@ fn saved_registers_may_be_read_from_another_thread() {
         "the last region's stack pointer: {sp:#x}"
     );
 }
+
+/// `Root::set` checks its object as `Heap::root` does: a root naming no object (or an
+/// object of another heap) would be marked by every collection (a SIGSEGV in the marker
+/// before the check). The root keeps its old object.
+#[test]
+fn root_set_refuses_what_heap_root_refuses() {
+    let (a, b) = (
+        Heap::new(HeapConfig::default()).unwrap(),
+        Heap::new(HeapConfig::default()).unwrap(),
+    );
+    let (ta, tb) = (leaf_type(&a), leaf_type(&b));
+    let mut m = a.attach().unwrap();
+    let obj = m.alloc_typed(16, ta).unwrap();
+    let root = a.root(obj);
+    let refused = |f: &dyn Fn()| {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap_or_default()
+    };
+    let msg = refused(&|| root.set(ObjRef::from_addr(0x1000).unwrap()));
+    assert!(
+        msg.contains("Root::set")
+            && msg.contains("0x1000")
+            && msg.contains("not an allocated object"),
+        "{msg}"
+    );
+    let interior = ObjRef::from_addr(obj.addr() + 16).unwrap();
+    let msg = refused(&|| root.set(interior));
+    assert!(msg.contains("Root::set"), "{msg}");
+    // An object of heap B, made (and rooted there) by a thread attached to B.
+    let (other, _keep) = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut mb = b.attach().unwrap();
+            let o = mb.alloc_typed(16, tb).unwrap();
+            (o, b.root(o))
+        })
+        .join()
+        .unwrap()
+    });
+    let msg = refused(&|| root.set(other));
+    assert!(
+        msg.contains("not an allocated object of this heap"),
+        "{msg}"
+    );
+    assert_eq!(root.get(), obj, "a refused set leaves the root as it was");
+    m.collect(Full).unwrap();
+    m.collect(Full).unwrap();
+    let obj2 = m.alloc_typed(16, ta).unwrap();
+    root.set(obj2);
+    assert_eq!(root.get(), obj2);
+    m.collect(Full).unwrap();
+    assert!(
+        a.check_object(obj2, "test").is_ok(),
+        "the new object is kept"
+    );
+}
+
+/// Callbacks that call back into the heap (found looking for re-entrant calls from
+/// callbacks): a pre-GC callback registering and removing callbacks and making a queue, a
+/// root scanner making and dropping roots, a weak-processing hook making a weak handle,
+/// and an external-free notification looking its object up. Each works or is refused
+/// with an error (allocating or running finalizers during a collection); nothing
+/// deadlocks, and the objects involved are kept or freed as the rules say.
+#[test]
+fn callbacks_may_call_back_into_the_heap() {
+    use gc_core::CollectionKind;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let heap = Heap::default();
+    let ty = leaf_type(&heap);
+    let big_ty = heap
+        .new_foreign_type(ForeignTypeSpec {
+            name: "Big",
+            mark: MarkProc::None,
+            sweep: SweepProc::None,
+            has_pointers: false,
+            large: true,
+        })
+        .unwrap();
+    let mut m = heap.attach().unwrap();
+    let kept = m.alloc_typed(16, ty).unwrap();
+    let kept_addr = kept.addr();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (h, c) = (heap.clone(), calls.clone());
+    let pre = heap
+        .add_callback(Callback::PreGc(Arc::new(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+            let id = h.add_callback(Callback::PostGc(Arc::new(|_| ()))).unwrap();
+            h.remove_callback(id).unwrap();
+            drop(h.new_reference_queue());
+            assert!(matches!(
+                h.run_finalizers(),
+                Err(gc_core::GcError::DuringCollection { .. })
+            ));
+            assert!(
+                h.current_mutator().is_err(),
+                "no allocation during a collection"
+            );
+        })))
+        .unwrap();
+    // Registering an object during a collection (a root, a weak handle, ...) is
+    // refused: the collection under way would not see it.
+    let refused = |h: &Heap, obj: ObjRef| {
+        matches!(
+            h.check_object(obj, "registering"),
+            Err(gc_core::GcError::DuringCollection { .. })
+        )
+    };
+    let h = heap.clone();
+    let scanner = heap
+        .add_callback(Callback::RootScanner(Arc::new(move |mk, _| {
+            let obj = ObjRef::from_addr(kept_addr).unwrap();
+            assert!(refused(&h, obj), "a root made while roots are marked");
+            // SAFETY: a live object of this heap (kept alive by this scanner).
+            unsafe { mk.queue(obj) };
+        })))
+        .unwrap();
+    let hook_ran = Arc::new(AtomicUsize::new(0));
+    let (h, w) = (heap.clone(), hook_ran.clone());
+    let hook = heap
+        .add_callback(Callback::WeakProcessing(Arc::new(move |mk, _| {
+            let obj = ObjRef::from_addr(kept_addr).unwrap();
+            // SAFETY: an allocated object of this heap (the root scanner keeps it).
+            assert!(unsafe { mk.is_marked(obj) });
+            assert!(
+                refused(&h, obj),
+                "a weak handle made while weak references are processed"
+            );
+            w.fetch_add(1, Ordering::SeqCst);
+        })))
+        .unwrap();
+    let freed_seen = Arc::new(AtomicUsize::new(0));
+    let (h, f) = (heap.clone(), freed_seen.clone());
+    let free_cb = heap
+        .add_callback(Callback::ExternalFree(Arc::new(move |obj| {
+            // The dying big object cannot be taken back (`Heap::root` would panic).
+            assert!(refused(&h, obj));
+            f.fetch_add(1, Ordering::SeqCst);
+        })))
+        .unwrap();
+    m.alloc_typed(100_000, big_ty).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Partial).unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        freed_seen.load(Ordering::SeqCst),
+        1,
+        "the big object was freed"
+    );
+    assert_eq!(hook_ran.load(Ordering::SeqCst), 2);
+    // Outside the collection the same calls work: the root scanner kept the object.
+    let weak = heap.new_weak_ref(kept);
+    for id in [pre, scanner, hook, free_cb] {
+        heap.remove_callback(id).unwrap();
+    }
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(weak.get(), None, "unreachable once the scanner is gone");
+}
+
+/// A sweep function is given its dying object: taking it back (a root through a heap
+/// the function reaches, here a static) is refused, not a root to freed memory.
+#[test]
+fn a_sweep_function_cannot_take_its_object_back() {
+    static HEAP: std::sync::OnceLock<Heap> = std::sync::OnceLock::new();
+    static SEEN: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+    fn sweep(obj: ObjRef) {
+        let r = HEAP.get().unwrap().check_object(obj, "Heap::root");
+        *SEEN.lock().unwrap() = Some(format!("{r:?}"));
+    }
+    let heap = HEAP.get_or_init(Heap::default);
+    let ty = heap
+        .new_foreign_type(ForeignTypeSpec {
+            name: "Swept",
+            mark: MarkProc::None,
+            sweep: SweepProc::Rust(sweep),
+            has_pointers: false,
+            large: false,
+        })
+        .unwrap();
+    let mut m = heap.attach().unwrap();
+    let o = m.alloc_typed(16, ty).unwrap();
+    // SAFETY: a live object of this heap.
+    unsafe { m.schedule_foreign_sweepfunc(o).unwrap() };
+    m.collect(Full).unwrap();
+    heap.complete_sweep();
+    let seen = SEEN.lock().unwrap().take().expect("the sweep function ran");
+    assert!(seen.contains("DuringCollection"), "{seen}");
+}

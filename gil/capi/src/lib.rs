@@ -12,6 +12,8 @@
 //! kernel, link it); `artifact/` builds it as `libgil.so`. The header is checked against
 //! this file by `tests/it/header.rs`: names, parameter names and types, struct fields,
 //! constants and the shared status block must match.
+
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 use ffi_support::{fail, guard, Handle, HandleRegistry, Status};

@@ -6,17 +6,10 @@
 use gil::{ActionOutcome, ActionTarget, Config, Gil, GilError, ThreadId};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use test_support::wait_until;
 
 const BOUND: Duration = Duration::from_secs(30);
-
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
 
 fn id_of(gil: &Gil, name: &str) -> ThreadId {
     wait_until(name, || gil.threads().iter().any(|t| t.name == name));
@@ -157,26 +150,25 @@ fn all_threads_action_reaches_every_kind_of_thread() {
             h.release(a).unwrap();
         })
         .unwrap();
-    let s = stop.clone();
+    let (region_stop, region_stopped) = std::sync::mpsc::channel::<()>();
     let region = gil
         .spawn("region", move |h| {
             h.allow_threads(|| {
-                while !s.load(Ordering::Relaxed) {
+                // A region that polls between waits for its work (here: the end).
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    region_stopped.recv_timeout(Duration::from_micros(100))
+                {
                     h.poll().unwrap();
-                    std::thread::sleep(Duration::from_micros(100));
                 }
             })
             .unwrap();
         })
         .unwrap();
-    let go = Arc::new(AtomicBool::new(false));
-    let g2 = go.clone();
+    let (go, gone) = std::sync::mpsc::channel::<()>();
     let idle = gil
         .spawn("idle", move |h| {
             // Attached, outside the GIL, not in a region: runs it at its next acquire.
-            while !g2.load(Ordering::SeqCst) {
-                std::thread::sleep(Duration::from_micros(100));
-            }
+            gone.recv().unwrap();
             let a = h.acquire().unwrap();
             h.release(a).unwrap();
         })
@@ -195,7 +187,7 @@ fn all_threads_action_reaches_every_kind_of_thread() {
     // Holder, waiter and region run it on their own; the idle thread once it takes the
     // GIL, the submitter in `wait`.
     wait_until("three runs", || runs.load(Ordering::SeqCst) >= 3);
-    go.store(true, Ordering::SeqCst);
+    go.send(()).unwrap();
     let report = action.wait(BOUND).unwrap(); // runs the submitter's share too
     assert_eq!(report.ran(), 5, "{report:?}");
     assert!(report.pending.is_empty());
@@ -210,6 +202,7 @@ fn all_threads_action_reaches_every_kind_of_thread() {
         "the holder ran it with the GIL: {report:?}"
     );
     stop.store(true, Ordering::Relaxed);
+    region_stop.send(()).unwrap();
     for j in [holder, waiter, region, idle] {
         j.join_timeout(BOUND).unwrap();
     }

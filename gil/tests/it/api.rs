@@ -7,6 +7,7 @@ use gil::{BlockReason, BorrowError, Config, Gil, GilCell, GilError, GilHooks, Th
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use test_support::wait_until;
 
 const BOUND: Duration = Duration::from_secs(30);
 
@@ -16,15 +17,6 @@ fn gil_with(interval_ms: u64) -> Gil {
         ..Config::default()
     })
     .unwrap()
-}
-
-/// Waits (bounded) until `cond` holds.
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
 }
 
 /// Runs a check whose outcome depends on the scheduler (latencies, shares of the GIL)
@@ -75,6 +67,12 @@ fn misuse_is_an_error_naming_the_thread() {
     let err = gil.acquire().unwrap_err();
     assert!(matches!(err, GilError::NotAttached { .. }), "{err}");
     assert!(err.to_string().contains("interp-7"), "{err}");
+    // Releasing from a thread that is not attached is refused whatever `acquired` says
+    // (`release(false)` was Ok there).
+    for acquired in [false, true] {
+        let err = gil.release(acquired).unwrap_err();
+        assert!(matches!(err, GilError::NotAttached { .. }), "{err}");
+    }
 
     let h = gil.attach("worker-a").unwrap();
     let err = gil.attach("again").unwrap_err();
@@ -271,7 +269,6 @@ fn handoff_is_fair_the_releaser_cannot_take_it_back() {
         .spawn("waiter", move |h| {
             let a = h.acquire().unwrap();
             o.lock().unwrap().push("waiter");
-            std::thread::sleep(Duration::from_millis(5));
             h.release(a).unwrap();
         })
         .unwrap();
@@ -371,6 +368,8 @@ fn priority_budget_keeps_the_cpu_bound_share_fair() {
             })
             .unwrap();
         let s = stop.clone();
+        let cycles = Arc::new(AtomicU64::new(0));
+        let n = cycles.clone();
         let abuser = gil
             .spawn("abuser", move |h| {
                 let a = h.acquire().unwrap();
@@ -380,13 +379,18 @@ fn priority_budget_keeps_the_cpu_bound_share_fair() {
                         h.poll().unwrap();
                     }
                     h.allow_threads(|| ()).unwrap();
+                    n.fetch_add(1, Ordering::Relaxed);
                 }
                 h.release(a).unwrap();
             })
             .unwrap();
-        let run = Duration::from_millis(600);
-        std::thread::sleep(run);
+        // The window is 150 of the abuser's blocking calls (at least 300 ms), measured.
+        let started = Instant::now();
+        wait_until("150 blocking calls", || {
+            cycles.load(Ordering::Relaxed) >= 150
+        });
         stop.store(true, Ordering::Relaxed);
+        let run = started.elapsed();
         cpu.join_timeout(BOUND).unwrap();
         abuser.join_timeout(BOUND).unwrap();
         let share = cpu_ns.load(Ordering::Relaxed) as f64 / run.as_nanos() as f64;
@@ -439,12 +443,14 @@ fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
     let gil = Gil::new();
     let entered = Arc::new(AtomicBool::new(false));
     let e = entered.clone();
+    let (stopped, stop_seen) = std::sync::mpsc::channel::<()>();
     let t = gil
         .spawn("stopped", move |h| {
             assert!(h.acquire().unwrap());
             let r = h.allow_threads(|| {
                 e.store(true, Ordering::SeqCst);
-                std::thread::sleep(Duration::from_millis(50));
+                // The region ends only once the stop was requested.
+                stop_seen.recv().unwrap();
                 42
             });
             let err = r.unwrap_err();
@@ -462,6 +468,7 @@ fn stop_inside_a_region_keeps_the_value_and_the_gil_stays_free() {
         .unwrap()
         .id;
     gil.request_stop(id).unwrap();
+    stopped.send(()).unwrap();
     t.join_timeout(BOUND).unwrap();
     let h = gil.attach("main").unwrap();
     assert!(h.acquire().unwrap());
@@ -502,13 +509,15 @@ fn nested_guards_dropped_outer_first_keep_the_gil_until_the_last_one() {
     };
     wait_until("the other thread to queue", || gil.waiters() == 1);
     drop(outer);
+    // A release hands the GIL to the queued thread at once (the lock word names it), so
+    // these checks need no wait.
     assert!(
         h.holds_gil(),
         "the inner guard is alive: the GIL stays held"
     );
-    std::thread::sleep(Duration::from_millis(20));
-    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
     assert_eq!(gil.holder(), Some(h.id()));
+    assert_eq!(gil.waiters(), 1, "the other thread is still queued");
+    assert!(!took.load(Ordering::SeqCst), "another thread took the GIL");
     drop(inner);
     t.join_timeout(BOUND).unwrap();
     assert!(took.load(Ordering::SeqCst));
@@ -747,4 +756,89 @@ fn blocking_region_tokens() {
     assert!(!region.held_gil(), "entered without the GIL");
     region.leave().unwrap();
     assert!(!h.holds_gil(), "not taken at leave either");
+}
+
+/// A hook (`on_block` / `on_unblock`) runs while its thread changes state: taking the
+/// GIL from it is refused with [`GilError::InsideHook`], whichever entry asks
+/// (`acquire`, `lock`, `ensure`), on the thread that attached first and on a spawned one,
+/// and whether or not the lock word already names the thread (a waiter in `on_block` may
+/// have been handed the GIL meanwhile: `lock`/`ensure` answered Ok there while `acquire`,
+/// a moment earlier, was refused).
+#[test]
+fn gil_calls_from_hooks_get_one_answer_from_every_entry() {
+    /// What one hook call saw: thread, reason, on_block?, and acquire/lock/ensure.
+    type Seen = (ThreadId, BlockReason, bool, [Result<bool, String>; 3]);
+    struct Probe {
+        gil: Gil,
+        seen: Mutex<Vec<Seen>>,
+    }
+    impl Probe {
+        fn record(&self, thread: ThreadId, reason: BlockReason, block: bool) {
+            let name = |e: GilError| match e {
+                GilError::InsideHook { .. } => "InsideHook".to_string(),
+                other => other.to_string(),
+            };
+            let acquire = self.gil.acquire().map_err(name);
+            if let Ok(true) = acquire {
+                self.gil.release(true).unwrap();
+            }
+            let lock = self
+                .gil
+                .current()
+                .unwrap()
+                .lock()
+                .map(|g| g.acquired())
+                .map_err(name);
+            let ensure = self
+                .gil
+                .ensure()
+                .map(|g| g.state().acquired || g.state().attached)
+                .map_err(name);
+            self.seen
+                .lock()
+                .unwrap()
+                .push((thread, reason, block, [acquire, lock, ensure]));
+        }
+    }
+    impl GilHooks for Probe {
+        fn on_block(&self, thread: ThreadId, reason: BlockReason) {
+            if reason == BlockReason::WaitingForGil {
+                // The case that raced: the releaser hands the GIL over while the waiter
+                // is still in its hook.
+                wait_until("the handoff", || self.gil.holder() == Some(thread));
+            }
+            self.record(thread, reason, true);
+        }
+        fn on_unblock(&self, thread: ThreadId, reason: BlockReason) {
+            self.record(thread, reason, false);
+        }
+    }
+    let gil = Gil::new();
+    let probe = Arc::new(Probe {
+        gil: gil.clone(),
+        seen: Mutex::new(Vec::new()),
+    });
+    gil.set_hooks(Some(probe.clone()));
+    let main = gil.attach("main").unwrap();
+    assert!(main.acquire().unwrap());
+    main.allow_threads(|| ()).unwrap();
+    let (queued_tx, queued_rx) = std::sync::mpsc::channel();
+    let waiter = gil
+        .spawn("waiter", move |h| {
+            queued_tx.send(()).unwrap();
+            let a = h.acquire().unwrap(); // waits: main holds it
+            h.release(a).unwrap();
+        })
+        .unwrap();
+    queued_rx.recv().unwrap();
+    wait_until("the waiter to queue", || gil.waiters() == 1);
+    main.release(true).unwrap();
+    waiter.join_timeout(BOUND).unwrap();
+    gil.set_hooks(None);
+    let seen = probe.seen.lock().unwrap().clone();
+    let refused: [Result<bool, String>; 3] = std::array::from_fn(|_| Err("InsideHook".to_string()));
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for (thread, reason, block, answers) in seen {
+        assert_eq!(answers, refused, "{thread:?} {reason:?} block={block}");
+    }
 }

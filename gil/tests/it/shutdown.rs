@@ -5,16 +5,9 @@ use gil::{ActionTarget, Config, Gil, GilError, ThreadFate, ThreadStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
+use test_support::wait_until;
 
 const BOUND: Duration = Duration::from_secs(30);
-
-fn wait_until(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
-    }
-}
 
 fn is_shutdown(e: &GilError) -> bool {
     matches!(e, GilError::ShutDown { .. })
@@ -68,10 +61,12 @@ fn shutdown_with_holding_waiting_and_blocked_threads() {
             .error
         })
         .unwrap();
-    // One stuck in a region that ignores everything for 1.5 s.
+    // One stuck in a region that ignores everything until the test lets it go (after
+    // the shutdown returned).
+    let (unstick, stuck_wait) = std::sync::mpsc::channel::<()>();
     let stuck = gil
-        .spawn("stuck", |h| {
-            h.allow_threads(|| std::thread::sleep(Duration::from_millis(1500)))
+        .spawn("stuck", move |h| {
+            h.allow_threads(|| stuck_wait.recv().unwrap())
                 .unwrap_err()
                 .error
         })
@@ -127,6 +122,7 @@ fn shutdown_with_holding_waiting_and_blocked_threads() {
     let err = report.into_result().unwrap_err();
     assert!(err.to_string().contains("stuck"), "{err}");
 
+    unstick.send(()).unwrap();
     // Every join is bounded and every thread saw the shutdown as an error.
     assert!(is_shutdown(&holder.join_timeout(BOUND).unwrap()));
     for w in waiters {
@@ -161,14 +157,16 @@ fn clean_shutdown_releases_the_callers_gil() {
     let gil = Gil::new();
     let main = gil.attach("main").unwrap();
     assert!(main.acquire().unwrap());
+    let (shut, shut_down) = std::sync::mpsc::channel::<()>();
     let idle = gil
-        .spawn("idle", |h| {
-            std::thread::sleep(Duration::from_millis(100));
+        .spawn("idle", move |h| {
+            shut_down.recv().unwrap();
             h.acquire().unwrap_err()
         })
         .unwrap();
     wait_until("idle attached", || gil.threads().len() == 2);
     let report = gil.shutdown(BOUND).unwrap().into_result().unwrap();
+    shut.send(()).unwrap();
     assert!(report.elapsed < Duration::from_secs(5));
     assert_eq!(gil.holder(), None, "the caller's GIL was released");
     assert!(is_shutdown(&idle.join_timeout(BOUND).unwrap()));

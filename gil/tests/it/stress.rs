@@ -102,14 +102,16 @@ fn cpu_bound_threads_share_without_starvation() {
             .unwrap(),
         );
     }
-    std::thread::sleep(Duration::from_millis(400));
+    // Until the GIL has switched 200 times (about 200 ms at a 1 ms interval, more on a
+    // loaded machine): the shares below are of the work done meanwhile.
+    test_support::wait_until("200 switch requests", || gil.stats().switch_requests >= 200);
     stop.store(true, Ordering::Relaxed);
     let work: Vec<u64> = joins
         .into_iter()
         .map(|j| j.join_timeout(BOUND).unwrap())
         .collect();
-    // 400 ms at a 1 ms interval: each thread gets a real share of the work (a third
-    // each when fair; a starved thread would be near zero).
+    // Each thread gets a real share of the work (a third each when fair; a starved
+    // thread would be near zero).
     let total: u64 = work.iter().sum();
     for (t, n) in work.iter().enumerate() {
         assert!(

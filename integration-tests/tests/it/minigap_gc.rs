@@ -308,22 +308,24 @@ fn stopped_stack_child(skip: bool) {
     )
     .unwrap();
     for in_gil_wait in [true, false] {
-        let started = Arc::new(AtomicUsize::new(0));
-        let s2 = started.clone();
-        // Thread A: holds the GIL and runs partial collections with allocations between.
+        let (collecting, a_collects) = std::sync::mpsc::channel();
+        // Thread A: holds the GIL and runs partial collections with allocations between;
+        // it says so once its first partial collection is done, then goes on.
         let a = std::thread::spawn(move || {
             let t = kernel.thread("collector").unwrap();
-            s2.store(1, Ordering::SeqCst);
+            t.eval(
+                "l := List([1..200], x -> [x]); GASMAN(\"partial\");",
+                "a0.g",
+            )
+            .unwrap();
+            collecting.send(()).unwrap();
             t.eval(
                 "for i in [1..2000] do l := List([1..200], x -> [x]); GASMAN(\"partial\"); od;",
                 "a.g",
             )
             .unwrap();
         });
-        while started.load(Ordering::SeqCst) == 0 {
-            std::thread::yield_now();
-        }
-        std::thread::sleep(std::time::Duration::from_millis(2));
+        a_collects.recv().unwrap();
         let b = std::thread::spawn(move || {
             let t = kernel.thread("holder").unwrap();
             t.scenario_stopped_stack_hold(20_000, in_gil_wait).unwrap()

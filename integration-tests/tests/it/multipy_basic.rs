@@ -65,9 +65,10 @@ fn output_is_captured_per_interpreter_and_per_call() {
     });
     // Output of a thread Python started, written after the call returned, goes to the
     // interpreter's background output, not to another call.
-    a.run("import threading, time\nt = threading.Thread(target=lambda: (time.sleep(0.05), print('late')))\nt.start()")
+    // (The thread prints once the next call lets it: after the call that started it.)
+    a.run("import threading\ngo = threading.Event()\nt = threading.Thread(target=lambda: (go.wait(), print('late')))\nt.start()")
         .unwrap();
-    let o = a.run("t.join(); print('joined')").unwrap();
+    let o = a.run("go.set(); t.join(); print('joined')").unwrap();
     assert_eq!(o.stdout, "joined\n");
     assert_eq!(a.take_background_output().stdout, "late\n");
 }
@@ -360,23 +361,26 @@ fn bad_input_gives_errors_naming_the_problem() {
 /// interpreters); each namespace now has its own copy of them.
 #[test]
 fn readline_and_curses_are_per_interpreter() {
-    // Each sets its own completer delimiters, waits until the others have set theirs,
-    // and reads them back: one shared readline would show another's.
-    let code = "import readline, _curses, pdb, time\n\
-                pdb.Pdb()\n\
-                readline.set_completer_delims(' \\t' + str(COPY))\n\
-                time.sleep(0.3)\n\
-                print(repr(readline.get_completer_delims()))";
+    // Each sets its own completer delimiters, waits (a barrier) until the others have
+    // set theirs, and reads them back: one shared readline would show another's.
+    let set = "import readline, _curses, pdb\n\
+               pdb.Pdb()\n\
+               readline.set_completer_delims(' \\t' + str(COPY))";
+    let read = "print(repr(readline.get_completer_delims()))";
     for round in 0..6 {
         let interps: Vec<Interpreter> = (0..4).map(|_| interp()).collect();
+        let all_set = std::sync::Barrier::new(interps.len());
         let outs: Vec<String> = std::thread::scope(|s| {
             let hs: Vec<_> = interps
                 .iter()
                 .enumerate()
                 .map(|(k, i)| {
+                    let all_set = &all_set;
                     s.spawn(move || {
                         i.set_global("COPY", &json!(k)).unwrap();
-                        i.run(code).unwrap().stdout
+                        i.run(set).unwrap();
+                        all_set.wait();
+                        i.run(read).unwrap().stdout
                     })
                 })
                 .collect();
@@ -505,9 +509,10 @@ fn partial_lines_of_ended_threads_are_delivered() {
         .unwrap();
     assert_eq!(*seen.lock().unwrap(), "partial joined\n");
     // A daemon thread's partial line goes out at finalisation.
-    f.run("import threading, sys, time\nev = threading.Event()\ndef w():\n    sys.stdout.write('daemon partial'); ev.set(); time.sleep(0.2)\nthreading.Thread(target=w, daemon=True).start(); ev.wait()")
+    f.run("import threading, sys, time\nev = threading.Event()\ndef w():\n    sys.stdout.write('daemon partial'); ev.set(); time.sleep(0.2)\nd = threading.Thread(target=w, daemon=True); d.start(); ev.wait()")
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // The daemon thread has ended (joined, not slept for) before finalisation.
+    f.run("d.join()").unwrap();
     drop(f);
     assert!(
         seen.lock().unwrap().ends_with("daemon partial"),

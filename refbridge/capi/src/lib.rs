@@ -23,6 +23,7 @@
 //! subtract on the untagged address, `_Py_Dealloc` at 0); `Py_IncRef` and `Py_DecRef` here
 //! are the same out of line (CPython exports them too).
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_snake_case)]
 
 use ffi_support::{guard_with, set_error, Status};

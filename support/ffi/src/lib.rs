@@ -48,6 +48,7 @@
 //! program linking several C layers shares one copy: a thread's last error is then its
 //! last failure in any of them.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
 #![allow(non_camel_case_types)]
 
 mod guard;

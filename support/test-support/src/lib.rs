@@ -7,10 +7,33 @@
 //! run an example binary that cargo built next to the test binary. This crate does each
 //! once, with failure messages that name the program, the command and its output.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
+
+/// How long [`wait_until`] waits before it fails.
+pub const WAIT_BOUND: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits until `cond` holds, looking every 200 us, and panics naming `what` after
+/// [`WAIT_BOUND`]: the one wait of the workspace's tests for a state they cannot be told
+/// about (a GIL's queue, another thread's progress inside a library). The pause only
+/// spaces the looks: the outcome is `cond`'s, and the bound turns a hang into a failure.
+/// Where a test can be told (its own threads), it uses a channel, a barrier or a
+/// condition variable instead.
+#[track_caller]
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < WAIT_BOUND,
+            "timed out after {WAIT_BOUND:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
 
 /// The C compiler: `$CC`, or `cc`.
 pub fn cc() -> String {
@@ -509,6 +532,19 @@ pub fn check_constants(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wait_until_returns_once_the_condition_holds() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || tx.send(()).unwrap());
+        let mut got = false;
+        wait_until("the message", || {
+            got |= rx.try_recv().is_ok();
+            got
+        });
+        t.join().unwrap();
+        assert!(got);
+    }
 
     #[test]
     fn syntax_check_reports_the_compilers_error() {

@@ -2,4 +2,6 @@
 //! This crate only links it; every `extern "C"` function of gc-runtime, and of the C
 //! layers it links (gc-core's, gc-conservative-capi's, gil-capi's), is exported from here.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub use gc_runtime;

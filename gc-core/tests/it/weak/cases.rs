@@ -424,7 +424,8 @@ fn c_finalizers_get_the_object_pointer() {
     }
     let (_heap, mut m, ty) = setup();
     let x = node(&mut m, ty, 77);
-    m.add_c_finalizer(x, fin);
+    // SAFETY: `fin` reads word 2 of a live node, which is what it is given.
+    unsafe { m.add_c_finalizer(x, fin) };
     collect(&mut m, CollectionKind::Partial);
     assert_eq!(m.run_finalizers(), 1);
     assert_eq!(SEEN.load(Ordering::SeqCst), 77);
@@ -785,4 +786,82 @@ fn finalize_inside_a_finalizer_runs_right_after_it() {
     assert_eq!(m.finalize(rx.get()), 2);
     assert_eq!(*log.lock(), vec![1, 2]);
     assert_eq!(heap.pending_finalizers(), 0);
+}
+
+/// The rule for collections a finalizer starts: an object whose finalizer is running
+/// stays alive, with everything it reaches, until the finalizer returns, whatever
+/// collections (partial or full) and allocations the finalizer makes, however the
+/// finalizer was started (`run_finalizers`, `finalize`, a safepoint of a thread that
+/// opted in), for an object that was young or old when it died; the finalizer may
+/// resurrect it at the end. Its finalizer does not run again; after the root goes, the
+/// object is freed.
+#[test]
+fn an_object_stays_alive_while_its_finalizer_runs_collections() {
+    #[derive(Clone, Copy, Debug)]
+    enum Start {
+        RunFinalizers,
+        Finalize,
+        Safepoint,
+    }
+    for start in [Start::RunFinalizers, Start::Finalize, Start::Safepoint] {
+        for old in [false, true] {
+            let (heap, mut m, ty) = setup();
+            let x = node(&mut m, ty, 7);
+            let child = node(&mut m, ty, 8);
+            // SAFETY: live objects.
+            unsafe { m.store_ref(x, 0, Some(child)) };
+            let rx = heap.root(x);
+            if old {
+                collect(&mut m, CollectionKind::Full);
+                collect(&mut m, CollectionKind::Full);
+            }
+            let kept: Arc<Mutex<Option<Root>>> = Arc::new(Mutex::new(None));
+            let runs = Arc::new(AtomicUsize::new(0));
+            let (k, r) = (kept.clone(), runs.clone());
+            m.add_finalizer(x, move |m, obj| {
+                r.fetch_add(1, Ordering::SeqCst);
+                for kind in [
+                    CollectionKind::Partial,
+                    CollectionKind::Full,
+                    CollectionKind::Partial,
+                ] {
+                    for i in 0..200 {
+                        node(m, ty, 1000 + i);
+                    }
+                    collect(m, kind);
+                    assert!(allocated(obj), "{start:?} old={old}: freed by a {kind:?}");
+                    m.heap().check_object(obj, "finalizer").unwrap();
+                    // SAFETY: alive while its finalizer runs (what this test checks).
+                    let c = unsafe { m.load_ref(obj, 0) }.unwrap();
+                    assert!(allocated(c) && id(c) == 8, "{start:?} old={old}: child");
+                }
+                *k.lock() = Some(m.heap().root(obj));
+            });
+            drop(rx);
+            match start {
+                Start::RunFinalizers => {
+                    collect(&mut m, CollectionKind::Full);
+                    assert_eq!(m.run_finalizers(), 1);
+                }
+                Start::Finalize => assert_eq!(m.finalize(x), 1),
+                Start::Safepoint => {
+                    m.set_finalizers_at_safepoints(true);
+                    collect(&mut m, CollectionKind::Full);
+                    m.set_finalizers_at_safepoints(false);
+                }
+            }
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "{start:?} old={old}");
+            let root = kept.lock().take().expect("resurrected");
+            assert_eq!(id(root.get()), 7);
+            collect(&mut m, CollectionKind::Full);
+            assert!(allocated(x) && allocated(child), "kept by the root");
+            drop(root);
+            collect(&mut m, CollectionKind::Full);
+            collect(&mut m, CollectionKind::Full);
+            assert!(!allocated(x), "{start:?} old={old}: freed once unreachable");
+            assert_eq!(m.run_finalizers(), 0);
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "it ran once");
+            no_verify_errors(&heap);
+        }
+    }
 }

@@ -2,4 +2,6 @@
 //! This crate only links it; every `extern "C"` function of `refbridge-capi` is exported
 //! from here.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 pub use refbridge_capi;

@@ -197,7 +197,9 @@ impl Env {
         }
     }
 
-    /// A native node (count 1, tracked).
+    /// A native node (count 1, tracked); the debug mode records the caller as the place
+    /// it was made.
+    #[track_caller]
     pub fn native(&mut self, id: u64) -> *mut PyObject {
         native_node(id)
     }
@@ -270,7 +272,9 @@ impl Env {
     }
 }
 
-/// A native node (count 1, tracked) of the bridge entered on this thread.
+/// A native node (count 1, tracked) of the bridge entered on this thread (the debug
+/// mode records the caller as the place it was made).
+#[track_caller]
 pub fn native_node(id: u64) -> *mut PyObject {
     ready_types();
     // SAFETY: the node type is ready; the node is initialised (zeroed) when tracked.
