@@ -17,6 +17,8 @@
 //! (though closed to new work), until it is garbage: the worker gets the memory back at
 //! its next call or `release_pending`.
 
+#![cfg_attr(not(test), warn(unused_crate_dependencies))]
+
 use integration_tests::multipy::{
     self, BorrowedBuffer, Config, Interpreter, KeepAlive, LentBuffer, PythonSpec, Stream,
 };

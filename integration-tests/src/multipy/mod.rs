@@ -28,19 +28,20 @@
 //! used, and cached (see [`runner_cache_dir`]).
 
 mod buffer;
+mod cache;
 mod error;
 mod interpreter;
 mod python;
 mod runner;
 
 pub use buffer::SharedBuffer;
+pub use cache::cache_dir as runner_cache_dir;
 pub use error::{Error, Output, PythonException, Result};
 pub use interpreter::{
     main_stack_size, BorrowedBuffer, Config, Interpreter, KeepAlive, LentBuffer, PickledReply,
     Reply, Sink, Stream,
 };
 pub use python::{PythonInstall, PythonSpec, SUPPORTED};
-pub use runner::cache_dir as runner_cache_dir;
 
 /// Number of threads of this process (entries of `/proc/self/task`).
 pub fn thread_count() -> usize {

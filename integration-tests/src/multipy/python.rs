@@ -190,14 +190,14 @@ impl PythonInstall {
                     .ok()?
                     .duration_since(std::time::UNIX_EPOCH)
                     .ok()?;
-                let key = super::runner::fnv(&[
+                let key = super::cache::fnv(&[
                     real.as_os_str().as_encoded_bytes(),
                     exe.as_os_str().as_encoded_bytes(),
                     &meta.len().to_le_bytes(),
                     &mtime.as_nanos().to_le_bytes(),
                     PROBE.as_bytes(),
                 ]);
-                Some(super::runner::cache_dir().join(format!("probe-{key:016x}.txt")))
+                Some(super::cache::cache_dir().join(format!("probe-{key:016x}.txt")))
             })
             // A pyenv shim is a script whose answer depends on pyenv's settings.
             .filter(|_| !exe.to_string_lossy().contains("/shims/"));
@@ -217,7 +217,7 @@ impl PythonInstall {
                 }
                 let t = String::from_utf8_lossy(&out.stdout).into_owned();
                 if let Some(c) = &cache {
-                    super::runner::write_cache_file(c, t.as_bytes());
+                    super::cache::write_cache_file(c, t.as_bytes());
                 }
                 t
             }
