@@ -29,6 +29,11 @@ const SCENARIOS: &[Scenario] = &[
         run: Some(crate::demo_multipy::run),
     },
     Scenario {
+        name: "interpool",
+        what: "concurrent.futures.InterpreterPoolExecutor in a python process: worker interpreters of that process, numpy arrays shared without copies",
+        run: Some(crate::demo_interpool::run),
+    },
+    Scenario {
         name: "c-extension",
         what: "a C extension in CPython's C-API style on refbridge, loaded by elf-loader, living on gc-core, next to the same source on CPython 3.11",
         run: Some(crate::demo_cext::run),

@@ -20,6 +20,7 @@ mod demo;
 mod demo_cext;
 mod demo_gap;
 mod demo_gap_real;
+mod demo_interpool;
 mod demo_multipy;
 mod gap_real;
 mod julia_prefix;

@@ -362,3 +362,17 @@ def test_sixteen_workers_each_with_numpy_scipy_and_pandas():
         ids = {pool.submit(tasks.interpreter_identity).result() for _ in range(64)}
     assert all(r == [2.0, 3.0, 6] for r in results), results
     assert len(ids) > 1
+
+
+def test_the_readme_example_is_the_shipped_example_and_runs():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(here, "README.md")).read()
+    example = open(os.path.join(here, "examples", "sum_of_squares.py")).read()
+    assert "```python\n" + example + "```" in readme
+    r = subprocess.run(
+        [sys.executable, os.path.join(here, "examples", "sum_of_squares.py")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    ours, host = map(float, r.stdout.split())
+    assert abs(ours - host) <= 1e-6 * abs(host)
