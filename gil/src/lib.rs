@@ -72,8 +72,8 @@
 //! crosses it. This crate is only the Rust library: a Rust program that also has C parts
 //! calling `gil_*` links `gil-capi`.
 //!
-//! The README has the state machine, the rules for embedders, the C usage and the
-//! measured figures.
+//! The README has the quick start and the C usage; `docs/design/gil.md` the state
+//! machine and the rules for embedders; `docs/perf/gil.md` the measured figures.
 
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
