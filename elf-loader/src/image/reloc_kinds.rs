@@ -217,7 +217,7 @@ impl Image {
                 Ok(())
             }
             R_X86_64_TLSDESC => {
-                // A descriptor {function, argument} (see tls.rs), as glibc makes them:
+                // A descriptor {function, argument} (see tls/entries.rs), as glibc makes them:
                 // static TLS -> return the offset; dynamic -> look the block up.
                 let p = self.check_target(r, 16)?;
                 stats.tls += 1;
