@@ -342,7 +342,7 @@ fn lookup_items(
 /// closure, breadth-first (dlsym on a handle).
 fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
     let mut items = Vec::new();
-    crate::namespace::append_closure(&mut items, img);
+    crate::order::append_closure(&mut items, img);
     lookup_items(&items, name, version).map(|(a, _)| a)
 }
 

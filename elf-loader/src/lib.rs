@@ -60,6 +60,7 @@ mod iterate_phdr;
 mod kthread;
 mod map;
 mod namespace;
+mod order;
 mod overrides;
 mod phdr;
 mod plan;
