@@ -174,7 +174,8 @@ pub(crate) type Observer = Arc<dyn Fn(&LoadEvent<'_>) + Send + Sync>;
 /// An event waiting for delivery: (loaded, path, start, end).
 type Pending = (bool, PathBuf, usize, usize);
 
-/// A namespace's shared state.
+/// A namespace's shared state. Its methods are all in this file; `api.rs` (the public
+/// handles) and `dlfcn.rs` (the `dlopen` family of loaded code) call them.
 pub(crate) struct NsInner {
     pub id: u64,
     pub name: String,
@@ -462,6 +463,23 @@ impl NsInner {
         let loader = if dlopen { None } else { requester };
         let img = self.map_image(&path, Vec::new(), loader, new)?;
         Ok(Dep::Custom(Arc::downgrade(&img)))
+    }
+
+    /// Whether `name`'s file name starts with one of the policy's system prefixes (the
+    /// private prefixes are not consulted): a `dlopen` from loaded code of such a name
+    /// goes to the system loader (`dlfcn.rs`).
+    pub(crate) fn policy_is_system(&self, name: &str) -> bool {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        self.policy
+            .system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+    }
+
+    /// Makes `img`, already loaded, a global library of the namespace (`dlopen` with
+    /// `RTLD_NOLOAD | RTLD_GLOBAL`).
+    pub(crate) fn make_global(&self, img: &Arc<Image>) {
+        self.state.lock().add_global(img);
     }
 
     fn system_library(&self, name: &str) -> Result<Arc<SystemLibrary>> {
