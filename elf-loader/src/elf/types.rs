@@ -149,6 +149,13 @@ pub struct SysvHash {
 }
 
 /// Everything the loader needs from one ELF shared object, validated.
+///
+/// Its methods are in the parser's files, one part each (`src/elf/`): `headers.rs`
+/// (`parse`, the first phase, the ISA level), `reader.rs` (a table by address),
+/// `dynamic.rs` (the second phase: the dynamic section, strings, init/fini),
+/// `symbols.rs` (hash tables, symbol table), `relocs.rs` (relocation tables,
+/// `reloc_ranges`), `versions.rs`, and `check.rs` (`is_code`, `check_ifunc_symbol`, the
+/// reads from the file's bytes).
 #[derive(Debug, Clone)]
 pub struct ElfInfo {
     /// The file, for messages.
