@@ -3,7 +3,7 @@
 //! thread list (`_dl_init_static_tls` writes into each thread's block); that list is
 //! private, and only a thread knows its own thread pointer, so here each thread of
 //! `/proc/self/task` is sent a signal whose handler copies the image into its own
-//! static TLS and says so. The loader's TLS init image is written before (`tls.rs`), so
+//! static TLS and says so. The loader's TLS init image is written before (`tls/static_tls.rs`), so
 //! a thread started meanwhile has the image already; `/proc/self/task` is read again
 //! until no thread is new, so one that started from the old init image is reached too.
 //!

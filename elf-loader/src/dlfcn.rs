@@ -263,19 +263,6 @@ fn opened(img: &Image, flags: c_int) {
     }
 }
 
-impl NsInner {
-    fn policy_is_system(&self, name: &str) -> bool {
-        let base = name.rsplit('/').next().unwrap_or(name);
-        self.policy
-            .system_prefixes
-            .iter()
-            .any(|p| base.starts_with(p.as_str()))
-    }
-    fn make_global(&self, img: &Arc<Image>) {
-        self.state.lock().add_global(img);
-    }
-}
-
 /// What `dlsym` returns for a symbol of a custom image: its address, or for a
 /// thread-local symbol its address in the calling thread (as glibc's `dlsym` does).
 fn symbol_value(img: &Image, s: &crate::elf::Sym) -> Option<usize> {
@@ -342,7 +329,7 @@ fn lookup_items(
 /// closure, breadth-first (dlsym on a handle).
 fn lookup_in_closure(img: &Arc<Image>, name: &CStr, version: Option<&CStr>) -> Option<usize> {
     let mut items = Vec::new();
-    crate::namespace::append_closure(&mut items, img);
+    crate::order::append_closure(&mut items, img);
     lookup_items(&items, name, version).map(|(a, _)| a)
 }
 

@@ -50,9 +50,9 @@ mod dlfcn;
 #[cfg(feature = "elf-parser")]
 pub mod elf;
 // Without the feature the parser is the loader's own: its tool entry points (the fuzz
-// oracle, file readers) are unused.
+// oracle, file readers) and their re-exports are unused.
 #[cfg(not(feature = "elf-parser"))]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod elf;
 mod error;
 mod image;
@@ -60,6 +60,7 @@ mod iterate_phdr;
 mod kthread;
 mod map;
 mod namespace;
+mod order;
 mod overrides;
 mod phdr;
 mod plan;

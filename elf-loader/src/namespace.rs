@@ -1,11 +1,12 @@
 //! A namespace's machinery (`NsInner`) and the dependency policy: loading a library and
-//! its `DT_NEEDED` closure into one isolated world, in dependency order, with init/fini,
-//! and unloading what nothing uses any more. The public handles over it
+//! its `DT_NEEDED` closure into one isolated world, in dependency order (glibc's orders,
+//! `order.rs`), with init/fini, and unloading what nothing uses any more. The public handles over it
 //! ([`crate::Namespace`], [`crate::CustomLibrary`]) are in `api.rs`; the loader's entries
 //! that loaded code calls (`dlfcn.rs`) reach a namespace through [`namespace_containing`].
 
 use crate::error::{Error, Result};
 use crate::image::{next_id, Dep, Image, ScopeItem};
+use crate::order::{append_closure, fini_order, init_order};
 use crate::overrides::Overrides;
 use crate::system::{SymbolProvider, SystemLibrary};
 use crate::tls;
@@ -173,7 +174,8 @@ pub(crate) type Observer = Arc<dyn Fn(&LoadEvent<'_>) + Send + Sync>;
 /// An event waiting for delivery: (loaded, path, start, end).
 type Pending = (bool, PathBuf, usize, usize);
 
-/// A namespace's shared state.
+/// A namespace's shared state. Its methods are all in this file; `api.rs` (the public
+/// handles) and `dlfcn.rs` (the `dlopen` family of loaded code) call them.
 pub(crate) struct NsInner {
     pub id: u64,
     pub name: String,
@@ -295,38 +297,6 @@ impl NsState {
         self.scope.clear();
         for g in &self.global {
             append_closure(&mut self.scope, g);
-        }
-    }
-}
-
-/// Appends `root` and its `DT_NEEDED` closure, breadth-first, to `out`, skipping the
-/// libraries already in it: glibc's local search list (`l_searchlist`) of `root`.
-pub(crate) fn append_closure(out: &mut Vec<ScopeItem>, root: &Arc<Image>) {
-    let root_item = ScopeItem::Custom(root.clone());
-    if out.iter().any(|x| x.same(&root_item)) {
-        return;
-    }
-    let first = out.len();
-    out.push(root_item);
-    let mut next = first;
-    while next < out.len() {
-        let ScopeItem::Custom(i) = &out[next] else {
-            next += 1;
-            continue;
-        };
-        let i = i.clone();
-        next += 1;
-        for d in i.deps.get().map(|v| v.as_slice()).unwrap_or(&[]) {
-            let item = match d {
-                Dep::Custom(w) => match w.upgrade() {
-                    Some(c) => ScopeItem::Custom(c),
-                    None => continue,
-                },
-                Dep::System(s) => ScopeItem::System(s.clone()),
-            };
-            if !out.iter().any(|x| x.same(&item)) {
-                out.push(item);
-            }
         }
     }
 }
@@ -493,6 +463,23 @@ impl NsInner {
         let loader = if dlopen { None } else { requester };
         let img = self.map_image(&path, Vec::new(), loader, new)?;
         Ok(Dep::Custom(Arc::downgrade(&img)))
+    }
+
+    /// Whether `name`'s file name starts with one of the policy's system prefixes (the
+    /// private prefixes are not consulted): a `dlopen` from loaded code of such a name
+    /// goes to the system loader (`dlfcn.rs`).
+    pub(crate) fn policy_is_system(&self, name: &str) -> bool {
+        let base = name.rsplit('/').next().unwrap_or(name);
+        self.policy
+            .system_prefixes
+            .iter()
+            .any(|p| base.starts_with(p.as_str()))
+    }
+
+    /// Makes `img`, already loaded, a global library of the namespace (`dlopen` with
+    /// `RTLD_NOLOAD | RTLD_GLOBAL`).
+    pub(crate) fn make_global(&self, img: &Arc<Image>) {
+        self.state.lock().add_global(img);
     }
 
     fn system_library(&self, name: &str) -> Result<Arc<SystemLibrary>> {
@@ -827,123 +814,6 @@ pub(crate) struct Open {
     pub global: bool,
     pub count: bool,
     pub nodelete: bool,
-}
-
-/// glibc's sort of link maps (`elf/dl-sort-maps.c`, its default depth-first
-/// algorithm, `glibc.rtld.dynamic_sort=2`), over `maps` in load order: each object is
-/// visited from the last loaded to the first, and a visit first visits the object's
-/// dependencies (`DT_NEEDED` order) and, with `reldeps`, the objects it bound symbols of
-/// outside its own dependency closure (glibc's `l_reldeps`, newest first); objects
-/// outside `maps` are not entered. The result lists every object before its
-/// dependencies (the reverse of the order in which visits completed). The second value
-/// says whether a relocation dependency was followed.
-fn sort_maps(maps: &[Arc<Image>], reldeps: bool) -> (Vec<Arc<Image>>, bool) {
-    struct Dfs<'a> {
-        index: HashMap<*const Image, usize>,
-        maps: &'a [Arc<Image>],
-        seen: Vec<bool>,
-        done: Vec<Arc<Image>>,
-        reldeps: bool,
-        saw_reldeps: bool,
-    }
-    impl Dfs<'_> {
-        fn visit(&mut self, img: &Arc<Image>) {
-            let Some(&k) = self.index.get(&Arc::as_ptr(img)) else {
-                return;
-            };
-            if std::mem::replace(&mut self.seen[k], true) {
-                return;
-            }
-            let deps: Vec<Arc<Image>> = img
-                .deps
-                .get()
-                .map(|v| v.as_slice())
-                .unwrap_or(&[])
-                .iter()
-                .filter_map(|d| match d {
-                    Dep::Custom(w) => w.upgrade(),
-                    Dep::System(_) => None,
-                })
-                .collect();
-            for d in &deps {
-                self.visit(d);
-            }
-            if self.reldeps {
-                let bound: Vec<Arc<Image>> = img
-                    .reldeps
-                    .lock()
-                    .iter()
-                    .filter_map(Weak::upgrade)
-                    .collect();
-                if !bound.is_empty() {
-                    let mut closure = Vec::new();
-                    append_closure(&mut closure, img);
-                    let outside: Vec<&Arc<Image>> = bound
-                        .iter()
-                        .filter(|b| {
-                            !closure
-                                .iter()
-                                .any(|c| c.same(&ScopeItem::Custom((*b).clone())))
-                        })
-                        .collect();
-                    if !outside.is_empty() {
-                        self.saw_reldeps = true;
-                    }
-                    for b in outside.into_iter().rev() {
-                        self.visit(b);
-                    }
-                }
-            }
-            self.done.push(self.maps[k].clone());
-        }
-    }
-    let mut dfs = Dfs {
-        index: maps
-            .iter()
-            .enumerate()
-            .map(|(k, m)| (Arc::as_ptr(m), k))
-            .collect(),
-        maps,
-        seen: vec![false; maps.len()],
-        done: Vec::with_capacity(maps.len()),
-        reldeps,
-        saw_reldeps: false,
-    };
-    for img in maps.iter().rev() {
-        dfs.visit(img);
-    }
-    dfs.done.reverse();
-    (dfs.done, dfs.saw_reldeps)
-}
-
-/// The order in which glibc runs the initialisers of a load's new objects (`new` in
-/// breadth-first load order): the end of [`sort_maps`]' list first (`_dl_init`). So
-/// dependencies are initialised first, and objects with no dependency between them in
-/// the reverse of their load order (a library needing `b` then `c`, unrelated: `c`,
-/// `b`, then the library). Only new objects are ordered: those loaded before are
-/// initialised already.
-pub(crate) fn init_order(new: &[Arc<Image>]) -> Vec<Arc<Image>> {
-    let (mut order, _) = sort_maps(new, false);
-    order.reverse();
-    order
-}
-
-/// The order in which glibc runs the fini functions of `images` (in any order; sorted
-/// here by load order) at `dlclose` and at exit (`_dl_close_worker`, `_dl_fini`): the
-/// front of [`sort_maps`]' list first, relocation dependencies included; when one was
-/// followed, sorted again by `DT_NEEDED` alone from that order, so static dependencies
-/// win over relocation ones. So an object goes before its dependencies, and objects
-/// with no dependency between them in load order (glibc finalises two unrelated
-/// `dlopen`ed libraries in the order they were loaded).
-pub(crate) fn fini_order(images: &[Arc<Image>]) -> Vec<Arc<Image>> {
-    let mut maps = images.to_vec();
-    maps.sort_by_key(|i| i.id);
-    let (order, saw_reldeps) = sort_maps(&maps, true);
-    if saw_reldeps {
-        sort_maps(&order, false).0
-    } else {
-        order
-    }
 }
 
 /// Checks, as glibc's `_dl_check_map_versions` does, that every version `img` needs

@@ -27,6 +27,11 @@ pub struct GilStats {
 
 /// A global interpreter lock. Cheap to clone (all clones are the same GIL). Several
 /// GILs may exist in one process (one per interpreter); a thread may attach to several.
+///
+/// Its methods are in four files of the crate's source: `gil.rs` (creation, `submit`,
+/// `request_stop`, introspection, hooks) and, in the modules above it, `handle.rs` (what
+/// the calling thread does: `attach`, `current`, `acquire`, `release`, `poll`,
+/// `allow_threads`, `ensure`), `shutdown.rs` (`shutdown`) and `spawn.rs` (`spawn`).
 #[derive(Clone)]
 pub struct Gil {
     pub(crate) shared: Arc<Shared>,

@@ -263,6 +263,17 @@ impl OwnerCount {
 }
 
 /// The shared inside of a [`Bridge`].
+///
+/// Its methods live in the module of the layer each belongs to (every one above this
+/// module; `docs/design/refbridge.md`, "Module layers"), not gathered here, which would
+/// make this module name the layers above it:
+/// - `state.rs`: owner checks, the pending error, mirror records, the debug reports and
+///   the leak check, and `collect`/`maybe_auto_collect` (through [`Collectors`]);
+/// - `pressure.rs`: `alloc_native` and the collection memory pressure forces;
+/// - `refcount.rs`: the queue's `drain`, `dealloc` (the trashcan), `decref_slow`;
+/// - `collect.rs`: `collect_full` and `collect_cycles`, the collections' drivers;
+/// - `bridge.rs`: the root scanner, `transition`, `stub_for`, `to_managed`,
+///   `stub_target` (the hot paths `Bridge` forwards to).
 pub(crate) struct Inner {
     pub heap: Heap,
     pub config: BridgeConfig,
