@@ -1,19 +1,19 @@
 //! `interpool._native`: the Rust side of the `interpool` Python package. One class per
 //! concern, each over `integration_tests::multipy`:
 //!
-//! - [`PyInterpreter`] (`interpool._native.Interpreter`): one worker interpreter, a
+//! - `PyInterpreter` (`interpool._native.Interpreter`): one worker interpreter, a
 //!   fresh copy of the host's own libpython loaded by elf-loader into a namespace of its
 //!   own, in this process. `call_pickled` runs a task given as a protocol-5 pickle: the
 //!   pickle's out-of-band buffers (numpy arrays, `bytes`, anything exporting the buffer
 //!   protocol) are lent to the worker as views of the same memory, never copied; the
-//!   result's out-of-band buffers come back as [`RemoteBuffer`]s, views of the worker's
+//!   result's out-of-band buffers come back as `RemoteBuffer`s, views of the worker's
 //!   memory. The host's GIL is released while the worker runs.
-//! - [`RemoteBuffer`]: a buffer-protocol object over memory a worker lent to the host.
+//! - `RemoteBuffer`: a buffer-protocol object over memory a worker lent to the host.
 //!
 //! Ownership: a host buffer lent to a worker stays referenced (its `Py_buffer` held)
 //! until the worker's last view of it is gone; the reference is then dropped under the
 //! host's GIL (at the next call, or from a pending call the host's main thread runs). A
-//! [`RemoteBuffer`] keeps its worker's memory lent, and its worker interpreter loaded
+//! `RemoteBuffer` keeps its worker's memory lent, and its worker interpreter loaded
 //! (though closed to new work), until it is garbage: the worker gets the memory back at
 //! its next call or `release_pending`.
 
