@@ -105,8 +105,8 @@ int elf_loader_library_tls_sym(const elf_loader_library *lib, const char *name, 
 
 /* The calling thread's address of the thread-local variable ti (from
  * elf_loader_library_tls_sym) names, as the library's own code sees it (the thread's
- * block is allocated on its first access); NULL for NULL or for a variable of a
- * library that is no longer loaded. */
+ * block is allocated on its first access); NULL for NULL, module 0, a variable of a
+ * library that is no longer loaded, or an offset outside its TLS block. */
 void *elf_loader_tls_get_addr(const elf_loader_tls_index *ti);
 
 /* Releases a library handle (its namespace unloads once no handle remains). */

@@ -633,6 +633,17 @@ impl NsInner {
         loader: Option<&Arc<Image>>,
         new: &mut Vec<Arc<Image>>,
     ) -> Result<Arc<Image>> {
+        // Only a regular file: opening a FIFO would block (glibc's dlopen blocks there),
+        // and a device or directory is no library.
+        match std::fs::metadata(path) {
+            Ok(m) if !m.is_file() => {
+                return Err(Error::malformed(
+                    path,
+                    "not a regular file (a FIFO, device or directory is no shared object)",
+                ))
+            }
+            _ => {}
+        }
         // The file's identity is its device and inode (as glibc compares): a path, a
         // symlink to it and a hard link are one library.
         let file = std::fs::File::open(path).map_err(|e| Error::Io {
@@ -652,6 +663,18 @@ impl NsInner {
         }
         let (info, map) = crate::map::parse_and_map(path, &file, meta.len())?;
         drop(file);
+        if info
+            .soname
+            .as_deref()
+            .is_some_and(|s| s.starts_with("ld-linux"))
+        {
+            // A second dynamic loader in the process: glibc's, which every thread and
+            // every system library depends on, exists once.
+            return Err(Error::Usage(format!(
+                "{}: the system's dynamic loader cannot be loaded a second time",
+                path.display()
+            )));
+        }
         let tab = crate::symtab::SymTab::from_info(&info, map.bias);
         // Resolvers of exported ifuncs are called by relocations, `sym` and `dlsym`:
         // each must be code of the library (checked once here, before anything runs).

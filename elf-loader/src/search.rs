@@ -207,12 +207,13 @@ fn find_in_dir(dir: &Path, name: &str) -> Option<PathBuf> {
 /// at all is taken (and its load then fails naming it, as glibc's does).
 fn is_candidate(p: &Path) -> bool {
     use std::io::Read;
+    // A regular file only (checked before opening: opening a FIFO blocks).
+    if !std::fs::metadata(p).is_ok_and(|m| m.is_file()) {
+        return false;
+    }
     let Ok(mut f) = std::fs::File::open(p) else {
         return false;
     };
-    if !f.metadata().is_ok_and(|m| m.is_file()) {
-        return false;
-    }
     let mut head = [0u8; 20];
     if f.read_exact(&mut head).is_err() || head[..4] != *b"\x7fELF" {
         return true;

@@ -406,7 +406,10 @@ pub unsafe extern "C" fn elf_loader_tls_get_addr(ti: *const elf_loader_tls_index
             Some(a) => a.as_ptr().cast(),
             None => fail_null(
                 Status::NotFound,
-                &format!("elf_loader_tls_get_addr: module {module:#x} is not loaded"),
+                &format!(
+                    "elf_loader_tls_get_addr: module {module:#x} is not loaded, or offset \
+                     {offset:#x} is outside its TLS block"
+                ),
             ),
         }
     })

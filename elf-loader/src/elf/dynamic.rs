@@ -94,6 +94,23 @@ impl ElfInfo {
                 d.filesz
             )));
         }
+        // The dynamic section is read by file offset here, and by address once mapped
+        // (the debugger's `l_ld`, `dl_iterate_phdr`'s program headers): both must name the
+        // same bytes of one loaded segment (glibc's `dlopen` crashes on a file where they
+        // do not).
+        let inside = self.loads.iter().any(|l| {
+            d.vaddr >= l.vaddr
+                && d.vaddr
+                    .checked_add(d.memsz.max(d.filesz))
+                    .is_some_and(|e| e <= l.vaddr + l.memsz)
+                && d.offset.checked_sub(l.offset) == Some(d.vaddr - l.vaddr)
+        });
+        if !inside {
+            return Err(bad(format!(
+                "PT_DYNAMIC (address {:#x}, file offset {:#x}) is not inside a PT_LOAD segment",
+                d.vaddr, d.offset
+            )));
+        }
         let table: &[oelf::Dyn64<LE>] = r.pods(d.offset, d.filesz / 16, "PT_DYNAMIC contents")?;
         let mut entries = Vec::new();
         for (i, e) in table.iter().enumerate() {

@@ -24,12 +24,13 @@ impl TlsIndex {
     /// [`SymbolProvider::tls_sym`](crate::SymbolProvider::tls_sym) gives it): what the
     /// library's own code reaches through `__tls_get_addr` (the thread's block is
     /// allocated on its first access). `None` for a variable of a library this loader
-    /// no longer has loaded.
+    /// no longer has loaded, an offset past the end of that library's block, or module 0.
     ///
     /// # Safety
     /// For a module of the system loader (an id without bit 63 set), the index must
-    /// name a module the system loader has loaded (it is handed to glibc's
-    /// `__tls_get_addr` as is); indices of this loader's modules are checked.
+    /// name a module the system loader has loaded and an offset inside its block (it is
+    /// handed to glibc's `__tls_get_addr` as is); indices of this loader's modules are
+    /// checked, module and offset.
     pub unsafe fn address_in_thread(&self) -> Option<std::ptr::NonNull<u8>> {
         std::ptr::NonNull::new(address_in_thread(self) as *mut u8)
     }
@@ -554,12 +555,20 @@ pub(crate) fn tlsdesc_dynamic(e: &Entries, ti: &TlsIndex) -> [u64; 2] {
 pub(crate) fn address_in_thread(ti: &TlsIndex) -> usize {
     if ti.module & OUR_MODULE != 0 {
         let slot = (ti.module & 0xffff_ffff) as usize;
-        let registered =
-            matches!(REGISTRY.read().slots.get(slot), Some(Some(m)) if m.id == ti.module);
-        if !registered {
+        // The module must be registered and the offset inside its block (one past the
+        // end is the end of a zero-sized last variable).
+        let size = match REGISTRY.read().slots.get(slot) {
+            Some(Some(m)) if m.id == ti.module => m.template.memsz,
+            _ => return 0,
+        };
+        if ti.offset > size as u64 {
             return 0;
         }
         return block_for(ti.module).map_or(0, |b| b + ti.offset as usize);
+    }
+    if ti.module == 0 {
+        // No loader gives out module 0 (glibc's ids start at 1).
+        return 0;
     }
     // SAFETY: a system module id and offset, as __tls_get_addr takes them.
     unsafe { system_tls_get_addr()(ti) as usize }

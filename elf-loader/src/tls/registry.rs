@@ -17,7 +17,7 @@ pub const OUR_MODULE: u64 = 1 << 63;
 
 pub(super) struct Module {
     pub(super) id: u64,
-    template: Template,
+    pub(super) template: Template,
     /// Offset of the module's block from the thread pointer when it lives in the static
     /// pool (the same in every thread), or why it does not (its blocks are then per
     /// thread, and an initial-exec relocation against it is refused with that reason).

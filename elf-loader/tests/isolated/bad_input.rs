@@ -235,6 +235,15 @@ fn truncated_and_corrupted_files_are_errors_without_leaks() {
                 Box::new(move |b: &mut Vec<u8>| put_u32(b, o, PT_NOTE_TYPE)),
                 "no PT_DYNAMIC",
             ));
+            // Its address outside every PT_LOAD while its file offset still reads well
+            // (found by a user trial: loaded, with the debugger's l_ld outside the
+            // mapping; glibc's dlopen crashes on such a file).
+            let vaddr = p.vaddr;
+            cases.push((
+                "PT_DYNAMIC address outside the loads".into(),
+                Box::new(move |b: &mut Vec<u8>| put_u64(b, o + 16, vaddr + (1 << 36))),
+                "not inside a PT_LOAD",
+            ));
         }
     }
     // Dynamic entries, by tag.
