@@ -83,3 +83,8 @@ pub use tls::{
     live_blocks as tls_live_blocks, reap_exited_threads as tls_reap_exited_threads,
     static_pool_free as tls_static_pool_free, TlsIndex, STATIC_POOL_SIZE as TLS_STATIC_POOL_SIZE,
 };
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -23,3 +23,8 @@ pub mod lazy;
 pub use extra::{CodeExtras, ExtraError, ExtraIndex, ExtraRegistry, SkipMarks};
 pub use hook::{eval_frame, EvalHook, HookCx, HookError, HookId, HookSlot, Interpreter};
 pub use lazy::{FrameRef, LiveFrame, PFrame};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

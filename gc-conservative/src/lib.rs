@@ -123,3 +123,8 @@ pub fn new_conservative_type(
         large,
     })
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -112,3 +112,8 @@ pub use hooks::{BlockReason, GilHooks};
 pub use shutdown::{ShutdownReport, ThreadFate, ThreadOutcome};
 pub use spawn::{GilJoinHandle, JoinError};
 pub use thread::{ThreadId, ThreadInfo, ThreadStatus};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -222,3 +222,8 @@ pub use pyerr::{
 pub use refcount::{dealloc, decref, incref};
 pub use standalone::Standalone;
 pub use state::{BridgeConfig, EnterGuard, TRASHCAN_DEPTH};
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
