@@ -59,7 +59,7 @@ fn alloc_loop(config: HeapConfig, n: usize, collect_between: bool) -> f64 {
             m.collect(CollectionKind::Full).unwrap();
             // Sweep the pages now (untimed), as a non-lazy collector's pause would, so
             // that the next round times allocation rather than the lazy sweep.
-            heap.complete_sweep();
+            heap.complete_sweep().unwrap();
         }
     }
     best

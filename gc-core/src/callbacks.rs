@@ -20,7 +20,9 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Identity of a registered callback, for removal.
+/// Identity of a registered callback, for removal. Unique in the process: an id
+/// given by one heap is never registered with another, so removing it there is an
+/// error ([`GcError::CallbackNotRegistered`]), never the removal of another callback.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct CallbackId(u64);
 
@@ -45,7 +47,10 @@ pub enum Callback {
     RootScanner(Arc<RootScannerFn>),
     /// Called once per registered task during marking.
     TaskScanner(Arc<TaskScannerFn>),
-    /// Called after an external (big) object is allocated, with its payload address and size.
+    /// Called after an external (big) object is allocated, with its payload address and
+    /// size, on the allocating thread. A panic in it unwinds out of the allocating call
+    /// (`alloc_typed` and the like): the object stays allocated, unreferenced, and the
+    /// next collection frees it (with the `ExternalFree` callbacks); the heap stays usable.
     ExternalAlloc(Arc<dyn Fn(ObjRef, usize) + Send + Sync>),
     /// Called before an external (big) object is freed, with its payload address.
     ExternalFree(Arc<dyn Fn(ObjRef) + Send + Sync>),
@@ -247,8 +252,10 @@ struct List {
 /// The heap's callback lists (the seed's six and the weak-processing hook).
 pub(crate) struct Callbacks {
     lists: [List; 7],
-    next_id: AtomicU64,
 }
+
+/// The next [`CallbackId`], shared by every heap of the process.
+static NEXT_CALLBACK_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Callbacks {
     pub(crate) fn new() -> Self {
@@ -257,7 +264,6 @@ impl Callbacks {
                 any: AtomicBool::new(false),
                 entries: Mutex::new(Arc::from(Vec::new())),
             }),
-            next_id: AtomicU64::new(1),
         }
     }
 
@@ -274,7 +280,7 @@ impl Callbacks {
                 });
             }
         }
-        let id = CallbackId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = CallbackId(NEXT_CALLBACK_ID.fetch_add(1, Ordering::Relaxed));
         let mut v: Vec<_> = entries.iter().cloned().collect();
         v.push((id, Arc::new(cb)));
         *entries = Arc::from(v);

@@ -58,9 +58,7 @@ pub(crate) fn collect(
     if me.in_collection.load(Ordering::Relaxed) {
         return Err(GcError::DuringCollection { what: "collect" });
     }
-    if me.state.load(Ordering::Relaxed) != RUNNING {
-        return Err(GcError::InGcSafeRegion);
-    }
+    me.check_running()?;
     let heap = me.heap();
     let t0 = Instant::now();
     let mut w = heap.world.lock();

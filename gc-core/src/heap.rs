@@ -14,7 +14,7 @@ use crate::object::{Header, ObjRef};
 use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{
-    BigLists, FinQueue, GcState, Heap, HeapInner, Mutator, Roots, WeakState, World, RUNNING,
+    BigLists, FinQueue, GcState, Heap, HeapInner, Mutator, Roots, WeakState, World,
 };
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
@@ -78,6 +78,12 @@ impl HeapInner {
     }
 
     fn new_type(&self, desc: TypeDesc) -> Result<TypeRef, GcError> {
+        if on_collector_thread() {
+            // The world lock waits for the collection this thread is running.
+            return Err(GcError::DuringCollection {
+                what: "creating a type",
+            });
+        }
         let meta = self.datatype.load(Ordering::Acquire);
         let mut types = self.types.lock();
         let _w = self.quiescent_world();
@@ -203,9 +209,7 @@ impl Heap {
                 what: "borrowing the thread's mutator",
             });
         }
-        if ms.state.load(Ordering::Relaxed) != RUNNING {
-            return Err(GcError::InGcSafeRegion);
-        }
+        ms.check_running()?;
         // SAFETY: the calling thread's attached mutator, running managed code.
         Ok(unsafe { Mutator::borrowed(ms) })
     }
@@ -477,11 +481,19 @@ impl Heap {
     /// (`HeapConfig::lazy_sweep`), which the helper threads, allocating threads or the
     /// next collection would sweep otherwise; returns how many pages that was. Afterwards
     /// the memory of every object the last collection found dead is free.
-    pub fn complete_sweep(&self) -> usize {
+    ///
+    /// Refused ([`GcError::DuringCollection`]) from inside a collection (a callback, a
+    /// mark or sweep function), which would otherwise wait for itself.
+    pub fn complete_sweep(&self) -> Result<usize, GcError> {
+        if on_collector_thread() {
+            return Err(GcError::DuringCollection {
+                what: "complete_sweep",
+            });
+        }
         let _gc = self.0.gc.lock();
         // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
         // never held by a thread.
-        unsafe { self.0.pages.lock().finish_sweep(&self.0.trigger) }
+        Ok(unsafe { self.0.pages.lock().finish_sweep(&self.0.trigger) })
     }
 
     /// Test hook: while `hold` is on, the pool pages a collection leaves to the lazy
@@ -671,7 +683,7 @@ impl Drop for HeapInner {
 
 /// Whether the calling thread is running a collection: the collecting mutator (callbacks,
 /// root scanners, sweep functions) or a collector helper thread (mark functions).
-fn on_collector_thread() -> bool {
+pub(crate) fn on_collector_thread() -> bool {
     let me = crate::mutator::current();
     // SAFETY: the current thread's mutator is alive while attached.
     (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))

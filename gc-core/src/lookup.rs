@@ -205,7 +205,7 @@ mod tests {
 
     /// Whether `obj` is an allocated cell of its pool page (the page's own answer).
     fn pool_allocated(heap: &crate::Heap, obj: ObjRef) -> bool {
-        heap.complete_sweep();
+        heap.complete_sweep().unwrap();
         let page = page_of(obj.addr()).expect("pool object");
         page.cell_layout().is_some() && page.is_allocated(obj.addr())
     }
@@ -259,7 +259,7 @@ mod tests {
             assert!(pool_allocated(&heap, o));
         }
         m.collect(crate::CollectionKind::Full).unwrap();
-        heap.complete_sweep();
+        heap.complete_sweep().unwrap();
         for &(_, o) in &kept {
             assert!(leaf_bit(o.addr()) && pool_allocated(&heap, o), "{o:?} kept");
         }

@@ -93,6 +93,18 @@ impl MutatorShared {
         &self.head
     }
 
+    /// `Ok` if the owning thread runs managed code; otherwise why not: detached
+    /// ([`GcError::NotAttached`], as through a borrowed handle after the owning
+    /// [`Mutator`] was dropped) or inside a GC-safe region.
+    #[inline]
+    pub(crate) fn check_running(&self) -> Result<(), GcError> {
+        match self.state.load(Ordering::Relaxed) {
+            RUNNING => Ok(()),
+            DETACHED => Err(GcError::NotAttached),
+            _ => Err(GcError::InGcSafeRegion),
+        }
+    }
+
     /// Whether the owning thread runs managed code: not stopped at a safepoint, not in
     /// a GC-safe region, not detached (one relaxed load; the C allocation fast path's
     /// test before it touches the thread's current page).
@@ -469,9 +481,7 @@ impl MutatorShared {
         if self.in_collection.load(Ordering::Relaxed) {
             return Err(GcError::DuringCollection { what: "allocation" });
         }
-        if self.state.load(Ordering::Relaxed) != RUNNING {
-            return Err(GcError::InGcSafeRegion);
-        }
+        self.check_running()?;
         // SAFETY: owning thread (this function's contract).
         unsafe { self.safepoint() };
         // SAFETY: owning thread.
@@ -695,6 +705,11 @@ impl Mutator {
     pub(crate) fn attach(heap: &Heap) -> Result<Mutator, GcError> {
         if !current().is_null() {
             return Err(GcError::AlreadyAttached);
+        }
+        if crate::heap::on_collector_thread() {
+            // A collector helper thread (a mark function's) would wait for its own
+            // collection to end.
+            return Err(GcError::DuringCollection { what: "attach" });
         }
         let (lo, hi) = current_thread_stack().ok_or(GcError::BadStackBounds { lo: 0, hi: 0 })?;
         let task = Arc::new(Task::new(lo, hi, true));

@@ -9,7 +9,7 @@
 use crate::error::GcError;
 use crate::mutator;
 use crate::object::{Header, ObjRef};
-use crate::state::{FinEntry, FinFn, Heap, Mutator, RUNNING};
+use crate::state::{FinEntry, FinFn, Heap, Mutator};
 use crate::types::TypeRef;
 use crate::weak::{
     in_finalizer, run_batch, run_deferred, run_pending, start_batch, value_word, DEFERRED,
@@ -389,9 +389,7 @@ impl Heap {
                 what: "running finalizers",
             });
         }
-        if ms.state.load(Ordering::Relaxed) != RUNNING {
-            return Err(GcError::InGcSafeRegion);
-        }
+        ms.check_running()?;
         // SAFETY: the calling thread's attached mutator, running managed code.
         let mut m = unsafe { Mutator::borrowed(ms) };
         Ok(run_pending(&mut m))

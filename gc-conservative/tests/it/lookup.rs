@@ -290,7 +290,7 @@ fn freed_page_resolves_to_nothing_then_to_its_new_class() {
     let first = hidden[0] ^ MASK;
     let old_page = page_of(first);
     m.collect(CollectionKind::Full).unwrap();
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     for off in 0..PAGE_SIZE {
         assert_eq!(base_ptr(id, old_page + off), None, "free page +{off}");
     }
@@ -412,13 +412,13 @@ fn dead_objects_on_pages_waiting_for_their_sweep_are_not_found() {
     m.collect(CollectionKind::Full).unwrap();
     assert!(heap.hold_lazy_sweep(true) > 0, "pages wait for their sweep");
     assert_page_answers(&heap, &dead, &live, true, "full collection, pages waiting");
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     assert_page_answers(&heap, &dead, &live, false, "full collection, pages swept");
 
     // The live objects are promoted by a second collection; young objects then take
     // the free cells of their pages (swept, so listed), next to old ones.
     m.collect(CollectionKind::Partial).unwrap();
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     // SAFETY: rooted.
     assert!(live.iter().all(|&(b, _)| !unsafe { b.is_young() }));
     let mut young_dead = Vec::new();
@@ -453,7 +453,7 @@ fn dead_objects_on_pages_waiting_for_their_sweep_are_not_found() {
         true,
         "partial collection, pages waiting",
     );
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     assert_page_answers(
         &heap,
         &young_dead,
@@ -473,7 +473,7 @@ fn dead_objects_on_pages_waiting_for_their_sweep_are_not_found() {
         true,
         "full collection, pages waiting",
     );
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     assert_page_answers(
         &heap,
         &[unreachable_old],
@@ -549,7 +549,7 @@ fn lookups_racing_with_the_sweep_answer_right() {
             }
             // Sweep what still waits (all of it in the held rounds) while the other
             // thread looks.
-            heap.complete_sweep();
+            heap.complete_sweep().unwrap();
             done.store(true, Ordering::Release);
             looker.join().unwrap()
         });

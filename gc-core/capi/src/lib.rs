@@ -1697,8 +1697,14 @@ pub unsafe extern "C" fn gc_weakref_set(
         };
         // SAFETY: the calling thread's attached mutator.
         let mut mu = unsafe { Mutator::borrowed(ms) };
-        // SAFETY: live objects per the caller.
-        match unsafe { mu.weak_object_set(w, ObjRef::from_ptr(obj.cast())) } {
+        let target = ObjRef::from_ptr(obj.cast());
+        for o in std::iter::once(w).chain(target) {
+            if let Err(e) = mu.heap().check_object(o, "gc_weakref_set") {
+                return fail_code(e);
+            }
+        }
+        // SAFETY: both checked to be allocated objects of this heap just above.
+        match unsafe { mu.weak_object_set(w, target) } {
             Ok(()) => 0,
             Err(e) => fail_code(e),
         }

@@ -18,7 +18,7 @@ fn heap() -> Heap {
 /// Whether `obj` is still an allocated pool object (once the last collection's lazy
 /// sweep is complete).
 fn pool_allocated(heap: &Heap, obj: ObjRef) -> bool {
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     let page = gc_core::page_of(obj.addr()).expect("pool object");
     page.cell_layout().is_some() && page.is_allocated(obj.addr())
 }

@@ -85,7 +85,7 @@ fn a_dead_object_on_a_page_waiting_for_its_sweep_is_refused() {
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
     assert!(!gc_core::is_internal_object(heap.id(), dead.addr()));
     drop(heap.new_weak_ref(live));
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     assert!(!page.is_allocated(dead.addr()) && page.is_allocated(live.addr()));
     drop(r);
 }
@@ -504,6 +504,16 @@ fn callbacks_may_call_back_into_the_heap() {
                 h.current_mutator().is_err(),
                 "no allocation during a collection"
             );
+            // Both would wait for the collection this thread runs (a user trial
+            // found them hanging): refused instead.
+            assert!(matches!(
+                h.new_layout_type("MadeInCallback", 16, &[]),
+                Err(gc_core::GcError::DuringCollection { .. })
+            ));
+            assert!(matches!(
+                h.complete_sweep(),
+                Err(gc_core::GcError::DuringCollection { .. })
+            ));
         })))
         .unwrap();
     // Registering an object during a collection (a root, a weak handle, ...) is
@@ -590,7 +600,84 @@ fn a_sweep_function_cannot_take_its_object_back() {
     // SAFETY: a live object of this heap.
     unsafe { m.schedule_foreign_sweepfunc(o).unwrap() };
     m.collect(Full).unwrap();
-    heap.complete_sweep();
+    heap.complete_sweep().unwrap();
     let seen = SEEN.lock().unwrap().take().expect("the sweep function ran");
     assert!(seen.contains("DuringCollection"), "{seen}");
+}
+
+/// A callback id names one registration in the process: removing it through another
+/// heap is an error, and that heap's own callbacks stay (a user trial found heap B
+/// removing its own first callback when given heap A's first id).
+#[test]
+fn a_callback_id_of_another_heap_is_refused() {
+    use gc_core::CallbackKind;
+    let (a, b) = (Heap::default(), Heap::default());
+    let id_a = a.add_callback(Callback::PreGc(Arc::new(|_| ()))).unwrap();
+    let id_b = b.add_callback(Callback::PreGc(Arc::new(|_| ()))).unwrap();
+    assert_ne!(id_a, id_b);
+    assert!(matches!(
+        b.remove_callback(id_a),
+        Err(gc_core::GcError::CallbackNotRegistered { .. })
+    ));
+    assert_eq!(a.callback_count(CallbackKind::PreGc), 1);
+    assert_eq!(b.callback_count(CallbackKind::PreGc), 1);
+    b.remove_callback(id_b).unwrap();
+    a.remove_callback(id_a).unwrap();
+}
+
+/// A borrowed handle (`current_mutator`) outliving the owning `Mutator`: the thread is
+/// detached, and the handle says so (not "inside a GC-safe region").
+#[test]
+fn a_borrowed_mutator_after_detach_says_not_attached() {
+    let heap = Heap::default();
+    let ty = leaf_type(&heap);
+    let owner = heap.attach().unwrap();
+    let mut borrowed = heap.current_mutator().unwrap();
+    drop(owner);
+    assert_eq!(heap.attached_threads(), 0);
+    assert!(matches!(
+        borrowed.alloc_typed(16, ty),
+        Err(gc_core::GcError::NotAttached)
+    ));
+    assert!(matches!(
+        borrowed.collect(Full),
+        Err(gc_core::GcError::NotAttached)
+    ));
+}
+
+/// A panicking external-allocation callback unwinds out of the allocation (as its doc
+/// says); the object it was told about is freed by the next collection and the heap
+/// goes on working.
+#[test]
+fn a_panicking_external_alloc_callback_unwinds_and_the_heap_goes_on() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let heap = Heap::default();
+    let big = heap.new_layout_type("Big", 4096, &[]).unwrap();
+    let (allocs, frees) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let a = allocs.clone();
+    heap.add_callback(Callback::ExternalAlloc(Arc::new(move |_, _| {
+        if a.fetch_add(1, Ordering::SeqCst) == 0 {
+            panic!("the user's callback panics");
+        }
+    })))
+    .unwrap();
+    let f = frees.clone();
+    heap.add_callback(Callback::ExternalFree(Arc::new(move |_| {
+        f.fetch_add(1, Ordering::SeqCst);
+    })))
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let unwound =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| m.alloc_typed(4096, big)));
+    assert!(unwound.is_err());
+    let kept = m.alloc_typed(4096, big).unwrap();
+    let root = heap.root(kept);
+    m.collect(Full).unwrap();
+    assert_eq!(
+        frees.load(Ordering::SeqCst),
+        1,
+        "the first object was freed"
+    );
+    assert_eq!(root.get(), kept);
+    assert_eq!(allocs.load(Ordering::SeqCst), 2);
 }

@@ -618,7 +618,7 @@ impl World {
         // no object to any lookup.
         self.checks += 1;
         if self.checks % 2 == 0 {
-            self.heap.complete_sweep();
+            self.heap.complete_sweep().unwrap();
         }
         let dead: Vec<usize> = self
             .objs

@@ -348,6 +348,15 @@ int main(int argc, char **argv)
     CHECK(gc_weakref_set(gc_current_mutator(), (gc_weakref_t *)roots[2], NULL) == -1, "set on a pair");
     CHECK(jl_gc_last_error() && strstr(jl_gc_last_error(), "not a weak-reference object"), "%s",
           jl_gc_last_error());
+    /* Memory that is no object of the heap (malloc'd, here) is refused before anything is
+     * read from it (run under valgrind too: no read before the block). */
+    void *not_ours = malloc(64);
+    CHECK(gc_weakref_set(gc_current_mutator(), (gc_weakref_t *)not_ours, roots[2]) == -1,
+          "malloc'd weak ref accepted");
+    CHECK(jl_gc_last_error() && strstr(jl_gc_last_error(), "not an allocated object"), "%s",
+          jl_gc_last_error());
+    free(not_ours);
+    jl_gc_clear_error();
     CHECK(jl_gc_alloc_typed(ptls, 8, gc_weakref_type(heap)) == NULL, "weak ref type allocated");
     jl_gc_clear_error();
     jl_gc_enable_finalizers(NULL, 1);

@@ -59,7 +59,7 @@ fn collect_info(m: &mut Mutator, kind: CollectionKind) -> gc_core::CollectionInf
         .unwrap()
         .expect("single thread: this call collects");
     if super::PARALLEL {
-        m.heap().complete_sweep();
+        m.heap().complete_sweep().unwrap();
     }
     info
 }
