@@ -43,7 +43,8 @@ pub enum Callback {
     PostGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
     /// Called at the beginning of marking to queue extra roots.
     RootScanner(Arc<RootScannerFn>),
-    /// Called once per registered task during marking.
+    /// Called once per registered task during marking (on the collecting thread, or on
+    /// any collector thread, see [`crate::TaskScan`]).
     TaskScanner(Arc<TaskScannerFn>),
     /// Called after an external (big) object is allocated, with its payload address and size.
     ExternalAlloc(Arc<dyn Fn(ObjRef, usize) + Send + Sync>),
@@ -60,8 +61,10 @@ pub enum Callback {
     CPostGc(unsafe extern "C" fn(c_int)),
     /// C `jl_gc_cb_root_scanner_t`.
     CRootScanner(unsafe extern "C" fn(c_int)),
-    /// C `jl_gc_cb_task_scanner_t`.
-    CTaskScanner(unsafe extern "C" fn(*mut Task, c_int)),
+    /// C `jl_gc_cb_task_scanner_t`, given the task's C handle ([`Task::c_handle`]) and,
+    /// per [`crate::TaskScan`], whether the collection is full or whether the task is
+    /// its thread's own stack.
+    CTaskScanner(unsafe extern "C" fn(*mut c_void, c_int)),
     /// C `jl_gc_cb_notify_external_alloc_t`.
     CExternalAlloc(unsafe extern "C" fn(*mut c_void, usize)),
     /// C `jl_gc_cb_notify_external_free_t`.

@@ -426,13 +426,14 @@ impl Heap {
         self.0.tasks.lock().clone()
     }
 
-    /// Looks up a registered task by address (for the C ABI).
+    /// Looks up a registered task by the address C code knows it by
+    /// ([`Task::c_handle`]; for the C ABI).
     pub fn task_from_addr(&self, addr: usize) -> Option<Arc<Task>> {
         self.0
             .tasks
             .lock()
             .iter()
-            .find(|t| Arc::as_ptr(t) as usize == addr)
+            .find(|t| t.c_handle() as usize == addr)
             .cloned()
     }
 
@@ -511,6 +512,17 @@ impl Heap {
         }
         self.0.config.lock().mark_threads = n;
         Ok(())
+    }
+
+    /// Sets when the task scanners run ([`crate::TaskScan`]), from the next collection on.
+    pub fn set_task_scan(&self, mode: crate::TaskScan) {
+        self.0.config.lock().task_scan = mode;
+    }
+
+    /// The number of threads that mark in a collection (the collecting thread and its
+    /// helpers): `mark_threads` with 0 read as one per core.
+    pub fn mark_threads(&self) -> usize {
+        crate::collect::mark_threads(self.0.config.lock().mark_threads)
     }
 
     /// Turns the verify mode on or off.

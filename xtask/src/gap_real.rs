@@ -533,8 +533,9 @@ impl RunOutcome {
 }
 
 /// The GAP driver: runs each file with `Test` as GAP's `TestDirectory` does (its
-/// `STOP_TEST` silenced, failures counted), printing a line before each file and one
-/// after it to parse:
+/// `STOP_TEST` silenced, failures counted; the screen made wide again before each file,
+/// which a test may have narrowed, so that no line GAP prints is wrapped), printing a
+/// line before each file (`gap-real: testing <index>`) and one after it to parse:
 /// `gap-real: result <index> <failures> <cpu ms> <gc ms> <last full ms> <last partial ms>`
 /// (the last two from `GasmanStatistics` on GASMAN builds, -1 otherwise).
 fn driver(files: &[PathBuf]) -> String {
@@ -550,7 +551,8 @@ fn driver(files: &[PathBuf]) -> String {
            stop := STOP_TEST;\n\
            STOP_TEST := function(arg) end;\n\
            for i in [1 .. Length(files)] do\n\
-             Print(\"\\ngap-real: testing \", i, \" \", files[i], \"\\n\");\n\
+             SizeScreen([4096, 24]);\n\
+             Print(\"\\ngap-real: testing \", i, \"\\n\");\n\
              t := Runtime();\n\
              g := TOTAL_GC_TIME();\n\
              n := Test(files[i], rec(returnNumFailures := true));\n\
@@ -848,14 +850,14 @@ mod tests {
     fn results_and_diffs_are_read_per_file() {
         let files: Vec<String> = ["a.tst", "b.tst", "c.tst"].map(String::from).into();
         let out = "noise\n\
-                   gap-real: testing 1 /t/a.tst\n\
+                   gap-real: testing 1\n\
                    gap-real: result 1 0 120 10 -1 -1\n\
-                   gap-real: testing 2 /t/b.tst\n\
+                   gap-real: testing 2\n\
                    ########> Diff in /t/b.tst:3\n\
                    # But found:\n\
                    2\n\
                    partialgap-real: result 2 1 50 0 7 3\n\
-                   gap-real: testing 3 /t/c.tst\n\
+                   gap-real: testing 3\n\
                    Segmentation fault\n";
         let r = parse_results(&files, out);
         assert_eq!((r[0].failures, r[0].ms, r[0].gc_ms), (Some(0), 120, 10));
