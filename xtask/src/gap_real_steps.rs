@@ -420,10 +420,11 @@ fn summary(out: &RunOutcome, v: &Verdict) -> String {
     let num = |k: &str| stats.and_then(|s| s[k].as_f64()).unwrap_or(f64::NAN);
     let gc = if stats.is_some() {
         format!(
-            "; gc-core: {} full + {} partial collections, {} mark threads, longest pause {:.1} ms, verify errors {}",
+            "; gc-core: {} full + {} partial collections, {} mark threads ({} parallel drains), longest pause {:.1} ms, verify errors {}",
             num("full_collections"),
             num("partial_collections"),
             num("mark_threads"),
+            num("parallel_drains"),
             num("max_pause_ms"),
             num("verify_errors"),
         )
