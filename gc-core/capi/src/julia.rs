@@ -36,7 +36,7 @@ use ffi_support::guard;
 use gc_core::ffi::current_ptls;
 use gc_core::{ForeignTypeSpec, MarkProc, SweepProc, TaskScan};
 use std::ffi::{c_char, c_int, c_void, CString};
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 use std::sync::{Once, OnceLock};
 
 /// Storage behind `jl_main_module`: a module is opaque to clients and never read here.
@@ -91,6 +91,10 @@ static VERSION: OnceLock<CString> = OnceLock::new();
 /// from it on, in parallel, tasks as mark work.
 const PARALLEL_MARK_SINCE: (c_int, c_int) = (1, 10);
 
+/// Whether the client initialised itself as Julia 1.10 or later (see
+/// `jl_active_task_stack`).
+static CLIENT_1_10: AtomicBool = AtomicBool::new(false);
+
 /// What `jl_init()` expands to in the prefix's `julia.h`: `jl_init` for a client compiled
 /// against Julia `major.minor`. A client written for a Julia before 1.10 gets one mark
 /// thread (its mark functions may keep state in globals, as GAP 4.12's do) unless
@@ -106,6 +110,7 @@ pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
                 .unwrap_or_else(|_| DEFAULT_VERSION.into())
         });
         let parallel = (major, minor) >= PARALLEL_MARK_SINCE;
+        CLIENT_1_10.store(parallel, Ordering::Relaxed);
         if !parallel && std::env::var_os("GC_CORE_MARK_THREADS").is_none() {
             super::set_default_mark_threads(1);
         }
@@ -194,10 +199,14 @@ pub extern "C" fn jl_get_current_task() -> *mut jl_task_t {
     })
 }
 
-/// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`: from
-/// its saved stack pointer when the task's thread is stopped or the coroutine recorded
-/// one, else the whole stack; from the caller's frame for the calling thread's own task)
-/// and the whole stack (`[total_start, total_end)`). All four are NULL for a NULL task.
+/// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`) and
+/// the whole stack (`[total_start, total_end)`). The calling thread's own task is in use
+/// from the caller's frame. Another task, for a client written for Julia before 1.10:
+/// from its saved stack pointer when its thread is stopped or the coroutine recorded
+/// one, else the whole stack; for a 1.10 client: the whole stack, as Julia 1.10 reports
+/// it (its stack buffer), because such a client skips the first 32 KiB of it as Julia's
+/// guard pages (GAP 4.15's `jl_guard_size`), which from a saved stack pointer would skip
+/// the task's innermost frames. All four are NULL for a NULL task.
 ///
 /// # Safety
 /// `task` null or a registered task; the four out-pointers null or writable.
@@ -222,6 +231,8 @@ pub unsafe extern "C" fn jl_active_task_stack(
                 // The caller's frame is below this one's locals.
                 let here = 0u8;
                 std::ptr::addr_of!(here) as usize
+            } else if CLIENT_1_10.load(Ordering::Relaxed) {
+                t0
             } else {
                 t.saved_sp()
             };

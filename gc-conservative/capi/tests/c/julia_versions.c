@@ -12,6 +12,10 @@
  *                            second argument, jl_get_ptls_states() inside it, bits.gc of
  *                            a task; objects held only by tasks survive
  *   julia_versions bits      jl_astaggedvalue(v)->bits.gc between and during collections
+ *   julia_versions stack     jl_active_task_stack of another thread's task (stopped in a
+ *                            GC-safe region): from its saved stack pointer (1.6), or all
+ *                            of it, as Julia 1.10 reports it (GAP 4.15 then skips its first
+ *                            32 KiB as guard pages)
  *
  * Each prints "<case>: ok (...)" with its figures, or a failed check and exits 1.
  */
@@ -423,6 +427,62 @@ static int bits(void)
     return 0;
 }
 
+/* Another thread, attached and waiting in a GC-safe region. */
+static jl_task_t *other_task;
+static pthread_mutex_t other_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t other_cond = PTHREAD_COND_INITIALIZER;
+static int other_ready, other_done;
+
+static void *other_thread(void *arg)
+{
+    (void)arg;
+    CHECK(jl_adopt_thread() != NULL);
+    other_task = jl_get_current_task();
+    CHECK(other_task != NULL);
+    jl_ptls_t ptls = jl_get_ptls_states();
+    int8_t state = jl_gc_safe_enter(ptls);
+    pthread_mutex_lock(&other_lock);
+    other_ready = 1;
+    pthread_cond_broadcast(&other_cond);
+    while (!other_done)
+        pthread_cond_wait(&other_cond, &other_lock);
+    pthread_mutex_unlock(&other_lock);
+    jl_gc_safe_leave(ptls, state);
+    CHECK(jl_gc_thread_detach() == 0);
+    return NULL;
+}
+
+static int stack_case(void)
+{
+    jl_init();
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_thread, NULL) == 0);
+    pthread_mutex_lock(&other_lock);
+    while (!other_ready)
+        pthread_cond_wait(&other_cond, &other_lock);
+    pthread_mutex_unlock(&other_lock);
+    char *a0, *a1, *t0, *t1;
+    jl_active_task_stack(other_task, &a0, &a1, &t0, &t1);
+    CHECK(t0 != NULL && t0 < t1 && a1 == t1);
+    if (V10)
+        CHECK(a0 == t0);
+    else
+        CHECK(a0 > t0 && a0 < t1 && t1 - a0 < 64 * 1024);
+    int from_start = a0 == t0;
+    /* The calling thread's own task: from the caller's frame, for both. */
+    char here;
+    char *b0, *b1, *u0, *u1;
+    jl_active_task_stack(jl_get_current_task(), &b0, &b1, &u0, &u1);
+    CHECK(b0 > u0 && b0 <= &here + 4096 && b1 == u1);
+    pthread_mutex_lock(&other_lock);
+    other_done = 1;
+    pthread_cond_broadcast(&other_cond);
+    pthread_mutex_unlock(&other_lock);
+    CHECK(pthread_join(t, NULL) == 0);
+    printf("stack: ok (other=%s)\n", from_start ? "whole" : "from-sp");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *what = argc > 1 ? argv[1] : "threads";
@@ -434,6 +494,8 @@ int main(int argc, char **argv)
         return tasks_case();
     if (!strcmp(what, "bits"))
         return bits();
+    if (!strcmp(what, "stack"))
+        return stack_case();
     fprintf(stderr, "unknown case %s\n", what);
     return 2;
 }

@@ -216,6 +216,16 @@ fn task_scanners_run_as_the_clients_julia_ran_them() {
     assert_eq!(versions_case(10, "tasks", &one, "at_once"), "1");
 }
 
+/// `jl_active_task_stack` of another thread's task (stopped in a GC-safe region): a 1.6
+/// client gets the part in use from its saved stack pointer; a 1.10 client the whole
+/// stack, as Julia 1.10 reports a task's stack buffer (GAP 4.15 skips its first 32 KiB
+/// as Julia's guard pages, which from the saved stack pointer would skip live frames).
+#[test]
+fn other_tasks_stacks_are_reported_as_the_clients_julia_did() {
+    assert_eq!(versions_case(6, "stack", &[], "other"), "from-sp");
+    assert_eq!(versions_case(10, "stack", &[], "other"), "whole");
+}
+
 /// `jl_astaggedvalue(v)->bits.gc`: Julia's bits for a 1.10 client (young 0, old 3,
 /// remembered 1 between collections; unmarked/marked while marking, old counted marked
 /// in partial collections), 0 throughout for a 1.6 client.
