@@ -349,13 +349,32 @@ fn compare_with_gasman(
         .map(|r| (*r, normalise(&r.output, b), 0, Vec::new()))
         .collect();
     let started = std::time::Instant::now();
-    for (batch, reps) in GASMAN_TRIES.into_iter().enumerate() {
-        if pending.is_empty() || started.elapsed() > GASMAN_BUDGET {
+    for (batch, tries) in GASMAN_TRIES.into_iter().enumerate() {
+        let left = GASMAN_BUDGET.saturating_sub(started.elapsed());
+        if pending.is_empty() || left.is_zero() {
+            break;
+        }
+        // Each file as often as the batch says, within what is left of the budget at the
+        // time it took on gc-core (always once in the first batch).
+        let reps: Vec<usize> = pending
+            .iter()
+            .map(|(r, ..)| {
+                let per = Duration::from_millis(r.ms + 100) * pending.len() as u32;
+                let fit = (left.as_millis() / per.as_millis().max(1)) as usize;
+                if batch == 0 {
+                    tries
+                } else {
+                    tries.min(fit)
+                }
+            })
+            .collect();
+        if reps.iter().all(|&n| n == 0) {
             break;
         }
         let names: Vec<String> = pending
             .iter()
-            .flat_map(|(r, ..)| std::iter::repeat_n(r.file.clone(), reps))
+            .zip(&reps)
+            .flat_map(|((r, ..), &n)| std::iter::repeat_n(r.file.clone(), n))
             .collect();
         let peer = gap_real::run_files(
             &gasman,
@@ -367,8 +386,10 @@ fn compare_with_gasman(
             false,
         )?;
         let mut still = Vec::new();
-        for (k, (ours, mine, mut runs, mut seen)) in pending.into_iter().enumerate() {
-            let theirs = &peer.files[k * reps..(k + 1) * reps];
+        let mut at = 0;
+        for ((ours, mine, mut runs, mut seen), &reps) in pending.into_iter().zip(&reps) {
+            let theirs = &peer.files[at..at + reps];
+            at += reps;
             let hit = theirs
                 .iter()
                 .position(|t| t.failures == ours.failures && normalise(&t.output, &gasman) == mine);
@@ -387,11 +408,11 @@ fn compare_with_gasman(
                 Some(_) => v.gasman_too.push((
                     ours.file.clone(),
                     format!(
-                        "(GASMAN: the same diffs in run {runs} of {runs}{})\n{}",
+                        "(GASMAN showed the same diffs {})\n{}",
                         if runs > 1 {
-                            ", a race in GAP itself"
+                            format!("in its run {runs} of the file: a race in GAP itself")
                         } else {
-                            ""
+                            "in its first run of the file".to_string()
                         },
                         first_lines(&mine, 12)
                     ),
