@@ -13,11 +13,13 @@
 //! - `gasman`: GAP's own collector, the same tree (for comparison).
 //!
 //! A file passes when `Test` reports no diff. A file that fails on ours is run again on
-//! the GASMAN build of the same tree, up to 50 times: if GASMAN fails it with exactly the
-//! same diffs in one of those runs, the file is reported as failing with GAP's own
-//! collector too (with the diffs' first lines and the run that reproduced them: a cause
-//! outside the collector, such as Debian's packages, shows in the first; a race in GAP
-//! itself may take several) and does not fail the step; anything else does, as do a
+//! the GASMAN build of the same tree: alone, then after the same files as in the run (GAP's
+//! tests leave globals behind), then alone up to 49 times more (`GASMAN_TRIES`, within a
+//! time budget): if GASMAN fails it with exactly the same diffs in one of those runs, the
+//! file is reported as failing with GAP's own collector too (with the diffs' first lines
+//! and the run that reproduced them: a cause outside the collector, such as Debian's
+//! packages, shows at once; a race in GAP itself may take several) and does not fail the
+//! step; anything else does, as do a
 //! crash, a file that did not finish, missing statistics and any verify error. In the
 //! `gasman` mode every failing file fails the run.
 
@@ -194,7 +196,15 @@ pub fn run(req: &Request) -> Result<()> {
             }),
             false,
         )?;
-        let verdict = judge(&out, &b, &tar, &prefix, &req.suite)?;
+        // teststandard: GASMAN runs the same files for the time comparison, which is also
+        // the reference for failing files (the same files before each, as GAP's tests
+        // leave globals behind).
+        let peer = if req.suite == "teststandard" && b.variant != Variant::Gasman {
+            Some(time_gasman(&tar, req.version, &prefix, &files, &req.suite)?)
+        } else {
+            None
+        };
+        let verdict = judge(&out, &b, &tar, &prefix, &req.suite, peer.as_ref())?;
         println!(
             "gap-real: {}{}",
             if req.repeat > 1 {
@@ -211,8 +221,22 @@ pub fn run(req: &Request) -> Result<()> {
                 indent(diffs, 6).trim_start()
             );
         }
-        if req.suite == "teststandard" && b.variant != Variant::Gasman {
-            compare_time_with_gasman(&out, &tar, req.version, &prefix, &files, &req.suite)?;
+        if let Some(peer) = &peer {
+            let passed = peer.files.iter().filter(|r| r.failures == Some(0)).count();
+            println!(
+                "gap-real: {} time: gc-core {:.1} s wall (GAP's figures {:.1} s CPU, {:.1} s in GC), \
+                 GASMAN {:.1} s wall ({:.1} s CPU, {:.1} s in GC; {passed} of {} files passed there); \
+                 ratio {:.2}",
+                req.suite,
+                out.raw.wall.as_secs_f64(),
+                out.gap_ms() as f64 / 1e3,
+                out.gap_gc_ms() as f64 / 1e3,
+                peer.raw.wall.as_secs_f64(),
+                peer.gap_ms() as f64 / 1e3,
+                peer.gap_gc_ms() as f64 / 1e3,
+                files.len(),
+                out.raw.wall.as_secs_f64() / peer.raw.wall.as_secs_f64()
+            );
         }
         if !verdict.problems.is_empty() {
             let msg = format!(
@@ -258,6 +282,15 @@ pub fn run(req: &Request) -> Result<()> {
     Ok(())
 }
 
+/// What a run ran: the build, its tarball and prefix, the suite.
+#[derive(Clone, Copy)]
+struct RunOf<'a> {
+    build: &'a Build,
+    tar: &'a Path,
+    prefix: &'a Path,
+    suite: &'a str,
+}
+
 /// A run's verdict.
 struct Verdict {
     passed: usize,
@@ -269,18 +302,26 @@ struct Verdict {
 }
 
 /// Judges a run: every file passes, or fails with GASMAN exactly as here; the process
-/// exited normally; gc-core wrote its statistics and found no verify error.
-fn judge(out: &RunOutcome, b: &Build, tar: &Path, prefix: &Path, suite: &str) -> Result<Verdict> {
+/// exited normally; gc-core wrote its statistics and found no verify error. `peer`: a
+/// GASMAN run of the same files, if there is one.
+fn judge(
+    out: &RunOutcome,
+    b: &Build,
+    tar: &Path,
+    prefix: &Path,
+    suite: &str,
+    peer: Option<&RunOutcome>,
+) -> Result<Verdict> {
     let mut v = Verdict {
         passed: 0,
         gasman_too: Vec::new(),
         problems: Vec::new(),
     };
-    let mut failing: Vec<&FileResult> = Vec::new();
-    for r in &out.files {
+    let mut failing: Vec<(usize, &FileResult)> = Vec::new();
+    for (i, r) in out.files.iter().enumerate() {
         match r.failures {
             Some(0) => v.passed += 1,
-            Some(_) => failing.push(r),
+            Some(_) => failing.push((i, r)),
             None => v
                 .problems
                 .push(format!("{}: did not finish (GAP stopped)", r.file)),
@@ -289,7 +330,7 @@ fn judge(out: &RunOutcome, b: &Build, tar: &Path, prefix: &Path, suite: &str) ->
     if !failing.is_empty() {
         if b.variant == Variant::Gasman {
             // GAP's own collector's run: its failures are failures.
-            for r in &failing {
+            for (_, r) in &failing {
                 v.problems.push(format!(
                     "{}: {} failures:\n{}",
                     r.file,
@@ -298,7 +339,13 @@ fn judge(out: &RunOutcome, b: &Build, tar: &Path, prefix: &Path, suite: &str) ->
                 ));
             }
         } else {
-            compare_with_gasman(&failing, b, tar, prefix, suite, &mut v)?;
+            let run = RunOf {
+                build: b,
+                tar,
+                prefix,
+                suite,
+            };
+            compare_with_gasman(&failing, out, &run, peer, &mut v)?;
         }
     }
     if out.raw.status != 0 {
@@ -327,119 +374,184 @@ fn judge(out: &RunOutcome, b: &Build, tar: &Path, prefix: &Path, suite: &str) ->
     Ok(v)
 }
 
-/// Repetitions of the files GASMAN is asked to reproduce, batch by batch (50 in all).
-const GASMAN_TRIES: [usize; 3] = [1, 9, 40];
+/// How GASMAN is asked to reproduce failing files, batch by batch: each file alone
+/// once; the run's files up to the last failing one, in the run's order (GAP's tests
+/// leave globals behind, so a file's diffs may depend on the files before it); each
+/// file alone 9 and 40 times more (a race in GAP itself may take several runs).
+const GASMAN_TRIES: [Try; 4] = [Try::Alone(1), Try::InOrder, Try::Alone(9), Try::Alone(40)];
 /// GASMAN's time budget for reproducing failures, per run.
-const GASMAN_BUDGET: Duration = Duration::from_secs(300);
+const GASMAN_BUDGET: Duration = Duration::from_secs(600);
 
-/// Files that failed on gc-core, run on the GASMAN build of the same tree until GASMAN
-/// fails each with exactly the same diffs (not a collector matter: Debian's packages,
-/// or a race in GAP itself, which may take several runs to show), up to 50 times each
-/// within `GASMAN_BUDGET`. A file GASMAN never fails that way is a problem of ours.
+#[derive(Clone, Copy)]
+enum Try {
+    Alone(usize),
+    InOrder,
+}
+
+/// A failing file waiting to be reproduced: its index in the run, its result, its
+/// normalised diffs, GASMAN's runs of it so far and their outcomes.
+struct Pending<'a> {
+    index: usize,
+    ours: &'a FileResult,
+    diffs: String,
+    runs: usize,
+    seen: Vec<String>,
+}
+
+/// Files that failed on gc-core, run on the GASMAN build of the same tree
+/// (`GASMAN_TRIES`, within `GASMAN_BUDGET`) until GASMAN fails each with exactly the same
+/// diffs: not a collector matter (Debian's packages, a race in GAP itself). A file GASMAN
+/// never fails that way is a problem of ours. `peer`: a GASMAN run of the same files in
+/// the same order, if there is one (used as the in-order try).
 fn compare_with_gasman(
-    failing: &[&FileResult],
-    b: &Build,
-    tar: &Path,
-    prefix: &Path,
-    suite: &str,
+    failing: &[(usize, &FileResult)],
+    out: &RunOutcome,
+    run: &RunOf<'_>,
+    peer: Option<&RunOutcome>,
     v: &mut Verdict,
 ) -> Result<()> {
+    let RunOf {
+        build: b,
+        tar,
+        prefix,
+        suite,
+    } = *run;
+    let order: Vec<String> = out.files.iter().map(|r| r.file.clone()).collect();
     let gasman = build(tar, b.version, Variant::Gasman, prefix)?;
     println!(
         "gap-real: {} file(s) failed on gc-core ({}); running them with GASMAN to compare",
         failing.len(),
         failing
             .iter()
-            .map(|r| r.file.as_str())
+            .map(|(_, r)| r.file.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let mut pending: Vec<(&FileResult, String, usize, Vec<String>)> = failing
+    let mut pending: Vec<Pending<'_>> = failing
         .iter()
-        .map(|r| (*r, normalise(&r.output, b), 0, Vec::new()))
+        .map(|&(index, ours)| Pending {
+            index,
+            ours,
+            diffs: normalise(&ours.output, b),
+            runs: 0,
+            seen: Vec::new(),
+        })
         .collect();
     let started = std::time::Instant::now();
-    for (batch, tries) in GASMAN_TRIES.into_iter().enumerate() {
+    for (batch, how) in GASMAN_TRIES.into_iter().enumerate() {
         let left = GASMAN_BUDGET.saturating_sub(started.elapsed());
         if pending.is_empty() || left.is_zero() {
             break;
         }
-        // Each file as often as the batch says, within what is left of the budget at the
-        // time it took on gc-core (always once in the first batch).
-        let reps: Vec<usize> = pending
-            .iter()
-            .map(|(r, ..)| {
-                let per = Duration::from_millis(r.ms + 100) * pending.len() as u32;
-                let fit = (left.as_millis() / per.as_millis().max(1)) as usize;
-                if batch == 0 {
-                    tries
-                } else {
-                    tries.min(fit)
+        // Each file's GASMAN results in this batch.
+        let results: Vec<Vec<FileResult>> = match how {
+            Try::InOrder => {
+                let last = pending.iter().map(|p| p.index).max().unwrap_or(0);
+                let run;
+                let files = match peer {
+                    Some(p) => &p.files,
+                    None => {
+                        run = gap_real::run_files(
+                            &gasman,
+                            suite,
+                            &order[..=last],
+                            &[],
+                            &format!("{suite}-gasman-check-{batch}"),
+                            Duration::from_secs(7200),
+                            false,
+                        )?;
+                        &run.files
+                    }
+                };
+                pending
+                    .iter()
+                    .map(|p| files.get(p.index).cloned().into_iter().collect())
+                    .collect()
+            }
+            Try::Alone(tries) => {
+                // As often as asked, within what is left of the budget at the time each
+                // file took on gc-core (always once in the first batch).
+                let reps: Vec<usize> = pending
+                    .iter()
+                    .map(|p| {
+                        let per = Duration::from_millis(p.ours.ms + 100) * pending.len() as u32;
+                        let fit = (left.as_millis() / per.as_millis().max(1)) as usize;
+                        if batch == 0 {
+                            tries
+                        } else {
+                            tries.min(fit)
+                        }
+                    })
+                    .collect();
+                if reps.iter().all(|&n| n == 0) {
+                    break;
                 }
-            })
-            .collect();
-        if reps.iter().all(|&n| n == 0) {
-            break;
-        }
-        let names: Vec<String> = pending
-            .iter()
-            .zip(&reps)
-            .flat_map(|((r, ..), &n)| std::iter::repeat_n(r.file.clone(), n))
-            .collect();
-        let peer = gap_real::run_files(
-            &gasman,
-            suite,
-            &names,
-            &[],
-            &format!("{suite}-gasman-check-{batch}"),
-            Duration::from_secs(1800),
-            false,
-        )?;
+                let names: Vec<String> = pending
+                    .iter()
+                    .zip(&reps)
+                    .flat_map(|(p, &n)| std::iter::repeat_n(p.ours.file.clone(), n))
+                    .collect();
+                let run = gap_real::run_files(
+                    &gasman,
+                    suite,
+                    &names,
+                    &[],
+                    &format!("{suite}-gasman-check-{batch}"),
+                    Duration::from_secs(7200),
+                    false,
+                )?;
+                let mut at = 0;
+                reps.iter()
+                    .map(|&n| {
+                        at += n;
+                        run.files[at - n..at].to_vec()
+                    })
+                    .collect()
+            }
+        };
         let mut still = Vec::new();
-        let mut at = 0;
-        for ((ours, mine, mut runs, mut seen), &reps) in pending.into_iter().zip(&reps) {
-            let theirs = &peer.files[at..at + reps];
-            at += reps;
-            let hit = theirs
-                .iter()
-                .position(|t| t.failures == ours.failures && normalise(&t.output, &gasman) == mine);
-            for t in theirs.iter().take(hit.map_or(reps, |i| i + 1)) {
-                runs += 1;
+        for (mut p, theirs) in pending.into_iter().zip(results) {
+            let hit = theirs.iter().position(|t| {
+                t.failures == p.ours.failures && normalise(&t.output, &gasman) == p.diffs
+            });
+            for t in theirs.iter().take(hit.map_or(theirs.len(), |i| i + 1)) {
+                p.runs += 1;
                 let what = match t.failures {
                     Some(0) => "passed".to_string(),
                     Some(n) => format!("{n} failures"),
                     None => "did not finish".to_string(),
                 };
-                if !seen.contains(&what) {
-                    seen.push(what);
+                if !p.seen.contains(&what) {
+                    p.seen.push(what);
                 }
             }
             match hit {
                 Some(_) => v.gasman_too.push((
-                    ours.file.clone(),
+                    p.ours.file.clone(),
                     format!(
                         "(GASMAN showed the same diffs {})\n{}",
-                        if runs > 1 {
-                            format!("in its run {runs} of the file: a race in GAP itself")
-                        } else {
-                            "in its first run of the file".to_string()
+                        match (how, p.runs) {
+                            (Try::InOrder, _) => "after the same files before it".to_string(),
+                            (_, 1) => "in its first run of the file".to_string(),
+                            (_, n) => format!("in its run {n} of the file: a race in GAP itself"),
                         },
-                        first_lines(&mine, 12)
+                        first_lines(&p.diffs, 12)
                     ),
                 )),
-                None => still.push((ours, mine, runs, seen)),
+                None => still.push(p),
             }
         }
         pending = still;
     }
-    for (ours, mine, runs, seen) in pending {
+    for p in pending {
         v.problems.push(format!(
-            "{}: {} failures on gc-core, which GASMAN did not reproduce in {runs} runs ({}); \
+            "{}: {} failures on gc-core, which GASMAN did not reproduce in {} runs ({}); \
              the diffs on gc-core:\n{}",
-            ours.file,
-            ours.failures.unwrap_or(0),
-            seen.join(", "),
-            indent(&first_lines(&mine, 12), 6)
+            p.ours.file,
+            p.ours.failures.unwrap_or(0),
+            p.runs,
+            p.seen.join(", "),
+            indent(&first_lines(&p.diffs, 12), 6)
         ));
     }
     Ok(())
@@ -486,40 +598,24 @@ fn summary(out: &RunOutcome, v: &Verdict) -> String {
     )
 }
 
-/// teststandard: the same files on GASMAN, timed, next to ours.
-fn compare_time_with_gasman(
-    ours: &RunOutcome,
+/// teststandard: the same files on GASMAN, timed (the peer of ours' run).
+fn time_gasman(
     tar: &Path,
     version: GapVersion,
     prefix: &Path,
     files: &[String],
     suite: &str,
-) -> Result<()> {
+) -> Result<RunOutcome> {
     let gasman = build(tar, version, Variant::Gasman, prefix)?;
-    let peer = gap_real::run_files(
+    gap_real::run_files(
         &gasman,
         suite,
         files,
         &[],
         &format!("{suite}-gasman-time"),
-        Duration::from_secs(7200),
+        Duration::from_secs(180 * 60),
         false,
-    )?;
-    let passed = peer.files.iter().filter(|r| r.failures == Some(0)).count();
-    println!(
-        "gap-real: {suite} time: gc-core {:.1} s wall (GAP's figures {:.1} s CPU, {:.1} s in GC), \
-         GASMAN {:.1} s wall ({:.1} s CPU, {:.1} s in GC; {passed} of {} files passed there); \
-         ratio {:.2}",
-        ours.raw.wall.as_secs_f64(),
-        ours.gap_ms() as f64 / 1e3,
-        ours.gap_gc_ms() as f64 / 1e3,
-        peer.raw.wall.as_secs_f64(),
-        peer.gap_ms() as f64 / 1e3,
-        peer.gap_gc_ms() as f64 / 1e3,
-        files.len(),
-        ours.raw.wall.as_secs_f64() / peer.raw.wall.as_secs_f64()
-    );
-    Ok(())
+    )
 }
 
 /// A file's diff text with the build's tree path replaced and the terminal's colour
