@@ -107,8 +107,13 @@ typedef void (*jl_gc_cb_notify_external_free_t)(void *addr);
 /* enable != 0 registers cb (a function is registered at most once: a repeat is refused
  * with an error); enable == 0 removes it. pre_gc and post_gc run once per collection
  * with the world stopped; root_scanner at the start of marking; task_scanner once per
- * registered task; notify_external_alloc/free for external (big) objects, with the
- * object pointer and its payload size.
+ * registered task per collection: by default on the collecting thread after the root
+ * scanners, its second argument non-zero for a full collection (the seed's); for a
+ * client initialised as Julia 1.10 or later (jl_gc_compat_init), as Julia 1.10 calls it:
+ * on whichever collector thread marks the task, possibly on several at once, its second
+ * argument non-zero when the task is its thread's own stack (Julia's root task), and
+ * jl_get_ptls_states() there is that collector thread's ptls; notify_external_alloc/free
+ * for external (big) objects, with the object pointer and its payload size.
  * pre_gc runs on the collecting thread once the collection is decided full or partial
  * (its argument) and before anything is marked; the threads' remembered sets are merged
  * after it (Julia's order), so a write barrier it issues counts for that collection:
@@ -142,7 +147,7 @@ void jl_gc_mark_queue_objarray(jl_ptls_t ptls, jl_value_t *parent,
 /* A mark function queues obj's children with jl_gc_mark_queue_obj(ptls, child) and
  * returns how many of them are young (non-zero results; the collector counts them too,
  * see jl_gc_mark_queue_obj). It may run on any collector thread (HeapConfig::
- * mark_threads, GC_CORE_MARK_THREADS; default one per core, but one for clients of
+ * mark_threads, GC_CORE_MARK_THREADS; default one per core, but one for Julia 1.6 clients of
  * the Julia-compatibility prefix, see jl_gc_compat_init) and concurrently with other
  * mark functions: it gets the ptls of the thread it runs on (a ptls saved from another
  * thread also works: the call queues on the calling collector thread) and must keep
@@ -180,7 +185,9 @@ void jl_init(void);
 jl_ptls_t jl_adopt_thread(void);
 /* Detaches the calling thread; its reachable objects stay alive. -1 if not attached. */
 int jl_gc_thread_detach(void);
-/* The calling thread's ptls; NULL (and an error) if it is not attached. */
+/* The calling thread's ptls: its attached mutator's, or on a collector thread inside a
+ * mark function or task scanner, that thread's own; NULL (and an error) on a thread that
+ * is neither. */
 jl_ptls_t jl_get_ptls_states(void);
 
 /* Runs a collection on the calling thread. */
@@ -305,9 +312,13 @@ int jl_gc_conservative_gc_support_enabled(void);
 /* jl_init for a client compiled against Julia major.minor. Julia marked on one thread
  * before 1.10, and clients written for it may keep mark-function state in globals (GAP
  * 4.12's YoungRef): for them the default heap marks on one thread unless
- * GC_CORE_MARK_THREADS asks for more (parallel marking is an explicit opt-in). A mark
- * function that runs with several mark threads must keep its state per thread
- * (__thread) or in the object. */
+ * GC_CORE_MARK_THREADS asks for more (parallel marking is an explicit opt-in), and task
+ * scanners run at the roots. A client written for 1.10 or later (GAP 4.13+) gets
+ * Julia 1.10's collector: parallel marking (one mark thread per core unless
+ * GC_CORE_MARK_THREADS says otherwise) and task scanners run as mark work (see
+ * jl_gc_set_cb_task_scanner). A mark function that runs with several mark threads must
+ * keep its state per thread (__thread, or what its ptls argument leads to) or in the
+ * object. jl_ver_string() then answers major.minor. */
 void jl_gc_compat_init(int major, int minor);
 
 /* Set by jl_init: a pointer-free type named Any (the usual super type), the meta type
@@ -320,7 +331,10 @@ extern jl_datatype_t *jl_weakref_type;
 extern jl_value_t *jl_nothing;
 /* An opaque module, accepted wherever a module is. */
 extern jl_module_t *jl_main_module;
-/* Threads attached to the default heap; collector threads besides the collecting one. */
+/* Threads attached to the default heap; threads that mark in a collection (the
+ * collecting thread and the helpers: Julia counts only the helpers, so that here
+ * jl_n_gcthreads > 1 says exactly whether a mark function or task scanner may run on two
+ * threads at once). */
 extern int jl_n_threads;
 extern int jl_n_gcthreads;
 
@@ -348,7 +362,8 @@ typedef sigjmp_buf jl_jmp_buf;
 jl_jmp_buf *jl_get_safe_restore(void);
 void jl_set_safe_restore(jl_jmp_buf *buf);
 
-/* The Julia version this library stands in for, with a build tag ("1.6.0-gccore"). */
+/* The Julia version this library stands in for, with a build tag: the version the
+ * client's jl_init gave ("1.10.0-gccore"), "1.6.0-gccore" before any. */
 const char *jl_ver_string(void);
 /* Nothing to do: types stay alive with their heap, modules are opaque. */
 void jl_set_const(jl_module_t *module, jl_sym_t *name, jl_value_t *value);

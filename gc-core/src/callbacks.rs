@@ -45,7 +45,8 @@ pub enum Callback {
     PostGc(Arc<dyn Fn(CollectionKind) + Send + Sync>),
     /// Called at the beginning of marking to queue extra roots.
     RootScanner(Arc<RootScannerFn>),
-    /// Called once per registered task during marking.
+    /// Called once per registered task during marking (on the collecting thread, or on
+    /// any collector thread, see [`crate::TaskScan`]).
     TaskScanner(Arc<TaskScannerFn>),
     /// Called after an external (big) object is allocated, with its payload address and
     /// size, on the allocating thread. A panic in it unwinds out of the allocating call
@@ -68,9 +69,11 @@ pub enum Callback {
     /// C `jl_gc_cb_root_scanner_t` (made by the `unsafe` [`Callback::c_root_scanner`]).
     #[non_exhaustive]
     CRootScanner(unsafe extern "C" fn(c_int)),
-    /// C `jl_gc_cb_task_scanner_t` (made by the `unsafe` [`Callback::c_task_scanner`]).
+    /// C `jl_gc_cb_task_scanner_t` (made by the `unsafe` [`Callback::c_task_scanner`]),
+    /// given the task's C handle ([`Task::c_handle`]) and, per [`crate::TaskScan`],
+    /// whether the collection is full or whether the task is its thread's own stack.
     #[non_exhaustive]
-    CTaskScanner(unsafe extern "C" fn(*mut Task, c_int)),
+    CTaskScanner(unsafe extern "C" fn(*mut c_void, c_int)),
     /// C `jl_gc_cb_notify_external_alloc_t` (made by the `unsafe`
     /// [`Callback::c_external_alloc`]).
     #[non_exhaustive]
@@ -140,9 +143,10 @@ impl Callback {
     /// A C task scanner (`jl_gc_cb_task_scanner_t`).
     ///
     /// # Safety
-    /// See the contract above: `f(task, full)` is called once per registered task while
-    /// marking, world stopped.
-    pub unsafe fn c_task_scanner(f: unsafe extern "C" fn(*mut Task, c_int)) -> Callback {
+    /// See the contract above: `f(task, arg)` is called once per registered task while
+    /// marking, world stopped, with the task's C handle ([`Task::c_handle`]); `arg` is
+    /// as [`crate::TaskScan`] says.
+    pub unsafe fn c_task_scanner(f: unsafe extern "C" fn(*mut c_void, c_int)) -> Callback {
         Callback::CTaskScanner(f)
     }
 

@@ -28,9 +28,10 @@
 
 use crate::big::{self, BigHeader};
 use crate::callbacks::{Callback, CallbackId, CallbackKind};
+use crate::config::TaskScan;
 use crate::error::GcError;
 use crate::heap_id::HeapId;
-use crate::marker::{Marker, Team};
+use crate::marker::{Marker, ScanTask, Team};
 use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagemeta::SweepParams;
@@ -38,6 +39,7 @@ use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::state::{GcState, HeapInner, MutatorShared, RUNNING};
 use crate::stats::CollectionInfo;
+use crate::task::Task;
 use crate::tls::{abort_after_panic, save_registers};
 use crate::weaktab::QueueInner;
 use crate::CollectionKind;
@@ -136,11 +138,7 @@ pub(crate) fn collect(
 /// Starts (or restarts with the configured size) the heap's helper threads, outside any
 /// pause; the next collection marks with them.
 fn ensure_pool(heap: &HeapInner) {
-    let threads = if heap.verify.load(Ordering::Relaxed) {
-        1
-    } else {
-        mark_threads(heap.config.lock().mark_threads)
-    };
+    let threads = mark_threads(heap.config.lock().mark_threads);
     if threads <= 1 {
         return;
     }
@@ -311,11 +309,16 @@ fn run(
         gc.remset.dedup();
     }
     let verify = heap.verify.load(Ordering::Relaxed);
-    let threads = if verify {
-        1
-    } else {
-        mark_threads(config.mark_threads)
-    };
+    let threads = mark_threads(config.mark_threads);
+    // Tasks scanned as mark work (`TaskScan::WhileMarking`): the scanners and the tasks,
+    // held until marking ends.
+    let task_scanning = (config.task_scan == TaskScan::WhileMarking
+        && heap.callbacks.any(CallbackKind::TaskScanner))
+    .then(|| TaskScanning {
+        scanners: heap.callbacks.snapshot(CallbackKind::TaskScanner),
+        tasks: heap.tasks.lock().clone(),
+        kind,
+    });
     let mut marker = Marker::new(
         heap.id(),
         full,
@@ -323,7 +326,7 @@ fn run(
         gc.young_parity,
         me as *const MutatorShared as *mut c_void,
     );
-    if verify {
+    let big_set = verify.then(|| {
         let lists = heap.big.lock();
         let set: HashSet<usize> = lists
             .young
@@ -331,9 +334,13 @@ fn run(
             .chain(lists.old.iter())
             .map(|o| o.addr())
             .collect();
-        drop(lists);
-        marker.set_big_set(set);
+        Arc::new(set)
+    });
+    let task_scan: Option<&dyn ScanTask> = task_scanning.as_ref().map(|t| t as &dyn ScanTask);
+    if let Some(set) = &big_set {
+        marker.set_big_set(set.clone());
     }
+    marker.task_scan = task_scan;
     // The helper threads and their markers (parallel marking). A pool of the wrong size
     // (first collection, or `mark_threads` changed) is started after the world resumes
     // (`ensure_pool`): this collection marks alone rather than start threads in its pause.
@@ -342,13 +349,18 @@ fn run(
     let mut helpers: Vec<Box<Marker<'_>>> = match pool.as_ref() {
         Some(p) if pool_ok => (0..p.helpers())
             .map(|_| {
-                Box::new(Marker::new(
+                let mut h = Box::new(Marker::new(
                     heap.id(),
                     full,
                     gc.parity,
                     gc.young_parity,
                     std::ptr::null_mut(),
-                ))
+                ));
+                if let Some(set) = &big_set {
+                    h.set_big_set(set.clone());
+                }
+                h.task_scan = task_scan;
+                h
             })
             .collect(),
         _ => Vec::new(),
@@ -383,7 +395,7 @@ fn run(
     // SAFETY: marker_ptr points to our live marker; while these calls run no other
     // reference to it is held (mark functions reach it through ptls), and every thread
     // is stopped.
-    unsafe { mark_roots(heap, &gc, marker_ptr, full) };
+    unsafe { mark_roots(heap, &gc, marker_ptr, full, task_scanning.as_ref()) };
     let mark_time = t_mark.elapsed();
 
     // ---- weak references, finalizers, reference queue, hooks ----
@@ -407,6 +419,7 @@ fn run(
     drop(helpers);
     drop(pool);
     let objects_marked = marker.objects_marked();
+    let team_drains = marker.team_drains;
     let kept_for_finalizers = marker.kept_for_finalizers;
     let next_remset = std::mem::take(&mut marker.next_remset);
     if !marker.errors.is_empty() {
@@ -515,6 +528,7 @@ fn run(
     st.total_weak_time += weak_time;
     st.total_mark_time += mark_time;
     st.objects_marked += objects_marked;
+    st.parallel_drains += team_drains;
     st.total_sweep_time += sweep_time;
     st.record_pause(pause);
     tracing::debug!(
@@ -547,6 +561,32 @@ fn run(
     (info, weak.notify)
 }
 
+/// The task scanners of a collection whose tasks are mark work
+/// ([`TaskScan::WhileMarking`], Julia's way), and the tasks, held until marking ends.
+struct TaskScanning {
+    scanners: Arc<[(CallbackId, Arc<Callback>)]>,
+    tasks: Vec<Arc<Task>>,
+    kind: CollectionKind,
+}
+
+impl ScanTask for TaskScanning {
+    unsafe fn scan(&self, m: *mut Marker<'_>, task: &Task) {
+        for (_, cb) in self.scanners.iter() {
+            match &**cb {
+                // SAFETY: m is valid and unaliased during the call (caller's contract).
+                Callback::TaskScanner(f) => f(unsafe { &mut *m }, task, self.kind),
+                // SAFETY: a C task scanner of Julia's signature, given a registered task's
+                // handle and, as Julia passes, whether it is its thread's own stack (the
+                // thread's root task); it reaches this thread's marker through its ptls.
+                Callback::CTaskScanner(f) => unsafe {
+                    f(task.c_handle(), task.is_thread_stack() as c_int)
+                },
+                _ => {}
+            }
+        }
+    }
+}
+
 /// The number of collector threads for a `mark_threads` setting (0: one per core).
 pub(crate) fn mark_threads(setting: usize) -> usize {
     if setting != 0 {
@@ -560,7 +600,13 @@ pub(crate) fn mark_threads(setting: usize) -> usize {
 ///
 /// # Safety
 /// `m` is the running collection's marker and no reference to it is alive.
-unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: bool) {
+unsafe fn mark_roots(
+    heap: &HeapInner,
+    gc: &GcState,
+    m: *mut Marker<'_>,
+    full: bool,
+    task_scanning: Option<&TaskScanning>,
+) {
     let kind = if full {
         CollectionKind::Full
     } else {
@@ -599,7 +645,14 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
             }
         }
     }
-    if heap.callbacks.any(CallbackKind::TaskScanner) {
+    if let Some(job) = task_scanning {
+        // Julia's way: each task is mark work, scanned by the collector thread that
+        // takes it.
+        for task in &job.tasks {
+            // SAFETY: m is valid; the job holds the task until marking ends.
+            unsafe { (*m).push_task(Arc::as_ptr(task)) };
+        }
+    } else if heap.callbacks.any(CallbackKind::TaskScanner) {
         let tasks = heap.tasks.lock().clone();
         let scanners = heap.callbacks.snapshot(CallbackKind::TaskScanner);
         for task in &tasks {
@@ -607,11 +660,9 @@ unsafe fn mark_roots(heap: &HeapInner, gc: &GcState, m: *mut Marker<'_>, full: b
                 match &**cb {
                     // SAFETY: as above.
                     Callback::TaskScanner(f) => f(unsafe { &mut *m }, task, kind),
-                    // SAFETY: a C task scanner given a registered task (`Callback::c_task_scanner`'s
-                    // contract).
-                    Callback::CTaskScanner(f) => unsafe {
-                        f(Arc::as_ptr(task) as *mut _, full as c_int)
-                    },
+                    // SAFETY: a C task scanner given a registered task's handle
+                    // (`Callback::c_task_scanner`'s contract).
+                    Callback::CTaskScanner(f) => unsafe { f(task.c_handle(), full as c_int) },
                     _ => {}
                 }
             }

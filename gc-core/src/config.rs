@@ -5,6 +5,24 @@
 
 use crate::error::GcError;
 
+/// When a heap calls its task scanners, and with what.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TaskScan {
+    /// The seed's way (the default): on the collecting thread, once per task, after the
+    /// root scanners and before the mark stack is drained; a C scanner's second
+    /// argument is whether the collection is full.
+    #[default]
+    AtRoots,
+    /// Julia's way since its parallel marker (1.10; a Julia 1.10 client of the
+    /// Julia-compatibility prefix gets it): each task is a piece of mark work, scanned
+    /// by whichever collector thread takes it, so that scanners may run on several
+    /// threads at once; a C scanner's second argument is, as Julia passes it, whether
+    /// the task is its thread's own stack (the thread's root task), and the scanner
+    /// reaches the marker of the thread it runs on through that thread's `ptls`
+    /// (`jl_get_ptls_states()`).
+    WhileMarking,
+}
+
 /// Tuning of a heap. All sizes in bytes.
 #[derive(Clone, Debug)]
 pub struct HeapConfig {
@@ -82,9 +100,11 @@ pub struct HeapConfig {
     /// Collector threads that mark in parallel: the collecting thread and
     /// `mark_threads - 1` helper threads of the heap, started at its first collection.
     /// 0 (the default) means one per core; 1 marks on the collecting thread alone. Mark
-    /// functions then run on any of these threads, possibly at the same time. The verify
-    /// mode always marks on one thread.
+    /// functions then run on any of these threads, possibly at the same time (in the
+    /// verify mode too: every thread validates what it queues).
     pub mark_threads: usize,
+    /// When the task scanners run ([`TaskScan`]).
+    pub task_scan: TaskScan,
     /// With several collector threads: objects each drain of a collection marks on the
     /// collecting thread alone before it wakes the helper threads (default 65536). Below
     /// that, sharing work costs more than it saves (minigap's array workload: its
@@ -112,6 +132,7 @@ impl Default for HeapConfig {
             verify: false,
             keep_free_pages: 64,
             mark_threads: 0,
+            task_scan: TaskScan::AtRoots,
             parallel_threshold: 1 << 16,
             lazy_sweep: true,
         }
@@ -162,7 +183,8 @@ impl HeapConfig {
     /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_LAZY_SWEEP`,
     /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
     /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
-    /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL` (the fields of those names),
+    /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL`, `GC_CORE_PARALLEL_THRESHOLD` (the
+    /// fields of those names),
     /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
     /// not parse or is out of range is reported on standard error and ignored.
     pub fn with_env(self) -> HeapConfig {
@@ -171,6 +193,13 @@ impl HeapConfig {
             v.parse::<usize>().ok().filter(|&n| n <= 1024)
         }) {
             config.mark_threads = n;
+        }
+        if let Some(n) = env_knob(
+            "GC_CORE_PARALLEL_THRESHOLD",
+            "an object count from 0 to 2^40",
+            |v| v.parse::<usize>().ok().filter(|n| *n <= 1 << 40),
+        ) {
+            config.parallel_threshold = n;
         }
         if let Some(on) = env_knob("GC_CORE_LAZY_SWEEP", "0 or 1", |v| match v {
             "0" => Some(false),

@@ -10,6 +10,7 @@ use crate::callbacks::{Callback, CallbackId, CallbackKind, Callbacks};
 use crate::config::{first_interval, HeapConfig};
 use crate::error::GcError;
 use crate::heap_id::HeapId;
+use crate::mutator::on_collector_thread;
 use crate::object::{Header, ObjRef};
 use crate::page::PageAlloc;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
@@ -439,13 +440,14 @@ impl Heap {
         self.0.tasks.lock().clone()
     }
 
-    /// Looks up a registered task by address (for the C ABI).
+    /// Looks up a registered task by the address C code knows it by
+    /// ([`Task::c_handle`]; for the C ABI).
     pub fn task_from_addr(&self, addr: usize) -> Option<Arc<Task>> {
         self.0
             .tasks
             .lock()
             .iter()
-            .find(|t| Arc::as_ptr(t) as usize == addr)
+            .find(|t| t.c_handle() as usize == addr)
             .cloned()
     }
 
@@ -532,6 +534,17 @@ impl Heap {
         }
         self.0.config.lock().mark_threads = n;
         Ok(())
+    }
+
+    /// Sets when the task scanners run ([`crate::TaskScan`]), from the next collection on.
+    pub fn set_task_scan(&self, mode: crate::TaskScan) {
+        self.0.config.lock().task_scan = mode;
+    }
+
+    /// The number of threads that mark in a collection (the collecting thread and its
+    /// helpers): `mark_threads` with 0 read as one per core.
+    pub fn mark_threads(&self) -> usize {
+        crate::collect::mark_threads(self.0.config.lock().mark_threads)
     }
 
     /// Turns the verify mode on or off.
@@ -679,13 +692,4 @@ impl Drop for HeapInner {
             unsafe { (*(t.obj.as_ptr() as *mut TypeDesc)).free_owned() };
         }
     }
-}
-
-/// Whether the calling thread is running a collection: the collecting mutator (callbacks,
-/// root scanners, sweep functions) or a collector helper thread (mark functions).
-pub(crate) fn on_collector_thread() -> bool {
-    let me = crate::mutator::current();
-    // SAFETY: the current thread's mutator is alive while attached.
-    (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))
-        || !crate::tls::helper_ptls().is_null()
 }

@@ -104,7 +104,7 @@ mod weakref;
 mod weaktab;
 
 pub use callbacks::{Callback, CallbackId, CallbackKind, RootScannerFn, TaskScannerFn, WeakHookFn};
-pub use config::HeapConfig;
+pub use config::{HeapConfig, TaskScan};
 pub use error::GcError;
 pub use heap::Root;
 pub use heap_id::HeapId;

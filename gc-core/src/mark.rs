@@ -42,15 +42,17 @@
 
 use crate::big::BigHeader;
 use crate::heap_id::HeapId;
-use crate::marker::{ArrayWork, MarkFast, Marker, Mode, ParJob, Team, Work};
+use crate::marker::{ArrayWork, MarkFast, Marker, Mode, ParJob, ScanTask, Team, Work};
 use crate::object::{Header, ObjRef, HEADER_SIZE};
 use crate::par::Termination;
+use crate::task::Task;
 use crate::types::{MarkProc, TypeDesc, TypeKind};
 use crossbeam_deque::{Steal, Stealer, Worker};
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Asks the CPU to start loading the line at `addr` (an object's header) early.
 #[inline(always)]
@@ -102,6 +104,9 @@ impl<'h> Marker<'h> {
             base,
             buf,
             arrays: Vec::new(),
+            tasks: Vec::new(),
+            task_scan: None,
+            team_drains: 0,
             heap_id,
             _heap: PhantomData,
             full,
@@ -392,7 +397,7 @@ impl<'h> Marker<'h> {
     }
 
     /// Verify mode: validate every queued reference from now on.
-    pub(crate) fn set_big_set(&mut self, set: HashSet<usize>) {
+    pub(crate) fn set_big_set(&mut self, set: Arc<HashSet<usize>>) {
         self.big_set = Some(set);
         self.fast.slow = 1;
     }
@@ -665,8 +670,7 @@ impl<'h> Marker<'h> {
         loop {
             if budget == 0 {
                 // SAFETY: m is valid.
-                let marker = unsafe { &*m };
-                return marker.len() == 0 && marker.arrays.is_empty();
+                return unsafe { (*m).is_empty() };
             }
             budget -= 1;
             // SAFETY: m is valid; the borrow ends with the statement.
@@ -689,11 +693,49 @@ impl<'h> Marker<'h> {
             }
             // SAFETY: m is valid.
             let array = unsafe { (*m).arrays.pop() };
-            match array {
+            if let Some(a) = array {
                 // SAFETY: forwarded.
-                Some(a) => unsafe { Self::step_array(m, a) },
+                unsafe { Self::step_array(m, a) };
+                continue;
+            }
+            // SAFETY: m is valid.
+            let task = unsafe { (*m).tasks.pop() };
+            match task {
+                // SAFETY: forwarded; a pending task is held by the collection.
+                Some(t) => unsafe { Self::scan_task(m, t) },
                 None => return true,
             }
+        }
+    }
+
+    /// Whether this marker's own stacks (objects, arrays, tasks) are empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0 && self.arrays.is_empty() && self.tasks.is_empty()
+    }
+
+    /// Queues `task`'s scan as mark work: scanned by whichever collector thread takes
+    /// it ([`crate::TaskScan::WhileMarking`]).
+    pub(crate) fn push_task(&mut self, task: *const Task) {
+        self.tasks.push(task);
+    }
+
+    /// Runs the task scanners for `task` on this collector thread, then offers the
+    /// other pending tasks to idle threads.
+    ///
+    /// # Safety
+    /// As for `scan`; `task` is held by the collection until marking ends.
+    unsafe fn scan_task(m: *mut Marker<'_>, task: *const Task) {
+        // SAFETY: m is valid; the reference is copied out before the call.
+        let job: Option<&dyn ScanTask> = unsafe { (*m).task_scan };
+        if let Some(job) = job {
+            // SAFETY: forwarded (m unaliased: no borrow of it is alive here); the task
+            // is alive (caller).
+            unsafe { job.scan(m, &*task) };
+        }
+        // SAFETY: m is valid.
+        let marker = unsafe { &mut *m };
+        if !marker.job.is_null() {
+            marker.share();
         }
     }
 
@@ -728,12 +770,18 @@ impl<'h> Marker<'h> {
             let a = self.arrays.remove(0);
             self.deque.push(Work::Array(a));
         }
+        // Pending tasks too, all but one (a task's scan may queue much).
+        while self.tasks.len() > 1 {
+            let t = self.tasks.remove(0);
+            self.deque.push(Work::Task(t));
+        }
     }
 
     fn take(&mut self, w: Work) {
         match w {
             Work::Obj(o) => self.push(o.addr()),
             Work::Array(a) => self.arrays.push(a),
+            Work::Task(t) => self.tasks.push(t),
         }
     }
 
@@ -815,9 +863,10 @@ impl<'h> Marker<'h> {
     unsafe fn drain_team(m: *mut Marker<'_>) {
         // SAFETY: m is valid.
         let m0 = unsafe { &mut *m };
-        if m0.len() == 0 && m0.arrays.is_empty() {
+        if m0.is_empty() {
             return;
         }
+        m0.team_drains += 1;
         // SAFETY: the team outlives the drain (caller).
         let team = unsafe { &*m0.team };
         for &h in &team.helpers {
@@ -894,7 +943,7 @@ impl<'h> Marker<'h> {
         // SAFETY: m is valid.
         let marker = unsafe { &mut *m };
         marker.job = std::ptr::null();
-        debug_assert!(marker.len() == 0 && marker.arrays.is_empty());
+        debug_assert!(marker.is_empty());
     }
 
     /// Merges what a helper's marker found into this one (after a parallel drain).

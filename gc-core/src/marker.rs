@@ -4,16 +4,18 @@
 //! `mark.rs`, an `impl Marker` above the type descriptors that this module's `Marker`
 //! appears in (`types::MarkFn`).
 //!
-//! Depends on `heap_id`, `object` and `par` (the helper pool and termination protocol a
-//! team of markers shares).
+//! Depends on `heap_id`, `object`, `task` and `par` (the helper pool and termination
+//! protocol a team of markers shares).
 
 use crate::heap_id::HeapId;
 use crate::object::ObjRef;
 use crate::par::{MarkPool, Termination};
+use crate::task::Task;
 use crossbeam_deque::{Stealer, Worker};
 use std::collections::HashSet;
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// A part of a reference array still to scan.
 #[derive(Clone, Copy)]
@@ -30,11 +32,25 @@ pub(crate) enum Work {
     Obj(ObjRef),
     /// A part of an array.
     Array(ArrayWork),
+    /// A task whose scanners are still to run ([`crate::TaskScan::WhileMarking`]).
+    Task(*const Task),
 }
 
 // SAFETY: the pointers of an ArrayWork point into a live heap object, which any collector
-// thread may read while the world is stopped.
+// thread may read while the world is stopped; a task pointer points to a task the
+// collection holds (its `TaskScanning` list) until marking ends, and `Task` is `Sync`.
 unsafe impl Send for Work {}
+
+/// Runs the task scanners for one task, on the collector thread whose marker is `m`:
+/// what a mark phase does with its task work ([`Work::Task`]) when the heap scans tasks
+/// while marking ([`crate::TaskScan::WhileMarking`]). Implemented by the collection
+/// (`collect.rs`), which knows the callbacks.
+pub(crate) trait ScanTask: Sync {
+    /// # Safety
+    /// `m` points to the live marker of the calling collector thread and no reference
+    /// to it is alive (a C scanner reaches it again through its thread's `ptls`).
+    unsafe fn scan(&self, m: *mut Marker<'_>, task: &Task);
+}
 
 #[derive(PartialEq, Eq, Clone, Copy, Debug)]
 pub(crate) enum Mode {
@@ -103,6 +119,13 @@ pub struct Marker<'h> {
     pub(crate) base: *mut usize,
     pub(crate) buf: Vec<usize>,
     pub(crate) arrays: Vec<ArrayWork>,
+    /// Tasks whose scanners are still to run, when they run while marking.
+    pub(crate) tasks: Vec<*const Task>,
+    /// What scanning a task means in this collection (`None`: tasks are scanned at the
+    /// roots, not as mark work).
+    pub(crate) task_scan: Option<&'h dyn ScanTask>,
+    /// Drains this marker ran with its team (several threads marking).
+    pub(crate) team_drains: u64,
     /// The heap being collected.
     pub(crate) heap_id: HeapId,
     pub(crate) _heap: PhantomData<&'h ()>,
@@ -113,8 +136,9 @@ pub struct Marker<'h> {
     /// The `ptls` of the thread this marker runs on, passed to C mark functions.
     pub(crate) ptls: *mut c_void,
     pub(crate) mode: Mode,
-    /// Verify mode: addresses of the heap's big objects, to validate queued pointers.
-    pub(crate) big_set: Option<HashSet<usize>>,
+    /// Verify mode: addresses of the heap's big objects, to validate queued pointers
+    /// (one set for every collector thread of the collection).
+    pub(crate) big_set: Option<Arc<HashSet<usize>>>,
     pub(crate) errors: Vec<String>,
     pub(crate) verify_first_young: Option<ObjRef>,
     /// Bytes of young objects marked in keep-young mode (kept only for finalizers).

@@ -73,6 +73,15 @@ pub(crate) fn current() -> *const MutatorShared {
     CURRENT.with(|c| c.get())
 }
 
+/// Whether the calling thread is running a collection: the collecting mutator (callbacks,
+/// root scanners, sweep functions) or a collector helper thread (mark functions).
+pub(crate) fn on_collector_thread() -> bool {
+    let me = current();
+    // SAFETY: the current thread's mutator is alive while attached.
+    (!me.is_null() && unsafe { &*me }.in_collection.load(Ordering::Relaxed))
+        || !crate::tls::helper_ptls().is_null()
+}
+
 /// The task (own stack) of the calling thread, if it is attached to a heap.
 pub fn current_thread_task() -> Option<Arc<Task>> {
     let m = current();
@@ -706,7 +715,7 @@ impl Mutator {
         if !current().is_null() {
             return Err(GcError::AlreadyAttached);
         }
-        if crate::heap::on_collector_thread() {
+        if on_collector_thread() {
             // A collector helper thread (a mark function's) would wait for its own
             // collection to end.
             return Err(GcError::DuringCollection { what: "attach" });

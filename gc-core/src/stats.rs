@@ -52,6 +52,9 @@ pub struct GcStats {
     pub total_mark_time: Duration,
     /// Objects marked, all collections together.
     pub objects_marked: u64,
+    /// Drains of the mark stack that woke the helper threads (several threads marking),
+    /// all collections together; 0 while one thread marks.
+    pub parallel_drains: u64,
     /// Total time sweeping inside the pauses (sweep functions, big objects, and the pool
     /// pages the lazy sweep did not leave for later).
     pub total_sweep_time: Duration,
@@ -110,6 +113,7 @@ pub(crate) struct StatsAcc {
     pub total_weak_time: Duration,
     pub total_mark_time: Duration,
     pub objects_marked: u64,
+    pub parallel_drains: u64,
     pub total_sweep_time: Duration,
 }
 
@@ -155,6 +159,7 @@ impl StatsAcc {
             total_weak_time: self.total_weak_time,
             total_mark_time: self.total_mark_time,
             objects_marked: self.objects_marked,
+            parallel_drains: self.parallel_drains,
             total_sweep_time: self.total_sweep_time,
         };
     }

@@ -7,7 +7,8 @@ use crate::tls::SAVED_REGS;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
-/// A registered stack. `jl_task_t` in the C API.
+/// A registered stack. `jl_task_t` in the C API, where C code knows it by
+/// [`Task::c_handle`].
 ///
 /// The stack occupies `[stack_lo, stack_hi)` and grows down. While the task is not
 /// running on the CPU (its thread is stopped at a safepoint or in a GC-safe region, or
@@ -16,6 +17,11 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 #[repr(C)]
 #[derive(Debug)]
 pub struct Task {
+    /// The word in front of the C handle, which a Julia client reads as the task's
+    /// header (Julia's tasks are objects: `jl_astaggedvalue(task)->bits.gc`). Always 0:
+    /// "young, unmarked", so a client never takes a task's stack for unchanged since the
+    /// last collection (GAP rescans it; GAP itself gave up that shortcut, gap #6528).
+    header: usize,
     stack_lo: AtomicUsize,
     stack_hi: AtomicUsize,
     sp: AtomicUsize,
@@ -28,6 +34,7 @@ pub struct Task {
 impl Task {
     pub(crate) fn new(lo: usize, hi: usize, is_thread_stack: bool) -> Task {
         Task {
+            header: 0,
             stack_lo: AtomicUsize::new(lo),
             stack_hi: AtomicUsize::new(hi),
             sp: AtomicUsize::new(0),
@@ -35,6 +42,25 @@ impl Task {
             is_thread_stack,
             regs: [const { AtomicUsize::new(0) }; SAVED_REGS],
         }
+    }
+
+    /// The address C code knows this task by (`jl_task_t *`, `gc_task_t *`): just past
+    /// its first word, as an object's address is just past its header word. That word
+    /// reads 0 (see the field `header`), so a Julia client's `jl_astaggedvalue(task)`
+    /// reads a task that is young.
+    pub fn c_handle(&self) -> *mut c_void {
+        (&self.header as *const usize).wrapping_add(1) as *mut c_void
+    }
+
+    /// The task whose [`Task::c_handle`] is `handle`.
+    ///
+    /// # Safety
+    /// `handle` is the C handle of a task that stays alive (registered, or otherwise
+    /// held) while the returned reference is used.
+    pub unsafe fn from_c_handle<'a>(handle: *const c_void) -> &'a Task {
+        // SAFETY: the handle is one word past the start of a live `Task` (caller), whose
+        // first field is that word (`repr(C)`).
+        unsafe { &*((handle as *const usize).sub(1) as *const Task) }
     }
 
     /// The stack bounds `[lo, hi)`.

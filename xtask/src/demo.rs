@@ -20,7 +20,7 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "gap-real",
-        what: "GAP 4.12.1's own kernel (julia_gc.c unmodified) on gc-core + gc-conservative through the Julia-compatibility prefix",
+        what: "GAP 4.15.1 (julia_gc.c unmodified, a Julia 1.10 client marking in parallel) on gc-core + gc-conservative through the Julia-compatibility prefix",
         run: Some(crate::demo_gap_real::run),
     },
     Scenario {

@@ -1,9 +1,10 @@
-//! `cargo xtask demo`, scenario gap-real: GAP 4.12.1's own kernel (its `julia_gc.c`
-//! unmodified) on gc-core + gc-conservative through the Julia-compatibility prefix,
-//! running a few lines of GAP: the Rubik's cube group's order, a SmallGroups query,
-//! weak pointer objects cleared by a collection; then the GC figures gc-core kept.
+//! `cargo xtask demo`, scenario gap-real: GAP 4.15.1, the current release (its
+//! `julia_gc.c` unmodified, a Julia 1.10 client marking in parallel), on gc-core +
+//! gc-conservative through the Julia-compatibility prefix, running a few lines of GAP:
+//! its version line, the Rubik's cube group's order, a SmallGroups query, weak pointer
+//! objects cleared by a collection; then the GC figures gc-core kept.
 
-use crate::gap_real::{self, Variant};
+use crate::gap_real::{self, GapVersion, Variant};
 use anyhow::{bail, Result};
 use std::time::Duration;
 
@@ -24,7 +25,8 @@ cube := Group(
  (25,27,32,30)(26,29,31,28)( 3,38,43,19)( 5,36,45,21)( 8,33,48,24),
  (33,35,40,38)(34,37,39,36)( 3, 9,46,32)( 2,12,47,29)( 1,14,48,27),
  (41,43,48,46)(42,45,47,44)(14,22,30,38)(15,23,31,39)(16,24,32,40) );;
-Print("demo: kernel ", GAPInfo.KernelInfo.GC, " ", GAPInfo.KernelInfo.JULIA_VERSION, "\n");
+Print("demo: GAP ", GAPInfo.Version, " (", GAPInfo.KernelInfo.GC, ", Julia API ",
+      GAPInfo.KernelInfo.JULIA_VERSION, ")\n");
 Print("demo: Size(Rubik's cube group) = ", Size(cube), "\n");
 Print("demo: groups of order 64 whose centre has order 2: ",
       Number(AllSmallGroups(64), g -> Size(Centre(g)) = 2), "\n");
@@ -41,15 +43,17 @@ QuitGap(0);
 
 /// Runs the demo; returns a one-line summary.
 pub fn run() -> Result<String> {
-    let Some(src) = gap_real::sources() else {
+    let version = GapVersion::V4_15_1;
+    let Some(tar) = gap_real::tarball(version) else {
         return Ok(format!(
-            "skipped: GAP 4.12.1's kernel sources are not here (set {})",
-            gap_real::SOURCES_ENV
+            "skipped: GAP {}'s source tree is not here (set {})",
+            version.as_str(),
+            gap_real::VENDOR_ENV
         ));
     };
     gap_real::ensure_system()?;
-    let prefix = gap_real::prefix()?;
-    let build = gap_real::build(&src, Variant::Ours, &prefix)?;
+    let prefix = gap_real::prefix(version.julia())?;
+    let build = gap_real::build(&tar, version, Variant::Ours, &prefix)?;
     let raw = gap_real::run_gap(
         &build,
         SESSION,
@@ -67,6 +71,7 @@ pub fn run() -> Result<String> {
         println!("    {l}");
     }
     let expect = [
+        "GAP 4.15.1 (Julia GC, Julia API 1.10",
         "Size(Rubik's cube group) = 43252003274489856000",
         "[ false, true, false ]",
     ];
@@ -84,9 +89,10 @@ pub fn run() -> Result<String> {
         .ok_or_else(|| anyhow::anyhow!("gc-core wrote no statistics"))?;
     let f = |k: &str| s[k].as_f64().unwrap_or(f64::NAN);
     let figures = format!(
-        "{} full + {} partial collections, {:.0} ms in pauses (longest {:.1} ms), {:.0} MB live at exit, {} weak references cleared, peak RSS {} MB",
+        "{} full + {} partial collections marked by {} threads, {:.0} ms in pauses (longest {:.1} ms), {:.0} MB live at exit, {} weak references cleared, peak RSS {} MB",
         f("full_collections"),
         f("partial_collections"),
+        f("mark_threads"),
         f("total_pause_ms"),
         f("max_pause_ms"),
         f("live_bytes") / 1048576.0,
@@ -95,6 +101,6 @@ pub fn run() -> Result<String> {
     );
     println!("    gc-core: {figures}");
     Ok(format!(
-        "GAP 4.12.1's kernel on gc-core: the Rubik's cube group order, a SmallGroups query and weak pointer objects right; {figures}"
+        "GAP 4.15.1 on gc-core (a Julia 1.10 client, parallel marking): the Rubik's cube group order, a SmallGroups query and weak pointer objects right; {figures}"
     ))
 }

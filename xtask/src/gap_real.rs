@@ -1,23 +1,27 @@
-//! Real GAP on our GC: GAP 4.12.1's own kernel (`src/julia_gc.c` unmodified,
-//! configured `--with-gc=julia`) built against the Julia-compatibility prefix
-//! (`julia_prefix.rs`: gc-core + gc-conservative, no libjulia), running GAP's own test
-//! files (`tst/testinstall`). The same kernel source built with GAP's own collector
-//! (GASMAN) is the peer of `cargo xtask bench gap-real`.
+//! Real GAP on our GC: GAP's own source trees (4.12.1 and 4.15.1, `src/julia_gc.c`
+//! unmodified, configured `--with-gc=julia`) built against the Julia-compatibility
+//! prefix (`julia_prefix.rs`: gc-core + gc-conservative, no libjulia; made by `cargo
+//! xtask julia-prefix` for the Julia version each GAP is written for), running GAP's own
+//! test files. The same source built with GAP's own collector (GASMAN) is the peer of
+//! `cargo xtask bench gap-real` and the reference a failing file is compared with. The
+//! test steps themselves (modes, `--repeat`, the GASMAN comparison) are
+//! `gap_real_steps.rs`.
 //!
-//! Inputs: the kernel sources (`../shared/vendor/gap-4.12.1-kernel-min.tar.xz` next
-//! to the repository, or `GAP_KERNEL_SOURCES`: such a tarball or an unpacked GAP
-//! 4.12.1 tree), unpacked into `target/gap-real/` and never committed; GAP's library
-//! and data from Debian (`gap-libs`, `gap-gapdoc`, `gap-primgrp`, `gap-smallgrp`,
-//! `gap-smallgrp-extra`, `gap-transgrp`) and the build tools (`autoconf`, `libgmp-dev`,
-//! `zlib1g-dev`), installed with apt-get when missing. GAP runs as
-//! `gap -l "/usr/share/gap;<kernel tree>"`.
+//! Inputs: the full source trees `gap-4.12.1.tar.xz` and `gap-4.15.1.tar.xz` (in
+//! `../shared/vendor/` next to the repository, or in the folder `GAP_VENDOR_DIR` names),
+//! unpacked into the target directory's `gap-real/` and never committed; two data files
+//! the trees lack (`grp/perf20.grp`, `grp/perf23.grp`) from Debian's `gap-libs`, and the
+//! packages GAP needs (GAPDoc, PrimGrp, SmallGrp, TransGrp) from Debian, linked into the
+//! tree's `pkg/`; the build tools (`autoconf`, `libgmp-dev`, `zlib1g-dev`), installed
+//! with apt-get when missing. GAP runs as `gap -l <tree>`: its own library.
 //!
-//! Builds are cached in `target/gap-real/<variant>-<hash>/`, the hash covering the
-//! sources, the prefix's headers (their inline fast paths are compiled into GAP), the
-//! patch and the configure arguments; the prefix's library is refreshed on every run
-//! (GAP links it dynamically).
+//! Builds are cached in `<target>/gap-real/<version>-<variant>-<hash>/`, the hash covering
+//! the tarball, the two data files, the package links, the prefix's headers (their
+//! inline fast paths are compiled into GAP), the patch and the configure arguments; the
+//! prefix's library is refreshed on every run (GAP links it dynamically).
 
-use crate::steps::root;
+use crate::julia_prefix::JuliaVersion;
+use crate::steps::{root, target_dir};
 use anyhow::{bail, Context, Result};
 use std::collections::hash_map::DefaultHasher;
 use std::fs;
@@ -27,26 +31,74 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Where a user's clone without `../shared` points at GAP 4.12.1's sources.
-pub const SOURCES_ENV: &str = "GAP_KERNEL_SOURCES";
-/// The vendored tarball, relative to the repository's parent.
-const VENDORED: &str = "shared/vendor/gap-4.12.1-kernel-min.tar.xz";
-/// GAP's library and data, as Debian installs them.
-pub const GAP_ROOT: &str = "/usr/share/gap";
+/// A folder holding the GAP tarballs, for a clone without `../shared`.
+pub const VENDOR_ENV: &str = "GAP_VENDOR_DIR";
+/// The vendored tarballs' folder, relative to the repository's parent.
+const VENDORED: &str = "shared/vendor";
+/// Debian's GAP data: the two data files the trees lack are in its `grp/`, the packages
+/// in its `pkg/`.
+pub const DEBIAN_GAP: &str = "/usr/share/gap";
+/// The data files of the perfect groups library missing from both trees.
+const MISSING_DATA: [&str; 2] = ["grp/perf20.grp", "grp/perf23.grp"];
+/// The packages GAP needs to start, linked into the tree's `pkg/`.
+const PACKAGES: [&str; 4] = ["GAPDoc", "PrimGrp", "SmallGrp", "TransGrp"];
 
-/// The vendored tarball's `src/julia_gc.c` carries one line changed by an earlier trial
-/// (`YoungRef` per thread); GAP 4.12.1 has this one. The unmodified build restores it.
-const YOUNGREF_TRIAL: &str =
-    "static __thread UInt   YoungRef;   // per collector thread (gc-core marks in parallel)";
-const YOUNGREF_GAP: &str = "static UInt            YoungRef;";
+/// The GAP releases the scenario builds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GapVersion {
+    /// GAP 4.12.1 (2022, Debian 12's): `julia_gc.c` written for Julia 1.6.
+    V4_12_1,
+    /// GAP 4.15.1 (the current release): `julia_gc.c` written for Julia 1.10.
+    V4_15_1,
+}
+
+impl GapVersion {
+    pub const ALL: [GapVersion; 2] = [GapVersion::V4_12_1, GapVersion::V4_15_1];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapVersion::V4_12_1 => "4.12.1",
+            GapVersion::V4_15_1 => "4.15.1",
+        }
+    }
+
+    /// Parses `4.12.1` or `4.15.1`.
+    pub fn parse(s: &str) -> Result<GapVersion, String> {
+        GapVersion::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s.trim())
+            .ok_or_else(|| format!("unknown GAP version '{s}': 4.12.1 or 4.15.1"))
+    }
+
+    fn tarball(self) -> String {
+        format!("gap-{}.tar.xz", self.as_str())
+    }
+
+    /// The Julia version its `julia_gc.c` is written for: the prefix it builds against.
+    pub fn julia(self) -> JuliaVersion {
+        match self {
+            GapVersion::V4_12_1 => JuliaVersion::V1_6,
+            GapVersion::V4_15_1 => JuliaVersion::V1_10,
+        }
+    }
+
+    /// The representative part of `tst/testinstall` that `cargo xtask test` runs.
+    pub fn representative(self) -> Vec<&'static str> {
+        let mut files = REPRESENTATIVE.to_vec();
+        if self == GapVersion::V4_15_1 {
+            files.extend(REPRESENTATIVE_4_15);
+        }
+        files
+    }
+}
 
 /// Which kernel to build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
-    /// GAP's `julia_gc.c` as released, on gc-core (marking on one thread, as the Julia
-    /// 1.6 it was written for).
+    /// GAP's `julia_gc.c` as released, on gc-core, against the prefix of the Julia
+    /// version it is written for (4.12.1: one mark thread; 4.15.1: parallel marking).
     Ours,
-    /// The same with `YoungRef` per thread (the project's patch
+    /// GAP 4.12.1 with `YoungRef` per thread (the project's patch
     /// `integration-tests/gap-real/youngref-per-thread.patch`), so that it may mark on
     /// several threads.
     OursPerThread,
@@ -55,7 +107,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Variant::Ours => "ours",
             Variant::OursPerThread => "ours-tls",
@@ -64,45 +116,50 @@ impl Variant {
     }
 }
 
-/// A built kernel.
+/// A built kernel and library tree.
 pub struct Build {
-    /// The kernel tree (GAP's root for `-l`, with the `gap` executable).
+    /// The tree (GAP's root for `-l`, with the `gap` executable).
     pub dir: PathBuf,
+    pub version: GapVersion,
     pub variant: Variant,
 }
 
-/// The kernel sources: `GAP_KERNEL_SOURCES`, else the vendored tarball; `None` (with a
-/// message saying what to do) if neither exists.
-pub fn sources() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(SOURCES_ENV) {
-        let p = PathBuf::from(p);
-        if p.exists() {
-            return Some(p);
-        }
+/// The tarball of `version`: in `GAP_VENDOR_DIR`, else in the vendored folder next to
+/// the repository; `None` (with a message saying what to do) if it is not there.
+pub fn tarball(version: GapVersion) -> Option<PathBuf> {
+    let name = version.tarball();
+    let (dir, from_env) = match std::env::var_os(VENDOR_ENV) {
+        Some(d) => (PathBuf::from(d), true),
+        None => (root().parent()?.join(VENDORED), false),
+    };
+    let path = dir.join(&name);
+    if path.is_file() {
+        return Some(path);
+    }
+    if from_env {
         println!(
-            "gap-real: {SOURCES_ENV}={} does not exist; skipping real GAP",
-            p.display()
+            "gap-real: {VENDOR_ENV}={} has no {name}; skipping GAP {}",
+            dir.display(),
+            version.as_str()
         );
-        return None;
+    } else {
+        println!(
+            "gap-real: skipping GAP {}: its source tree is not here ({} is absent). Point \
+             {VENDOR_ENV} at a folder holding {name} (the project's shared vendor folder) to \
+             run these steps.",
+            version.as_str(),
+            path.display()
+        );
     }
-    let vendored = root().parent().map(|p| p.join(VENDORED))?;
-    if vendored.is_file() {
-        return Some(vendored);
-    }
-    println!(
-        "gap-real: skipping real GAP: the kernel sources are not here ({} is absent). Point \
-         {SOURCES_ENV} at gap-4.12.1-kernel-min.tar.xz (from the project's shared vendor \
-         folder) or at an unpacked GAP 4.12.1 source tree to run these steps.",
-        vendored.display()
-    );
     None
 }
 
-/// Debian's GAP library and data and the build tools; installed when missing.
+/// Debian's two data files and GAP packages and the build tools; installed when missing.
 pub fn ensure_system() -> Result<()> {
-    let pkg = |p: &str| format!("{GAP_ROOT}/pkg/{p}");
+    let pkg = |p: &str| format!("{DEBIAN_GAP}/pkg/{p}");
     let items = [
-        (format!("{GAP_ROOT}/lib/init.g"), "gap-libs"),
+        (format!("{DEBIAN_GAP}/{}", MISSING_DATA[0]), "gap-libs"),
+        (format!("{DEBIAN_GAP}/{}", MISSING_DATA[1]), "gap-libs"),
         (pkg("GAPDoc/PackageInfo.g"), "gap-gapdoc"),
         (pkg("PrimGrp/PackageInfo.g"), "gap-primgrp"),
         (pkg("SmallGrp/PackageInfo.g"), "gap-smallgrp"),
@@ -118,17 +175,35 @@ pub fn ensure_system() -> Result<()> {
     crate::steps::ensure_apt_packages(
         &pairs,
         |f| Path::new(f).exists(),
-        "GAP's library, data and kernel build tools for the real-GAP scenario",
+        "GAP's packages, two data files and the kernel build tools for the real-GAP scenario",
     )
 }
 
-fn work_dir() -> PathBuf {
-    root().join("target/gap-real")
+/// Where builds, prefixes and run logs go: `<target>/gap-real`.
+pub fn work_dir() -> Result<PathBuf> {
+    Ok(target_dir()?.join("gap-real"))
 }
 
-/// The project's Julia-compatibility prefix for the builds, with a fresh library.
-pub fn prefix() -> Result<PathBuf> {
-    crate::julia_prefix::make(&work_dir().join("prefix"))
+/// The Julia-compatibility prefix for `version`, made by `cargo xtask julia-prefix`
+/// (this binary's subcommand) in `<target>/gap-real/prefix-<julia version>`, with a fresh
+/// library.
+pub fn prefix(version: JuliaVersion) -> Result<PathBuf> {
+    let dir = work_dir()?.join(format!("prefix-{}", version.as_str()));
+    let status = crate::steps::xtask()
+        .arg("julia-prefix")
+        .arg(&dir)
+        .args(["--julia-version", version.as_str()])
+        .stdout(Stdio::null())
+        .status()
+        .context("running cargo xtask julia-prefix")?;
+    if !status.success() {
+        bail!(
+            "cargo xtask julia-prefix {} --julia-version {} failed ({status})",
+            dir.display(),
+            version.as_str()
+        );
+    }
+    Ok(dir)
 }
 
 fn patch_file() -> PathBuf {
@@ -146,14 +221,33 @@ fn configure_args(variant: Variant, prefix: &Path) -> Vec<String> {
 }
 
 /// Everything a build depends on, hashed.
-fn build_key(src: &Path, variant: Variant, prefix: &Path) -> Result<String> {
+fn build_key(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -> Result<String> {
     let mut h = DefaultHasher::new();
-    "gap-real build recipe 1".hash(&mut h);
+    "gap-real build recipe 2".hash(&mut h);
+    version.as_str().hash(&mut h);
     variant.name().hash(&mut h);
-    hash_path(src, &mut h)?;
+    fs::read(tar)
+        .with_context(|| format!("reading {}", tar.display()))?
+        .hash(&mut h);
+    for f in MISSING_DATA {
+        let p = Path::new(DEBIAN_GAP).join(f);
+        fs::read(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .hash(&mut h);
+    }
+    for p in PACKAGES {
+        Path::new(DEBIAN_GAP).join("pkg").join(p).hash(&mut h);
+    }
     configure_args(variant, prefix).hash(&mut h);
     if variant != Variant::Gasman {
-        for f in crate::julia_prefix::header_sources() {
+        let inc = prefix.join("include/julia");
+        let mut headers: Vec<PathBuf> = fs::read_dir(&inc)
+            .with_context(|| format!("reading {}", inc.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        headers.sort();
+        for f in headers {
+            f.file_name().hash(&mut h);
             fs::read(&f)
                 .with_context(|| format!("reading {}", f.display()))?
                 .hash(&mut h);
@@ -165,40 +259,35 @@ fn build_key(src: &Path, variant: Variant, prefix: &Path) -> Result<String> {
     Ok(format!("{:016x}", h.finish()))
 }
 
-/// Hashes a file's bytes, or a tree's file names and bytes.
-fn hash_path(p: &Path, h: &mut DefaultHasher) -> Result<()> {
-    if p.is_file() {
-        fs::read(p)?.hash(h);
-        return Ok(());
+/// Builds (or finds cached) GAP `version` of `variant` from `tar`.
+pub fn build(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -> Result<Build> {
+    if variant == Variant::OursPerThread && version != GapVersion::V4_12_1 {
+        bail!(
+            "the YoungRef-per-thread patch is for GAP 4.12.1; GAP {} keeps its count per thread itself",
+            version.as_str()
+        );
     }
-    let mut entries: Vec<_> = fs::read_dir(p)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<_, _>>()?;
-    entries.sort();
-    for e in entries {
-        if e.file_name().is_some_and(|n| n == ".git") {
-            continue;
-        }
-        e.file_name().hash(h);
-        hash_path(&e, h)?;
-    }
-    Ok(())
-}
-
-/// Builds (or finds cached) the kernel of `variant` from `src`.
-pub fn build(src: &Path, variant: Variant, prefix: &Path) -> Result<Build> {
-    let key = build_key(src, variant, prefix)?;
-    let dir = work_dir().join(format!("{}-{key}", variant.name()));
+    let key = build_key(tar, version, variant, prefix)?;
+    let dir = work_dir()?.join(format!("{}-{}-{key}", version.as_str(), variant.name()));
     if dir.join("gap").is_file() && dir.join(".built").is_file() {
-        return Ok(Build { dir, variant });
+        return Ok(Build {
+            dir,
+            version,
+            variant,
+        });
     }
     let t0 = Instant::now();
     println!(
-        "gap-real: building GAP 4.12.1's kernel ({}) in {}",
+        "gap-real: building GAP {} ({}) in {}",
+        version.as_str(),
         match variant {
-            Variant::Ours => "--with-gc=julia, on gc-core",
-            Variant::OursPerThread => "--with-gc=julia, on gc-core, YoungRef per thread",
-            Variant::Gasman => "GASMAN",
+            Variant::Ours => format!(
+                "--with-gc=julia, on gc-core, as a Julia {} client",
+                version.julia().as_str()
+            ),
+            Variant::OursPerThread =>
+                "--with-gc=julia, on gc-core, YoungRef per thread".to_string(),
+            Variant::Gasman => "GASMAN".to_string(),
         },
         dir.display()
     );
@@ -206,12 +295,16 @@ pub fn build(src: &Path, variant: Variant, prefix: &Path) -> Result<Build> {
         fs::remove_dir_all(&dir)?;
     }
     fs::create_dir_all(&dir)?;
-    unpack(src, &dir)?;
-    let jgc = dir.join("src/julia_gc.c");
-    let text = fs::read_to_string(&jgc).context("the sources have no src/julia_gc.c")?;
-    if text.contains(YOUNGREF_TRIAL) {
-        fs::write(&jgc, text.replace(YOUNGREF_TRIAL, YOUNGREF_GAP))?;
+    unpack(tar, &dir)?;
+    for needed in ["src/julia_gc.c", "lib/init.g", "tst/testinstall"] {
+        if !dir.join(needed).exists() {
+            bail!(
+                "{} is not a GAP source tree: {needed} is missing after unpacking",
+                tar.display()
+            );
+        }
     }
+    complete_tree(&dir)?;
     if variant == Variant::OursPerThread {
         run_logged(
             Command::new("patch")
@@ -245,31 +338,47 @@ pub fn build(src: &Path, variant: Variant, prefix: &Path) -> Result<Build> {
     }
     fs::write(dir.join(".built"), key)?;
     println!("gap-real: built in {:.0} s", t0.elapsed().as_secs_f64());
-    Ok(Build { dir, variant })
+    Ok(Build {
+        dir,
+        version,
+        variant,
+    })
 }
 
-fn unpack(src: &Path, dir: &Path) -> Result<()> {
-    if src.is_dir() {
-        let status = Command::new("cp")
-            .arg("-a")
-            .arg(format!("{}/.", src.display()))
-            .arg(dir)
-            .status()?;
-        if !status.success() {
-            bail!("copying {} failed", src.display());
+/// Adds what the tarballs lack: Debian's two data files into `grp/`, links to Debian's
+/// packages in `pkg/`.
+fn complete_tree(dir: &Path) -> Result<()> {
+    for f in MISSING_DATA {
+        let to = dir.join(f);
+        if !to.exists() {
+            let from = Path::new(DEBIAN_GAP).join(f);
+            fs::copy(&from, &to)
+                .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
         }
-        return Ok(());
     }
+    let pkg = dir.join("pkg");
+    fs::create_dir_all(&pkg)?;
+    for p in PACKAGES {
+        let to = pkg.join(p);
+        if !to.exists() {
+            std::os::unix::fs::symlink(Path::new(DEBIAN_GAP).join("pkg").join(p), &to)
+                .with_context(|| format!("linking {}", to.display()))?;
+        }
+    }
+    Ok(())
+}
+
+fn unpack(tar: &Path, dir: &Path) -> Result<()> {
     let status = Command::new("tar")
         .arg("-xf")
-        .arg(src)
+        .arg(tar)
         .arg("-C")
         .arg(dir)
         .arg("--strip-components=1")
         .status()
         .context("running tar")?;
     if !status.success() {
-        bail!("unpacking {} failed", src.display());
+        bail!("unpacking {} failed", tar.display());
     }
     Ok(())
 }
@@ -294,22 +403,6 @@ fn run_logged(cmd: &mut Command, log: &Path, what: &str) -> Result<()> {
     }
     Ok(())
 }
-
-/// The testinstall files that need GAP files outside the vendored kernel tarball (its
-/// `tst/testenumerator.g`, `tst/testrandom.g`, `tst/example-dir`, `tst/mockpkg`,
-/// `tst/testunix/*.sh`, the help system's manuals), with the diffs GAP's own collector
-/// (GASMAN) shows for them on the same tree: they must fail exactly so on ours (144 in
-/// all), and are reported apart from the pass count.
-pub const NEED_MISSING_FILES: [(&str, u64); 8] = [
-    ("coll.tst", 5),
-    ("compressed.tst", 2),
-    ("dir.tst", 9),
-    ("interpreter.tst", 1),
-    ("package.tst", 19),
-    ("random.tst", 76),
-    ("read.tst", 19),
-    ("testunix/streamio.tst", 13),
-];
 
 /// The representative part `cargo xtask test` runs (paths below `tst/testinstall`):
 /// permutation groups, polycyclic groups, finite fields, weak pointer objects,
@@ -374,9 +467,19 @@ pub const REPRESENTATIVE: [&str; 48] = [
     "trans.tst",
 ];
 
-/// Every `.tst` file below `tst/testinstall`, sorted as GAP's `TestDirectory` does.
-pub fn all_files(tree: &Path) -> Result<Vec<String>> {
-    let base = tree.join("tst/testinstall");
+/// Files new in GAP 4.15.1's testinstall that its subset adds: matrix objects,
+/// univariate polynomials, discrete logarithms, abelian invariants.
+pub const REPRESENTATIVE_4_15: [&str; 4] = [
+    "MatrixObj/matobjplist.tst",
+    "upoly.tst",
+    "dlog.tst",
+    "opers/AbelianInvariants.tst",
+];
+
+/// Every `.tst` file below `tst/<suite>` (`testinstall`, `teststandard`), sorted as
+/// GAP's `TestDirectory` does.
+pub fn all_files(tree: &Path, suite: &str) -> Result<Vec<String>> {
+    let base = tree.join("tst").join(suite);
     let mut out = Vec::new();
     fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) -> Result<()> {
         for e in fs::read_dir(dir)? {
@@ -390,7 +493,8 @@ pub fn all_files(tree: &Path) -> Result<Vec<String>> {
         }
         Ok(())
     }
-    walk(&base, &base, &mut out)?;
+    walk(&base, &base, &mut out)
+        .with_context(|| format!("listing the test files in {}", base.display()))?;
     out.sort();
     Ok(out)
 }
@@ -407,6 +511,8 @@ pub struct FileResult {
     /// GASMAN builds: the longer of its last full and last partial collection after the
     /// file (CPU ms, `GasmanStatistics`), a sample of its pauses.
     pub gasman_pause_ms: Option<u64>,
+    /// What GAP printed while testing the file (its diffs, if any).
+    pub output: String,
 }
 
 /// One GAP process's run of test files.
@@ -427,7 +533,9 @@ impl RunOutcome {
 }
 
 /// The GAP driver: runs each file with `Test` as GAP's `TestDirectory` does (its
-/// `STOP_TEST` silenced, failures counted), printing a line per file to parse:
+/// `STOP_TEST` silenced, failures counted; the screen made wide again before each file,
+/// which a test may have narrowed, so that no line GAP prints is wrapped), printing a
+/// line before each file (`gap-real: testing <index>`) and one after it to parse:
 /// `gap-real: result <index> <failures> <cpu ms> <gc ms> <last full ms> <last partial ms>`
 /// (the last two from `GasmanStatistics` on GASMAN builds, -1 otherwise).
 fn driver(files: &[PathBuf]) -> String {
@@ -443,7 +551,8 @@ fn driver(files: &[PathBuf]) -> String {
            stop := STOP_TEST;\n\
            STOP_TEST := function(arg) end;\n\
            for i in [1 .. Length(files)] do\n\
-             Print(\"gap-real: testing \", i, \" \", files[i], \"\\n\");\n\
+             SizeScreen([4096, 24]);\n\
+             Print(\"\\ngap-real: testing \", i, \"\\n\");\n\
              t := Runtime();\n\
              g := TOTAL_GC_TIME();\n\
              n := Test(files[i], rec(returnNumFailures := true));\n\
@@ -495,18 +604,16 @@ pub fn run_gap(
     timeout: Duration,
     gasman_pauses: bool,
 ) -> Result<RawRun> {
-    let runs = work_dir().join("runs");
+    let runs = work_dir()?.join("runs");
     fs::create_dir_all(&runs)?;
-    let stem = format!("{}-{tag}", build.variant.name());
+    let stem = format!("{}-{}-{tag}", build.version.as_str(), build.variant.name());
     let script_path = runs.join(format!("{stem}.g"));
     let log = runs.join(format!("{stem}.log"));
     let stats = runs.join(format!("{stem}.stats.json"));
     let _ = fs::remove_file(&stats);
     fs::write(&script_path, script)?;
     let mut cmd = Command::new(build.dir.join("gap"));
-    cmd.arg("-l")
-        .arg(format!("{GAP_ROOT};{}", build.dir.display()))
-        .args(["-q", "--nointeract"]);
+    cmd.arg("-l").arg(&build.dir).args(["-q", "--nointeract"]);
     if gasman_pauses {
         cmd.args(["-g", "-g"]);
     }
@@ -614,10 +721,11 @@ fn gasman_messages(mut err: impl Read, log: &Path) -> Vec<(bool, Duration)> {
     pauses
 }
 
-/// Runs `files` (relative to `tst/testinstall`) in one GAP process of `build` with the
+/// Runs `files` (relative to `tst/<suite>`) in one GAP process of `build` with the
 /// environment `env`, stopping it after `timeout`.
 pub fn run_files(
     build: &Build,
+    suite: &str,
     files: &[String],
     env: &[(&str, String)],
     tag: &str,
@@ -626,9 +734,15 @@ pub fn run_files(
 ) -> Result<RunOutcome> {
     let paths: Vec<PathBuf> = files
         .iter()
-        .map(|f| build.dir.join("tst/testinstall").join(f))
+        .map(|f| build.dir.join("tst").join(suite).join(f))
         .collect();
     let raw = run_gap(build, &driver(&paths), env, tag, timeout, gasman_pauses)?;
+    let files = parse_results(files, &raw.stdout);
+    Ok(RunOutcome { files, raw })
+}
+
+/// The per-file results in a driver's output.
+fn parse_results(files: &[String], stdout: &str) -> Vec<FileResult> {
     let mut results: Vec<FileResult> = files
         .iter()
         .map(|f| FileResult {
@@ -637,13 +751,32 @@ pub fn run_files(
             ms: 0,
             gc_ms: 0,
             gasman_pause_ms: None,
+            output: String::new(),
         })
         .collect();
-    for line in raw.stdout.lines() {
+    let mut current: Option<usize> = None;
+    for line in stdout.lines() {
+        if let Some(rest) = line.strip_prefix("gap-real: testing ") {
+            current = rest
+                .split_whitespace()
+                .next()
+                .and_then(|i| i.parse::<usize>().ok())
+                .filter(|&i| i >= 1 && i <= results.len())
+                .map(|i| i - 1);
+            continue;
+        }
         // A test may leave a partial line on standard output; the marker can follow it.
         let Some(at) = line.find("gap-real: result ") else {
+            if let Some(i) = current {
+                results[i].output.push_str(line);
+                results[i].output.push('\n');
+            }
             continue;
         };
+        if let Some(i) = current {
+            results[i].output.push_str(&line[..at]);
+        }
+        current = None;
         let rest = &line[at + "gap-real: result ".len()..];
         let n: Vec<i64> = rest
             .split_whitespace()
@@ -658,10 +791,10 @@ pub fn run_files(
         r.gc_ms = n[3].max(0) as u64;
         r.gasman_pause_ms = (n[4] >= 0).then(|| n[4].max(n[5]) as u64);
     }
-    Ok(RunOutcome {
-        files: results,
-        raw,
-    })
+    for r in &mut results {
+        r.output = r.output.trim().to_string();
+    }
+    results
 }
 
 /// Waits for child `pid` (polling, so that a hang is stopped after `timeout`); returns
@@ -698,170 +831,42 @@ fn wait_with_timeout(pid: i32, timeout: Duration, log: &Path) -> Result<(i32, u6
     }
 }
 
-/// A run's verdict against the pass criterion: every file outside
-/// [`NEED_MISSING_FILES`] finished with 0 failures; those finished with GASMAN's diffs.
-pub struct Verdict {
-    pub passed: Vec<String>,
-    pub failed: Vec<(String, String)>,
-    pub missing_inputs: Vec<(String, u64)>,
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-pub fn verdict(out: &RunOutcome) -> Verdict {
-    let mut v = Verdict {
-        passed: Vec::new(),
-        failed: Vec::new(),
-        missing_inputs: Vec::new(),
-    };
-    for r in &out.files {
-        let excused = NEED_MISSING_FILES
-            .iter()
-            .find(|(f, _)| *f == r.file)
-            .map(|(_, n)| *n);
-        match (r.failures, excused) {
-            (None, _) => v
-                .failed
-                .push((r.file.clone(), "did not finish (GAP stopped)".into())),
-            (Some(n), Some(expected)) if n == expected => {
-                v.missing_inputs.push((r.file.clone(), n))
-            }
-            (Some(n), Some(expected)) => v.failed.push((
-                r.file.clone(),
-                format!("{n} failures where GASMAN has {expected} (missing inputs)"),
-            )),
-            (Some(0), None) => v.passed.push(r.file.clone()),
-            (Some(n), None) => v.failed.push((r.file.clone(), format!("{n} failures"))),
-        }
+    #[test]
+    fn versions_parse() {
+        assert_eq!(GapVersion::parse("4.15.1"), Ok(GapVersion::V4_15_1));
+        assert_eq!(GapVersion::parse("4.12.1"), Ok(GapVersion::V4_12_1));
+        assert!(GapVersion::parse("4.13.0").unwrap_err().contains("4.13.0"));
+        assert_eq!(GapVersion::V4_15_1.julia(), JuliaVersion::V1_10);
+        assert_eq!(GapVersion::V4_12_1.julia(), JuliaVersion::V1_6);
     }
-    v
-}
 
-/// `cargo xtask gap-real MODE [--full]`: the test steps. Modes: `ours`, `stress`
-/// (a forced collection every 20,000 allocations), `verify` (gc-core's verify mode:
-/// every partial collection checks the remembered set, every queued reference is
-/// validated; a collection forced every 300,000 allocations), `parallel` (the
-/// per-thread `YoungRef` build with two mark threads).
-pub fn run_mode(mode: &str, full: bool) -> Result<()> {
-    let (variant, env, timeout_min): (Variant, Vec<(&str, String)>, u64) = match mode {
-        "ours" => (Variant::Ours, vec![], 20),
-        "stress" => (
-            Variant::Ours,
-            vec![("GC_CORE_STRESS", STRESS_EVERY.to_string())],
-            40,
-        ),
-        "verify" => (
-            Variant::Ours,
-            vec![
-                ("GC_CORE_VERIFY", "1".into()),
-                ("GC_CORE_STRESS", VERIFY_STRESS_EVERY.to_string()),
-            ],
-            60,
-        ),
-        "parallel" => (
-            Variant::OursPerThread,
-            vec![("GC_CORE_MARK_THREADS", "2".into())],
-            20,
-        ),
-        other => bail!("unknown gap-real mode '{other}': ours, stress, verify or parallel"),
-    };
-    let Some(src) = sources() else {
-        return Ok(());
-    };
-    ensure_system()?;
-    let prefix = prefix()?;
-    let build = build(&src, variant, &prefix)?;
-    let files: Vec<String> = if full {
-        all_files(&build.dir)?
-    } else {
-        REPRESENTATIVE.iter().map(|s| s.to_string()).collect()
-    };
-    let tag = format!("{mode}{}", if full { "-full" } else { "" });
-    println!(
-        "gap-real: {} testinstall files, mode {mode} ({}), GAP 4.12.1 on gc-core",
-        files.len(),
-        if env.is_empty() {
-            "defaults".to_string()
-        } else {
-            env.iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        }
-    );
-    let out = run_files(
-        &build,
-        &files,
-        &env,
-        &tag,
-        Duration::from_secs(timeout_min * 60),
-        false,
-    )?;
-    let v = verdict(&out);
-    let stats = out.raw.gc_stats.as_ref();
-    let num = |k: &str| stats.and_then(|s| s[k].as_f64()).unwrap_or(f64::NAN);
-    println!(
-        "gap-real: {} passed, {} failed{} ({:.1} s wall, GAP's own figures {} ms, {} ms in GC; \
-         gc-core: {} full + {} partial collections, longest pause {:.1} ms, verify errors {}; \
-         peak RSS {} MB)",
-        v.passed.len(),
-        v.failed.len(),
-        if v.missing_inputs.is_empty() {
-            String::new()
-        } else {
-            format!(
-                ", {} not counted (they need GAP files outside the kernel tarball: {})",
-                v.missing_inputs.len(),
-                v.missing_inputs
-                    .iter()
-                    .map(|(f, n)| format!("{f} {n} diffs"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        },
-        out.raw.wall.as_secs_f64(),
-        out.gap_ms(),
-        out.gap_gc_ms(),
-        num("full_collections"),
-        num("partial_collections"),
-        num("max_pause_ms"),
-        num("verify_errors"),
-        out.raw.max_rss_kb / 1024,
-    );
-    let mut problems: Vec<String> = v
-        .failed
-        .iter()
-        .map(|(f, why)| format!("{f}: {why}"))
-        .collect();
-    if out.raw.status != 0 {
-        problems.push(format!(
-            "GAP exited with wait status {:#x}{}",
-            out.raw.status,
-            if libc::WIFSIGNALED(out.raw.status) {
-                format!(" (signal {})", libc::WTERMSIG(out.raw.status))
-            } else {
-                String::new()
-            }
-        ));
+    /// The driver's output: results by index, each file's diff text kept apart, a
+    /// marker after a partial line, and a file that never finished.
+    #[test]
+    fn results_and_diffs_are_read_per_file() {
+        let files: Vec<String> = ["a.tst", "b.tst", "c.tst"].map(String::from).into();
+        let out = "noise\n\
+                   gap-real: testing 1\n\
+                   gap-real: result 1 0 120 10 -1 -1\n\
+                   gap-real: testing 2\n\
+                   ########> Diff in /t/b.tst:3\n\
+                   # But found:\n\
+                   2\n\
+                   partialgap-real: result 2 1 50 0 7 3\n\
+                   gap-real: testing 3\n\
+                   Segmentation fault\n";
+        let r = parse_results(&files, out);
+        assert_eq!((r[0].failures, r[0].ms, r[0].gc_ms), (Some(0), 120, 10));
+        assert_eq!(r[0].output, "");
+        assert_eq!(r[1].failures, Some(1));
+        assert_eq!(r[1].gasman_pause_ms, Some(7));
+        assert!(r[1].output.starts_with("########> Diff in /t/b.tst:3"));
+        assert!(r[1].output.ends_with("2\npartial"), "{:?}", r[1].output);
+        assert_eq!(r[2].failures, None);
+        assert_eq!(r[2].output, "Segmentation fault");
     }
-    match stats {
-        None => problems.push("gc-core wrote no statistics (GC_CORE_STATS_FILE)".into()),
-        Some(s) if s["verify_errors"].as_u64() != Some(0) => problems.push(format!(
-            "gc-core's verify mode found {} errors",
-            s["verify_errors"]
-        )),
-        Some(_) => {}
-    }
-    if !problems.is_empty() {
-        bail!(
-            "real GAP on gc-core, mode {mode}: {}; GAP's output is in {}",
-            problems.join("; "),
-            out.raw.log.display()
-        );
-    }
-    Ok(())
 }
-
-/// The stress mode's interval: a collection every this many allocations per thread.
-pub const STRESS_EVERY: u64 = 20_000;
-/// The verify mode also forces collections, less often (each partial collection checks
-/// every old object), so that it checks a hundred or so partial collections.
-pub const VERIFY_STRESS_EVERY: u64 = 300_000;

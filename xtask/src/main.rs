@@ -3,10 +3,11 @@
 //! - `cargo xtask test`: everything CI checks, in order, stopping at the first failure.
 //! - `cargo xtask demo`: the end-to-end scenarios that exist, with a readable summary.
 //! - `cargo xtask bench [SUITE]`: benchmark suites, peers measured in the same run.
-//! - `cargo xtask julia-prefix DIR`: a Julia-compatibility prefix for julia-gcext
-//!   clients (GAP's `--with-gc=julia` build) over gc-core and gc-conservative.
-//! - `cargo xtask gap-real [MODE]`: GAP 4.12.1's real kernel built against that prefix,
-//!   running a part of its test suite.
+//! - `cargo xtask julia-prefix DIR [--julia-version 1.6|1.10]`: a Julia-compatibility
+//!   prefix for julia-gcext clients (GAP's `--with-gc=julia` build) over gc-core and
+//!   gc-conservative.
+//! - `cargo xtask gap-real [--gap 4.12.1|4.15.1] [MODE]`: real GAP built against that
+//!   prefix, running its own test files.
 //! - `cargo xtask wheel`: the `interpool` Python package's wheels in `target/wheels/`;
 //!   `cargo xtask interpool-test`: each in a fresh venv, its pytest suite and CPython's
 //!   concurrent.futures tests.
@@ -23,6 +24,7 @@ mod demo_gap_real;
 mod demo_interpool;
 mod demo_multipy;
 mod gap_real;
+mod gap_real_steps;
 mod julia_prefix;
 mod loader_libs;
 mod steps;
@@ -69,6 +71,11 @@ enum Command {
     JuliaPrefix {
         /// Where to write it (created if needed).
         dir: std::path::PathBuf,
+        /// The Julia version the prefix speaks (what `julia` answers and
+        /// `julia_version.h` says): 1.6 (GAP 4.12's julia_gc.c: marking on one thread)
+        /// or 1.10 (GAP 4.13 and later: parallel marking).
+        #[arg(long, default_value = "1.6", value_parser = julia_prefix::JuliaVersion::parse)]
+        julia_version: julia_prefix::JuliaVersion,
     },
     /// Build the interpool wheels (PyO3 + maturin) into target/wheels/, one per CPython
     /// 3.10-3.13 found (or those named).
@@ -87,16 +94,27 @@ enum Command {
         #[arg(long)]
         quick: bool,
     },
-    /// Build GAP 4.12.1's kernel against the prefix and run its test files (what
-    /// `cargo xtask test` runs as its GAP steps).
+    /// Build real GAP against the prefix and run its test files (what `cargo xtask test`
+    /// runs as its GAP steps).
     GapReal {
-        /// ours (default), stress, verify, or parallel (two mark threads, YoungRef
-        /// per thread).
+        /// ours (default), stress, verify, parallel (4.12.1: two mark threads, YoungRef
+        /// per thread) or gasman (GAP's own collector, for comparison).
         #[arg(default_value = "ours")]
         mode: String,
-        /// All 283 testinstall files instead of the representative part.
+        /// The GAP release: 4.12.1 (a Julia 1.6 client) or 4.15.1 (a Julia 1.10
+        /// client, marking in parallel).
+        #[arg(long = "gap", default_value = "4.12.1", value_parser = gap_real::GapVersion::parse)]
+        version: gap_real::GapVersion,
+        /// Every file of the suite instead of the representative part.
         #[arg(long)]
         full: bool,
+        /// The test suite: testinstall, or teststandard (all of its files).
+        #[arg(long, default_value = "testinstall")]
+        suite: String,
+        /// Run the files this many times in a row (a fresh GAP each time); fails if any
+        /// run fails.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
 }
 
@@ -106,14 +124,32 @@ fn main() -> ExitCode {
         Command::Test { full } => test::run(full),
         Command::Demo => demo::run(),
         Command::Bench { suite, python } => bench::run(suite.as_deref(), &python),
-        Command::JuliaPrefix { dir } => julia_prefix::make(&dir).map(|d| {
-            println!("julia-prefix: {}", d.display());
-            println!(
-                "  configure a julia-gcext client with --with-julia={} (GAP: --with-gc=julia)",
-                d.display()
-            );
+        Command::JuliaPrefix { dir, julia_version } => {
+            julia_prefix::make(&dir, julia_version).map(|d| {
+                println!(
+                    "julia-prefix: {} (Julia {})",
+                    d.display(),
+                    julia_version.as_str()
+                );
+                println!(
+                    "  configure a julia-gcext client with --with-julia={} (GAP: --with-gc=julia)",
+                    d.display()
+                );
+            })
+        }
+        Command::GapReal {
+            mode,
+            version,
+            full,
+            suite,
+            repeat,
+        } => gap_real_steps::run(&gap_real_steps::Request {
+            version,
+            mode,
+            full,
+            suite,
+            repeat,
         }),
-        Command::GapReal { mode, full } => gap_real::run_mode(&mode, full),
         Command::Wheel { python } => wheel::run(&python),
         Command::InterpoolTest { python, quick } => wheel::test(&python, quick),
     };

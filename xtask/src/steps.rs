@@ -12,6 +12,30 @@ pub fn root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// Cargo's target directory for the workspace (`CARGO_TARGET_DIR`, a configured
+/// `build.target-dir`, or `<root>/target`), as `cargo metadata` reports it: where xtask
+/// keeps what it builds besides cargo's own output (the real-GAP builds), so that a
+/// read-only checkout works with a target directory elsewhere.
+pub fn target_dir() -> Result<PathBuf> {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    if let Some(d) = DIR.get() {
+        return Ok(d.clone());
+    }
+    let mut meta = cargo();
+    meta.args(["metadata", "--format-version", "1", "--no-deps"])
+        .stderr(std::process::Stdio::inherit());
+    let out = meta.output().context("running cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed ({})", out.status);
+    }
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("reading cargo metadata's output")?;
+    let Some(dir) = v["target_directory"].as_str() else {
+        bail!("cargo metadata reported no target_directory");
+    };
+    Ok(DIR.get_or_init(|| PathBuf::from(dir)).clone())
+}
+
 /// A `cargo` command run from the workspace root, using the cargo that started xtask.
 pub fn cargo() -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -101,6 +125,13 @@ fn describe(cmd: &Command) -> String {
         out.push_str(&arg.to_string_lossy());
     }
     out
+}
+
+/// This xtask binary, for steps that are xtask subcommands (run from the workspace root).
+pub fn xtask() -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap_or_else(|_| "cargo-xtask".into()));
+    cmd.current_dir(root());
+    cmd
 }
 
 /// Whether `program` is on the PATH.

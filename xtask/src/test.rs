@@ -1,6 +1,7 @@
 //! `cargo xtask test`: everything CI checks, in order.
 
-use crate::steps::{cargo, succeeds, Steps};
+use crate::gap_real::GapVersion;
+use crate::steps::{cargo, succeeds, xtask, Steps};
 use anyhow::{bail, Result};
 use std::process::Command;
 
@@ -36,19 +37,19 @@ pub fn run(full: bool) -> Result<()> {
     }
     let mut steps = Steps::new("test", plan.len());
     for (name, cmd) in plan {
-        steps.run(name, cmd)?;
+        steps.run(&name, cmd)?;
     }
     steps.finish();
     Ok(())
 }
 
 /// The steps, in order: the cheap static checks first, then the test suites.
-fn plan(full: bool) -> Vec<(&'static str, Command)> {
+fn plan(full: bool) -> Vec<(String, Command)> {
     let mut plan = Vec::new();
 
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
-    plan.push(("formatting (cargo fmt --check)", fmt));
+    plan.push(("formatting (cargo fmt --check)".into(), fmt));
 
     // Clippy checks in a target directory of its own: its metadata-only builds of the
     // cdylib crates (the `artifact` crates) would otherwise sit next to the test build's unhashed rlibs, and rustdoc
@@ -65,7 +66,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         "-D",
         "warnings",
     ]);
-    plan.push(("lints (cargo clippy -D warnings)", clippy));
+    plan.push(("lints (cargo clippy -D warnings)".into(), clippy));
 
     // Ready to publish: every library crate packaged (metadata, path dependencies with
     // versions, no file outside the package) and built from its tarball alone, in
@@ -82,19 +83,19 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         "target/publish",
     ]);
     plan.push((
-        "packages build from their tarballs (cargo publish --workspace --dry-run)",
+        "packages build from their tarballs (cargo publish --workspace --dry-run)".into(),
         publish,
     ));
 
     let mut test = cargo();
     test.args(["test", "--workspace"]);
-    plan.push(("unit, integration and tidy tests (cargo test)", test));
+    plan.push(("unit, integration and tidy tests (cargo test)".into(), test));
 
     let mut gc_valgrind = cargo();
     gc_valgrind
         .args(["test", "-p", "gc-core-capi", "--test", "it", "c_programs::"])
         .env("GC_CORE_VALGRIND", "1");
-    plan.push(("gc-core C test program under valgrind", gc_valgrind));
+    plan.push(("gc-core C test program under valgrind".into(), gc_valgrind));
 
     let mut cons_valgrind = cargo();
     cons_valgrind
@@ -108,7 +109,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         ])
         .env("GC_CONSERVATIVE_VALGRIND", "1");
     plan.push((
-        "gc-conservative GCBench (conservative roots only, stress mode) under valgrind",
+        "gc-conservative GCBench (conservative roots only, stress mode) under valgrind".into(),
         cons_valgrind,
     ));
 
@@ -127,7 +128,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     ])
     .env("RUSTFLAGS", "--cfg loom")
     .env("LOOM_MAX_PREEMPTIONS", "4");
-    plan.push(("gil: loom models (bounded preemptions)", loom));
+    plan.push(("gil: loom models (bounded preemptions)".into(), loom));
 
     // gc-core: the parallel marker's termination protocol under loom (same target
     // directory as gil's models).
@@ -146,7 +147,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         .env("RUSTFLAGS", "--cfg loom")
         .env("LOOM_MAX_PREEMPTIONS", "4");
     plan.push((
-        "gc-core: loom models of parallel marking (bounded preemptions)",
+        "gc-core: loom models of parallel marking (bounded preemptions)".into(),
         gc_loom,
     ));
 
@@ -156,7 +157,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     valgrind
         .args(["test", "-p", "gil-capi", "--test", "it", "c_program::"])
         .env("GIL_VALGRIND", "1");
-    plan.push(("gil: C ABI program under valgrind", valgrind));
+    plan.push(("gil: C ABI program under valgrind".into(), valgrind));
 
     // gc-runtime: the C program (five threads, four blocked while another collects;
     // misuse) under valgrind.
@@ -164,7 +165,10 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
     runtime_valgrind
         .args(["test", "-p", "gc-runtime", "--test", "it", "c_programs::"])
         .env("GC_RUNTIME_VALGRIND", "1");
-    plan.push(("gc-runtime: C program under valgrind", runtime_valgrind));
+    plan.push((
+        "gc-runtime: C program under valgrind".into(),
+        runtime_valgrind,
+    ));
 
     // minigap: a short run of the kernel in two threads under GC stress, under valgrind.
     let mut minigap_valgrind = cargo();
@@ -179,7 +183,7 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         ])
         .env("MINIGAP_VALGRIND", "1");
     plan.push((
-        "minigap kernel (two threads, GC stress) under valgrind",
+        "minigap kernel (two threads, GC stress) under valgrind".into(),
         minigap_valgrind,
     ));
 
@@ -197,44 +201,43 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         ])
         .env("REFBRIDGE_VALGRIND", "1");
     plan.push((
-        "refbridge C program (CPython C-API style) under valgrind",
+        "refbridge C program (CPython C-API style) under valgrind".into(),
         refbridge_valgrind,
     ));
 
-    // Real GAP 4.12.1 on our GC (xtask/src/gap_real.rs): its kernel built against the
-    // Julia-compatibility prefix, a representative part of testinstall (everything with
-    // --full) in each mode; skipped with a message where the kernel sources are absent.
-    let modes: &[(&'static str, &'static str)] =
-        if full {
-            &[
-            ("ours", "real GAP on gc-core: all of testinstall"),
-            ("stress", "real GAP on gc-core: all of testinstall under GC stress"),
-            ("verify", "real GAP on gc-core: all of testinstall in verify mode"),
-            (
-                "parallel",
-                "real GAP on gc-core: all of testinstall, two mark threads, YoungRef per thread",
-            ),
-        ]
-        } else {
-            &[
-                ("ours", "real GAP on gc-core: 48 testinstall files"),
-                (
-                    "stress",
-                    "real GAP on gc-core: 48 testinstall files under GC stress",
-                ),
-                (
-                    "verify",
-                    "real GAP on gc-core: 48 testinstall files in verify mode",
-                ),
-            ]
-        };
-    for (mode, name) in modes {
-        let mut gap = xtask();
-        gap.args(["gap-real", mode]);
-        if full {
-            gap.arg("--full");
+    // Real GAP on our GC (xtask/src/gap_real.rs, gap_real_steps.rs): GAP 4.12.1 (a
+    // Julia 1.6 client) and 4.15.1 (a Julia 1.10 client, marking in parallel) built
+    // against prefixes made by `cargo xtask julia-prefix`, a representative part of
+    // testinstall (every file with --full) in each mode; skipped with a message where
+    // the source trees are absent.
+    for version in GapVersion::ALL {
+        let v = version.as_str();
+        let mut modes = vec!["ours", "stress", "verify"];
+        if full && version == GapVersion::V4_12_1 {
+            modes.push("parallel");
         }
-        plan.push((*name, gap));
+        for mode in modes {
+            let mut gap = xtask();
+            gap.args(["gap-real", "--gap", v, mode]);
+            if full {
+                gap.arg("--full");
+            }
+            plan.push((gap_step_name(version, mode, full), gap));
+        }
+        if full && version == GapVersion::V4_15_1 {
+            let mut repeat = xtask();
+            repeat.args(["gap-real", "--gap", v, "ours", "--repeat", "20"]);
+            plan.push((
+                "real GAP 4.15.1 on gc-core: its testinstall part 20 times in a row, parallel marking".into(),
+                repeat,
+            ));
+            let mut standard = xtask();
+            standard.args(["gap-real", "--gap", v, "ours", "--suite", "teststandard"]);
+            plan.push((
+                "real GAP 4.15.1 on gc-core: teststandard, timed against GASMAN".into(),
+                standard,
+            ));
+        }
     }
 
     // interpool (integration-tests/interpool): the Python package's wheels, each in a
@@ -247,23 +250,40 @@ fn plan(full: bool) -> Vec<(&'static str, Command)> {
         interpool.args(["--python", "3.11,3.13"]);
     }
     plan.push((
-        "interpool: wheels, pytest suite and CPython's concurrent.futures tests",
+        "interpool: wheels, pytest suite and CPython's concurrent.futures tests".into(),
         interpool,
     ));
 
     let mut doc = cargo();
     doc.args(["doc", "--workspace", "--no-deps"])
         .env("RUSTDOCFLAGS", "-D warnings");
-    plan.push(("documentation (cargo doc, warnings denied)", doc));
+    plan.push(("documentation (cargo doc, warnings denied)".into(), doc));
 
     plan
 }
 
-/// This xtask binary, for steps that are xtask subcommands.
-fn xtask() -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap_or_else(|_| "cargo-xtask".into()));
-    cmd.current_dir(crate::steps::root());
-    cmd
+/// The name of a real-GAP step.
+fn gap_step_name(version: GapVersion, mode: &str, full: bool) -> String {
+    let what = if full {
+        "all of testinstall".to_string()
+    } else {
+        format!("{} testinstall files", version.representative().len())
+    };
+    let how = match mode {
+        "ours" => "",
+        "stress" => " under GC stress",
+        "verify" => " in verify mode",
+        _ => ", two mark threads, YoungRef per thread",
+    };
+    let marking = if version == GapVersion::V4_15_1 {
+        ", parallel marking"
+    } else {
+        ""
+    };
+    format!(
+        "real GAP {} on gc-core: {what}{how}{marking}",
+        version.as_str()
+    )
 }
 
 /// Programs the test suites run: elf-loader's tests build C and C++ fixtures (gcc,

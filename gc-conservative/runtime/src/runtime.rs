@@ -178,7 +178,7 @@ impl Shared {
                 Some(_) => gc_conservative::scan_task_filtered(m, task, &mut |o| self.accept(o)),
             };
         }
-        let key = task as *const Task as usize;
+        let key = task.c_handle() as usize;
         let regs = self
             .threads()
             .iter()
@@ -732,7 +732,7 @@ impl Runtime {
             ));
         }
         // SAFETY: a task handed to a task scanner is registered and alive (caller).
-        let task = unsafe { &*(task as *const Task) };
+        let task = unsafe { gc::task_from_ptr(task) };
         // SAFETY: gc_current_mutator() is null or this thread's own ptls.
         unsafe {
             gc::with_active_marker(gc::gc_current_mutator(), WHAT, |mk| {

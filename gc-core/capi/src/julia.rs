@@ -10,10 +10,22 @@
 //! (`cargo xtask julia-prefix`) wraps that header as `julia.h`.
 //!
 //! `jl_init()` in the prefix's `julia.h` expands to `jl_gc_compat_init(major, minor)`
-//! with the Julia version the client was compiled for: a client written for a Julia
-//! before 1.10 (whose collector marked on one thread) gets one mark thread unless the
-//! environment asks for more (`GC_CORE_MARK_THREADS`), because its mark functions may
-//! keep state in globals (GAP 4.12's `YoungRef`).
+//! with the Julia version the client was compiled for, and the runtime behaves as that
+//! Julia's did:
+//! - before 1.10 (GAP 4.12: Julia's collector marked on one thread): one mark thread
+//!   unless the environment asks for more (`GC_CORE_MARK_THREADS`), because the client's
+//!   mark functions may keep state in globals (GAP 4.12's `YoungRef`); task scanners on
+//!   the collecting thread, once per task, at the roots (the seed's way);
+//! - 1.10 and later (GAP 4.13+): parallel marking by default (one mark thread per core),
+//!   mark functions given the `ptls` of the thread that marks (as always here), task
+//!   scanners called as Julia 1.10 calls them: as mark work, by whichever marking
+//!   thread takes the task, with "is its thread's root task" as second argument
+//!   (`TaskScan::WhileMarking`); `jl_ver_string` answers the version.
+//!
+//! `jl_n_gcthreads` is the number of threads that mark (Julia 1.10 counts only its
+//! helper threads, the collecting thread marking too): a client tests `jl_n_gcthreads >
+//! 1` to know whether its task scanner may run on two threads at once (GAP 4.15's
+//! mutex), which with Julia's count would be false for two marking threads.
 
 use super::{
     cur, gc_current_task, gc_default_heap, gc_run_all_finalizers, gc_set_finalizers_at_safepoints,
@@ -22,10 +34,10 @@ use super::{
 };
 use ffi_support::guard;
 use gc_core::ffi::current_ptls;
-use gc_core::{ForeignTypeSpec, MarkProc, SweepProc, Task};
-use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
-use std::sync::Once;
+use gc_core::{ForeignTypeSpec, MarkProc, SweepProc, TaskScan};
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
+use std::sync::{Once, OnceLock};
 
 /// Storage behind `jl_main_module`: a module is opaque to clients and never read here.
 static MAIN_MODULE: u64 = 0;
@@ -62,35 +74,60 @@ pub static jl_nothing: AtomicPtr<jl_value_t> = AtomicPtr::new(std::ptr::null_mut
 #[no_mangle]
 pub static jl_n_threads: AtomicI32 = AtomicI32::new(0);
 
-/// `jl_n_gcthreads`: collector threads besides the collecting one (Julia 1.10's
-/// meaning), set by `jl_init` from the default heap's `mark_threads`.
+/// `jl_n_gcthreads`: the threads that mark in a collection (the collecting thread and
+/// the helpers; Julia 1.10 counts only the helpers, see the module documentation), set
+/// by `jl_init` from the default heap's `mark_threads`.
 #[no_mangle]
 pub static jl_n_gcthreads: AtomicI32 = AtomicI32::new(0);
 
-/// The version `jl_ver_string` reports (Julia's format, our build tag).
-const VERSION: &std::ffi::CStr = c"1.6.0-gccore";
+/// The version `jl_ver_string` reports before any `jl_init` (Julia's format, our build
+/// tag).
+const DEFAULT_VERSION: &std::ffi::CStr = c"1.6.0-gccore";
 
-/// Julia versions before this one marked on one thread.
+/// The version `jl_ver_string` reports: the one the first `jl_gc_compat_init` was given.
+static VERSION: OnceLock<CString> = OnceLock::new();
+
+/// Julia versions before this one marked on one thread and scanned tasks at the roots;
+/// from it on, in parallel, tasks as mark work.
 const PARALLEL_MARK_SINCE: (c_int, c_int) = (1, 10);
+
+/// Whether the client initialised itself as Julia 1.10 or later (see
+/// `jl_active_task_stack`).
+static CLIENT_1_10: AtomicBool = AtomicBool::new(false);
 
 /// What `jl_init()` expands to in the prefix's `julia.h`: `jl_init` for a client compiled
 /// against Julia `major.minor`. A client written for a Julia before 1.10 gets one mark
 /// thread (its mark functions may keep state in globals, as GAP 4.12's do) unless
-/// `GC_CORE_MARK_THREADS` asks for more: parallel marking is then an explicit opt-in.
+/// `GC_CORE_MARK_THREADS` asks for more (parallel marking is then an explicit opt-in),
+/// and its task scanner runs at the roots. A client written for 1.10 or later marks in
+/// parallel (one thread per core unless `GC_CORE_MARK_THREADS` says otherwise), and its
+/// task scanner runs as Julia 1.10 runs it (`TaskScan::WhileMarking`).
 #[no_mangle]
 pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
     guard("jl_gc_compat_init", (), || {
-        if (major, minor) < PARALLEL_MARK_SINCE
-            && std::env::var_os("GC_CORE_MARK_THREADS").is_none()
-        {
+        VERSION.get_or_init(|| {
+            CString::new(format!("{major}.{minor}.0-gccore"))
+                .unwrap_or_else(|_| DEFAULT_VERSION.into())
+        });
+        let parallel = (major, minor) >= PARALLEL_MARK_SINCE;
+        CLIENT_1_10.store(parallel, Ordering::Relaxed);
+        if !parallel && std::env::var_os("GC_CORE_MARK_THREADS").is_none() {
             super::set_default_mark_threads(1);
+        }
+        // SAFETY: the default heap is live for the process.
+        if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_init") } {
+            heap.set_task_scan(if parallel {
+                TaskScan::WhileMarking
+            } else {
+                TaskScan::AtRoots
+            });
         }
         init_default();
     })
 }
 
 /// `jl_init` proper: the default heap, the calling thread attached (finalizers run at its
-/// safepoints), the built-in types published.
+/// safepoints), the built-in types and the thread counts published.
 pub(super) fn init_default() {
     let heap = gc_default_heap();
     if current_ptls().is_null() {
@@ -104,9 +141,16 @@ pub(super) fn init_default() {
     static TYPES: Once = Once::new();
     TYPES.call_once(publish_types);
     update_thread_count();
+    // SAFETY: the default heap is live for the process.
+    if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_init") } {
+        jl_n_gcthreads.store(
+            heap.mark_threads().min(i32::MAX as usize) as i32,
+            Ordering::Release,
+        );
+    }
 }
 
-/// Sets `jl_any_type`, `jl_datatype_type`, `jl_weakref_type` and `jl_n_gcthreads`.
+/// Sets `jl_any_type`, `jl_datatype_type` and `jl_weakref_type`.
 fn publish_types() {
     // SAFETY: the default heap is live for the process.
     let Some(heap) = (unsafe { super::heap_ref(gc_default_heap(), "jl_init") }) else {
@@ -135,12 +179,6 @@ fn publish_types() {
         .as_ptr()
         .cast::<jl_datatype_t>();
     jl_weakref_type.store(weak, Ordering::Release);
-    let helpers = match heap.config().mark_threads {
-        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
-        n => n,
-    }
-    .saturating_sub(1);
-    jl_n_gcthreads.store(helpers.min(i32::MAX as usize) as i32, Ordering::Release);
 }
 
 /// Refreshes `jl_n_threads` from the default heap.
@@ -161,10 +199,14 @@ pub extern "C" fn jl_get_current_task() -> *mut jl_task_t {
     })
 }
 
-/// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`: from
-/// its saved stack pointer when the task's thread is stopped or the coroutine recorded
-/// one, else the whole stack; from the caller's frame for the calling thread's own task)
-/// and the whole stack (`[total_start, total_end)`). All four are NULL for a NULL task.
+/// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`) and
+/// the whole stack (`[total_start, total_end)`). The calling thread's own task is in use
+/// from the caller's frame. Another task, for a client written for Julia before 1.10:
+/// from its saved stack pointer when its thread is stopped or the coroutine recorded
+/// one, else the whole stack; for a 1.10 client: the whole stack, as Julia 1.10 reports
+/// it (its stack buffer), because such a client skips the first 32 KiB of it as Julia's
+/// guard pages (GAP 4.15's `jl_guard_size`), which from a saved stack pointer would skip
+/// the task's innermost frames. All four are NULL for a NULL task.
 ///
 /// # Safety
 /// `task` null or a registered task; the four out-pointers null or writable.
@@ -182,13 +224,15 @@ pub unsafe extern "C" fn jl_active_task_stack(
             set_error("jl_active_task_stack: task is NULL");
         } else {
             // SAFETY: a registered task per the caller.
-            let t = unsafe { &*(task as *const Task) };
+            let t = unsafe { super::task_from_ptr(task.cast()) };
             (t0, t1) = t.stack_bounds();
             let own = task == jl_get_current_task();
             let sp = if own {
                 // The caller's frame is below this one's locals.
                 let here = 0u8;
                 std::ptr::addr_of!(here) as usize
+            } else if CLIENT_1_10.load(Ordering::Relaxed) {
+                t0
             } else {
                 t.saved_sp()
             };
@@ -314,11 +358,13 @@ extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void)
     }
 }
 
-/// `jl_ver_string`: the Julia version this library stands in for, with a build tag
-/// (`1.6.0-gccore`).
+/// `jl_ver_string`: the Julia version this library stands in for, with a build tag:
+/// the version the client's `jl_init` gave (`1.10.0-gccore`), `1.6.0-gccore` before it.
 #[no_mangle]
 pub extern "C" fn jl_ver_string() -> *const c_char {
-    VERSION.as_ptr()
+    VERSION
+        .get()
+        .map_or(DEFAULT_VERSION.as_ptr(), |v| v.as_ptr())
 }
 
 /// `jl_set_const`: nothing to do. Julia binds `value` in `module` (which also keeps it

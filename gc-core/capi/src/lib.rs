@@ -98,7 +98,7 @@ pub struct gc_task_t {
 }
 
 fn task_ptr(t: &std::sync::Arc<Task>) -> *mut gc_task_t {
-    std::sync::Arc::as_ptr(t) as *mut gc_task_t
+    t.c_handle().cast()
 }
 
 /// A persistent root (`gc_root_t`).
@@ -372,6 +372,7 @@ pub unsafe extern "C" fn gc_heap_new(cfg: *const gc_config_t) -> *mut gc_heap_t 
                 verify: c.verify != 0,
                 keep_free_pages: c.keep_free_pages,
                 mark_threads: c.mark_threads,
+                task_scan: HeapConfig::default().task_scan,
                 parallel_threshold: HeapConfig::default().parallel_threshold,
                 lazy_sweep: c.lazy_sweep != 0,
                 young_weight: c.young_weight,
@@ -472,7 +473,7 @@ extern "C" fn write_default_stats() {
         big_bytes += size as u64;
     });
     let json = format!(
-        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"total_mark_ms\": {:.3}, \"objects_marked\": {}, \"total_sweep_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}}}\n",
+        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"total_mark_ms\": {:.3}, \"objects_marked\": {}, \"total_sweep_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}, \"parallel_drains\": {}}}\n",
         s.full_collections,
         s.partial_collections,
         s.objects_allocated,
@@ -493,7 +494,8 @@ extern "C" fn write_default_stats() {
         s.sweep_functions_run,
         s.weak_refs_cleared,
         s.verify_errors,
-        h.heap.config().mark_threads,
+        h.heap.mark_threads(),
+        s.parallel_drains,
     );
     if let Err(e) = std::fs::write(&path, json) {
         eprintln!("gc-core: cannot write GC_CORE_STATS_FILE {path:?}: {e}");
@@ -1220,7 +1222,7 @@ fn callback_of(kind: c_int, f: *mut c_void) -> Option<Callback> {
             >(f)),
             GC_CB_TASK_SCANNER => Callback::c_task_scanner(std::mem::transmute::<
                 *mut c_void,
-                unsafe extern "C" fn(*mut Task, c_int),
+                unsafe extern "C" fn(*mut c_void, c_int),
             >(f)),
             GC_CB_NOTIFY_EXTERNAL_ALLOC => Callback::c_external_alloc(std::mem::transmute::<
                 *mut c_void,
@@ -1420,7 +1422,7 @@ pub unsafe extern "C" fn gc_task_set_sp(task: *mut gc_task_t, sp: *mut c_void) {
             return;
         }
         // SAFETY: a registered task per the caller.
-        unsafe { &*(task as *const Task) }.set_saved_sp(sp as usize);
+        unsafe { task_from_ptr(task) }.set_saved_sp(sp as usize);
     })
 }
 
@@ -1440,7 +1442,7 @@ pub unsafe extern "C" fn gc_task_stack(
             return err_code();
         }
         // SAFETY: a registered task per the caller.
-        let (l, h) = unsafe { &*(task as *const Task) }.stack_bounds();
+        let (l, h) = unsafe { task_from_ptr(task) }.stack_bounds();
         // SAFETY: writable when non-null per the caller.
         unsafe {
             if !lo.is_null() {
@@ -2226,7 +2228,11 @@ pub extern "C" fn jl_gc_thread_detach() -> c_int {
     })
 }
 
-/// The calling thread's `ptls`; NULL if not attached.
+/// The calling thread's `ptls`: its attached mutator's, or, on one of a heap's collector
+/// helper threads (a mark function or task scanner running there), that thread's own
+/// record, as Julia's GC threads have a `ptls` of their own (GAP 4.15's task scanner
+/// marks from `jl_get_ptls_states()` on whichever thread marks the task). NULL (and an
+/// error) on any other thread.
 #[no_mangle]
 pub extern "C" fn jl_get_ptls_states() -> jl_ptls_t {
     let m = cur();
@@ -2512,7 +2518,7 @@ pub unsafe extern "C" fn jl_task_stack_buffer(
             return std::ptr::null_mut();
         }
         // SAFETY: registered task per the caller.
-        let (lo, hi) = unsafe { &*(task as *const Task) }.stack_bounds();
+        let (lo, hi) = unsafe { task_from_ptr(task.cast()) }.stack_bounds();
         // SAFETY: writable when non-null.
         unsafe {
             if !size.is_null() {
@@ -2753,6 +2759,6 @@ pub unsafe fn with_active_marker<R>(
 /// `task` is non-null and a registered, live task (what a task scanner is given), for
 /// as long as the returned reference is used.
 pub unsafe fn task_from_ptr<'a>(task: *mut gc_task_t) -> &'a gc_core::Task {
-    // SAFETY: forwarded from the caller: gc_task_t pointers are `Arc<Task>` payloads.
-    unsafe { &*(task as *const gc_core::Task) }
+    // SAFETY: forwarded from the caller: gc_task_t pointers are tasks' C handles.
+    unsafe { gc_core::Task::from_c_handle(task as *const c_void) }
 }

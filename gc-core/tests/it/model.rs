@@ -220,12 +220,12 @@ struct World {
 }
 
 impl World {
-    /// `parallel`: two collector threads, lazy sweeping, no verify mode (which marks on
-    /// one thread); otherwise the verify mode checks every barrier and reference.
+    /// `parallel`: two collector threads and lazy sweeping; the verify mode checks every
+    /// barrier and reference either way (on every collector thread).
     fn new(parallel: bool) -> World {
         let heap = Heap::new(HeapConfig {
             min_interval: 256 << 10,
-            verify: !parallel,
+            verify: true,
             mark_threads: if parallel { 2 } else { 1 },
             // Small heaps: wake the helper at once, or it would never mark.
             parallel_threshold: 0,

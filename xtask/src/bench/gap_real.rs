@@ -14,7 +14,7 @@
 //! their spread. `GAP_REAL_RUNS` sets the number of rounds (default 3).
 
 use super::report::Report;
-use crate::gap_real::{self, Build, RawRun, Variant};
+use crate::gap_real::{self, Build, GapVersion, RawRun, Variant};
 use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -150,18 +150,23 @@ fn run_workload(build: &Build, env: &[(&str, String)], name: &str, code: &str) -
 fn run_testinstall(build: &Build, env: &[(&str, String)], files: &[String]) -> Result<Sample> {
     let out = gap_real::run_files(
         build,
+        "testinstall",
         files,
         env,
         "bench-testinstall",
         Duration::from_secs(3600),
         build.variant == Variant::Gasman,
     )?;
-    let v = gap_real::verdict(&out);
-    if !v.failed.is_empty() {
+    let failed: Vec<&str> = out
+        .files
+        .iter()
+        .filter(|r| r.failures != Some(0))
+        .map(|r| r.file.as_str())
+        .collect();
+    if !failed.is_empty() {
         bail!(
-            "testinstall ({:?}) failed: {:?}; output in {}",
+            "testinstall ({:?}) failed: {failed:?}; output in {}",
             build.variant,
-            v.failed,
             out.raw.log.display()
         );
     }
@@ -181,11 +186,12 @@ fn median(mut v: Vec<f64>) -> (f64, f64) {
 
 /// `cargo xtask bench gap-real`.
 pub fn run() -> Result<()> {
-    let Some(src) = gap_real::sources() else {
+    let version = GapVersion::V4_12_1;
+    let Some(tar) = gap_real::tarball(version) else {
         return Ok(());
     };
     gap_real::ensure_system()?;
-    let prefix = gap_real::prefix()?;
+    let prefix = gap_real::prefix(version.julia())?;
     let runs: usize = std::env::var("GAP_REAL_RUNS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -194,9 +200,9 @@ pub fn run() -> Result<()> {
     let configs = configs();
     let mut builds = Vec::new();
     for (variant, _, _) in &configs {
-        builds.push(gap_real::build(&src, *variant, &prefix)?);
+        builds.push(gap_real::build(&tar, version, *variant, &prefix)?);
     }
-    let files = gap_real::all_files(&builds[0].dir)?;
+    let files = gap_real::all_files(&builds[0].dir, "testinstall")?;
     let mut names: Vec<&str> = vec!["testinstall"];
     names.extend(WORKLOADS.iter().map(|(n, _)| *n));
     let mut samples: BTreeMap<(String, &str), Vec<Sample>> = BTreeMap::new();

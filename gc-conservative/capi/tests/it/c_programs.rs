@@ -41,9 +41,11 @@ fn build(source: &str, name: &str) -> PathBuf {
     .build()
 }
 
-fn build_julia(source: &str, name: &str) -> PathBuf {
+fn build_julia(source: &str, name: &str, flags: &[&str]) -> PathBuf {
     let (_, workspace) = dirs();
     let gc_core = workspace.join("gc-core").join("include");
+    let mut all = vec!["-pthread"];
+    all.extend_from_slice(flags);
     CProgram::new(
         Path::new(env!("CARGO_MANIFEST_DIR")).join(source),
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(name),
@@ -51,13 +53,13 @@ fn build_julia(source: &str, name: &str) -> PathBuf {
     .include(gc_core.join("julia"))
     .include(gc_core)
     .link(lib_dir(), "gc_conservative")
-    .flags(&["-pthread"])
+    .flags(&all)
     .build()
 }
 
 fn julia_runtime() -> &'static Path {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
-    EXE.get_or_init(|| build_julia("tests/c/julia_runtime.c", "julia_runtime"))
+    EXE.get_or_init(|| build_julia("tests/c/julia_runtime.c", "julia_runtime", &[]))
 }
 
 /// The Julia runtime names of the Julia-compatibility prefix (`julia.h`), used as an
@@ -94,16 +96,147 @@ const SIGSEGV: i32 = 11;
 
 /// A client compiled against the prefix's Julia 1.6 marks on one thread (its mark
 /// functions may keep state in globals, as GAP 4.12's do); GC_CORE_MARK_THREADS opts in.
+/// `jl_n_gcthreads` counts the threads that mark.
 #[test]
 fn julia_1_6_clients_mark_on_one_thread_unless_asked() {
     let one = run(Command::new(julia_runtime())
         .arg("threads")
         .env_remove("GC_CORE_MARK_THREADS"));
-    assert!(one.contains("gcthreads=0"), "{one}");
+    assert!(one.contains("gcthreads=1"), "{one}");
     let two = run(Command::new(julia_runtime())
         .arg("threads")
         .env("GC_CORE_MARK_THREADS", "2"));
-    assert!(two.contains("gcthreads=1"), "{two}");
+    assert!(two.contains("gcthreads=2"), "{two}");
+}
+
+/// `tests/c/julia_versions.c` compiled for a Julia 1.`minor` client (as the prefix's
+/// `julia_version.h` says for `--julia-version 1.minor`).
+fn julia_versions(minor: u32) -> &'static Path {
+    static V6: OnceLock<PathBuf> = OnceLock::new();
+    static V10: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, flag) = match minor {
+        6 => (&V6, "-DGC_COMPAT_JULIA_MINOR=6"),
+        10 => (&V10, "-DGC_COMPAT_JULIA_MINOR=10"),
+        _ => panic!("the prefix speaks 1.6 and 1.10"),
+    };
+    cell.get_or_init(|| {
+        build_julia(
+            "tests/c/julia_versions.c",
+            &format!("julia_versions_1_{minor}"),
+            &[flag],
+        )
+    })
+}
+
+/// Runs a case of `julia_versions` for 1.`minor` with the environment `env` (the
+/// collector's knobs otherwise unset) and returns the value of `key=` in its "ok" line.
+fn versions_case(minor: u32, case: &str, env: &[(&str, &str)], key: &str) -> String {
+    let mut cmd = Command::new(julia_versions(minor));
+    cmd.arg(case)
+        .env_remove("GC_CORE_MARK_THREADS")
+        .env_remove("GC_CORE_PARALLEL_THRESHOLD");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run(&mut cmd);
+    assert!(out.contains(&format!("{case}: ok")), "{out}");
+    out.split(|c: char| c.is_whitespace() || c == '(' || c == ')')
+        .find_map(|kv| kv.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("{key}= missing: {out}"))
+        .to_string()
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `jl_init` tells the runtime which Julia the client is written for: a 1.6 client marks
+/// on one thread, a 1.10 client on one thread per core (at least 2 on a 2-core machine),
+/// `jl_n_gcthreads` says how many, and `jl_ver_string` answers the version.
+#[test]
+fn julia_clients_mark_on_the_threads_of_their_version() {
+    assert_eq!(versions_case(6, "threads", &[], "version"), "1.6.0-gccore");
+    assert_eq!(versions_case(6, "threads", &[], "gcthreads"), "1");
+    assert_eq!(
+        versions_case(10, "threads", &[], "version"),
+        "1.10.0-gccore"
+    );
+    assert_eq!(
+        versions_case(10, "threads", &[], "gcthreads"),
+        cores().to_string()
+    );
+    let three = [("GC_CORE_MARK_THREADS", "3")];
+    assert_eq!(versions_case(10, "threads", &three, "gcthreads"), "3");
+    assert_eq!(versions_case(6, "threads", &three, "gcthreads"), "3");
+}
+
+/// Mark functions get the `ptls` of the thread that runs them (the one
+/// `jl_get_ptls_states()` returns there), on as many threads as `jl_n_gcthreads` says:
+/// one for a 1.6 client by default, two or more for a 1.10 client (and for a 1.6 client
+/// that opts in).
+#[test]
+fn mark_functions_get_the_ptls_of_the_thread_that_marks() {
+    let now = [("GC_CORE_PARALLEL_THRESHOLD", "0")];
+    assert_eq!(versions_case(6, "ptls", &now, "marked_by"), "1");
+    let two = [
+        ("GC_CORE_PARALLEL_THRESHOLD", "0"),
+        ("GC_CORE_MARK_THREADS", "2"),
+    ];
+    assert_eq!(versions_case(6, "ptls", &two, "marked_by"), "2");
+    assert_eq!(versions_case(10, "ptls", &two, "marked_by"), "2");
+    let by: usize = versions_case(10, "ptls", &now, "marked_by")
+        .parse()
+        .unwrap();
+    assert_eq!(
+        by >= 2,
+        cores() >= 2,
+        "a 1.10 client marks in parallel by default"
+    );
+}
+
+/// The task scanner: a 1.6 client's runs on the collecting thread, once per task, with
+/// "full collection" as second argument (also when it opts into parallel marking); a
+/// 1.10 client's runs as Julia 1.10 runs it, as mark work on whichever thread marks the
+/// task, several at once (its table guarded by a mutex because `jl_n_gcthreads > 1`),
+/// with "the root task of its thread" as second argument and the marking thread's own
+/// `ptls` from `jl_get_ptls_states()`. Both see a task as young (`bits.gc & 2` clear)
+/// and keep what only tasks hold.
+#[test]
+fn task_scanners_run_as_the_clients_julia_ran_them() {
+    let two = [
+        ("GC_CORE_PARALLEL_THRESHOLD", "0"),
+        ("GC_CORE_MARK_THREADS", "2"),
+    ];
+    assert_eq!(versions_case(6, "tasks", &[], "scanner_threads"), "1");
+    assert_eq!(versions_case(6, "tasks", &two, "scanner_threads"), "1");
+    assert_eq!(versions_case(6, "tasks", &two, "at_once"), "1");
+    assert_eq!(versions_case(10, "tasks", &two, "scanner_threads"), "2");
+    assert_eq!(versions_case(10, "tasks", &two, "at_once"), "2");
+    let one = [("GC_CORE_MARK_THREADS", "1")];
+    assert_eq!(versions_case(10, "tasks", &one, "at_once"), "1");
+}
+
+/// `jl_active_task_stack` of another thread's task (stopped in a GC-safe region): a 1.6
+/// client gets the part in use from its saved stack pointer; a 1.10 client the whole
+/// stack, as Julia 1.10 reports a task's stack buffer (GAP 4.15 skips its first 32 KiB
+/// as Julia's guard pages, which from the saved stack pointer would skip live frames).
+#[test]
+fn other_tasks_stacks_are_reported_as_the_clients_julia_did() {
+    assert_eq!(versions_case(6, "stack", &[], "other"), "from-sp");
+    assert_eq!(versions_case(10, "stack", &[], "other"), "whole");
+}
+
+/// `jl_astaggedvalue(v)->bits.gc`: Julia's bits for a 1.10 client (young 0, old 3,
+/// remembered 1 between collections; unmarked/marked while marking, old counted marked
+/// in partial collections), 0 throughout for a 1.6 client.
+#[test]
+fn gc_bits_are_julias_for_1_10_clients_and_young_for_1_6() {
+    for minor in [6, 10] {
+        let mut cmd = Command::new(julia_versions(minor));
+        cmd.arg("bits").env("GC_CORE_MARK_THREADS", "2");
+        let out = run(&mut cmd);
+        assert!(out.contains("bits: ok"), "1.{minor}: {out}");
+    }
 }
 
 fn conservative() -> &'static Path {
