@@ -106,8 +106,10 @@ ptrdiff_t gc_scan_range(gc_mutator_t *m, void *lo, void *hi);
  * conservatively, from a task scanner on the collecting thread, queueing only the
  * objects `filter` accepts (all of them if `filter` is NULL). For runtimes that install
  * their own task scanner instead of `gc_enable_conservative_scanning`'s, e.g. to accept
- * only words pointing at one type of object. Returns the words accepted, `RT_ERR_ARG`
- * (-1) for a NULL task, `RT_ERR_STATE` outside marking.
+ * only words pointing at one type of object. Returns the words accepted (0 for a task
+ * no longer registered with the heap being collected, whose stack is not read: a
+ * look-up linear in the number of tasks), `RT_ERR_ARG` (-1) for a NULL task,
+ * `RT_ERR_STATE` outside marking.
  *
  * # Safety
  * `m` is null or a mutator pointer; `task` is null or the task handed to the task

@@ -13,6 +13,8 @@
 //!   index fed by gc-core's notify_external_alloc/free callbacks.
 //! - [`scan_range`], [`scan_task`]: conservative scanning; [`scan_task_filtered`] keeps
 //!   only the objects a filter accepts (GAP accepts only words pointing at master pointers).
+//!   A task no longer registered with the heap being collected scans as nothing; a task
+//!   scanner, handed registered tasks, skips that check with the `_unchecked` variants.
 //! - [`enable_conservative_scanning`]: one call that makes every attached thread's stack
 //!   (and saved registers) a root of every collection.
 //! - [`new_conservative_type`]: a foreign type whose objects' bodies are scanned
@@ -50,7 +52,10 @@ mod scan;
 mod valgrind;
 
 pub use lookup::{base_ptr, internal_obj_base_ptr, is_internal_obj_alloc};
-pub use scan::{scan_range, scan_range_counting, scan_task, scan_task_filtered, ScanFilter};
+pub use scan::{
+    scan_range, scan_range_counting, scan_task, scan_task_filtered, scan_task_filtered_unchecked,
+    scan_task_unchecked, ScanFilter,
+};
 
 use gc_core::{
     Callback, ForeignTypeSpec, GcError, Heap, HeapId, MarkProc, Marker, ObjRef, SweepProc, TypeRef,
@@ -82,7 +87,8 @@ pub fn enable_conservative_scanning(heap: &Heap) -> Result<(), GcError> {
     // Objects allocated before the callbacks existed (inserting twice is harmless).
     heap.for_each_big_object(|obj, size| index::insert(obj.addr(), size, id))?;
     heap.add_callback(Callback::TaskScanner(Arc::new(|m, task, _| {
-        scan_task(m, task);
+        // SAFETY: the heap hands its task scanners its registered tasks.
+        unsafe { scan_task_unchecked(m, task) };
     })))?;
     enabled.push(heap.id());
     tracing::debug!(heap = %id, "conservative scanning enabled");

@@ -242,8 +242,10 @@ int32_t gc_runtime_blocking_end(struct gc_runtime_t *rt);
  * For a task scanner of the program's own (`conservative = 0`, installed with
  * `gc_set_callback(gc_runtime_heap(rt), GC_CB_TASK_SCANNER, ...)`): scans `task` as the
  * runtime's scanner would (its stack through the configured filter, and the registers
- * the runtime saved for its thread). Returns the words accepted, a negative
- * `GC_RUNTIME_ERR_*` code on error (outside a task scanner, NULL task, bad handle).
+ * the runtime saved for its thread). Returns the words accepted (a task no longer
+ * registered with the heap has its stack left unread: a look-up linear in the number
+ * of tasks), a negative `GC_RUNTIME_ERR_*` code on error (outside a task scanner, NULL
+ * task, bad handle).
  *
  * # Safety
  * `rt` is null or from `gc_runtime_new`; `task` is null or the task the calling task

@@ -169,13 +169,24 @@ impl Shared {
     }
 
     /// Scans `task`: its stack (filtered) when `stack`, and the registers the runtime
-    /// saved for it. Returns the words accepted.
-    pub fn scan(&self, m: &mut Marker<'_>, task: &Task, stack: bool) -> usize {
+    /// saved for it. Returns the words accepted. `handed` says the heap handed the task
+    /// to this runtime's task scanner (registered: its stack is scanned without looking
+    /// it up); otherwise (`gc_runtime_scan_task`, given any pointer) a task no longer
+    /// registered with the heap being collected scans as nothing (gc-conservative's
+    /// `scan_task`).
+    pub fn scan(&self, m: &mut Marker<'_>, task: &Task, stack: bool, handed: bool) -> usize {
         let mut found = 0;
         if stack {
-            found += match self.filter {
-                None => gc_conservative::scan_task(m, task),
-                Some(_) => gc_conservative::scan_task_filtered(m, task, &mut |o| self.accept(o)),
+            let mut accept = |o| self.accept(o);
+            found += match (self.filter, handed) {
+                (None, false) => gc_conservative::scan_task(m, task),
+                (Some(_), false) => gc_conservative::scan_task_filtered(m, task, &mut accept),
+                // SAFETY: the heap hands its task scanners its registered tasks.
+                (None, true) => unsafe { gc_conservative::scan_task_unchecked(m, task) },
+                // SAFETY: as above.
+                (Some(_), true) => unsafe {
+                    gc_conservative::scan_task_filtered_unchecked(m, task, &mut accept)
+                },
             };
         }
         let key = task.c_handle() as usize;
@@ -398,7 +409,7 @@ impl Runtime {
             }
             let s = shared.clone();
             let scanner = Callback::TaskScanner(Arc::new(move |m, task, _| {
-                s.scan(m, task, s.scan_stacks);
+                s.scan(m, task, s.scan_stacks, true);
             }));
             if let Err(e) = h.add_callback(scanner) {
                 return fail(Error::new(
@@ -736,7 +747,7 @@ impl Runtime {
         // SAFETY: gc_current_mutator() is null or this thread's own ptls.
         unsafe {
             gc::with_active_marker(gc::gc_current_mutator(), WHAT, |mk| {
-                self.shared.scan(mk, task, true) as isize
+                self.shared.scan(mk, task, true, false) as isize
             })
         }
         .ok_or_else(|| gc_error(WHAT))
