@@ -211,8 +211,8 @@ pub unsafe fn type_ready(tp: *mut PyTypeObject) -> Result<(), BridgeError> {
     unsafe { type_ready_with(tp, &DefaultSlots::RUST) }
 }
 
-/// `PyType_Ready`: checks the type (a name, `tp_basicsize` at least a `PyObject`,
-/// `tp_itemsize` not negative, `tp_traverse` if it has `Py_TPFLAGS_HAVE_GC`), fills in
+/// `PyType_Ready`: checks the type (a name, `tp_basicsize` at least a `PyObject` (so
+/// not negative), `tp_itemsize` not negative, `tp_traverse` if it has `Py_TPFLAGS_HAVE_GC`), fills in
 /// `tp_free` and `tp_dealloc` from `slots` where they are unset, and marks it ready.
 /// A ready type is left alone.
 ///
@@ -245,7 +245,8 @@ pub unsafe fn type_ready_with(
     if t.tp_name.is_null() {
         return Err(invalid(t, "has no tp_name".into()));
     }
-    if (t.tp_basicsize as usize) < std::mem::size_of::<PyObject>() || t.tp_itemsize < 0 {
+    // Compared signed: a negative size is refused, not read as a huge unsigned one.
+    if t.tp_basicsize < std::mem::size_of::<PyObject>() as PySsizeT || t.tp_itemsize < 0 {
         return Err(invalid(
             t,
             format!(

@@ -162,6 +162,35 @@ fn type_ready_checks_the_type_fills_in_the_default_slots_and_is_idempotent() {
     );
 }
 
+/// A negative `tp_basicsize` (-16, or -8 for a GC type) passed the size check as a huge
+/// unsigned number; the allocations then failed with "out of memory allocating
+/// 18446744073709551600 bytes" (trial B9).
+#[test]
+fn type_ready_refuses_a_negative_basicsize() {
+    for (name, size, flags) in [
+        (c"api.Neg", -16, 0),
+        (c"api.NegGc", -8, PY_TPFLAGS_DEFAULT | PY_TPFLAGS_HAVE_GC),
+    ] {
+        let t = Box::leak(Box::new(PyTypeObject::new(name, 0, flags)));
+        t.tp_basicsize = size;
+        t.tp_traverse = Some(cell_traverse);
+        // SAFETY: a leaked type object with sound functions.
+        let err = unsafe { refbridge::type_ready(t) }.unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "PyType_Ready: type {} has tp_basicsize {size} (at least 16) and tp_itemsize 0",
+                name.to_str().unwrap()
+            )
+        );
+        assert_eq!(
+            t.tp_flags & PY_TPFLAGS_READY,
+            0,
+            "not ready after a failure"
+        );
+    }
+}
+
 #[test]
 fn a_gc_object_is_made_tracked_counted_and_freed_through_the_rust_api() {
     let s = standalone();
