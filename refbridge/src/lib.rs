@@ -221,7 +221,7 @@ pub use pyerr::{
 };
 pub use refcount::{dealloc, decref, incref};
 pub use standalone::Standalone;
-pub use state::{BridgeConfig, EnterGuard, TRASHCAN_DEPTH};
+pub use state::{BridgeConfig, EnterGuard, MAX_PRESSURE_RETRIES, TRASHCAN_DEPTH};
 
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]

@@ -4,8 +4,10 @@
 //! (managed, native cycles, queue: [`crate::Bridge::collect`]); if usage stays above the
 //! trigger afterwards, the trigger doubles, up to `native_trigger_max` (GraalPy: 256 MiB
 //! doubling to 8 GiB). An allocation that would exceed the hard cap `native_cap` first
-//! retries up to `pressure_retries` collections, then fails with a clear error
-//! ([`crate::BridgeError::MemoryCap`], the pending error): never an abort.
+//! retries up to `pressure_retries` collections (at most
+//! [`crate::MAX_PRESSURE_RETRIES`]), then fails with a clear error
+//! ([`crate::BridgeError::MemoryCap`], the pending error): never an abort. A request
+//! larger than the cap itself fails at once.
 
 use crate::error::BridgeError;
 use crate::mem;
@@ -17,6 +19,11 @@ impl Inner {
     /// Allocates `size` counted bytes charged to this bridge, applying the pressure
     /// policy; an error when the cap or the system refuses.
     pub(crate) fn alloc_native(&self, size: usize, zero: bool) -> Result<NonNull<u8>, BridgeError> {
+        let cap = self.config.native_cap;
+        if size > cap {
+            // No collection can make room for it: refused before any runs.
+            return Err(self.over_cap(size, 0));
+        }
         let l = &self.local.0;
         let busy =
             l.in_pressure.get() || l.collecting.get() || l.draining.get() || l.in_collect.get();
@@ -31,7 +38,6 @@ impl Inner {
                 self.trigger.set(t);
             }
         }
-        let cap = self.config.native_cap;
         if self.account.bytes().saturating_add(size) > cap {
             let mut tried = 0;
             if !busy {
@@ -42,16 +48,8 @@ impl Inner {
                     tried += 1;
                 }
             }
-            let in_use = self.account.bytes();
-            if in_use.saturating_add(size) > cap {
-                let e = BridgeError::MemoryCap {
-                    requested: size,
-                    in_use,
-                    cap,
-                    collections: tried,
-                };
-                tracing::warn!("{e}");
-                return Err(e);
+            if self.account.bytes().saturating_add(size) > cap {
+                return Err(self.over_cap(size, tried));
             }
         }
         // SAFETY: the account lives as long as the bridge, and longer while blocks remain.
@@ -60,6 +58,20 @@ impl Inner {
             Some(p) => Ok(p),
             None => Err(BridgeError::OutOfMemory { size }),
         }
+    }
+
+    /// The error of an allocation of `size` bytes refused by the cap after `tried`
+    /// collections.
+    #[cold]
+    fn over_cap(&self, size: usize, tried: u32) -> BridgeError {
+        let e = BridgeError::MemoryCap {
+            requested: size,
+            in_use: self.account.bytes(),
+            cap: self.config.native_cap,
+            collections: tried,
+        };
+        tracing::warn!("{e}");
+        e
     }
 
     /// One collection forced by memory pressure (skipped where none may run).

@@ -20,6 +20,11 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+/// The most collections [`BridgeConfig::pressure_retries`] may ask for: an allocation
+/// over the cap collects at most this many times before it fails (each a full
+/// collection of the heap and the native objects).
+pub const MAX_PRESSURE_RETRIES: u32 = 100;
+
 /// Tuning and modes of a bridge.
 #[derive(Clone, Debug)]
 pub struct BridgeConfig {
@@ -41,9 +46,11 @@ pub struct BridgeConfig {
     /// (GraalPy: 8 GiB).
     pub native_trigger_max: usize,
     /// Hard cap on counted native bytes: an allocation that would go over it fails with
-    /// a clear error after `pressure_retries` collections (`usize::MAX`: no cap).
+    /// a clear error after `pressure_retries` collections (`usize::MAX`: no cap); a
+    /// request larger than the cap itself fails at once, without collecting.
     pub native_cap: usize,
-    /// Collections tried before an allocation over the cap fails (GraalPy: 7).
+    /// Collections tried before an allocation over the cap fails (GraalPy: 7); at most
+    /// [`MAX_PRESSURE_RETRIES`].
     pub pressure_retries: u32,
     /// Automatic native cycle collection after this many more allocations than
     /// deallocations of GC objects (CPython's generation-0 threshold: 700); the
@@ -77,6 +84,12 @@ impl BridgeConfig {
             return Err(BridgeError::BadConfig(format!(
                 "need 0 < native_trigger ({}) <= native_trigger_max ({})",
                 self.native_trigger, self.native_trigger_max
+            )));
+        }
+        if self.pressure_retries > MAX_PRESSURE_RETRIES {
+            return Err(BridgeError::BadConfig(format!(
+                "pressure_retries ({}) must be at most {MAX_PRESSURE_RETRIES}",
+                self.pressure_retries
             )));
         }
         if self.gc_a_lot == Some(0) || self.cycle_threshold == Some(0) {

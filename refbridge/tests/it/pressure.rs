@@ -7,7 +7,7 @@
 
 use crate::common::*;
 use gc_core::Root;
-use refbridge::BridgeConfig;
+use refbridge::{Bridge, BridgeConfig, BridgeError, MAX_PRESSURE_RETRIES};
 
 const MIB: usize = 1 << 20;
 
@@ -123,4 +123,61 @@ fn an_allocation_over_the_cap_fails_with_a_clear_error_after_the_retries() {
     let leaf = e.leaf(1000, 1024);
     assert!(!leaf.is_null());
     decref(leaf);
+}
+
+/// `pressure_retries` was not validated: `u32::MAX` made an allocation over the cap run
+/// collections for hours (trial D6). Above [`MAX_PRESSURE_RETRIES`] it is a bad
+/// configuration, as the other fields' bad values are.
+#[test]
+fn pressure_retries_above_the_bound_is_a_bad_config() {
+    let heap = gc_core::Heap::new(gc_core::HeapConfig::default()).unwrap();
+    for retries in [MAX_PRESSURE_RETRIES + 1, u32::MAX] {
+        let cfg = BridgeConfig {
+            pressure_retries: retries,
+            native_cap: MIB,
+            ..BridgeConfig::default()
+        };
+        let err = Bridge::new(&heap, cfg).err().expect("refused");
+        assert_eq!(
+            err,
+            BridgeError::BadConfig(format!(
+                "pressure_retries ({retries}) must be at most {MAX_PRESSURE_RETRIES}"
+            ))
+        );
+    }
+    let cfg = BridgeConfig {
+        pressure_retries: MAX_PRESSURE_RETRIES,
+        ..BridgeConfig::default()
+    };
+    assert!(Bridge::new(&heap, cfg).is_ok());
+}
+
+/// A request larger than the cap itself, which no collection can make room for, ran
+/// every retry first (10,000 collections, 88 ms, in the trial): it fails at once.
+#[test]
+fn a_request_larger_than_the_cap_fails_at_once() {
+    let mut e = Env::new(BridgeConfig {
+        native_cap: MIB,
+        pressure_retries: MAX_PRESSURE_RETRIES,
+        cycle_threshold: None,
+        ..BridgeConfig::default()
+    });
+    let before = e.heap.stats().full_collections;
+    let err = refbridge::mem_alloc(2 * MIB).unwrap_err();
+    assert_eq!(
+        err,
+        BridgeError::MemoryCap {
+            requested: 2 * MIB,
+            in_use: 0,
+            cap: MIB,
+            collections: 0
+        }
+    );
+    assert_eq!(e.heap.stats().full_collections, before, "no collection run");
+    assert_eq!(e.bridge.stats().pressure_collections, 0);
+    // Up to the cap is still possible.
+    let p = refbridge::mem_alloc(MIB).unwrap();
+    // SAFETY: a block of mem_alloc, freed once.
+    unsafe { refbridge::mem_free(p.as_ptr()) };
+    let _ = &mut e;
 }
