@@ -227,7 +227,10 @@ static inline PyObject *_Py_XNewRef(PyObject *obj) {
 void Py_IncRef(PyObject *op);
 void Py_DecRef(PyObject *op);
 
-/* Memory: counted by the entered bridge (native memory pressure forces collections). */
+/* Memory: counted by the entered bridge (native memory pressure forces collections).
+ * The frees and reallocs refuse (SystemError pending, the pointer left alone) what is
+ * not a live block of these allocators: memory from malloc (CPython would pass it on to
+ * free()), a block freed already. */
 void *PyMem_Malloc(size_t size);
 void *PyMem_Realloc(void *ptr, size_t size);
 void PyMem_Free(void *ptr);
@@ -245,6 +248,8 @@ PyObject *_PyObject_New(PyTypeObject *tp);
 #define PyObject_Del PyObject_Free
 void PyObject_GC_Track(void *op);
 void PyObject_GC_UnTrack(void *op);
+/* A second PyObject_GC_Del of an object is refused (SystemError pending) while its
+ * memory is not reused; in debug mode it is reported as a use after free. */
 void PyObject_GC_Del(void *op);
 int PyType_Ready(PyTypeObject *tp);
 /* Runs the cycle collector. Returns the number of native objects it deallocated (the

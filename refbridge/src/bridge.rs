@@ -14,14 +14,16 @@
 //! owner is stopped at a safepoint, and the bridge never holds its locks across a
 //! managed allocation, so those reads never wait.
 
-use crate::abi::{is_stub, untag, PyObject, PyTypeObject, IMMORTAL_REFCNT, MANAGED_REFCNT};
+use crate::abi::{
+    gc_head, is_stub, untag, PyObject, PyTypeObject, IMMORTAL_REFCNT, MANAGED_REFCNT,
+};
 use crate::collect::{auto_cycles, CollectReport};
 use crate::cycle::{self, CycleReport};
 use crate::cycle_work::CycleWork;
 use crate::debug::{type_name_of, DebugReport, DebugState, QUARANTINE};
 use crate::error::BridgeError;
 use crate::handles::{AddrMap, HandleTable, IMMORTAL, USED, WEAK_LIMIT};
-use crate::mem::{thread_token, MemAccount};
+use crate::mem::{self, thread_token, MemAccount};
 use crate::refcount::incref;
 use crate::state::{
     entered, BridgeConfig, Collectors, Counters, EnterGuard, Inner, Local, LocalCell, OwnerCount,
@@ -641,8 +643,25 @@ impl Inner {
             let mut d = d.lock();
             if d.is_freed(op) {
                 d.use_after_free(op, "to_managed");
-                return Err(BridgeError::Freed { addr: op as usize });
+                return Err(BridgeError::Freed {
+                    what: "to_managed",
+                    addr: op as usize,
+                });
             }
+        }
+        // SAFETY: a native object (caller): its type is valid; its counted block starts
+        // at its GC head, or at the object for other types.
+        let owner = unsafe {
+            let block = if (*(*op).ob_type).is_gc() {
+                gc_head(op) as *const u8
+            } else {
+                op as *const u8
+            };
+            mem::block_account(block)
+        };
+        if owner != Arc::as_ptr(&self.account) as usize {
+            // SAFETY: as above.
+            return Err(unsafe { self.not_ours(op) });
         }
         // SAFETY: a live native object (caller).
         let count = unsafe { (*op).ob_refcnt };
@@ -666,6 +685,42 @@ impl Inner {
         // SAFETY: op is live (caller); the mirror is fresh.
         unsafe { self.bind_mirror(op, mirror, false) };
         Ok(mirror)
+    }
+
+    /// Why [`Inner::to_managed`] refuses native object `op`, whose block is not one of
+    /// this bridge's: another bridge's (or the process account's) object, a freed one,
+    /// or memory of another allocator.
+    ///
+    /// # Safety
+    /// As [`Inner::to_managed`]'s check of the block.
+    #[cold]
+    #[inline(never)]
+    unsafe fn not_ours(&self, op: *mut PyObject) -> BridgeError {
+        // SAFETY: forwarded.
+        let (block, type_name) = unsafe {
+            let block = if (*(*op).ob_type).is_gc() {
+                gc_head(op) as *const u8
+            } else {
+                op as *const u8
+            };
+            (block, type_name_of(op))
+        };
+        // SAFETY: forwarded.
+        match unsafe { mem::block_state(block) } {
+            mem::BlockState::Live(_) => BridgeError::OtherBridge {
+                what: "to_managed",
+                addr: op as usize,
+                type_name,
+            },
+            mem::BlockState::Freed => BridgeError::Freed {
+                what: "to_managed",
+                addr: op as usize,
+            },
+            mem::BlockState::Foreign => BridgeError::NotABlock {
+                what: "to_managed",
+                addr: op as usize,
+            },
+        }
     }
 
     /// The managed object of a stub (checked).

@@ -8,7 +8,8 @@
 //! - freed native objects are kept in a **quarantine** instead of being returned to the
 //!   allocator: their count is set to 1 and their type to a "freed object" type, so a
 //!   `Py_DECREF` of a freed object reaches the slow path at once (reported as use after
-//!   free, with where the object was made and freed), and any other change of the count
+//!   free, with where the object was made and freed; so is a second `PyObject_GC_Del`,
+//!   a track, untrack, free or `to_managed` of it), and any other change of the count
 //!   (an incref) is found by the next check ([`crate::Bridge::debug_check`], each
 //!   collection, shutdown). Old entries leave the quarantine after [`QUARANTINE`] more
 //!   frees (checked, then really freed);

@@ -143,10 +143,27 @@ pub enum BridgeError {
         /// The bridge's heap (serial number).
         bridge_heap: u64,
     },
-    /// Use of an object the bridge freed (debug mode).
-    #[error("native object {addr:#x} was already freed")]
+    /// Use of an object or block the bridge freed: found by the debug mode's
+    /// quarantine, or by the mark a free leaves in the block's header while its memory
+    /// is not reused (a second `PyObject_GC_Del` or `PyMem_Free`). Left alone.
+    #[error("{what}: {addr:#x} was already freed (left alone)")]
     Freed {
-        /// The object.
+        /// The refusing function (CPython's name, or the method).
+        what: &'static str,
+        /// The object or block.
+        addr: usize,
+    },
+    /// A pointer that is not a live block of the bridge's allocators (`PyMem_Malloc`,
+    /// `PyObject_Malloc`, `PyObject_New`, `PyObject_GC_New`), found by its header:
+    /// memory of `malloc` or another allocator, or a block freed already whose memory
+    /// the system allocator has taken back. Left alone (CPython's `PyMem_Free` would
+    /// pass a `malloc`'d block on to `free()`; refbridge cannot tell one from any other
+    /// pointer, and `free()` of those crashes).
+    #[error("{what}: {addr:#x} is not a live block of PyMem_Malloc / PyObject_Malloc / PyObject_New / PyObject_GC_New (memory from malloc goes to free(); or it was freed already); left alone")]
+    NotABlock {
+        /// The refusing function (CPython's name, or the method).
+        what: &'static str,
+        /// The pointer.
         addr: usize,
     },
     /// A native allocation would take the bridge over its hard cap, after collections.

@@ -4,6 +4,14 @@
 //! for the same reason). Accounts are per bridge (the bridge entered on the thread at
 //! allocation time), or the process-wide [`GLOBAL`] account when none is entered.
 //!
+//! The top 16 bits of the header's account word (an account's address leaves them 0)
+//! say what the block is: [`LIVE`] while allocated, [`FREED`] once freed (until its
+//! memory is reused, by the pool or the system allocator; a pooled block's free-list
+//! link is kept in that word, marked, so freeing costs no extra store). A pointer handed to a free
+//! is checked against them first (one compare): memory from `malloc` (whose chunk
+//! header is no account word), a block freed already, or any other pointer is refused
+//! with an error instead of crediting an account read from garbage ([`free_checked`]).
+//!
 //! The pressure policy (trigger, growth, hard cap, retries) is the bridge's; this module
 //! only counts.
 
@@ -19,6 +27,12 @@ const CLASSES: usize = POOL_MAX / 16;
 const ARENA: usize = 256 << 10;
 /// Low bit of a header's account word: the block belongs to the account's pool.
 const POOLED: usize = 1;
+/// The top 16 bits of a header's account word.
+const MARK: usize = 0xFFFF << 48;
+/// [`MARK`] of a live block.
+const LIVE: usize = 0xB10C << 48;
+/// [`MARK`] of a freed block (until its memory is reused).
+const FREED: usize = 0xF4EE << 48;
 
 thread_local! {
     static THREAD_TOKEN: u8 = const { 0 };
@@ -212,8 +226,9 @@ impl MemAccount {
         let pool = unsafe { &mut *self.pool.get() };
         let head = pool.free[class];
         if head != 0 {
-            // SAFETY: a free block holds the next free block's address.
-            pool.free[class] = unsafe { *(head as *const usize) };
+            // SAFETY: a free block's account word holds the next free block's address
+            // marked FREED (pool_put).
+            pool.free[class] = unsafe { *((head + 8) as *const usize) } & !MARK;
             return head;
         }
         let bytes = class * 16;
@@ -238,10 +253,12 @@ impl MemAccount {
     /// Owner thread; `block` is a pooled block of this account of class `class`.
     #[inline]
     unsafe fn pool_put(&self, block: usize, class: usize) {
-        // SAFETY: owner thread; the block is free memory of ours.
+        // SAFETY: owner thread; the block is free memory of ours. The link goes in the
+        // header's account word, marked FREED: a later free of the block is refused
+        // (the size word stays, for take_back_remote).
         unsafe {
             let pool = &mut *self.pool.get();
-            *(block as *mut usize) = pool.free[class];
+            *((block + 8) as *mut usize) = pool.free[class] | FREED;
             pool.free[class] = block;
         }
     }
@@ -294,19 +311,50 @@ struct BlockHeader {
 pub const HEADER: usize = 16;
 const _: () = assert!(std::mem::size_of::<BlockHeader>() == HEADER);
 
-#[inline]
-/// The address of the account a counted block (starting at `p`) was charged to.
+/// What the header in front of `p` says `p` is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BlockState {
+    /// A live counted block charged to the account at this address.
+    Live(usize),
+    /// A counted block freed already (its memory not reused since).
+    Freed,
+    /// Not a counted block: memory of another allocator (`malloc`), a block freed whose
+    /// memory the system allocator took back, or any other pointer.
+    Foreign,
+}
+
+/// The address of the account a live counted block (starting at `p`) was charged to,
+/// or a value no account has (its top bits set) if `p` is not a live counted block:
+/// one load and one exclusive-or, for the checks on hot paths.
 ///
 /// # Safety
-/// `p` came from [`alloc`] and is live.
+/// The 16 bytes before `p` are readable (true of every counted block; a pointer of
+/// another allocator has its chunk header there).
+#[inline]
 pub(crate) unsafe fn block_account(p: *const u8) -> usize {
-    // SAFETY: a header precedes every counted block (caller).
-    unsafe { (*((p as usize - HEADER) as *const BlockHeader)).account & !POOLED }
+    // SAFETY: readable (caller).
+    let w = unsafe { (*((p as usize - HEADER) as *const BlockHeader)).account };
+    (w & !POOLED) ^ LIVE
+}
+
+/// What `p` is: a live block (and its account), a freed one, or none of ours.
+///
+/// # Safety
+/// As [`block_account`].
+pub(crate) unsafe fn block_state(p: *const u8) -> BlockState {
+    // SAFETY: readable (caller).
+    let w = unsafe { (*((p as usize - HEADER) as *const BlockHeader)).account };
+    match w & MARK {
+        LIVE => BlockState::Live(w & !(MARK | POOLED)),
+        FREED => BlockState::Freed,
+        _ => BlockState::Foreign,
+    }
 }
 
 fn account_of(h: &BlockHeader) -> &MemAccount {
-    // SAFETY: headers hold the address of a live account (accounts outlive their blocks).
-    unsafe { &*((h.account & !POOLED) as *const MemAccount) }
+    // SAFETY: headers of live blocks hold the address of a live account (accounts
+    // outlive their blocks).
+    unsafe { &*((h.account & !(MARK | POOLED)) as *const MemAccount) }
 }
 
 /// Allocates `size` counted bytes charged to `account` (zeroed if `zero`); null when
@@ -347,18 +395,44 @@ pub unsafe fn alloc(account: *const MemAccount, size: usize, zero: bool) -> *mut
     if p.is_null() {
         return std::ptr::null_mut();
     }
+    debug_assert_eq!(account as usize & MARK, 0, "an account's address");
     // SAFETY: p is a fresh block of at least HEADER bytes.
     unsafe {
         p.write(BlockHeader {
             size,
-            account: account as usize | flag,
+            account: account as usize | flag | LIVE,
         })
     };
     acct.charge(owned, size);
     (p as usize + HEADER) as *mut u8
 }
 
-/// Frees a counted block and credits its account. Null is ignored.
+/// Frees a pointer a program handed over as a counted block, if it is one: a live
+/// block is freed as by [`free`]; otherwise nothing is touched and the error says why
+/// ([`BlockState::Freed`] or [`BlockState::Foreign`]). Null is ignored.
+///
+/// # Safety
+/// `p` is null, or the 16 bytes before it are readable and, if they are a live block's
+/// header, it is a counted block that nobody uses any more.
+#[inline(always)]
+pub unsafe fn free_checked(p: *mut u8) -> Result<(), BlockState> {
+    if p.is_null() {
+        return Ok(());
+    }
+    let h = (p as usize - HEADER) as *mut BlockHeader;
+    // SAFETY: readable (caller).
+    let w = unsafe { (*h).account };
+    if w & MARK != LIVE {
+        // SAFETY: as above.
+        return Err(unsafe { block_state(p) });
+    }
+    // SAFETY: a live counted block (just checked), unused (caller).
+    unsafe { free_header(h, w) };
+    Ok(())
+}
+
+/// Frees a counted block and credits its account; its header is marked [`FREED`]. Null
+/// is ignored.
 ///
 /// # Safety
 /// `p` is null or a live block returned by [`alloc`]/[`realloc`].
@@ -368,18 +442,34 @@ pub unsafe fn free(p: *mut u8) {
         return;
     }
     let h = (p as usize - HEADER) as *mut BlockHeader;
-    // SAFETY: p came from alloc: a header precedes it; its account is alive.
+    // SAFETY: p came from alloc: a header precedes it.
     unsafe {
-        let acct = account_of(&*h);
-        let size = (*h).size;
-        let owned = acct.owned_here();
-        acct.credit(owned, size);
-        if (*h).account & POOLED != 0 && owned {
-            // The common case, inline: a pooled block freed by the owner thread.
-            acct.pool_put(h as usize, class_of(size + HEADER));
-        } else {
-            free_other(h, acct);
-        }
+        let w = (*h).account;
+        debug_assert_eq!(w & MARK, LIVE, "a live block");
+        free_header(h, w);
+    }
+}
+
+/// [`free`] of the block whose header `h` holds the account word `w`.
+///
+/// # Safety
+/// `h` is the header of a live counted block, `w` its account word.
+#[inline(always)]
+unsafe fn free_header(h: *mut BlockHeader, w: usize) {
+    // SAFETY: a live block's account is alive (accounts outlive their blocks).
+    let acct = unsafe { &*((w & !(MARK | POOLED)) as *const MemAccount) };
+    // SAFETY: a live block's header (caller).
+    let size = unsafe { (*h).size };
+    let owned = acct.owned_here();
+    acct.credit(owned, size);
+    if w & POOLED != 0 && owned {
+        // The common case, inline: a pooled block freed by the owner thread (the free
+        // list's link marks it FREED).
+        // SAFETY: the owner thread; a pooled block of this account.
+        unsafe { acct.pool_put(h as usize, class_of(size + HEADER)) };
+    } else {
+        // SAFETY: a counted block of acct, credited.
+        unsafe { free_other(h, acct, w) };
     }
 }
 
@@ -387,12 +477,15 @@ pub unsafe fn free(p: *mut u8) {
 /// (handed back to the owner).
 ///
 /// # Safety
-/// `h` is the header of a live counted block of `acct`, already credited.
+/// `h` is the header of a counted block of `acct` being freed, already credited; `w`
+/// its account word when it was live.
 #[inline(never)]
-unsafe fn free_other(h: *mut BlockHeader, acct: &MemAccount) {
+unsafe fn free_other(h: *mut BlockHeader, acct: &MemAccount, w: usize) {
     // SAFETY: as for free.
     unsafe {
-        if (*h).account & POOLED == 0 {
+        // Marked until the memory is reused (the system allocator may write over it).
+        (*h).account = w ^ (LIVE ^ FREED);
+        if w & POOLED == 0 {
             libc::free(h as *mut libc::c_void);
         } else {
             acct.remote.lock().push(h as usize);
@@ -419,14 +512,15 @@ pub unsafe fn quarantine(p: *mut u8) {
         let acct = account_of(&*h);
         acct.credit(acct.owned_here(), size);
         QUARANTINED.charge(QUARANTINED.owned_here(), size);
-        (*h).account = &QUARANTINED as *const MemAccount as usize;
+        (*h).account = &QUARANTINED as *const MemAccount as usize | LIVE;
     }
 }
 
 /// Resizes a counted block (null `p` allocates); null on failure, leaving `p` intact.
 ///
 /// # Safety
-/// `p` is null or a live counted block; `account` as for [`alloc`].
+/// `p` is null or a live counted block (checked with [`block_state`] first if it comes
+/// from a program); `account` as for [`alloc`].
 pub unsafe fn realloc(account: *const MemAccount, p: *mut u8, size: usize) -> *mut u8 {
     if p.is_null() {
         // SAFETY: forwarded.
@@ -442,9 +536,10 @@ pub unsafe fn realloc(account: *const MemAccount, p: *mut u8, size: usize) -> *m
     // SAFETY: p is a live counted block (caller).
     unsafe {
         let old = (*h).size;
+        debug_assert_eq!((*h).account & MARK, LIVE, "a live block");
         if (*h).account & POOLED != 0 {
             // A pooled block: a new block (pooled or not), the data copied over.
-            let acct = (*h).account & !POOLED;
+            let acct = (*h).account & !(MARK | POOLED);
             let n = alloc(acct as *const MemAccount, size, false);
             if n.is_null() {
                 return n;

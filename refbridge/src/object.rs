@@ -17,7 +17,7 @@ use crate::abi::{
 };
 use crate::debug::{DebugReport, ReportKind};
 use crate::error::BridgeError;
-use crate::mem;
+use crate::mem::{self, BlockState};
 use crate::pyerr::set_pending_error_from;
 use crate::state::{current, Inner, DEBUG_BRIDGES};
 use std::cell::Cell;
@@ -82,16 +82,34 @@ pub fn mem_alloc(size: usize) -> Result<NonNull<u8>, BridgeError> {
     alloc(size, false)
 }
 
+/// The error for a pointer `what` was given that is not a live counted block.
+#[cold]
+#[inline(never)]
+fn not_a_block(state: BlockState, what: &'static str, addr: usize) -> BridgeError {
+    match state {
+        BlockState::Freed => BridgeError::Freed { what, addr },
+        _ => BridgeError::NotABlock { what, addr },
+    }
+}
+
 /// CPython's `PyMem_Realloc`: resizes a block of [`mem_alloc`] (NULL allocates); on
-/// failure the block is left as it was.
+/// failure the block is left as it was. A pointer that is not a live block of these
+/// allocators (memory from `malloc`, a block freed already) is refused with
+/// [`BridgeError::NotABlock`] or [`BridgeError::Freed`].
 ///
 /// # Safety
-/// `p` is NULL or a live block of these allocators.
+/// `p` is NULL or a live block of these allocators, or at least a pointer with 16
+/// readable bytes before it (what a `malloc`'d block has).
 pub unsafe fn mem_realloc(p: *mut u8, size: usize) -> Result<NonNull<u8>, BridgeError> {
     if p.is_null() {
         return mem_alloc(size);
     }
-    // SAFETY: a counted block (caller).
+    // SAFETY: 16 readable bytes before p (caller).
+    match unsafe { mem::block_state(p) } {
+        BlockState::Live(_) => {}
+        state => return Err(not_a_block(state, "PyMem_Realloc", p as usize)),
+    }
+    // SAFETY: a counted block (checked).
     let old = unsafe { mem::block_size(p) };
     let inner = current();
     if size > old {
@@ -115,37 +133,73 @@ pub unsafe fn mem_realloc(p: *mut u8, size: usize) -> Result<NonNull<u8>, Bridge
 /// [`mem_alloc`] or a non-GC object of [`object_new`]. NULL is accepted. In debug mode
 /// objects go to the quarantine and a second free is reported.
 ///
+/// Errors (the pointer left alone): [`BridgeError::NotABlock`] for a pointer that is
+/// not a block of these allocators (a `malloc`'d block, which CPython would pass on to
+/// `free()`, or any other memory), [`BridgeError::Freed`] for a block freed already
+/// whose memory was not reused since (a reused one is freed again, as in CPython).
+///
 /// # Safety
-/// `p` is NULL or a live block of these allocators that nobody uses any more.
-#[inline]
+/// `p` is NULL, or a live block of these allocators that nobody uses any more, or at
+/// least a pointer with 16 readable bytes before it (what a `malloc`'d block has).
+#[inline(always)]
 #[track_caller]
-pub unsafe fn mem_free(p: *mut u8) {
+pub unsafe fn mem_free(p: *mut u8) -> Result<(), BridgeError> {
     if p.is_null() {
-        return;
+        return Ok(());
     }
     // Only a bridge in debug mode looks at frees: no thread-local lookup without one.
-    let debug = DEBUG_BRIDGES.load(Ordering::Relaxed) != 0;
-    if let Some(inner) = if debug { current() } else { None } {
-        if let Some(d) = &inner.debug {
-            let mut d = d.lock();
-            let op = p as *mut PyObject;
-            if d.is_freed(op) {
-                d.use_after_free(op, "PyObject_Free");
-                return;
+    if DEBUG_BRIDGES.load(Ordering::Relaxed) != 0 {
+        // SAFETY: forwarded.
+        return unsafe { mem_free_debug(p) };
+    }
+    // SAFETY: forwarded.
+    unsafe { mem_free_plain(p) }
+}
+
+/// [`mem_free`] of a block: freed if it is a live one, refused otherwise.
+///
+/// # Safety
+/// As [`mem_free`]; `p` is not NULL.
+#[inline(always)]
+unsafe fn mem_free_plain(p: *mut u8) -> Result<(), BridgeError> {
+    // SAFETY: the caller's contract.
+    match unsafe { mem::free_checked(p) } {
+        Ok(()) => Ok(()),
+        Err(state) => Err(not_a_block(state, "PyMem_Free", p as usize)),
+    }
+}
+
+/// [`mem_free`] with a debug bridge somewhere: the entered bridge's quarantine takes
+/// its objects (and reports a second free of one); other blocks are freed as usual.
+///
+/// # Safety
+/// As [`mem_free`]; `p` is not NULL.
+#[cold]
+#[inline(never)]
+#[track_caller]
+unsafe fn mem_free_debug(p: *mut u8) -> Result<(), BridgeError> {
+    if let Some(d) = current().and_then(|inner| inner.debug.as_ref()) {
+        let mut d = d.lock();
+        let op = p as *mut PyObject;
+        if d.is_freed(op) {
+            d.use_after_free(op, "PyObject_Free");
+            return Err(BridgeError::Freed {
+                what: "PyMem_Free",
+                addr: p as usize,
+            });
+        }
+        if d.made_at(op).is_some() {
+            // SAFETY: a live object in a counted block.
+            if let Some(old) = unsafe { d.object_freed(op, p) } {
+                drop(d);
+                // SAFETY: a block leaving the quarantine.
+                unsafe { mem::free(old) };
             }
-            if d.made_at(op).is_some() {
-                // SAFETY: a live object in a counted block.
-                if let Some(old) = unsafe { d.object_freed(op, p) } {
-                    drop(d);
-                    // SAFETY: a block leaving the quarantine.
-                    unsafe { mem::free(old) };
-                }
-                return;
-            }
+            return Ok(());
         }
     }
-    // SAFETY: a counted block (caller).
-    unsafe { mem::free(p) };
+    // SAFETY: forwarded.
+    unsafe { mem_free_plain(p) }
 }
 
 /// Counted native bytes in use: the entered bridge's, or those allocated with none
@@ -198,7 +252,9 @@ unsafe extern "C" fn free_gc_slot(p: *mut c_void) {
 /// As [`mem_free`].
 unsafe extern "C" fn free_slot(p: *mut c_void) {
     // SAFETY: forwarded.
-    unsafe { mem_free(p as *mut u8) }
+    if let Err(e) = unsafe { mem_free(p as *mut u8) } {
+        set_pending_error_from(&e);
+    }
 }
 
 /// CPython's `PyType_Ready` for the supported fields, with the crate's default slots
@@ -416,21 +472,25 @@ pub unsafe fn object_new(tp: *mut PyTypeObject) -> Result<NonNull<PyObject>, Bri
 }
 
 /// Checks an object handed to a GC entry point ([`gc_track`], [`gc_untrack`],
-/// [`gc_del`]): not NULL, not a stub, of a GC type, and allocated by the bridge entered
-/// on this thread (its list and counts are that bridge's: unlinking an object of another
-/// bridge, or of none, would corrupt both). On failure the caller leaves the object
-/// alone (a leak, never corruption). Inline, the error made out of line: these run once
-/// or twice per deallocated object.
+/// [`gc_del`]): not NULL, not a stub, of a GC type, and a live block allocated by the
+/// bridge entered on this thread (its list and counts are that bridge's: unlinking an
+/// object of another bridge, or of none, would corrupt both; freeing a freed one would
+/// corrupt the allocator). On failure the caller leaves the object alone (a leak, never
+/// corruption). Inline, the error made out of line: these run once or twice per
+/// deallocated object.
 ///
 /// # Safety
-/// `op` is NULL or points to a live object.
+/// `op` is NULL or points to an object (live, or freed by the bridge with its memory
+/// not handed back to the system).
 #[inline]
 unsafe fn gc_checked<'a>(op: *mut PyObject, what: &'static str) -> Result<&'a Inner, BridgeError> {
     if !op.is_null() && !is_stub(op) {
         // SAFETY: an object has a type (caller).
         if unsafe { &*(*op).ob_type }.is_gc() {
             if let Some(inner) = current() {
-                // SAFETY: a GC object's block starts at its head.
+                // SAFETY: a GC object's block starts at its head (if the object is not
+                // the bridge's, the header read is another allocator's chunk header or
+                // the object's neighbour, and matches no account).
                 let owner = unsafe { mem::block_account(gc_head(op) as *const u8) };
                 if owner == std::sync::Arc::as_ptr(&inner.account) as usize {
                     return Ok(inner);
@@ -458,6 +518,18 @@ unsafe fn gc_refusal(op: *mut PyObject, what: &'static str) -> BridgeError {
             addr: op as usize,
         };
     }
+    let inner = current();
+    if let Some(d) = inner.and_then(|i| i.debug.as_ref()) {
+        // The debug mode's quarantine: the freed object's type is the freed-object type.
+        let mut d = d.lock();
+        if d.is_freed(op) {
+            d.use_after_free(op, what);
+            return BridgeError::Freed {
+                what,
+                addr: op as usize,
+            };
+        }
+    }
     // SAFETY: an object has a type (caller).
     let tp = unsafe { &*(*op).ob_type };
     // SAFETY: a live object's type has a C string or NULL as its name (caller).
@@ -469,13 +541,17 @@ unsafe fn gc_refusal(op: *mut PyObject, what: &'static str) -> BridgeError {
             type_name,
         };
     }
-    if current().is_none() {
+    if inner.is_none() {
         return BridgeError::NoneEntered { what };
     }
-    BridgeError::OtherBridge {
-        what,
-        addr: op as usize,
-        type_name,
+    // SAFETY: as in gc_checked.
+    match unsafe { mem::block_state(gc_head(op) as *const u8) } {
+        BlockState::Live(_) => BridgeError::OtherBridge {
+            what,
+            addr: op as usize,
+            type_name,
+        },
+        state => not_a_block(state, what, op as usize),
     }
 }
 
@@ -489,13 +565,6 @@ unsafe fn gc_refusal(op: *mut PyObject, what: &'static str) -> BridgeError {
 pub unsafe fn gc_track(op: *mut PyObject) -> Result<(), BridgeError> {
     // SAFETY: forwarded (caller).
     let inner = unsafe { gc_checked(op, "PyObject_GC_Track")? };
-    if let Some(d) = &inner.debug {
-        let mut d = d.lock();
-        if d.is_freed(op) {
-            d.use_after_free(op, "PyObject_GC_Track");
-            return Ok(());
-        }
-    }
     // SAFETY: a GC object has a head (caller).
     unsafe {
         let g = gc_head(op);
@@ -568,8 +637,16 @@ pub unsafe fn gc_untrack(op: *mut PyObject) -> Result<(), BridgeError> {
 /// CPython's `PyObject_GC_Del`: frees a GC object (untracking it first if needed). NULL
 /// is accepted.
 ///
+/// A second `gc_del` of an object is refused, the object left alone: in debug mode
+/// (quarantine) it is reported as a use after free and fails with
+/// [`BridgeError::Freed`]; without it, the mark the first free left in the block's
+/// header gives [`BridgeError::Freed`] too while the memory is not reused (once reused
+/// by a new block, that block is freed, as in CPython), and
+/// [`BridgeError::NotABlock`] once the system allocator took it back.
+///
 /// # Safety
-/// `op` is NULL or a live object nobody references any more.
+/// `op` is NULL or a live object nobody references any more, or an object this bridge
+/// freed already whose memory is still mapped (refused as above).
 #[inline]
 #[track_caller]
 pub unsafe fn gc_del(op: *mut PyObject) -> Result<(), BridgeError> {
@@ -580,13 +657,6 @@ pub unsafe fn gc_del(op: *mut PyObject) -> Result<(), BridgeError> {
     let inner = unsafe { gc_checked(op, "PyObject_GC_Del")? };
     // SAFETY: a GC object (checked) has a head.
     let g = unsafe { gc_head(op) };
-    if let Some(d) = &inner.debug {
-        let mut d = d.lock();
-        if d.is_freed(op) {
-            d.use_after_free(op, "PyObject_GC_Del");
-            return Ok(());
-        }
-    }
     // SAFETY: as above.
     unsafe {
         if (*g).gc_next != 0 {
@@ -632,7 +702,11 @@ pub unsafe extern "C" fn default_dealloc(op: *mut PyObject) {
                     set_pending_error_from(&e);
                 }
             }
-            None => mem_free(op as *mut u8),
+            None => {
+                if let Err(e) = mem_free(op as *mut u8) {
+                    set_pending_error_from(&e);
+                }
+            }
         }
     }
 }

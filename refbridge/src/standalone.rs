@@ -20,7 +20,7 @@ use gc_core::{Heap, HeapConfig, Mutator};
 /// let p = refbridge::mem_alloc(100)?; // charged to the entered bridge
 /// assert_eq!(s.bridge().memory().bytes(), 100);
 /// // SAFETY: a block of mem_alloc, not used afterwards.
-/// unsafe { refbridge::mem_free(p.as_ptr()) };
+/// unsafe { refbridge::mem_free(p.as_ptr())? };
 /// assert!(s.finish().is_empty(), "no leaks");
 /// # Ok::<(), refbridge::BridgeError>(())
 /// ```

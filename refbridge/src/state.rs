@@ -30,8 +30,10 @@ pub const MAX_PRESSURE_RETRIES: u32 = 100;
 pub struct BridgeConfig {
     /// Debug mode: off by default. On, every native object and stub records where it
     /// was made; freed objects are kept poisoned in a quarantine ([`crate::QUARANTINE`]
-    /// frees long), so a later `Py_DECREF` is reported at once and any other use at the
-    /// next check ([`Bridge::debug_check`](crate::Bridge::debug_check), each collection, shutdown); counts below
+    /// frees long), so a later `Py_DECREF` (or `PyObject_GC_Del`, `PyObject_GC_Track`,
+    /// `PyObject_GC_UnTrack`, `PyObject_Free`, `to_managed`, which also fail with
+    /// [`BridgeError::Freed`](crate::BridgeError::Freed)) is reported at once and any
+    /// other use at the next check ([`Bridge::debug_check`](crate::Bridge::debug_check), each collection, shutdown); counts below
     /// zero, stubs used after their object died, double tracking and errors raised by
     /// deallocators are reported, and [`Bridge::shutdown`](crate::Bridge::shutdown) reports every leak
     /// ([`DebugReport`]s with backtraces). Off, it costs nothing on the header's fast

@@ -89,6 +89,17 @@ fn null_on_err<T>(r: Result<NonNull<T>, BridgeError>) -> *mut T {
     }
 }
 
+/// A memory function's error under the C name called (`mem_free` and `mem_realloc`
+/// name `PyMem_Free` and `PyMem_Realloc`; `PyObject_Free` and `PyObject_Realloc` call
+/// them too).
+fn as_called<T>(r: Result<T, BridgeError>, name: &'static str) -> Result<T, BridgeError> {
+    r.map_err(|e| match e {
+        BridgeError::Freed { addr, .. } => BridgeError::Freed { what: name, addr },
+        BridgeError::NotABlock { addr, .. } => BridgeError::NotABlock { what: name, addr },
+        e => e,
+    })
+}
+
 /// An `Err` as the pending error.
 fn report(r: Result<(), BridgeError>) {
     if let Err(e) = r {
@@ -171,15 +182,18 @@ pub unsafe extern "C" fn PyMem_Realloc(p: *mut c_void, size: usize) -> *mut c_vo
     })
 }
 
-/// `PyMem_Free`: [`refbridge::mem_free`].
+/// `PyMem_Free`: [`refbridge::mem_free`]. A pointer that is not a live block of these
+/// allocators (from `malloc`, or freed already) is left alone with a `SystemError`
+/// pending.
 ///
 /// # Safety
-/// `p` is NULL or a live block of these allocators.
+/// `p` is NULL or a live block of these allocators (or has 16 readable bytes before
+/// it, as a `malloc`'d block has: refused).
 #[no_mangle]
 pub unsafe extern "C" fn PyMem_Free(p: *mut c_void) {
     entry("PyMem_Free", (), || {
         // SAFETY: forwarded (caller).
-        unsafe { refbridge::mem_free(p as *mut u8) }
+        report(unsafe { refbridge::mem_free(p as *mut u8) })
     })
 }
 
@@ -199,19 +213,24 @@ pub extern "C" fn PyObject_Malloc(size: usize) -> *mut c_void {
 pub unsafe extern "C" fn PyObject_Realloc(p: *mut c_void, size: usize) -> *mut c_void {
     entry("PyObject_Realloc", std::ptr::null_mut(), || {
         // SAFETY: forwarded (caller).
-        null_on_err(unsafe { refbridge::mem_realloc(p as *mut u8, size) }) as *mut c_void
+        let r = unsafe { refbridge::mem_realloc(p as *mut u8, size) };
+        null_on_err(as_called(r, "PyObject_Realloc")) as *mut c_void
     })
 }
 
-/// `PyObject_Free` (and `PyObject_Del`): [`refbridge::mem_free`].
+/// `PyObject_Free` (and `PyObject_Del`): [`refbridge::mem_free`], refusing as
+/// `PyMem_Free` does.
 ///
 /// # Safety
-/// `p` is NULL or a live block of these allocators.
+/// As `PyMem_Free`.
 #[no_mangle]
 pub unsafe extern "C" fn PyObject_Free(p: *mut c_void) {
     entry("PyObject_Free", (), || {
         // SAFETY: forwarded (caller).
-        unsafe { refbridge::mem_free(p as *mut u8) }
+        report(as_called(
+            unsafe { refbridge::mem_free(p as *mut u8) },
+            "PyObject_Free",
+        ))
     })
 }
 

@@ -368,3 +368,48 @@ fn immortal_stubs_stay_strong_and_are_never_freed() {
     assert!(!w.is_cleared());
     assert_eq!(e.bridge.is_strong(op), Some(true));
 }
+
+/// `to_managed` of another bridge's native object made a mirror in the second bridge
+/// (whose queue would then lower a count the first bridge's list and collector own),
+/// while `gc_track` and `gc_del` refused the same object (trial D7). Refused alike now.
+#[test]
+fn to_managed_refuses_another_bridges_native_object() {
+    let mut e = env();
+    let n = e.native(3);
+    let other = refbridge::Bridge::new(&e.heap, BridgeConfig::default()).unwrap();
+    {
+        let _g = other.enter().unwrap();
+        // SAFETY: a live object (of the first bridge) the test holds a reference to.
+        let err = unsafe { other.to_managed(&mut e.m, n) }.unwrap_err();
+        assert_eq!(
+            err,
+            BridgeError::OtherBridge {
+                what: "to_managed",
+                addr: n as usize,
+                type_name: "test.Node".into()
+            }
+        );
+        assert!(!other.has_mirror(n));
+        // A native object of no bridge at all (its header is not a block's).
+        // Words: a block header's two, a GC head's two, then the object.
+        let fake = Box::leak(Box::new([0usize; 8]));
+        fake[4] = 1; // ob_refcnt
+                     // SAFETY: n is live: its type pointer is valid.
+        fake[5] = unsafe { (*n).ob_type } as usize;
+        let op = &mut fake[4] as *mut usize as *mut refbridge::PyObject;
+        // SAFETY: a readable fake object of a valid GC type (the words before it, where
+        // a block's header would be, are zero).
+        let err = unsafe { other.to_managed(&mut e.m, op) }.unwrap_err();
+        assert_eq!(
+            err,
+            BridgeError::NotABlock {
+                what: "to_managed",
+                addr: op as usize
+            }
+        );
+    }
+    // The owner still makes its mirror.
+    // SAFETY: as above.
+    assert!(unsafe { e.bridge.to_managed(&mut e.m, n) }.is_ok());
+    decref(n);
+}

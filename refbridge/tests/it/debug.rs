@@ -212,3 +212,42 @@ fn with_the_mode_off_nothing_is_recorded_and_freed_memory_is_returned() {
     assert!(e.bridge.debug_reports().is_empty());
     assert!(e.bridge.shutdown(&mut e.m).unwrap().is_empty());
 }
+
+/// A second `gc_del` of an object in debug mode: its poisoned type is no GC type, so
+/// the GC entry points refused it as "not of a GC type" and nothing was reported (trial
+/// B10). Now each use is a use-after-free report and a `Freed` error, the quarantine
+/// left as it was.
+#[test]
+fn a_second_gc_del_or_track_of_a_freed_object_is_reported() {
+    let mut e = env();
+    let n = e.native(1);
+    // SAFETY: a node of the bridge; freed once, then used as the misuse under test (the
+    // quarantine keeps its memory).
+    unsafe {
+        refbridge::gc_untrack(n).unwrap();
+        refbridge::gc_del(n).unwrap();
+        for (what, r) in [
+            ("PyObject_GC_Del", refbridge::gc_del(n)),
+            ("PyObject_GC_Track", refbridge::gc_track(n)),
+            ("PyObject_GC_UnTrack", refbridge::gc_untrack(n)),
+        ] {
+            assert_eq!(
+                r,
+                Err(refbridge::BridgeError::Freed {
+                    what,
+                    addr: n as usize
+                })
+            );
+        }
+    }
+    assert_eq!(kinds(&e), vec![ReportKind::UseAfterFree; 3]);
+    let r = &e.bridge.debug_reports()[0];
+    assert_eq!(r.type_name, "test.Node");
+    assert!(
+        r.message.starts_with("PyObject_GC_Del of freed object"),
+        "{}",
+        r.message
+    );
+    assert!(r.made_at.is_some() && r.freed_at.is_some());
+    assert_eq!(e.bridge.debug_check(), Ok(0), "the poison is intact");
+}

@@ -178,6 +178,6 @@ fn a_request_larger_than_the_cap_fails_at_once() {
     // Up to the cap is still possible.
     let p = refbridge::mem_alloc(MIB).unwrap();
     // SAFETY: a block of mem_alloc, freed once.
-    unsafe { refbridge::mem_free(p.as_ptr()) };
+    unsafe { refbridge::mem_free(p.as_ptr()).unwrap() };
     let _ = &mut e;
 }

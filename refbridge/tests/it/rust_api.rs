@@ -145,7 +145,7 @@ fn type_ready_checks_the_type_fills_in_the_default_slots_and_is_idempotent() {
         // Slots of one's own (the C ABI's PyType_Ready passes its C names).
         unsafe extern "C" fn my_free(p: *mut c_void) {
             // SAFETY: forwarded.
-            unsafe { refbridge::mem_free(p as *mut u8) }
+            unsafe { refbridge::mem_free(p as *mut u8).unwrap() }
         }
         let mine = Box::leak(Box::new(PyTypeObject::new(c"api.Mine", 16, 0)));
         let slots = DefaultSlots {
@@ -371,9 +371,9 @@ fn memory_is_counted_to_the_entered_bridge_or_the_process() {
     unsafe {
         let q = refbridge::mem_realloc(q.as_ptr(), 4000).unwrap();
         assert_eq!(s.bridge().memory().bytes(), 4000);
-        refbridge::mem_free(q.as_ptr());
-        refbridge::mem_free(p.as_ptr()); // credited to the account it was charged to
-        refbridge::mem_free(std::ptr::null_mut());
+        refbridge::mem_free(q.as_ptr()).unwrap();
+        refbridge::mem_free(p.as_ptr()).unwrap(); // credited to the account it was charged to
+        refbridge::mem_free(std::ptr::null_mut()).unwrap();
     }
     assert_eq!(refbridge::native_bytes(), 0);
     drop(s);
@@ -488,4 +488,97 @@ fn standalone_finish_returns_the_leak_reports() {
             .any(|r| r.object == op as usize && r.type_name == "api.Cell"),
         "{leaks:?}"
     );
+}
+
+/// `mem_free` of a `malloc`'d block read an account address from `malloc`'s chunk header
+/// and crashed (trial D5); a second free put a pooled block on its free list twice, so
+/// that two later allocations shared it. Both are refused now, the block left alone.
+#[test]
+fn mem_free_and_realloc_refuse_what_is_not_a_live_block() {
+    let s = standalone();
+    // SAFETY: a malloc'd block (16 readable bytes before it: its chunk header), refused
+    // without being touched, then freed with free().
+    unsafe {
+        let m = libc::malloc(64) as *mut u8;
+        assert_eq!(
+            refbridge::mem_free(m),
+            Err(BridgeError::NotABlock {
+                what: "PyMem_Free",
+                addr: m as usize
+            })
+        );
+        let err = refbridge::mem_realloc(m, 128).unwrap_err();
+        assert_eq!(
+            err,
+            BridgeError::NotABlock {
+                what: "PyMem_Realloc",
+                addr: m as usize
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("memory from malloc goes to free()"),
+            "{err}"
+        );
+        assert_eq!(err.exception(), "SystemError");
+        libc::free(m as *mut c_void);
+    }
+    assert_eq!(s.bridge().memory().bytes(), 0);
+    // SAFETY: a block of mem_alloc, freed once, then handed back again (its memory stays
+    // in the bridge's pool, readable).
+    unsafe {
+        let p = refbridge::mem_alloc(40).unwrap().as_ptr();
+        refbridge::mem_free(p).unwrap();
+        assert_eq!(
+            refbridge::mem_free(p),
+            Err(BridgeError::Freed {
+                what: "PyMem_Free",
+                addr: p as usize
+            })
+        );
+        assert!(matches!(
+            refbridge::mem_realloc(p, 80),
+            Err(BridgeError::Freed { .. })
+        ));
+        let a = refbridge::mem_alloc(40).unwrap().as_ptr();
+        let b = refbridge::mem_alloc(40).unwrap().as_ptr();
+        assert_ne!(a, b, "the pool was not corrupted");
+        refbridge::mem_free(a).unwrap();
+        refbridge::mem_free(b).unwrap();
+    }
+    assert_eq!(s.bridge().memory().bytes(), 0);
+}
+
+/// A second `gc_del` without the debug mode was accepted silently: the object's pooled
+/// block went on its free list twice (trial D8). The mark the first free leaves in the
+/// block's header refuses it while the memory is not reused.
+#[test]
+fn a_second_gc_del_is_refused() {
+    let ty = cell_type();
+    let s = standalone();
+    // SAFETY: an object of the bridge, freed once, then handed back again (its memory
+    // stays in the bridge's pool, readable).
+    unsafe {
+        let op = refbridge::gc_new(ty).unwrap().as_ptr();
+        refbridge::gc_del(op).unwrap();
+        let bytes = s.bridge().memory().bytes();
+        assert_eq!(
+            refbridge::gc_del(op),
+            Err(BridgeError::Freed {
+                what: "PyObject_GC_Del",
+                addr: op as usize
+            })
+        );
+        assert!(matches!(
+            refbridge::gc_track(op),
+            Err(BridgeError::Freed { .. })
+        ));
+        assert_eq!(s.bridge().memory().bytes(), bytes, "not credited twice");
+        let a = refbridge::gc_new(ty).unwrap().as_ptr();
+        let b = refbridge::gc_new(ty).unwrap().as_ptr();
+        assert_ne!(a, b, "the pool was not corrupted");
+        refbridge::gc_del(a).unwrap();
+        refbridge::gc_del(b).unwrap();
+    }
+    assert_eq!(s.bridge().memory().bytes(), 0);
 }

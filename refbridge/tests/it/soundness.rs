@@ -35,7 +35,7 @@ fn guards_dropped_out_of_order_leave_the_innermost_live_one_current() {
         "b is still current"
     );
     // SAFETY: a block of mem_alloc, freed once.
-    unsafe { refbridge::mem_free(p.as_ptr()) };
+    unsafe { refbridge::mem_free(p.as_ptr()).unwrap() };
     assert!(a.drain().is_err(), "a is no longer entered");
     drop(a); // its last handle: freed
     let _junk: Vec<Vec<u8>> = (0..1000).map(|_| vec![0xAB; 512]).collect();
@@ -43,7 +43,7 @@ fn guards_dropped_out_of_order_leave_the_innermost_live_one_current() {
     assert!(Bridge::current().is_none());
     let p = refbridge::mem_alloc(16).unwrap(); // no bridge: the process's account
                                                // SAFETY: as above.
-    unsafe { refbridge::mem_free(p.as_ptr()) };
+    unsafe { refbridge::mem_free(p.as_ptr()).unwrap() };
     assert!(b.drain().is_err());
 }
 

@@ -6,6 +6,15 @@
  *                   bridge is entered on the thread: left alone, the collector unharmed
  *   gc-args         NULL, a non-GC object or a size that overflows given to the GC entry
  *                   points: an error, no crash
+ *   negative-size   PyType_Ready of a negative tp_basicsize: refused (it was read as a
+ *                   huge size, the allocations failing "out of memory")
+ *   foreign-free    PyMem_Free / PyObject_Free / PyMem_Realloc of a malloc'd block: an
+ *                   error, the block left alone (a SIGSEGV before)
+ *   double-free     a second PyObject_GC_Del or PyMem_Free: an error, the pool unharmed
+ *                   (the second free put the block on its free list twice: the next two
+ *                   allocations shared it)
+ *   debug-double    a second PyObject_GC_Del in debug mode: a use-after-free report (it
+ *                   was "not of a GC type", and no report)
  * Prints "<case>: ok"; exit status 0 iff every check held. */
 #include <Python.h>
 #include <pthread.h>
@@ -157,6 +166,88 @@ static void gc_args(void)
     printf("gc-args: ok\n");
 }
 
+static void negative_size(void)
+{
+    static PyTypeObject neg = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "t.Neg",
+                               .tp_basicsize = -16};
+    static PyTypeObject neg_gc = {PyVarObject_HEAD_INIT(NULL, 0).tp_name = "t.NegGc",
+                                  .tp_basicsize = -8,
+                                  .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                  .tp_traverse = (traverseproc)Node_traverse};
+    CHECK(PyType_Ready(&neg) == -1, "a negative tp_basicsize was accepted");
+    CHECK(strstr(err(), "type t.Neg has tp_basicsize -16") != NULL, "%s", err());
+    CHECK(PyType_Ready(&neg_gc) == -1, "a negative tp_basicsize was accepted (GC)");
+    CHECK(strstr(err(), "type t.NegGc has tp_basicsize -8") != NULL, "%s", err());
+    printf("negative-size: ok\n");
+}
+
+static void foreign_free(void)
+{
+    size_t before = rb_native_bytes();
+    char *m = malloc(64);
+    strcpy(m, "still mine");
+    rb_err_clear();
+    PyMem_Free(m);
+    CHECK(strstr(err(), "PyMem_Free") && strstr(err(), "is not a live block of PyMem_Malloc"),
+          "%s", err());
+    rb_err_clear();
+    PyObject_Free(m);
+    CHECK(strstr(err(), "PyObject_Free") && strstr(err(), "is not a live block"), "%s", err());
+    rb_err_clear();
+    CHECK(PyMem_Realloc(m, 128) == NULL, "realloc of a malloc'd block");
+    CHECK(strstr(err(), "PyMem_Realloc") && strstr(err(), "is not a live block"), "%s", err());
+    CHECK(strcmp(m, "still mine") == 0, "the block was touched");
+    CHECK(rb_native_bytes() == before, "native bytes %zu, before %zu", rb_native_bytes(), before);
+    free(m);
+    printf("foreign-free: ok\n");
+}
+
+static void double_free(void)
+{
+    size_t before = rb_native_bytes();
+    Node *p = PyObject_GC_New(Node, &NodeType);
+    p->a = NULL;
+    PyObject_GC_Del(p);
+    rb_err_clear();
+    PyObject_GC_Del(p);
+    CHECK(strstr(err(), "PyObject_GC_Del") && strstr(err(), "was already freed"), "%s", err());
+    Node *a = PyObject_GC_New(Node, &NodeType);
+    Node *b = PyObject_GC_New(Node, &NodeType);
+    CHECK(a != b, "two live objects share %p", (void *)a);
+    PyObject_GC_Del(a);
+    PyObject_GC_Del(b);
+    void *m = PyMem_Malloc(40);
+    PyMem_Free(m);
+    rb_err_clear();
+    PyMem_Free(m);
+    CHECK(strstr(err(), "PyMem_Free") && strstr(err(), "was already freed"), "%s", err());
+    void *x = PyMem_Malloc(40);
+    void *y = PyMem_Malloc(40);
+    CHECK(x != y, "two live blocks share %p", x);
+    PyMem_Free(x);
+    PyMem_Free(y);
+    CHECK(rb_native_bytes() == before, "native bytes %zu, before %zu", rb_native_bytes(), before);
+    printf("double-free: ok\n");
+}
+
+static void debug_double(void)
+{
+    CHECK(rb_fini() >= 0, "fini");
+    CHECK(rb_init(RB_DEBUG) == 0, "debug init: %s", err());
+    Node *p = PyObject_GC_New(Node, &NodeType);
+    p->a = NULL;
+    PyObject_GC_Del(p);
+    rb_err_clear();
+    PyObject_GC_Del(p);
+    CHECK(strstr(err(), "PyObject_GC_Del") && strstr(err(), "was already freed"), "%s", err());
+    CHECK(rb_debug_report_count() == 1, "%zu reports", rb_debug_report_count());
+    const char *r = rb_debug_report(0);
+    CHECK(r && strstr(r, "UseAfterFree: PyObject_GC_Del of freed object"), "%s",
+          r ? r : "(no report)");
+    CHECK(rb_debug_check() == 0, "the quarantine was left poisoned");
+    printf("debug-double: ok\n");
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -167,6 +258,10 @@ int main(void)
     foreign_thread();
     gc_args();
     other_bridge();
+    negative_size();
+    foreign_free();
+    double_free();
+    debug_double();
     int leaks = rb_fini();
     printf(failures ? "misuse: %d FAILED\n" : "misuse: all ok\n", failures);
     (void)leaks;

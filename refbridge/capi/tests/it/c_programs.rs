@@ -52,10 +52,11 @@ fn the_c_program_is_valgrind_clean() {
     assert!(out.contains("0 failures, ok"), "{out}");
 }
 
-/// `tests/c/misuse.c`: misuse that crashed or corrupted the collector before (a user
-/// trial): a GC object's last reference dropped on a thread with no bridge entered, or
-/// while another bridge is entered, and NULL, non-GC or overflowing arguments to the GC
-/// entry points.
+/// `tests/c/misuse.c`: misuse that crashed or corrupted the collector before (user
+/// trials): a GC object's last reference dropped on a thread with no bridge entered, or
+/// while another bridge is entered; NULL, non-GC or overflowing arguments to the GC
+/// entry points; a negative `tp_basicsize`; `PyMem_Free` of a `malloc`'d block; a
+/// second `PyObject_GC_Del` or `PyMem_Free`, with and without the debug mode.
 #[test]
 fn misuse_gets_errors_and_the_collector_stays_whole() {
     let exe = build("tests/c/misuse.c", "misuse");
@@ -65,6 +66,10 @@ fn misuse_gets_errors_and_the_collector_stays_whole() {
         "foreign-thread: ok",
         "gc-args: ok",
         "other-bridge: ok",
+        "negative-size: ok",
+        "foreign-free: ok",
+        "double-free: ok",
+        "debug-double: ok",
         "misuse: all ok",
     ] {
         assert!(out.contains(case), "{case} missing: {out}");

@@ -110,8 +110,11 @@ unsafe extern "C" fn leaf_dealloc(op: *mut PyObject) {
     unsafe {
         let l = op as *mut LeafObj;
         FREED.with(|f| f.borrow_mut().push((*l).id));
-        refbridge::mem_free((*l).buf);
-        refbridge::mem_free(op as *mut u8);
+        for p in [(*l).buf, op as *mut u8] {
+            if let Err(e) = refbridge::mem_free(p) {
+                refbridge::set_pending_error_from(&e);
+            }
+        }
     }
 }
 
@@ -219,7 +222,8 @@ impl Env {
             let buf = match refbridge::mem_alloc(size) {
                 Ok(b) => b.as_ptr(),
                 Err(e) => {
-                    refbridge::mem_free(op as *mut u8);
+                    // A block of ours, just allocated (cannot fail).
+                    let _ = refbridge::mem_free(op as *mut u8);
                     refbridge::set_pending_error_from(&e);
                     return std::ptr::null_mut();
                 }
