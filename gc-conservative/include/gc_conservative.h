@@ -53,10 +53,10 @@ typedef int (*gc_scan_filter_t)(void *data, void *obj);
 /**
  * Turns on conservative scanning of every attached thread's stack for `heap`
  * (idempotent, thread-safe). `RT_OK` (0) on success, an `RT_ERR_*` code on error
- * (`RT_ERR_ARG` for a NULL heap).
+ * (`RT_ERR_ARG` for a NULL, unknown, deleted or wrong-kind heap handle).
  *
  * # Safety
- * `heap` is null or a live heap.
+ * None beyond C's: `heap` may be any pointer (it is checked against the live handles).
  */
 int gc_enable_conservative_scanning(gc_heap_t *heap);
 
@@ -67,7 +67,8 @@ int gc_enable_conservative_scanning(gc_heap_t *heap);
  * accepted.
  *
  * # Safety
- * `heap` is null or a live heap.
+ * `heap` is null or a heap handle from this library (live or deleted: a deleted heap
+ * holds no object); it is read with one load, not looked up (a per-word hot path).
  */
 void *gc_base_ptr(gc_heap_t *heap, void *p);
 
@@ -75,7 +76,7 @@ void *gc_base_ptr(gc_heap_t *heap, void *p);
  * Like `gc_base_ptr`, for internal (pool) objects only.
  *
  * # Safety
- * `heap` is null or a live heap.
+ * As for `gc_base_ptr`.
  */
 void *gc_internal_obj_base_ptr(gc_heap_t *heap, void *p);
 
@@ -86,7 +87,7 @@ void *gc_internal_obj_base_ptr(gc_heap_t *heap, void *p);
  * field still names the dead object's type).
  *
  * # Safety
- * `heap` is null or a live heap.
+ * As for `gc_base_ptr`.
  */
 int gc_is_internal_obj_alloc(gc_heap_t *heap, void *p);
 
@@ -122,8 +123,8 @@ ptrdiff_t gc_scan_task(gc_mutator_t *m, gc_task_t *task, gc_scan_filter_t filter
  * needed); `sweepfunc` may be NULL. NULL on error.
  *
  * # Safety
- * `heap` null or live; `name` null or NUL-terminated; `sweepfunc` null or a sweep
- * function of the documented signature.
+ * `name` null or NUL-terminated; `sweepfunc` null or a sweep function of the
+ * documented signature; `heap` any pointer (checked against the live handles).
  */
 void *gc_new_conservative_type(gc_heap_t *heap,
                                const char *name,

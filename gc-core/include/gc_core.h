@@ -101,24 +101,32 @@ typedef int32_t rt_status;
 #define GC_COLLECT_PARTIAL 2
 
 /**
- * A heap (`gc_heap_t`).
+ * A heap (`gc_heap_t`): an opaque handle from `gc_heap_new` or `gc_default_heap`.
  */
 typedef struct gc_heap_t gc_heap_t;
 
 /**
- * A reference queue (`gc_refqueue_new`).
+ * A reference queue (`gc_refqueue_new`): an opaque handle.
  */
 typedef struct gc_refqueue_t gc_refqueue_t;
 
 /**
- * A persistent root (`gc_root_t`).
+ * A persistent root (`gc_root_t`): an opaque handle from `gc_root_new`.
  */
 typedef struct gc_root_t gc_root_t;
 
 /**
- * A weak handle for the embedder (`gc_weak_handle_new`), outside the heap.
+ * A weak handle for the embedder (`gc_weak_handle_new`), outside the heap: an opaque
+ * handle.
  */
 typedef struct gc_weak_handle_t gc_weak_handle_t;
+
+/**
+ * A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
+ */
+typedef struct gc_mutator_t {
+  uint8_t _opaque[0];
+} gc_mutator_t;
 
 /**
  * Heap configuration for `gc_heap_new`.
@@ -184,32 +192,14 @@ typedef struct gc_config_t {
 } gc_config_t;
 
 /**
- * A mutator thread's state (opaque; the seed's `jl_ptls_t` points to one).
+ * A finalizer: `f(obj)`, called once after a collection found `obj` unreachable.
  */
-typedef struct gc_mutator_t {
-  uint8_t _opaque[0];
-} gc_mutator_t;
+typedef void (*gc_finalizer_t)(void *obj);
 
 /**
- * Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
- * return how many of those calls returned non-zero (young children). It may run on any
- * collector thread (`mark_threads`) and concurrently with other mark functions: `m` is
- * the thread it runs on (queue through that one only); it must keep no unsynchronised
- * state of its own.
+ * A reference queue's notification: `f(data)`, called after a collection queued tokens.
  */
-typedef size_t (*gc_markfunc_t)(struct gc_mutator_t *m, void *obj);
-
-/**
- * Sweep function: called once when a sweep finds a scheduled object dead.
- */
-typedef void (*gc_sweepfunc_t)(void *obj);
-
-/**
- * A registered stack (opaque; the seed's `jl_task_t`).
- */
-typedef struct gc_task_t {
-  uint8_t _opaque[0];
-} gc_task_t;
+typedef void (*gc_notify_t)(void *data);
 
 /**
  * Collection statistics for `gc_stats`.
@@ -282,6 +272,27 @@ typedef struct gc_stats_t {
 } gc_stats_t;
 
 /**
+ * A registered stack (opaque; the seed's `jl_task_t`).
+ */
+typedef struct gc_task_t {
+  uint8_t _opaque[0];
+} gc_task_t;
+
+/**
+ * Mark function: queue the children of `obj` with `gc_mark_queue_obj(m, child)` and
+ * return how many of those calls returned non-zero (young children). It may run on any
+ * collector thread (`mark_threads`) and concurrently with other mark functions: `m` is
+ * the thread it runs on (queue through that one only); it must keep no unsynchronised
+ * state of its own.
+ */
+typedef size_t (*gc_markfunc_t)(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Sweep function: called once when a sweep finds a scheduled object dead.
+ */
+typedef void (*gc_sweepfunc_t)(void *obj);
+
+/**
  * A weak-reference object (`gc_weakref_new`): a heap object whose one field reads the
  * referent, and reads NULL once a collection found the referent unreachable. Never a
  * root. C code reads `value` directly and may store a live object of the heap (or NULL)
@@ -298,14 +309,84 @@ typedef struct gc_weakref_t {
 } gc_weakref_t;
 
 /**
- * A finalizer: `f(obj)`, called once after a collection found `obj` unreachable.
+ * Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
+ * limit of a small foreign type, not a type, wrong thread, inside a collection).
+ *
+ * # Safety
+ * `m` is null or a mutator pointer; `ty` anything (it is validated).
  */
-typedef void (*gc_finalizer_t)(void *obj);
+void *gc_alloc(struct gc_mutator_t *m, size_t size, void *ty);
 
 /**
- * A reference queue's notification: `f(data)`, called after a collection queued tokens.
+ * The write barrier: call after storing `child` into `parent` (either may be NULL).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `parent` and `child` null or live objects of its heap.
  */
-typedef void (*gc_notify_t)(void *data);
+void gc_wb(struct gc_mutator_t *m, void *parent, void *child);
+
+/**
+ * The backward barrier: call after storing possibly young references into `parent`.
+ *
+ * # Safety
+ * As for `gc_wb`.
+ */
+void gc_wb_back(struct gc_mutator_t *m, void *parent);
+
+/**
+ * Schedules the sweep function of `obj` (once; a second call returns `RT_ERR_STATE`
+ * and never causes a second sweep).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_schedule_sweep(struct gc_mutator_t *m, void *obj);
+
+/**
+ * The type of a live object (`jl_typeof`); NULL for NULL, and for a free or
+ * never-used pool cell (whose header holds a free-list link or 0, never a type), so
+ * that the seed's validity check `base_ptr(jl_typeof(obj)) != NULL` rejects them.
+ *
+ * # Safety
+ * `obj` null or a live object (or a cell `is_internal_obj_alloc` reported).
+ */
+void *gc_typeof(void *obj);
+
+/**
+ * 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
+ * `gc_mark_queue_obj` gives during marking, available at any time (for tests and
+ * runtimes that want to know which generation an object is in).
+ *
+ * # Safety
+ * `obj` null or a live object.
+ */
+int gc_is_young(void *obj);
+
+/**
+ * Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). An
+ * `RT_ERR_*` code if the heap handle is bad, the function is NULL, already registered,
+ * or (on removal) not registered.
+ *
+ * # Safety
+ * `f` null or a function of the kind's signature; `heap` any pointer (checked against
+ * the live handles).
+ */
+int gc_set_callback(struct gc_heap_t *heap, int kind, void *f, int enable);
+
+/**
+ * Number of callbacks of `kind` registered on `heap` (a negative `RT_ERR_*` code on
+ * error).
+ */
+int gc_callback_count(struct gc_heap_t *heap, int kind);
+
+/**
+ * Fills `cfg` with the default configuration, adjusted by the `GC_CORE_*` environment
+ * variables when set (as for the default heap, see `gc_default_heap`).
+ *
+ * # Safety
+ * `cfg` is null or points to writable memory for a `gc_config_t`.
+ */
+int gc_config_default(struct gc_config_t *cfg);
 
 /**
  * The message of the last failed call on this thread, or NULL if none failed since
@@ -327,13 +408,60 @@ int32_t gc_last_status(void);
 void gc_clear_error(void);
 
 /**
- * Fills `cfg` with the default configuration, adjusted by the `GC_CORE_*` environment
- * variables when set (as for the default heap, see `gc_default_heap`).
+ * Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). An
+ * `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
  *
  * # Safety
- * `cfg` is null or points to writable memory for a `gc_config_t`.
+ * `m` null or a mutator pointer; `obj` anything (checked to be an allocated object of
+ * the thread's heap); `f` null or a function of `gc_finalizer_t`'s type that may be
+ * called once with `obj` (it must not free it).
  */
-int gc_config_default(struct gc_config_t *cfg);
+int gc_add_finalizer(struct gc_mutator_t *m, void *obj, gc_finalizer_t f);
+
+/**
+ * Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
+ * finalizer: they are queued to run after it), a negative `RT_ERR_*` code on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_finalize(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
+ * finalizer), a negative `RT_ERR_*` code on error (bad thread, during a collection, in
+ * a GC-safe region).
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_run_finalizers(struct gc_mutator_t *m);
+
+/**
+ * Runs every registered finalizer (reachable objects included) and the pending ones:
+ * for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
+ * Returns how many ran, a negative `RT_ERR_*` code on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_run_all_finalizers(struct gc_mutator_t *m);
+
+/**
+ * Opts the calling thread in (non-zero) or out of running pending finalizers at its
+ * safepoints (after collections it runs or stops for, when leaving a GC-safe region).
+ * Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. An `RT_ERR_*` code
+ * on error.
+ *
+ * # Safety
+ * `m` null or a mutator pointer.
+ */
+int gc_set_finalizers_at_safepoints(struct gc_mutator_t *m, int on);
+
+/**
+ * Number of finalizers waiting to run on `heap` (0 and an error for a bad heap handle).
+ */
+size_t gc_pending_finalizers(struct gc_heap_t *heap);
 
 /**
  * Creates a heap; `cfg` may be NULL for the defaults. NULL on error.
@@ -344,10 +472,10 @@ int gc_config_default(struct gc_config_t *cfg);
 struct gc_heap_t *gc_heap_new(const struct gc_config_t *cfg);
 
 /**
- * Destroys a heap created by `gc_heap_new`. Refused (`RT_ERR_STATE`) while threads are attached.
- *
- * # Safety
- * `heap` is null or was returned by `gc_heap_new` and not deleted.
+ * Destroys a heap created by `gc_heap_new`: `RT_OK`, or `RT_ERR_ARG` for a NULL,
+ * unknown, already deleted or wrong-kind handle (or the default heap), `RT_ERR_STATE`
+ * while threads are attached. Objects still rooted by roots, weak handles or queues of
+ * the heap keep its memory until those are deleted too.
  */
 int gc_heap_delete(struct gc_heap_t *heap);
 
@@ -363,22 +491,57 @@ int gc_heap_delete(struct gc_heap_t *heap);
  * names), `GC_CORE_STRESS` (collect every N allocations per thread) and
  * `GC_CORE_VERIFY` (0 or 1). A value that does not parse or is out of range is reported
  * on stderr and ignored. `GC_CORE_STATS_FILE=path` writes the heap's statistics there
- * as JSON at exit.
+ * as JSON at exit. Its handle is never deleted (`gc_heap_delete` refuses it).
  */
 struct gc_heap_t *gc_default_heap(void);
 
 /**
- * Attaches the calling thread to `heap`; returns its mutator (`ptls`), NULL on error
- * (already attached, bad heap). The thread detaches at exit or with `gc_thread_detach`.
+ * The calling thread's own `ptls` while it marks (a collector helper thread's record,
+ * or the collecting thread's mutator while its marker is set), NULL otherwise. The
+ * compat header's inline `jl_gc_mark_queue_obj` caches it per thread, so that a
+ * reference queued with another thread's `ptls` (GAP passes a saved one from mark
+ * functions that run on every collector thread) needs no call out of line.
+ */
+void *gc_marking_ptls(void);
+
+/**
+ * Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
+ * or on error (outside the mark phase, wrong thread).
  *
  * # Safety
- * `heap` is null or a live heap.
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_mark_queue_obj(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Queues the `n` references at `objs`, inside `parent`, with one mark-stack entry
+ * (`jl_gc_mark_queue_objarray`).
+ *
+ * # Safety
+ * As for `gc_mark_queue_obj`; `objs` readable for `n` words inside `parent`.
+ */
+void gc_mark_queue_objarray(struct gc_mutator_t *m, void *parent, void **objs, size_t n);
+
+/**
+ * In a weak-processing hook (or a mark function): 1 if `obj` is marked so far (it
+ * survives this collection), 0 if not or on error (outside marking, wrong thread).
+ *
+ * # Safety
+ * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ */
+int gc_is_marked(struct gc_mutator_t *m, void *obj);
+
+/**
+ * Attaches the calling thread to `heap`; returns its mutator (`ptls`), NULL on error
+ * (already attached, bad heap handle). The thread detaches at exit or with
+ * `gc_thread_detach`.
  */
 struct gc_mutator_t *gc_thread_attach(struct gc_heap_t *heap);
 
 /**
  * Detaches the calling thread (attached with `gc_thread_attach` or `jl_init`); its
- * reachable objects stay alive. `RT_ERR_NOT_ATTACHED` if it was not attached through the C ABI.
+ * reachable objects stay alive. `RT_ERR_NOT_ATTACHED` if it was not attached through
+ * the C ABI.
  */
 int gc_thread_detach(void);
 
@@ -388,50 +551,9 @@ int gc_thread_detach(void);
 struct gc_mutator_t *gc_current_mutator(void);
 
 /**
- * `jl_gc_max_internal_obj_size`.
- */
-size_t gc_max_internal_obj_size(void);
-
-/**
- * Creates a foreign type (`jl_new_foreign_type`). NULL on error (NULL name, pointers
- * without a mark function).
- *
- * # Safety
- * `heap` is null or live; `name` null or NUL-terminated; the functions, if given, have
- * the documented signatures.
- */
-void *gc_new_foreign_type(struct gc_heap_t *heap,
-                          const char *name,
-                          gc_markfunc_t markfunc,
-                          gc_sweepfunc_t sweepfunc,
-                          int haspointers,
-                          int large);
-
-/**
- * Creates a precise type: objects of at least `size` bytes with references at the
- * `n` byte offsets `offsets`. NULL on error.
- *
- * # Safety
- * `heap` null or live; `name` null or NUL-terminated; `offsets` readable for `n`.
- */
-void *gc_new_layout_type(struct gc_heap_t *heap,
-                         const char *name,
-                         size_t size,
-                         const uint32_t *offsets,
-                         size_t n);
-
-/**
- * Allocates a zeroed object (`jl_gc_alloc_typed`). NULL on error (size 0, size over the
- * limit of a small foreign type, not a type, wrong thread, inside a collection).
- *
- * # Safety
- * `m` is null or a mutator pointer; `ty` anything (it is validated).
- */
-void *gc_alloc(struct gc_mutator_t *m, size_t size, void *ty);
-
-/**
  * Runs a collection (`GC_COLLECT_AUTO`, `_FULL` or `_PARTIAL`). 1 if this call ran
- * one, 0 if another thread's collection satisfied it, a negative `RT_ERR_*` code on error.
+ * one, 0 if another thread's collection satisfied it, a negative `RT_ERR_*` code on
+ * error.
  *
  * # Safety
  * `m` is null or a mutator pointer.
@@ -439,7 +561,7 @@ void *gc_alloc(struct gc_mutator_t *m, size_t size, void *ty);
 int gc_collect(struct gc_mutator_t *m, int kind);
 
 /**
- * A safepoint poll.
+ * A safepoint poll (a hot path: no panic guard).
  *
  * # Safety
  * `m` is null or a mutator pointer.
@@ -487,113 +609,102 @@ int8_t gc_safe_enter_sp(struct gc_mutator_t *m, void *sp);
 void gc_safe_leave(struct gc_mutator_t *m, int8_t state);
 
 /**
- * The write barrier: call after storing `child` into `parent` (either may be NULL).
- *
- * # Safety
- * `m` null or a mutator pointer; `parent` and `child` null or live objects of its heap.
+ * A new reference queue of `heap`. NULL on error (bad heap handle).
  */
-void gc_wb(struct gc_mutator_t *m, void *parent, void *child);
+struct gc_refqueue_t *gc_refqueue_new(struct gc_heap_t *heap);
 
 /**
- * The backward barrier: call after storing possibly young references into `parent`.
- *
- * # Safety
- * As for `gc_wb`.
+ * Registers `obj` with `token`. `RT_ERR_ARG` on error (bad queue handle, `obj` NULL or
+ * not an allocated object of the queue's heap).
  */
-void gc_wb_back(struct gc_mutator_t *m, void *parent);
+int gc_refqueue_register(struct gc_refqueue_t *q, void *obj, size_t token);
 
 /**
- * Schedules the sweep function of `obj` (once; a second call returns `RT_ERR_STATE` and never
- * causes a second sweep).
+ * Takes up to `cap` available tokens, oldest first, into `out`; returns how many (0
+ * and an error for a bad queue handle). Any thread, outside collections.
  *
  * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ * `out` writable for `cap` words (or NULL with 0); `q` any pointer (checked against the
+ * live handles).
  */
-int gc_schedule_sweep(struct gc_mutator_t *m, void *obj);
+size_t gc_refqueue_drain(struct gc_refqueue_t *q, size_t *out, size_t cap);
 
 /**
- * The calling thread's own `ptls` while it marks (a collector helper thread's record,
- * or the collecting thread's mutator while its marker is set), NULL otherwise. The
- * compat header's inline `jl_gc_mark_queue_obj` caches it per thread, so that a
- * reference queued with another thread's `ptls` (GAP passes a saved one from mark
- * functions that run on every collector thread) needs no call out of line.
+ * Number of tokens available (the queue's own count needs no lock: a flag to poll); 0
+ * and an error for a bad queue handle.
  */
-void *gc_marking_ptls(void);
+size_t gc_refqueue_len(struct gc_refqueue_t *q);
 
 /**
- * Queues `obj` for marking (`jl_gc_mark_queue_obj`): 1 if it is young, 0 if old, NULL
- * or on error (outside the mark phase, wrong thread).
+ * Sets (NULL `f`: removes) the function a collecting thread calls with `data`, after
+ * the world resumes, when a collection queued tokens on `q`.
  *
  * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap.
+ * `f` null or a function of the documented type that may be called with `data` from
+ * any attached thread; `q` any pointer (checked against the live handles).
  */
-int gc_mark_queue_obj(struct gc_mutator_t *m, void *obj);
+int gc_refqueue_set_notify(struct gc_refqueue_t *q, gc_notify_t f, void *data);
 
 /**
- * Queues the `n` references at `objs`, inside `parent`, with one mark-stack entry
- * (`jl_gc_mark_queue_objarray`).
- *
- * # Safety
- * As for `gc_mark_queue_obj`; `objs` readable for `n` words inside `parent`.
+ * Deletes a queue: its registrations end, tokens not drained are lost. `RT_OK`, or
+ * `RT_ERR_ARG` for a NULL, unknown, already deleted or wrong-kind handle.
  */
-void gc_mark_queue_objarray(struct gc_mutator_t *m, void *parent, void **objs, size_t n);
+int gc_refqueue_delete(struct gc_refqueue_t *q);
 
 /**
- * Registers (`enable` non-zero) or removes a C callback of `kind` (`GC_CB_*`). An
- * `RT_ERR_*` code if the function is NULL, already registered, or (on removal) not
- * registered.
- *
- * # Safety
- * `heap` null or live; `f` null or a function of the kind's signature.
- */
-int gc_set_callback(struct gc_heap_t *heap, int kind, void *f, int enable);
-
-/**
- * Number of callbacks of `kind` registered on `heap` (a negative `RT_ERR_*` code on error).
- *
- * # Safety
- * `heap` null or live.
- */
-int gc_callback_count(struct gc_heap_t *heap, int kind);
-
-/**
- * Roots `obj` until `gc_root_delete`. NULL on error.
- *
- * # Safety
- * `heap` null or live; `obj` a live object of it.
+ * Roots `obj` until `gc_root_delete`. NULL on error (bad heap handle, `obj` NULL or not
+ * an allocated object of the heap).
  */
 struct gc_root_t *gc_root_new(struct gc_heap_t *heap, void *obj);
 
 /**
- * The object a root holds.
- *
- * # Safety
- * `root` null or from `gc_root_new`, not deleted.
+ * The object a root holds; NULL (and an error) for a NULL, unknown, deleted or
+ * wrong-kind handle.
  */
 void *gc_root_get(struct gc_root_t *root);
 
 /**
- * Unroots and frees a root.
- *
- * # Safety
- * `root` null or from `gc_root_new`, not deleted.
+ * Unroots and frees a root: `RT_OK`, or `RT_ERR_ARG` for a NULL, unknown, already
+ * deleted or wrong-kind handle.
  */
-void gc_root_delete(struct gc_root_t *root);
+int gc_root_delete(struct gc_root_t *root);
 
 /**
- * Registers a stack `[lo, hi)` as a task. NULL on error (empty range).
+ * Copies the heap's statistics into `out`. From inside a collection (a callback, a
+ * mark or sweep function) they are those as of the start of that collection.
  *
  * # Safety
- * `heap` null or live; `[lo, hi)` readable memory for as long as the task stays
- * registered (conservative scanning reads it).
+ * `heap` any pointer (checked against the live handles); `out` null or writable.
+ */
+int gc_stats(struct gc_heap_t *heap, struct gc_stats_t *out);
+
+/**
+ * Sets the stress mode: collect every `every` allocations per thread (0: off).
+ */
+int gc_set_stress(struct gc_heap_t *heap, uint64_t every);
+
+/**
+ * Turns the verify mode on (non-zero) or off.
+ */
+int gc_set_verify(struct gc_heap_t *heap, int on);
+
+/**
+ * `jl_gc_max_internal_obj_size`.
+ */
+size_t gc_max_internal_obj_size(void);
+
+/**
+ * Registers a stack `[lo, hi)` as a task. NULL on error (empty range, bad heap).
+ *
+ * # Safety
+ * `[lo, hi)` is readable memory for as long as the task stays registered
+ * (conservative scanning reads it); `heap` any pointer (checked against the live
+ * handles).
  */
 struct gc_task_t *gc_register_task(struct gc_heap_t *heap, void *lo, void *hi);
 
 /**
  * Unregisters a task registered with `gc_register_task`. `RT_ERR_ARG` if unknown.
- *
- * # Safety
- * `heap` null or live; `task` anything (it is looked up).
  */
 int gc_unregister_task(struct gc_heap_t *heap, struct gc_task_t *task);
 
@@ -619,49 +730,33 @@ int gc_task_stack(struct gc_task_t *task, void **lo, void **hi);
 struct gc_task_t *gc_current_task(void);
 
 /**
- * Copies the heap's statistics into `out`. From inside a collection (a callback, a
- * mark or sweep function) they are those as of the start of that collection.
+ * Creates a foreign type (`jl_new_foreign_type`). NULL on error (bad heap handle, NULL
+ * name, pointers without a mark function, inside a collection).
  *
  * # Safety
- * `heap` null or live; `out` null or writable.
+ * `name` null or NUL-terminated; the functions, if given, have the documented
+ * signatures; `heap` any pointer (checked against the live handles).
  */
-int gc_stats(struct gc_heap_t *heap, struct gc_stats_t *out);
+void *gc_new_foreign_type(struct gc_heap_t *heap,
+                          const char *name,
+                          gc_markfunc_t markfunc,
+                          gc_sweepfunc_t sweepfunc,
+                          int haspointers,
+                          int large);
 
 /**
- * Sets the stress mode: collect every `every` allocations per thread (0: off).
+ * Creates a precise type: objects of at least `size` bytes with references at the
+ * `n` byte offsets `offsets`. NULL on error.
  *
  * # Safety
- * `heap` null or live.
+ * `name` null or NUL-terminated; `offsets` readable for `n`; `heap` any pointer
+ * (checked against the live handles).
  */
-int gc_set_stress(struct gc_heap_t *heap, uint64_t every);
-
-/**
- * Turns the verify mode on (non-zero) or off.
- *
- * # Safety
- * `heap` null or live.
- */
-int gc_set_verify(struct gc_heap_t *heap, int on);
-
-/**
- * The type of a live object (`jl_typeof`); NULL for NULL, and for a free or
- * never-used pool cell (whose header holds a free-list link or 0, never a type), so
- * that the seed's validity check `base_ptr(jl_typeof(obj)) != NULL` rejects them.
- *
- * # Safety
- * `obj` null or a live object (or a cell `is_internal_obj_alloc` reported).
- */
-void *gc_typeof(void *obj);
-
-/**
- * 1 if a live object is young (not yet promoted), 0 if it is old or NULL: the answer
- * `gc_mark_queue_obj` gives during marking, available at any time (for tests and
- * runtimes that want to know which generation an object is in).
- *
- * # Safety
- * `obj` null or a live object.
- */
-int gc_is_young(void *obj);
+void *gc_new_layout_type(struct gc_heap_t *heap,
+                         const char *name,
+                         size_t size,
+                         const uint32_t *offsets,
+                         size_t n);
 
 /**
  * Allocates a weak-reference object pointing at `obj` (NULL allowed: a cleared one).
@@ -681,161 +776,35 @@ struct gc_weakref_t *gc_weakref_new(struct gc_mutator_t *m, void *obj);
 void *gc_weakref_get(struct gc_weakref_t *wr);
 
 /**
- * Points a weak-reference object at `obj` (NULL: at nothing). `RT_ERR_ARG` if `wr` is not a
- * weak-reference object or on a bad thread.
+ * Points a weak-reference object at `obj` (NULL: at nothing). `RT_ERR_ARG` if `wr` is
+ * not a weak-reference object or on a bad thread.
  *
  * # Safety
- * `m` null or a mutator pointer; `wr` null or a live object; `obj` null or live.
+ * `m` null or a mutator pointer; `wr` and `obj` anything (both are checked to be
+ * allocated objects of the thread's heap before either is read).
  */
 int gc_weakref_set(struct gc_mutator_t *m, struct gc_weakref_t *wr, void *obj);
 
 /**
  * The type of weak-reference objects of `heap` (what `gc_typeof` returns for them).
- *
- * # Safety
- * `heap` null or live.
  */
 void *gc_weakref_type(struct gc_heap_t *heap);
 
 /**
  * A weak handle to `obj` for the embedder (lives outside the heap, never a root). NULL
- * on error (NULL heap or object).
- *
- * # Safety
- * `heap` null or live; `obj` null or a live object of it.
+ * on error (bad heap handle, `obj` NULL or not an allocated object of the heap).
  */
 struct gc_weak_handle_t *gc_weak_handle_new(struct gc_heap_t *heap, void *obj);
 
 /**
- * The object of a weak handle, NULL once a collection found it unreachable.
- *
- * # Safety
- * `h` null or from `gc_weak_handle_new`, not deleted.
+ * The object of a weak handle, NULL once a collection found it unreachable (and NULL
+ * with an error for a NULL, unknown, deleted or wrong-kind handle).
  */
 void *gc_weak_handle_get(struct gc_weak_handle_t *h);
 
 /**
- * Releases a weak handle.
- *
- * # Safety
- * `h` null or from `gc_weak_handle_new`, not deleted.
+ * Releases a weak handle: `RT_OK`, or `RT_ERR_ARG` for a NULL, unknown, already
+ * deleted or wrong-kind handle.
  */
-void gc_weak_handle_delete(struct gc_weak_handle_t *h);
-
-/**
- * Registers finalizer `f` for `obj` (Julia's `jl_gc_add_ptr_finalizer`). An
- * `RT_ERR_*` code on error (NULL object or function, bad thread, during a collection).
- *
- * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap; `f` null or a
- * function of `gc_finalizer_t`'s type that may be called once with `obj` (it must not
- * free it).
- */
-int gc_add_finalizer(struct gc_mutator_t *m, void *obj, gc_finalizer_t f);
-
-/**
- * Runs the finalizers of `obj` now (`jl_finalize`); returns how many ran (0 inside a
- * finalizer: they are queued to run after it), a negative `RT_ERR_*` code on error.
- *
- * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap.
- */
-int gc_finalize(struct gc_mutator_t *m, void *obj);
-
-/**
- * Runs the pending finalizers on the calling thread; returns how many ran (0 inside a
- * finalizer), a negative `RT_ERR_*` code on error (bad thread, during a collection, in a GC-safe region).
- *
- * # Safety
- * `m` null or a mutator pointer.
- */
-int gc_run_finalizers(struct gc_mutator_t *m);
-
-/**
- * Runs every registered finalizer (reachable objects included) and the pending ones:
- * for shutdown, before `gc_heap_delete` (finalizers never run at heap deletion).
- * Returns how many ran, a negative `RT_ERR_*` code on error.
- *
- * # Safety
- * `m` null or a mutator pointer.
- */
-int gc_run_all_finalizers(struct gc_mutator_t *m);
-
-/**
- * Opts the calling thread in (non-zero) or out of running pending finalizers at its
- * safepoints (after collections it runs or stops for, when leaving a GC-safe region).
- * Off for `gc_thread_attach`, on for `jl_init`/`jl_adopt_thread`. An `RT_ERR_*` code on error.
- *
- * # Safety
- * `m` null or a mutator pointer.
- */
-int gc_set_finalizers_at_safepoints(struct gc_mutator_t *m, int on);
-
-/**
- * Number of finalizers waiting to run on `heap` (0 and an error for NULL).
- *
- * # Safety
- * `heap` null or live.
- */
-size_t gc_pending_finalizers(struct gc_heap_t *heap);
-
-/**
- * A new reference queue of `heap` (phantom semantics: a registered object's token is
- * queued by the collection that finds the object gone, which frees it). NULL on error.
- *
- * # Safety
- * `heap` null or live.
- */
-struct gc_refqueue_t *gc_refqueue_new(struct gc_heap_t *heap);
-
-/**
- * Registers `obj` with `token`. `RT_ERR_ARG` on error (NULL queue or object).
- *
- * # Safety
- * `q` null or from `gc_refqueue_new`; `obj` null or a live object of its heap.
- */
-int gc_refqueue_register(struct gc_refqueue_t *q, void *obj, size_t token);
-
-/**
- * Takes up to `cap` available tokens, oldest first, into `out`; returns how many. Any
- * thread, outside collections.
- *
- * # Safety
- * `q` null or from `gc_refqueue_new`; `out` writable for `cap` words (or NULL with 0).
- */
-size_t gc_refqueue_drain(struct gc_refqueue_t *q, size_t *out, size_t cap);
-
-/**
- * Number of tokens available (no lock: a flag to poll).
- *
- * # Safety
- * `q` null or from `gc_refqueue_new`.
- */
-size_t gc_refqueue_len(struct gc_refqueue_t *q);
-
-/**
- * Sets (NULL `f`: removes) the function a collecting thread calls with `data`, after
- * the world resumes, when a collection queued tokens on `q`.
- *
- * # Safety
- * `q` null or from `gc_refqueue_new`; `f` null or a function of the documented type.
- */
-int gc_refqueue_set_notify(struct gc_refqueue_t *q, gc_notify_t f, void *data);
-
-/**
- * Deletes a queue: its registrations end, tokens not drained are lost.
- *
- * # Safety
- * `q` null or from `gc_refqueue_new`, not deleted.
- */
-void gc_refqueue_delete(struct gc_refqueue_t *q);
-
-/**
- * In a weak-processing hook (or a mark function): 1 if `obj` is marked so far (it
- * survives this collection), 0 if not or on error (outside marking, wrong thread).
- *
- * # Safety
- * `m` null or a mutator pointer; `obj` null or a live object of its heap.
- */
-int gc_is_marked(struct gc_mutator_t *m, void *obj);
+int gc_weak_handle_delete(struct gc_weak_handle_t *h);
 #endif /* GC_CORE_H */

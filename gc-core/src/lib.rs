@@ -145,3 +145,8 @@ pub enum CollectionKind {
 pub fn max_internal_obj_size() -> usize {
     sizeclass::MAX_INTERNAL_OBJ_SIZE
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

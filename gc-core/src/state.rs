@@ -128,6 +128,18 @@ pub(crate) struct Roots {
 }
 
 /// A garbage-collected heap. Cloning gives another handle to the same heap.
+///
+/// Defined here with the types it refers to; its methods live in two files, by concern:
+/// - `heap.rs`: creating a heap, attaching threads (`attach`, `current_mutator`), types
+///   (`new_foreign_type`, `new_layout_type`, `type_from_addr`, `type_of`), object checks
+///   (`check_object`), roots (`root`, `root_unchecked`; [`Root`] itself), callbacks,
+///   tasks, statistics, lazy sweeping, the stress, verify and mark-thread settings,
+///   external objects, `attached_threads`;
+/// - `weakref.rs`: weak references and finalizers on the heap's side (`weak_ref_type`,
+///   `weak_object_get`, `new_weak_ref`, `new_reference_queue`, `pending_finalizers`,
+///   `registered_finalizers`, `run_finalizers`).
+///
+/// [`Root`]: crate::Root
 #[derive(Clone)]
 pub struct Heap(pub(crate) Arc<HeapInner>);
 
@@ -206,6 +218,15 @@ pub(crate) const SAFE: u8 = 1;
 pub(crate) const DETACHED: u8 = 2;
 
 /// A thread attached to a heap: the object behind the C API's `jl_ptls_t`.
+///
+/// Defined here with the types it refers to; its methods live in two files:
+/// - `state.rs` (here): the heap accessor, `record_stop` and `park` (a thread's half of
+///   the stop-the-world handshake);
+/// - `mutator.rs`: the raw tier C layers use (`head`, `is_running`, `in_collection`,
+///   `task`, the safepoint and its slow path, GC-safe regions `enter_gc_safe`,
+///   `enter_gc_safe_at`, `leave_gc_safe`, the per-thread type cache `cached_type` and
+///   `type_at_cached`, allocation `alloc`/`alloc_fast`/`alloc_internal`, the write
+///   barriers `wb`/`wb_back`/`remember`, `schedule_sweep`).
 #[repr(C)]
 pub struct MutatorShared {
     /// First field, the part C code reads (`gc_tls_head_t`): saved registers (at offset
@@ -267,6 +288,18 @@ impl MutatorShared {
 
 /// A thread attached to a heap. Not `Send`: it stands for the thread that attached.
 /// Dropping it detaches the thread; its objects stay alive as long as they are reachable.
+///
+/// Defined here with the types it refers to; its methods live in three files:
+/// - `state.rs` (here): `borrowed` (a handle that does not detach) and `heap`;
+/// - `mutator.rs`: attaching and detaching (`attach`, `Drop`), `ptls`, `shared`,
+///   allocation (`alloc_typed`), collections, safepoints and GC-safe regions
+///   (`collect`, `safepoint`, `gc_safe`, `enter_gc_safe`), barriers and reference
+///   stores (`wb`, `wb_back`, `store_ref`, `load_ref`), `schedule_foreign_sweepfunc`,
+///   `task`;
+/// - `weakref.rs`: finalizers (`add_finalizer`, `add_c_finalizer`, `finalize`,
+///   `run_finalizers`, `run_all_finalizers`, `disable_finalizers`,
+///   `enable_finalizers`, `set_finalizers_at_safepoints`) and weak-reference objects
+///   (`new_weak_object`, `weak_object_set`).
 pub struct Mutator {
     pub(crate) shared: Arc<MutatorShared>,
     pub(crate) heap: Heap,

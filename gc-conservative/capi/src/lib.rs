@@ -25,29 +25,27 @@ use gc_conservative::{
 };
 use gc_core::SweepProc;
 use gc_core_capi::{
-    default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, heap_from_ptr,
+    default_heap, gc_heap_t, gc_mutator_t, gc_sweepfunc_t, gc_task_t, heap_handle,
     heap_id_from_ptr, jl_value_t, set_error, set_gc_error, task_from_ptr, with_active_marker,
 };
 use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// Turns on conservative scanning of every attached thread's stack for `heap`
 /// (idempotent, thread-safe). `RT_OK` (0) on success, an `RT_ERR_*` code on error
-/// (`RT_ERR_ARG` for a NULL heap).
+/// (`RT_ERR_ARG` for a NULL, unknown, deleted or wrong-kind heap handle).
 ///
 /// # Safety
-/// `heap` is null or a live heap.
+/// None beyond C's: `heap` may be any pointer (it is checked against the live handles).
 #[no_mangle]
 pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -> c_int {
     guard(
         "gc_enable_conservative_scanning",
         Status::Panic.code(),
         || {
-            // SAFETY: forwarded from the caller.
-            let Some(h) = (unsafe { heap_from_ptr(heap, "gc_enable_conservative_scanning") })
-            else {
+            let Some(h) = heap_handle(heap, "gc_enable_conservative_scanning") else {
                 return Status::Arg.code();
             };
-            match enable_conservative_scanning(h) {
+            match enable_conservative_scanning(&h) {
                 Ok(()) => Status::Ok.code(),
                 Err(e) => set_gc_error(&e),
             }
@@ -61,7 +59,8 @@ pub unsafe extern "C" fn gc_enable_conservative_scanning(heap: *mut gc_heap_t) -
 /// accepted.
 ///
 /// # Safety
-/// `heap` is null or a live heap.
+/// `heap` is null or a heap handle from this library (live or deleted: a deleted heap
+/// holds no object); it is read with one load, not looked up (a per-word hot path).
 #[no_mangle]
 pub unsafe extern "C" fn gc_base_ptr(heap: *mut gc_heap_t, p: *mut c_void) -> *mut c_void {
     // SAFETY: forwarded from the caller.
@@ -74,17 +73,17 @@ pub unsafe extern "C" fn gc_base_ptr(heap: *mut gc_heap_t, p: *mut c_void) -> *m
 /// Like `gc_base_ptr`, for internal (pool) objects only.
 ///
 /// # Safety
-/// `heap` is null or a live heap.
+/// As for `gc_base_ptr`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_internal_obj_base_ptr(
     heap: *mut gc_heap_t,
     p: *mut c_void,
 ) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_internal_obj_base_ptr") }) else {
+    let Some(id) = (unsafe { heap_id_from_ptr(heap, "gc_internal_obj_base_ptr") }) else {
         return std::ptr::null_mut();
     };
-    internal_obj_base_ptr(h.id(), p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
+    internal_obj_base_ptr(id, p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
 }
 
 /// Non-zero iff `p` is the start of an internal object of `heap` or of a cell reserved
@@ -93,14 +92,14 @@ pub unsafe extern "C" fn gc_internal_obj_base_ptr(
 /// field still names the dead object's type).
 ///
 /// # Safety
-/// `heap` is null or a live heap.
+/// As for `gc_base_ptr`.
 #[no_mangle]
 pub unsafe extern "C" fn gc_is_internal_obj_alloc(heap: *mut gc_heap_t, p: *mut c_void) -> c_int {
     // SAFETY: forwarded from the caller.
-    let Some(h) = (unsafe { heap_from_ptr(heap, "gc_is_internal_obj_alloc") }) else {
+    let Some(id) = (unsafe { heap_id_from_ptr(heap, "gc_is_internal_obj_alloc") }) else {
         return 0;
     };
-    is_internal_obj_alloc(h.id(), p as usize) as c_int
+    is_internal_obj_alloc(id, p as usize) as c_int
 }
 
 /// Scans `[lo, hi)` conservatively during marking (from a root scanner, task scanner or
@@ -189,8 +188,8 @@ pub unsafe extern "C" fn gc_scan_task(
 /// needed); `sweepfunc` may be NULL. NULL on error.
 ///
 /// # Safety
-/// `heap` null or live; `name` null or NUL-terminated; `sweepfunc` null or a sweep
-/// function of the documented signature.
+/// `name` null or NUL-terminated; `sweepfunc` null or a sweep function of the
+/// documented signature; `heap` any pointer (checked against the live handles).
 #[no_mangle]
 pub unsafe extern "C" fn gc_new_conservative_type(
     heap: *mut gc_heap_t,
@@ -199,8 +198,7 @@ pub unsafe extern "C" fn gc_new_conservative_type(
     large: c_int,
 ) -> *mut c_void {
     guard("gc_new_conservative_type", std::ptr::null_mut(), || {
-        // SAFETY: forwarded from the caller.
-        let Some(h) = (unsafe { heap_from_ptr(heap, "gc_new_conservative_type") }) else {
+        let Some(h) = heap_handle(heap, "gc_new_conservative_type") else {
             return std::ptr::null_mut();
         };
         if name.is_null() {
@@ -213,7 +211,7 @@ pub unsafe extern "C" fn gc_new_conservative_type(
             return std::ptr::null_mut();
         };
         match gc_conservative::new_conservative_type(
-            h,
+            &h,
             name,
             // SAFETY: the C caller's function is the seed's sweep function (this
             // function's contract), called as `SweepProc::c` requires.

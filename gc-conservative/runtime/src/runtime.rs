@@ -390,17 +390,15 @@ impl Runtime {
             threads: Mutex::new(Vec::new()),
         });
         let fail = |e: Error| {
-            // SAFETY: the heap made above, with no thread attached.
-            unsafe { gc::gc_heap_delete(heap) };
+            gc::gc_heap_delete(heap);
             Err(e)
         };
         if cfg.conservative {
-            // SAFETY: a heap gc_heap_new just returned.
-            let Some(h) = (unsafe { gc::heap_from_ptr(heap, "gc_runtime_new") }) else {
+            let Some(h) = gc::heap_handle(heap, "gc_runtime_new") else {
                 return fail(gc_error("gc_runtime_new"));
             };
             if !shared.scan_stacks {
-                if let Err(e) = gc_conservative::enable_conservative_scanning(h) {
+                if let Err(e) = gc_conservative::enable_conservative_scanning(&h) {
                     return fail(Error::new(
                         GC_RUNTIME_ERR_GC,
                         format!("gc_runtime_new: {e}"),
@@ -446,9 +444,8 @@ impl Runtime {
     /// directly.
     pub fn check_deletable(&self) -> Result<()> {
         let threads = self.shared.threads().len();
-        // SAFETY: the runtime's own heap, alive while the runtime is.
-        let heap_threads = unsafe { gc::heap_from_ptr(self.heap, "gc_runtime_delete") }
-            .map_or(0, |h| h.attached_threads());
+        let heap_threads =
+            gc::heap_handle(self.heap, "gc_runtime_delete").map_or(0, |h| h.attached_threads());
         if threads > 0 || heap_threads > 0 {
             return Err(Error::new(
                 GC_RUNTIME_ERR_STATE,
@@ -466,12 +463,9 @@ impl Runtime {
     /// # Safety
     /// [`Runtime::check_deletable`] said yes, and no thread attaches meanwhile.
     pub unsafe fn free(self) {
-        // SAFETY: the runtime's own GIL and heap, never used again; no thread attached
-        // (caller).
-        unsafe {
-            gil_sys::gil_delete(self.gil);
-            gc::gc_heap_delete(self.heap);
-        }
+        // The runtime's own GIL and heap, never used again; no thread attached (caller).
+        gil_sys::gil_delete(self.gil);
+        gc::gc_heap_delete(self.heap);
     }
 
     pub fn heap(&self) -> *mut gc_heap_t {
@@ -515,8 +509,7 @@ impl Runtime {
                     format!("{WHAT}: the calling thread is already attached to a runtime"),
                 ));
             }
-            // SAFETY: the runtime's own heap.
-            let m = unsafe { gc::gc_thread_attach(self.heap) };
+            let m = gc::gc_thread_attach(self.heap);
             if m.is_null() {
                 return Err(gc_error(WHAT));
             }

@@ -14,6 +14,8 @@
  *   saved-ptls   GAP's mark functions pass the collecting thread's ptls saved in a
  *                global (set in its pre-GC hook), not the one they were given; with
  *                parallel marking they run on every collector thread: every node kept
+ *   stale-heap   a deleted heap's handle: the per-word lookups (gc_base_ptr, ...) find
+ *                nothing without reading freed memory, the other entries refuse it
  *
  * Prints "<case>: ok" or FAIL lines; exit status 0 iff every check held. */
 #include "julia_gcext_compat.h"
@@ -308,6 +310,25 @@ static void saved_ptls_marking(jl_ptls_t p, int depth)
     printf("saved-ptls: ok (%llu nodes)\n", (unsigned long long)id);
 }
 
+/* ---- stale-heap ------------------------------------------------------------------ */
+
+static void stale_heap(void)
+{
+    gc_heap_t *h = gc_heap_new(NULL);
+    CHECK(h != NULL, "%s", last_error());
+    CHECK(gc_heap_delete(h) == RT_OK, "%s", last_error());
+    int probe = 0;
+    CHECK(gc_base_ptr(h, &probe) == NULL, "a deleted heap's lookup found an object");
+    CHECK(gc_internal_obj_base_ptr(h, &probe) == NULL, "a deleted heap's lookup");
+    CHECK(gc_is_internal_obj_alloc(h, &probe) == 0, "a deleted heap's lookup");
+    CHECK(gc_enable_conservative_scanning(h) == RT_ERR_ARG, "a deleted heap accepted");
+    CHECK(strstr(last_error(), "gc_enable_conservative_scanning: heap: ") &&
+              strstr(last_error(), "is not a live heap handle"),
+          "%s", last_error());
+    CHECK(gc_new_conservative_type(h, "T", NULL, 0) == NULL, "a type in a deleted heap");
+    if (!failures) printf("stale-heap: ok\n");
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IONBF, 0);
@@ -323,6 +344,7 @@ int main(int argc, char **argv)
     scanner_safe();
     not_object(main_ptls);
     saved_ptls_marking(main_ptls, depth);
+    stale_heap();
     printf(failures ? "misuse: %d FAILED\n" : "misuse: all ok\n", failures);
     return failures != 0;
 }

@@ -22,13 +22,25 @@ fn include_dir() -> PathBuf {
     crate_dir().join("../include")
 }
 
-/// The C ABI's sources: this crate's `src/*.rs`.
+/// The C ABI's sources: this crate's `src/**/*.rs` (sorted, so the text is stable).
 fn capi_source() -> String {
-    let mut src = String::new();
-    for entry in std::fs::read_dir(crate_dir().join("src")).unwrap() {
-        src.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
     }
-    src
+    let mut files = Vec::new();
+    walk(&crate_dir().join("src"), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).unwrap())
+        .collect()
 }
 
 /// Names of the `extern "C"` functions defined in the C ABI's sources.

@@ -189,8 +189,8 @@ fn c_failures_report_shared_status_codes() {
         unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
     };
     std::thread::spawn(move || {
-        // SAFETY: NULL is refused, never dereferenced.
-        assert_eq!(unsafe { gc_heap_delete(std::ptr::null_mut()) }, -1); // RT_ERR_ARG
+        // NULL is refused, never dereferenced.
+        assert_eq!(gc_heap_delete(std::ptr::null_mut()), -1); // RT_ERR_ARG
         assert_eq!(gc_last_status(), -1);
         assert!(message().contains("heap is NULL"));
         assert_eq!(gc_thread_detach(), -4, "RT_ERR_NOT_ATTACHED"); // not attached
@@ -198,14 +198,13 @@ fn c_failures_report_shared_status_codes() {
         // SAFETY: NULL asks for the default configuration.
         let heap = unsafe { gc_heap_new(std::ptr::null()) };
         assert!(!heap.is_null());
-        // SAFETY: a live heap.
-        assert!(!unsafe { gc_thread_attach(heap) }.is_null());
-        // SAFETY: a live heap; refused while this thread is attached.
-        assert_eq!(unsafe { gc_heap_delete(heap) }, -15, "RT_ERR_STATE");
+        assert!(!gc_thread_attach(heap).is_null());
+        // Refused while this thread is attached.
+        assert_eq!(gc_heap_delete(heap), -15, "RT_ERR_STATE");
         assert!(message().contains("still attached"), "{}", message());
         assert_eq!(gc_thread_detach(), 0);
-        // SAFETY: a live heap with no thread attached.
-        assert_eq!(unsafe { gc_heap_delete(heap) }, 0);
+        // A live heap with no thread attached.
+        assert_eq!(gc_heap_delete(heap), 0);
     })
     .join()
     .unwrap();

@@ -3,8 +3,8 @@
 //! compiles and links against gc-core with no libjulia: the globals `jl_any_type`,
 //! `jl_datatype_type`, `jl_weakref_type`, `jl_nothing`, `jl_main_module`,
 //! `jl_n_threads`, `jl_n_gcthreads`; the task queries `jl_get_current_task` and
-//! `jl_active_task_stack`; Julia's safe-restore points (`jl_set_safe_restore`: a read
-//! that faults returns to the restore point); `jl_ver_string`; and the calls that have
+//! `jl_active_task_stack`; attaching threads (`jl_init`, `jl_adopt_thread`,
+//! `jl_gc_thread_detach`); `jl_ver_string`; and the calls that have
 //! nothing to do here (`jl_set_const`, `jl_atexit_hook` runs the finalizers as Julia's
 //! does). Declared in `include/julia_gcext_compat.h`; the Julia-compatibility prefix
 //! (`cargo xtask julia-prefix`) wraps that header as `julia.h`.
@@ -27,15 +27,16 @@
 //! 1` to know whether its task scanner may run on two threads at once (GAP 4.15's
 //! mutex), which with Julia's count would be false for two marking threads.
 
-use super::{
-    cur, gc_current_task, gc_default_heap, gc_run_all_finalizers, gc_set_finalizers_at_safepoints,
-    gc_thread_attach, gc_typeof, jl_datatype_t, jl_module_t, jl_sym_t, jl_task_t, jl_value_t,
-    set_error,
-};
-use ffi_support::guard;
+use super::types::{jl_datatype_t, jl_module_t, jl_ptls_t, jl_sym_t, jl_task_t, jl_value_t};
+use crate::alloc::gc_typeof;
+use crate::entry::{entry, record, set_error};
+use crate::finalizers::{gc_run_all_finalizers, gc_set_finalizers_at_safepoints};
+use crate::heap::{default_heap_ref, set_default_mark_threads};
+use crate::mutator::{attach, cur, gc_mutator_t, gc_thread_detach};
+use crate::tasks::{gc_current_task, task_from_ptr};
 use gc_core::ffi::current_ptls;
 use gc_core::{ForeignTypeSpec, MarkProc, SweepProc, TaskScan};
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, CString};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, Ordering};
 use std::sync::{Once, OnceLock};
 
@@ -104,7 +105,7 @@ static CLIENT_1_10: AtomicBool = AtomicBool::new(false);
 /// task scanner runs as Julia 1.10 runs it (`TaskScan::WhileMarking`).
 #[no_mangle]
 pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
-    guard("jl_gc_compat_init", (), || {
+    entry("jl_gc_compat_init", || {
         VERSION.get_or_init(|| {
             CString::new(format!("{major}.{minor}.0-gccore"))
                 .unwrap_or_else(|_| DEFAULT_VERSION.into())
@@ -112,50 +113,34 @@ pub extern "C" fn jl_gc_compat_init(major: c_int, minor: c_int) {
         let parallel = (major, minor) >= PARALLEL_MARK_SINCE;
         CLIENT_1_10.store(parallel, Ordering::Relaxed);
         if !parallel && std::env::var_os("GC_CORE_MARK_THREADS").is_none() {
-            super::set_default_mark_threads(1);
+            set_default_mark_threads(1);
         }
-        // SAFETY: the default heap is live for the process.
-        if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_init") } {
-            heap.set_task_scan(if parallel {
-                TaskScan::WhileMarking
-            } else {
-                TaskScan::AtRoots
-            });
-        }
+        default_heap_ref().set_task_scan(if parallel {
+            TaskScan::WhileMarking
+        } else {
+            TaskScan::AtRoots
+        });
         init_default();
+        Ok(())
     })
 }
 
 /// `jl_init` proper: the default heap, the calling thread attached (finalizers run at its
 /// safepoints), the built-in types and the thread counts published.
-pub(super) fn init_default() {
-    let heap = gc_default_heap();
+fn init_default() {
     if current_ptls().is_null() {
-        // SAFETY: the default heap is live for the process.
-        let m = unsafe { gc_thread_attach(heap) };
-        if !m.is_null() {
-            // SAFETY: the mutator just attached.
-            unsafe { gc_set_finalizers_at_safepoints(m, 1) };
-        }
+        adopt();
     }
     static TYPES: Once = Once::new();
     TYPES.call_once(publish_types);
     update_thread_count();
-    // SAFETY: the default heap is live for the process.
-    if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_init") } {
-        jl_n_gcthreads.store(
-            heap.mark_threads().min(i32::MAX as usize) as i32,
-            Ordering::Release,
-        );
-    }
+    let marking = default_heap_ref().mark_threads();
+    jl_n_gcthreads.store(marking.min(i32::MAX as usize) as i32, Ordering::Release);
 }
 
 /// Sets `jl_any_type`, `jl_datatype_type` and `jl_weakref_type`.
 fn publish_types() {
-    // SAFETY: the default heap is live for the process.
-    let Some(heap) = (unsafe { super::heap_ref(gc_default_heap(), "jl_init") }) else {
-        return;
-    };
+    let heap = default_heap_ref();
     let any = heap.new_foreign_type(ForeignTypeSpec {
         name: "Any",
         mark: MarkProc::None,
@@ -182,21 +167,66 @@ fn publish_types() {
 }
 
 /// Refreshes `jl_n_threads` from the default heap.
-pub(super) fn update_thread_count() {
-    // SAFETY: the default heap is live for the process.
-    if let Some(heap) = unsafe { super::heap_ref(gc_default_heap(), "jl_n_threads") } {
-        let n = heap.attached_threads().min(i32::MAX as usize) as i32;
-        jl_n_threads.store(n, Ordering::Release);
-    }
+fn update_thread_count() {
+    let n = default_heap_ref().attached_threads();
+    jl_n_threads.store(n.min(i32::MAX as usize) as i32, Ordering::Release);
+}
+
+/// Creates the default heap and attaches the calling thread (`jl_init`). Calling it
+/// again on an attached thread does nothing.
+#[no_mangle]
+pub extern "C" fn jl_init() {
+    entry("jl_init", || {
+        init_default();
+        Ok(())
+    })
+}
+
+/// Attaches the calling thread to the default heap with finalizers run at its
+/// safepoints (what `jl_init` and `jl_adopt_thread` do); NULL (the error recorded) if
+/// that failed.
+fn adopt() -> *mut gc_mutator_t {
+    let m = match attach(default_heap_ref()) {
+        Ok(m) => m,
+        Err(e) => {
+            record(e);
+            return std::ptr::null_mut();
+        }
+    };
+    // SAFETY: the mutator just attached.
+    unsafe { gc_set_finalizers_at_safepoints(m, 1) };
+    m
+}
+
+/// Attaches the calling thread to the default heap (Julia's `jl_adopt_thread`).
+#[no_mangle]
+pub extern "C" fn jl_adopt_thread() -> jl_ptls_t {
+    entry("jl_adopt_thread", || {
+        let current = current_ptls();
+        if !current.is_null() {
+            return Ok(current as jl_ptls_t);
+        }
+        let m = adopt();
+        update_thread_count();
+        Ok(m as jl_ptls_t)
+    })
+}
+
+/// Detaches the calling thread.
+#[no_mangle]
+pub extern "C" fn jl_gc_thread_detach() -> c_int {
+    entry("jl_gc_thread_detach", || {
+        let r = gc_thread_detach();
+        update_thread_count();
+        Ok(r)
+    })
 }
 
 /// `jl_get_current_task`: the task of the calling thread's own stack (as
 /// `jl_gc_current_task`); NULL if the thread is not attached.
 #[no_mangle]
 pub extern "C" fn jl_get_current_task() -> *mut jl_task_t {
-    guard("jl_get_current_task", std::ptr::null_mut(), || {
-        gc_current_task().cast()
-    })
+    gc_current_task().cast()
 }
 
 /// `jl_active_task_stack`: the stack of `task` in use (`[active_start, active_end)`) and
@@ -218,13 +248,13 @@ pub unsafe extern "C" fn jl_active_task_stack(
     total_start: *mut *mut c_char,
     total_end: *mut *mut c_char,
 ) {
-    guard("jl_active_task_stack", (), || {
+    entry("jl_active_task_stack", || {
         let (mut a0, mut a1, mut t0, mut t1) = (0usize, 0usize, 0usize, 0usize);
         if task.is_null() {
             set_error("jl_active_task_stack: task is NULL");
         } else {
             // SAFETY: a registered task per the caller.
-            let t = unsafe { super::task_from_ptr(task.cast()) };
+            let t = unsafe { task_from_ptr(task.cast()) };
             (t0, t1) = t.stack_bounds();
             let own = task == jl_get_current_task();
             let sp = if own {
@@ -250,112 +280,8 @@ pub unsafe extern "C" fn jl_active_task_stack(
                 unsafe { *out = v as *mut c_char };
             }
         }
+        Ok(())
     })
-}
-
-/// `jl_jmp_buf`: a `sigjmp_buf` (`jl_setjmp` is `sigsetjmp`); opaque here.
-pub type jl_jmp_buf = c_void;
-
-thread_local! {
-    /// The calling thread's restore point (`jl_set_safe_restore`), read by the fault
-    /// handler: a const-initialised cell with no destructor, a plain TLS slot.
-    static SAFE_RESTORE: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
-}
-
-/// `jl_get_safe_restore`: the calling thread's restore point, NULL if none.
-#[no_mangle]
-pub extern "C" fn jl_get_safe_restore() -> *mut jl_jmp_buf {
-    SAFE_RESTORE.with(|c| c.get())
-}
-
-/// `jl_set_safe_restore`: while `buf` (a `jl_jmp_buf`, i.e. a `sigjmp_buf` filled by
-/// `jl_setjmp`) is set, a SIGSEGV or SIGBUS on the calling thread jumps there
-/// (`siglongjmp(buf, 1)`) instead of killing the process: how Julia's clients read
-/// memory that may be unmapped (GAP scans other tasks' stacks towards their guard
-/// pages). NULL clears it. The handler is installed at the first non-NULL call and
-/// passes every other fault on to the handler it replaced (or the default action).
-///
-/// # Safety
-/// `buf` null or a `sigjmp_buf` filled by `sigsetjmp` in a frame that is still active
-/// whenever a fault can happen.
-#[no_mangle]
-pub unsafe extern "C" fn jl_set_safe_restore(buf: *mut jl_jmp_buf) {
-    if !buf.is_null() {
-        install_fault_handler();
-    }
-    SAFE_RESTORE.with(|c| c.set(buf));
-}
-
-/// The SIGSEGV and SIGBUS actions the fault handler replaced (it passes them faults
-/// that are not its own).
-static PREVIOUS: std::sync::OnceLock<[libc::sigaction; 2]> = std::sync::OnceLock::new();
-
-extern "C" {
-    /// glibc's `siglongjmp` (the libc crate does not bind it; kept out of the
-    /// generated header by tests/it/headers.rs).
-    fn siglongjmp(env: *mut c_void, val: c_int) -> !;
-}
-
-fn install_fault_handler() {
-    PREVIOUS.get_or_init(|| {
-        // SAFETY: sigaction with zeroed structs filled in here: first the current
-        // actions are read (and published before the handler can run), then ours is
-        // installed.
-        unsafe {
-            let mut prev: [libc::sigaction; 2] = std::mem::zeroed();
-            libc::sigaction(libc::SIGSEGV, std::ptr::null(), &mut prev[0]);
-            libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut prev[1]);
-            prev
-        }
-    });
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        // SAFETY: installing a handler described by a zeroed struct filled in here.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_fault as *const () as usize;
-            // SA_NODEFER: the signal stays unblocked in the handler, so that jumping out
-            // of it leaves the thread's mask as it was (sigsetjmp(buf, 0) saves none).
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut());
-            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
-        }
-    });
-}
-
-/// The fault handler: to the restore point if the thread set one, else on to the
-/// handler it replaced.
-extern "C" fn on_fault(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let restore = SAFE_RESTORE.with(|c| c.get());
-    if !restore.is_null() {
-        SAFE_RESTORE.with(|c| c.set(std::ptr::null_mut()));
-        // SAFETY: the thread's restore point, set with jl_set_safe_restore by a frame
-        // that is still active (its contract); only C frames and this handler lie above.
-        unsafe { siglongjmp(restore, 1) };
-    }
-    let Some(prev) = PREVIOUS.get() else {
-        return;
-    };
-    let prev = &prev[(sig == libc::SIGBUS) as usize];
-    let h = prev.sa_sigaction;
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // Back to the previous disposition; returning re-runs the faulting instruction,
-        // which then takes the default action (a core dump naming the signal).
-        // SAFETY: restoring a disposition read from the kernel.
-        unsafe { libc::sigaction(sig, prev, std::ptr::null_mut()) };
-        return;
-    }
-    if prev.sa_flags & libc::SA_SIGINFO != 0 {
-        // SAFETY: the previous handler's own type, as the kernel would have called it.
-        let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
-            unsafe { std::mem::transmute(h) };
-        f(sig, info, ctx);
-    } else {
-        // SAFETY: as above, a plain handler.
-        let f: extern "C" fn(c_int) = unsafe { std::mem::transmute(h) };
-        f(sig);
-    }
 }
 
 /// `jl_ver_string`: the Julia version this library stands in for, with a build tag:
@@ -382,12 +308,12 @@ pub extern "C" fn jl_set_const(
 /// nothing on a thread that is not attached.
 #[no_mangle]
 pub extern "C" fn jl_atexit_hook(_status: c_int) {
-    guard("jl_atexit_hook", (), || {
-        if current_ptls().is_null() {
-            return;
+    entry("jl_atexit_hook", || {
+        if !current_ptls().is_null() {
+            // SAFETY: the calling thread's attached mutator (a failure is left for
+            // jl_gc_last_error).
+            unsafe { gc_run_all_finalizers(cur()) };
         }
-        // SAFETY: the calling thread's attached mutator (a failure is left for
-        // jl_gc_last_error).
-        unsafe { gc_run_all_finalizers(cur()) };
+        Ok(())
     })
 }
