@@ -33,12 +33,12 @@ use crate::error::GcError;
 use crate::heap_id::HeapId;
 use crate::marker::{Marker, ScanTask, Team};
 use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
-use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
+use crate::page::{Sweeper, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagemeta::SweepParams;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::state::{GcState, HeapInner, MutatorShared, RUNNING};
-use crate::stats::CollectionInfo;
+use crate::stats::{CollectionInfo, PauseRecord};
 use crate::task::Task;
 use crate::tls::{abort_after_panic, save_registers};
 use crate::weaktab::QueueInner;
@@ -213,6 +213,9 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         weak.objs_dirty |= std::mem::take(&mut local.weak_dirty);
         objects += std::mem::take(&mut local.objects);
         bytes += std::mem::take(&mut local.bytes);
+        gc.stats.barrier_fires += std::mem::take(&mut local.barrier_fires);
+        gc.stats.big_objects_allocated += std::mem::take(&mut local.big_objects);
+        gc.stats.big_bytes_allocated += std::mem::take(&mut local.big_bytes);
     }
     if let Some(page) = gc.perm.page.take() {
         // SAFETY: page lock held.
@@ -251,13 +254,16 @@ fn run(
     let mut gc = heap.gc.lock();
     take_back_threads(heap, &mut gc, mutators);
     let config = heap.config.lock().clone();
+    let t_leftover = Instant::now();
+    let leftover_time;
     // Pages the previous collection left to the lazy sweep are swept now, before any
     // mark bit changes (usually the helper threads or the allocating threads have done
     // it long before).
     {
         let mut pages = heap.pages.lock();
         // SAFETY: no thread holds a page (take_back_threads) and marking has not begun.
-        let leftover = unsafe { pages.finish_sweep(&heap.trigger) };
+        let leftover = unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
+        leftover_time = t_leftover.elapsed();
         if leftover > 0 {
             tracing::trace!(leftover, "pages swept before marking");
         }
@@ -480,7 +486,7 @@ fn run(
         );
         if !config.lazy_sweep {
             // SAFETY: as above.
-            unsafe { pages.finish_sweep(&heap.trigger) };
+            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
             totals.pool_freed = (pages.totals.freed - freed_before) as usize;
             totals.freed += totals.pool_freed;
         }
@@ -531,6 +537,17 @@ fn run(
     st.parallel_drains += team_drains;
     st.total_sweep_time += sweep_time;
     st.record_pause(pause);
+    st.record_longest(PauseRecord {
+        number: st.full + st.partial,
+        full,
+        pause,
+        time_to_safepoint: tts,
+        leftover_sweep: leftover_time,
+        mark: mark_time,
+        sweep: sweep_time,
+        objects_marked,
+        parallel_drains: team_drains,
+    });
     tracing::debug!(
         allocd,
         objects_marked,
