@@ -62,6 +62,20 @@ pub(crate) fn collect(
     }
     me.check_running()?;
     let heap = me.heap();
+    // What the last collection left to the lazy sweep is swept now, by the requesting
+    // thread before the world stops, as an allocating thread does when it reaches the
+    // trigger: a lazy sweep runs next to mutators, so it need not be part of the pause
+    // (GAP's forced full collections, `GASMAN("collect")`, came one after the other with
+    // 90-180 ms of the previous one's sweep in each pause on a 2 GB heap). Not while
+    // another thread's collection waits for this one to stop.
+    if heap.gc_flag.load(Ordering::Relaxed) == 0 {
+        let mut pages = heap.pages.lock();
+        if pages.unswept_pages() > 0 && !pages.hold {
+            // SAFETY: this thread runs managed code, so no collection marks (it would be
+            // stopped first), and pages waiting for their sweep are never held.
+            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Allocation) };
+        }
+    }
     let t0 = Instant::now();
     let mut w = heap.world.lock();
     while w.collecting {

@@ -126,8 +126,8 @@ pub(crate) struct PoolTotals {
 /// Who swept a pool page (for the statistics: where the sweeping time goes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Sweeper {
-    /// An allocating thread that needed a page (`grant`) or reached the trigger with
-    /// the sweep unfinished: time the mutator pays.
+    /// An allocating thread that needed a page (`grant`), reached the trigger with the
+    /// sweep unfinished, or asked for a collection: time the mutator pays.
     Allocation = 0,
     /// A helper thread after the world resumed.
     Background = 1,

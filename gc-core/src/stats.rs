@@ -59,7 +59,8 @@ pub struct GcStats {
     /// pages the lazy sweep did not leave for later).
     pub total_sweep_time: Duration,
     /// Pool pages swept by allocating threads (the lazy sweep's part that the mutator
-    /// pays: a thread that needs a page, or reaches the trigger before the sweep ends).
+    /// pays: a thread that needs a page, reaches the trigger before the sweep ends, or
+    /// asks for a collection, before the world stops).
     pub pages_swept_by_allocation: u64,
     /// Time allocating threads spent sweeping those pages (outside the pauses).
     pub allocation_sweep_time: Duration,
