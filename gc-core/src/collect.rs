@@ -550,6 +550,7 @@ fn run(
     st.objects_marked += objects_marked;
     st.parallel_drains += team_drains;
     st.total_sweep_time += sweep_time;
+    st.big_zero_tail_bytes += totals.zero_tails as u64;
     st.record_pause(pause);
     st.record_longest(PauseRecord {
         number: st.full + st.partial,
@@ -744,6 +745,8 @@ struct SweepTotals {
     freed: usize,
     pool_freed: usize,
     sweepfns: u64,
+    /// Bytes of zero pages at the end of big objects returned to the OS.
+    zero_tails: usize,
 }
 
 /// Runs the sweep function of every scheduled object found dead, exactly once.
@@ -847,6 +850,12 @@ fn sweep_big(
         if h.is_old() {
             lists.old_bytes += size;
             lists.old.push(obj);
+            // Promoted: it has lived through two collections, so whatever its client
+            // left of it unused is likely to stay so.
+            if size >= 2 * big::OS_PAGE {
+                // SAFETY: a live big object; the world is stopped.
+                totals.zero_tails += unsafe { big::release_zero_tail(obj) };
+            }
         } else if h.is_young_marked(young_marked) {
             keep_young.push(obj);
         } else {

@@ -88,6 +88,9 @@ pub struct GcStats {
     pub big_objects_allocated: u64,
     /// Bytes of external (big) objects allocated.
     pub big_bytes_allocated: u64,
+    /// Bytes of whole zero pages at the end of big objects returned to the OS when they
+    /// were promoted (the unused capacity a client left after shrinking them in place).
+    pub big_zero_tail_bytes: u64,
     /// The longest pauses (up to [`LONGEST_PAUSES`], longest first), each with its parts:
     /// what a long pause was made of.
     pub longest_pauses: Vec<PauseRecord>,
@@ -124,7 +127,7 @@ impl GcStats {
             })
             .collect();
         format!(
-            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
+            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
             self.pages_swept_by_allocation,
             ms(self.allocation_sweep_time),
             self.pages_swept_in_background,
@@ -137,6 +140,7 @@ impl GcStats {
             self.barrier_fires,
             self.big_objects_allocated,
             self.big_bytes_allocated,
+            self.big_zero_tail_bytes,
             longest.join(", "),
             cells.join(", ")
         )
@@ -227,6 +231,7 @@ pub(crate) struct StatsAcc {
     pub barrier_fires: u64,
     pub big_objects_allocated: u64,
     pub big_bytes_allocated: u64,
+    pub big_zero_tail_bytes: u64,
     /// The longest pauses, longest first (at most `LONGEST_PAUSES`).
     pub longest: Vec<PauseRecord>,
 }
@@ -301,6 +306,7 @@ impl StatsAcc {
             barrier_fires: self.barrier_fires,
             big_objects_allocated: self.big_objects_allocated,
             big_bytes_allocated: self.big_bytes_allocated,
+            big_zero_tail_bytes: self.big_zero_tail_bytes,
             longest_pauses: self.longest.clone(),
             cells_by_class,
         };
