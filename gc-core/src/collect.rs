@@ -33,12 +33,12 @@ use crate::error::GcError;
 use crate::heap_id::HeapId;
 use crate::marker::{Marker, ScanTask, Team};
 use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
-use crate::page::{TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
+use crate::page::{Sweeper, TriggerPlan, IDLE_COLLECTIONS, LARGE_HEAP_FLOOR};
 use crate::pagemeta::SweepParams;
 use crate::par::MarkPool;
 use crate::sizeclass::cells_per_page;
 use crate::state::{GcState, HeapInner, MutatorShared, RUNNING};
-use crate::stats::CollectionInfo;
+use crate::stats::{CollectionInfo, PauseRecord};
 use crate::task::Task;
 use crate::tls::{abort_after_panic, save_registers};
 use crate::weaktab::QueueInner;
@@ -62,6 +62,20 @@ pub(crate) fn collect(
     }
     me.check_running()?;
     let heap = me.heap();
+    // What the last collection left to the lazy sweep is swept now, by the requesting
+    // thread before the world stops, as an allocating thread does when it reaches the
+    // trigger: a lazy sweep runs next to mutators, so it need not be part of the pause
+    // (GAP's forced full collections, `GASMAN("collect")`, came one after the other with
+    // 90-180 ms of the previous one's sweep in each pause on a 2 GB heap). Not while
+    // another thread's collection waits for this one to stop.
+    if heap.gc_flag.load(Ordering::Relaxed) == 0 {
+        let mut pages = heap.pages.lock();
+        if pages.unswept_pages() > 0 && !pages.hold {
+            // SAFETY: this thread runs managed code, so no collection marks (it would be
+            // stopped first), and pages waiting for their sweep are never held.
+            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Allocation) };
+        }
+    }
     let t0 = Instant::now();
     let mut w = heap.world.lock();
     while w.collecting {
@@ -213,6 +227,9 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         weak.objs_dirty |= std::mem::take(&mut local.weak_dirty);
         objects += std::mem::take(&mut local.objects);
         bytes += std::mem::take(&mut local.bytes);
+        gc.stats.barrier_fires += std::mem::take(&mut local.barrier_fires);
+        gc.stats.big_objects_allocated += std::mem::take(&mut local.big_objects);
+        gc.stats.big_bytes_allocated += std::mem::take(&mut local.big_bytes);
     }
     if let Some(page) = gc.perm.page.take() {
         // SAFETY: page lock held.
@@ -251,13 +268,16 @@ fn run(
     let mut gc = heap.gc.lock();
     take_back_threads(heap, &mut gc, mutators);
     let config = heap.config.lock().clone();
+    let t_leftover = Instant::now();
+    let leftover_time;
     // Pages the previous collection left to the lazy sweep are swept now, before any
     // mark bit changes (usually the helper threads or the allocating threads have done
     // it long before).
     {
         let mut pages = heap.pages.lock();
         // SAFETY: no thread holds a page (take_back_threads) and marking has not begun.
-        let leftover = unsafe { pages.finish_sweep(&heap.trigger) };
+        let leftover = unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
+        leftover_time = t_leftover.elapsed();
         if leftover > 0 {
             tracing::trace!(leftover, "pages swept before marking");
         }
@@ -480,7 +500,7 @@ fn run(
         );
         if !config.lazy_sweep {
             // SAFETY: as above.
-            unsafe { pages.finish_sweep(&heap.trigger) };
+            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
             totals.pool_freed = (pages.totals.freed - freed_before) as usize;
             totals.freed += totals.pool_freed;
         }
@@ -530,7 +550,19 @@ fn run(
     st.objects_marked += objects_marked;
     st.parallel_drains += team_drains;
     st.total_sweep_time += sweep_time;
+    st.big_zero_tail_bytes += totals.zero_tails as u64;
     st.record_pause(pause);
+    st.record_longest(PauseRecord {
+        number: st.full + st.partial,
+        full,
+        pause,
+        time_to_safepoint: tts,
+        leftover_sweep: leftover_time,
+        mark: mark_time,
+        sweep: sweep_time,
+        objects_marked,
+        parallel_drains: team_drains,
+    });
     tracing::debug!(
         allocd,
         objects_marked,
@@ -713,6 +745,8 @@ struct SweepTotals {
     freed: usize,
     pool_freed: usize,
     sweepfns: u64,
+    /// Bytes of zero pages at the end of big objects returned to the OS.
+    zero_tails: usize,
 }
 
 /// Runs the sweep function of every scheduled object found dead, exactly once.
@@ -816,6 +850,12 @@ fn sweep_big(
         if h.is_old() {
             lists.old_bytes += size;
             lists.old.push(obj);
+            // Promoted: it has lived through two collections, so whatever its client
+            // left of it unused is likely to stay so.
+            if size >= 2 * big::OS_PAGE {
+                // SAFETY: a live big object; the world is stopped.
+                totals.zero_tails += unsafe { big::release_zero_tail(obj) };
+            }
         } else if h.is_young_marked(young_marked) {
             keep_young.push(obj);
         } else {

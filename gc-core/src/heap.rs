@@ -12,7 +12,7 @@ use crate::error::GcError;
 use crate::heap_id::HeapId;
 use crate::mutator::on_collector_thread;
 use crate::object::{Header, ObjRef};
-use crate::page::PageAlloc;
+use crate::page::{PageAlloc, Sweeper};
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{
     BigLists, FinQueue, GcState, Heap, HeapInner, Mutator, Roots, WeakState, World,
@@ -495,7 +495,12 @@ impl Heap {
         let _gc = self.0.gc.lock();
         // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
         // never held by a thread.
-        Ok(unsafe { self.0.pages.lock().finish_sweep(&self.0.trigger) })
+        Ok(unsafe {
+            self.0
+                .pages
+                .lock()
+                .finish_sweep(&self.0.trigger, Sweeper::Other)
+        })
     }
 
     /// Test hook: while `hold` is on, the pool pages a collection leaves to the lazy

@@ -119,7 +119,7 @@ pub use object::{ObjRef, HEADER_SIZE, OBJ_ALIGN};
 pub use pagemeta::PageMeta;
 pub use sizeclass::{CELL_SIZES, FIRST_CELL, PAGE_SIZE};
 pub use state::{FinalizerFn, Heap, Mutator, MutatorShared};
-pub use stats::{CollectionInfo, GcStats};
+pub use stats::{CollectionInfo, GcStats, PauseRecord, LONGEST_PAUSES};
 pub use task::Task;
 pub use tls::{save_registers, SAVED_REGS};
 pub use types::{

@@ -115,9 +115,15 @@ pub(crate) struct ParJob {
 pub struct Marker<'h> {
     /// First field: C code reaches it through `ptls->marker`.
     pub(crate) fast: MarkFast,
-    /// Bottom of the mark stack (its storage is `buf`'s allocation).
+    /// Bottom of the mark stack's live entries, inside `buf`'s allocation: above its
+    /// start after sharing moved the oldest entries to the deque (`Marker::share`), so
+    /// that sharing never moves the rest of the stack.
     pub(crate) base: *mut usize,
     pub(crate) buf: Vec<usize>,
+    /// Stack entries copied within or between stack buffers (growing, compacting):
+    /// what the regression test of `share` counts.
+    #[cfg(test)]
+    pub(crate) words_moved: usize,
     pub(crate) arrays: Vec<ArrayWork>,
     /// Tasks whose scanners are still to run, when they run while marking.
     pub(crate) tasks: Vec<*const Task>,

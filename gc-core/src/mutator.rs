@@ -21,6 +21,7 @@ use crate::big::{self, BigHeader};
 use crate::callbacks::CallbackKind;
 use crate::error::GcError;
 use crate::object::{back_barrier_fires, barrier_fires, Header, ObjRef, FREE_END};
+use crate::page::Sweeper;
 use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{Heap, Mutator, MutatorShared, DETACHED, RUNNING, SAFE};
 use crate::stats::CollectionInfo;
@@ -549,7 +550,7 @@ impl MutatorShared {
             if pages.unswept_pages() > 0 && !pages.hold {
                 // SAFETY: no collection marks while this thread runs managed code (it
                 // would be stopped), and pages waiting for their sweep are never held.
-                unsafe { pages.finish_sweep(&heap.trigger) };
+                unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Allocation) };
             }
         }
         over()
@@ -613,7 +614,10 @@ impl MutatorShared {
         local.objects += 1;
         local.countdown = local.countdown.saturating_sub(1).max(1);
         // SAFETY: obj was just allocated.
-        local.bytes += unsafe { big::size(obj) } as u64;
+        let bytes = unsafe { big::size(obj) } as u64;
+        local.bytes += bytes;
+        local.big_objects += 1;
+        local.big_bytes += bytes;
         if heap.callbacks.any(CallbackKind::ExternalAlloc) {
             for (_, cb) in heap.callbacks.snapshot(CallbackKind::ExternalAlloc).iter() {
                 match &**cb {
@@ -661,7 +665,9 @@ impl MutatorShared {
         // SAFETY: live object (caller); only the REMEMBERED bit changes.
         unsafe { parent.header() }.store(h.with_remembered().raw(), Ordering::Relaxed);
         // SAFETY: owning thread.
-        unsafe { &mut *self.local.get() }.remset.push(parent);
+        let local = unsafe { &mut *self.local.get() };
+        local.remset.push(parent);
+        local.barrier_fires += 1;
     }
 
     /// `jl_gc_schedule_foreign_sweepfunc`: the object's sweep function will run once,
@@ -739,6 +745,9 @@ impl Mutator {
                 sweep_list: Vec::new(),
                 objects: 0,
                 bytes: 0,
+                barrier_fires: 0,
+                big_objects: 0,
+                big_bytes: 0,
                 countdown: if stress == 0 { u64::MAX } else { stress + 1 },
                 countdown_before_safe: 0,
                 type_cache: [0; 4],
@@ -1004,6 +1013,9 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
         }
         drop(pages);
         let mut gc = heap.gc.lock();
+        gc.stats.barrier_fires += std::mem::take(&mut local.barrier_fires);
+        gc.stats.big_objects_allocated += std::mem::take(&mut local.big_objects);
+        gc.stats.big_bytes_allocated += std::mem::take(&mut local.big_bytes);
         gc.remset.append(&mut local.remset);
         gc.sweep_list.append(&mut local.sweep_list);
         drop(gc);

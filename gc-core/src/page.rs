@@ -18,6 +18,7 @@ use crate::pagetable;
 use crate::sizeclass::{cells_per_page, CELL_SIZES, FIRST_CELL, NUM_CLASSES, PAGE_SIZE};
 use parking_lot::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// Pages per chunk.
 pub const CHUNK_PAGES: usize = 256;
@@ -122,6 +123,56 @@ pub(crate) struct PoolTotals {
     pub freed: u64,
 }
 
+/// Who swept a pool page (for the statistics: where the sweeping time goes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Sweeper {
+    /// An allocating thread that needed a page (`grant`), reached the trigger with the
+    /// sweep unfinished, or asked for a collection: time the mutator pays.
+    Allocation = 0,
+    /// A helper thread after the world resumed.
+    Background = 1,
+    /// A collection, inside its pause (leftovers before marking; eager sweeping).
+    Pause = 2,
+    /// Anything else (`Heap::stats`, `Heap::complete_sweep`).
+    Other = 3,
+}
+
+/// Counters of the page allocator: pages swept by whom and how long it took, pages
+/// handed out by kind, pages returned to the OS, cells handed out per size class. Kept
+/// under the page lock, so they cost the allocation fast path nothing: cells are counted
+/// a page at a time, when a page is granted and given back.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PageCounters {
+    /// Pages swept, by [`Sweeper`].
+    pub swept: [u64; 4],
+    /// Nanoseconds spent sweeping them, by [`Sweeper`].
+    pub sweep_ns: [u64; 4],
+    /// Pages granted that were zero already (never used, or returned to the OS).
+    pub fresh: u64,
+    /// Pages granted that were used before and zeroed with `memset` at the grant.
+    pub zeroed: u64,
+    /// Pages granted with a free list (partly used).
+    pub with_free_cells: u64,
+    /// Pages whose memory was returned to the OS (`madvise`).
+    pub returned: u64,
+    /// Cells handed out per size class (granted minus given back unused).
+    pub cells: [u64; NUM_CLASSES],
+}
+
+impl Default for PageCounters {
+    fn default() -> Self {
+        PageCounters {
+            swept: [0; 4],
+            sweep_ns: [0; 4],
+            fresh: 0,
+            zeroed: 0,
+            with_free_cells: 0,
+            returned: 0,
+            cells: [0; NUM_CLASSES],
+        }
+    }
+}
+
 /// What to do once the lazy sweep of a collection is complete: set the next trigger.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TriggerPlan {
@@ -218,6 +269,8 @@ pub(crate) struct PageAlloc {
     /// `finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
     /// helper threads or allocating threads.
     pub(crate) hold: bool,
+    /// Statistics ([`PageCounters`]).
+    pub(crate) counters: PageCounters,
 }
 
 impl PageAlloc {
@@ -240,6 +293,7 @@ impl PageAlloc {
             plan: None,
             epoch: 0,
             hold: false,
+            counters: PageCounters::default(),
         }
     }
 
@@ -296,6 +350,8 @@ impl PageAlloc {
                 st.held = true;
                 st.has_young = true;
                 let bytes = st.nfree as usize * cell;
+                self.counters.with_free_cells += 1;
+                self.counters.cells[class] += st.nfree as u64;
                 st.nfree = 0;
                 let free = std::mem::replace(&mut st.free_head, FREE_END);
                 return Ok(Grant {
@@ -315,7 +371,7 @@ impl PageAlloc {
                     self.n_unswept -= 1;
                     // SAFETY: we hold the page lock; the page waits for its sweep and no
                     // thread holds it.
-                    unsafe { self.sweep_and_place(page, trigger) };
+                    unsafe { self.sweep_and_place(page, trigger, Sweeper::Allocation) };
                 }
                 None => break,
             }
@@ -327,7 +383,7 @@ impl PageAlloc {
                     break;
                 };
                 // SAFETY: as above.
-                unsafe { self.sweep_and_place(page, trigger) };
+                unsafe { self.sweep_and_place(page, trigger, Sweeper::Allocation) };
             }
         }
         let page = match self.free.pop() {
@@ -354,7 +410,11 @@ impl PageAlloc {
         let n = cells_per_page(class);
         let first = page.base() + FIRST_CELL;
         let bytes = n * cell;
-        if !st.zeroed {
+        self.counters.cells[class] += n as u64;
+        if st.zeroed {
+            self.counters.fresh += 1;
+        } else {
+            self.counters.zeroed += 1;
             // A recycled page holds stale cells: zero it once, then bump-allocate from it
             // (which needs neither a free list nor zeroing per object).
             // SAFETY: the page is ours and free: nothing else reads or writes it.
@@ -403,6 +463,7 @@ impl PageAlloc {
         }
         st.free_head = head;
         st.nfree = n as u32;
+        self.counters.cells[class] = self.counters.cells[class].saturating_sub(n as u64);
         if n > 0 && !st.listed && !st.unswept {
             st.listed = true;
             self.partial[class].push(page);
@@ -457,16 +518,17 @@ impl PageAlloc {
         }
     }
 
-    /// Sweeps every page still waiting; returns how many there were.
+    /// Sweeps every page still waiting; returns how many there were. `who` says for
+    /// the statistics on whose time.
     ///
     /// # Safety
     /// No thread holds a page that waits for its sweep (true by construction: such
     /// pages are never granted) and no collection is marking.
-    pub(crate) unsafe fn finish_sweep(&mut self, trigger: &AtomicUsize) -> usize {
+    pub(crate) unsafe fn finish_sweep(&mut self, trigger: &AtomicUsize, who: Sweeper) -> usize {
         let n = self.n_unswept;
         while let Some(page) = self.pop_unswept() {
             // SAFETY: forwarded.
-            unsafe { self.sweep_and_place(page, trigger) };
+            unsafe { self.sweep_and_place(page, trigger, who) };
         }
         n
     }
@@ -482,7 +544,7 @@ impl PageAlloc {
                 break;
             };
             // SAFETY: forwarded.
-            unsafe { self.sweep_and_place(page, trigger) };
+            unsafe { self.sweep_and_place(page, trigger, Sweeper::Background) };
             n += 1;
         }
         n
@@ -493,7 +555,13 @@ impl PageAlloc {
     ///
     /// # Safety
     /// As for `finish_sweep`; the page was taken off the waiting lists.
-    unsafe fn sweep_and_place(&mut self, page: &'static PageMeta, trigger: &AtomicUsize) {
+    unsafe fn sweep_and_place(
+        &mut self,
+        page: &'static PageMeta,
+        trigger: &AtomicUsize,
+        who: Sweeper,
+    ) {
+        let t0 = Instant::now();
         let (cell, class) = page
             .cell_layout()
             .expect("a page waiting for its sweep is in use");
@@ -522,6 +590,8 @@ impl PageAlloc {
             st.listed = true;
             self.partial[class].push(page);
         }
+        self.counters.swept[who as usize] += 1;
+        self.counters.sweep_ns[who as usize] += t0.elapsed().as_nanos() as u64;
         if self.n_unswept == 0 {
             if let Some(plan) = self.plan.take() {
                 trigger.store(
@@ -578,6 +648,7 @@ impl PageAlloc {
             }
             i = j;
         }
+        self.counters.returned += n as u64;
         n
     }
 }

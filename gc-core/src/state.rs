@@ -15,7 +15,7 @@ use crate::callbacks::Callbacks;
 use crate::config::HeapConfig;
 use crate::heap_id::HeapId;
 use crate::object::ObjRef;
-use crate::page::PageAlloc;
+use crate::page::{PageAlloc, Sweeper};
 use crate::par::MarkPool;
 use crate::stats::{GcStats, StatsAcc};
 use crate::task::Task;
@@ -151,13 +151,25 @@ impl HeapInner {
         let mut pages = self.pages.lock();
         // SAFETY: the gc lock is held (by the caller), so no collection is marking;
         // waiting pages are never held by a thread.
-        unsafe { pages.finish_sweep(&self.trigger) };
+        unsafe { pages.finish_sweep(&self.trigger, Sweeper::Other) };
         let big = self.big.lock();
         s.live_bytes = (pages.totals.live + big.live) as u64;
         s.old_bytes = (pages.totals.old + big.old_bytes) as u64;
         s.bytes_freed += pages.totals.freed;
         s.pages_in_use = pages.pages_in_use() as u64;
         s.mapped_bytes = pages.mapped_bytes() as u64;
+        let c = &pages.counters;
+        let ns = |i: usize| std::time::Duration::from_nanos(c.sweep_ns[i]);
+        s.pages_swept_by_allocation = c.swept[Sweeper::Allocation as usize];
+        s.allocation_sweep_time = ns(Sweeper::Allocation as usize);
+        s.pages_swept_in_background = c.swept[Sweeper::Background as usize];
+        s.background_sweep_time = ns(Sweeper::Background as usize);
+        s.pages_swept_in_pause = c.swept[Sweeper::Pause as usize];
+        s.pages_granted_fresh = c.fresh;
+        s.pages_granted_zeroed = c.zeroed;
+        s.pages_granted_with_free_cells = c.with_free_cells;
+        s.pages_returned = c.returned;
+        s.cells_by_class = c.cells.to_vec();
         s
     }
 

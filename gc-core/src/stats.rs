@@ -58,6 +58,119 @@ pub struct GcStats {
     /// Total time sweeping inside the pauses (sweep functions, big objects, and the pool
     /// pages the lazy sweep did not leave for later).
     pub total_sweep_time: Duration,
+    /// Pool pages swept by allocating threads (the lazy sweep's part that the mutator
+    /// pays: a thread that needs a page, reaches the trigger before the sweep ends, or
+    /// asks for a collection, before the world stops).
+    pub pages_swept_by_allocation: u64,
+    /// Time allocating threads spent sweeping those pages (outside the pauses).
+    pub allocation_sweep_time: Duration,
+    /// Pool pages swept by the helper threads after the world resumed.
+    pub pages_swept_in_background: u64,
+    /// Time the helper threads spent sweeping them (on another core when one is free).
+    pub background_sweep_time: Duration,
+    /// Pool pages swept inside pauses (pages left over when a collection starts; all
+    /// of them without lazy sweeping).
+    pub pages_swept_in_pause: u64,
+    /// Pages handed to allocating threads that were zero already (never used, or
+    /// returned to the OS).
+    pub pages_granted_fresh: u64,
+    /// Pages handed to allocating threads that were used before and zeroed then
+    /// (`memset` of 16 KiB).
+    pub pages_granted_zeroed: u64,
+    /// Partly used pages handed to allocating threads (their free lists).
+    pub pages_granted_with_free_cells: u64,
+    /// Free pages whose memory was returned to the OS (`madvise`).
+    pub pages_returned: u64,
+    /// Write barriers that fired (an old object got a young reference and entered the
+    /// remembered set); the barriers that do not fire are inline and not counted.
+    pub barrier_fires: u64,
+    /// External (big) objects allocated.
+    pub big_objects_allocated: u64,
+    /// Bytes of external (big) objects allocated.
+    pub big_bytes_allocated: u64,
+    /// Bytes of whole zero pages at the end of big objects returned to the OS when they
+    /// were promoted (the unused capacity a client left after shrinking them in place).
+    pub big_zero_tail_bytes: u64,
+    /// The longest pauses (up to [`LONGEST_PAUSES`], longest first), each with its parts:
+    /// what a long pause was made of.
+    pub longest_pauses: Vec<PauseRecord>,
+    /// Pool cells handed out per size class (index: class, cell sizes in
+    /// [`crate::CELL_SIZES`]): cells of the pages granted minus those given back unused,
+    /// so cells a thread still holds count as allocated.
+    pub cells_by_class: Vec<u64>,
+}
+
+impl GcStats {
+    /// The counters that say where the time and the pages went (sweeping by whom, pages
+    /// granted by kind, pages returned, barriers that fired, big objects, cells per size
+    /// class), as the members of a JSON object without its braces, for a statistics
+    /// file (`GC_CORE_STATS_FILE`).
+    pub fn detail_json(&self) -> String {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        let cells: Vec<String> = self.cells_by_class.iter().map(u64::to_string).collect();
+        let longest: Vec<String> = self
+            .longest_pauses
+            .iter()
+            .map(|r| {
+                format!(
+                    "{{\"number\": {}, \"full\": {}, \"pause_ms\": {:.3}, \"time_to_safepoint_ms\": {:.3}, \"leftover_sweep_ms\": {:.3}, \"mark_ms\": {:.3}, \"sweep_ms\": {:.3}, \"objects_marked\": {}, \"parallel_drains\": {}}}",
+                    r.number,
+                    r.full,
+                    ms(r.pause),
+                    ms(r.time_to_safepoint),
+                    ms(r.leftover_sweep),
+                    ms(r.mark),
+                    ms(r.sweep),
+                    r.objects_marked,
+                    r.parallel_drains
+                )
+            })
+            .collect();
+        format!(
+            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
+            self.pages_swept_by_allocation,
+            ms(self.allocation_sweep_time),
+            self.pages_swept_in_background,
+            ms(self.background_sweep_time),
+            self.pages_swept_in_pause,
+            self.pages_granted_fresh,
+            self.pages_granted_zeroed,
+            self.pages_granted_with_free_cells,
+            self.pages_returned,
+            self.barrier_fires,
+            self.big_objects_allocated,
+            self.big_bytes_allocated,
+            self.big_zero_tail_bytes,
+            longest.join(", "),
+            cells.join(", ")
+        )
+    }
+}
+
+/// How many of the longest pauses the statistics keep ([`GcStats::longest_pauses`]).
+pub const LONGEST_PAUSES: usize = 5;
+
+/// One collection's pause and its parts ([`GcStats::longest_pauses`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PauseRecord {
+    /// The collection's number (1 = the heap's first).
+    pub number: u64,
+    /// Full (true) or partial.
+    pub full: bool,
+    /// The whole pause.
+    pub pause: Duration,
+    /// Waiting for the threads to stop.
+    pub time_to_safepoint: Duration,
+    /// Sweeping pool pages the previous collection left (before marking).
+    pub leftover_sweep: Duration,
+    /// Marking.
+    pub mark: Duration,
+    /// Sweeping inside the pause.
+    pub sweep: Duration,
+    /// Objects marked.
+    pub objects_marked: u64,
+    /// Drains of the mark stack that woke the helper threads.
+    pub parallel_drains: u64,
 }
 
 /// What one collection did ([`crate::Mutator::collect`]).
@@ -115,11 +228,29 @@ pub(crate) struct StatsAcc {
     pub objects_marked: u64,
     pub parallel_drains: u64,
     pub total_sweep_time: Duration,
+    pub barrier_fires: u64,
+    pub big_objects_allocated: u64,
+    pub big_bytes_allocated: u64,
+    pub big_zero_tail_bytes: u64,
+    /// The longest pauses, longest first (at most `LONGEST_PAUSES`).
+    pub longest: Vec<PauseRecord>,
 }
 
 const MAX_PAUSE_SAMPLES: usize = 1 << 16;
 
 impl StatsAcc {
+    /// Keeps `r` if it is among the `LONGEST_PAUSES` longest so far.
+    pub(crate) fn record_longest(&mut self, r: PauseRecord) {
+        if self.longest.len() == LONGEST_PAUSES
+            && self.longest.last().is_some_and(|l| l.pause >= r.pause)
+        {
+            return;
+        }
+        let at = self.longest.partition_point(|l| l.pause >= r.pause);
+        self.longest.insert(at, r);
+        self.longest.truncate(LONGEST_PAUSES);
+    }
+
     pub(crate) fn record_pause(&mut self, d: Duration) {
         self.total_pause += d;
         self.max_pause = self.max_pause.max(d);
@@ -132,9 +263,11 @@ impl StatsAcc {
     }
 
     /// Copies every counter into `out`, leaving its percentiles (which need a sort of
-    /// the samples) as they are: cheap enough to run at every collection.
+    /// the samples) and the page allocator's counters (`HeapInner::complete_stats`) as
+    /// they are: cheap enough to run at every collection.
     pub(crate) fn publish_counters(&self, out: &mut GcStats) {
         let (p50, p99) = (out.p50_pause, out.p99_pause);
+        let cells_by_class = std::mem::take(&mut out.cells_by_class);
         *out = GcStats {
             full_collections: self.full,
             partial_collections: self.partial,
@@ -161,6 +294,21 @@ impl StatsAcc {
             objects_marked: self.objects_marked,
             parallel_drains: self.parallel_drains,
             total_sweep_time: self.total_sweep_time,
+            pages_swept_by_allocation: out.pages_swept_by_allocation,
+            allocation_sweep_time: out.allocation_sweep_time,
+            pages_swept_in_background: out.pages_swept_in_background,
+            background_sweep_time: out.background_sweep_time,
+            pages_swept_in_pause: out.pages_swept_in_pause,
+            pages_granted_fresh: out.pages_granted_fresh,
+            pages_granted_zeroed: out.pages_granted_zeroed,
+            pages_granted_with_free_cells: out.pages_granted_with_free_cells,
+            pages_returned: out.pages_returned,
+            barrier_fires: self.barrier_fires,
+            big_objects_allocated: self.big_objects_allocated,
+            big_bytes_allocated: self.big_bytes_allocated,
+            big_zero_tail_bytes: self.big_zero_tail_bytes,
+            longest_pauses: self.longest.clone(),
+            cells_by_class,
         };
     }
 
@@ -199,6 +347,24 @@ mod tests {
         assert_eq!(snap.p50_pause, Duration::from_millis(51));
         assert_eq!(snap.p99_pause, Duration::from_millis(99));
         assert_eq!(snap.total_pause, Duration::from_millis(5050));
+    }
+
+    #[test]
+    fn the_longest_pauses_are_kept_longest_first() {
+        let mut s = StatsAcc::default();
+        for ms in [3, 9, 1, 7, 5, 8, 2, 9] {
+            s.record_longest(PauseRecord {
+                number: ms,
+                pause: Duration::from_millis(ms),
+                ..PauseRecord::default()
+            });
+        }
+        let kept: Vec<u64> = s
+            .longest
+            .iter()
+            .map(|r| r.pause.as_millis() as u64)
+            .collect();
+        assert_eq!(kept, [9, 9, 8, 7, 5]);
     }
 
     #[test]

@@ -96,6 +96,11 @@ pub(crate) struct Local {
     pub(crate) sweep_list: Vec<ObjRef>,
     pub(crate) objects: u64,
     pub(crate) bytes: u64,
+    /// Write barriers that fired, big objects and their bytes, since the last
+    /// collection (statistics).
+    pub(crate) barrier_fires: u64,
+    pub(crate) big_objects: u64,
+    pub(crate) big_bytes: u64,
     /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
     /// a GC-safe region, so that the allocation fast path (which needs it above 1)
     /// leaves every allocation to the slow path, which refuses it.

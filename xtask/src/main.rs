@@ -65,6 +65,16 @@ enum Command {
         /// (`--python 3.11`: 3.11 alone).
         #[arg(long, value_delimiter = ',', value_name = "X.Y,...")]
         python: Vec<String>,
+        /// gap-real: the GAP releases measured, as `4.12.1,4.15.1` (default both).
+        #[arg(long = "gap", value_delimiter = ',', value_parser = gap_real::GapVersion::parse)]
+        gap: Vec<gap_real::GapVersion>,
+        /// gap-real: rounds (default 3; with --quick 1).
+        #[arg(long)]
+        rounds: Option<usize>,
+        /// gap-real: the representative testinstall files and the strings and bigheap
+        /// workloads only (about 10 minutes for both releases).
+        #[arg(long)]
+        quick: bool,
     },
     /// Write a Julia-compatibility prefix (bin/julia, include/julia, lib/libjulia.so)
     /// into DIR, for configuring julia-gcext clients against gc-core.
@@ -123,7 +133,21 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Test { full } => test::run(full),
         Command::Demo => demo::run(),
-        Command::Bench { suite, python } => bench::run(suite.as_deref(), &python),
+        Command::Bench {
+            suite,
+            python,
+            gap,
+            rounds,
+            quick,
+        } => bench::run(
+            suite.as_deref(),
+            &python,
+            bench::GapRealOptions {
+                versions: gap,
+                rounds,
+                quick,
+            },
+        ),
         Command::JuliaPrefix { dir, julia_version } => {
             julia_prefix::make(&dir, julia_version).map(|d| {
                 println!(

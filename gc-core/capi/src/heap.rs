@@ -189,7 +189,7 @@ extern "C" fn write_default_stats() {
         big_bytes += size as u64;
     });
     let json = format!(
-        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"total_mark_ms\": {:.3}, \"objects_marked\": {}, \"total_sweep_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}, \"parallel_drains\": {}}}\n",
+        "{{\"big_objects\": {big_objects}, \"big_bytes\": {big_bytes}, \"full_collections\": {}, \"partial_collections\": {}, \"objects_allocated\": {}, \"bytes_allocated\": {}, \"bytes_freed\": {}, \"live_bytes\": {}, \"old_bytes\": {}, \"pages_in_use\": {}, \"mapped_bytes\": {}, \"total_pause_ms\": {:.3}, \"max_pause_ms\": {:.3}, \"p50_pause_ms\": {:.3}, \"p99_pause_ms\": {:.3}, \"total_weak_ms\": {:.3}, \"total_mark_ms\": {:.3}, \"objects_marked\": {}, \"total_sweep_ms\": {:.3}, \"sweep_functions_run\": {}, \"weak_refs_cleared\": {}, \"verify_errors\": {}, \"mark_threads\": {}, \"parallel_drains\": {}, {}}}\n",
         s.full_collections,
         s.partial_collections,
         s.objects_allocated,
@@ -212,6 +212,7 @@ extern "C" fn write_default_stats() {
         s.verify_errors,
         h.mark_threads(),
         s.parallel_drains,
+        s.detail_json(),
     );
     if let Err(e) = std::fs::write(&path, json) {
         eprintln!("gc-core: cannot write GC_CORE_STATS_FILE {path:?}: {e}");

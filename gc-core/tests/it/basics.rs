@@ -260,6 +260,42 @@ fn big_objects_live_and_die() {
     assert!(heap.stats().bytes_freed - freed_before >= 100_000);
 }
 
+/// A big object whose end its client never wrote (GAP shrinks function bodies in
+/// place, keeping the capacity): once promoted, the whole zero pages at its end go back
+/// to the OS, and the object still reads the same, and can be written again there.
+#[test]
+fn zero_pages_at_the_end_of_a_promoted_big_object_are_given_back() {
+    let heap = heap();
+    let mut m = heap.attach().unwrap();
+    let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    let size = 64 * 1024;
+    let big = m.alloc_typed(size, bytes).unwrap();
+    let p = big.as_ptr().cast::<u8>();
+    // SAFETY: the object's payload has `size` bytes.
+    unsafe { std::ptr::write_bytes(p, 0xA5, 1000) };
+    let _root = heap.root(big);
+    let before = heap.stats().big_zero_tail_bytes;
+    for _ in 0..2 {
+        m.collect(CollectionKind::Partial).unwrap();
+    }
+    let released = heap.stats().big_zero_tail_bytes - before;
+    assert!(
+        (size - 2 * 4096..=size).contains(&(released as usize)),
+        "{released} bytes given back of a {size}-byte object with 1000 used"
+    );
+    // SAFETY: as above.
+    unsafe {
+        assert!((0..1000).all(|i| *p.add(i) == 0xA5));
+        assert!((1000..size).all(|i| *p.add(i) == 0));
+        *p.add(size - 1) = 7;
+        assert_eq!(*p.add(size - 1), 7);
+    }
+    // A page the client wrote is not given back again.
+    m.collect(CollectionKind::Full).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { *p.add(size - 1) }, 7);
+}
+
 #[test]
 fn verify_mode_reports_a_missing_write_barrier() {
     let heap = Heap::new(HeapConfig {

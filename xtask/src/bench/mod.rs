@@ -16,6 +16,8 @@ mod report;
 
 use anyhow::{bail, Result};
 
+pub(crate) use gap_real::Options as GapRealOptions;
+
 pub(crate) use gc::ensure_boehm;
 pub(crate) use interp_speed::find_python;
 
@@ -49,7 +51,7 @@ Suite {
 },
 Suite {
     name: "gap-real",
-    what: "GAP 4.12.1's real kernel on our GC vs on GASMAN, same source and flags: testinstall and computational workloads (total, GC time, max pause, collections, peak RSS)",
+    what: "GAP 4.12.1's and 4.15.1's real kernels on our GC (one and two mark threads) vs on GASMAN, same source and flags: testinstall, computational workloads and a 1.5 GB live heap (total, collector / mutator / lazy sweep, max pause, peak RSS)",
     run: gap_real::run,
 },
 Suite {
@@ -84,7 +86,12 @@ Suite {
 }];
 
 /// Runs the named suite, or all of them.
-pub fn run(only: Option<&str>, python: &[String]) -> Result<()> {
+pub fn run(only: Option<&str>, python: &[String], gap_real: GapRealOptions) -> Result<()> {
+    let gap_real_set = !gap_real.versions.is_empty() || gap_real.rounds.is_some() || gap_real.quick;
+    if gap_real_set && only != Some("gap-real") {
+        bail!("--gap, --rounds and --quick apply to the gap-real suite only");
+    }
+    gap_real::set_options(gap_real);
     if !python.is_empty() {
         if only.is_some_and(|name| name != "multipy") {
             bail!("--python applies to the multipy suite only");
