@@ -7,6 +7,12 @@ def noop(x):
     return x
 
 
+def wait(seconds):
+    """Keeps a worker busy, so that tasks submitted at once reach distinct workers."""
+    time.sleep(seconds)
+    return seconds
+
+
 def total(a):
     import numpy
 
