@@ -293,6 +293,36 @@ def test_ctrl_c_cancels_pending_work_and_returns():
     assert int(lines["running tasks ended"]) == 2
 
 
+def test_ctrl_c_while_workers_start_returns():
+    # Ctrl-C arrives while both workers run their initializer (their tasks not started):
+    # the initializers are interrupted and the tasks never start (the race that hung
+    # the test above now and then when a worker's interpreter started slowly).
+    r = run_script(
+        """
+        import os, signal, threading, time
+        import tasks
+        from interpool import InterpreterPoolExecutor
+        if __name__ == "__main__":
+            t0 = time.monotonic()
+            try:
+                with InterpreterPoolExecutor(
+                    max_workers=2, initializer=tasks.sleep_then, initargs=(2.0, None)
+                ) as pool:
+                    fs = [pool.submit(tasks.spin_forever) for _ in range(2)]
+                    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+                    for f in fs:
+                        f.result()
+            except KeyboardInterrupt:
+                print("interrupted=%.1f" % (time.monotonic() - t0))
+                print("done=%d" % sum(f.done() for f in fs))
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    lines = dict(l.split("=", 1) for l in r.stdout.splitlines())
+    assert float(lines["interrupted"]) < 30
+    assert int(lines["done"]) == 2
+
+
 def test_a_script_using_the_pool_exits_cleanly():
     r = run_script(
         """

@@ -263,7 +263,11 @@ class _WorkerState:
 
     def __init__(self, interp):
         self.interp = interp
+        self.thread = threading.get_ident()
         self.running = False
+        # Interrupted (Ctrl-C) since it started running: interrupted once only, so that
+        # a second KeyboardInterrupt does not land in the task's own error handling.
+        self.interrupted = False
 
     def __del__(self):
         try:
@@ -288,7 +292,15 @@ def _worker_interpreter(pool):
         with pool._states_lock:
             pool._states.append(state)
         if pool._user_initializer is not None:
-            interp.call(pool._user_initializer, *pool._user_initargs)
+            # Running: Ctrl-C in the host interrupts an initializer as it does a task.
+            state.running = True
+            try:
+                if pool._interrupting:
+                    raise KeyboardInterrupt("the host was interrupted")
+                interp.call(pool._user_initializer, *pool._user_initargs)
+            finally:
+                state.running = False
+                state.interrupted = False
     except BaseException as e:
         concurrent.futures._base.LOGGER.critical("Exception in initializer:", exc_info=True)
         pool._initializer_failed()
@@ -308,12 +320,18 @@ def _run_task(pool_ref, fn, args, kwargs):
     state = _worker.state
     state.running = True
     try:
+        # After `running` is set: either the host's Ctrl-C handling (which sets
+        # `_interrupting` before it looks for running states) sees this task running and
+        # interrupts it, or this task sees the flag and does not start.
+        if pool._interrupting:
+            raise KeyboardInterrupt("the host was interrupted before this task started")
         return interp.call(fn, *args, **kwargs)
     except InterpreterError as e:
         pool._interpreter_broke(str(e))
         raise BrokenInterpreterPool(f"a task broke its worker interpreter: {e}") from e
     finally:
         state.running = False
+        state.interrupted = False
         del pool
 
 
@@ -368,6 +386,7 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
         self._user_initializer = initializer
         self._user_initargs = tuple(initargs)
         self._writable_results = writable_results
+        self._interrupting = False
         _tasks_module()
         super().__init__(max_workers, thread_name_prefix)
 
@@ -407,6 +426,7 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
             self._fail_pending(self._broken)
 
     def _fail_pending(self, why):
+        sentinel = False
         while True:
             try:
                 item = self._work_queue.get_nowait()
@@ -414,15 +434,21 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
                 break
             if item is not None:
                 item.future.set_exception(BrokenInterpreterPool(why))
+            else:
+                sentinel = True
+        if sentinel:
+            # A shutdown's wake-up for the worker threads (None) stays queued: without it
+            # they would wait for work forever.
+            self._work_queue.put(None)
 
     def _interrupt_running(self):
-        """Raises KeyboardInterrupt in every task running in a worker interpreter."""
+        """Raises KeyboardInterrupt in every task (or initializer) running in a worker
+        interpreter and not interrupted yet."""
         with self._states_lock:
             states = list(self._states)
-        for t in list(self._threads):
-            for s in states:
-                if s.running:
-                    s.interp.interrupt(t.ident)
+        for s in states:
+            if s.running and not s.interrupted and s.interp.interrupt(s.thread):
+                s.interrupted = True
 
     def shutdown(self, wait=True, *, cancel_futures=False):
         super().shutdown(wait=wait, cancel_futures=cancel_futures)
@@ -436,8 +462,18 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
 
     def __exit__(self, exc_type, exc_val, exc_tb):
         if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
-            # Ctrl-C: pending work is cancelled, running tasks interrupted.
-            self._interrupt_running()
-            self.shutdown(wait=True, cancel_futures=True)
+            # Ctrl-C: pending work is cancelled, running tasks interrupted. A task that
+            # a worker took but had not started (its interpreter still starting) does
+            # not start; one interrupted before its thread entered the interpreter is
+            # interrupted again, until every worker thread has ended.
+            self._interrupting = True
+            self.shutdown(wait=False, cancel_futures=True)
+            while True:
+                self._interrupt_running()
+                alive = [t for t in list(self._threads) if t.is_alive()]
+                if not alive:
+                    break
+                alive[0].join(0.05)
+            self.shutdown(wait=True)
             return False
         return super().__exit__(exc_type, exc_val, exc_tb)
