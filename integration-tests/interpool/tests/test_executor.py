@@ -271,6 +271,8 @@ def test_ctrl_c_cancels_pending_work_and_returns():
         import tasks
         from interpool import InterpreterPoolExecutor
         if __name__ == "__main__":
+            # Python leaves SIGINT ignored when its parent did (a shell's background job).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             t0 = time.monotonic()
             try:
                 with InterpreterPoolExecutor(max_workers=2) as pool:
@@ -303,6 +305,8 @@ def test_ctrl_c_while_workers_start_returns():
         import tasks
         from interpool import InterpreterPoolExecutor
         if __name__ == "__main__":
+            # Python leaves SIGINT ignored when its parent did (a shell's background job).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             t0 = time.monotonic()
             try:
                 with InterpreterPoolExecutor(
