@@ -567,7 +567,17 @@ impl MutatorShared {
         let local = unsafe { &mut *self.local.get() };
         let pool = &mut local.pools[class];
         let grant = {
-            let mut pages = heap.pages.lock();
+            // Contended, the wait is counted (`GcStats::page_lock_wait_time`).
+            let mut pages = match heap.pages.try_lock() {
+                Some(p) => p,
+                None => {
+                    let t0 = std::time::Instant::now();
+                    let mut p = heap.pages.lock();
+                    p.counters.lock_waits += 1;
+                    p.counters.lock_wait_ns += t0.elapsed().as_nanos() as u64;
+                    p
+                }
+            };
             if let Some(page) = pool.page.take() {
                 pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
             }

@@ -155,6 +155,10 @@ pub(crate) struct PageCounters {
     pub with_free_cells: u64,
     /// Pages whose memory was returned to the OS (`madvise`).
     pub returned: u64,
+    /// Times an allocating thread that needed a page found the page lock taken.
+    pub lock_waits: u64,
+    /// Nanoseconds those threads waited for it.
+    pub lock_wait_ns: u64,
     /// Cells handed out per size class (granted minus given back unused).
     pub cells: [u64; NUM_CLASSES],
 }
@@ -168,6 +172,8 @@ impl Default for PageCounters {
             zeroed: 0,
             with_free_cells: 0,
             returned: 0,
+            lock_waits: 0,
+            lock_wait_ns: 0,
             cells: [0; NUM_CLASSES],
         }
     }

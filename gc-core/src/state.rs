@@ -169,6 +169,8 @@ impl HeapInner {
         s.pages_granted_zeroed = c.zeroed;
         s.pages_granted_with_free_cells = c.with_free_cells;
         s.pages_returned = c.returned;
+        s.page_lock_waits = c.lock_waits;
+        s.page_lock_wait_time = std::time::Duration::from_nanos(c.lock_wait_ns);
         s.cells_by_class = c.cells.to_vec();
         s
     }

@@ -81,6 +81,11 @@ pub struct GcStats {
     pub pages_granted_with_free_cells: u64,
     /// Free pages whose memory was returned to the OS (`madvise`).
     pub pages_returned: u64,
+    /// Times an allocating thread that needed a page waited for the page lock (held
+    /// by another allocating thread or by the background sweep, 16 pages at a time).
+    pub page_lock_waits: u64,
+    /// Time allocating threads waited for it (inside the mutator's time).
+    pub page_lock_wait_time: Duration,
     /// Write barriers that fired (an old object got a young reference and entered the
     /// remembered set); the barriers that do not fire are inline and not counted.
     pub barrier_fires: u64,
@@ -127,7 +132,7 @@ impl GcStats {
             })
             .collect();
         format!(
-            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
+            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"page_lock_waits\": {}, \"page_lock_wait_ms\": {:.3}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
             self.pages_swept_by_allocation,
             ms(self.allocation_sweep_time),
             self.pages_swept_in_background,
@@ -137,6 +142,8 @@ impl GcStats {
             self.pages_granted_zeroed,
             self.pages_granted_with_free_cells,
             self.pages_returned,
+            self.page_lock_waits,
+            ms(self.page_lock_wait_time),
             self.barrier_fires,
             self.big_objects_allocated,
             self.big_bytes_allocated,
@@ -303,6 +310,8 @@ impl StatsAcc {
             pages_granted_zeroed: out.pages_granted_zeroed,
             pages_granted_with_free_cells: out.pages_granted_with_free_cells,
             pages_returned: out.pages_returned,
+            page_lock_waits: out.page_lock_waits,
+            page_lock_wait_time: out.page_lock_wait_time,
             barrier_fires: self.barrier_fires,
             big_objects_allocated: self.big_objects_allocated,
             big_bytes_allocated: self.big_bytes_allocated,
