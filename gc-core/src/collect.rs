@@ -69,11 +69,11 @@ pub(crate) fn collect(
     // 90-180 ms of the previous one's sweep in each pause on a 2 GB heap). Not while
     // another thread's collection waits for this one to stop.
     if heap.gc_flag.load(Ordering::Relaxed) == 0 {
-        let mut pages = heap.pages.lock();
+        let pages = heap.pages.lock();
         if pages.unswept_pages() > 0 && !pages.hold {
             // SAFETY: this thread runs managed code, so no collection marks (it would be
-            // stopped first), and pages waiting for their sweep are never held.
-            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Allocation) };
+            // stopped first).
+            drop(unsafe { heap.finish_sweep(pages, Sweeper::Allocation) });
         }
     }
     let t0 = Instant::now();
@@ -170,6 +170,9 @@ fn ensure_pool(heap: &HeapInner) {
 /// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap has
 /// helpers (without them, allocating threads sweep what they need, and the next
 /// collection the rest).
+/// Pages a helper thread sweeps between two takes of the page lock.
+const BACKGROUND_BATCH: usize = 16;
+
 fn start_background_sweep(heap: &HeapInner) {
     if heap.pages.lock().unswept_pages() == 0 {
         return;
@@ -188,14 +191,25 @@ fn start_background_sweep(heap: &HeapInner) {
         // SAFETY: see HeapPtr.
         let heap = unsafe { &*hp.0 };
         let _span = tracing::trace_span!("gc_background_sweep").entered();
+        // Pages are swept outside the page lock, a batch at a time: allocating threads
+        // need the lock for every new page, and a batch swept under it made GAP's thread
+        // wait ~0.4 ms per new page (parking_lot lets the releasing thread take the lock
+        // again before a parked waiter wakes).
+        let mut batch = Vec::with_capacity(BACKGROUND_BATCH);
+        let mut swept = Vec::with_capacity(BACKGROUND_BATCH);
         while !stop.load(Ordering::Relaxed) {
-            let mut pages = heap.pages.lock();
-            // SAFETY: waiting pages are never held by a thread, and no collection marks
-            // while any page waits (each one sweeps the rest first, under this lock).
-            let n = unsafe { pages.sweep_some(16, &heap.trigger) };
-            drop(pages);
-            if n == 0 {
+            let params = heap.pages.lock().take_waiting(BACKGROUND_BATCH, &mut batch);
+            if batch.is_empty() {
                 break;
+            }
+            for page in batch.drain(..) {
+                // SAFETY: taken off the waiting lists above; no collection marks until
+                // it is filed (collections wait for taken pages).
+                swept.push(unsafe { crate::page::sweep_taken(page, params) });
+            }
+            let mut pages = heap.pages.lock();
+            for s in swept.drain(..) {
+                pages.place_taken(s, &heap.trigger);
             }
         }
     }));
@@ -274,9 +288,8 @@ fn run(
     // mark bit changes (usually the helper threads or the allocating threads have done
     // it long before).
     {
-        let mut pages = heap.pages.lock();
-        // SAFETY: no thread holds a page (take_back_threads) and marking has not begun.
-        let leftover = unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
+        // SAFETY: marking has not begun.
+        let (_pages, leftover) = unsafe { heap.finish_sweep(heap.pages.lock(), Sweeper::Pause) };
         leftover_time = t_leftover.elapsed();
         if leftover > 0 {
             tracing::trace!(leftover, "pages swept before marking");
@@ -500,7 +513,7 @@ fn run(
         );
         if !config.lazy_sweep {
             // SAFETY: as above.
-            unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Pause) };
+            unsafe { pages.sweep_waiting(&heap.trigger, Sweeper::Pause) };
             totals.pool_freed = (pages.totals.freed - freed_before) as usize;
             totals.freed += totals.pool_freed;
         }

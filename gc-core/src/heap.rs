@@ -495,12 +495,7 @@ impl Heap {
         let _gc = self.0.gc.lock();
         // SAFETY: the gc lock is held, so no collection is marking; waiting pages are
         // never held by a thread.
-        Ok(unsafe {
-            self.0
-                .pages
-                .lock()
-                .finish_sweep(&self.0.trigger, Sweeper::Other)
-        })
+        Ok(unsafe { self.0.finish_sweep(self.0.pages.lock(), Sweeper::Other) }.1)
     }
 
     /// Test hook: while `hold` is on, the pool pages a collection leaves to the lazy

@@ -546,11 +546,11 @@ impl MutatorShared {
             return false;
         }
         {
-            let mut pages = heap.pages.lock();
+            let pages = heap.pages.lock();
             if pages.unswept_pages() > 0 && !pages.hold {
                 // SAFETY: no collection marks while this thread runs managed code (it
-                // would be stopped), and pages waiting for their sweep are never held.
-                unsafe { pages.finish_sweep(&heap.trigger, Sweeper::Allocation) };
+                // would be stopped).
+                drop(unsafe { heap.finish_sweep(pages, Sweeper::Allocation) });
             }
         }
         over()

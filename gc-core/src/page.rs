@@ -265,6 +265,9 @@ pub(crate) struct PageAlloc {
     /// Pages waiting for the sweep of the last collection, by class.
     unswept: Vec<Vec<&'static PageMeta>>,
     n_unswept: usize,
+    /// Pages a helper thread took off `unswept` and sweeps outside the page lock
+    /// (`take_waiting`, `sweep_taken`, `place_taken`).
+    taken: usize,
     params: SweepParams,
     pub(crate) totals: PoolTotals,
     /// Set the heap's trigger with this plan once the sweep is complete.
@@ -272,7 +275,7 @@ pub(crate) struct PageAlloc {
     /// Number of collections that swept (`begin_sweep` calls).
     epoch: u32,
     /// Test hook (`Heap::hold_lazy_sweep`): waiting pages are swept only by
-    /// `finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
+    /// `HeapInner::finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
     /// helper threads or allocating threads.
     pub(crate) hold: bool,
     /// Statistics ([`PageCounters`]).
@@ -290,6 +293,7 @@ impl PageAlloc {
             n_in_use: 0,
             unswept: (0..NUM_CLASSES).map(|_| Vec::new()).collect(),
             n_unswept: 0,
+            taken: 0,
             params: SweepParams {
                 full: false,
                 parity: 0,
@@ -332,9 +336,16 @@ impl PageAlloc {
         self.n_in_use
     }
 
-    /// Pages still waiting for the last collection's sweep.
+    /// Pages whose sweep for the last collection is not complete: waiting, or being
+    /// swept by a helper thread outside the page lock.
     pub(crate) fn unswept_pages(&self) -> usize {
-        self.n_unswept
+        self.n_unswept + self.taken
+    }
+
+    /// Pages a helper thread is sweeping outside the page lock: `finish_sweep`'s callers
+    /// wait for them (`HeapInner::finish_sweep`).
+    pub(crate) fn taken_pages(&self) -> usize {
+        self.taken
     }
 
     /// A page with free cells of class `class` for a mutator to allocate from.
@@ -479,7 +490,7 @@ impl PageAlloc {
     /// After marking: every page that may hold garbage (all pages in a full collection,
     /// pages with young objects in a partial one) waits for its sweep from now on, with
     /// `params`; allocation no longer uses their free cells until they are swept. Pages
-    /// left from an earlier sweep must have been swept (`finish_sweep`) first.
+    /// left from an earlier sweep must have been swept (`HeapInner::finish_sweep`) first.
     ///
     /// # Safety
     /// The world is stopped and no page is held by a mutator.
@@ -530,7 +541,7 @@ impl PageAlloc {
     /// # Safety
     /// No thread holds a page that waits for its sweep (true by construction: such
     /// pages are never granted) and no collection is marking.
-    pub(crate) unsafe fn finish_sweep(&mut self, trigger: &AtomicUsize, who: Sweeper) -> usize {
+    pub(crate) unsafe fn sweep_waiting(&mut self, trigger: &AtomicUsize, who: Sweeper) -> usize {
         let n = self.n_unswept;
         while let Some(page) = self.pop_unswept() {
             // SAFETY: forwarded.
@@ -539,46 +550,61 @@ impl PageAlloc {
         n
     }
 
-    /// Sweeps up to `max` waiting pages (background sweeping); returns how many.
-    ///
-    /// # Safety
-    /// As for `finish_sweep`.
-    pub(crate) unsafe fn sweep_some(&mut self, max: usize, trigger: &AtomicUsize) -> usize {
-        let mut n = 0;
-        while n < max && !self.hold {
+    /// Takes up to `max` waiting pages off their lists for a helper thread to sweep
+    /// outside the page lock (`sweep_taken`), so that allocating threads do not wait
+    /// for the page lock while it sweeps; each one goes back with `place_taken`. Returns
+    /// the parameters to sweep them with. Takes none while `hold` is on.
+    pub(crate) fn take_waiting(
+        &mut self,
+        max: usize,
+        out: &mut Vec<&'static PageMeta>,
+    ) -> SweepParams {
+        while out.len() < max && !self.hold {
             let Some(page) = self.pop_unswept() else {
                 break;
             };
-            // SAFETY: forwarded.
-            unsafe { self.sweep_and_place(page, trigger, Sweeper::Background) };
-            n += 1;
+            self.taken += 1;
+            out.push(page);
         }
-        n
+        self.params
     }
 
-    /// Sweeps one waiting page and files it: released if empty, listed if it has free
-    /// cells. Sets the heap's trigger when it was the last one.
+    /// Files a page swept by `sweep_taken` (see `place`).
+    pub(crate) fn place_taken(&mut self, swept: Swept, trigger: &AtomicUsize) {
+        self.taken -= 1;
+        self.place(swept, trigger, Sweeper::Background);
+    }
+
+    /// Sweeps one waiting page and files it (`place`).
     ///
     /// # Safety
-    /// As for `finish_sweep`; the page was taken off the waiting lists.
+    /// As for `sweep_waiting`; the page was taken off the waiting lists.
     unsafe fn sweep_and_place(
         &mut self,
         page: &'static PageMeta,
         trigger: &AtomicUsize,
         who: Sweeper,
     ) {
-        let t0 = Instant::now();
+        // SAFETY: forwarded.
+        let swept = unsafe { sweep_taken(page, self.params) };
+        self.place(swept, trigger, who);
+    }
+
+    /// Files a swept page: released if empty, listed if it has free cells. Sets the
+    /// heap's trigger when it was the last one.
+    fn place(&mut self, swept: Swept, trigger: &AtomicUsize, who: Sweeper) {
+        let Swept {
+            page,
+            r,
+            prev_live,
+            prev_old,
+            ns,
+        } = swept;
         let (cell, class) = page
             .cell_layout()
             .expect("a page waiting for its sweep is in use");
-        // SAFETY: forwarded: nobody else touches the page's state or free cells.
-        let st = unsafe { page.state() };
-        let (prev_live, prev_old) = (st.live_cells as usize, st.old_cells as usize);
-        // SAFETY: as above.
-        let r = unsafe { sweep_page(page, self.params) };
-        // The new allocation bitmap is stored: lookups may read it alone again.
-        page.publish_info();
-        // SAFETY: as above.
+        // SAFETY: we hold the page lock and the page is on no list: nobody else touches
+        // its state.
         let st = unsafe { page.state() };
         st.unswept = false;
         let t = &mut self.totals;
@@ -597,8 +623,8 @@ impl PageAlloc {
             self.partial[class].push(page);
         }
         self.counters.swept[who as usize] += 1;
-        self.counters.sweep_ns[who as usize] += t0.elapsed().as_nanos() as u64;
-        if self.n_unswept == 0 {
+        self.counters.sweep_ns[who as usize] += ns;
+        if self.unswept_pages() == 0 {
             if let Some(plan) = self.plan.take() {
                 trigger.store(
                     plan.interval(
@@ -656,6 +682,42 @@ impl PageAlloc {
         }
         self.counters.returned += n as u64;
         n
+    }
+}
+
+/// A page swept and not yet filed (`PageAlloc::place`).
+pub(crate) struct Swept {
+    page: &'static PageMeta,
+    r: PageSweep,
+    /// The page's live and old cells before the sweep (for the totals).
+    prev_live: usize,
+    prev_old: usize,
+    ns: u64,
+}
+
+/// Sweeps a page taken off the waiting lists (`PageAlloc::take_waiting`, or under the
+/// page lock by `sweep_and_place`), without needing the page lock: the page is on no
+/// list, so no other thread reads or writes its state or its free cells until it is
+/// filed with `place_taken`/`place`.
+///
+/// # Safety
+/// The page was taken off the waiting lists and is not yet filed, and no collection
+/// marks until it is (collections wait for taken pages: `HeapInner::finish_sweep`).
+pub(crate) unsafe fn sweep_taken(page: &'static PageMeta, params: SweepParams) -> Swept {
+    let t0 = Instant::now();
+    // SAFETY: the caller's contract: this thread alone touches the page's state.
+    let st = unsafe { page.state() };
+    let (prev_live, prev_old) = (st.live_cells as usize, st.old_cells as usize);
+    // SAFETY: as above.
+    let r = unsafe { sweep_page(page, params) };
+    // The new allocation bitmap is stored: lookups may read it alone again.
+    page.publish_info();
+    Swept {
+        page,
+        r,
+        prev_live,
+        prev_old,
+        ns: t0.elapsed().as_nanos() as u64,
     }
 }
 

@@ -144,14 +144,38 @@ pub(crate) struct Roots {
 pub struct Heap(pub(crate) Arc<HeapInner>);
 
 impl HeapInner {
+    /// Completes the last collection's sweep with the page lock `pages`: sweeps the
+    /// pages still waiting on this thread (their time counted for `who`) and waits for
+    /// those a helper thread is sweeping outside the lock. Returns the lock and the
+    /// number of pages this thread swept.
+    ///
+    /// # Safety
+    /// No collection is marking (the caller holds `gc`, is the collector before marking,
+    /// or runs managed code, which a collection stops first).
+    pub(crate) unsafe fn finish_sweep<'a>(
+        &'a self,
+        mut pages: MutexGuard<'a, PageAlloc>,
+        who: Sweeper,
+    ) -> (MutexGuard<'a, PageAlloc>, usize) {
+        // SAFETY: forwarded; pages waiting for their sweep are never held by a thread.
+        let mut n = unsafe { pages.sweep_waiting(&self.trigger, who) };
+        while pages.taken_pages() > 0 {
+            // A helper thread files its pages under this lock, a few microseconds'
+            // sweep after taking them.
+            MutexGuard::unlocked(&mut pages, std::thread::yield_now);
+            // SAFETY: as above (nothing new waits: no collection ran meanwhile).
+            n += unsafe { pages.sweep_waiting(&self.trigger, who) };
+        }
+        (pages, n)
+    }
+
     /// `s` (the collector's counters) completed with the page and big-object totals.
     /// With lazy sweeping, pages still waiting for the last collection's sweep are swept
     /// first, so that bytes freed and live are exact. The caller holds `gc`.
     pub(crate) fn complete_stats(&self, mut s: GcStats) -> GcStats {
-        let mut pages = self.pages.lock();
         // SAFETY: the gc lock is held (by the caller), so no collection is marking;
         // waiting pages are never held by a thread.
-        unsafe { pages.finish_sweep(&self.trigger, Sweeper::Other) };
+        let (pages, _) = unsafe { self.finish_sweep(self.pages.lock(), Sweeper::Other) };
         let big = self.big.lock();
         s.live_bytes = (pages.totals.live + big.live) as u64;
         s.old_bytes = (pages.totals.old + big.old_bytes) as u64;

@@ -691,3 +691,199 @@ fn finalizers_are_disabled_and_enabled_with_nesting() {
     assert_eq!(m.enable_finalizers(), Ok(true));
     assert!(!m.finalizers_disabled());
 }
+
+/// A list of `n` Nodes hung from a root, each holding its index plus `tag` in its plain
+/// slot (slot 1).
+fn tagged_list(
+    heap: &Heap,
+    m: &mut gc_core::Mutator,
+    node: gc_core::TypeRef,
+    n: usize,
+    tag: usize,
+) -> gc_core::Root {
+    let root = rooted_list(heap, m, node, n - 1);
+    let mut cur = Some(root.get());
+    let mut i = 0;
+    while let Some(obj) = cur {
+        // SAFETY: a live Node of 16 bytes; slot 1 is plain data.
+        unsafe { *(obj.addr() as *mut usize).add(1) = tag + i };
+        // SAFETY: a live Node.
+        cur = unsafe { m.load_ref(obj, 0) };
+        i += 1;
+    }
+    root
+}
+
+/// Whether the list under `root` still holds `n` Nodes with their indices plus `tag`.
+fn tagged_list_intact(
+    m: &gc_core::Mutator,
+    root: &gc_core::Root,
+    n: usize,
+    tag: usize,
+) -> Result<(), String> {
+    let mut cur = Some(root.get());
+    let mut i = 0;
+    while let Some(obj) = cur {
+        // SAFETY: a live Node.
+        let v = unsafe { *(obj.addr() as *const usize).add(1) };
+        if v != tag + i {
+            return Err(format!("node {i} of the list tagged {tag} holds {v}"));
+        }
+        // SAFETY: a live Node.
+        cur = unsafe { m.load_ref(obj, 0) };
+        i += 1;
+    }
+    if i != n {
+        return Err(format!("the list tagged {tag} has {i} nodes, not {n}"));
+    }
+    Ok(())
+}
+
+/// Allocates a chain of `n` garbage Nodes.
+fn garbage_chain(m: &mut gc_core::Mutator, node: gc_core::TypeRef, n: usize) {
+    let mut tail = m.alloc_typed(16, node).unwrap();
+    for _ in 1..n {
+        let next = m.alloc_typed(16, node).unwrap();
+        // SAFETY: live Nodes.
+        unsafe { m.store_ref(tail, 0, Some(next)) };
+        tail = next;
+    }
+}
+
+/// With two mark threads a helper sweeps the pages each collection leaves, a batch at a
+/// time outside the page lock, while a thread allocates and another asks for statistics
+/// (which completes the sweep, waiting for the helper's batch): every page is filed
+/// once, the live objects keep their contents, and the heap's totals stay exact.
+#[test]
+fn the_helper_sweeps_beside_an_allocating_thread_and_the_totals_stay_exact() {
+    let heap = Heap::new(HeapConfig {
+        mark_threads: 2,
+        min_interval: 1 << 20,
+        max_interval: 2 << 20,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    let base = {
+        let mut m = heap.attach().unwrap();
+        m.collect(CollectionKind::Full).unwrap();
+        drop(m);
+        heap.stats().live_bytes
+    };
+    const KEPT: usize = 20_000;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stats_thread = {
+        let (heap, done) = (heap.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut calls = 0u64;
+            while !done.load(Ordering::Relaxed) {
+                let s = heap.stats();
+                assert!(s.live_bytes >= base, "{s:?}");
+                calls += 1;
+            }
+            calls
+        })
+    };
+    let worker = {
+        let heap = heap.clone();
+        std::thread::spawn(move || {
+            let mut m = heap.attach().unwrap();
+            let root = tagged_list(&heap, &mut m, node, KEPT, 7);
+            // Rounds of garbage until the helper has swept (at least 100 rounds; it
+            // gets its first pages within a few collections even on a busy machine).
+            let mut round = 0;
+            while round < 100 || heap.stats().pages_swept_in_background == 0 {
+                assert!(round < 5_000, "the helper thread never swept");
+                garbage_chain(&mut m, node, 5_000);
+                if round % 25 == 0 {
+                    tagged_list_intact(&m, &root, KEPT, 7).unwrap();
+                }
+                round += 1;
+            }
+            tagged_list_intact(&m, &root, KEPT, 7).unwrap();
+            root
+        })
+    };
+    let root = worker.join().unwrap();
+    done.store(true, Ordering::Relaxed);
+    assert!(stats_thread.join().unwrap() > 0);
+    let mut m = heap.attach().unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let mut kept_bytes = 0;
+    let mut cur = Some(root.get());
+    while let Some(obj) = cur {
+        let (cell, _) = gc_core::page_of(obj.addr()).unwrap().cell_layout().unwrap();
+        kept_bytes += cell as u64;
+        // SAFETY: a live Node.
+        cur = unsafe { m.load_ref(obj, 0) };
+    }
+    drop(m);
+    let s = heap.stats();
+    assert_eq!(s.live_bytes, base + kept_bytes, "{s:?}");
+    assert!(s.pages_swept_in_background > 0, "{s:?}");
+}
+
+/// KNOWN BUG, not fixed (found 2026-11-29; present before the background sweep moved
+/// out of the page lock): two threads allocating at once, with a third thread busy
+/// (more runnable threads than this machine's two cores), sometimes lose a live object.
+/// Each thread builds a rooted list of 20,000 Nodes, then allocates chains of garbage; in
+/// about one scenario in ten the first garbage Node of one thread is the cell of the
+/// other thread's live list node that ended a page (its link is overwritten and the rest
+/// of that list is freed at the next collection). Neither the bump nor the free-list
+/// path saw a non-zero header in that cell (asserts added while debugging), so both
+/// threads took it at the same time: two threads' pools held the same page at once.
+/// Seen with one and two mark threads, lazy and eager sweeping, and a spinning thread in
+/// place of the statistics thread. This test repeats the scenario 40 times:
+/// `cargo test -p gc-core --test it two_allocating_threads -- --ignored`.
+#[test]
+#[ignore = "known bug: two allocating threads can be given the same pool page (see the doc comment)"]
+fn two_allocating_threads_keep_their_live_lists() {
+    for scenario in 0..40 {
+        let heap = Heap::new(HeapConfig {
+            mark_threads: 2,
+            min_interval: 1 << 20,
+            max_interval: 2 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        {
+            let mut m = heap.attach().unwrap();
+            m.collect(CollectionKind::Full).unwrap();
+        }
+        const KEPT: usize = 20_000;
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stats_thread = {
+            let (heap, done) = (heap.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    heap.stats();
+                }
+            })
+        };
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let heap = heap.clone();
+                std::thread::spawn(move || -> Result<(), String> {
+                    let mut m = heap.attach().unwrap();
+                    let root = tagged_list(&heap, &mut m, node, KEPT, w * KEPT);
+                    for round in 0..150 {
+                        garbage_chain(&mut m, node, 5_001);
+                        if round % 25 == 0 {
+                            tagged_list_intact(&m, &root, KEPT, w * KEPT)?;
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        let results: Vec<_> = workers.into_iter().map(|t| t.join().unwrap()).collect();
+        done.store(true, Ordering::Relaxed);
+        stats_thread.join().unwrap();
+        for r in results {
+            if let Err(e) = r {
+                panic!("scenario {scenario}: {e}");
+            }
+        }
+    }
+}
