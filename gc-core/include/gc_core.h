@@ -189,6 +189,11 @@ typedef struct gc_config_t {
    * Live bytes from which the least interval is `2 * min_interval` (0: always).
    */
   size_t small_heap;
+  /**
+   * Helper threads sweeping pool pages in the background after a collection: 0 or 1
+   * (Julia's `--gcthreads=N,M`); only with `lazy_sweep` and more than one core.
+   */
+  size_t sweep_threads;
 } gc_config_t;
 
 /**
@@ -483,7 +488,8 @@ int gc_heap_delete(struct gc_heap_t *heap);
  * The process's default heap (the one the `jl_*` names use), created on first use
  * with the default configuration, adjusted by environment variables (as Julia's
  * `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
- * core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
+ * core; `HeapConfig::mark_threads`), `GC_CORE_SWEEP_THREADS` (0 or 1; a helper sweeping
+ * in the background, `HeapConfig::sweep_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
  * `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
  * `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
  * `GC_CORE_MAX_INTERVAL` (bytes),

@@ -150,31 +150,45 @@ pub(crate) fn collect(
 }
 
 /// Starts (or restarts with the configured size) the heap's helper threads, outside any
-/// pause; the next collection marks with them.
+/// pause; the next collection marks with them (with several mark threads), and one of
+/// them sweeps in the background (`HeapConfig::sweep_threads`).
 fn ensure_pool(heap: &HeapInner) {
-    let threads = mark_threads(heap.config.lock().mark_threads);
-    if threads <= 1 {
+    let (threads, sweeper) = {
+        let c = heap.config.lock();
+        (mark_threads(c.mark_threads), background_sweep(&c))
+    };
+    let helpers = if threads > 1 {
+        threads - 1
+    } else if sweeper {
+        1
+    } else {
         return;
-    }
+    };
     let mut pool = heap.pool.lock();
-    if pool.as_ref().map(|p| p.helpers()) == Some(threads - 1) {
+    if pool.as_ref().map(|p| p.helpers()) == Some(helpers) {
         return;
     }
     *pool = None;
-    match MarkPool::new(threads - 1) {
+    match MarkPool::new(helpers) {
         Ok(p) => *pool = Some(p),
         Err(e) => tracing::warn!("cannot start mark threads ({e}); marking on one thread"),
     }
 }
 
-/// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap has
-/// helpers (without them, allocating threads sweep what they need, and the next
-/// collection the rest).
 /// Pages a helper thread sweeps between two takes of the page lock.
 const BACKGROUND_BATCH: usize = 16;
 
+/// Whether a helper thread sweeps in the background with configuration `c`: lazy
+/// sweeping, a sweep thread asked for, and another core to run it on.
+fn background_sweep(c: &crate::HeapConfig) -> bool {
+    c.lazy_sweep && c.sweep_threads > 0 && mark_threads(0) > 1
+}
+
+/// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap sweeps
+/// in the background (without, allocating threads sweep what they need, and the next
+/// collection the rest).
 fn start_background_sweep(heap: &HeapInner) {
-    if heap.pages.lock().unswept_pages() == 0 {
+    if !background_sweep(&heap.config.lock()) || heap.pages.lock().unswept_pages() == 0 {
         return;
     }
     let pool = heap.pool.lock();

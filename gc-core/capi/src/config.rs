@@ -42,6 +42,9 @@ pub struct gc_config_t {
     pub resident_reuse: f64,
     /// Live bytes from which the least interval is `2 * min_interval` (0: always).
     pub small_heap: usize,
+    /// Helper threads sweeping pool pages in the background after a collection: 0 or 1
+    /// (Julia's `--gcthreads=N,M`); only with `lazy_sweep` and more than one core.
+    pub sweep_threads: usize,
 }
 
 impl gc_config_t {
@@ -61,6 +64,7 @@ impl gc_config_t {
             headroom: d.headroom,
             resident_reuse: d.resident_reuse,
             small_heap: d.small_heap,
+            sweep_threads: d.sweep_threads,
         }
     }
 
@@ -83,6 +87,7 @@ impl gc_config_t {
             headroom: self.headroom,
             resident_reuse: self.resident_reuse,
             small_heap: self.small_heap,
+            sweep_threads: self.sweep_threads,
         }
     }
 }

@@ -158,7 +158,8 @@ pub(crate) fn set_default_mark_threads(n: usize) {
 /// The process's default heap (the one the `jl_*` names use), created on first use
 /// with the default configuration, adjusted by environment variables (as Julia's
 /// `JULIA_NUM_GC_THREADS`): `GC_CORE_MARK_THREADS` (collector threads, 0 = one per
-/// core; `HeapConfig::mark_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
+/// core; `HeapConfig::mark_threads`), `GC_CORE_SWEEP_THREADS` (0 or 1; a helper sweeping
+/// in the background, `HeapConfig::sweep_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
 /// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
 /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
 /// `GC_CORE_MAX_INTERVAL` (bytes),

@@ -345,6 +345,11 @@ fn bad_configurations_are_refused_with_the_offending_knob_named() {
         ..HeapConfig::default()
     });
     assert!(msg.contains("mark_threads (5000)"), "{msg}");
+    let msg = bad(HeapConfig {
+        sweep_threads: 2,
+        ..HeapConfig::default()
+    });
+    assert!(msg.contains("sweep_threads (2) must be 0 or 1"), "{msg}");
     // The bounds themselves are accepted.
     for w in [0.0, 1.0] {
         let heap = Heap::new(HeapConfig {
@@ -639,8 +644,8 @@ fn heap_config_takes_the_environment_knobs() {
     if std::env::var_os("GC_CORE_ENV_CHILD").is_some() {
         let c = HeapConfig::default().with_env();
         println!(
-            "growth={} verify={} stress={:?} mark_threads={}",
-            c.growth, c.verify, c.stress_every, c.mark_threads
+            "growth={} verify={} stress={:?} mark_threads={} sweep_threads={}",
+            c.growth, c.verify, c.stress_every, c.mark_threads, c.sweep_threads
         );
         return;
     }
@@ -656,13 +661,14 @@ fn heap_config_takes_the_environment_knobs() {
         .env("GC_CORE_VERIFY", "1")
         .env("GC_CORE_STRESS", "often")
         .env("GC_CORE_MARK_THREADS", "3")
+        .env("GC_CORE_SWEEP_THREADS", "0")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(
-        stdout.contains("growth=2.5 verify=true stress=None mark_threads=3"),
+        stdout.contains("growth=2.5 verify=true stress=None mark_threads=3 sweep_threads=0"),
         "{stdout}"
     );
     assert!(
@@ -821,6 +827,45 @@ fn the_helper_sweeps_beside_an_allocating_thread_and_the_totals_stay_exact() {
     let s = heap.stats();
     assert_eq!(s.live_bytes, base + kept_bytes, "{s:?}");
     assert!(s.pages_swept_in_background > 0, "{s:?}");
+}
+
+/// `HeapConfig::sweep_threads`: with one mark thread a helper that only sweeps takes the
+/// pages each collection leaves (on a machine with more than one core); with
+/// `sweep_threads: 0` nothing sweeps in the background, whatever the mark threads.
+#[test]
+fn a_sweep_thread_sweeps_beside_one_mark_thread_and_none_without() {
+    let run = |mark_threads: usize, sweep_threads: usize| {
+        let heap = Heap::new(HeapConfig {
+            mark_threads,
+            sweep_threads,
+            min_interval: 1 << 20,
+            max_interval: 2 << 20,
+            ..HeapConfig::default()
+        })
+        .unwrap();
+        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        let mut m = heap.attach().unwrap();
+        let root = tagged_list(&heap, &mut m, node, 20_000, 0);
+        let mut round = 0;
+        loop {
+            garbage_chain(&mut m, node, 5_000);
+            round += 1;
+            let swept = heap.stats().pages_swept_in_background;
+            if round >= 100 && (swept > 0 || sweep_threads == 0 || round >= 5_000) {
+                tagged_list_intact(&m, &root, 20_000, 0).unwrap();
+                return swept;
+            }
+        }
+    };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores > 1 {
+        assert!(
+            run(1, 1) > 0,
+            "the sweep helper of a one-mark-thread heap never swept"
+        );
+    }
+    assert_eq!(run(1, 0), 0);
+    assert_eq!(run(2, 0), 0);
 }
 
 /// KNOWN BUG, not fixed (found 2026-11-29; present before the background sweep moved
