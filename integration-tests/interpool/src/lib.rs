@@ -19,6 +19,9 @@
 
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
+mod queue;
+mod sigint;
+
 use integration_tests::multipy::{
     self, BorrowedBuffer, Config, Interpreter, KeepAlive, LentBuffer, PythonSpec, Stream,
 };
@@ -253,12 +256,17 @@ impl PyInterpreter {
     /// out-of-band buffers are `buffers` (objects exporting the buffer protocol,
     /// contiguous), lent writable where `writable` says so, read-only otherwise. Returns
     /// `(raised, pickled result or exception, result buffers)`.
+    ///
+    /// `forward_sigint`: the calling thread is the host's main thread, whose Ctrl-C must
+    /// interrupt the call (`sigint.rs`).
+    #[pyo3(signature = (payload, buffers, writable, forward_sigint=false))]
     fn call_pickled<'py>(
         &self,
         py: Python<'py>,
         payload: &[u8],
         buffers: Vec<Bound<'py, PyAny>>,
         writable: Vec<bool>,
+        forward_sigint: bool,
     ) -> PyResult<(bool, Bound<'py, PyBytes>, Vec<RemoteBuffer>)> {
         drain_released(py);
         if writable.len() != buffers.len() {
@@ -296,6 +304,9 @@ impl PyInterpreter {
         );
         let worker = self.worker.clone();
         let payload = payload.to_vec();
+        // SAFETY: pthread_self has no preconditions.
+        let ident = unsafe { libc::pthread_self() } as u64;
+        let _forward = forward_sigint.then(|| sigint::Forward::new(worker.clone(), ident));
         let reply = py.detach(move || {
             let g = worker.interp.read().unwrap_or_else(|e| e.into_inner());
             match (&*g, worker.closed.load(Ordering::Acquire)) {
@@ -495,6 +506,8 @@ fn pending_host_releases() -> usize {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyInterpreter>()?;
     m.add_class::<RemoteBuffer>()?;
+    m.add_class::<queue::WorkQueue>()?;
+    m.add_class::<queue::Claim>()?;
     m.add_function(wrap_pyfunction!(buffer_region, m)?)?;
     m.add_function(wrap_pyfunction!(pending_host_releases, m)?)?;
     m.add("InterpreterError", m.py().get_type::<InterpreterError>())?;

@@ -40,6 +40,21 @@ def spin_forever():
         n += 1
 
 
+def spin_forever_on(ident):
+    """Spins forever on the host thread `ident` (`threading.get_ident()`: the same
+    thread id in a worker interpreter); returns "elsewhere" on any other thread."""
+    if threading.get_ident() != ident:
+        return "elsewhere"
+    spin_forever()
+
+
+def identity_after(seconds):
+    """`interpreter_identity` after a sleep (tasks that overlap, so several workers
+    take them)."""
+    time.sleep(seconds)
+    return id(None)
+
+
 def total(a):
     import numpy
 

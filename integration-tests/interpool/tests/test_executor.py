@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import weakref
 
@@ -295,6 +296,50 @@ def test_ctrl_c_cancels_pending_work_and_returns():
     assert int(lines["running tasks ended"]) == 2
 
 
+def test_ctrl_c_interrupts_a_task_the_main_thread_runs_itself():
+    # `result()` on a task no worker took yet runs it on the calling thread (here the
+    # main thread, in the idle worker interpreter): Ctrl-C must still interrupt it.
+    r = run_script(
+        """
+        import os, signal, threading, time
+        import tasks
+        from interpool import InterpreterPoolExecutor
+        if __name__ == "__main__":
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            me = threading.get_ident()
+            with InterpreterPoolExecutor(max_workers=1) as pool:
+                pool.submit(tasks.add, 1, 1).result()
+                threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+                t0 = time.monotonic()
+                tries = 0
+                try:
+                    while True:
+                        tries += 1
+                        f = pool.submit(tasks.spin_forever_on, me)
+                        assert f.result() == "elsewhere"
+                except KeyboardInterrupt:
+                    print("interrupted=%.1f" % (time.monotonic() - t0))
+                    print("task=%s" % type(f.exception()).__name__)
+                    print("tries=%d" % tries)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    lines = dict(l.split("=", 1) for l in r.stdout.splitlines())
+    assert float(lines["interrupted"]) < 30
+    assert lines["task"] == "KeyboardInterrupt"
+
+
+def test_result_runs_a_task_no_worker_took_on_the_calling_thread(pool):
+    # After the worker interpreters exist, a task waited for at once mostly runs on the
+    # waiting thread (no hand-off), in one of the pool's interpreters.
+    cf.wait([pool.submit(tasks.sleep_then, 0.1, None) for _ in range(2)])
+    me = threading.get_ident()
+    where = [pool.submit(tasks.thread_ident).result() for _ in range(50)]
+    assert where.count(me) >= 1, where
+    ids = {pool.submit(tasks.interpreter_identity).result() for _ in range(20)}
+    assert id(None) not in ids
+
+
 def test_ctrl_c_while_workers_start_returns():
     # Ctrl-C arrives while both workers run their initializer (their tasks not started):
     # the initializers are interrupted and the tasks never start (the race that hung
@@ -393,7 +438,7 @@ def test_sixteen_workers_each_with_numpy_scipy_and_pandas():
     with InterpreterPoolExecutor(max_workers=16) as pool:
         fs = [pool.submit(tasks.import_numpy_scipy_pandas_and_check) for _ in range(16)]
         results = [f.result(timeout=300) for f in fs]
-        ids = {pool.submit(tasks.interpreter_identity).result() for _ in range(64)}
+        ids = {f.result() for f in [pool.submit(tasks.identity_after, 0.05) for _ in range(64)]}
     assert all(r == [2.0, 3.0, 6] for r in results), results
     assert len(ids) > 1
 

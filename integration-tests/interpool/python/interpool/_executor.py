@@ -220,8 +220,15 @@ class Interpreter:
 
     def call(self, fn, /, *args, **kwargs):
         """`fn(*args, **kwargs)` in this interpreter."""
+        return self._call(fn, args, kwargs)
+
+    def _call(self, fn, args, kwargs, forward_sigint=False):
+        """`call`; `forward_sigint`: this is the host's main thread, whose Ctrl-C must
+        interrupt the call (see `_Future`)."""
         data, buffers, flags = _dumps((fn, args, kwargs))
-        raised, payload, result_buffers = self._native.call_pickled(data, buffers, flags)
+        raised, payload, result_buffers = self._native.call_pickled(
+            data, buffers, flags, forward_sigint
+        )
         value = pickle.loads(payload, buffers=result_buffers)
         if raised:
             try:
@@ -265,6 +272,8 @@ class _WorkerState:
         self.interp = interp
         self.thread = threading.get_ident()
         self.running = False
+        # A thread waiting for a result runs that task here (`_Future.result`).
+        self.lent = False
         # Interrupted (Ctrl-C) since it started running: interrupted once only, so that
         # a second KeyboardInterrupt does not land in the task's own error handling.
         self.interrupted = False
@@ -325,14 +334,66 @@ def _run_task(pool_ref, fn, args, kwargs):
         # interrupts it, or this task sees the flag and does not start.
         if pool._interrupting:
             raise KeyboardInterrupt("the host was interrupted before this task started")
-        return interp.call(fn, *args, **kwargs)
-    except InterpreterError as e:
-        pool._interpreter_broke(str(e))
-        raise BrokenInterpreterPool(f"a task broke its worker interpreter: {e}") from e
+        return _call_task(pool, interp, fn, args, kwargs)
     finally:
         state.running = False
         state.interrupted = False
         del pool
+
+
+def _call_task(pool, interp, fn, args, kwargs, forward_sigint=False):
+    """The task in `interp`; an interpreter that broke breaks the pool."""
+    try:
+        return interp._call(fn, args, kwargs, forward_sigint)
+    except InterpreterError as e:
+        pool._interpreter_broke(str(e))
+        raise BrokenInterpreterPool(f"a task broke its worker interpreter: {e}") from e
+
+
+class _Future(concurrent.futures.Future):
+    """The executor's futures. `result()` without a timeout, called while no worker
+    thread has taken the task yet, runs the task at once on the calling thread, in an
+    idle worker interpreter of the pool: the caller would wait for it anyway, and the
+    hand-off to a worker thread and back (two thread wake-ups) is most of a small
+    task's round trip. The worker thread that takes it later skips it. The task runs
+    in the same interpreters as every other; only the host thread differs. Ctrl-C on
+    the host's main thread interrupts it there as in a worker thread."""
+
+    def __init__(self, pool_ref, call):
+        super().__init__()
+        self._pool_ref = pool_ref
+        self._call = call
+        self._taken = False
+        # Taken from the work queue by a worker thread or claimed by a waiting one,
+        # whichever comes first (`_native.WorkQueue` skips claimed items).
+        self._claim = _native.Claim()
+        # `submit` took one of the pool's idle-thread tokens for this task.
+        self._token = False
+
+    def set_running_or_notify_cancel(self):
+        with self._condition:
+            if self._taken:
+                return False
+            return super().set_running_or_notify_cancel()
+
+    def _take(self):
+        """Claims the task for the calling thread: whether no one had started it."""
+        with self._condition:
+            if self._state != concurrent.futures._base.PENDING or not self._claim.take():
+                return False
+            super().set_running_or_notify_cancel()
+            self._taken = True
+            return True
+
+    def result(self, timeout=None):
+        if timeout is None and self._state == concurrent.futures._base.PENDING:
+            pool = self._pool_ref()
+            if pool is not None:
+                pool._run_here(self)
+            del pool
+        return super().result(timeout)
+
+    result.__doc__ = concurrent.futures.Future.result.__doc__
 
 
 def _chunks(chunksize, iterables):
@@ -389,11 +450,26 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
         self._interrupting = False
         _tasks_module()
         super().__init__(max_workers, thread_name_prefix)
+        # Before any worker thread starts (each is given the queue).
+        self._work_queue = _native.WorkQueue()
 
     def submit(self, fn, /, *args, **kwargs):
-        if self._broken:
-            raise BrokenInterpreterPool(self._broken)
-        return super().submit(_run_task, weakref.ref(self), fn, args, kwargs)
+        # ThreadPoolExecutor.submit's checks and steps, with the executor's own future.
+        with self._shutdown_lock, _thread._global_shutdown_lock:
+            if self._broken:
+                raise BrokenInterpreterPool(self._broken)
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if _thread._shutdown:
+                raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+            ref = weakref.ref(self)
+            f = _Future(ref, (fn, args, kwargs))
+            self._work_queue.put(_thread._WorkItem(f, _run_task, (ref, fn, args, kwargs), {}))
+            # An idle worker thread will take it (its token), or one more is started.
+            f._token = self._idle_semaphore.acquire(timeout=0)
+            if not f._token:
+                self._adjust_thread_count()
+            return f
 
     submit.__doc__ = concurrent.futures.Executor.submit.__doc__
 
@@ -411,6 +487,40 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
             functools.partial(run_chunk, fn), _chunks(chunksize, iterables), timeout=timeout
         )
         return itertools.chain.from_iterable(results)
+
+    def _run_here(self, future):
+        """Runs `future`'s task on the calling thread in an idle worker interpreter, if
+        one is idle and no worker thread took the task yet (`_Future.result`)."""
+        if self._broken or self._interrupting:
+            return
+        with self._states_lock:
+            state = next(
+                (s for s in self._states if not (s.running or s.lent or s.interp.closed)),
+                None,
+            )
+            if state is None:
+                return
+            state.lent = True
+        try:
+            if not future._take():
+                return
+            fn, args, kwargs = future._call
+            future._call = None
+            main = threading.current_thread() is threading.main_thread()
+            try:
+                value = _call_task(self, state.interp, fn, args, kwargs, forward_sigint=main)
+            except BaseException as e:
+                future.set_exception(e)
+            else:
+                future.set_result(value)
+            finally:
+                fn = args = kwargs = value = None
+            if future._token:
+                # No worker thread sees the task (the work queue skips it): the idle
+                # thread its token counted on is still idle.
+                self._idle_semaphore.release()
+        finally:
+            state.lent = False
 
     def _initializer_failed(self):
         with self._shutdown_lock:
