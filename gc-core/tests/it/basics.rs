@@ -698,6 +698,19 @@ fn finalizers_are_disabled_and_enabled_with_nesting() {
     assert!(!m.finalizers_disabled());
 }
 
+/// A heap collecting every 1-2 MiB (`config` otherwise) and its 16-byte "Node" layout
+/// type (slot 0 a reference, slot 1 plain data), for the tests of threads allocating.
+fn busy_heap(config: HeapConfig) -> (Heap, gc_core::TypeRef) {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 20,
+        max_interval: 2 << 20,
+        ..config
+    })
+    .unwrap();
+    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    (heap, node)
+}
+
 /// A list of `n` Nodes hung from a root, each holding its index plus `tag` in its plain
 /// slot (slot 1).
 fn tagged_list(
@@ -783,14 +796,10 @@ fn garbage_chain(m: &mut gc_core::Mutator, node: gc_core::TypeRef, n: usize) {
 /// once, the live objects keep their contents, and the heap's totals stay exact.
 #[test]
 fn the_helper_sweeps_beside_an_allocating_thread_and_the_totals_stay_exact() {
-    let heap = Heap::new(HeapConfig {
+    let (heap, node) = busy_heap(HeapConfig {
         mark_threads: 2,
-        min_interval: 1 << 20,
-        max_interval: 2 << 20,
         ..HeapConfig::default()
-    })
-    .unwrap();
-    let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+    });
     let base = {
         let mut m = heap.attach().unwrap();
         m.collect(CollectionKind::Full).unwrap();
@@ -856,15 +865,11 @@ fn the_helper_sweeps_beside_an_allocating_thread_and_the_totals_stay_exact() {
 #[test]
 fn a_sweep_thread_sweeps_beside_one_mark_thread_and_none_without() {
     let run = |mark_threads: usize, sweep_threads: usize| {
-        let heap = Heap::new(HeapConfig {
+        let (heap, node) = busy_heap(HeapConfig {
             mark_threads,
             sweep_threads,
-            min_interval: 1 << 20,
-            max_interval: 2 << 20,
             ..HeapConfig::default()
-        })
-        .unwrap();
-        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        });
         let mut m = heap.attach().unwrap();
         let root = tagged_list(&heap, &mut m, node, 20_000, 0);
         let mut round = 0;
@@ -907,14 +912,10 @@ fn a_sweep_thread_sweeps_beside_one_mark_thread_and_none_without() {
 #[test]
 fn two_allocating_threads_keep_their_live_lists() {
     for scenario in 0..40 {
-        let heap = Heap::new(HeapConfig {
+        let (heap, node) = busy_heap(HeapConfig {
             mark_threads: 2,
-            min_interval: 1 << 20,
-            max_interval: 2 << 20,
             ..HeapConfig::default()
-        })
-        .unwrap();
-        let node = heap.new_layout_type("Node", 16, &[0]).unwrap();
+        });
         {
             let mut m = heap.attach().unwrap();
             m.collect(CollectionKind::Full).unwrap();
