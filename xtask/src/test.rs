@@ -2,7 +2,7 @@
 
 use crate::gap_real::GapVersion;
 use crate::steps::{cargo, succeeds, xtask, Steps};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::process::Command;
 
 /// Runs the checks in CI order, stopping at the first failure; `full` adds the slow
@@ -29,6 +29,7 @@ pub fn run(full: bool) -> Result<()> {
         }
     }
 
+    clear_packaged_sources()?;
     let mut plan = plan(full);
     if full {
         for (_, cmd) in plan.iter_mut() {
@@ -40,6 +41,39 @@ pub fn run(full: bool) -> Result<()> {
         steps.run(&name, cmd)?;
     }
     steps.finish();
+    Ok(())
+}
+
+/// Removes what earlier `cargo publish --dry-run`s unpacked of this workspace's own
+/// packages. Cargo unpacks each package it verifies from a local registry of the
+/// packages just made into `$CARGO_HOME/registry/src/-<hash of that registry's path>/`
+/// and reuses an unpacked `name-version` there without unpacking it again: a clone at a
+/// path used before would build the next crate's tarball against the previous run's
+/// `gc-core 0.1.0` (a new `HeapConfig` field failed that way). Those directories (the
+/// ones whose name starts with `-`; registries proper are named after their host) hold
+/// nothing else.
+fn clear_packaged_sources() -> Result<()> {
+    let home = match std::env::var_os("CARGO_HOME") {
+        Some(h) => std::path::PathBuf::from(h),
+        None => match std::env::var_os("HOME") {
+            Some(h) => std::path::PathBuf::from(h).join(".cargo"),
+            None => return Ok(()),
+        },
+    };
+    let src = home.join("registry/src");
+    let Ok(entries) = std::fs::read_dir(&src) else {
+        return Ok(());
+    };
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with('-') {
+            std::fs::remove_dir_all(e.path()).with_context(|| {
+                format!(
+                    "removing the stale unpacked packages in {}",
+                    e.path().display()
+                )
+            })?;
+        }
+    }
     Ok(())
 }
 
