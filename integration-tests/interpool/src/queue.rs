@@ -11,7 +11,7 @@
 
 use pyo3::prelude::*;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,17 +52,27 @@ struct Entry {
 pub(crate) struct WorkQueue {
     items: Mutex<VecDeque<Entry>>,
     ready: Condvar,
+    /// Claimable items queued that neither a worker took nor a waiting thread claimed.
+    unclaimed: AtomicUsize,
 }
 
 impl WorkQueue {
     /// The first item no one claimed, marking it taken; claimed ones are moved to
     /// `dropped` (released later, under the GIL).
-    fn pop(items: &mut VecDeque<Entry>, dropped: &mut Vec<Py<PyAny>>) -> Option<Py<PyAny>> {
+    fn pop(&self, items: &mut VecDeque<Entry>, dropped: &mut Vec<Py<PyAny>>) -> Option<Py<PyAny>> {
         while let Some(e) = items.pop_front() {
-            let free = e.claim.as_ref().is_none_or(|c| {
-                c.compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            });
+            let free = match &e.claim {
+                None => true,
+                Some(c) => {
+                    let taken = c
+                        .compare_exchange(QUEUED, TAKEN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok();
+                    if taken {
+                        self.unclaimed.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    taken
+                }
+            };
             if free {
                 return Some(e.item);
             }
@@ -79,6 +89,7 @@ impl WorkQueue {
         WorkQueue {
             items: Mutex::new(VecDeque::new()),
             ready: Condvar::new(),
+            unclaimed: AtomicUsize::new(0),
         }
     }
 
@@ -94,6 +105,9 @@ impl WorkQueue {
                 Err(_) => None,
             }
         };
+        if claim.is_some() {
+            self.unclaimed.fetch_add(1, Ordering::AcqRel);
+        }
         self.items
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -113,7 +127,7 @@ impl WorkQueue {
         let mut dropped = Vec::new();
         let got = {
             let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
-            WorkQueue::pop(&mut items, &mut dropped)
+            self.pop(&mut items, &mut dropped)
         };
         let got = match got {
             Some(item) => Some(item),
@@ -125,7 +139,7 @@ impl WorkQueue {
                     let mut more = Vec::new();
                     let mut items = self.items.lock().unwrap_or_else(|e| e.into_inner());
                     loop {
-                        if let Some(item) = WorkQueue::pop(&mut items, &mut more) {
+                        if let Some(item) = self.pop(&mut items, &mut more) {
                             return (Some(item), more);
                         }
                         match deadline {
@@ -162,6 +176,21 @@ impl WorkQueue {
     /// `get(block=False)`.
     fn get_nowait(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         self.get(py, false, None)
+    }
+
+    /// Claims `claim`'s task (queued here) for the calling thread: false if a worker
+    /// thread took it or it was claimed already (`Claim.take`, counted here).
+    fn claim(&self, claim: &Claim) -> bool {
+        let ok = claim.take();
+        if ok {
+            self.unclaimed.fetch_sub(1, Ordering::AcqRel);
+        }
+        ok
+    }
+
+    /// Queued tasks that no worker took and no waiting thread claimed.
+    fn unclaimed(&self) -> usize {
+        self.unclaimed.load(Ordering::Acquire)
     }
 
     /// Items queued, claimed ones included.

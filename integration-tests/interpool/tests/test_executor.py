@@ -13,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import types
 import weakref
 
 import numpy as np
@@ -455,3 +456,33 @@ def test_the_readme_example_is_the_shipped_example_and_runs():
     assert r.returncode == 0, r.stderr
     ours, host = map(float, r.stdout.split())
     assert abs(ours - host) <= 1e-6 * abs(host)
+
+
+def test_the_work_queue_skips_claimed_tasks_and_counts_the_rest():
+    # The executor's queue (`_native.WorkQueue`): a task claimed by the thread waiting
+    # for it never reaches a worker thread; `unclaimed` counts the others.
+    import queue as stdlib_queue
+    from interpool import _native
+
+    class Item:
+        def __init__(self):
+            self.future = types.SimpleNamespace(_claim=_native.Claim())
+
+    q = _native.WorkQueue()
+    a, b, c = Item(), Item(), Item()
+    for item in (a, b, c):
+        q.put(item)
+    q.put(None)
+    assert q.unclaimed() == 3
+    assert q.claim(b.future._claim)
+    assert not q.claim(b.future._claim), "claimed twice"
+    assert q.unclaimed() == 2
+    assert q.get() is a
+    assert not q.claim(a.future._claim), "a task a worker took cannot be claimed"
+    assert q.get_nowait() is c
+    assert q.unclaimed() == 0
+    assert q.get(timeout=0.01) is None
+    with pytest.raises(stdlib_queue.Empty):
+        q.get(timeout=0.01)
+    with pytest.raises(stdlib_queue.Empty):
+        q.get_nowait()

@@ -352,8 +352,8 @@ def _call_task(pool, interp, fn, args, kwargs, forward_sigint=False):
 
 class _Future(concurrent.futures.Future):
     """The executor's futures. `result()` without a timeout, called while no worker
-    thread has taken the task yet, runs the task at once on the calling thread, in an
-    idle worker interpreter of the pool: the caller would wait for it anyway, and the
+    thread has taken the task yet and no other task waits for one, runs the task at once
+    on the calling thread, in an idle worker interpreter of the pool: the caller would wait for it anyway, and the
     hand-off to a worker thread and back (two thread wake-ups) is most of a small
     task's round trip. The worker thread that takes it later skips it. The task runs
     in the same interpreters as every other; only the host thread differs. Ctrl-C on
@@ -376,10 +376,11 @@ class _Future(concurrent.futures.Future):
                 return False
             return super().set_running_or_notify_cancel()
 
-    def _take(self):
-        """Claims the task for the calling thread: whether no one had started it."""
+    def _take(self, queue):
+        """Claims the task (queued in `queue`) for the calling thread: whether no one
+        had started it."""
         with self._condition:
-            if self._state != concurrent.futures._base.PENDING or not self._claim.take():
+            if self._state != concurrent.futures._base.PENDING or not queue.claim(self._claim):
                 return False
             super().set_running_or_notify_cancel()
             self._taken = True
@@ -491,7 +492,9 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
     def _run_here(self, future):
         """Runs `future`'s task on the calling thread in an idle worker interpreter, if
         one is idle and no worker thread took the task yet (`_Future.result`)."""
-        if self._broken or self._interrupting:
+        # With other tasks queued, the worker threads have work: a task run here would
+        # share an interpreter with the task its worker thread takes next (`map`).
+        if self._broken or self._interrupting or self._work_queue.unclaimed() > 1:
             return
         with self._states_lock:
             state = next(
@@ -502,7 +505,7 @@ class InterpreterPoolExecutor(_thread.ThreadPoolExecutor):
                 return
             state.lent = True
         try:
-            if not future._take():
+            if not future._take(self._work_queue):
                 return
             fn, args, kwargs = future._call
             future._call = None
