@@ -353,28 +353,22 @@ def _call_task(pool, interp, fn, args, kwargs, forward_sigint=False):
 class _Future(concurrent.futures.Future):
     """The executor's futures. `result()` without a timeout, called while no worker
     thread has taken the task yet and no other task waits for one, runs the task at once
-    on the calling thread, in an idle worker interpreter of the pool: the caller would wait for it anyway, and the
-    hand-off to a worker thread and back (two thread wake-ups) is most of a small
-    task's round trip. The worker thread that takes it later skips it. The task runs
-    in the same interpreters as every other; only the host thread differs. Ctrl-C on
-    the host's main thread interrupts it there as in a worker thread."""
+    on the calling thread, in an idle worker interpreter of the pool: the caller would
+    wait for it anyway, and the hand-off to a worker thread and back (two thread
+    wake-ups) is most of a small task's round trip. No worker thread sees it (the work
+    queue skips it). The task runs in the same interpreters as every other; only the
+    host thread differs. Ctrl-C on the host's main thread interrupts it there as in a
+    worker thread."""
 
     def __init__(self, pool_ref, call):
         super().__init__()
         self._pool_ref = pool_ref
         self._call = call
-        self._taken = False
         # Taken from the work queue by a worker thread or claimed by a waiting one,
         # whichever comes first (`_native.WorkQueue` skips claimed items).
         self._claim = _native.Claim()
         # `submit` took one of the pool's idle-thread tokens for this task.
         self._token = False
-
-    def set_running_or_notify_cancel(self):
-        with self._condition:
-            if self._taken:
-                return False
-            return super().set_running_or_notify_cancel()
 
     def _take(self, queue):
         """Claims the task (queued in `queue`) for the calling thread: whether no one
@@ -382,8 +376,7 @@ class _Future(concurrent.futures.Future):
         with self._condition:
             if self._state != concurrent.futures._base.PENDING or not queue.claim(self._claim):
                 return False
-            super().set_running_or_notify_cancel()
-            self._taken = True
+            self.set_running_or_notify_cancel()
             return True
 
     def result(self, timeout=None):
