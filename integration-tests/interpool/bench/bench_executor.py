@@ -5,7 +5,9 @@ default) and ThreadPoolExecutor, in one run. Prints one JSON object of figures."
 import gc
 import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -71,13 +73,22 @@ def cpu_s(pool, workers, tasks=8, n=2_000_000):
     return time.perf_counter() - t
 
 
+def cpu_now():
+    """CPU seconds (user + system) of this process's threads and of its reaped children."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
+
+
 def stack_startup(make, workers):
     """Seconds from creating a pool of `workers` to each worker having imported numpy,
-    scipy and pandas (a checked result from each), and the memory it added: this
-    process's RSS and PSS growth plus its children's (processes)."""
+    scipy and pandas (a checked result from each), the memory it added (this process's
+    RSS and PSS growth plus its children's), and the CPU seconds the pool spent per
+    worker until it was shut down (children included: shutdown reaps them)."""
     gc.collect()
     me = os.getpid()
     rss0, pss0 = status_kib(me, "VmRSS"), pss_kib(me)
+    cpu0 = cpu_now()
     t = time.perf_counter()
     pool = make(workers)
     fs = [pool.submit(T.import_stack_and_wait, 0.5) for _ in range(workers)]
@@ -88,7 +99,32 @@ def stack_startup(make, workers):
     rss = status_kib(me, "VmRSS") - rss0 + sum(status_kib(p, "VmRSS") for p in children)
     pss = pss_kib(me) - pss0 + sum(pss_kib(p) for p in children)
     pool.shutdown()
-    return startup, mib(rss), mib(pss)
+    return startup, mib(rss), mib(pss), (cpu_now() - cpu0) / workers
+
+
+STACK = "import numpy, pandas, scipy.linalg"
+
+
+def import_cpu_s(rounds=5):
+    """The floor under an isolated worker's start-up: CPU seconds CPython itself takes
+    to import the stack in a fresh process (`python -c`), and in a process forked from
+    this one, which has numpy imported already (what a fork pool's worker pays). The
+    median of `rounds` of each."""
+    fresh, forked = [], []
+    for _ in range(rounds):
+        c = cpu_now()
+        subprocess.run([sys.executable, "-c", STACK], check=True)
+        fresh.append(cpu_now() - c)
+        c = cpu_now()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(STACK, {})
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        forked.append(cpu_now() - c)
+    return statistics.median(fresh), statistics.median(forked)
 
 
 def main():
@@ -112,6 +148,12 @@ def main():
         out["array_200mb_rss_growth_mib"] = mib(status_kib(os.getpid(), "VmRSS") - rss0)
     with ProcessPoolExecutor(1, mp_context=fork) as p:
         out["array_200mb_s_processes"] = array_sum_s(p, a, rounds=3)
+    host = float("inf")
+    for _ in range(5):  # the sum itself, in this thread: what no executor can go below
+        t = time.perf_counter()
+        assert float(np.sum(a)) == float(a.size)
+        host = min(host, time.perf_counter() - t)
+    out["array_200mb_s_host"] = host
     del a
 
     with InterpreterPoolExecutor(1) as p:
@@ -122,15 +164,23 @@ def main():
         out["cpu_8_tasks_s_2_processes"] = cpu_s(p, 2)
 
     for n in (8, 16):
-        s, rss, pss = stack_startup(lambda w: InterpreterPoolExecutor(w), n)
+        s, rss, pss, cpu = stack_startup(lambda w: InterpreterPoolExecutor(w), n)
         out[f"stack_{n}_startup_s_interpreters"] = s
         out[f"stack_{n}_rss_mib_interpreters"] = rss
         out[f"stack_{n}_pss_mib_interpreters"] = pss
+        out[f"stack_{n}_cpu_s_per_worker_interpreters"] = cpu
         for name, ctx in (("processes", fork), ("forkserver", forkserver)):
-            s, rss, pss = stack_startup(lambda w: ProcessPoolExecutor(w, mp_context=ctx), n)
+            s, rss, pss, cpu = stack_startup(
+                lambda w: ProcessPoolExecutor(w, mp_context=ctx), n
+            )
             out[f"stack_{n}_startup_s_{name}"] = s
             out[f"stack_{n}_rss_mib_{name}"] = rss
             out[f"stack_{n}_pss_mib_{name}"] = pss
+            out[f"stack_{n}_cpu_s_per_worker_{name}"] = cpu
+
+    fresh, forked = import_cpu_s()
+    out["stack_import_cpu_s_fresh_process"] = fresh
+    out["stack_import_cpu_s_forked_with_numpy"] = forked
 
     out["python"] = float("%d.%02d" % sys.version_info[:2])
     print(json.dumps(out))
