@@ -13,9 +13,11 @@
 //! [`MarkFast`], the marker's first field), its own remembered-set buffer and counters.
 //! For sharing, each marker owns a work-stealing deque (`crossbeam-deque`): while some
 //! collector thread is idle and what it shared before has been taken (its deque is
-//! empty), a busy one moves the older half of its stack (and halves of long arrays) to
-//! its deque, where idle threads steal them. `par.rs` has the
-//! termination protocol. Mark functions therefore run on any collector thread, possibly
+//! empty), a busy one moves the older half of its stack (at most 1,024 entries, in
+//! batches of 64 per deque item, and halves of long arrays) to its deque, where idle
+//! threads steal them. It looks every 32 objects it scans, and every 256 entries pushed
+//! within one scan (a mark function queuing millions of objects in one call). `par.rs`
+//! has the termination protocol. Mark functions therefore run on any collector thread, possibly
 //! at the same time on several; each gets the `ptls` of the thread it runs on, and
 //! `queue` pushes to that thread's own stack.
 //!
@@ -77,6 +79,20 @@ const SHARE_EVERY: u32 = 32;
 
 /// Most entries moved from a mark stack to its deque at once.
 const SHARE_MAX: usize = 1024;
+
+/// Entries per deque item when sharing ([`Work::Objs`]). One at a time, the pushes
+/// cost more than the work they share: each reads the deque's `front`, which a
+/// stealing thread keeps writing (GAP's bigheap with two mark threads: a quarter of
+/// the collecting thread's time in `share`).
+const SHARE_BATCH: usize = 64;
+
+/// Pushes between two looks at whether another collector thread is idle, inside one
+/// object's scan: a mark function that queues millions of objects in one call (GAP's
+/// for a list of millions of bags) would otherwise keep them all from the other
+/// threads until it returns. The look costs nothing on the push path: while a parallel
+/// drain runs, the stack's `limit` is set this many entries above `top`, so the push
+/// that reaches it goes out of line (`grow`), shares, and sets the next one.
+const SHARE_PUSHES: usize = 256;
 
 impl<'h> Marker<'h> {
     pub(crate) fn new(
@@ -266,12 +282,24 @@ impl<'h> Marker<'h> {
     /// otherwise moves them to storage twice as large. Either way each entry moved is
     /// paid for by at least as many pushes or shared entries since the last move, so
     /// the cost per entry stays constant however deep the stack.
+    ///
+    /// While a parallel drain runs, `limit` may lie below the end of the storage
+    /// ([`SHARE_PUSHES`]): reaching it offers the oldest entries to an idle thread.
     #[cold]
     #[inline(never)]
     fn grow(&mut self) {
         let len = self.len();
         let start = self.buf.as_mut_ptr();
         let cap = self.buf.capacity();
+        // SAFETY: one past the end of the storage.
+        let end = unsafe { start.add(cap) };
+        if self.fast.top < end {
+            if !self.job.is_null() {
+                self.share();
+            }
+            self.set_limit();
+            return;
+        }
         // SAFETY: base lies inside buf's allocation, at or above its start.
         let below = unsafe { self.base.offset_from(start) } as usize;
         if below >= cap / 2 {
@@ -292,10 +320,23 @@ impl<'h> Marker<'h> {
             self.words_moved += len;
         }
         // SAFETY: len <= capacity of the storage, which starts at base.
-        unsafe {
-            self.fast.top = self.base.add(len);
-            self.fast.limit = self.buf.as_mut_ptr().add(self.buf.capacity());
-        }
+        self.fast.top = unsafe { self.base.add(len) };
+        self.set_limit();
+    }
+
+    /// Sets where the next push goes out of line: the end of the storage, or inside a
+    /// parallel drain [`SHARE_PUSHES`] entries above `top` if that comes first.
+    fn set_limit(&mut self) {
+        let start = self.buf.as_mut_ptr();
+        // SAFETY: top lies inside the storage (at most one past its end).
+        let room = self.buf.capacity() - unsafe { self.fast.top.offset_from(start) } as usize;
+        let room = if self.job.is_null() {
+            room
+        } else {
+            room.min(SHARE_PUSHES)
+        };
+        // SAFETY: at most one past the end of the storage.
+        self.fast.limit = unsafe { self.fast.top.add(room) };
     }
 
     /// Queues `obj` for marking (the seed's `jl_gc_mark_queue_obj`) and returns whether
@@ -791,13 +832,18 @@ impl<'h> Marker<'h> {
         let len = self.len();
         if len >= 2 {
             let n = (len / 2).min(SHARE_MAX);
-            for i in 0..n {
-                // SAFETY: i < len: an initialised stack slot.
-                let obj = unsafe { self.base.add(i).read() };
-                // SAFETY: stack entries are live objects.
-                self.deque.push(Work::Obj(unsafe {
-                    ObjRef::from_addr(obj).unwrap_unchecked()
-                }));
+            let mut i = 0;
+            while i < n {
+                let k = (n - i).min(SHARE_BATCH);
+                // SAFETY: i + k <= n < len: initialised stack slots.
+                let entries = unsafe { std::slice::from_raw_parts(self.base.add(i), k) };
+                let batch: Box<[ObjRef]> = entries
+                    .iter()
+                    // SAFETY: stack entries are live objects (non-null).
+                    .map(|&obj| unsafe { ObjRef::from_addr(obj).unwrap_unchecked() })
+                    .collect();
+                self.deque.push(Work::Objs(batch));
+                i += k;
             }
             // SAFETY: n < len: the new bottom is still inside the initialised part.
             self.base = unsafe { self.base.add(n) };
@@ -815,7 +861,11 @@ impl<'h> Marker<'h> {
 
     fn take(&mut self, w: Work) {
         match w {
-            Work::Obj(o) => self.push(o.addr()),
+            Work::Objs(batch) => {
+                for o in batch.iter() {
+                    self.push(o.addr());
+                }
+            }
             Work::Array(a) => self.arrays.push(a),
             Work::Task(t) => self.tasks.push(t),
         }
@@ -974,11 +1024,13 @@ impl<'h> Marker<'h> {
         marker.job = job;
         marker.index = index;
         marker.ptls = ptls;
+        marker.set_limit();
         // SAFETY: forwarded.
         unsafe { Self::drain(m) };
         // SAFETY: m is valid.
         let marker = unsafe { &mut *m };
         marker.job = std::ptr::null();
+        marker.set_limit();
         debug_assert!(marker.is_empty());
     }
 
@@ -1084,11 +1136,54 @@ mod tests {
             // SAFETY: the stack holds at least one entry below top.
             let last = unsafe { m.fast.top.sub(1).read() };
             assert_eq!(last, 0x1000_0000 + 16 * (n - 1));
-            while let Steal::Success(_) = thief.steal() {
-                shared += 1;
+            while let Steal::Success(w) = thief.steal() {
+                let Work::Objs(batch) = w else {
+                    panic!("only objects were pushed")
+                };
+                assert!(batch.len() <= SHARE_BATCH);
+                shared += batch.len();
             }
         }
         assert_eq!(shared + m.len(), n);
+        m.job = std::ptr::null();
+    }
+
+    /// A scan that pushes many entries in one call (GAP's mark function of a list of
+    /// millions of bags) offers some to an idle thread while it pushes, every
+    /// `SHARE_PUSHES` entries, and every entry ends up in one place exactly once.
+    #[test]
+    fn a_long_scan_shares_while_it_pushes() {
+        let mut m = deep_marker(0);
+        let job = ParJob {
+            term: Termination::new(2),
+            stealers: vec![m.stealer()],
+        };
+        job.term.go_idle();
+        m.job = &job;
+        m.set_limit();
+        let thief = m.stealer();
+        let mut seen = std::collections::HashSet::new();
+        let n = 100 * SHARE_PUSHES;
+        let mut shares = 0;
+        for i in 0..n {
+            m.push(0x1000_0000 + 16 * i);
+            let mut took = false;
+            while let Steal::Success(w) = thief.steal() {
+                let Work::Objs(batch) = w else {
+                    panic!("only objects were pushed")
+                };
+                for o in batch.iter() {
+                    assert!(seen.insert(o.addr()), "an entry was shared twice");
+                }
+                took = true;
+            }
+            shares += took as usize;
+        }
+        assert!(shares >= 50, "{shares} shares during {n} pushes");
+        while let Some(e) = m.pop() {
+            assert!(seen.insert(e), "an entry was on the stack and shared");
+        }
+        assert_eq!(seen.len(), n);
         m.job = std::ptr::null();
     }
 
@@ -1113,10 +1208,12 @@ mod tests {
             }
             m.share();
             while let Steal::Success(w) = thief.steal() {
-                let Work::Obj(o) = w else {
+                let Work::Objs(batch) = w else {
                     panic!("only objects were pushed")
                 };
-                assert!(seen.insert(o.addr()), "an entry was shared twice");
+                for o in batch.iter() {
+                    assert!(seen.insert(o.addr()), "an entry was shared twice");
+                }
             }
         }
         while let Some(e) = m.pop() {
