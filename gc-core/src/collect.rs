@@ -467,6 +467,7 @@ fn run(
     drop(pool);
     let objects_marked = marker.objects_marked();
     let team_drains = marker.team_drains;
+    let helper_marked = marker.helper_marked;
     let kept_for_finalizers = marker.kept_for_finalizers;
     let next_remset = std::mem::take(&mut marker.next_remset);
     if !marker.errors.is_empty() {
@@ -589,6 +590,7 @@ fn run(
         sweep: sweep_time,
         objects_marked,
         parallel_drains: team_drains,
+        objects_marked_by_helpers: helper_marked,
     });
     tracing::debug!(
         allocd,

@@ -123,6 +123,7 @@ impl<'h> Marker<'h> {
             tasks: Vec::new(),
             task_scan: None,
             team_drains: 0,
+            helper_marked: 0,
             heap_id,
             _heap: PhantomData,
             full,
@@ -1037,7 +1038,9 @@ impl<'h> Marker<'h> {
     /// Merges what a helper's marker found into this one (after a parallel drain).
     pub(crate) fn absorb(&mut self, other: &mut Marker<'_>) {
         self.next_remset.append(&mut other.next_remset);
-        self.fast.marked += std::mem::take(&mut other.fast.marked);
+        let theirs = std::mem::take(&mut other.fast.marked);
+        self.fast.marked += theirs;
+        self.helper_marked += theirs;
         self.kept_for_finalizers += std::mem::take(&mut other.kept_for_finalizers);
         self.errors.append(&mut other.errors);
     }

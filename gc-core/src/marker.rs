@@ -133,6 +133,8 @@ pub struct Marker<'h> {
     pub(crate) task_scan: Option<&'h dyn ScanTask>,
     /// Drains this marker ran with its team (several threads marking).
     pub(crate) team_drains: u64,
+    /// Objects the team's helper threads marked (added up by `absorb`).
+    pub(crate) helper_marked: u64,
     /// The heap being collected.
     pub(crate) heap_id: HeapId,
     pub(crate) _heap: PhantomData<&'h ()>,

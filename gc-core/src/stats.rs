@@ -118,7 +118,7 @@ impl GcStats {
             .iter()
             .map(|r| {
                 format!(
-                    "{{\"number\": {}, \"full\": {}, \"pause_ms\": {:.3}, \"time_to_safepoint_ms\": {:.3}, \"leftover_sweep_ms\": {:.3}, \"mark_ms\": {:.3}, \"sweep_ms\": {:.3}, \"objects_marked\": {}, \"parallel_drains\": {}}}",
+                    "{{\"number\": {}, \"full\": {}, \"pause_ms\": {:.3}, \"time_to_safepoint_ms\": {:.3}, \"leftover_sweep_ms\": {:.3}, \"mark_ms\": {:.3}, \"sweep_ms\": {:.3}, \"objects_marked\": {}, \"parallel_drains\": {}, \"objects_marked_by_helpers\": {}}}",
                     r.number,
                     r.full,
                     ms(r.pause),
@@ -127,7 +127,8 @@ impl GcStats {
                     ms(r.mark),
                     ms(r.sweep),
                     r.objects_marked,
-                    r.parallel_drains
+                    r.parallel_drains,
+                    r.objects_marked_by_helpers
                 )
             })
             .collect();
@@ -178,6 +179,8 @@ pub struct PauseRecord {
     pub objects_marked: u64,
     /// Drains of the mark stack that woke the helper threads.
     pub parallel_drains: u64,
+    /// Of `objects_marked`, those the helper threads marked (how the work split).
+    pub objects_marked_by_helpers: u64,
 }
 
 /// What one collection did ([`crate::Mutator::collect`]).
