@@ -175,9 +175,6 @@ fn ensure_pool(heap: &HeapInner) {
     }
 }
 
-/// Pages a helper thread sweeps between two takes of the page lock.
-const BACKGROUND_BATCH: usize = 16;
-
 /// Whether a helper thread sweeps in the background with configuration `c`: lazy
 /// sweeping, a sweep thread asked for, and another core to run it on.
 fn background_sweep(c: &crate::HeapConfig) -> bool {
@@ -209,10 +206,13 @@ fn start_background_sweep(heap: &HeapInner) {
         // need the lock for every new page, and a batch swept under it made GAP's thread
         // wait ~0.4 ms per new page (parking_lot lets the releasing thread take the lock
         // again before a parked waiter wakes).
-        let mut batch = Vec::with_capacity(BACKGROUND_BATCH);
-        let mut swept = Vec::with_capacity(BACKGROUND_BATCH);
+        let mut batch = Vec::with_capacity(crate::page::SWEEP_BATCH);
+        let mut swept = Vec::with_capacity(crate::page::SWEEP_BATCH);
         while !stop.load(Ordering::Relaxed) {
-            let params = heap.pages.lock().take_waiting(BACKGROUND_BATCH, &mut batch);
+            let params = heap
+                .pages
+                .lock()
+                .take_waiting(crate::page::SWEEP_BATCH, &mut batch);
             if batch.is_empty() {
                 break;
             }
@@ -223,7 +223,7 @@ fn start_background_sweep(heap: &HeapInner) {
             }
             let mut pages = heap.pages.lock();
             for s in swept.drain(..) {
-                pages.place_taken(s, &heap.trigger);
+                pages.place_taken(s, &heap.trigger, Sweeper::Background);
             }
         }
     }));

@@ -211,6 +211,9 @@ pub(crate) const LARGE_HEAP_FLOOR: usize = 2;
 /// freed by one collection is usually needed again before the next.
 pub(crate) const IDLE_COLLECTIONS: u32 = 4;
 
+/// Pages a thread sweeping outside the page lock takes at once (`take_waiting`).
+pub(crate) const SWEEP_BATCH: usize = 16;
+
 impl TriggerPlan {
     /// The bytes to allocate before the next collection, from the pools' live and old
     /// bytes once swept and the free pool memory that is still resident
@@ -569,10 +572,10 @@ impl PageAlloc {
         self.params
     }
 
-    /// Files a page swept by `sweep_taken` (see `place`).
-    pub(crate) fn place_taken(&mut self, swept: Swept, trigger: &AtomicUsize) {
+    /// Files a page swept by `sweep_taken` (see `place`), its time counted for `who`.
+    pub(crate) fn place_taken(&mut self, swept: Swept, trigger: &AtomicUsize, who: Sweeper) {
         self.taken -= 1;
-        self.place(swept, trigger, Sweeper::Background);
+        self.place(swept, trigger, who);
     }
 
     /// Sweeps one waiting page and files it (`place`).

@@ -149,6 +149,11 @@ impl HeapInner {
     /// those a helper thread is sweeping outside the lock. Returns the lock and the
     /// number of pages this thread swept.
     ///
+    /// The pages are swept a batch at a time outside the lock, as the helper thread
+    /// sweeps them, so that a helper sweeping in the background goes on beside this
+    /// thread rather than waiting for the lock (GAP's back-to-back forced collections on
+    /// a 2 GB heap: ~100 ms of the previous one's sweep before each, on one thread).
+    ///
     /// # Safety
     /// No collection is marking (the caller holds `gc`, is the collector before marking,
     /// or runs managed code, which a collection stops first).
@@ -157,8 +162,29 @@ impl HeapInner {
         mut pages: MutexGuard<'a, PageAlloc>,
         who: Sweeper,
     ) -> (MutexGuard<'a, PageAlloc>, usize) {
+        let mut n = 0;
+        let mut batch = Vec::with_capacity(crate::page::SWEEP_BATCH);
+        let mut swept = Vec::with_capacity(crate::page::SWEEP_BATCH);
+        loop {
+            let params = pages.take_waiting(crate::page::SWEEP_BATCH, &mut batch);
+            if batch.is_empty() {
+                break;
+            }
+            n += batch.len();
+            MutexGuard::unlocked(&mut pages, || {
+                for page in batch.drain(..) {
+                    // SAFETY: taken off the waiting lists above; no collection marks
+                    // (caller) until it is filed (collections wait for taken pages).
+                    swept.push(unsafe { crate::page::sweep_taken(page, params) });
+                }
+            });
+            for s in swept.drain(..) {
+                pages.place_taken(s, &self.trigger, who);
+            }
+        }
+        // What `take_waiting` leaves (all of it while the test hook `hold` is on).
         // SAFETY: forwarded; pages waiting for their sweep are never held by a thread.
-        let mut n = unsafe { pages.sweep_waiting(&self.trigger, who) };
+        n += unsafe { pages.sweep_waiting(&self.trigger, who) };
         while pages.taken_pages() > 0 {
             // A helper thread files its pages under this lock, a few microseconds'
             // sweep after taking them.
