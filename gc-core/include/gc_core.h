@@ -580,10 +580,11 @@ void gc_safepoint(struct gc_mutator_t *m);
  * state, to pass to `gc_safe_leave`; -1 on error.
  *
  * Copies the caller's callee-saved registers and stack pointer into a buffer in its own
- * frame, then calls `gc_safe_enter_impl` with `m` and the buffer, which checks `m`
- * before anything is written to the mutator. Written without a prologue so that the
- * registers saved are the caller's, and the stack pointer is the caller's (which stays
- * live for the whole GC-safe region, unlike this function's frame).
+ * frame, then calls `gc_safe_enter_impl` with the buffer and `m`, which checks `m`
+ * before anything is written to the mutator (`gc_core::spill_and_call!`). Written
+ * without a prologue so that the registers saved are the caller's, and the stack
+ * pointer is the caller's (which stays live for the whole GC-safe region, unlike this
+ * function's frame).
  *
  * # Safety
  * `m` is null or a mutator pointer (it is checked).

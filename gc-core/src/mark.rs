@@ -1099,7 +1099,7 @@ mod tests {
     use super::*;
     use crate::marker::ParJob;
     use crate::par::Termination;
-    use crossbeam_deque::Steal;
+    use crossbeam_deque::{Steal, Stealer};
 
     /// A marker with `n` entries on its stack (addresses never dereferenced: sharing
     /// only moves entries), inside a job where another participant is idle.
@@ -1111,6 +1111,29 @@ mod tests {
         m
     }
 
+    /// A parallel job over `m`'s deque in which the other participant is idle.
+    fn job_with_an_idle_thief(m: &Marker<'_>) -> ParJob {
+        let job = ParJob {
+            term: Termination::new(2),
+            stealers: vec![m.stealer()],
+        };
+        job.term.go_idle();
+        job
+    }
+
+    /// The entries `thief` can take now, in batches of at most `SHARE_BATCH`.
+    fn steal_all(thief: &Stealer<Work>) -> Vec<usize> {
+        let mut out = Vec::new();
+        while let Steal::Success(w) = thief.steal() {
+            let Work::Objs(batch) = w else {
+                panic!("only objects were pushed")
+            };
+            assert!(batch.len() <= SHARE_BATCH);
+            out.extend(batch.iter().map(|o| o.addr()));
+        }
+        out
+    }
+
     /// Regression (issue 34): sharing the bottom of a deep mark stack moved every entry
     /// above it down, once per share of at most `SHARE_MAX` entries, so a stack of
     /// millions of entries (GAP's mark function of a 4-million-element list pushes one
@@ -1120,11 +1143,7 @@ mod tests {
     fn sharing_leaves_the_rest_of_a_deep_stack_where_it_is() {
         let n = 1 << 20;
         let mut m = deep_marker(n);
-        let job = ParJob {
-            term: Termination::new(2),
-            stealers: vec![m.stealer()],
-        };
-        job.term.go_idle();
+        let job = job_with_an_idle_thief(&m);
         m.job = &job;
         let thief = m.stealer();
         let mut shared = 0;
@@ -1139,13 +1158,7 @@ mod tests {
             // SAFETY: the stack holds at least one entry below top.
             let last = unsafe { m.fast.top.sub(1).read() };
             assert_eq!(last, 0x1000_0000 + 16 * (n - 1));
-            while let Steal::Success(w) = thief.steal() {
-                let Work::Objs(batch) = w else {
-                    panic!("only objects were pushed")
-                };
-                assert!(batch.len() <= SHARE_BATCH);
-                shared += batch.len();
-            }
+            shared += steal_all(&thief).len();
         }
         assert_eq!(shared + m.len(), n);
         m.job = std::ptr::null();
@@ -1157,11 +1170,7 @@ mod tests {
     #[test]
     fn a_long_scan_shares_while_it_pushes() {
         let mut m = deep_marker(0);
-        let job = ParJob {
-            term: Termination::new(2),
-            stealers: vec![m.stealer()],
-        };
-        job.term.go_idle();
+        let job = job_with_an_idle_thief(&m);
         m.job = &job;
         m.set_limit();
         let thief = m.stealer();
@@ -1170,17 +1179,11 @@ mod tests {
         let mut shares = 0;
         for i in 0..n {
             m.push(0x1000_0000 + 16 * i);
-            let mut took = false;
-            while let Steal::Success(w) = thief.steal() {
-                let Work::Objs(batch) = w else {
-                    panic!("only objects were pushed")
-                };
-                for o in batch.iter() {
-                    assert!(seen.insert(o.addr()), "an entry was shared twice");
-                }
-                took = true;
+            let taken = steal_all(&thief);
+            shares += !taken.is_empty() as usize;
+            for e in taken {
+                assert!(seen.insert(e), "an entry was shared twice");
             }
-            shares += took as usize;
         }
         assert!(shares >= 50, "{shares} shares during {n} pushes");
         while let Some(e) = m.pop() {
@@ -1195,11 +1198,7 @@ mod tests {
     #[test]
     fn a_stack_shared_from_below_and_pushed_on_top_copies_little() {
         let mut m = deep_marker(0);
-        let job = ParJob {
-            term: Termination::new(2),
-            stealers: vec![m.stealer()],
-        };
-        job.term.go_idle();
+        let job = job_with_an_idle_thief(&m);
         m.job = &job;
         let thief = m.stealer();
         let mut seen = std::collections::HashSet::new();
@@ -1210,13 +1209,8 @@ mod tests {
                 pushed += 1;
             }
             m.share();
-            while let Steal::Success(w) = thief.steal() {
-                let Work::Objs(batch) = w else {
-                    panic!("only objects were pushed")
-                };
-                for o in batch.iter() {
-                    assert!(seen.insert(o.addr()), "an entry was shared twice");
-                }
+            for e in steal_all(&thief) {
+                assert!(seen.insert(e), "an entry was shared twice");
             }
         }
         while let Some(e) = m.pop() {

@@ -12,6 +12,52 @@ use std::ffi::c_void;
 /// conservative scanner sees references held only in callee-saved registers.
 pub const SAVED_REGS: usize = 7;
 
+/// The body of a C entry point without a prologue (x86-64, `#[unsafe(naked)]`): spills
+/// its caller's callee-saved registers (rbx, rbp, r12-r15) and stack pointer into a
+/// [`SAVED_REGS`]-word record in its own frame, calls `$imp(&record, <the entry point's
+/// first three arguments>)`, clears the record and returns what `$imp` returned. The
+/// registers are the caller's and the stack pointer is the one after the entry point
+/// returns, so they stay valid while the caller blocks; clearing keeps the caller's
+/// register values out of dead stack, where a conservative scan would find them later.
+/// `$imp` is an `extern "C"` function taking `*const [usize; SAVED_REGS]` (or a
+/// `#[repr(C)]` record of that layout) and up to three more arguments.
+///
+/// At entry rsp is 8 mod 16 (the return address); the 56-byte record realigns it.
+#[cfg(target_arch = "x86_64")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! spill_and_call {
+    ($imp:path) => {
+        ::std::arch::naked_asm!(
+            "sub rsp, 56",
+            "mov [rsp], rbx",
+            "mov [rsp + 8], rbp",
+            "mov [rsp + 16], r12",
+            "mov [rsp + 24], r13",
+            "mov [rsp + 32], r14",
+            "mov [rsp + 40], r15",
+            "lea rax, [rsp + 64]",
+            "mov [rsp + 48], rax",
+            "mov rcx, rdx",
+            "mov rdx, rsi",
+            "mov rsi, rdi",
+            "mov rdi, rsp",
+            "call {imp}",
+            "xor ecx, ecx",
+            "mov [rsp], rcx",
+            "mov [rsp + 8], rcx",
+            "mov [rsp + 16], rcx",
+            "mov [rsp + 24], rcx",
+            "mov [rsp + 32], rcx",
+            "mov [rsp + 40], rcx",
+            "mov [rsp + 48], rcx",
+            "add rsp, 56",
+            "ret",
+            imp = sym $imp,
+        )
+    };
+}
+
 /// Copies the callee-saved registers and the stack pointer into `buf`.
 ///
 /// Inlined into the caller, so the values are those of the frame that stays live while

@@ -262,46 +262,6 @@ pub unsafe extern "C" fn gc_runtime_gil(rt: *const gc_runtime_t) -> *mut gil_t {
     })
 }
 
-/// Spills rbx, rbp, r12-r15 and the caller's stack pointer into a `Saved` record on the
-/// stack, then calls `$imp(&saved, <the entry point's up to three arguments>)`, clears the
-/// record and returns what `$imp` returned. At entry rsp is 8 mod 16; 56 bytes make it 0
-/// mod 16 for the call.
-macro_rules! spill_and_call {
-    ($imp:path) => {
-        std::arch::naked_asm!(
-            "sub rsp, 56",
-            "mov [rsp], rbx",
-            "mov [rsp + 8], rbp",
-            "mov [rsp + 16], r12",
-            "mov [rsp + 24], r13",
-            "mov [rsp + 32], r14",
-            "mov [rsp + 40], r15",
-            "lea rax, [rsp + 64]",
-            "mov [rsp + 48], rax",
-            "mov rcx, rdx",
-            "mov rdx, rsi",
-            "mov rsi, rdi",
-            "mov rdi, rsp",
-            "call {imp}",
-            // The spill area is dead once this returns (what outlives the call was copied
-            // to the thread's record): clear it, so that the caller's registers do not
-            // linger in dead stack that later frames may leave unwritten, where the
-            // conservative scan would find them (rax holds the result).
-            "xor ecx, ecx",
-            "mov [rsp], rcx",
-            "mov [rsp + 8], rcx",
-            "mov [rsp + 16], rcx",
-            "mov [rsp + 24], rcx",
-            "mov [rsp + 32], rcx",
-            "mov [rsp + 40], rcx",
-            "mov [rsp + 48], rcx",
-            "add rsp, 56",
-            "ret",
-            imp = sym $imp,
-        )
-    };
-}
-
 /// Attaches the calling thread to the runtime's heap (as a mutator) and GIL (as `name`,
 /// NULL: the OS thread's name). The thread starts outside: call `gc_runtime_enter`
 /// before touching the heap. Returns the thread's mutator for `gc_core.h` calls
@@ -315,7 +275,7 @@ pub unsafe extern "C" fn gc_runtime_attach(
     rt: *mut gc_runtime_t,
     name: *const c_char,
 ) -> *mut gc_mutator_t {
-    spill_and_call!(attach_impl)
+    gc_core::spill_and_call!(attach_impl)
 }
 
 /// # Safety
@@ -358,7 +318,7 @@ pub unsafe extern "C" fn gc_runtime_detach(rt: *mut gc_runtime_t) -> i32 {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_enter(rt: *mut gc_runtime_t) -> i32 {
-    spill_and_call!(enter_impl)
+    gc_core::spill_and_call!(enter_impl)
 }
 
 /// # Safety
@@ -378,7 +338,7 @@ unsafe extern "C" fn enter_impl(saved: *const Saved, rt: *mut gc_runtime_t) -> i
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_leave(rt: *mut gc_runtime_t) -> i32 {
-    spill_and_call!(leave_impl)
+    gc_core::spill_and_call!(leave_impl)
 }
 
 /// # Safety
@@ -399,7 +359,7 @@ unsafe extern "C" fn leave_impl(saved: *const Saved, rt: *mut gc_runtime_t) -> i
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_poll(rt: *mut gc_runtime_t) -> i32 {
-    spill_and_call!(poll_impl)
+    gc_core::spill_and_call!(poll_impl)
 }
 
 /// # Safety
@@ -421,7 +381,7 @@ unsafe extern "C" fn poll_impl(saved: *const Saved, rt: *mut gc_runtime_t) -> i3
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_blocking_begin(rt: *mut gc_runtime_t) -> i32 {
-    spill_and_call!(blocking_begin_impl)
+    gc_core::spill_and_call!(blocking_begin_impl)
 }
 
 /// # Safety
@@ -442,7 +402,7 @@ unsafe extern "C" fn blocking_begin_impl(saved: *const Saved, rt: *mut gc_runtim
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_runtime_blocking_end(rt: *mut gc_runtime_t) -> i32 {
-    spill_and_call!(blocking_end_impl)
+    gc_core::spill_and_call!(blocking_end_impl)
 }
 
 /// # Safety

@@ -217,10 +217,11 @@ pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
 /// state, to pass to `gc_safe_leave`; -1 on error.
 ///
 /// Copies the caller's callee-saved registers and stack pointer into a buffer in its own
-/// frame, then calls `gc_safe_enter_impl` with `m` and the buffer, which checks `m`
-/// before anything is written to the mutator. Written without a prologue so that the
-/// registers saved are the caller's, and the stack pointer is the caller's (which stays
-/// live for the whole GC-safe region, unlike this function's frame).
+/// frame, then calls `gc_safe_enter_impl` with the buffer and `m`, which checks `m`
+/// before anything is written to the mutator (`gc_core::spill_and_call!`). Written
+/// without a prologue so that the registers saved are the caller's, and the stack
+/// pointer is the caller's (which stays live for the whole GC-safe region, unlike this
+/// function's frame).
 ///
 /// # Safety
 /// `m` is null or a mutator pointer (it is checked).
@@ -228,24 +229,7 @@ pub unsafe extern "C" fn gc_safepoint(m: *mut gc_mutator_t) {
 #[unsafe(naked)]
 #[no_mangle]
 pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
-    // At entry rsp is 8 mod 16 (the return address): 56 bytes of buffer realign it for
-    // the call. The caller's stack pointer is the one after our return: rsp + 8 at entry.
-    std::arch::naked_asm!(
-        "sub rsp, 56",
-        "mov [rsp], rbx",
-        "mov [rsp + 8], rbp",
-        "mov [rsp + 16], r12",
-        "mov [rsp + 24], r13",
-        "mov [rsp + 32], r14",
-        "mov [rsp + 40], r15",
-        "lea rax, [rsp + 64]",
-        "mov [rsp + 48], rax",
-        "mov rsi, rsp",
-        "call {imp}",
-        "add rsp, 56",
-        "ret",
-        imp = sym gc_safe_enter_impl,
-    )
+    gc_core::spill_and_call!(gc_safe_enter_impl)
 }
 
 /// Enters a GC-safe region (blocking call, waiting for a lock): collections may run and
@@ -263,7 +247,7 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
         let mut regs = [0; gc_core::SAVED_REGS];
         gc_core::tls::save_registers(&mut regs);
         // SAFETY: forwarded; `regs` is this call's.
-        Ok(unsafe { gc_safe_enter_impl(m, &regs) })
+        Ok(unsafe { gc_safe_enter_impl(&regs, m) })
     })
 }
 
@@ -272,8 +256,8 @@ pub unsafe extern "C" fn gc_safe_enter(m: *mut gc_mutator_t) -> i8 {
 /// # Safety
 /// `m` is null or a mutator pointer; `regs` points to the saved registers.
 unsafe extern "C" fn gc_safe_enter_impl(
-    m: *mut gc_mutator_t,
     regs: *const [usize; gc_core::SAVED_REGS],
+    m: *mut gc_mutator_t,
 ) -> i8 {
     entry("gc_safe_enter", || {
         // SAFETY: the ptls is null or one this library handed out (this function's
