@@ -206,24 +206,10 @@ fn start_background_sweep(heap: &HeapInner) {
         // need the lock for every new page, and a batch swept under it made GAP's thread
         // wait ~0.4 ms per new page (parking_lot lets the releasing thread take the lock
         // again before a parked waiter wakes).
-        let mut batch = Vec::with_capacity(crate::page::SWEEP_BATCH);
-        let mut swept = Vec::with_capacity(crate::page::SWEEP_BATCH);
+        let mut pages = heap.pages.lock();
         while !stop.load(Ordering::Relaxed) {
-            let params = heap
-                .pages
-                .lock()
-                .take_waiting(crate::page::SWEEP_BATCH, &mut batch);
-            if batch.is_empty() {
+            if heap.sweep_batch(&mut pages, Sweeper::Background) == 0 {
                 break;
-            }
-            for page in batch.drain(..) {
-                // SAFETY: taken off the waiting lists above; no collection marks until
-                // it is filed (collections wait for taken pages).
-                swept.push(unsafe { crate::page::sweep_taken(page, params) });
-            }
-            let mut pages = heap.pages.lock();
-            for s in swept.drain(..) {
-                pages.place_taken(s, &heap.trigger, Sweeper::Background);
             }
         }
     }));

@@ -77,8 +77,8 @@ pub const ARRAY_CHUNK: usize = 2048;
 /// Objects scanned between two looks at whether another collector thread is idle.
 const SHARE_EVERY: u32 = 32;
 
-/// Most entries moved from a mark stack to its deque at once. (1,024 before: GAP's
-/// bigheap, two mark threads, alternated: longest pause 186 ms against 176-179 ms.)
+/// Most entries moved from a mark stack to its deque at once (1,024 and 4,096 gave GAP's
+/// bigheap the same longest pause within its spread, 4,096 slightly less).
 const SHARE_MAX: usize = 4096;
 
 /// Entries per deque item when sharing ([`Work::Objs`]). One at a time, the pushes

@@ -163,24 +163,12 @@ impl HeapInner {
         who: Sweeper,
     ) -> (MutexGuard<'a, PageAlloc>, usize) {
         let mut n = 0;
-        let mut batch = Vec::with_capacity(crate::page::SWEEP_BATCH);
-        let mut swept = Vec::with_capacity(crate::page::SWEEP_BATCH);
         loop {
-            let params = pages.take_waiting(crate::page::SWEEP_BATCH, &mut batch);
-            if batch.is_empty() {
+            let k = self.sweep_batch(&mut pages, who);
+            if k == 0 {
                 break;
             }
-            n += batch.len();
-            MutexGuard::unlocked(&mut pages, || {
-                for page in batch.drain(..) {
-                    // SAFETY: taken off the waiting lists above; no collection marks
-                    // (caller) until it is filed (collections wait for taken pages).
-                    swept.push(unsafe { crate::page::sweep_taken(page, params) });
-                }
-            });
-            for s in swept.drain(..) {
-                pages.place_taken(s, &self.trigger, who);
-            }
+            n += k;
         }
         // What `take_waiting` leaves (all of it while the test hook `hold` is on).
         // SAFETY: forwarded; pages waiting for their sweep are never held by a thread.
@@ -193,6 +181,37 @@ impl HeapInner {
             n += unsafe { pages.sweep_waiting(&self.trigger, who) };
         }
         (pages, n)
+    }
+
+    /// Takes up to `SWEEP_BATCH` waiting pages under the page lock `pages`, sweeps them
+    /// with the lock released (allocating threads need it for every new page) and files
+    /// them under it again, their time counted for `who`. Returns how many; 0 when none
+    /// waits (or the test hook `hold` is on). The background helper's step, and
+    /// `finish_sweep`'s.
+    pub(crate) fn sweep_batch<'a>(
+        &'a self,
+        pages: &mut MutexGuard<'a, PageAlloc>,
+        who: Sweeper,
+    ) -> usize {
+        let mut batch = Vec::with_capacity(crate::page::SWEEP_BATCH);
+        let params = pages.take_waiting(crate::page::SWEEP_BATCH, &mut batch);
+        let n = batch.len();
+        if n == 0 {
+            return 0;
+        }
+        let swept: Vec<_> = MutexGuard::unlocked(pages, || {
+            batch
+                .into_iter()
+                // SAFETY: taken off the waiting lists above, so this thread alone
+                // touches them; no collection marks until they are filed (collections
+                // wait for taken pages: `finish_sweep`).
+                .map(|page| unsafe { crate::page::sweep_taken(page, params) })
+                .collect()
+        });
+        for s in swept {
+            pages.place_taken(s, &self.trigger, who);
+        }
+        n
     }
 
     /// `s` (the collector's counters) completed with the page and big-object totals.
