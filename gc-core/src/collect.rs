@@ -149,6 +149,31 @@ pub(crate) fn collect(
     Ok(Some(info))
 }
 
+/// The mark stacks' storage kept for the next collection: the largest ones, up to a
+/// sixteenth of the pool pages' mapped bytes in all (at least `MARK_STACKS_KEPT_MIN`),
+/// so that a heap whose marking once needed a deep stack does not pay for it again in
+/// every collection, and a heap that shrank does not keep a stack it no longer needs.
+/// Kept storage stays resident; a stack is never larger than what marking this heap
+/// needed once.
+fn keep_mark_stacks(mut stacks: Vec<Vec<usize>>, mapped: usize) -> Vec<Vec<usize>> {
+    let mut budget = (mapped / 16).max(MARK_STACKS_KEPT_MIN);
+    stacks.sort_unstable_by_key(|s| std::cmp::Reverse(s.capacity()));
+    stacks.retain(|s| {
+        let bytes = s.capacity() * std::mem::size_of::<usize>();
+        let keep = bytes <= budget;
+        if keep {
+            budget -= bytes;
+        }
+        keep
+    });
+    // The largest last: the collecting thread's marker pops first.
+    stacks.reverse();
+    stacks
+}
+
+/// What [`keep_mark_stacks`] keeps on any heap: 1 MiB.
+const MARK_STACKS_KEPT_MIN: usize = 1 << 20;
+
 /// Starts (or restarts with the configured size) the heap's helper threads, outside any
 /// pause; the next collection marks with them (with several mark threads), and one of
 /// them sweeps in the background (`HeapConfig::sweep_threads`).
@@ -352,12 +377,14 @@ fn run(
         tasks: heap.tasks.lock().clone(),
         kind,
     });
+    let mut stacks = std::mem::take(&mut gc.mark_stacks);
     let mut marker = Marker::new(
         heap.id(),
         full,
         gc.parity,
         gc.young_parity,
         me as *const MutatorShared as *mut c_void,
+        stacks.pop().unwrap_or_default(),
     );
     let big_set = verify.then(|| {
         let lists = heap.big.lock();
@@ -388,6 +415,7 @@ fn run(
                     gc.parity,
                     gc.young_parity,
                     std::ptr::null_mut(),
+                    stacks.pop().unwrap_or_default(),
                 ));
                 if let Some(set) = &big_set {
                     h.set_big_set(set.clone());
@@ -449,8 +477,11 @@ fn run(
     let weak_time = t_weak.elapsed();
     marker.clear_team();
     drop(team);
+    stacks.push(marker.take_stack());
+    stacks.extend(helpers.iter_mut().map(|h| h.take_stack()));
     drop(helpers);
     drop(pool);
+    gc.mark_stacks = keep_mark_stacks(stacks, heap.pages.lock().mapped_bytes());
     let objects_marked = marker.objects_marked();
     let team_drains = marker.team_drains;
     let helper_marked = marker.helper_marked;
@@ -899,5 +930,45 @@ fn invoke_simple(heap: &HeapInner, kind: CallbackKind, full: bool) {
             Callback::CPreGc(f) | Callback::CPostGc(f) => unsafe { f(full as c_int) },
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stack(words: usize) -> Vec<usize> {
+        Vec::with_capacity(words)
+    }
+
+    fn capacities(stacks: &[Vec<usize>]) -> Vec<usize> {
+        stacks.iter().map(|s| s.capacity()).collect()
+    }
+
+    /// The stacks kept fit in a sixteenth of the mapped pool bytes (at least
+    /// `MARK_STACKS_KEPT_MIN`), the largest that fit first, and the largest comes out
+    /// first (the collecting thread's marker pops it).
+    #[test]
+    fn mark_stacks_are_kept_within_the_budget_largest_first() {
+        let words = |bytes: usize| bytes / std::mem::size_of::<usize>();
+        // A 2 GiB heap keeps a 64 MiB stack and a small one.
+        let kept = keep_mark_stacks(
+            vec![stack(words(4096 * 8)), stack(words(64 << 20))],
+            2 << 30,
+        );
+        assert_eq!(capacities(&kept), vec![words(4096 * 8), words(64 << 20)]);
+        assert_eq!(kept.last().unwrap().capacity(), words(64 << 20));
+        // A small heap keeps only what fits in the minimum.
+        let kept = keep_mark_stacks(
+            vec![stack(words(64 << 20)), stack(words(512 << 10))],
+            8 << 20,
+        );
+        assert_eq!(capacities(&kept), vec![words(512 << 10)]);
+        // Two that do not both fit: the larger one is kept.
+        let kept = keep_mark_stacks(
+            vec![stack(words(40 << 20)), stack(words(50 << 20))],
+            1 << 30,
+        );
+        assert_eq!(capacities(&kept), vec![words(50 << 20)]);
     }
 }

@@ -124,6 +124,7 @@ impl Heap {
                 stats: StatsAcc::default(),
                 perm: Pool::empty(),
                 verify_errors: Vec::new(),
+                mark_stacks: Vec::new(),
             }),
             big: Mutex::new(BigLists::default()),
             published: Mutex::new(GcStats::default()),

@@ -61,6 +61,9 @@ pub(crate) struct GcState {
     pub(crate) perm: Pool,
     /// Errors found by the verify mode, most recent last (bounded).
     pub(crate) verify_errors: Vec<String>,
+    /// The mark stacks' storage the last collection's markers left, reused by the next
+    /// one's (`collect::keep_mark_stacks` bounds what is kept).
+    pub(crate) mark_stacks: Vec<Vec<usize>>,
 }
 
 /// The shared heap; `Heap` is an `Arc` of it.

@@ -80,7 +80,18 @@ pub unsafe extern "C" fn gc_internal_obj_base_ptr(
     p: *mut c_void,
 ) -> *mut c_void {
     // SAFETY: forwarded from the caller.
-    let Some(id) = (unsafe { heap_id_from_ptr(heap, "gc_internal_obj_base_ptr") }) else {
+    unsafe { internal_base(heap, p, "gc_internal_obj_base_ptr") }
+}
+
+/// `gc_internal_obj_base_ptr`'s body, inlined into the `jl_` name too (a call between
+/// two exported names of one library goes through the GOT).
+///
+/// # Safety
+/// As for `gc_base_ptr`.
+#[inline(always)]
+unsafe fn internal_base(heap: *mut gc_heap_t, p: *mut c_void, what: &str) -> *mut c_void {
+    // SAFETY: forwarded from the caller.
+    let Some(id) = (unsafe { heap_id_from_ptr(heap, what) }) else {
         return std::ptr::null_mut();
     };
     internal_obj_base_ptr(id, p as usize).map_or(std::ptr::null_mut(), |o| o.as_ptr().cast())
@@ -240,7 +251,7 @@ pub extern "C" fn jl_gc_enable_conservative_scanning() {
 #[allow(clippy::not_unsafe_ptr_arg_deref)] // p is only looked up, never dereferenced.
 pub extern "C" fn jl_gc_internal_obj_base_ptr(p: *mut c_void) -> *mut jl_value_t {
     // SAFETY: the default heap lives for the whole process; any p is accepted.
-    unsafe { gc_internal_obj_base_ptr(default_heap(), p).cast() }
+    unsafe { internal_base(default_heap(), p, "jl_gc_internal_obj_base_ptr").cast() }
 }
 
 /// The seed's `jl_gc_is_internal_obj_alloc`, for the default heap.

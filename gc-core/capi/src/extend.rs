@@ -19,9 +19,10 @@ pub fn set_gc_error(err: &GcError) -> i32 {
 }
 
 /// The process's default heap (`gc_default_heap`, what the seed's `jl_*` names use),
-/// made on first use from the `GC_CORE_*` environment variables.
+/// made on first use from the `GC_CORE_*` environment variables. Once made, one load.
+#[inline]
 pub fn default_heap() -> *mut gc_heap_t {
-    gc_default_heap()
+    crate::heap::made_default_heap().unwrap_or_else(|| gc_default_heap())
 }
 
 /// The Rust heap behind a C heap handle (a clone: it stays alive while the caller holds

@@ -170,9 +170,20 @@ pub(crate) fn set_default_mark_threads(n: usize) {
 /// as JSON at exit. Its handle is never deleted (`gc_heap_delete` refuses it).
 #[no_mangle]
 pub extern "C" fn gc_default_heap() -> *mut gc_heap_t {
+    if let Some(h) = made_default_heap() {
+        return h;
+    }
     entry("gc_default_heap", || {
         Ok(DEFAULT_HEAP.get_or_init(make_default_heap).1 as *mut gc_heap_t)
     })
+}
+
+/// The default heap's handle once it exists (one load, inlined into the per-word
+/// lookups of the `jl_*` names: GAP's `MarkBag` asks `jl_gc_internal_obj_base_ptr` for
+/// every reference it marks).
+#[inline]
+pub(crate) fn made_default_heap() -> Option<*mut gc_heap_t> {
+    DEFAULT_HEAP.get().map(|&(_, h)| h as *mut gc_heap_t)
 }
 
 /// At exit, with `GC_CORE_STATS_FILE=path`: the default heap's statistics as one JSON
