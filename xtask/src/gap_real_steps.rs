@@ -599,7 +599,7 @@ fn forced_collection_reproduces(
     }
     lines.insert(line - 1, "gap> GASMAN(\"collect\");;");
     let stem = file.strip_suffix(".tst").unwrap_or(file);
-    let probe = format!("{stem}-collect-before-{line}.tst");
+    let probe = format!("{stem}{}{line}.tst", gap_real::PROBE_MARK);
     std::fs::write(dir.join(&probe), lines.join("\n") + "\n")?;
     let run = gap_real::run_files(
         gasman,
