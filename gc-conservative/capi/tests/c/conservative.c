@@ -10,8 +10,9 @@
  *                                 scanner, and objects kept only by the body of an
  *                                 object whose type is scanned conservatively
  *   conservative unswept          dead objects on pages waiting for their lazy sweep
- *                                 (run with GC_CORE_MARK_THREADS=1 GC_CORE_SWEEP_THREADS=0: no helper thread
- *                                 sweeps them): jl_gc_internal_obj_base_ptr and
+ *                                 (run with GC_CORE_MARK_THREADS=1 and
+ *                                 GC_CORE_SWEEP_THREADS=0: no helper thread sweeps
+ *                                 them): jl_gc_internal_obj_base_ptr and
  *                                 gc_base_ptr answer NULL for them before and after the
  *                                 sweep, and find the live objects next to them
  *
