@@ -144,7 +144,7 @@ pub(crate) fn collect(
     heap.cv_resume.notify_all();
     drop(w);
     ensure_pool(heap);
-    start_background_sweep(heap);
+    start_background_work(heap);
     crate::weak::after_collection(me, notify);
     Ok(Some(info))
 }
@@ -206,15 +206,22 @@ fn background_sweep(c: &crate::HeapConfig) -> bool {
     c.lazy_sweep && c.sweep_threads > 0 && mark_threads(0) > 1
 }
 
-/// Lazy sweeping: hands the pages left to sweep to a helper thread, if the heap sweeps
-/// in the background (without, allocating threads sweep what they need, and the next
-/// collection the rest).
-fn start_background_sweep(heap: &HeapInner) {
-    if !background_sweep(&heap.config.lock()) || heap.pages.lock().unswept_pages() == 0 {
+/// The work a collection leaves for after the pause, once the world has resumed:
+/// lazy sweeping, handed to a helper thread if the heap sweeps in the background
+/// (without, allocating threads sweep what they need, and the next collection the
+/// rest), and the system allocator's trim ([`trim_system_heap`]), on the helper thread
+/// after the sweep, or here when there is none.
+fn start_background_work(heap: &HeapInner) {
+    let background = background_sweep(&heap.config.lock());
+    let sweep = background && heap.pages.lock().unswept_pages() > 0;
+    let trim = heap.big.lock().trim_pending;
+    if !sweep && !trim {
         return;
     }
     let pool = heap.pool.lock();
-    let Some(pool) = pool.as_ref() else {
+    let Some(pool) = pool.as_ref().filter(|_| background) else {
+        drop(pool);
+        trim_system_heap(heap);
         return;
     };
     struct HeapPtr(*const HeapInner);
@@ -236,6 +243,10 @@ fn start_background_sweep(heap: &HeapInner) {
             if heap.sweep_batch(&mut pages, Sweeper::Background) == 0 {
                 break;
             }
+        }
+        drop(pages);
+        if !stop.load(Ordering::Relaxed) {
+            trim_system_heap(heap);
         }
     }));
 }
@@ -852,6 +863,7 @@ fn sweep_big(
 ) {
     let mut guard = heap.big.lock();
     let lists = &mut *guard;
+    let freed_at_start = totals.freed;
     let notify = heap
         .callbacks
         .any(CallbackKind::ExternalFree)
@@ -910,6 +922,32 @@ fn sweep_big(
         }
     }
     lists.young = keep_young;
+    if full {
+        lists.freed_since_trim += totals.freed - freed_at_start;
+        if lists.freed_since_trim >= TRIM_AFTER_FREED {
+            lists.freed_since_trim = 0;
+            lists.trim_pending = true;
+        }
+    }
+}
+
+/// Big-object bytes full collections free before the system allocator is asked to trim
+/// its heap ([`trim_system_heap`]): 1 MiB.
+const TRIM_AFTER_FREED: usize = 1 << 20;
+
+/// If a full collection freed enough big objects since the last time, asks the system
+/// allocator to return the free memory inside its heap (`big::trim_system_heap`), and
+/// counts the call. Runs outside the pauses.
+fn trim_system_heap(heap: &HeapInner) {
+    if !std::mem::take(&mut heap.big.lock().trim_pending) {
+        return;
+    }
+    let t = Instant::now();
+    big::trim_system_heap();
+    let ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+    let mut pages = heap.pages.lock();
+    pages.counters.malloc_trims += 1;
+    pages.counters.malloc_trim_ns += ns;
 }
 
 /// Calls the pre_gc or post_gc callbacks.

@@ -40,7 +40,10 @@ impl Chunk {
         if let Some(c) = CHUNK_POOL.lock().pop() {
             return Ok(c);
         }
-        let base = map_aligned(CHUNK_SIZE, PAGE_SIZE)?;
+        let base = match Reservation::next_chunk() {
+            Some(base) => base,
+            None => map_aligned(CHUNK_SIZE, PAGE_SIZE)?,
+        };
         let metas: Box<[PageMeta]> = (0..CHUNK_PAGES)
             .map(|i| PageMeta::new(base + i * PAGE_SIZE))
             .collect();
@@ -77,6 +80,94 @@ impl Chunk {
             )
         };
         CHUNK_POOL.lock().push(self);
+    }
+}
+
+/// Address space reserved once per process (inaccessible, committing nothing) from
+/// which chunks are mapped in increasing address order, so that pages mapped later lie
+/// above those mapped earlier, as in a workspace that grows upward (GASMAN's, or a
+/// `brk` heap). Separate mappings would come top-down (Linux places each new one below
+/// the last), so a heap that grew would hold its newer objects below its older ones.
+///
+/// Why it matters: C clients written for a growing workspace order objects by address
+/// and keep state on the lower one. GAP's `AND_FLAGS` caches its results on the flags
+/// object whose master pointer has the lower address; with chunks mapped top-down the
+/// flags made later had the lower addresses, so most flags got a cache of their own (a
+/// 101-slot list): after GAP 4.15.1's start-up 37,330 caches (30 MB) and 115,000 lists
+/// and 47,000 flags alive, against GASMAN's 82,275 lists and 26,877 flags. With the
+/// chunks in address order: 4,497 caches, 82,222 lists and 26,874 flags.
+///
+/// When the reservation cannot be made (an address-space limit) or is used up, chunks
+/// are mapped one by one as before.
+struct Reservation {
+    next: usize,
+    end: usize,
+}
+
+/// Bytes of address space reserved for chunks: 64 GiB (16,384 chunks).
+const RESERVATION_BYTES: usize = 64 << 30;
+
+/// The reservation: `None` until the first chunk is asked for; an empty range once the
+/// reservation failed or was used up.
+static RESERVATION: Mutex<Option<Reservation>> = Mutex::new(None);
+
+impl Reservation {
+    /// The base of a new chunk mapped from the reservation (zeroed, private,
+    /// read-write), or `None` when the reservation is not available.
+    fn next_chunk() -> Option<usize> {
+        let mut guard = RESERVATION.lock();
+        let r = guard.get_or_insert_with(Reservation::make);
+        if r.end - r.next < CHUNK_SIZE {
+            return None;
+        }
+        let base = r.next;
+        // SAFETY: `[base, base + CHUNK_SIZE)` lies inside our own inaccessible
+        // reservation and no chunk was mapped there yet (`next` only grows), so
+        // replacing it with a fresh mapping (MAP_FIXED) overlays nothing in use.
+        let p = unsafe {
+            libc::mmap(
+                base as *mut libc::c_void,
+                CHUNK_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            // Out of memory for the mapping: the caller's fallback reports it.
+            return None;
+        }
+        r.next += CHUNK_SIZE;
+        Some(base)
+    }
+
+    /// Reserves the range (chunk-aligned); an empty one if that fails.
+    fn make() -> Reservation {
+        let len = RESERVATION_BYTES + CHUNK_SIZE;
+        // SAFETY: an inaccessible anonymous mapping with no address hint has no
+        // preconditions; it commits no memory.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            tracing::debug!(
+                "cannot reserve {RESERVATION_BYTES} bytes of address space for the pools; chunks are mapped one by one"
+            );
+            return Reservation { next: 0, end: 0 };
+        }
+        let start = (p as usize + CHUNK_SIZE - 1) & !(CHUNK_SIZE - 1);
+        Reservation {
+            next: start,
+            end: start + RESERVATION_BYTES,
+        }
     }
 }
 
@@ -161,6 +252,10 @@ pub(crate) struct PageCounters {
     pub lock_wait_ns: u64,
     /// Cells handed out per size class (granted minus given back unused).
     pub cells: [u64; NUM_CLASSES],
+    /// Calls of the system allocator's trim ([`crate::big::trim_system_heap`]).
+    pub malloc_trims: u64,
+    /// Nanoseconds they took.
+    pub malloc_trim_ns: u64,
 }
 
 impl Default for PageCounters {
@@ -175,6 +270,8 @@ impl Default for PageCounters {
             lock_waits: 0,
             lock_wait_ns: 0,
             cells: [0; NUM_CLASSES],
+            malloc_trims: 0,
+            malloc_trim_ns: 0,
         }
     }
 }
@@ -837,4 +934,26 @@ fn count_list(mut head: usize) -> usize {
         head = unsafe { (*(head as *const AtomicUsize)).load(Ordering::Relaxed) };
     }
     n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Chunks come from the reservation in increasing address order, each aligned to
+    /// its size, whatever else the process maps in between.
+    #[test]
+    fn chunks_are_mapped_upward() {
+        let a = Reservation::next_chunk().expect("a chunk from the reservation");
+        let _other = map_aligned(CHUNK_SIZE, PAGE_SIZE).expect("a separate mapping");
+        let b = Reservation::next_chunk().expect("a chunk from the reservation");
+        assert!(b > a, "{b:#x} above {a:#x}");
+        assert_eq!(a % CHUNK_SIZE, 0);
+        assert_eq!(b % CHUNK_SIZE, 0);
+        // SAFETY: a fresh, private, read-write mapping of ours that nothing else uses.
+        unsafe {
+            *(b as *mut u64) = 1;
+            assert_eq!(*((b + CHUNK_SIZE - 8) as *const u64), 0);
+        }
+    }
 }

@@ -121,6 +121,11 @@ pub(crate) struct BigLists {
     /// Bytes (headers included) of the objects on the lists, and of the old ones.
     pub(crate) live: usize,
     pub(crate) old_bytes: usize,
+    /// Bytes of big objects freed by full collections since the system allocator was
+    /// last asked to trim its heap, and whether it should be now
+    /// (`collect::trim_system_heap`).
+    pub(crate) freed_since_trim: usize,
+    pub(crate) trim_pending: bool,
 }
 
 /// Persistent roots: a slab of object references.
@@ -244,6 +249,8 @@ impl HeapInner {
         s.page_lock_waits = c.lock_waits;
         s.page_lock_wait_time = std::time::Duration::from_nanos(c.lock_wait_ns);
         s.cells_by_class = c.cells.to_vec();
+        s.malloc_trims = c.malloc_trims;
+        s.malloc_trim_time = std::time::Duration::from_nanos(c.malloc_trim_ns);
         s
     }
 

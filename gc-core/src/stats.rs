@@ -96,6 +96,12 @@ pub struct GcStats {
     /// Bytes of whole zero pages at the end of big objects returned to the OS when they
     /// were promoted (the unused capacity a client left after shrinking them in place).
     pub big_zero_tail_bytes: u64,
+    /// Times the system allocator was asked to return the free memory inside its heap
+    /// (glibc's `malloc_trim`) after a full collection freed big objects.
+    pub malloc_trims: u64,
+    /// Time those calls took (outside the pauses: on a helper thread, or on the
+    /// collecting thread after the world resumed).
+    pub malloc_trim_time: Duration,
     /// The longest pauses (up to [`LONGEST_PAUSES`], longest first), each with its parts:
     /// what a long pause was made of.
     pub longest_pauses: Vec<PauseRecord>,
@@ -133,7 +139,7 @@ impl GcStats {
             })
             .collect();
         format!(
-            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"page_lock_waits\": {}, \"page_lock_wait_ms\": {:.3}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
+            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"page_lock_waits\": {}, \"page_lock_wait_ms\": {:.3}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"malloc_trims\": {}, \"malloc_trim_ms\": {:.3}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
             self.pages_swept_by_allocation,
             ms(self.allocation_sweep_time),
             self.pages_swept_in_background,
@@ -149,6 +155,8 @@ impl GcStats {
             self.big_objects_allocated,
             self.big_bytes_allocated,
             self.big_zero_tail_bytes,
+            self.malloc_trims,
+            ms(self.malloc_trim_time),
             longest.join(", "),
             cells.join(", ")
         )
@@ -319,6 +327,8 @@ impl StatsAcc {
             big_objects_allocated: self.big_objects_allocated,
             big_bytes_allocated: self.big_bytes_allocated,
             big_zero_tail_bytes: self.big_zero_tail_bytes,
+            malloc_trims: out.malloc_trims,
+            malloc_trim_time: out.malloc_trim_time,
             longest_pauses: self.longest.clone(),
             cells_by_class,
         };

@@ -296,6 +296,37 @@ fn zero_pages_at_the_end_of_a_promoted_big_object_are_given_back() {
     assert_eq!(unsafe { *p.add(size - 1) }, 7);
 }
 
+/// Big objects are the system allocator's: once full collections have freed a MiB of
+/// them, it is asked to return the free memory inside its heap (glibc's `malloc_trim`),
+/// after the pause (here on the collecting thread: no background sweep); smaller frees
+/// do not ask.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn full_collections_that_free_a_mib_of_big_objects_trim_the_system_heap() {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 30,
+        max_interval: 1 << 30,
+        sweep_threads: 0,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    let mut roots: Vec<_> = (0..32)
+        .map(|_| heap.root(m.alloc_typed(64 * 1024, bytes).unwrap()))
+        .collect();
+    m.collect(CollectionKind::Full).unwrap();
+    let before = heap.stats().malloc_trims;
+    roots.truncate(31);
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(heap.stats().malloc_trims, before, "64 KiB freed: no trim");
+    roots.clear();
+    m.collect(CollectionKind::Full).unwrap();
+    let s = heap.stats();
+    assert_eq!(s.malloc_trims, before + 1, "2 MiB freed in all: one trim");
+    assert!(s.malloc_trim_time > std::time::Duration::ZERO);
+}
+
 #[test]
 fn verify_mode_reports_a_missing_write_barrier() {
     let heap = Heap::new(HeapConfig {
