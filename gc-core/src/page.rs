@@ -97,8 +97,8 @@ impl Chunk {
 /// and 47,000 flags alive, against GASMAN's 82,275 lists and 26,877 flags. With the
 /// chunks in address order: 4,497 caches, 82,222 lists and 26,874 flags.
 ///
-/// When the reservation cannot be made (an address-space limit) or is used up, chunks
-/// are mapped one by one as before.
+/// Under an address-space limit the reservation is at most a quarter of it; when none
+/// can be made, or it is used up, chunks are mapped one by one.
 struct Reservation {
     next: usize,
     end: usize,
@@ -142,9 +142,15 @@ impl Reservation {
         Some(base)
     }
 
-    /// Reserves the range (chunk-aligned); an empty one if that fails.
+    /// Reserves the range (chunk-aligned); an empty one if that fails. Under an
+    /// address-space limit (`RLIMIT_AS`, `ulimit -v`) it takes at most a quarter of the
+    /// limit, so that the rest of the process keeps most of it.
     fn make() -> Reservation {
-        let len = RESERVATION_BYTES + CHUNK_SIZE;
+        let bytes = reservation_bytes(address_space_limit());
+        if bytes == 0 {
+            return Reservation { next: 0, end: 0 };
+        }
+        let len = bytes + CHUNK_SIZE;
         // SAFETY: an inaccessible anonymous mapping with no address hint has no
         // preconditions; it commits no memory.
         let p = unsafe {
@@ -159,15 +165,41 @@ impl Reservation {
         };
         if p == libc::MAP_FAILED {
             tracing::debug!(
-                "cannot reserve {RESERVATION_BYTES} bytes of address space for the pools; chunks are mapped one by one"
+                "cannot reserve {bytes} bytes of address space for the pools; chunks are mapped one by one"
             );
             return Reservation { next: 0, end: 0 };
         }
         let start = (p as usize + CHUNK_SIZE - 1) & !(CHUNK_SIZE - 1);
         Reservation {
             next: start,
-            end: start + RESERVATION_BYTES,
+            end: start + bytes,
         }
+    }
+}
+
+/// The process's address-space limit (`RLIMIT_AS`), if it has one.
+fn address_space_limit() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid, writable rlimit.
+    let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+    (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// Bytes to reserve under the address-space limit `limit`: [`RESERVATION_BYTES`], or a
+/// quarter of the limit if that is less (whole chunks), or none when that would be fewer
+/// than 16 chunks.
+fn reservation_bytes(limit: Option<u64>) -> usize {
+    let cap = limit.map_or(RESERVATION_BYTES, |l| {
+        usize::try_from(l / 4).unwrap_or(usize::MAX)
+    });
+    let bytes = RESERVATION_BYTES.min(cap) & !(CHUNK_SIZE - 1);
+    if bytes < 16 * CHUNK_SIZE {
+        0
+    } else {
+        bytes
     }
 }
 
@@ -955,5 +987,15 @@ mod tests {
             *(b as *mut u64) = 1;
             assert_eq!(*((b + CHUNK_SIZE - 8) as *const u64), 0);
         }
+    }
+    /// Under an address-space limit the reservation takes a quarter of it at most, and
+    /// none when that is under 16 chunks (64 MiB).
+    #[test]
+    fn the_reservation_leaves_most_of_an_address_space_limit() {
+        assert_eq!(reservation_bytes(None), RESERVATION_BYTES);
+        assert_eq!(reservation_bytes(Some(1 << 40)), RESERVATION_BYTES);
+        assert_eq!(reservation_bytes(Some(16 << 30)), 4 << 30);
+        assert_eq!(reservation_bytes(Some((1 << 30) + 12345)), 256 << 20);
+        assert_eq!(reservation_bytes(Some(200 << 20)), 0);
     }
 }
