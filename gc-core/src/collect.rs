@@ -214,7 +214,7 @@ fn background_sweep(c: &crate::HeapConfig) -> bool {
 fn start_background_work(heap: &HeapInner) {
     let background = background_sweep(&heap.config.lock());
     let sweep = background && heap.pages.lock().unswept_pages() > 0;
-    let trim = heap.big.lock().trim_pending;
+    let trim = heap.big.lock().freed_since_trim >= TRIM_AFTER_FREED;
     if !sweep && !trim {
         return;
     }
@@ -924,10 +924,6 @@ fn sweep_big(
     lists.young = keep_young;
     if full {
         lists.freed_since_trim += totals.freed - freed_at_start;
-        if lists.freed_since_trim >= TRIM_AFTER_FREED {
-            lists.freed_since_trim = 0;
-            lists.trim_pending = true;
-        }
     }
 }
 
@@ -935,12 +931,16 @@ fn sweep_big(
 /// its heap ([`trim_system_heap`]): 1 MiB.
 const TRIM_AFTER_FREED: usize = 1 << 20;
 
-/// If a full collection freed enough big objects since the last time, asks the system
+/// If full collections freed enough big objects since the last time, asks the system
 /// allocator to return the free memory inside its heap (`big::trim_system_heap`), and
 /// counts the call. Runs outside the pauses.
 fn trim_system_heap(heap: &HeapInner) {
-    if !std::mem::take(&mut heap.big.lock().trim_pending) {
-        return;
+    {
+        let mut big = heap.big.lock();
+        if big.freed_since_trim < TRIM_AFTER_FREED {
+            return;
+        }
+        big.freed_since_trim = 0;
     }
     let t = Instant::now();
     big::trim_system_heap();

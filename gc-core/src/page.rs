@@ -122,22 +122,16 @@ impl Reservation {
         }
         let base = r.next;
         // SAFETY: `[base, base + CHUNK_SIZE)` lies inside our own inaccessible
-        // reservation and no chunk was mapped there yet (`next` only grows), so
-        // replacing it with a fresh mapping (MAP_FIXED) overlays nothing in use.
-        let p = unsafe {
-            libc::mmap(
-                base as *mut libc::c_void,
+        // reservation and no chunk was mapped there yet (`next` only grows).
+        let mapped = unsafe {
+            pagetable::map_anonymous_with(
+                Some(base),
                 CHUNK_SIZE,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                -1,
-                0,
             )
         };
-        if p == libc::MAP_FAILED {
-            // Out of memory for the mapping: the caller's fallback reports it.
-            return None;
-        }
+        // Out of memory for the mapping: the caller's fallback reports it.
+        mapped.ok()?;
         r.next += CHUNK_SIZE;
         Some(base)
     }
@@ -150,25 +144,15 @@ impl Reservation {
         if bytes == 0 {
             return Reservation { next: 0, end: 0 };
         }
-        let len = bytes + CHUNK_SIZE;
-        // SAFETY: an inaccessible anonymous mapping with no address hint has no
-        // preconditions; it commits no memory.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
+        // SAFETY: no fixed address.
+        let reserved =
+            unsafe { pagetable::map_anonymous_with(None, bytes + CHUNK_SIZE, libc::PROT_NONE) };
+        let Ok(p) = reserved else {
             tracing::debug!(
                 "cannot reserve {bytes} bytes of address space for the pools; chunks are mapped one by one"
             );
             return Reservation { next: 0, end: 0 };
-        }
+        };
         let start = (p as usize + CHUNK_SIZE - 1) & !(CHUNK_SIZE - 1);
         Reservation {
             next: start,

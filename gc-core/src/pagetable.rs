@@ -285,13 +285,30 @@ static BITMAPS: [AtomicPtr<BitmapArray>; TOP_ENTRIES] =
 /// Maps `len` bytes of zeroed, private, anonymous memory without reserve (only the
 /// pages touched become resident); page-aligned.
 pub(crate) fn map_anonymous(len: usize) -> Result<*mut libc::c_void, std::io::Error> {
-    // SAFETY: an anonymous private mapping with no address hint has no preconditions.
+    // SAFETY: no fixed address.
+    unsafe { map_anonymous_with(None, len, libc::PROT_READ | libc::PROT_WRITE) }
+}
+
+/// As [`map_anonymous`], with protection `prot` (`PROT_NONE` reserves address space
+/// and commits nothing), at exactly `at` when given (`MAP_FIXED`: replacing what is
+/// mapped there).
+///
+/// # Safety
+/// With `at`, the caller owns `[at, at + len)` and nothing there is in use.
+pub(crate) unsafe fn map_anonymous_with(
+    at: Option<usize>,
+    len: usize,
+    prot: libc::c_int,
+) -> Result<*mut libc::c_void, std::io::Error> {
+    let fixed = if at.is_some() { libc::MAP_FIXED } else { 0 };
+    // SAFETY: an anonymous private mapping; at a fixed address only over memory the
+    // caller owns and does not use (the contract above).
     let p = unsafe {
         libc::mmap(
-            std::ptr::null_mut(),
+            at.unwrap_or(0) as *mut libc::c_void,
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            prot,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | fixed,
             -1,
             0,
         )

@@ -122,10 +122,8 @@ pub(crate) struct BigLists {
     pub(crate) live: usize,
     pub(crate) old_bytes: usize,
     /// Bytes of big objects freed by full collections since the system allocator was
-    /// last asked to trim its heap, and whether it should be now
-    /// (`collect::trim_system_heap`).
+    /// last asked to trim its heap (`collect::trim_system_heap`).
     pub(crate) freed_since_trim: usize,
-    pub(crate) trim_pending: bool,
 }
 
 /// Persistent roots: a slab of object references.
