@@ -1,7 +1,10 @@
 //! External ("big") objects: larger than `max_internal_obj_size()`, or of a type declared
-//! `large`. Each is one allocation from the system allocator with a 48-byte header in
-//! front of the usual header word, so its payload is 16-aligned like a pool object's.
+//! `large`. Each has a 48-byte header in front of the usual header word, so its payload
+//! is 16-aligned like a pool object's; it lives in a page run of its own when header and
+//! payload take 3 to 16 pages (`bigrun.rs`), else in one allocation from the system
+//! allocator.
 
+use crate::bigrun;
 use crate::heap_id::HeapId;
 use crate::object::{ObjRef, HEADER_SIZE};
 use std::alloc::Layout;
@@ -18,7 +21,8 @@ pub(crate) struct BigHeader {
     pub magic: usize,
     /// The id of the heap that allocated it.
     pub heap_id: usize,
-    _pad2: usize,
+    /// Pages of the object's page run (`bigrun.rs`); 0 when the system allocator's.
+    run_pages: usize,
     /// The object's header word (type pointer + GC bits).
     pub tag: AtomicUsize,
 }
@@ -52,14 +56,21 @@ impl BigHeader {
 pub(crate) fn alloc(size: usize, tag: usize, heap_id: HeapId) -> Option<ObjRef> {
     let size = size.checked_add(15)? & !15;
     let layout = BigHeader::layout(size)?;
-    // SAFETY: the layout has non-zero size.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) } as *mut BigHeader;
+    let run = bigrun::pages_for(layout.size())
+        .and_then(|pages| Some((pages, bigrun::take(pages, layout.size())?)));
+    let p = match run {
+        Some((_, base)) => base as *mut BigHeader,
+        // SAFETY: the layout has non-zero size.
+        None => (unsafe { std::alloc::alloc_zeroed(layout) }) as *mut BigHeader,
+    };
     if p.is_null() {
         return None;
     }
-    // SAFETY: p is a fresh allocation large and aligned enough for a BigHeader.
+    // SAFETY: p is a fresh allocation (or page run) large and aligned enough for a
+    // BigHeader and the payload, zeroed.
     unsafe {
         (*p).size = size;
+        (*p).run_pages = run.map_or(0, |(pages, _)| pages);
         (*p).magic = BIG_MAGIC;
         (*p).heap_id = heap_id.word();
         (*p).tag.store(tag, Ordering::Release);
@@ -86,7 +97,7 @@ pub(crate) unsafe fn retire(obj: ObjRef) {
 pub(crate) unsafe fn free(obj: ObjRef) {
     let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
     // SAFETY: forwarded from the caller: the header is ours until the dealloc below.
-    let size = unsafe {
+    let (size, run_pages) = unsafe {
         debug_assert!(
             (*p).magic == BIG_MAGIC || (*p).magic == 0,
             "a big object's header"
@@ -94,8 +105,14 @@ pub(crate) unsafe fn free(obj: ObjRef) {
         // A stale ObjRef of the freed object must not pass `is_allocated_object` while
         // the memory still holds the old header (the allocator does not clear it).
         (*p).magic = 0;
-        (*p).size
+        ((*p).size, (*p).run_pages)
     };
+    if run_pages != 0 {
+        // SAFETY: the object's page run, from `bigrun::take` with these pages; dead and
+        // freed once (caller).
+        unsafe { bigrun::give_back(p as usize, run_pages) };
+        return;
+    }
     let layout = BigHeader::layout(size).expect("layout was valid at allocation");
     // SAFETY: allocated by `alloc` with this layout.
     unsafe { std::alloc::dealloc((obj.addr() - BIG_HEADER) as *mut u8, layout) };
@@ -145,8 +162,7 @@ pub(crate) fn trim_system_heap() {
     }
 }
 
-/// The OS's page size for [`release_zero_tail`] (x86_64 and aarch64 Linux's smallest).
-pub(crate) const OS_PAGE: usize = 4096;
+pub(crate) use crate::bigrun::OS_PAGE;
 
 /// Returns to the OS the whole pages at the end of `obj`'s payload that hold only zero
 /// bytes (`MADV_DONTNEED`: they read as zero again, so the object's contents do not
@@ -164,9 +180,15 @@ pub(crate) const OS_PAGE: usize = 4096;
 /// stopped).
 pub(crate) unsafe fn release_zero_tail(obj: ObjRef) -> usize {
     // SAFETY: a live big object (caller).
-    let size = unsafe { size(obj) };
+    let h = unsafe { BigHeader::of(obj) };
     let start = obj.addr();
-    let end = (start + size) & !(OS_PAGE - 1);
+    let payload_end = start + h.size;
+    // In a page run the bytes past the payload up to the run's end are nobody's, so the
+    // last page goes too when the payload's part of it is zero.
+    let end = match h.run_pages {
+        0 => payload_end & !(OS_PAGE - 1),
+        pages => start - BIG_HEADER + pages * OS_PAGE,
+    };
     let first = (start + OS_PAGE - 1) & !(OS_PAGE - 1);
     if end <= first {
         return 0;
@@ -174,9 +196,12 @@ pub(crate) unsafe fn release_zero_tail(obj: ObjRef) -> usize {
     let mut cut = end;
     while cut > first {
         let page = cut - OS_PAGE;
-        // SAFETY: the page lies inside the object's payload, which is readable memory
-        // of ours (caller: live, and nothing writes to it meanwhile).
-        let words = unsafe { std::slice::from_raw_parts(page as *const u64, OS_PAGE / 8) };
+        let upto = cut.min(payload_end);
+        // SAFETY: `[page, upto)` lies inside the object's payload, which is readable
+        // memory of ours (caller: live, and nothing writes to it meanwhile).
+        let words = unsafe {
+            std::slice::from_raw_parts(page as *const u64, upto.saturating_sub(page) / 8)
+        };
         if words.iter().any(|&w| w != 0) {
             break;
         }
@@ -185,9 +210,10 @@ pub(crate) unsafe fn release_zero_tail(obj: ObjRef) -> usize {
     if cut == end {
         return 0;
     }
-    // SAFETY: whole pages inside the object's payload, all zero: after MADV_DONTNEED
-    // they read as zero, which is what they hold; the allocator's own data (chunk
-    // headers) lies outside the payload.
+    // In a page run the bytes past the payload are nobody's; the system allocator's own
+    // data (chunk headers) lies outside the payload.
+    // SAFETY: whole pages of ours whose payload bytes are all zero: after MADV_DONTNEED
+    // they read as zero, which is what they hold.
     let r = unsafe { libc::madvise(cut as *mut libc::c_void, end - cut, libc::MADV_DONTNEED) };
     if r == 0 {
         end - cut

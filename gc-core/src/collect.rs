@@ -214,7 +214,7 @@ fn background_sweep(c: &crate::HeapConfig) -> bool {
 fn start_background_work(heap: &HeapInner) {
     let background = background_sweep(&heap.config.lock());
     let sweep = background && heap.pages.lock().unswept_pages() > 0;
-    let trim = heap.big.lock().freed_since_trim >= TRIM_AFTER_FREED;
+    let trim = heap.big.lock().freed_since_trim >= TRIM_AFTER_FREED || crate::bigrun::any_freed();
     if !sweep && !trim {
         return;
     }
@@ -910,7 +910,7 @@ fn sweep_big(
             lists.old.push(obj);
             // Promoted: it has lived through two collections, so whatever its client
             // left of it unused is likely to stay so.
-            if size >= 2 * big::OS_PAGE {
+            if size > big::OS_PAGE {
                 // SAFETY: a live big object; the world is stopped.
                 totals.zero_tails += unsafe { big::release_zero_tail(obj) };
             }
@@ -931,23 +931,34 @@ fn sweep_big(
 /// its heap ([`trim_system_heap`]): 1 MiB.
 const TRIM_AFTER_FREED: usize = 1 << 20;
 
-/// If full collections freed enough big objects since the last time, asks the system
-/// allocator to return the free memory inside its heap (`big::trim_system_heap`), and
-/// counts the call. Runs outside the pauses.
+/// Gives back the memory of the page runs freed and not reused since the collection
+/// before (`bigrun::age_and_release`), and if full collections freed enough big objects
+/// since the last time, asks the system allocator to return the free memory inside its
+/// heap (`big::trim_system_heap`); counts both. Runs outside the pauses.
 fn trim_system_heap(heap: &HeapInner) {
-    {
-        let mut big = heap.big.lock();
-        if big.freed_since_trim < TRIM_AFTER_FREED {
-            return;
-        }
-        big.freed_since_trim = 0;
-    }
     let t = Instant::now();
-    big::trim_system_heap();
-    let ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+    let released = crate::bigrun::age_and_release(false);
+    let release_ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
+    let trim = {
+        let mut big = heap.big.lock();
+        let trim = big.freed_since_trim >= TRIM_AFTER_FREED;
+        if trim {
+            big.freed_since_trim = 0;
+        }
+        trim
+    };
+    let t = Instant::now();
+    if trim {
+        big::trim_system_heap();
+    }
+    let trim_ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;
     let mut pages = heap.pages.lock();
-    pages.counters.malloc_trims += 1;
-    pages.counters.malloc_trim_ns += ns;
+    if trim {
+        pages.counters.malloc_trims += 1;
+        pages.counters.malloc_trim_ns += trim_ns;
+    }
+    pages.counters.big_slots_released += released as u64;
+    pages.counters.big_slot_release_ns += release_ns;
 }
 
 /// Calls the pre_gc or post_gc callbacks.

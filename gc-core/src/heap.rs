@@ -685,6 +685,8 @@ impl Drop for HeapInner {
             // SAFETY: the heap is gone: nothing can reach its big objects.
             unsafe { crate::big::free(obj) };
         }
+        // Their page runs are free now: give their memory back, as the pool pages' is.
+        crate::bigrun::age_and_release(true);
         // From here on no TypeRef of this heap reads its type object (the write lock
         // waits for readers that found the heap alive).
         crate::heap_id::LIVE_HEAPS.write().remove(&self.id.get());

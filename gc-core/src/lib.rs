@@ -75,6 +75,7 @@
 #![cfg_attr(not(test), warn(unused_crate_dependencies))]
 
 mod big;
+mod bigrun;
 mod callbacks;
 mod collect;
 mod config;

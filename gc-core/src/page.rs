@@ -40,10 +40,7 @@ impl Chunk {
         if let Some(c) = CHUNK_POOL.lock().pop() {
             return Ok(c);
         }
-        let base = match Reservation::next_chunk() {
-            Some(base) => base,
-            None => map_aligned(CHUNK_SIZE, PAGE_SIZE)?,
-        };
+        let base = map_chunk()?;
         let metas: Box<[PageMeta]> = (0..CHUNK_PAGES)
             .map(|i| PageMeta::new(base + i * PAGE_SIZE))
             .collect();
@@ -187,6 +184,16 @@ fn reservation_bytes(limit: Option<u64>) -> usize {
     }
 }
 
+/// A new chunk's memory ([`CHUNK_SIZE`] bytes, zeroed, private, read-write): the next
+/// one of the reservation, or a mapping of its own when there is none. Pool chunks and
+/// the page runs of big objects (`bigrun.rs`) both come from here.
+pub(crate) fn map_chunk() -> Result<usize, std::io::Error> {
+    match Reservation::next_chunk() {
+        Some(base) => Ok(base),
+        None => map_aligned(CHUNK_SIZE, PAGE_SIZE),
+    }
+}
+
 /// Maps `size` bytes of zeroed, private, anonymous memory aligned to `align`.
 fn map_aligned(size: usize, align: usize) -> Result<usize, std::io::Error> {
     let len = size + align;
@@ -272,6 +279,10 @@ pub(crate) struct PageCounters {
     pub malloc_trims: u64,
     /// Nanoseconds they took.
     pub malloc_trim_ns: u64,
+    /// Bytes of freed big-object page runs returned to the OS after collections.
+    pub big_slots_released: u64,
+    /// Nanoseconds that took.
+    pub big_slot_release_ns: u64,
 }
 
 impl Default for PageCounters {
@@ -288,6 +299,8 @@ impl Default for PageCounters {
             cells: [0; NUM_CLASSES],
             malloc_trims: 0,
             malloc_trim_ns: 0,
+            big_slots_released: 0,
+            big_slot_release_ns: 0,
         }
     }
 }

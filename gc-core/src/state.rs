@@ -249,6 +249,8 @@ impl HeapInner {
         s.cells_by_class = c.cells.to_vec();
         s.malloc_trims = c.malloc_trims;
         s.malloc_trim_time = std::time::Duration::from_nanos(c.malloc_trim_ns);
+        s.big_slot_bytes_released = c.big_slots_released;
+        s.big_slot_release_time = std::time::Duration::from_nanos(c.big_slot_release_ns);
         s
     }
 

@@ -102,6 +102,12 @@ pub struct GcStats {
     /// Time those calls took (outside the pauses: on a helper thread, or on the
     /// collecting thread after the world resumed).
     pub malloc_trim_time: Duration,
+    /// Bytes of freed page runs of big objects (3 to 16 pages) returned to the OS after
+    /// collections, when no object took them for one mutator phase (the runs are
+    /// process-wide: counted by the heap whose collection returned them).
+    pub big_slot_bytes_released: u64,
+    /// Time that took (outside the pauses, as `malloc_trim_time`).
+    pub big_slot_release_time: Duration,
     /// The longest pauses (up to [`LONGEST_PAUSES`], longest first), each with its parts:
     /// what a long pause was made of.
     pub longest_pauses: Vec<PauseRecord>,
@@ -139,7 +145,7 @@ impl GcStats {
             })
             .collect();
         format!(
-            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"page_lock_waits\": {}, \"page_lock_wait_ms\": {:.3}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"malloc_trims\": {}, \"malloc_trim_ms\": {:.3}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
+            "\"pages_swept_by_allocation\": {}, \"allocation_sweep_ms\": {:.3}, \"pages_swept_in_background\": {}, \"background_sweep_ms\": {:.3}, \"pages_swept_in_pause\": {}, \"pages_granted_fresh\": {}, \"pages_granted_zeroed\": {}, \"pages_granted_with_free_cells\": {}, \"pages_returned\": {}, \"page_lock_waits\": {}, \"page_lock_wait_ms\": {:.3}, \"barrier_fires\": {}, \"big_objects_allocated\": {}, \"big_bytes_allocated\": {}, \"big_zero_tail_bytes\": {}, \"malloc_trims\": {}, \"malloc_trim_ms\": {:.3}, \"big_slot_bytes_released\": {}, \"big_slot_release_ms\": {:.3}, \"longest_pauses\": [{}], \"cells_by_class\": [{}]",
             self.pages_swept_by_allocation,
             ms(self.allocation_sweep_time),
             self.pages_swept_in_background,
@@ -157,6 +163,8 @@ impl GcStats {
             self.big_zero_tail_bytes,
             self.malloc_trims,
             ms(self.malloc_trim_time),
+            self.big_slot_bytes_released,
+            ms(self.big_slot_release_time),
             longest.join(", "),
             cells.join(", ")
         )
@@ -329,6 +337,8 @@ impl StatsAcc {
             big_zero_tail_bytes: self.big_zero_tail_bytes,
             malloc_trims: out.malloc_trims,
             malloc_trim_time: out.malloc_trim_time,
+            big_slot_bytes_released: out.big_slot_bytes_released,
+            big_slot_release_time: out.big_slot_release_time,
             longest_pauses: self.longest.clone(),
             cells_by_class,
         };

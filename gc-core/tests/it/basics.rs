@@ -296,13 +296,9 @@ fn zero_pages_at_the_end_of_a_promoted_big_object_are_given_back() {
     assert_eq!(unsafe { *p.add(size - 1) }, 7);
 }
 
-/// Big objects are the system allocator's: once full collections have freed a MiB of
-/// them, it is asked to return the free memory inside its heap (glibc's `malloc_trim`),
-/// after the pause (here on the collecting thread: no background sweep); smaller frees
-/// do not ask.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-#[test]
-fn full_collections_that_free_a_mib_of_big_objects_trim_the_system_heap() {
+/// A heap that collects only when asked, with no background sweep (what runs after the
+/// pause runs on the collecting thread), a thread of it, and a type of plain bytes.
+fn collect_only_when_asked() -> (Heap, gc_core::Mutator, gc_core::TypeRef) {
     let heap = Heap::new(HeapConfig {
         min_interval: 1 << 30,
         max_interval: 1 << 30,
@@ -310,8 +306,123 @@ fn full_collections_that_free_a_mib_of_big_objects_trim_the_system_heap() {
         ..HeapConfig::default()
     })
     .unwrap();
+    let m = heap.attach().unwrap();
+    let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    (heap, m, bytes)
+}
+
+/// Which of the 4 KiB pages of `[addr, addr + len)` are resident (`mincore`).
+#[cfg(target_os = "linux")]
+fn resident_pages(addr: usize, len: usize) -> Vec<bool> {
+    let mut vec = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: `vec` has one byte per page of the range, which is mapped (a big object's
+    // page run); `mincore` only writes `vec`.
+    let r = unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) };
+    assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().map(|b| b & 1 == 1).collect()
+}
+
+/// A big object of a few pages (GAP's function bodies: 8 KiB and a header, of which
+/// about 2 KiB get used) has a page run of its own: its header starts a page, and once
+/// promoted only the page its client wrote stays resident, whether the run was fresh or
+/// a reused one that had to be zeroed.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_big_object_of_a_few_pages_keeps_only_its_written_pages_resident() {
+    let heap = Heap::new(HeapConfig {
+        sweep_threads: 0,
+        ..HeapConfig::default()
+    })
+    .unwrap();
     let mut m = heap.attach().unwrap();
     let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    let size = 8192 + 16;
+    for round in 0..2 {
+        let big = m.alloc_typed(size, bytes).unwrap();
+        assert_eq!(big.addr() % 4096, 48, "header and payload start a page");
+        let p = big.as_ptr().cast::<u8>();
+        // SAFETY: the object's payload has `size` bytes.
+        unsafe { std::ptr::write_bytes(p, 0xA5, 2000) };
+        let root = heap.root(big);
+        for _ in 0..2 {
+            m.collect(CollectionKind::Partial).unwrap();
+        }
+        let run = big.addr() - 48;
+        assert_eq!(
+            resident_pages(run, 3 * 4096),
+            [true, false, false],
+            "round {round}: the pages of a {size}-byte object with 2000 bytes written"
+        );
+        // SAFETY: as above; live (rooted).
+        unsafe {
+            assert!((0..2000).all(|i| *p.add(i) == 0xA5));
+            assert!((2000..size).all(|i| *p.add(i) == 0));
+            *p.add(size - 1) = 7;
+            assert_eq!(*p.add(size - 1), 7);
+        }
+        // The second round gets a freed run back, its bytes still there: zeroed.
+        // SAFETY: as above.
+        unsafe { std::ptr::write_bytes(p, 0xFF, size) };
+        drop(root);
+        m.collect(CollectionKind::Full).unwrap();
+    }
+}
+
+/// A freed page run that no object took during the next mutator phase goes back to the
+/// OS after the next collection, and is reused zeroed.
+#[cfg(target_os = "linux")]
+#[test]
+fn freed_page_runs_are_given_back_and_reused_zeroed() {
+    let (heap, mut m, bytes) = collect_only_when_asked();
+    // 13 pages with the header: a size no other test here uses, so no other test takes
+    // these runs meanwhile.
+    let size = 12 * 4096 + 96;
+    let fill = |m: &mut gc_core::Mutator| {
+        (0..40)
+            .map(|_| {
+                let obj = m.alloc_typed(size, bytes).unwrap();
+                // SAFETY: the payload has `size` bytes; all of it must read zero.
+                unsafe {
+                    let p = obj.as_ptr().cast::<u8>();
+                    assert!((0..size).all(|i| *p.add(i) == 0), "a new object reads zero");
+                    std::ptr::write_bytes(p, 0xFF, size);
+                }
+                heap.root(obj)
+            })
+            .collect::<Vec<_>>()
+    };
+    let roots = fill(&mut m);
+    let runs: Vec<usize> = roots.iter().map(|r| r.get().addr() - 48).collect();
+    m.collect(CollectionKind::Full).unwrap();
+    let trims = heap.stats().malloc_trims;
+    drop(roots);
+    m.collect(CollectionKind::Full).unwrap();
+    assert_eq!(
+        heap.stats().malloc_trims,
+        trims + 1,
+        "2 MiB freed: one trim"
+    );
+    // Freed by that collection, kept for one phase, given back after this one.
+    m.collect(CollectionKind::Partial).unwrap();
+    for &run in &runs {
+        assert!(
+            resident_pages(run, 13 * 4096).iter().all(|r| !r),
+            "a freed run is given back"
+        );
+    }
+    // Given back, then reused: zero again (checked in `fill`).
+    let again = fill(&mut m);
+    assert!(again.iter().all(|r| runs.contains(&(r.get().addr() - 48))));
+}
+
+/// Big objects are the system allocator's: once full collections have freed a MiB of
+/// them, it is asked to return the free memory inside its heap (glibc's `malloc_trim`),
+/// after the pause (here on the collecting thread: no background sweep); smaller frees
+/// do not ask.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn full_collections_that_free_a_mib_of_big_objects_trim_the_system_heap() {
+    let (heap, mut m, bytes) = collect_only_when_asked();
     let mut roots: Vec<_> = (0..32)
         .map(|_| heap.root(m.alloc_typed(64 * 1024, bytes).unwrap()))
         .collect();
