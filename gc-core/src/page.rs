@@ -334,11 +334,8 @@ pub(crate) struct TriggerPlan {
 pub(crate) const LARGE_HEAP_FLOOR: usize = 2;
 
 /// Free pages unused for this many collections are returned to the OS (madvise): a page
-/// freed by one collection is usually needed again before the next, or not soon. One, as
-/// for the page runs of big objects (`bigrun.rs`): on GAP 4.15.1's testinstall, peak
-/// RSS 448 and 450 MB with four, 443 and 440 MB with one, collector time the same
-/// (alternated runs, 2026-11-29).
-pub(crate) const IDLE_COLLECTIONS: u32 = 1;
+/// freed by one collection is usually needed again before the next.
+pub(crate) const IDLE_COLLECTIONS: u32 = 4;
 
 /// Pages a thread sweeping outside the page lock takes at once (`take_waiting`).
 pub(crate) const SWEEP_BATCH: usize = 16;
