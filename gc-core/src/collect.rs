@@ -214,7 +214,9 @@ fn background_sweep(c: &crate::HeapConfig) -> bool {
 fn start_background_work(heap: &HeapInner) {
     let background = background_sweep(&heap.config.lock());
     let sweep = background && heap.pages.lock().unswept_pages() > 0;
-    let trim = heap.big.lock().freed_since_trim >= TRIM_AFTER_FREED || crate::bigrun::any_freed();
+    let trim = heap.big.lock().freed_since_trim >= TRIM_AFTER_FREED
+        || crate::bigrun::any_freed()
+        || heap.pages.lock().has_trimmed();
     if !sweep && !trim {
         return;
     }
@@ -578,7 +580,8 @@ fn run(
     let sweep_time = t_sweep.elapsed();
 
     let live = pool_live + big_live;
-    // Keep as many free pages as the next interval will use; return the rest to the OS.
+    // Keep as many free pages as the next interval will use; the rest go back to the OS
+    // after the pause (`trim_system_heap`).
     let returned = heap
         .pages
         .lock()
@@ -931,11 +934,17 @@ fn sweep_big(
 /// its heap ([`trim_system_heap`]): 1 MiB.
 const TRIM_AFTER_FREED: usize = 1 << 20;
 
-/// Gives back the memory of the page runs freed and not reused since the collection
-/// before (`bigrun::age_and_release`), and if full collections freed enough big objects
+/// Gives back the memory of the free pool pages the pause chose (`PageAlloc::trim`) and
+/// of the page runs freed and not reused since the collection before
+/// (`bigrun::age_and_release`), and if full collections freed enough big objects
 /// since the last time, asks the system allocator to return the free memory inside its
 /// heap (`big::trim_system_heap`); counts both. Runs outside the pauses.
 fn trim_system_heap(heap: &HeapInner) {
+    let trimmed = heap.pages.lock().take_trimmed();
+    if !trimmed.is_empty() {
+        let (released, kept) = crate::page::release_pages(trimmed);
+        heap.pages.lock().put_back(released, kept);
+    }
     let t = Instant::now();
     let released = crate::bigrun::age_and_release(false);
     let release_ns = t.elapsed().as_nanos().min(u64::MAX as u128) as u64;

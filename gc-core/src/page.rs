@@ -333,9 +333,12 @@ pub(crate) struct TriggerPlan {
 /// times `min_interval` between collections.
 pub(crate) const LARGE_HEAP_FLOOR: usize = 2;
 
-/// Free pages unused for this many collections are returned to the OS (madvise): a page
-/// freed by one collection is usually needed again before the next.
-pub(crate) const IDLE_COLLECTIONS: u32 = 4;
+/// Free pages unused for this many collections are returned to the OS (madvise, after
+/// the pause): a page freed by one collection is usually needed again before the next,
+/// or not soon. One, as for the page runs of big objects (`bigrun.rs`): on GAP 4.15.1's
+/// testinstall, peak RSS 449 and 450 MB with four, 443 and 440 MB with one (alternated
+/// runs, 2026-11-29).
+pub(crate) const IDLE_COLLECTIONS: u32 = 1;
 
 /// Pages a thread sweeping outside the page lock takes at once (`take_waiting`).
 pub(crate) const SWEEP_BATCH: usize = 16;
@@ -403,6 +406,9 @@ pub(crate) struct PageAlloc {
     plan: Option<TriggerPlan>,
     /// Number of collections that swept (`begin_sweep` calls).
     epoch: u32,
+    /// Free pages [`PageAlloc::trim`] took off `free` to go back to the OS after the
+    /// pause ([`PageAlloc::take_trimmed`], [`release_pages`], [`PageAlloc::put_back`]).
+    trimmed: Vec<&'static PageMeta>,
     /// Test hook (`Heap::hold_lazy_sweep`): waiting pages are swept only by
     /// `HeapInner::finish_sweep` (collections, `Heap::complete_sweep`, `Heap::stats`), not by the
     /// helper threads or allocating threads.
@@ -431,6 +437,7 @@ impl PageAlloc {
             totals: PoolTotals::default(),
             plan: None,
             epoch: 0,
+            trimmed: Vec::new(),
             hold: false,
             counters: PageCounters::default(),
         }
@@ -767,9 +774,15 @@ impl PageAlloc {
         }
     }
 
-    /// Returns to the OS the memory of free pages that have been idle for at least
-    /// `idle` sweeps, keeping `keep` of them mapped. Returns the number returned.
+    /// Takes off the free list the free pages that have been idle for at least `idle`
+    /// sweeps, keeping `keep` dirty ones, for their memory to go back to the OS after the
+    /// pause ([`PageAlloc::take_trimmed`], [`release_pages`], [`PageAlloc::put_back`]):
+    /// `madvise` in the pause made GCBench's longest pause 0.52x -> 0.80x Boehm's once
+    /// pages went back after one idle collection. Returns the number taken.
     pub(crate) fn trim(&mut self, keep: usize, idle: u32) -> usize {
+        // Pages taken by the last call and not given back yet stay free, still dirty.
+        let left = std::mem::take(&mut self.trimmed);
+        self.free.splice(0..0, left);
         let epoch = self.epoch;
         let mut candidates: Vec<&'static PageMeta> = Vec::new();
         let mut dirty = 0usize;
@@ -786,32 +799,82 @@ impl PageAlloc {
         let n = candidates.len().min(dirty.saturating_sub(keep));
         candidates.sort_by_key(|p| p.base());
         candidates.truncate(n);
-        // One madvise per run of adjacent pages, not per page.
-        let mut i = 0;
-        while i < candidates.len() {
-            let start = candidates[i].base();
-            let mut j = i + 1;
-            while j < candidates.len() && candidates[j].base() == start + (j - i) * PAGE_SIZE {
-                j += 1;
-            }
-            // SAFETY: free pages of ours: nothing lives in them; after MADV_DONTNEED they
-            // read as zero, which `zeroed` records.
-            unsafe {
-                libc::madvise(
-                    start as *mut libc::c_void,
-                    (j - i) * PAGE_SIZE,
-                    libc::MADV_DONTNEED,
-                )
-            };
-            for page in &candidates[i..j] {
-                // SAFETY: free pages are only touched under the page lock, which we hold.
-                unsafe { page.state() }.zeroed = true;
-            }
-            i = j;
+        if n > 0 {
+            self.free.retain(|p| {
+                candidates
+                    .binary_search_by_key(&p.base(), |c| c.base())
+                    .is_err()
+            });
         }
-        self.counters.returned += n as u64;
+        self.trimmed = candidates;
         n
     }
+
+    /// Whether [`PageAlloc::trim`] took pages that wait to go back to the OS.
+    pub(crate) fn has_trimmed(&self) -> bool {
+        !self.trimmed.is_empty()
+    }
+
+    /// The pages [`PageAlloc::trim`] took, for [`release_pages`] outside the lock.
+    pub(crate) fn take_trimmed(&mut self) -> Vec<&'static PageMeta> {
+        std::mem::take(&mut self.trimmed)
+    }
+
+    /// Puts pages [`release_pages`] took back on the free list: those it gave back as
+    /// zero pages, below the dirty ones (those are reused first: they are resident
+    /// already), and those it could not give back as they were.
+    pub(crate) fn put_back(
+        &mut self,
+        released: Vec<&'static PageMeta>,
+        kept: Vec<&'static PageMeta>,
+    ) {
+        for page in &released {
+            // SAFETY: free pages are only touched under the page lock, which we hold.
+            unsafe { page.state() }.zeroed = true;
+        }
+        self.counters.returned += released.len() as u64;
+        self.free.splice(0..0, released);
+        self.free.extend(kept);
+    }
+}
+
+/// Returns the memory of free pages to the OS (`MADV_DONTNEED`), one call per run of
+/// adjacent pages; `pages` is sorted by address and nobody else uses them (taken off the
+/// free list by [`PageAlloc::trim`]). Runs without the page lock, after the pause.
+/// Returns the pages given back and those kept (a failed call: still dirty).
+pub(crate) fn release_pages(
+    pages: Vec<&'static PageMeta>,
+) -> (Vec<&'static PageMeta>, Vec<&'static PageMeta>) {
+    let mut kept = Vec::new();
+    let mut i = 0;
+    while i < pages.len() {
+        let start = pages[i].base();
+        let mut j = i + 1;
+        while j < pages.len() && pages[j].base() == start + (j - i) * PAGE_SIZE {
+            j += 1;
+        }
+        // SAFETY: free pages of ours, on no list: nothing lives in them; after
+        // MADV_DONTNEED they read as zero, which `put_back` records.
+        let r = unsafe {
+            libc::madvise(
+                start as *mut libc::c_void,
+                (j - i) * PAGE_SIZE,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if r != 0 {
+            kept.extend_from_slice(&pages[i..j]);
+        }
+        i = j;
+    }
+    if kept.is_empty() {
+        return (pages, kept);
+    }
+    let released = pages
+        .into_iter()
+        .filter(|p| kept.binary_search_by_key(&p.base(), |k| k.base()).is_err())
+        .collect();
+    (released, kept)
 }
 
 /// A page swept and not yet filed (`PageAlloc::place`).

@@ -368,6 +368,36 @@ fn a_big_object_of_a_few_pages_keeps_only_its_written_pages_resident() {
     }
 }
 
+/// Free pool pages that no allocation took during one mutator phase go back to the OS
+/// after the next collection (after its pause: on the collecting thread here), beyond
+/// the few the heap keeps.
+#[cfg(target_os = "linux")]
+#[test]
+fn idle_free_pool_pages_go_back_to_the_os() {
+    let (heap, mut m, bytes) = collect_only_when_asked();
+    // 100,000 cells of 72 bytes: about 440 pages of 16 KiB, far more than the 64 kept.
+    let dead: Vec<usize> = (0..100_000)
+        .map(|_| m.alloc_typed(64, bytes).unwrap().addr())
+        .collect();
+    let before = heap.stats().pages_returned;
+    m.collect(CollectionKind::Full).unwrap();
+    heap.complete_sweep().unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let returned = heap.stats().pages_returned - before;
+    assert!(returned >= 300, "{returned} pages returned");
+    let pages: std::collections::BTreeSet<usize> =
+        dead.iter().map(|a| a & !(16 * 1024 - 1)).collect();
+    let resident = pages
+        .iter()
+        .filter(|&&p| resident_pages(p, 16 * 1024).iter().any(|&r| r))
+        .count();
+    assert!(
+        resident <= pages.len() - 300,
+        "{resident} of the {} pages still resident",
+        pages.len()
+    );
+}
+
 /// A freed page run that no object took during the next mutator phase goes back to the
 /// OS after the next collection, and is reused zeroed.
 #[cfg(target_os = "linux")]
