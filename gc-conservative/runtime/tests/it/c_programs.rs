@@ -60,7 +60,13 @@ fn threads_and_misuse_are_valgrind_clean() {
     if !valgrind_requested("GC_RUNTIME_VALGRIND") {
         return;
     }
-    let out = run(valgrind(&[]).arg(program()).args(["threads", "on"]));
+    // Fair scheduling: valgrind runs one thread at a time, and with its default lock a
+    // thread polling the GIL could keep it for long stretches while the one it waits
+    // for starved: "threads on" took 1 to 101 s (the program's alarm is 120 s), with
+    // `--fair-sched=yes` 1.1-1.3 s over six runs.
+    let out = run(valgrind(&["--fair-sched=yes"])
+        .arg(program())
+        .args(["threads", "on"]));
     assert!(out.contains("threads on: ok"), "{out}");
     let out = run(valgrind(&[]).arg(program()).arg("misuse"));
     assert!(out.contains("misuse: ok"), "{out}");
