@@ -209,7 +209,7 @@ fn background_sweep(c: &crate::HeapConfig) -> bool {
 /// The work a collection leaves for after the pause, once the world has resumed:
 /// lazy sweeping, handed to a helper thread if the heap sweeps in the background
 /// (without, allocating threads sweep what they need, and the next collection the
-/// rest), and the system allocator's trim ([`trim_system_heap`]), on the helper thread
+/// rest), and the memory given back after it ([`return_memory`]), on the helper thread
 /// after the sweep, or here when there is none.
 fn start_background_work(heap: &HeapInner) {
     let background = background_sweep(&heap.config.lock());
@@ -223,7 +223,7 @@ fn start_background_work(heap: &HeapInner) {
     let pool = heap.pool.lock();
     let Some(pool) = pool.as_ref().filter(|_| background) else {
         drop(pool);
-        trim_system_heap(heap);
+        return_memory(heap);
         return;
     };
     struct HeapPtr(*const HeapInner);
@@ -248,7 +248,7 @@ fn start_background_work(heap: &HeapInner) {
         }
         drop(pages);
         if !stop.load(Ordering::Relaxed) {
-            trim_system_heap(heap);
+            return_memory(heap);
         }
     }));
 }
@@ -581,7 +581,7 @@ fn run(
 
     let live = pool_live + big_live;
     // Keep as many free pages as the next interval will use; the rest go back to the OS
-    // after the pause (`trim_system_heap`).
+    // after the pause (`return_memory`).
     let returned = heap
         .pages
         .lock()
@@ -931,7 +931,7 @@ fn sweep_big(
 }
 
 /// Big-object bytes full collections free before the system allocator is asked to trim
-/// its heap ([`trim_system_heap`]): 1 MiB.
+/// its heap ([`return_memory`]): 1 MiB.
 const TRIM_AFTER_FREED: usize = 1 << 20;
 
 /// Gives back the memory of the free pool pages the pause chose (`PageAlloc::trim`) and
@@ -939,7 +939,7 @@ const TRIM_AFTER_FREED: usize = 1 << 20;
 /// (`bigrun::age_and_release`), and if full collections freed enough big objects
 /// since the last time, asks the system allocator to return the free memory inside its
 /// heap (`big::trim_system_heap`); counts both. Runs outside the pauses.
-fn trim_system_heap(heap: &HeapInner) {
+fn return_memory(heap: &HeapInner) {
     let trimmed = heap.pages.lock().take_trimmed();
     if !trimmed.is_empty() {
         let (released, kept) = crate::page::release_pages(trimmed);

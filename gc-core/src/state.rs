@@ -122,7 +122,7 @@ pub(crate) struct BigLists {
     pub(crate) live: usize,
     pub(crate) old_bytes: usize,
     /// Bytes of big objects freed by full collections since the system allocator was
-    /// last asked to trim its heap (`collect::trim_system_heap`).
+    /// last asked to trim its heap (`collect::return_memory`).
     pub(crate) freed_since_trim: usize,
 }
 
