@@ -90,11 +90,12 @@ pub(crate) unsafe fn retire(obj: ObjRef) {
     unsafe { (*p).magic = 0 };
 }
 
-/// Frees a big object.
+/// Frees a big object. Returns the bytes given back to the system allocator (0 for an
+/// object in a page run).
 ///
 /// # Safety
 /// `obj` was returned by `alloc`, is dead, and is freed once.
-pub(crate) unsafe fn free(obj: ObjRef) {
+pub(crate) unsafe fn free(obj: ObjRef) -> usize {
     let p = (obj.addr() - BIG_HEADER) as *mut BigHeader;
     // SAFETY: forwarded from the caller: the header is ours until the dealloc below.
     let (size, run_pages) = unsafe {
@@ -111,11 +112,12 @@ pub(crate) unsafe fn free(obj: ObjRef) {
         // SAFETY: the object's page run, from `bigrun::take` with these pages; dead and
         // freed once (caller).
         unsafe { bigrun::give_back(p as usize, run_pages) };
-        return;
+        return 0;
     }
     let layout = BigHeader::layout(size).expect("layout was valid at allocation");
     // SAFETY: allocated by `alloc` with this layout.
     unsafe { std::alloc::dealloc((obj.addr() - BIG_HEADER) as *mut u8, layout) };
+    layout.size()
 }
 
 /// Payload size (rounded up to 16) of a live big object.

@@ -121,8 +121,8 @@ pub(crate) struct BigLists {
     /// Bytes (headers included) of the objects on the lists, and of the old ones.
     pub(crate) live: usize,
     pub(crate) old_bytes: usize,
-    /// Bytes of big objects freed by full collections since the system allocator was
-    /// last asked to trim its heap (`collect::return_memory`).
+    /// Bytes of big objects given back to the system allocator (partial collections
+    /// included) since it was last asked to trim its heap (`collect::return_memory`).
     pub(crate) freed_since_trim: usize,
 }
 

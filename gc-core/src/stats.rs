@@ -97,7 +97,7 @@ pub struct GcStats {
     /// were promoted (the unused capacity a client left after shrinking them in place).
     pub big_zero_tail_bytes: u64,
     /// Times the system allocator was asked to return the free memory inside its heap
-    /// (glibc's `malloc_trim`) after a full collection freed big objects.
+    /// (glibc's `malloc_trim`) after collections gave it a MiB of big objects back.
     pub malloc_trims: u64,
     /// Time those calls took (outside the pauses: on a helper thread, or on the
     /// collecting thread after the world resumed).
