@@ -143,39 +143,16 @@ pub(crate) fn age_and_release(all: bool) -> usize {
     let mut released = 0;
     let mut failed: Vec<(usize, Vec<usize>)> = Vec::new();
     for (bytes, slots) in taken.iter_mut() {
-        let bytes = *bytes;
         slots.sort_unstable();
-        let mut kept_dirty = Vec::new();
-        let mut i = 0;
-        while i < slots.len() {
-            let first = i;
-            let mut end = slots[i] + bytes;
-            i += 1;
-            while i < slots.len() && slots[i] == end {
-                end += bytes;
-                i += 1;
-            }
-            let start = slots[first];
-            // SAFETY: freed slots of ours (they left the dirty list under the lock and
-            // are on no list until pushed back below): private anonymous memory nobody
-            // uses; after MADV_DONTNEED it reads as zero.
-            let r = unsafe {
-                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED)
-            };
-            if r == 0 {
-                released += end - start;
-            } else {
-                // Still ours and intact, but not zero: they go back to the dirty list.
-                tracing::debug!(
-                    "madvise of freed big-object slots failed: {}",
-                    std::io::Error::last_os_error()
-                );
-                kept_dirty.extend_from_slice(&slots[first..i]);
-            }
-        }
+        // SAFETY: freed slots of ours (they left the dirty list under the lock and are on
+        // no list until pushed back below): private anonymous memory nobody uses; after
+        // MADV_DONTNEED it reads as zero.
+        let (bytes_released, kept_dirty) = unsafe { crate::page::release_ranges(slots, *bytes) };
+        released += bytes_released;
         if !kept_dirty.is_empty() {
+            // Still ours and intact, but not zero: they go back to the dirty list.
             slots.retain(|s| kept_dirty.binary_search(s).is_err());
-            failed.push((bytes, kept_dirty));
+            failed.push((*bytes, kept_dirty));
         }
     }
     let mut classes = CLASSES_BY_PAGES.lock();

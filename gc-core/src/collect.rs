@@ -586,7 +586,11 @@ fn run(
         .pages
         .lock()
         .trim(config.keep_free_pages, IDLE_COLLECTIONS);
-    tracing::trace!(returned, unswept, "pages returned to the OS, left to sweep");
+    tracing::trace!(
+        returned,
+        unswept,
+        "pages to return to the OS, left to sweep"
+    );
     invoke_simple(heap, CallbackKind::PostGc, full);
 
     let pause = t0.elapsed();
@@ -940,9 +944,10 @@ const TRIM_AFTER_FREED: usize = 1 << 20;
 
 /// Gives back the memory of the free pool pages the pause chose (`PageAlloc::trim`) and
 /// of the page runs freed and not reused since the collection before
-/// (`bigrun::age_and_release`), and if full collections freed enough big objects
-/// since the last time, asks the system allocator to return the free memory inside its
-/// heap (`big::trim_system_heap`); counts both. Runs outside the pauses.
+/// (`bigrun::age_and_release`), and if collections gave the system allocator enough
+/// big objects since the last time ([`TRIM_AFTER_FREED`]), asks it to return the free
+/// memory inside its heap (`big::trim_system_heap`); counts both. Runs outside the
+/// pauses.
 fn return_memory(heap: &HeapInner) {
     let trimmed = heap.pages.lock().take_trimmed();
     if !trimmed.is_empty() {

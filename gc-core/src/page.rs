@@ -838,43 +838,57 @@ impl PageAlloc {
     }
 }
 
-/// Returns the memory of free pages to the OS (`MADV_DONTNEED`), one call per run of
-/// adjacent pages; `pages` is sorted by address and nobody else uses them (taken off the
-/// free list by [`PageAlloc::trim`]). Runs without the page lock, after the pause.
-/// Returns the pages given back and those kept (a failed call: still dirty).
+/// Returns the memory of free pages to the OS, one call per run of adjacent pages;
+/// `pages` is sorted by address and nobody else uses them (taken off the free list by
+/// [`PageAlloc::trim`]). Runs without the page lock, after the pause. Returns the pages
+/// given back and those kept (a failed call: still dirty).
 pub(crate) fn release_pages(
     pages: Vec<&'static PageMeta>,
 ) -> (Vec<&'static PageMeta>, Vec<&'static PageMeta>) {
-    let mut kept = Vec::new();
+    let bases: Vec<usize> = pages.iter().map(|p| p.base()).collect();
+    // SAFETY: free pages of ours, on no list: nothing lives in them; after
+    // MADV_DONTNEED they read as zero, which `put_back` records.
+    let (_, failed) = unsafe { release_ranges(&bases, PAGE_SIZE) };
+    if failed.is_empty() {
+        return (pages, Vec::new());
+    }
+    pages
+        .into_iter()
+        .partition(|p| failed.binary_search(&p.base()).is_err())
+}
+
+/// Gives the memory of the ranges `[base, base + len)` of `bases` back to the OS
+/// (`MADV_DONTNEED`), one call per run of adjacent ranges. Returns the bytes given back
+/// and the bases of the ranges a failed call left as they were (in order).
+///
+/// # Safety
+/// `bases` is sorted; each range is private anonymous memory of ours that nothing uses
+/// and that may read as zero afterwards.
+pub(crate) unsafe fn release_ranges(bases: &[usize], len: usize) -> (usize, Vec<usize>) {
+    let mut released = 0;
+    let mut failed = Vec::new();
     let mut i = 0;
-    while i < pages.len() {
-        let start = pages[i].base();
+    while i < bases.len() {
+        let start = bases[i];
         let mut j = i + 1;
-        while j < pages.len() && pages[j].base() == start + (j - i) * PAGE_SIZE {
+        while j < bases.len() && bases[j] == start + (j - i) * len {
             j += 1;
         }
-        // SAFETY: free pages of ours, on no list: nothing lives in them; after
-        // MADV_DONTNEED they read as zero, which `put_back` records.
-        let r = unsafe {
-            libc::madvise(
-                start as *mut libc::c_void,
-                (j - i) * PAGE_SIZE,
-                libc::MADV_DONTNEED,
-            )
-        };
-        if r != 0 {
-            kept.extend_from_slice(&pages[i..j]);
+        let bytes = (j - i) * len;
+        // SAFETY: the caller's: ranges of ours nothing uses.
+        let r = unsafe { libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_DONTNEED) };
+        if r == 0 {
+            released += bytes;
+        } else {
+            tracing::debug!(
+                "madvise of {bytes} free bytes failed: {}",
+                std::io::Error::last_os_error()
+            );
+            failed.extend_from_slice(&bases[i..j]);
         }
         i = j;
     }
-    if kept.is_empty() {
-        return (pages, kept);
-    }
-    let released = pages
-        .into_iter()
-        .filter(|p| kept.binary_search_by_key(&p.base(), |k| k.base()).is_err())
-        .collect();
-    (released, kept)
+    (released, failed)
 }
 
 /// A page swept and not yet filed (`PageAlloc::place`).
