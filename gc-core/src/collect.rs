@@ -348,7 +348,7 @@ fn run(
             let base = gc
                 .old_after_full
                 .max(config.min_interval.saturating_mul(LARGE_HEAP_FLOOR));
-            old_bytes_now as f64 > base as f64 * (1.0 + config.full_growth)
+            old_bytes_now as f64 > base as f64 + config.full_allowance(base)
         }
     };
     let kind = if full {

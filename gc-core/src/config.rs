@@ -88,8 +88,18 @@ pub struct HeapConfig {
     /// 360-378 MB, in the same time (9.9-10.3 s against 11.1 s).
     pub max_interval: usize,
     /// An automatic collection is full when the old generation has grown by this factor
-    /// since the last full collection (1.0 = doubled).
+    /// since the last full collection (1.0 = doubled), up to `full_growth_knee`.
     pub full_growth: f64,
+    /// Old-generation size (after the last full collection) from which the room before
+    /// the next full collection grows with the square root of the old generation
+    /// instead of in proportion: `full_growth * sqrt(knee * old)` above the knee,
+    /// `full_growth * old` below it (default 512 MiB; 0: always in proportion). The
+    /// marking a full collection costs grows with the live heap, the memory a doubling
+    /// costs grows with it too; MemBalancer (Kirisame et al., PLDI 2022; Julia's pacer
+    /// since 1.11) shows the room that balances the two grows with the square root of
+    /// the live heap. A program whose old generation is 2 GB then collects in full
+    /// after about 1 GB of promoted data rather than 2 GB.
+    pub full_growth_knee: usize,
     /// Collect every N allocations on each thread (stress mode); `None` to disable.
     pub stress_every: Option<u64>,
     /// Verify mode: before each partial collection, check that no old object outside
@@ -137,6 +147,7 @@ impl Default for HeapConfig {
             resident_reuse: 2.0,
             max_interval: 32 << 20,
             full_growth: 1.0,
+            full_growth_knee: 512 << 20,
             stress_every: None,
             verify: false,
             keep_free_pages: 64,
@@ -150,6 +161,20 @@ impl Default for HeapConfig {
 }
 
 impl HeapConfig {
+    /// Bytes the old generation may grow by, from `base` bytes after the last full
+    /// collection, before an automatic collection is full (`full_growth`,
+    /// `full_growth_knee`).
+    pub(crate) fn full_allowance(&self, base: usize) -> f64 {
+        let base = base as f64;
+        let knee = self.full_growth_knee as f64;
+        let scaled = if knee > 0.0 && base > knee {
+            (knee * base).sqrt()
+        } else {
+            base
+        };
+        scaled * self.full_growth
+    }
+
     pub(crate) fn validate(&self) -> Result<(), GcError> {
         if self.min_interval == 0 || self.max_interval == 0 {
             return Err(GcError::BadConfig(format!(
@@ -199,7 +224,7 @@ impl HeapConfig {
     /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_SWEEP_THREADS`,
     /// `GC_CORE_LAZY_SWEEP`,
     /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
-    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
+    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`, `GC_CORE_FULL_KNEE`,
     /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL`, `GC_CORE_PARALLEL_THRESHOLD` (the
     /// fields of those names),
     /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
@@ -261,6 +286,11 @@ impl HeapConfig {
             v.parse::<f64>().ok().filter(|f| (0.05..=100.0).contains(f))
         }) {
             config.full_growth = f;
+        }
+        if let Some(k) = env_knob("GC_CORE_FULL_KNEE", "a byte count up to 1 TiB", |v| {
+            v.parse::<usize>().ok().filter(|k| *k <= 1 << 40)
+        }) {
+            config.full_growth_knee = k;
         }
         if let Some(m) = env_knob(
             "GC_CORE_MAX_INTERVAL",

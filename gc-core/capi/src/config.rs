@@ -45,6 +45,9 @@ pub struct gc_config_t {
     /// Helper threads sweeping pool pages in the background after a collection: 0 or 1
     /// (Julia's `--gcthreads=N,M`); only with `lazy_sweep` and more than one core.
     pub sweep_threads: usize,
+    /// Old-generation size from which the room before a full collection grows with its
+    /// square root (`full_growth * sqrt(knee * old)`; 0: always `full_growth * old`).
+    pub full_growth_knee: usize,
 }
 
 impl gc_config_t {
@@ -65,6 +68,7 @@ impl gc_config_t {
             resident_reuse: d.resident_reuse,
             small_heap: d.small_heap,
             sweep_threads: d.sweep_threads,
+            full_growth_knee: d.full_growth_knee,
         }
     }
 
@@ -76,6 +80,7 @@ impl gc_config_t {
             growth: self.growth,
             max_interval: self.max_interval,
             full_growth: self.full_growth,
+            full_growth_knee: self.full_growth_knee,
             stress_every: (self.stress_every != 0).then_some(self.stress_every),
             verify: self.verify != 0,
             keep_free_pages: self.keep_free_pages,

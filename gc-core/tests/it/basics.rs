@@ -1148,3 +1148,62 @@ fn two_allocating_threads_keep_their_live_lists() {
         }
     }
 }
+
+/// Promoted garbage an old generation of `live_mib` MiB of big objects takes, in 1 MiB
+/// steps, before an automatic collection is full, with the full-growth knee `knee`.
+fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize {
+    // The least interval small (a full collection's base is at least twice it), the
+    // formula's interval (about the old generation) far above the 1 MiB allocated
+    // between two explicit collections.
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 20,
+        max_interval: 1 << 30,
+        full_growth: 1.0,
+        full_growth_knee: knee,
+        lazy_sweep: false,
+        sweep_threads: 0,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    let mib = 1 << 20;
+    let live: Vec<_> = (0..live_mib)
+        .map(|_| heap.root(m.alloc_typed(mib, bytes).unwrap()))
+        .collect();
+    // Twice: objects are promoted by the second collection they survive, and the base
+    // of the next full collection is the old generation after this one.
+    m.collect(CollectionKind::Full).unwrap();
+    m.collect(CollectionKind::Full).unwrap();
+    let fulls = heap.stats().full_collections;
+    for step in 1..=4 * live_mib {
+        // One MiB that survives two partial collections (old), then dies.
+        let garbage = heap.root(m.alloc_typed(mib, bytes).unwrap());
+        m.collect(CollectionKind::Partial).unwrap();
+        m.collect(CollectionKind::Partial).unwrap();
+        drop(garbage);
+        m.collect(CollectionKind::Auto).unwrap();
+        if heap.stats().full_collections > fulls {
+            drop(live);
+            return step;
+        }
+    }
+    panic!(
+        "no full collection after {} MiB of promoted garbage",
+        4 * live_mib
+    );
+}
+
+/// Above `full_growth_knee` the room before a full collection grows with the square
+/// root of the old generation (`full_growth * sqrt(knee * old)`), below it with the old
+/// generation itself: a 64 MiB old generation doubles before a full collection with no
+/// knee or a knee above it, grows by sqrt(8 * 64) = 22.6 MiB with an 8 MiB knee.
+#[test]
+fn above_the_knee_full_collections_come_after_square_root_growth() {
+    let proportional = promoted_mib_before_a_full_collection(64, 0);
+    let above = promoted_mib_before_a_full_collection(64, 128 << 20);
+    let knee = promoted_mib_before_a_full_collection(64, 8 << 20);
+    assert!((64..=66).contains(&proportional), "{proportional} MiB");
+    assert_eq!(above, proportional);
+    assert!((22..=24).contains(&knee), "{knee} MiB");
+}
