@@ -224,7 +224,8 @@ impl HeapConfig {
     /// C ABI's default heap uses): `GC_CORE_MARK_THREADS`, `GC_CORE_SWEEP_THREADS`,
     /// `GC_CORE_LAZY_SWEEP`,
     /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
-    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`, `GC_CORE_FULL_KNEE`,
+    /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
+    /// `GC_CORE_FULL_GROWTH_KNEE`,
     /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL`, `GC_CORE_PARALLEL_THRESHOLD` (the
     /// fields of those names),
     /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
@@ -287,9 +288,11 @@ impl HeapConfig {
         }) {
             config.full_growth = f;
         }
-        if let Some(k) = env_knob("GC_CORE_FULL_KNEE", "a byte count up to 1 TiB", |v| {
-            v.parse::<usize>().ok().filter(|k| *k <= 1 << 40)
-        }) {
+        if let Some(k) = env_knob(
+            "GC_CORE_FULL_GROWTH_KNEE",
+            "a byte count up to 1 TiB",
+            |v| v.parse::<usize>().ok().filter(|k| *k <= 1 << 40),
+        ) {
             config.full_growth_knee = k;
         }
         if let Some(m) = env_knob(
