@@ -162,10 +162,10 @@ pub(crate) fn set_default_mark_threads(n: usize) {
 /// in the background, `HeapConfig::sweep_threads`), `GC_CORE_LAZY_SWEEP` (0 or 1;
 /// `HeapConfig::lazy_sweep`) and the policy knobs `GC_CORE_MIN_INTERVAL`,
 /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM` (bytes),
-/// `GC_CORE_MAX_INTERVAL` (bytes),
-/// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_FULL_GROWTH` and `GC_CORE_FULL_GROWTH_KNEE` (the
-/// `HeapConfig` fields of those names), `GC_CORE_STRESS` (collect every N allocations per thread) and
-/// `GC_CORE_VERIFY` (0 or 1). A value that does not parse or is out of range is reported
+/// `GC_CORE_MAX_INTERVAL` (bytes), `GC_CORE_RESIDENT_REUSE`, `GC_CORE_FULL_GROWTH` and
+/// `GC_CORE_FULL_GROWTH_KNEE` (bytes) (the `HeapConfig` fields of those names),
+/// `GC_CORE_STRESS` (collect every N allocations per thread) and `GC_CORE_VERIFY` (0 or
+/// 1). A value that does not parse or is out of range is reported
 /// on stderr and ignored. `GC_CORE_STATS_FILE=path` writes the heap's statistics there
 /// as JSON at exit. Its handle is never deleted (`gc_heap_delete` refuses it).
 #[no_mangle]
