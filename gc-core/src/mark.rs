@@ -45,7 +45,7 @@
 use crate::big::BigHeader;
 use crate::heap_id::HeapId;
 use crate::marker::{ArrayWork, MarkFast, Marker, Mode, ParJob, ScanTask, Team, Work};
-use crate::object::{Header, ObjRef, HEADER_SIZE};
+use crate::object::{prefetch, Header, ObjRef, HEADER_SIZE};
 use crate::par::Termination;
 use crate::task::Task;
 use crate::types::{MarkProc, TypeDesc, TypeKind};
@@ -55,18 +55,6 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-/// Asks the CPU to start loading the line at `addr` (an object's header) early.
-#[inline(always)]
-fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
-}
 
 /// How far ahead array scanning prefetches.
 const PREFETCH_AHEAD: usize = 8;

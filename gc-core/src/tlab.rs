@@ -5,7 +5,7 @@
 //!
 //! Depends on `object`, `pagemeta` and `sizeclass`.
 
-use crate::object::{Header, ObjRef, FREE_END, HEADER_SIZE};
+use crate::object::{prefetch, Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::pagemeta::PageMeta;
 use crate::sizeclass::NUM_CLASSES;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,7 +54,11 @@ impl Pool {
             // SAFETY: `cell` is a free cell of a page this pool holds (caller): its
             // header holds the next link and its payload is ours to zero.
             unsafe {
-                self.free = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
+                let next = (*(cell as *const AtomicUsize)).load(Ordering::Relaxed);
+                self.free = next;
+                // The next allocation's cell: its line arrives while the caller
+                // initialises this object, rather than as a miss at the next call.
+                prefetch(next);
                 if INLINE {
                     zero_words_inline(cell + HEADER_SIZE, cell_size - HEADER_SIZE);
                 } else {
