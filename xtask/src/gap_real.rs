@@ -98,10 +98,6 @@ pub enum Variant {
     /// GAP's `julia_gc.c` as released, on gc-core, against the prefix of the Julia
     /// version it is written for (4.12.1: one mark thread; 4.15.1: parallel marking).
     Ours,
-    /// GAP 4.12.1 with `YoungRef` per thread (the project's patch
-    /// `integration-tests/gap-real/youngref-per-thread.patch`), so that it may mark on
-    /// several threads.
-    OursPerThread,
     /// GAP's own collector, GASMAN (the default build).
     Gasman,
 }
@@ -110,7 +106,6 @@ impl Variant {
     pub fn name(self) -> &'static str {
         match self {
             Variant::Ours => "ours",
-            Variant::OursPerThread => "ours-tls",
             Variant::Gasman => "gasman",
         }
     }
@@ -206,14 +201,10 @@ pub fn prefix(version: JuliaVersion) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn patch_file() -> PathBuf {
-    root().join("integration-tests/gap-real/youngref-per-thread.patch")
-}
-
 fn configure_args(variant: Variant, prefix: &Path) -> Vec<String> {
     match variant {
         Variant::Gasman => vec![],
-        Variant::Ours | Variant::OursPerThread => vec![
+        Variant::Ours => vec![
             "--with-gc=julia".into(),
             format!("--with-julia={}", prefix.display()),
         ],
@@ -253,20 +244,11 @@ fn build_key(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -
                 .hash(&mut h);
         }
     }
-    if variant == Variant::OursPerThread {
-        fs::read(patch_file())?.hash(&mut h);
-    }
     Ok(format!("{:016x}", h.finish()))
 }
 
 /// Builds (or finds cached) GAP `version` of `variant` from `tar`.
 pub fn build(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -> Result<Build> {
-    if variant == Variant::OursPerThread && version != GapVersion::V4_12_1 {
-        bail!(
-            "the YoungRef-per-thread patch is for GAP 4.12.1; GAP {} keeps its count per thread itself",
-            version.as_str()
-        );
-    }
     let key = build_key(tar, version, variant, prefix)?;
     let dir = work_dir()?.join(format!("{}-{}-{key}", version.as_str(), variant.name()));
     if dir.join("gap").is_file() && dir.join(".built").is_file() {
@@ -285,8 +267,6 @@ pub fn build(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -
                 "--with-gc=julia, on gc-core, as a Julia {} client",
                 version.julia().as_str()
             ),
-            Variant::OursPerThread =>
-                "--with-gc=julia, on gc-core, YoungRef per thread".to_string(),
             Variant::Gasman => "GASMAN".to_string(),
         },
         dir.display()
@@ -305,16 +285,6 @@ pub fn build(tar: &Path, version: GapVersion, variant: Variant, prefix: &Path) -
         }
     }
     complete_tree(&dir)?;
-    if variant == Variant::OursPerThread {
-        run_logged(
-            Command::new("patch")
-                .args(["-p1", "--forward", "-i"])
-                .arg(patch_file())
-                .current_dir(&dir),
-            &dir.join("patch.log"),
-            "applying youngref-per-thread.patch",
-        )?;
-    }
     run_logged(
         Command::new("sh").arg("./autogen.sh").current_dir(&dir),
         &dir.join("autogen.log"),

@@ -107,8 +107,8 @@ enum Command {
     /// Build real GAP against the prefix and run its test files (what `cargo xtask test`
     /// runs as its GAP steps).
     GapReal {
-        /// ours (default), stress, verify, parallel (4.12.1: two mark threads, YoungRef
-        /// per thread) or gasman (GAP's own collector, for comparison).
+        /// ours (default), stress, verify, parallel (4.12.1: two mark threads opted into,
+        /// GAP unmodified) or gasman (GAP's own collector, for comparison).
         #[arg(default_value = "ours")]
         mode: String,
         /// The GAP release: 4.12.1 (a Julia 1.6 client) or 4.15.1 (a Julia 1.10

@@ -307,7 +307,7 @@ fn gap_step_name(version: GapVersion, mode: &str, full: bool) -> String {
         "ours" => "",
         "stress" => " under GC stress",
         "verify" => " in verify mode",
-        _ => ", two mark threads, YoungRef per thread",
+        _ => ", two mark threads (opted into)",
     };
     let marking = if version == GapVersion::V4_15_1 {
         ", parallel marking"

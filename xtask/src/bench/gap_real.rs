@@ -6,7 +6,7 @@
 //!
 //! | release | `gasman` | `ours` (its default) | the other mark-thread setting |
 //! |---|---|---|---|
-//! | 4.12.1 (a Julia 1.6 client) | GASMAN | one mark thread | `ours_par`: two, with `YoungRef` per thread (the project's patch) |
+//! | 4.12.1 (a Julia 1.6 client) | GASMAN | one mark thread | `ours_par`: two (`GC_CORE_MARK_THREADS=2`, the same unmodified build) |
 //! | 4.15.1 (a Julia 1.10 client) | GASMAN | two mark threads (parallel marking) | `ours_1`: one mark thread |
 //!
 //! Workloads: GAP's `testinstall` (every file; `--quick`: the representative part of
@@ -153,7 +153,7 @@ fn configs(version: GapVersion) -> Vec<Config> {
                 threads: 1,
             });
             v.push(Config {
-                variant: Variant::OursPerThread,
+                variant: Variant::Ours,
                 env: threads(2),
                 suffix: "ours_par",
                 threads: 2,
