@@ -234,7 +234,7 @@ pub(crate) fn subdirectories() -> &'static [String] {
             .rev()
             .map(|v| format!("glibc-hwcaps/x86-64-v{v}"))
             .collect();
-        out.extend(legacy_subdirectories(&platform(), avx512_1()));
+        out.extend(legacy_subdirectories(&platform(), hwcap_avx512_1()));
         out
     })
 }
@@ -306,8 +306,61 @@ fn avx512_1() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
-/// `$PLATFORM`: the kernel's `AT_PLATFORM` (glibc's `dl_platform`), `x86_64` if absent.
+/// Whether the CPU is Intel's (`GenuineIntel`): glibc names its own x86-64 platform and
+/// sets the `avx512_1` hardware capability only there (`arch_kind_intel`).
+fn intel() -> bool {
+    let v = std::arch::x86_64::__cpuid(0);
+    [v.ebx, v.edx, v.ecx] == [b"Genu", b"ineI", b"ntel"].map(|w| u32::from_le_bytes(*w))
+}
+
+/// Whether AVX512ER and AVX512PF (Xeon Phi's) are present (CPUID leaf 7, EBX bits 27 and
+/// 26); usable when AVX512CD is.
+fn avx512_er_pf() -> (bool, bool) {
+    let l7 = std::arch::x86_64::__cpuid_count(7, 0);
+    (l7.ebx & (1 << 27) != 0, l7.ebx & (1 << 26) != 0)
+}
+
+/// glibc's legacy hardware capability `avx512_1` (`sysdeps/x86/cpu-features.c`): on an
+/// Intel CPU without AVX512ER, AVX512CD, BW, DQ and VL usable.
+fn hwcap_avx512_1() -> bool {
+    intel() && !avx512_er_pf().0 && avx512_1()
+}
+
+/// The platform name glibc's loader puts in place of the kernel's on x86-64
+/// (`sysdeps/x86/cpu-features.c`, `init_cpu_features`): on an Intel CPU, `xeon_phi` when
+/// AVX512CD, ER and PF are usable, else `haswell` when AVX2, FMA, BMI1, BMI2, LZCNT,
+/// MOVBE and POPCNT are; elsewhere none (the kernel's `AT_PLATFORM` stays).
+fn glibc_platform() -> Option<&'static str> {
+    if !intel() {
+        return None;
+    }
+    let (er, pf) = avx512_er_pf();
+    if std::arch::is_x86_feature_detected!("avx512cd") && er && pf {
+        return Some("xeon_phi");
+    }
+    let movbe = std::arch::x86_64::__cpuid(1).ecx & (1 << 22) != 0;
+    let haswell = std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("bmi1")
+        && std::arch::is_x86_feature_detected!("bmi2")
+        && std::arch::is_x86_feature_detected!("lzcnt")
+        && movbe
+        && std::arch::is_x86_feature_detected!("popcnt");
+    haswell.then_some("haswell")
+}
+
+/// `$PLATFORM`, glibc's `dl_platform`: its own name for this CPU where it has one
+/// ([`glibc_platform`]: `haswell` on most Intel CPUs since 2013), else the kernel's
+/// `AT_PLATFORM`, `x86_64` if absent. Computed once.
 pub(crate) fn platform() -> String {
+    static PLATFORM: OnceLock<String> = OnceLock::new();
+    PLATFORM.get_or_init(kernel_or_glibc_platform).clone()
+}
+
+fn kernel_or_glibc_platform() -> String {
+    if let Some(p) = glibc_platform() {
+        return p.into();
+    }
     // SAFETY: getauxval is always safe to call; AT_PLATFORM's value, when present, is
     // the address of a NUL-terminated string the kernel placed on the initial stack,
     // which lives as long as the process.
