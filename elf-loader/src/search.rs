@@ -873,6 +873,33 @@ mod tests {
         );
     }
 
+    /// The whole list of subdirectories, legacy ones included, in the order this
+    /// machine's `ld.so` searches an `LD_LIBRARY_PATH` directory (`LD_DEBUG=libs`).
+    #[test]
+    fn subdirectories_are_searched_in_the_order_of_this_machines_ld_so() {
+        let dir = "/nonexistent-elf-loader-probe";
+        let Ok(out) = std::process::Command::new("/bin/true")
+            .env("LD_LIBRARY_PATH", dir)
+            .env("LD_DEBUG", "libs")
+            .output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stderr);
+        let Some(line) = text.lines().find(|l| l.contains("search path=")) else {
+            return;
+        };
+        let list = line.split("search path=").nth(1).unwrap();
+        let list = list.split_whitespace().next().unwrap();
+        let theirs: Vec<&str> = list
+            .split(':')
+            .map(|p| p.strip_prefix(dir).unwrap().trim_start_matches('/'))
+            .collect();
+        let mut ours: Vec<&str> = subdirectories().iter().map(String::as_str).collect();
+        ours.push("");
+        assert_eq!(ours, theirs, "{line}");
+    }
+
     #[test]
     fn the_systems_cache_agrees_with_the_files() {
         // Every entry of this machine's cache names an existing file with that name
