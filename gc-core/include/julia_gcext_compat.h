@@ -36,6 +36,7 @@
 #include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* BEGIN rt_status: generated from support/ffi (ffi_support::c_block), the same in every header. */
 #ifndef RT_STATUS_DEFINED
@@ -381,6 +382,7 @@ typedef struct gc_tls_head_t {
     uintptr_t thread;    /* pthread_self() of the owning thread; 0 once it detached */
     void *marker;        /* gc_mark_fast_t * while this thread marks, else NULL */
     uint8_t checked;     /* verify mode: entry points check their arguments */
+    void *alloc;         /* gc_alloc_fast_t * of an attached thread; NULL in verify mode */
 } gc_tls_head_t;
 
 /* The calling thread's own ptls while it marks (a collector helper thread's record, or
@@ -414,6 +416,43 @@ typedef struct gc_mark_fast_t {
     uint64_t marked;
     uint64_t young;      /* young results since the current mark function started */
 } gc_mark_fast_t;
+
+/* A thread's allocation state (its own; only that thread reads or writes it): what the
+ * inline jl_gc_alloc_typed needs to take a cell of a pool page the thread holds. A type
+ * in `types` may have pool objects of sizes min_size..max_small (max_small 0: none); a
+ * pool's free list is threaded through the free cells' headers and ends with
+ * GC_HDR_FREE; past it, cells bump..bump_end are fresh (zero). `bits` is the held page's
+ * allocation bitmap: the cell whose payload is at p has index
+ * (((p % GC_PAGE_SIZE) - GC_FIRST_PAYLOAD) * magic) >> 32. */
+#define GC_PAGE_SIZE ((uintptr_t)16384)
+#define GC_FIRST_PAYLOAD ((uintptr_t)16)
+#define GC_NUM_CLASSES 55
+
+typedef struct gc_alloc_type_t {
+    uintptr_t ty;
+    size_t min_size;
+    size_t max_small;
+} gc_alloc_type_t;
+
+typedef struct gc_alloc_pool_t {
+    uintptr_t free;
+    uintptr_t bump;
+    uintptr_t bump_end;
+    uint64_t *bits;
+    uint32_t cell;       /* cell size, header included */
+    uint32_t magic;
+    void *page;
+} gc_alloc_pool_t;
+
+typedef struct gc_alloc_fast_t {
+    uint64_t countdown;  /* allocations left before the stress mode collects; 0 when GC-safe */
+    uint64_t objects;
+    uint64_t bytes;
+    const uint32_t *gc_flag; /* non-zero: a collection is requested */
+    const uint8_t *class_of; /* size class of (size + 23) / 16 */
+    gc_alloc_type_t types[4];
+    gc_alloc_pool_t pools[GC_NUM_CLASSES];
+} gc_alloc_fast_t;
 
 #ifndef GC_CORE_CHECKED
 
@@ -505,6 +544,52 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
     return 1;
 }
 
+/* jl_gc_alloc_typed: a cell of the calling thread's pool when the thread owns ptls, runs
+ * managed code (not GC-safe, no collection requested, no stress collection due), the
+ * type is one it allocated recently and the size one of its pool sizes, and the pool's
+ * page has a cell left; everything else (errors included) out of line. */
+static inline void *gc_compat_alloc_typed(jl_ptls_t ptls, size_t sz, void *ty)
+{
+    const gc_tls_head_t *hd = (const gc_tls_head_t *)ptls;
+    gc_alloc_fast_t *a;
+    if (__builtin_expect(hd == NULL || (a = (gc_alloc_fast_t *)hd->alloc) == NULL ||
+                             hd->thread != gc_compat_self(), 0))
+        return (jl_gc_alloc_typed)(ptls, sz, ty);
+    const gc_alloc_type_t *t = a->types;
+    while (t->ty != (uintptr_t)ty) {
+        if (++t == a->types + 4)
+            return (jl_gc_alloc_typed)(ptls, sz, ty);
+    }
+    if (__builtin_expect(sz - 1 >= t->max_small || sz < t->min_size || a->countdown <= 1 ||
+                             __atomic_load_n(a->gc_flag, __ATOMIC_RELAXED) != 0, 0))
+        return (jl_gc_alloc_typed)(ptls, sz, ty);
+    gc_alloc_pool_t *p = &a->pools[a->class_of[(sz + 23) >> 4]];
+    uintptr_t cell = p->free;
+    if (cell != GC_HDR_FREE) {
+        uintptr_t next = __atomic_load_n((const uintptr_t *)cell, __ATOMIC_RELAXED);
+        p->free = next;
+        __builtin_prefetch((const void *)next);
+        memset((void *)(cell + 8), 0, p->cell - 8);
+    }
+    else if (p->bump < p->bump_end) {
+        cell = p->bump;
+        p->bump = cell + p->cell;
+    }
+    else {
+        return (jl_gc_alloc_typed)(ptls, sz, ty);
+    }
+    uintptr_t obj = cell + 8;
+    __atomic_store_n((uintptr_t *)cell, (uintptr_t)ty, __ATOMIC_RELEASE);
+    uint64_t idx = ((uint64_t)((obj & (GC_PAGE_SIZE - 1)) - GC_FIRST_PAYLOAD) * p->magic) >> 32;
+    uint64_t *w = &p->bits[idx >> 6];
+    __atomic_store_n(w, __atomic_load_n(w, __ATOMIC_RELAXED) | ((uint64_t)1 << (idx & 63)),
+                     __ATOMIC_RELEASE);
+    a->objects++;
+    a->bytes += p->cell;
+    a->countdown--;
+    return (void *)obj;
+}
+
 /* jl_gc_wb / jl_gc_wb_back: the out-of-line barrier only when an old object that is not
  * yet remembered gets a young child. */
 static inline void gc_compat_wb(void *parent, void *ptr)
@@ -533,6 +618,7 @@ static inline jl_value_t *gc_compat_typeof(jl_value_t *v)
 }
 
 #define jl_get_ptls_states() gc_compat_get_ptls()
+#define jl_gc_alloc_typed(ptls, sz, ty) gc_compat_alloc_typed((ptls), (sz), (ty))
 #define jl_gc_mark_queue_obj(ptls, obj) gc_compat_mark_queue_obj((ptls), (obj))
 #define jl_gc_wb(parent, ptr) gc_compat_wb((parent), (ptr))
 #define jl_gc_wb_back(ptr) gc_compat_wb_back((ptr))

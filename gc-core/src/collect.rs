@@ -266,7 +266,7 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         // allocation state; the world handshake ordered its writes before our reads.
         let local = unsafe { &mut *m.local.get() };
         for pool in local.pools.iter_mut() {
-            if let Some(page) = pool.page.take() {
+            if let Some(page) = pool.release() {
                 // SAFETY: page lock held.
                 unsafe { page.state() }.held = false;
             }
@@ -283,7 +283,7 @@ fn take_back_threads(heap: &HeapInner, gc: &mut GcState, mutators: &[Arc<Mutator
         gc.stats.big_objects_allocated += std::mem::take(&mut local.big_objects);
         gc.stats.big_bytes_allocated += std::mem::take(&mut local.big_bytes);
     }
-    if let Some(page) = gc.perm.page.take() {
+    if let Some(page) = gc.perm.release() {
         // SAFETY: page lock held.
         unsafe { page.state() }.held = false;
         gc.perm.free = FREE_END;

@@ -26,6 +26,30 @@ pub const HDR_FREE: usize = crate::object::FREE;
 /// See [`HDR_MARK`].
 pub const HDR_TAG_BITS: usize = crate::object::TAG_BITS;
 
+/// The layout of the allocation state the compat header's inline `jl_gc_alloc_typed`
+/// reads and writes through [`TlsHead::alloc`] on the owning thread: `(C struct, field,
+/// byte offset)` for `gc_alloc_fast_t`, `gc_alloc_type_t` and `gc_alloc_pool_t`, and
+/// `(C struct, "sizeof", size)` for the two array elements. The header tests assert the
+/// C header against it.
+pub fn alloc_fast_layout() -> Vec<(&'static str, &'static str, usize)> {
+    crate::tlab::alloc_fast_layout()
+}
+
+/// The constants of the inline allocation path: `(C macro, value)`. Pool pages are
+/// `GC_PAGE_SIZE`-aligned; a page's first payload lies `GC_FIRST_PAYLOAD` bytes into it;
+/// a free list ends with `GC_HDR_FREE`; there are `GC_NUM_CLASSES` pools.
+pub fn alloc_fast_constants() -> [(&'static str, usize); 4] {
+    [
+        ("GC_PAGE_SIZE", crate::sizeclass::PAGE_SIZE),
+        (
+            "GC_FIRST_PAYLOAD",
+            crate::sizeclass::FIRST_CELL + crate::object::HEADER_SIZE,
+        ),
+        ("GC_HDR_FREE", crate::object::FREE_END),
+        ("GC_NUM_CLASSES", crate::sizeclass::NUM_CLASSES),
+    ]
+}
+
 /// The calling thread's attached mutator record (its `ptls`, what
 /// `jl_get_ptls_states` returns), or null if the thread is not attached. The record
 /// stays readable after the thread detaches (records are recycled, never freed), but its

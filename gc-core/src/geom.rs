@@ -79,6 +79,13 @@ impl Geom {
         self.0
     }
 
+    /// The magic of [`Geom::index`]: a cell's index is its payload's offset from the
+    /// page's first payload times this, shifted right by 32.
+    #[inline(always)]
+    pub(crate) fn magic(self) -> u32 {
+        self.0 as u32
+    }
+
     /// Cell size, header included (0 for the all-zero word of a never-used entry).
     #[inline(always)]
     pub(crate) fn cell(self) -> usize {

@@ -47,7 +47,7 @@ impl HeapInner {
         let perm = &mut gc.perm;
         loop {
             let same_class = perm
-                .page
+                .page()
                 .is_some_and(|p| p.cell_layout().map(|l| l.1) == Some(class));
             let taken = if same_class {
                 // SAFETY: the permanent pool, under the gc lock; its page is of `class`.
@@ -60,7 +60,7 @@ impl HeapInner {
                 return Ok(unsafe { perm.commit(cell, Header::new_old(tag, parity), class) });
             }
             let mut pages = self.pages.lock();
-            if let Some(page) = perm.page.take() {
+            if let Some(page) = perm.release() {
                 let class_of_page = page.cell_layout().expect("held page").1;
                 pages.give_back(page, class_of_page, perm.free, perm.bump, perm.bump_end);
             }
@@ -71,10 +71,7 @@ impl HeapInner {
                     reason: e.to_string(),
                 })?;
             // Permanent objects are old: the page needs no young sweep for them.
-            perm.page = Some(g.page);
-            perm.free = g.free;
-            perm.bump = g.bump;
-            perm.bump_end = g.bump_end;
+            perm.hold(g.page, g.free, g.bump, g.bump_end);
         }
     }
 
@@ -122,7 +119,7 @@ impl Heap {
                 old_after_full: 0,
                 full_pending: false,
                 stats: StatsAcc::default(),
-                perm: Pool::empty(),
+                perm: Pool::empty(None),
                 verify_errors: Vec::new(),
                 mark_stacks: Vec::new(),
             }),
@@ -554,6 +551,7 @@ impl Heap {
         self.0.config.lock().verify = on;
         for m in self.0.world.lock().mutators.iter() {
             m.head.checked.store(on, Ordering::Relaxed);
+            m.publish_alloc_state();
         }
     }
 

@@ -26,7 +26,7 @@ use crate::sizeclass::{class_of, CELL_SIZES, MAX_INTERNAL_OBJ_SIZE};
 use crate::state::{Heap, Mutator, MutatorShared, DETACHED, RUNNING, SAFE};
 use crate::stats::CollectionInfo;
 use crate::task::{current_thread_stack, Task};
-use crate::tlab::{Local, Pool};
+use crate::tlab::{CachedType, Local, Pool};
 use crate::tls::{save_registers, thread_id, TlsHead, MUTATOR_DEAD, MUTATOR_MAGIC, SAVED_REGS};
 use crate::types::{TypeKind, TypeRef};
 use crate::CollectionKind;
@@ -101,6 +101,18 @@ impl MutatorShared {
     #[inline(always)]
     pub unsafe fn head(&self) -> &TlsHead {
         &self.head
+    }
+
+    /// Points the head's `alloc` at this mutator's allocation state (the compat
+    /// header's inline `jl_gc_alloc_typed` then allocates on the owning thread without
+    /// a call), or at nothing in verify mode, where every allocation is checked.
+    pub(crate) fn publish_alloc_state(&self) {
+        let state = if self.head.checked.load(Ordering::Relaxed) {
+            std::ptr::null_mut()
+        } else {
+            self.local.get().cast::<c_void>()
+        };
+        self.head.alloc.store(state, Ordering::Release);
     }
 
     /// `Ok` if the owning thread runs managed code; otherwise why not: detached
@@ -310,7 +322,7 @@ impl MutatorShared {
     pub unsafe fn cached_type(&self, addr: usize) -> Option<TypeRef> {
         // SAFETY: the owning thread's local state (caller).
         let local = unsafe { &*self.local.get() };
-        if addr == 0 || !local.type_cache.contains(&addr) {
+        if addr == 0 || !local.type_cache.iter().any(|t| t.addr == addr) {
             return None;
         }
         // SAFETY: a cached address was a type of this heap, and stays one.
@@ -331,8 +343,13 @@ impl MutatorShared {
         let t = self.type_at(addr)?;
         // SAFETY: the owning thread's local state (caller).
         let local = unsafe { &mut *self.local.get() };
+        let desc = t.desc();
         local.type_cache.rotate_right(1);
-        local.type_cache[0] = addr;
+        local.type_cache[0] = CachedType {
+            addr,
+            min_size: desc.min_size,
+            max_small: desc.max_small,
+        };
         Ok(t)
     }
 
@@ -578,7 +595,7 @@ impl MutatorShared {
                     p
                 }
             };
-            if let Some(page) = pool.page.take() {
+            if let Some(page) = pool.release() {
                 pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
             }
             pages
@@ -589,10 +606,7 @@ impl MutatorShared {
                 })?
         };
         heap.allocd.fetch_add(grant.bytes, Ordering::Relaxed);
-        pool.page = Some(grant.page);
-        pool.free = grant.free;
-        pool.bump = grant.bump;
-        pool.bump_end = grant.bump_end;
+        pool.hold(grant.page, grant.free, grant.bump, grant.bump_end);
         Ok(())
     }
 
@@ -746,21 +760,25 @@ impl Mutator {
                 thread: AtomicUsize::new(thread_id()),
                 marker: AtomicPtr::new(std::ptr::null_mut()),
                 checked: AtomicBool::new(heap.0.verify.load(Ordering::Relaxed)),
+                // Set below, once the record is in place.
+                alloc: AtomicPtr::new(std::ptr::null_mut()),
             },
             heap: Arc::as_ptr(&heap.0),
             state: AtomicU8::new(RUNNING),
             local: UnsafeCell::new(Local {
-                pools: std::array::from_fn(|_| Pool::empty()),
-                remset: Vec::new(),
-                sweep_list: Vec::new(),
+                countdown: if stress == 0 { u64::MAX } else { stress + 1 },
                 objects: 0,
                 bytes: 0,
+                gc_flag: &heap.0.gc_flag,
+                class_of: crate::sizeclass::class_table_ptr(),
+                type_cache: [CachedType::NONE; 4],
+                pools: std::array::from_fn(|class| Pool::empty(Some(class))),
+                remset: Vec::new(),
+                sweep_list: Vec::new(),
                 barrier_fires: 0,
                 big_objects: 0,
                 big_bytes: 0,
-                countdown: if stress == 0 { u64::MAX } else { stress + 1 },
                 countdown_before_safe: 0,
-                type_cache: [0; 4],
                 weak_objs: Vec::new(),
                 weak_dirty: false,
                 fin_at_safepoints: false,
@@ -786,6 +804,7 @@ impl Mutator {
                 None => Arc::new(fresh),
             }
         };
+        shared.publish_alloc_state();
         {
             let mut w = heap.0.quiescent_world();
             heap.0.tasks.lock().push(task);
@@ -1014,7 +1033,7 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
         let local = unsafe { &mut *shared.local.get() };
         let mut pages = heap.pages.lock();
         for (class, pool) in local.pools.iter_mut().enumerate() {
-            if let Some(page) = pool.page.take() {
+            if let Some(page) = pool.release() {
                 pages.give_back(page, class, pool.free, pool.bump, pool.bump_end);
             }
             pool.free = FREE_END;
@@ -1045,6 +1064,7 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
     heap.tasks.lock().retain(|t| !Arc::ptr_eq(t, &shared.task));
     shared.state.store(DETACHED, Ordering::SeqCst);
     shared.head.magic.store(MUTATOR_DEAD, Ordering::SeqCst);
+    shared.head.alloc.store(std::ptr::null_mut(), Ordering::SeqCst);
     // The compat header's cached jl_get_ptls_states compares this field alone.
     shared.head.thread.store(0, Ordering::SeqCst);
     SPARE.lock().push(shared.clone());

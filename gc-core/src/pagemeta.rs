@@ -242,6 +242,12 @@ impl PageMeta {
         self.base + FIRST_CELL + idx * cell_size + HEADER_SIZE
     }
 
+    /// The first word of the page's allocation bitmap, for a pool that holds the page
+    /// (`tlab::Pool`, whose inline C fast path sets the bits itself).
+    pub(crate) fn alloc_bits(&self) -> &'static AtomicU64 {
+        &self.alloc()[0]
+    }
+
     /// The page's allocation bitmap.
     #[inline(always)]
     fn alloc(&self) -> &'static AllocBits {

@@ -42,6 +42,12 @@ const fn class_table() -> [u8; 128] {
     table
 }
 
+/// The table [`class_of`] reads (indexed by `(size + 8 + 15) >> 4`), for the compat
+/// header's inline allocation path.
+pub(crate) fn class_table_ptr() -> *const u8 {
+    CLASS_OF_GRANULES.as_ptr()
+}
+
 /// The size class of a payload of `size` bytes (1..=[`MAX_INTERNAL_OBJ_SIZE`]).
 #[inline]
 pub fn class_of(size: usize) -> usize {

@@ -5,32 +5,75 @@
 //!
 //! Depends on `object`, `pagemeta` and `sizeclass`.
 
+use crate::geom::Geom;
 use crate::object::{prefetch, Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::pagemeta::PageMeta;
 use crate::sizeclass::NUM_CLASSES;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Allocation state of one size class on one thread (and of the heap's permanent
 /// pool): the page held, its free list (threaded through the cell headers) and, on a
 /// fresh page, a bump range of zeroed cells. [`Pool::take`] and [`Pool::commit`] are the
 /// one way a cell is taken, by the allocation fast and slow paths and the permanent
 /// pool alike.
+///
+/// `repr(C)`: a thread's pools are also read and written, on that thread only, by the
+/// compat header's inline `jl_gc_alloc_typed` (`gc_alloc_pool_t`, its layout checked
+/// against this one by the header tests). `page` and `bits` change together
+/// ([`Pool::hold`], [`Pool::release`]).
+#[repr(C)]
 pub(crate) struct Pool {
     pub(crate) free: usize,
     pub(crate) bump: usize,
     pub(crate) bump_end: usize,
-    pub(crate) page: Option<&'static PageMeta>,
+    /// The first word of the held page's allocation bitmap (none without a page).
+    bits: Option<&'static AtomicU64>,
+    /// Cell size of the pool's class, header included, and the magic that turns a
+    /// payload's offset into its cell index (`geom::Geom`); 0 in the permanent pool,
+    /// whose class varies.
+    cell: u32,
+    magic: u32,
+    page: Option<&'static PageMeta>,
 }
 
 impl Pool {
-    /// An empty pool (no page).
-    pub(crate) const fn empty() -> Pool {
+    /// An empty pool (no page) for cells of size class `class`, or, with `None`, the
+    /// heap's permanent pool.
+    pub(crate) fn empty(class: Option<usize>) -> Pool {
+        let (cell, magic) = class.map_or((0, 0), |c| {
+            let g = Geom::of_class(c);
+            (g.cell() as u32, g.magic())
+        });
         Pool {
             free: FREE_END,
             bump: 0,
             bump_end: 0,
+            bits: None,
+            cell,
+            magic,
             page: None,
         }
+    }
+
+    /// The page held, if any.
+    pub(crate) fn page(&self) -> Option<&'static PageMeta> {
+        self.page
+    }
+
+    /// Holds `page` (granted with its free list and bump range) from now on.
+    pub(crate) fn hold(&mut self, page: &'static PageMeta, free: usize, bump: usize, end: usize) {
+        self.page = Some(page);
+        self.bits = Some(page.alloc_bits());
+        self.free = free;
+        self.bump = bump;
+        self.bump_end = end;
+    }
+
+    /// Lets go of the page held, if any, for the caller to give back (with `free`,
+    /// `bump` and `bump_end` as they are).
+    pub(crate) fn release(&mut self) -> Option<&'static PageMeta> {
+        self.bits = None;
+        self.page.take()
     }
 
     /// Takes a cell of `cell_size` bytes (the pool's class): the head of the free list,
@@ -92,27 +135,57 @@ impl Pool {
     }
 }
 
+/// A type a thread allocated recently, with the sizes its pool objects may have: the
+/// allocation fast paths take these without reading the type (`gc_alloc_type_t`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct CachedType {
+    pub(crate) addr: usize,
+    pub(crate) min_size: usize,
+    /// Sizes `1..=max_small` go to the pools (0: none, for large and internal types).
+    pub(crate) max_small: usize,
+}
+
+impl CachedType {
+    /// An empty entry (no type has address 0).
+    pub(crate) const NONE: CachedType = CachedType {
+        addr: 0,
+        min_size: 0,
+        max_small: 0,
+    };
+}
+
 /// Thread-owned allocation state. Touched by the owning thread, and by the collector
 /// only while the owning thread is stopped.
+///
+/// `repr(C)`: the fields up to `pools` are what the compat header's inline
+/// `jl_gc_alloc_typed` reads and writes on the owning thread (`gc_alloc_fast_t`, checked
+/// by the header tests), when the thread's `TlsHead::alloc` points here.
+#[repr(C)]
 pub(crate) struct Local {
+    /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
+    /// a GC-safe region, so that the allocation fast paths (which need it above 1)
+    /// leave every allocation to the slow path, which refuses it.
+    pub(crate) countdown: u64,
+    pub(crate) objects: u64,
+    pub(crate) bytes: u64,
+    /// The heap's collection-requested flag (the fast paths take the slow path, which
+    /// parks, while it is set).
+    pub(crate) gc_flag: *const AtomicU32,
+    /// `sizeclass`'s table from 16-byte granules to size classes.
+    pub(crate) class_of: *const u8,
+    /// Types recently validated by the C ABI (types live as long as the heap).
+    pub(crate) type_cache: [CachedType; 4],
     pub(crate) pools: [Pool; NUM_CLASSES],
     pub(crate) remset: Vec<ObjRef>,
     pub(crate) sweep_list: Vec<ObjRef>,
-    pub(crate) objects: u64,
-    pub(crate) bytes: u64,
     /// Write barriers that fired, big objects and their bytes, since the last
     /// collection (statistics).
     pub(crate) barrier_fires: u64,
     pub(crate) big_objects: u64,
     pub(crate) big_bytes: u64,
-    /// Allocations left before the stress mode collects (`u64::MAX` when off); 0 inside
-    /// a GC-safe region, so that the allocation fast path (which needs it above 1)
-    /// leaves every allocation to the slow path, which refuses it.
-    pub(crate) countdown: u64,
     /// `countdown` when the thread entered its GC-safe region, restored when it leaves.
     pub(crate) countdown_before_safe: u64,
-    /// Types recently validated by the C ABI (types live as long as the heap).
-    pub(crate) type_cache: [usize; 4],
     /// Weak-reference objects made (or re-pointed to a young referent) since the last
     /// collection.
     pub(crate) weak_objs: Vec<ObjRef>,
@@ -153,4 +226,33 @@ unsafe fn zero_words_inline(addr: usize, bytes: usize) {
 unsafe fn zero_words(addr: usize, bytes: usize) {
     // SAFETY: forwarded.
     unsafe { std::ptr::write_bytes(addr as *mut u64, 0, bytes / 8) };
+}
+
+/// The layout the compat header's inline `jl_gc_alloc_typed` reads through
+/// `TlsHead::alloc`: `(C struct, field, byte offset)` of `gc_alloc_fast_t` (this
+/// module's [`Local`]), `gc_alloc_type_t` ([`CachedType`]) and `gc_alloc_pool_t`
+/// ([`Pool`]), then `(C struct, "sizeof", size)` of the two array elements.
+pub(crate) fn alloc_fast_layout() -> Vec<(&'static str, &'static str, usize)> {
+    use std::mem::{offset_of, size_of};
+    vec![
+        ("gc_alloc_fast_t", "countdown", offset_of!(Local, countdown)),
+        ("gc_alloc_fast_t", "objects", offset_of!(Local, objects)),
+        ("gc_alloc_fast_t", "bytes", offset_of!(Local, bytes)),
+        ("gc_alloc_fast_t", "gc_flag", offset_of!(Local, gc_flag)),
+        ("gc_alloc_fast_t", "class_of", offset_of!(Local, class_of)),
+        ("gc_alloc_fast_t", "types", offset_of!(Local, type_cache)),
+        ("gc_alloc_fast_t", "pools", offset_of!(Local, pools)),
+        ("gc_alloc_type_t", "ty", offset_of!(CachedType, addr)),
+        ("gc_alloc_type_t", "min_size", offset_of!(CachedType, min_size)),
+        ("gc_alloc_type_t", "max_small", offset_of!(CachedType, max_small)),
+        ("gc_alloc_type_t", "sizeof", size_of::<CachedType>()),
+        ("gc_alloc_pool_t", "free", offset_of!(Pool, free)),
+        ("gc_alloc_pool_t", "bump", offset_of!(Pool, bump)),
+        ("gc_alloc_pool_t", "bump_end", offset_of!(Pool, bump_end)),
+        ("gc_alloc_pool_t", "bits", offset_of!(Pool, bits)),
+        ("gc_alloc_pool_t", "cell", offset_of!(Pool, cell)),
+        ("gc_alloc_pool_t", "magic", offset_of!(Pool, magic)),
+        ("gc_alloc_pool_t", "page", offset_of!(Pool, page)),
+        ("gc_alloc_pool_t", "sizeof", size_of::<Pool>()),
+    ]
 }

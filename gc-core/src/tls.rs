@@ -137,6 +137,11 @@ pub struct TlsHead {
     pub marker: std::sync::atomic::AtomicPtr<c_void>,
     /// Verify mode: C entry points check every argument.
     pub checked: std::sync::atomic::AtomicBool,
+    /// An attached mutator's allocation state (`gc_alloc_fast_t`), which the compat
+    /// header's inline `jl_gc_alloc_typed` uses on the owning thread; null on helper
+    /// threads and in verify mode (every allocation then goes through the checked
+    /// entry point). Layout: `ffi::ALLOC_FAST_LAYOUT`.
+    pub alloc: std::sync::atomic::AtomicPtr<c_void>,
 }
 
 /// `TlsHead::magic` of a collector helper thread (`GC_TLS_HELPER_MAGIC` in the C
@@ -157,6 +162,7 @@ pub(crate) fn enter_helper_thread() {
         thread: std::sync::atomic::AtomicUsize::new(thread_id()),
         marker: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
         checked: std::sync::atomic::AtomicBool::new(false),
+        alloc: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
     }));
     HELPER.with(|h| h.set(head));
 }

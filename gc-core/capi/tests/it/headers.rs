@@ -327,6 +327,7 @@ fn fast_path_layouts_match_the_rust_side() {
         ("gc_tls_head_t", "thread", offset_of!(TlsHead, thread)),
         ("gc_tls_head_t", "marker", offset_of!(TlsHead, marker)),
         ("gc_tls_head_t", "checked", offset_of!(TlsHead, checked)),
+        ("gc_tls_head_t", "alloc", offset_of!(TlsHead, alloc)),
         ("gc_mark_fast_t", "slow", offset_of!(MarkFast, slow)),
         ("gc_mark_fast_t", "top", offset_of!(MarkFast, top)),
         ("gc_mark_fast_t", "limit", offset_of!(MarkFast, limit)),
@@ -344,12 +345,23 @@ fn fast_path_layouts_match_the_rust_side() {
         "#include <stddef.h>\n#include \"julia_gcext_compat.h\"\n\
          static uintptr_t mark(jl_ptls_t p, jl_value_t *o) { return jl_gc_mark_queue_obj(p, o); }\n\
          int main(void) { jl_ptls_t p = jl_get_ptls_states(); jl_gc_wb(p, p); jl_gc_wb_back(p);\n\
-         (void)jl_typeof((jl_value_t *)p); return (int)mark(p, NULL); }\n",
+         (void)jl_typeof((jl_value_t *)p); (void)jl_gc_alloc_typed(p, 8, p);\n\
+         return (int)mark(p, NULL); }\n",
     );
-    for (ty, field, off) in checks {
-        src.push_str(&format!(
-            "_Static_assert(offsetof({ty}, {field}) == {off}, \"{ty}.{field}\");\n"
-        ));
+    let alloc_layout = gc_core::ffi::alloc_fast_layout();
+    for (ty, field, off) in checks.into_iter().chain(alloc_layout) {
+        if field == "sizeof" {
+            src.push_str(&format!(
+                "_Static_assert(sizeof({ty}) == {off}, \"sizeof {ty}\");\n"
+            ));
+        } else {
+            src.push_str(&format!(
+                "_Static_assert(offsetof({ty}, {field}) == {off}, \"{ty}.{field}\");\n"
+            ));
+        }
+    }
+    for (name, value) in gc_core::ffi::alloc_fast_constants() {
+        src.push_str(&format!("_Static_assert({name} == {value}, \"{name}\");\n"));
     }
     src.push_str(&format!(
         "_Static_assert(GC_TLS_MUTATOR_MAGIC == {}ull, \"mutator magic\");\n\
