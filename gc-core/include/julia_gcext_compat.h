@@ -18,12 +18,14 @@
  * This header is checked against the Rust side by gc-core's tests (tests/it/headers.rs):
  * a declaration that drifts from the exported function fails to compile there.
  *
- * Fast paths. jl_get_ptls_states, jl_gc_mark_queue_obj, jl_gc_wb, jl_gc_wb_back and
- * jl_typeof are inline functions (macros over gc_compat_*, at the end of this header)
- * that read the published layouts of the thread state (gc_tls_head_t) and of the
- * marker (gc_mark_fast_t), as Julia's julia.h does: marking a child from a mark
- * function is a few loads, a compare of the ptls's thread, a store and a push, with no
- * call. They trust their objects as the seed's API does (live objects); a ptls of
+ * Fast paths. jl_get_ptls_states, jl_gc_alloc_typed, jl_gc_mark_queue_obj, jl_gc_wb,
+ * jl_gc_wb_back and jl_typeof are inline functions (macros over gc_compat_*, at the end
+ * of this header) that read the published layouts of the thread state (gc_tls_head_t),
+ * its allocation state (gc_alloc_fast_t) and the marker (gc_mark_fast_t), as Julia's
+ * julia.h does: marking a child from a mark function is a few loads, a compare of the
+ * ptls's thread, a store and a push, with no call; allocating is a free-list pop or a
+ * bump in the thread's pool page, the payload zeroed, the header and allocation bit
+ * stored. They trust their objects as the seed's API does (live objects); a ptls of
  * another thread is sent out of line. The out-of-line functions check the ptls (it
  * must be the calling thread's; in a mark function, any thread's ptls is taken as the
  * calling collector thread's own, as GAP's mark functions pass a saved one) and, with
@@ -548,12 +550,13 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
  * managed code (not GC-safe, no collection requested, no stress collection due), the
  * type is one it allocated recently and the size one of its pool sizes, and the pool's
  * page has a cell left; everything else (errors included) out of line. */
-static inline void *gc_compat_alloc_typed(jl_ptls_t ptls, size_t sz, void *ty)
+static inline __attribute__((always_inline)) void *gc_compat_alloc_typed(jl_ptls_t ptls, size_t sz,
+                                                                        void *ty)
 {
     const gc_tls_head_t *hd = (const gc_tls_head_t *)ptls;
     gc_alloc_fast_t *a;
-    if (__builtin_expect(hd == NULL || (a = (gc_alloc_fast_t *)hd->alloc) == NULL ||
-                             hd->thread != gc_compat_self(), 0))
+    if (__builtin_expect(hd == NULL || hd->thread != gc_compat_self() ||
+                             (a = (gc_alloc_fast_t *)hd->alloc) == NULL, 0))
         return (jl_gc_alloc_typed)(ptls, sz, ty);
     const gc_alloc_type_t *t = a->types;
     while (t->ty != (uintptr_t)ty) {

@@ -1064,7 +1064,10 @@ pub(crate) fn detach(shared: &Arc<MutatorShared>) {
     heap.tasks.lock().retain(|t| !Arc::ptr_eq(t, &shared.task));
     shared.state.store(DETACHED, Ordering::SeqCst);
     shared.head.magic.store(MUTATOR_DEAD, Ordering::SeqCst);
-    shared.head.alloc.store(std::ptr::null_mut(), Ordering::SeqCst);
+    shared
+        .head
+        .alloc
+        .store(std::ptr::null_mut(), Ordering::SeqCst);
     // The compat header's cached jl_get_ptls_states compares this field alone.
     shared.head.thread.store(0, Ordering::SeqCst);
     SPARE.lock().push(shared.clone());

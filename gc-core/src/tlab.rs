@@ -243,8 +243,16 @@ pub(crate) fn alloc_fast_layout() -> Vec<(&'static str, &'static str, usize)> {
         ("gc_alloc_fast_t", "types", offset_of!(Local, type_cache)),
         ("gc_alloc_fast_t", "pools", offset_of!(Local, pools)),
         ("gc_alloc_type_t", "ty", offset_of!(CachedType, addr)),
-        ("gc_alloc_type_t", "min_size", offset_of!(CachedType, min_size)),
-        ("gc_alloc_type_t", "max_small", offset_of!(CachedType, max_small)),
+        (
+            "gc_alloc_type_t",
+            "min_size",
+            offset_of!(CachedType, min_size),
+        ),
+        (
+            "gc_alloc_type_t",
+            "max_small",
+            offset_of!(CachedType, max_small),
+        ),
         ("gc_alloc_type_t", "sizeof", size_of::<CachedType>()),
         ("gc_alloc_pool_t", "free", offset_of!(Pool, free)),
         ("gc_alloc_pool_t", "bump", offset_of!(Pool, bump)),

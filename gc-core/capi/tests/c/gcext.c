@@ -340,6 +340,42 @@ static void *exits_attached(void *arg)
     return NULL;
 }
 
+/* The compat header's inline jl_gc_alloc_typed against the out-of-line rules: cells
+ * reused after a collection come back zeroed and typed (conservative.c in
+ * gc-conservative checks interior lookups of them); inside a GC-safe region allocation is refused (the inline path leaves it to the
+ * out-of-line one), and works again after. */
+static void inline_allocation(jl_ptls_t ptls)
+{
+    enum { N = 4000, SZ = 40 };
+    for (int i = 0; i < N; i++) {
+        unsigned char *o = jl_gc_alloc_typed(ptls, SZ, small_type);
+        CHECK(o != NULL, "allocation %d failed: %s", i, jl_gc_last_error());
+        if (o)
+            memset(o, 0xAB, SZ);
+    }
+    jl_gc_collect(JL_GC_FULL); /* every one of them garbage: their cells are free again */
+    int dirty = 0, untyped = 0;
+    for (int i = 0; i < N; i++) {
+        unsigned char *o = jl_gc_alloc_typed(ptls, SZ, small_type);
+        CHECK(o != NULL, "reallocation %d failed: %s", i, jl_gc_last_error());
+        if (!o)
+            break;
+        for (int k = 0; k < SZ; k++)
+            dirty += o[k] != 0;
+        untyped += jl_typeof((jl_value_t *)o) != (jl_value_t *)small_type;
+    }
+    CHECK(dirty == 0, "%d payload bytes of reused cells not zeroed", dirty);
+    CHECK(untyped == 0, "%d objects with the wrong type", untyped);
+    int8_t state = jl_gc_safe_enter(ptls);
+    jl_gc_clear_error();
+    CHECK(jl_gc_alloc_typed(ptls, SZ, small_type) == NULL, "allocation inside a GC-safe region");
+    CHECK(jl_gc_last_error() != NULL, "no error for an allocation inside a GC-safe region");
+    jl_gc_safe_leave(ptls, state);
+    jl_gc_clear_error();
+    CHECK(jl_gc_alloc_typed(ptls, SZ, small_type) != NULL, "allocation after a GC-safe region: %s",
+          jl_gc_last_error());
+}
+
 static void bad_use(jl_ptls_t ptls)
 {
     jl_gc_clear_error();
@@ -444,6 +480,7 @@ int main(int argc, char **argv)
 
     changed_bag_in_pre_gc(ptls);
     bad_use(ptls);
+    inline_allocation(ptls);
     CHECK(aux_roots[NAUX - 1] != NULL, "the detached thread's object is gone");
 
     /* Fill the auxiliary roots (the last two hold the other threads' objects). */
