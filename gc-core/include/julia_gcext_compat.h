@@ -550,6 +550,34 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
  * managed code (not GC-safe, no collection requested, no stress collection due), the
  * type is one it allocated recently and the size one of its pool sizes, and the pool's
  * page has a cell left; everything else (errors included) out of line. */
+/* Zeroes the payload of a reused cell of `cell` bytes (header included) whose header is
+ * at `hdr`: the cells of up to 64 bytes (a master pointer's, most small bodies') with
+ * word stores, no call; larger ones with memset. */
+static inline __attribute__((always_inline)) void gc_compat_zero_payload(uintptr_t hdr,
+                                                                         uint32_t cell)
+{
+    uint64_t *w = (uint64_t *)(hdr + 8);
+    if (cell == 16) {
+        w[0] = 0;
+    }
+    else if (cell <= 64) {
+        w[0] = 0;
+        w[1] = 0;
+        w[2] = 0;
+        if (cell > 32) {
+            w[3] = 0;
+            w[4] = 0;
+            if (cell > 48) {
+                w[5] = 0;
+                w[6] = 0;
+            }
+        }
+    }
+    else {
+        memset(w, 0, cell - 8);
+    }
+}
+
 static inline __attribute__((always_inline)) void *gc_compat_alloc_typed(jl_ptls_t ptls, size_t sz,
                                                                         void *ty)
 {
@@ -572,7 +600,7 @@ static inline __attribute__((always_inline)) void *gc_compat_alloc_typed(jl_ptls
         uintptr_t next = __atomic_load_n((const uintptr_t *)cell, __ATOMIC_RELAXED);
         p->free = next;
         __builtin_prefetch((const void *)next);
-        memset((void *)(cell + 8), 0, p->cell - 8);
+        gc_compat_zero_payload(cell, p->cell);
     }
     else if (p->bump < p->bump_end) {
         cell = p->bump;

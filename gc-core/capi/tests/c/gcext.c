@@ -346,26 +346,32 @@ static void *exits_attached(void *arg)
  * out-of-line one), and works again after. */
 static void inline_allocation(jl_ptls_t ptls)
 {
+    /* Payload sizes of the cells the inline path zeroes with word stores (16, 32, 48 and
+     * 64 bytes) and one it zeroes with memset (128). */
+    static const size_t sizes[] = {8, 24, 40, 56, 120};
     enum { N = 4000, SZ = 40 };
-    for (int i = 0; i < N; i++) {
-        unsigned char *o = jl_gc_alloc_typed(ptls, SZ, small_type);
-        CHECK(o != NULL, "allocation %d failed: %s", i, jl_gc_last_error());
-        if (o)
-            memset(o, 0xAB, SZ);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t sz = sizes[s];
+        for (int i = 0; i < N; i++) {
+            unsigned char *o = jl_gc_alloc_typed(ptls, sz, small_type);
+            CHECK(o != NULL, "allocation %d of %zu bytes failed: %s", i, sz, jl_gc_last_error());
+            if (o)
+                memset(o, 0xAB, sz);
+        }
+        jl_gc_collect(JL_GC_FULL); /* every one of them garbage: their cells are free again */
+        int dirty = 0, untyped = 0;
+        for (int i = 0; i < N; i++) {
+            unsigned char *o = jl_gc_alloc_typed(ptls, sz, small_type);
+            CHECK(o != NULL, "reallocation %d of %zu bytes failed: %s", i, sz, jl_gc_last_error());
+            if (!o)
+                break;
+            for (size_t k = 0; k < sz; k++)
+                dirty += o[k] != 0;
+            untyped += jl_typeof((jl_value_t *)o) != (jl_value_t *)small_type;
+        }
+        CHECK(dirty == 0, "%d payload bytes of reused %zu-byte objects not zeroed", dirty, sz);
+        CHECK(untyped == 0, "%d objects of %zu bytes with the wrong type", untyped, sz);
     }
-    jl_gc_collect(JL_GC_FULL); /* every one of them garbage: their cells are free again */
-    int dirty = 0, untyped = 0;
-    for (int i = 0; i < N; i++) {
-        unsigned char *o = jl_gc_alloc_typed(ptls, SZ, small_type);
-        CHECK(o != NULL, "reallocation %d failed: %s", i, jl_gc_last_error());
-        if (!o)
-            break;
-        for (int k = 0; k < SZ; k++)
-            dirty += o[k] != 0;
-        untyped += jl_typeof((jl_value_t *)o) != (jl_value_t *)small_type;
-    }
-    CHECK(dirty == 0, "%d payload bytes of reused cells not zeroed", dirty);
-    CHECK(untyped == 0, "%d objects with the wrong type", untyped);
     int8_t state = jl_gc_safe_enter(ptls);
     jl_gc_clear_error();
     CHECK(jl_gc_alloc_typed(ptls, SZ, small_type) == NULL, "allocation inside a GC-safe region");
