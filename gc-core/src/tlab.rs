@@ -143,7 +143,8 @@ impl Pool {
 /// second-level cache. The free list is a chain of dependent loads, each a miss on a
 /// page swept long ago, and the prefetch of the next cell in [`Pool::take`] runs only
 /// one allocation ahead; these requests run in parallel (GAP's `smallgroups`, 4.15.1:
-/// the mutator 5-9% faster, `docs/perf/gap-real.md` attempt 30).
+/// allocation's share of GAP's thread a fifth lower, `docs/perf/gap-real.md` attempt
+/// 30).
 fn prefetch_free_cells(page: &'static PageMeta) {
     let Some((cell, class)) = page.cell_layout() else {
         return;
