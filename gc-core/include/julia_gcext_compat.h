@@ -546,10 +546,6 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
     return 1;
 }
 
-/* jl_gc_alloc_typed: a cell of the calling thread's pool when the thread owns ptls, runs
- * managed code (not GC-safe, no collection requested, no stress collection due), the
- * type is one it allocated recently and the size one of its pool sizes, and the pool's
- * page has a cell left; everything else (errors included) out of line. */
 /* Zeroes the payload of a reused cell of `cell` bytes (header included) whose header is
  * at `hdr`: the cells of up to 64 bytes (a master pointer's, most small bodies') with
  * word stores, no call; larger ones with memset. */
@@ -578,6 +574,10 @@ static inline __attribute__((always_inline)) void gc_compat_zero_payload(uintptr
     }
 }
 
+/* jl_gc_alloc_typed: a cell of the calling thread's pool when the thread owns ptls, runs
+ * managed code (not GC-safe, no collection requested, no stress collection due), the
+ * type is one it allocated recently and the size one of its pool sizes, and the pool's
+ * page has a cell left; everything else (errors included) out of line. */
 static inline __attribute__((always_inline)) void *gc_compat_alloc_typed(jl_ptls_t ptls, size_t sz,
                                                                         void *ty)
 {

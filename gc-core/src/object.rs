@@ -69,6 +69,19 @@ pub(crate) fn prefetch(addr: usize) {
     let _ = addr;
 }
 
+/// As [`prefetch`], into the second-level cache only (lines wanted soon, but not so soon
+/// that they should push the first level's out).
+#[inline(always)]
+pub(crate) fn prefetch_l2(addr: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(addr as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = addr;
+}
+
 /// Size of the header word that precedes every object.
 pub const HEADER_SIZE: usize = 8;
 /// Alignment of every object payload.

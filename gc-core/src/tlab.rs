@@ -6,7 +6,7 @@
 //! Depends on `object`, `pagemeta` and `sizeclass`.
 
 use crate::geom::Geom;
-use crate::object::{prefetch, Header, ObjRef, FREE_END, HEADER_SIZE};
+use crate::object::{prefetch, prefetch_l2, Header, ObjRef, FREE_END, HEADER_SIZE};
 use crate::pagemeta::{PageMeta, ALLOC_WORDS};
 use crate::sizeclass::{cells_per_page, FIRST_CELL, NUM_CLASSES};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -156,15 +156,7 @@ fn prefetch_free_cells(page: &'static PageMeta) {
         *word = unsafe { &*bits.add(w) }.load(Ordering::Relaxed);
     }
     let first = page.base() + FIRST_CELL;
-    free_cell_lines(&words, cells_per_page(class), first, cell, |line| {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch is a hint: it never faults, whatever the address.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(line as *const i8)
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
-    });
+    free_cell_lines(&words, cells_per_page(class), first, cell, prefetch_l2);
 }
 
 /// Calls `f` with the address of each 64-byte line that holds the header of a free cell
