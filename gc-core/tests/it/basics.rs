@@ -399,10 +399,16 @@ fn idle_free_pool_pages_go_back_to_the_os() {
 }
 
 /// A freed page run that no object took during the next mutator phase goes back to the
-/// OS after the next collection, and is reused zeroed.
+/// OS after the next collection, and is reused zeroed. Alone in a process: page runs are
+/// process-wide, and another heap's collection giving its freed runs back holds ours off
+/// the free lists meanwhile (an allocation then takes a fresh run).
 #[cfg(target_os = "linux")]
 #[test]
 fn freed_page_runs_are_given_back_and_reused_zeroed() {
+    if !test_support::alone_in_a_process("basics::freed_page_runs_are_given_back_and_reused_zeroed")
+    {
+        return;
+    }
     let (heap, mut m, bytes) = collect_only_when_asked();
     // 13 pages with the header: a size no other test here uses, so no other test takes
     // these runs meanwhile.

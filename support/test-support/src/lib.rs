@@ -204,6 +204,31 @@ pub fn valgrind(extra: &[&str]) -> Command {
     cmd
 }
 
+/// For a test that must not share process-wide state with the tests running beside it
+/// (libtest runs a binary's tests on threads of one process): in the test binary's
+/// process, runs the test `name` (its path, e.g. `basics::the_test`) again alone in a
+/// child process and panics with its output if it fails, then returns `false`; in that
+/// child, returns `true`, and the caller does the test's work.
+pub fn alone_in_a_process(name: &str) -> bool {
+    const CHILD: &str = "TEST_SUPPORT_ALONE";
+    if std::env::var_os(CHILD).is_some_and(|v| v == name) {
+        return true;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args([name, "--exact", "--test-threads=1", "--nocapture"])
+        .env(CHILD, name)
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name}, alone in a process ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
 /// The path of the example `name` that cargo builds for this test run (the `examples`
 /// folder next to the test binary's `deps`).
 pub fn example_path(name: &str) -> PathBuf {
