@@ -60,23 +60,27 @@ pub(crate) const FREE_END: usize = FREE;
 /// never faults, whatever the address; nothing on other architectures than x86-64.
 #[inline(always)]
 pub(crate) fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
+    prefetch_into::<false>(addr)
 }
 
 /// As [`prefetch`], into the second-level cache only (lines wanted soon, but not so soon
 /// that they should push the first level's out).
 #[inline(always)]
 pub(crate) fn prefetch_l2(addr: usize) {
+    prefetch_into::<true>(addr)
+}
+
+#[inline(always)]
+fn prefetch_into<const L2_ONLY: bool>(addr: usize) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch is a hint: it never faults, whatever the address.
     unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T1 }>(addr as *const i8)
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0, _MM_HINT_T1};
+        if L2_ONLY {
+            _mm_prefetch::<_MM_HINT_T1>(addr as *const i8)
+        } else {
+            _mm_prefetch::<_MM_HINT_T0>(addr as *const i8)
+        }
     };
     #[cfg(not(target_arch = "x86_64"))]
     let _ = addr;

@@ -232,15 +232,7 @@ impl Bitmaps {
     /// than starting a second cache miss only once the first is over.
     #[inline(always)]
     pub fn prefetch(self, addr: usize) {
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch has no architectural effect, and the address is valid.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                self.alloc_word(addr, 0) as *const AtomicU64 as *const i8,
-            )
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = addr;
+        crate::object::prefetch(self.alloc_word(addr, 0) as *const AtomicU64 as usize);
     }
 
     fn page(self, page_base: usize) -> &'static AllocBits {
