@@ -199,6 +199,16 @@ typedef struct gc_config_t {
    * square root (`full_growth * sqrt(knee * old)`; 0: always `full_growth * old`).
    */
   size_t full_growth_knee;
+  /**
+   * Most times the room above that an automatic full collection may be put off by
+   * when the last one found little garbage (the inverse of its yield; 1.0: never).
+   */
+  double full_defer;
+  /**
+   * Most bytes beyond that room a put-off full collection lets the old generation
+   * grow by (shrinking to nothing at `full_growth_knee`).
+   */
+  size_t full_defer_bytes;
 } gc_config_t;
 
 /**

@@ -9,7 +9,7 @@
 //!
 //! Why: a slot starts at a page boundary and shares no page with anything else, so the
 //! pages an object never writes are never resident, and the zero pages at its end can
-//! be given back up to the slot's end (`big::release_zero_tail`). In the
+//! be given back up to the slot's end (`big::ZeroTails`). In the
 //! system allocator's heap the next chunk's header lands in the object's last page and
 //! the object's own header in the page before its first: GAP's function bodies
 //! (allocated with 8 KiB, then shrunk to about 2 KiB by `ResizeBag`, which only changes
@@ -30,7 +30,7 @@ use crate::page::CHUNK_SIZE;
 use parking_lot::Mutex;
 
 /// The OS's page size (x86_64 and aarch64 Linux's smallest): the unit of page runs and
-/// of the zero tails given back (`big::release_zero_tail`).
+/// of the zero tails given back (`big::ZeroTails`).
 pub(crate) const OS_PAGE: usize = 4096;
 
 /// Fewest pages of a slot.

@@ -336,21 +336,44 @@ fn run(
     // What `Heap::stats` returns when called from inside this collection.
     heap.publish_stats(&gc);
     let big_old_now = heap.big.lock().old_bytes;
-    if std::mem::take(&mut gc.full_pending) {
-        gc.old_after_full = heap.pages.lock().totals.old + big_old_now;
-    }
     let allocd = heap.allocd.swap(0, Ordering::Relaxed);
     let old_bytes_now = heap.pages.lock().totals.old + big_old_now;
+    if std::mem::take(&mut gc.full_pending) {
+        gc.old_after_full = old_bytes_now;
+        gc.chain_base = old_bytes_now;
+        learn_yield(heap, &mut gc, &config);
+    }
+    if std::mem::take(&mut gc.chain_pending) {
+        gc.chain_base = old_bytes_now;
+    }
     let full = match req {
         CollectionKind::Full => true,
         CollectionKind::Partial => false,
         CollectionKind::Auto => {
-            let base = gc
-                .old_after_full
-                .max(config.min_interval.saturating_mul(LARGE_HEAP_FLOOR));
-            old_bytes_now as f64 > base as f64 + config.full_allowance(base)
+            // Full collections are considered where the old generation has grown by the
+            // room of `full_growth` since the last one (or since such a point was
+            // passed), and done there unless the last full collection's yield puts them
+            // off (`HeapConfig::full_defer`): put off, the next point is measured from
+            // where this collection leaves the old generation, as a full collection
+            // that freed nothing would have left it, so that the points stay where they
+            // are without putting off.
+            let floor = config.min_interval.saturating_mul(LARGE_HEAP_FLOOR);
+            let point = gc.chain_base.max(floor);
+            if old_bytes_now as f64 > point as f64 + config.full_allowance(point) {
+                let base = gc.old_after_full.max(floor);
+                let due =
+                    old_bytes_now as f64 > base as f64 + config.full_room(base, gc.full_defer);
+                gc.chain_pending = !due;
+                due
+            } else {
+                false
+            }
         }
     };
+    if full {
+        gc.full_growth = old_bytes_now.saturating_sub(gc.old_after_full);
+        gc.old_freed_before_full = old_freed(heap);
+    }
     let kind = if full {
         CollectionKind::Full
     } else {
@@ -573,6 +596,8 @@ fn run(
     gc.remset = next_remset;
     if full && unswept == 0 {
         gc.old_after_full = pool_old + big_old;
+        gc.chain_base = gc.old_after_full;
+        learn_yield(heap, &mut gc, &config);
     } else if full {
         gc.full_pending = true;
     }
@@ -804,6 +829,34 @@ fn verify_remembered_set(heap: &HeapInner, marker: &mut Marker<'_>) {
     }
 }
 
+/// Old bytes freed by full collections since the heap was created.
+fn old_freed(heap: &HeapInner) -> u64 {
+    heap.pages.lock().totals.old_freed + heap.big.lock().old_freed
+}
+
+/// Judges the last full collection, its sweep complete: its yield is the old bytes it
+/// freed over what the old generation grew by since the full collection before, and the
+/// next automatic one is put off by its inverse (`HeapConfig::full_defer`). Growth below
+/// the least interval between collections says too little to judge by.
+fn learn_yield(heap: &HeapInner, gc: &mut GcState, config: &crate::HeapConfig) {
+    if gc.full_growth < config.min_interval {
+        return;
+    }
+    let freed = old_freed(heap).saturating_sub(gc.old_freed_before_full) as f64;
+    let yield_ = freed / gc.full_growth as f64;
+    gc.full_defer = if yield_ > 0.0 {
+        (1.0 / yield_).clamp(1.0, config.full_defer)
+    } else {
+        config.full_defer
+    };
+    tracing::debug!(
+        growth = gc.full_growth,
+        freed,
+        defer = gc.full_defer,
+        "full collection's yield"
+    );
+}
+
 #[derive(Default)]
 struct SweepTotals {
     freed: usize,
@@ -899,6 +952,7 @@ fn sweep_big(
             if h.is_marked_old(parity) {
                 keep.push(obj);
             } else {
+                lists.old_freed += size as u64;
                 lists.old_bytes -= size;
                 lists.live -= size;
                 free(obj, size, totals);
@@ -907,6 +961,7 @@ fn sweep_big(
         lists.old = keep;
     }
     // Young objects: dead, still young, or promoted by this collection's marking.
+    let mut tails = big::ZeroTails::default();
     let young = std::mem::take(&mut lists.young);
     let mut keep_young = Vec::with_capacity(young.len());
     for obj in young {
@@ -920,8 +975,9 @@ fn sweep_big(
             // Promoted: it has lived through two collections, so whatever its client
             // left of it unused is likely to stay so.
             if size > big::OS_PAGE {
-                // SAFETY: a live big object; the world is stopped.
-                totals.zero_tails += unsafe { big::release_zero_tail(obj) };
+                // SAFETY: a live big object; the world stays stopped until the release
+                // below, and no object is freed in between (only dead ones are).
+                unsafe { tails.add(obj) };
             }
         } else if h.is_young_marked(young_marked) {
             keep_young.push(obj);
@@ -932,6 +988,8 @@ fn sweep_big(
     }
     lists.young = keep_young;
     lists.freed_since_trim += totals.system_freed - system_freed_at_start;
+    // SAFETY: the objects added are promoted, so live, and the world is still stopped.
+    totals.zero_tails += unsafe { tails.release() };
 }
 
 /// Bytes of big objects given back to the system allocator (by any collection) before

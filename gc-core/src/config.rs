@@ -100,6 +100,22 @@ pub struct HeapConfig {
     /// the live heap. A program whose old generation is 2 GB then collects in full
     /// after about 1 GB of promoted data rather than 2 GB.
     pub full_growth_knee: usize,
+    /// Most times the room above (`full_growth`, `full_growth_knee`) that an automatic
+    /// full collection may be put off by when full collections find little garbage
+    /// (default 16; 1.0: never). A full collection's yield is the old bytes it freed
+    /// over the old generation's growth since the one before; the next waits for
+    /// `1 / yield` times the room (so the old garbage expected by then is the same as at
+    /// a yield of 1), up to this factor, and for at most `full_defer_bytes` more. A
+    /// program that builds its data (a runtime loading its library: GAP's start-up
+    /// promotes 190 MB and frees almost none of it at three full collections) then
+    /// does not mark all of it again at each doubling.
+    pub full_defer: f64,
+    /// Most bytes the old generation may grow by beyond the room of `full_growth` when a
+    /// full collection is put off (`full_defer`), for an old generation of nothing;
+    /// shrinking in proportion to nothing at `full_growth_knee`, where the square-root
+    /// rule takes over (default 256 MiB): the bound on what a wrong guess costs when a
+    /// program that promoted live data starts to promote garbage.
+    pub full_defer_bytes: usize,
     /// Collect every N allocations on each thread (stress mode); `None` to disable.
     pub stress_every: Option<u64>,
     /// Verify mode: before each partial collection, check that no old object outside
@@ -148,6 +164,8 @@ impl Default for HeapConfig {
             max_interval: 32 << 20,
             full_growth: 1.0,
             full_growth_knee: 512 << 20,
+            full_defer: 16.0,
+            full_defer_bytes: 256 << 20,
             stress_every: None,
             verify: false,
             keep_free_pages: 64,
@@ -175,6 +193,20 @@ impl HeapConfig {
         scaled * self.full_growth
     }
 
+    /// The bytes the old generation may grow by, from `base` bytes after the last full
+    /// collection, before an automatic collection is full, when the last full
+    /// collection's yield asks to put it off by `defer` (1.0 up to `full_defer`).
+    pub(crate) fn full_room(&self, base: usize, defer: f64) -> f64 {
+        let room = self.full_allowance(base);
+        let knee = self.full_growth_knee as f64;
+        let cap = if knee > 0.0 {
+            self.full_defer_bytes as f64 * (1.0 - base as f64 / knee).max(0.0)
+        } else {
+            self.full_defer_bytes as f64
+        };
+        room + (room * (defer.min(self.full_defer) - 1.0)).clamp(0.0, cap)
+    }
+
     pub(crate) fn validate(&self) -> Result<(), GcError> {
         if self.min_interval == 0 || self.max_interval == 0 {
             return Err(GcError::BadConfig(format!(
@@ -192,6 +224,12 @@ impl HeapConfig {
             return Err(GcError::BadConfig(format!(
                 "resident_reuse ({}) must be finite and not negative",
                 self.resident_reuse
+            )));
+        }
+        if !(self.full_defer >= 1.0 && self.full_defer.is_finite()) {
+            return Err(GcError::BadConfig(format!(
+                "full_defer ({}) must be finite and at least 1",
+                self.full_defer
             )));
         }
         if !(0.0..=1.0).contains(&self.young_weight) {
@@ -225,7 +263,7 @@ impl HeapConfig {
     /// `GC_CORE_LAZY_SWEEP`,
     /// `GC_CORE_GROWTH`, `GC_CORE_YOUNG_WEIGHT`, `GC_CORE_HEADROOM`,
     /// `GC_CORE_RESIDENT_REUSE`, `GC_CORE_SMALL_HEAP`, `GC_CORE_FULL_GROWTH`,
-    /// `GC_CORE_FULL_GROWTH_KNEE`,
+    /// `GC_CORE_FULL_GROWTH_KNEE`, `GC_CORE_FULL_DEFER`, `GC_CORE_FULL_DEFER_BYTES`,
     /// `GC_CORE_MAX_INTERVAL`, `GC_CORE_MIN_INTERVAL`, `GC_CORE_PARALLEL_THRESHOLD` (the
     /// fields of those names),
     /// `GC_CORE_STRESS` (`stress_every`) and `GC_CORE_VERIFY` (0 or 1). A value that does
@@ -294,6 +332,18 @@ impl HeapConfig {
             |v| v.parse::<usize>().ok().filter(|k| *k <= 1 << 40),
         ) {
             config.full_growth_knee = k;
+        }
+        if let Some(d) = env_knob("GC_CORE_FULL_DEFER", "a number from 1 to 1000", |v| {
+            v.parse::<f64>().ok().filter(|d| (1.0..=1000.0).contains(d))
+        }) {
+            config.full_defer = d;
+        }
+        if let Some(b) = env_knob(
+            "GC_CORE_FULL_DEFER_BYTES",
+            "a byte count up to 1 TiB",
+            |v| v.parse::<usize>().ok().filter(|b| *b <= 1 << 40),
+        ) {
+            config.full_defer_bytes = b;
         }
         if let Some(m) = env_knob(
             "GC_CORE_MAX_INTERVAL",

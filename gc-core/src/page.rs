@@ -235,6 +235,8 @@ pub(crate) struct PoolTotals {
     pub old: usize,
     /// Bytes freed by sweeps since the heap was created.
     pub freed: u64,
+    /// Of those, bytes of old cells (freed after full collections).
+    pub old_freed: u64,
 }
 
 /// Who swept a pool page (for the statistics: where the sweeping time goes).
@@ -747,6 +749,7 @@ impl PageAlloc {
         t.live = t.live + r.live as usize * cell - prev_live * cell;
         t.old = t.old + r.old as usize * cell - prev_old * cell;
         t.freed += r.freed as u64 * cell as u64;
+        t.old_freed += r.old_freed as u64 * cell as u64;
         if r.live == 0 {
             // SAFETY: no live cell remains and nobody holds the page.
             unsafe { page.release() };
@@ -932,6 +935,8 @@ struct PageSweep {
     live: u32,
     old: u32,
     freed: u32,
+    /// Of `freed`, old cells.
+    old_freed: u32,
 }
 
 /// Sweeps one pool page: dead cells join the page's free list (in address order); live
@@ -954,6 +959,7 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
     let mut live = 0u32;
     let mut old = 0u32;
     let mut freed = 0u32;
+    let mut old_freed = 0u32;
     let mut has_young = false;
     for i in 0..n {
         let hp = first + i * cell;
@@ -963,7 +969,7 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
             true
         } else if h.is_old() {
             if p.full && !h.is_marked_old(p.parity) {
-                freed += 1;
+                old_freed += 1;
                 true
             } else {
                 old += 1;
@@ -1019,7 +1025,12 @@ unsafe fn sweep_page(page: &'static PageMeta, p: SweepParams) -> PageSweep {
     st.has_young = has_young;
     st.live_cells = live;
     st.old_cells = old;
-    PageSweep { live, old, freed }
+    PageSweep {
+        live,
+        old,
+        freed: freed + old_freed,
+        old_freed,
+    }
 }
 
 impl Drop for PageAlloc {

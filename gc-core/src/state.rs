@@ -56,6 +56,22 @@ pub(crate) struct GcState {
     pub(crate) old_after_full: usize,
     /// The last full collection's sweep was lazy: set `old_after_full` once it is done.
     pub(crate) full_pending: bool,
+    /// What the last full collection is judged by once its sweep is done
+    /// ([`crate::collect`]'s `learn_yield`): the old generation's growth since the full
+    /// collection before, and the old bytes freed by full collections until it began.
+    pub(crate) full_growth: usize,
+    pub(crate) old_freed_before_full: u64,
+    /// How many times `HeapConfig::full_allowance` the old generation may grow before
+    /// the next automatic full collection (1.0 up to `HeapConfig::full_defer`): the
+    /// inverse of the last full collection's yield.
+    pub(crate) full_defer: f64,
+    /// Where the room before the next full collection is measured from: the old
+    /// generation after the last full collection, or after the last collection that
+    /// put one off.
+    pub(crate) chain_base: usize,
+    /// The collection running put a full one off: `chain_base` is set from the old
+    /// generation it leaves, at the next collection.
+    pub(crate) chain_pending: bool,
     pub(crate) stats: StatsAcc,
     /// Permanent (type) objects' pool.
     pub(crate) perm: Pool,
@@ -124,6 +140,8 @@ pub(crate) struct BigLists {
     /// Bytes of big objects given back to the system allocator (partial collections
     /// included) since it was last asked to trim its heap (`collect::return_memory`).
     pub(crate) freed_since_trim: usize,
+    /// Bytes of old objects freed by full collections since the heap was created.
+    pub(crate) old_freed: u64,
 }
 
 /// Persistent roots: a slab of object references.

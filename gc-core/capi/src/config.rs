@@ -48,6 +48,12 @@ pub struct gc_config_t {
     /// Old-generation size from which the room before a full collection grows with its
     /// square root (`full_growth * sqrt(knee * old)`; 0: always `full_growth * old`).
     pub full_growth_knee: usize,
+    /// Most times the room above that an automatic full collection may be put off by
+    /// when the last one found little garbage (the inverse of its yield; 1.0: never).
+    pub full_defer: f64,
+    /// Most bytes beyond that room a put-off full collection lets the old generation
+    /// grow by (shrinking to nothing at `full_growth_knee`).
+    pub full_defer_bytes: usize,
 }
 
 impl gc_config_t {
@@ -69,6 +75,8 @@ impl gc_config_t {
             small_heap: d.small_heap,
             sweep_threads: d.sweep_threads,
             full_growth_knee: d.full_growth_knee,
+            full_defer: d.full_defer,
+            full_defer_bytes: d.full_defer_bytes,
         }
     }
 
@@ -81,6 +89,8 @@ impl gc_config_t {
             max_interval: self.max_interval,
             full_growth: self.full_growth,
             full_growth_knee: self.full_growth_knee,
+            full_defer: self.full_defer,
+            full_defer_bytes: self.full_defer_bytes,
             stress_every: (self.stress_every != 0).then_some(self.stress_every),
             verify: self.verify != 0,
             keep_free_pages: self.keep_free_pages,

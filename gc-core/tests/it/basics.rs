@@ -322,6 +322,58 @@ fn resident_pages(addr: usize, len: usize) -> Vec<bool> {
     vec.iter().map(|b| b & 1 == 1).collect()
 }
 
+/// The zero tails of many big objects promoted by one collection go back together, in
+/// more than one batch of ranges (1,024 per call): each object keeps the bytes its
+/// client wrote, its tail pages stop being resident and read as zero, and a page a
+/// client writes after comes back.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_zero_tails_of_many_promoted_big_objects_go_back_together() {
+    let (heap, mut m, bytes) = collect_only_when_asked();
+    let size = 8192 + 16;
+    let n = 2500;
+    let objs: Vec<_> = (0..n)
+        .map(|i| {
+            let big = m.alloc_typed(size, bytes).unwrap();
+            let p = big.as_ptr().cast::<u8>();
+            // SAFETY: the object's payload has `size` bytes.
+            unsafe { std::ptr::write_bytes(p, (i % 251 + 1) as u8, 2000) };
+            // SAFETY: as above; every page of the payload resident before.
+            unsafe { std::ptr::write_bytes(p.add(2000), 0, size - 2000) };
+            heap.root(big)
+        })
+        .collect();
+    let before = heap.stats().big_zero_tail_bytes;
+    m.collect(CollectionKind::Partial).unwrap();
+    m.collect(CollectionKind::Partial).unwrap();
+    let released = heap.stats().big_zero_tail_bytes - before;
+    // Each object's run is three pages: the two after the one it wrote go back.
+    assert_eq!(released as usize, n * 2 * 4096);
+    for (i, root) in objs.iter().enumerate() {
+        let p = root.get().as_ptr().cast::<u8>();
+        let base = root.get().addr() - 48;
+        assert_eq!(
+            resident_pages(base, 3 * 4096),
+            [true, false, false],
+            "object {i}"
+        );
+        // SAFETY: the object's payload has `size` bytes.
+        unsafe {
+            assert!(
+                (0..2000).all(|k| *p.add(k) == (i % 251 + 1) as u8),
+                "object {i}"
+            );
+            assert!((2000..size).all(|k| *p.add(k) == 0), "object {i}");
+        }
+    }
+    let p = objs[7].get().as_ptr().cast::<u8>();
+    // SAFETY: as above.
+    unsafe { *p.add(size - 1) = 9 };
+    m.collect(CollectionKind::Full).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { *p.add(size - 1) }, 9);
+}
+
 /// A big object of a few pages (GAP's function bodies: 8 KiB and a header, of which
 /// about 2 KiB get used) has a page run of its own: its header starts a page, and once
 /// promoted only the page its client wrote stays resident, whether the run was fresh or
@@ -1155,9 +1207,17 @@ fn two_allocating_threads_keep_their_live_lists() {
     }
 }
 
-/// Promoted garbage an old generation of `live_mib` MiB of big objects takes, in 1 MiB
-/// steps, before an automatic collection is full, with the full-growth knee `knee`.
-fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize {
+/// The steps (1 MiB of promoted garbage each) after which automatic collections were
+/// full, up to `fulls` of them, for an old generation of `live_mib` MiB of big objects
+/// that two explicit full collections found live, with the full-growth knee `knee` and
+/// full collections put off by at most `defer` times their room, and `defer_mib` MiB.
+fn steps_to_full_collections(
+    live_mib: usize,
+    knee: usize,
+    defer: f64,
+    defer_mib: usize,
+    fulls: usize,
+) -> Vec<usize> {
     // The least interval small (a full collection's base is at least twice it), the
     // formula's interval (about the old generation) far above the 1 MiB allocated
     // between two explicit collections.
@@ -1166,6 +1226,8 @@ fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize 
         max_interval: 1 << 30,
         full_growth: 1.0,
         full_growth_knee: knee,
+        full_defer: defer,
+        full_defer_bytes: defer_mib << 20,
         lazy_sweep: false,
         sweep_threads: 0,
         ..HeapConfig::default()
@@ -1181,23 +1243,38 @@ fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize 
     // of the next full collection is the old generation after this one.
     m.collect(CollectionKind::Full).unwrap();
     m.collect(CollectionKind::Full).unwrap();
-    let fulls = heap.stats().full_collections;
-    for step in 1..=4 * live_mib {
+    let mut seen = heap.stats().full_collections;
+    let mut steps = Vec::new();
+    for step in 1..=16 * live_mib {
         // One MiB that survives two partial collections (old), then dies.
         let garbage = heap.root(m.alloc_typed(mib, bytes).unwrap());
         m.collect(CollectionKind::Partial).unwrap();
         m.collect(CollectionKind::Partial).unwrap();
         drop(garbage);
         m.collect(CollectionKind::Auto).unwrap();
-        if heap.stats().full_collections > fulls {
-            drop(live);
-            return step;
+        let now = heap.stats().full_collections;
+        if now > seen {
+            seen = now;
+            steps.push(step);
+            if steps.len() == fulls {
+                break;
+            }
         }
     }
-    panic!(
-        "no full collection after {} MiB of promoted garbage",
-        4 * live_mib
-    );
+    drop(live);
+    steps
+}
+
+/// Promoted garbage an old generation of `live_mib` MiB takes, in MiB, before an
+/// automatic collection is full (full collections never put off).
+fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize {
+    let steps = steps_to_full_collections(live_mib, knee, 1.0, 0, 1);
+    *steps.first().unwrap_or_else(|| {
+        panic!(
+            "no full collection after {} MiB of promoted garbage",
+            16 * live_mib
+        )
+    })
 }
 
 /// Above `full_growth_knee` the room before a full collection grows with the square
@@ -1212,4 +1289,34 @@ fn above_the_knee_full_collections_come_after_square_root_growth() {
     assert!((64..=66).contains(&proportional), "{proportional} MiB");
     assert_eq!(above, proportional);
     assert!((22..=24).contains(&knee), "{knee} MiB");
+}
+
+/// A full collection that frees nothing of what the old generation grew by (here the
+/// first explicit one: 16 MiB promoted, all live) puts the next automatic one off, by
+/// at most `full_defer` times its room and `full_defer_bytes`, to a point where the
+/// old generation has grown by the room since the last point passed; the next full
+/// collection freed what had been promoted since (its yield is 1), so the one after it
+/// comes after the plain room again.
+#[test]
+fn full_collections_that_find_nothing_are_put_off_within_bounds() {
+    // Never put off: 16 MiB of room each time.
+    let plain = steps_to_full_collections(16, 0, 1.0, 0, 2);
+    assert_eq!(plain.len(), 2, "{plain:?}");
+    assert!((16..=18).contains(&plain[0]), "{plain:?}");
+    assert!((16..=18).contains(&(plain[1] - plain[0])), "{plain:?}");
+    // Put off by up to four times the room (64 MiB: the old generation may reach 80
+    // MiB): the points passed are at about 32 and 70 MiB of old generation, a full
+    // collection at the next one, at about 135 MiB (119 steps); then the yield is 1 and
+    // the room plain again.
+    let put_off = steps_to_full_collections(16, 0, 4.0, 1024, 2);
+    assert_eq!(put_off.len(), 2, "{put_off:?}");
+    assert!((110..=125).contains(&put_off[0]), "{put_off:?}");
+    assert!(
+        (16..=18).contains(&(put_off[1] - put_off[0])),
+        "{put_off:?}"
+    );
+    // The same, with at most 8 MiB beyond the room: the full collection comes at the
+    // first point past 16 + 16 + 8 MiB of old generation, at about 67 MiB (51 steps).
+    let capped = steps_to_full_collections(16, 0, 4.0, 8, 1);
+    assert!((45..=55).contains(&capped[0]), "{capped:?}");
 }
