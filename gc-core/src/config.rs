@@ -113,8 +113,9 @@ pub struct HeapConfig {
     /// Most bytes the old generation may grow by beyond the room of `full_growth` when a
     /// full collection is put off (`full_defer`), for an old generation of nothing;
     /// shrinking in proportion to nothing at `full_growth_knee`, where the square-root
-    /// rule takes over (default 256 MiB): the bound on what a wrong guess costs when a
-    /// program that promoted live data starts to promote garbage.
+    /// rule takes over (not shrinking with a knee of 0; default 256 MiB): the bound on
+    /// what a wrong guess costs when a program that promoted live data starts to
+    /// promote garbage.
     pub full_defer_bytes: usize,
     /// Collect every N allocations on each thread (stress mode); `None` to disable.
     pub stress_every: Option<u64>,
