@@ -209,6 +209,11 @@ typedef struct gc_config_t {
    * grow by (shrinking to nothing at `full_growth_knee`).
    */
   size_t full_defer_bytes;
+  /**
+   * The pause partial collections should stay within, in microseconds: the young
+   * generation shrinks (to a quarter at most) after longer ones (0: no goal).
+   */
+  uint64_t young_pause_goal_us;
 } gc_config_t;
 
 /**

@@ -343,9 +343,6 @@ fn run(
         gc.chain_base = old_bytes_now;
         learn_yield(heap, &mut gc, &config);
     }
-    if std::mem::take(&mut gc.chain_pending) {
-        gc.chain_base = old_bytes_now;
-    }
     let full = match req {
         CollectionKind::Full => true,
         CollectionKind::Partial => false,
@@ -353,17 +350,19 @@ fn run(
             // Full collections are considered where the old generation has grown by the
             // room of `full_growth` since the last one (or since such a point was
             // passed), and done there unless the last full collection's yield puts them
-            // off (`HeapConfig::full_defer`): put off, the next point is measured from
-            // where this collection leaves the old generation, as a full collection
-            // that freed nothing would have left it, so that the points stay where they
-            // are without putting off.
+            // off (`HeapConfig::full_defer`): put off, the next point is the room of
+            // `full_growth` above the one passed, wherever the collections fall, so that
+            // the points do not depend on how much is allocated between collections.
             let floor = config.min_interval.saturating_mul(LARGE_HEAP_FLOOR);
             let point = gc.chain_base.max(floor);
-            if old_bytes_now as f64 > point as f64 + config.full_allowance(point) {
+            let next = point as f64 + config.full_allowance(point);
+            if old_bytes_now as f64 > next {
                 let base = gc.old_after_full.max(floor);
                 let due =
                     old_bytes_now as f64 > base as f64 + config.full_room(base, gc.full_defer);
-                gc.chain_pending = !due;
+                if !due {
+                    gc.chain_base = next as usize;
+                }
                 due
             } else {
                 false
@@ -548,6 +547,19 @@ fn run(
         let b = heap.big.lock();
         (b.live, b.old_bytes)
     };
+    if full {
+        if objects_marked > 0 {
+            gc.mark_rate = Some(mark_time.as_secs_f64() / objects_marked as f64);
+        }
+    } else {
+        gc.young_scale = young_scale(
+            gc.young_scale,
+            t_mark.elapsed(),
+            objects_marked,
+            gc.mark_rate,
+            config.young_pause_goal,
+        );
+    }
     let plan = TriggerPlan {
         other_live: big_live,
         other_old: big_old,
@@ -559,6 +571,7 @@ fn run(
         small_heap: config.small_heap,
         max: config.max_interval,
         reuse: config.resident_reuse,
+        scale: gc.young_scale,
     };
     let (pages_in_use, mapped, pool_live, pool_old, unswept) = {
         let mut pages = heap.pages.lock();
@@ -706,6 +719,42 @@ impl ScanTask for TaskScanning {
             }
         }
     }
+}
+
+/// The least a partial collection's cost shrinks the young generation to, as a
+/// fraction of its size by the interval rules (`HeapConfig::young_pause_goal`): a
+/// cost that does not shrink with it (roots, a large remembered set) costs at most
+/// four times the partial collections.
+pub(crate) const YOUNG_SCALE_FLOOR: f64 = 0.25;
+
+/// The young generation's next scale after a partial collection whose marking and
+/// in-pause sweeping took `cost` and marked `marked` objects, with the scale `scale`,
+/// `rate` seconds of marking per object (the last full collection's; the partial
+/// collection's own without one) and the pause goal `goal`. The survivors' part of the
+/// cost (`marked * rate`) is what a smaller young generation shortens; it is shrunk in
+/// proportion to what the pause took over the goal, or grown back by as much as it
+/// stayed under (at most doubling), within `YOUNG_SCALE_FLOOR..=1`. Where the rest of
+/// the cost (roots, the remembered set) reaches the goal alone, the scale doubles
+/// back towards 1: more collections would not make one shorter.
+pub(crate) fn young_scale(
+    scale: f64,
+    cost: Duration,
+    marked: u64,
+    rate: Option<f64>,
+    goal: Duration,
+) -> f64 {
+    let (cost, goal) = (cost.as_secs_f64(), goal.as_secs_f64());
+    if goal == 0.0 || marked == 0 {
+        return 1.0;
+    }
+    let survivors = rate.map_or(cost, |r| (marked as f64 * r).min(cost));
+    let fixed = cost - survivors;
+    let ratio = if fixed >= goal {
+        2.0
+    } else {
+        (goal - fixed) / survivors.max(1e-9)
+    };
+    (scale * ratio.min(2.0)).clamp(YOUNG_SCALE_FLOOR, 1.0)
 }
 
 /// The number of collector threads for a `mark_threads` setting (0: one per core).

@@ -4,6 +4,7 @@
 //! Depends only on `error`.
 
 use crate::error::GcError;
+use std::time::Duration;
 
 /// When a heap calls its task scanners, and with what.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,6 +118,16 @@ pub struct HeapConfig {
     /// what a wrong guess costs when a program that promoted live data starts to
     /// promote garbage.
     pub full_defer_bytes: usize,
+    /// The pause a partial collection should stay within (default 10 ms;
+    /// `Duration::ZERO`: no goal). After a partial collection whose marking and
+    /// sweeping took longer, the young generation shrinks for the next ones in
+    /// proportion (down to a quarter of its size by the rules above), and it grows
+    /// back, at most doubling per collection, as they get quicker; as G1's pause goal
+    /// sizes its young generation. The pause of a partial collection is the marking of
+    /// what survives: a program whose young objects all live (a runtime loading its
+    /// library; GAP's start-up at 20-25 ms per 32 MiB) makes it long, one whose young
+    /// objects die does not shrink anything.
+    pub young_pause_goal: Duration,
     /// Collect every N allocations on each thread (stress mode); `None` to disable.
     pub stress_every: Option<u64>,
     /// Verify mode: before each partial collection, check that no old object outside
@@ -164,9 +175,10 @@ impl Default for HeapConfig {
             resident_reuse: 2.0,
             max_interval: 32 << 20,
             full_growth: 1.0,
-            full_growth_knee: 512 << 20,
+            full_growth_knee: 64 << 20,
             full_defer: 16.0,
             full_defer_bytes: 256 << 20,
+            young_pause_goal: Duration::from_millis(10),
             stress_every: None,
             verify: false,
             keep_free_pages: 64,
@@ -345,6 +357,13 @@ impl HeapConfig {
             |v| v.parse::<usize>().ok().filter(|b| *b <= 1 << 40),
         ) {
             config.full_defer_bytes = b;
+        }
+        if let Some(us) = env_knob(
+            "GC_CORE_YOUNG_PAUSE_GOAL_US",
+            "microseconds up to 10 s (0: no goal)",
+            |v| v.parse::<u64>().ok().filter(|us| *us <= 10_000_000),
+        ) {
+            config.young_pause_goal = Duration::from_micros(us);
         }
         if let Some(m) = env_knob(
             "GC_CORE_MAX_INTERVAL",

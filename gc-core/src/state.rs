@@ -66,12 +66,16 @@ pub(crate) struct GcState {
     /// inverse of the last full collection's yield.
     pub(crate) full_defer: f64,
     /// Where the room before the next full collection is measured from: the old
-    /// generation after the last full collection, or after the last collection that
-    /// put one off.
+    /// generation after the last full collection, or the last point at which one was
+    /// put off.
     pub(crate) chain_base: usize,
-    /// The collection running put a full one off: `chain_base` is set from the old
-    /// generation it leaves, at the next collection.
-    pub(crate) chain_pending: bool,
+    /// What the young generation is scaled by to keep partial collections within
+    /// `HeapConfig::young_pause_goal` (`YOUNG_SCALE_FLOOR` up to 1.0).
+    pub(crate) young_scale: f64,
+    /// Seconds of marking per object marked in the last full collection: what a partial
+    /// collection's survivors are taken to cost, the rest of its pause being roots and
+    /// the remembered set, which a smaller young generation does not shorten.
+    pub(crate) mark_rate: Option<f64>,
     pub(crate) stats: StatsAcc,
     /// Permanent (type) objects' pool.
     pub(crate) perm: Pool,

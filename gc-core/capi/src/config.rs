@@ -54,6 +54,9 @@ pub struct gc_config_t {
     /// Most bytes beyond that room a put-off full collection lets the old generation
     /// grow by (shrinking to nothing at `full_growth_knee`).
     pub full_defer_bytes: usize,
+    /// The pause partial collections should stay within, in microseconds: the young
+    /// generation shrinks (to a quarter at most) after longer ones (0: no goal).
+    pub young_pause_goal_us: u64,
 }
 
 impl gc_config_t {
@@ -77,6 +80,7 @@ impl gc_config_t {
             full_growth_knee: d.full_growth_knee,
             full_defer: d.full_defer,
             full_defer_bytes: d.full_defer_bytes,
+            young_pause_goal_us: d.young_pause_goal.as_micros().min(u64::MAX as u128) as u64,
         }
     }
 
@@ -91,6 +95,7 @@ impl gc_config_t {
             full_growth_knee: self.full_growth_knee,
             full_defer: self.full_defer,
             full_defer_bytes: self.full_defer_bytes,
+            young_pause_goal: std::time::Duration::from_micros(self.young_pause_goal_us),
             stress_every: (self.stress_every != 0).then_some(self.stress_every),
             verify: self.verify != 0,
             keep_free_pages: self.keep_free_pages,
