@@ -552,12 +552,13 @@ fn run(
             gc.mark_rate = Some(mark_time.as_secs_f64() / objects_marked as f64);
         }
     } else {
-        gc.young_scale = young_scale(
-            gc.young_scale,
+        gc.young_cap = young_cap(
+            allocd,
             t_mark.elapsed(),
             objects_marked,
             gc.mark_rate,
             config.young_pause_goal,
+            config.max_interval,
         );
     }
     let plan = TriggerPlan {
@@ -571,7 +572,7 @@ fn run(
         small_heap: config.small_heap,
         max: config.max_interval,
         reuse: config.resident_reuse,
-        scale: gc.young_scale,
+        cap: gc.young_cap,
     };
     let (pages_in_use, mapped, pool_live, pool_old, unswept) = {
         let mut pages = heap.pages.lock();
@@ -721,31 +722,34 @@ impl ScanTask for TaskScanning {
     }
 }
 
-/// The least a partial collection's cost shrinks the young generation to, as a
-/// fraction of its size by the interval rules (`HeapConfig::young_pause_goal`): a
-/// cost that does not shrink with it (roots, a large remembered set) costs at most
-/// four times the partial collections.
-pub(crate) const YOUNG_SCALE_FLOOR: f64 = 0.25;
+/// The least the pause goal bounds the interval between collections to, as a fraction
+/// of `max_interval` (`HeapConfig::young_pause_goal`): a cost that does not shrink
+/// with the young generation (roots, a large remembered set) costs at most four times
+/// the partial collections.
+pub(crate) const YOUNG_CAP_FLOOR: f64 = 0.25;
 
-/// The young generation's next scale after a partial collection whose marking and
-/// in-pause sweeping took `cost` and marked `marked` objects, with the scale `scale`,
-/// `rate` seconds of marking per object (the last full collection's; the partial
-/// collection's own without one) and the pause goal `goal`. The survivors' part of the
-/// cost (`marked * rate`) is what a smaller young generation shortens; it is shrunk in
-/// proportion to what the pause took over the goal, or grown back by as much as it
-/// stayed under (at most doubling), within `YOUNG_SCALE_FLOOR..=1`. Where the rest of
-/// the cost (roots, the remembered set) reaches the goal alone, the scale doubles
-/// back towards 1: more collections would not make one shorter.
-pub(crate) fn young_scale(
-    scale: f64,
+/// The most bytes to allocate before the next collection after a partial collection
+/// that followed `allocd` bytes of allocation, took `cost` (marking and in-pause
+/// sweeping) and marked `marked` objects, with `rate` seconds of marking per object
+/// (the last full collection's; the partial collection's own without one) and the
+/// pause goal `goal`. The survivors' part of the cost (`marked * rate`) is what fewer
+/// bytes between collections shortens, in proportion at the density just seen; the
+/// bound is the bytes whose survivors fit in what the rest of the cost leaves of the
+/// goal, at most twice `allocd` (it grows back twofold per collection), and at least
+/// `YOUNG_CAP_FLOOR` times `max_interval`. Where the rest (roots, the remembered set)
+/// reaches the goal alone it grows back too: more collections would not make one
+/// shorter. `usize::MAX` (no bound) without a goal or once it reaches `max_interval`.
+pub(crate) fn young_cap(
+    allocd: usize,
     cost: Duration,
     marked: u64,
     rate: Option<f64>,
     goal: Duration,
-) -> f64 {
+    max_interval: usize,
+) -> usize {
     let (cost, goal) = (cost.as_secs_f64(), goal.as_secs_f64());
-    if goal == 0.0 || marked == 0 {
-        return 1.0;
+    if goal == 0.0 || marked == 0 || allocd == 0 {
+        return usize::MAX;
     }
     let survivors = rate.map_or(cost, |r| (marked as f64 * r).min(cost));
     let fixed = cost - survivors;
@@ -754,7 +758,12 @@ pub(crate) fn young_scale(
     } else {
         (goal - fixed) / survivors.max(1e-9)
     };
-    (scale * ratio.min(2.0)).clamp(YOUNG_SCALE_FLOOR, 1.0)
+    let cap = allocd as f64 * ratio.min(2.0);
+    if cap >= max_interval as f64 {
+        usize::MAX
+    } else {
+        cap.max(max_interval as f64 * YOUNG_CAP_FLOOR) as usize
+    }
 }
 
 /// The number of collector threads for a `mark_threads` setting (0: one per core).
@@ -1110,6 +1119,35 @@ fn invoke_simple(heap: &HeapInner, kind: CallbackKind, full: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The pause goal's bound on the bytes between collections: the survivors' part of
+    /// the cost fitted in what the rest leaves of the goal at the density just seen,
+    /// grown back at most twofold, within a quarter of `max_interval` and no bound.
+    #[test]
+    fn the_young_cap_follows_the_pause_goal() {
+        let ms = Duration::from_millis;
+        let (goal, mib, max) = (ms(10), 1 << 20, 32 << 20);
+        let cap = |allocd, cost, marked, rate| young_cap(allocd, cost, marked, rate, goal, max);
+        // No goal, nothing marked or allocated: no bound.
+        assert_eq!(
+            young_cap(max, ms(40), 1000, None, Duration::ZERO, max),
+            usize::MAX
+        );
+        assert_eq!(cap(max, ms(40), 0, None), usize::MAX);
+        assert_eq!(cap(0, ms(40), 1000, None), usize::MAX);
+        // Without a full collection's rate, all of the cost is the survivors'.
+        assert_eq!(cap(32 * mib, ms(20), 1000, None), 16 * mib);
+        assert_eq!(cap(12 * mib, ms(15), 1000, None), 8 * mib);
+        assert_eq!(cap(32 * mib, ms(100), 1000, None), 8 * mib);
+        // 1,000,000 survivors at 10 ns are 10 of the 16 ms; the other 6 leave 4 ms.
+        assert_eq!(cap(20 * mib, ms(16), 1_000_000, Some(10e-9)), 8 * mib);
+        // Roots and the remembered set alone over the goal: grown back twofold.
+        assert_eq!(cap(10 * mib, ms(30), 1000, Some(10e-9)), 20 * mib);
+        // Under the goal: grown by as much, at most twofold, unbounded at the maximum.
+        assert_eq!(cap(8 * mib, ms(8), 1000, None), 10 * mib);
+        assert_eq!(cap(10 * mib, ms(1), 1000, None), 20 * mib);
+        assert_eq!(cap(20 * mib, ms(1), 1000, None), usize::MAX);
+    }
 
     fn stack(words: usize) -> Vec<usize> {
         Vec::with_capacity(words)

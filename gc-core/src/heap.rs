@@ -122,7 +122,7 @@ impl Heap {
                 old_freed_before_full: 0,
                 full_defer: 1.0,
                 chain_base: 0,
-                young_scale: 1.0,
+                young_cap: usize::MAX,
                 mark_rate: None,
                 stats: StatsAcc::default(),
                 perm: Pool::empty(None),

@@ -329,9 +329,9 @@ pub(crate) struct TriggerPlan {
     pub max: usize,
     /// `HeapConfig::resident_reuse`.
     pub reuse: f64,
-    /// What the interval is scaled by for `HeapConfig::young_pause_goal` (at most 1.0;
-    /// never below the floor).
-    pub scale: f64,
+    /// The most bytes the interval may be for `HeapConfig::young_pause_goal` (never
+    /// below the floor).
+    pub cap: usize,
 }
 
 /// A heap holding at least `HeapConfig::small_heap` live bytes waits at least this many
@@ -383,9 +383,12 @@ impl TriggerPlan {
         } else {
             self.min.saturating_mul(LARGE_HEAP_FLOOR)
         };
-        // The floor wins over `max` and the pause goal's scale where a configuration
-        // puts it higher.
-        (interval.min(self.max as f64) * self.scale).max(floor as f64) as usize
+        // The floor wins over `max` and the pause goal's cap where a configuration puts
+        // it higher.
+        interval
+            .min(self.max as f64)
+            .min(self.cap as f64)
+            .max(floor as f64) as usize
     }
 }
 

@@ -69,9 +69,10 @@ pub(crate) struct GcState {
     /// generation after the last full collection, or the last point at which one was
     /// put off.
     pub(crate) chain_base: usize,
-    /// What the young generation is scaled by to keep partial collections within
-    /// `HeapConfig::young_pause_goal` (`YOUNG_SCALE_FLOOR` up to 1.0).
-    pub(crate) young_scale: f64,
+    /// The most bytes allocated between two collections that keeps partial collections
+    /// within `HeapConfig::young_pause_goal` at the survivors' density and marking
+    /// rate last seen (`usize::MAX`: no bound).
+    pub(crate) young_cap: usize,
     /// Seconds of marking per object marked in the last full collection: what a partial
     /// collection's survivors are taken to cost, the rest of its pause being roots and
     /// the remembered set, which a smaller young generation does not shorten.

@@ -1217,6 +1217,7 @@ fn steps_to_full_collections(
     defer: f64,
     defer_mib: usize,
     fulls: usize,
+    step_mib: usize,
 ) -> Vec<usize> {
     // The least interval small (a full collection's base is at least twice it), the
     // formula's interval (about the old generation) far above the 1 MiB allocated
@@ -1246,8 +1247,10 @@ fn steps_to_full_collections(
     let mut seen = heap.stats().full_collections;
     let mut steps = Vec::new();
     for step in 1..=16 * live_mib {
-        // One MiB that survives two partial collections (old), then dies.
-        let garbage = heap.root(m.alloc_typed(mib, bytes).unwrap());
+        // `step_mib` MiB that survive two partial collections (old), then die.
+        let garbage: Vec<_> = (0..step_mib)
+            .map(|_| heap.root(m.alloc_typed(mib, bytes).unwrap()))
+            .collect();
         m.collect(CollectionKind::Partial).unwrap();
         m.collect(CollectionKind::Partial).unwrap();
         drop(garbage);
@@ -1268,7 +1271,7 @@ fn steps_to_full_collections(
 /// Promoted garbage an old generation of `live_mib` MiB takes, in MiB, before an
 /// automatic collection is full (full collections never put off).
 fn promoted_mib_before_a_full_collection(live_mib: usize, knee: usize) -> usize {
-    let steps = steps_to_full_collections(live_mib, knee, 1.0, 0, 1);
+    let steps = steps_to_full_collections(live_mib, knee, 1.0, 0, 1, 1);
     *steps.first().unwrap_or_else(|| {
         panic!(
             "no full collection after {} MiB of promoted garbage",
@@ -1300,15 +1303,15 @@ fn above_the_knee_full_collections_come_after_square_root_growth() {
 #[test]
 fn full_collections_that_find_nothing_are_put_off_within_bounds() {
     // Never put off: 16 MiB of room each time.
-    let plain = steps_to_full_collections(16, 0, 1.0, 0, 2);
+    let plain = steps_to_full_collections(16, 0, 1.0, 0, 2, 1);
     assert_eq!(plain.len(), 2, "{plain:?}");
     assert!((16..=18).contains(&plain[0]), "{plain:?}");
     assert!((16..=18).contains(&(plain[1] - plain[0])), "{plain:?}");
     // Put off by up to four times the room (64 MiB: the old generation may reach 80
-    // MiB): the points passed are at about 32 and 70 MiB of old generation, a full
-    // collection at the next one, at about 135 MiB (119 steps); then the yield is 1 and
+    // MiB): the points passed are at 32 and 64 MiB of old generation, a full
+    // collection at the next one, at 128 MiB (about 112 steps); then the yield is 1 and
     // the room plain again.
-    let put_off = steps_to_full_collections(16, 0, 4.0, 1024, 2);
+    let put_off = steps_to_full_collections(16, 0, 4.0, 1024, 2, 1);
     assert_eq!(put_off.len(), 2, "{put_off:?}");
     assert!((110..=125).contains(&put_off[0]), "{put_off:?}");
     assert!(
@@ -1316,7 +1319,66 @@ fn full_collections_that_find_nothing_are_put_off_within_bounds() {
         "{put_off:?}"
     );
     // The same, with at most 8 MiB beyond the room: the full collection comes at the
-    // first point past 16 + 16 + 8 MiB of old generation, at about 67 MiB (51 steps).
-    let capped = steps_to_full_collections(16, 0, 4.0, 8, 1);
+    // first point past 16 + 16 + 8 MiB of old generation, at 64 MiB (about 48 steps).
+    let capped = steps_to_full_collections(16, 0, 4.0, 8, 1, 1);
     assert!((45..=55).contains(&capped[0]), "{capped:?}");
+}
+
+/// The points where a put-off full collection is considered are sizes of the old
+/// generation (32, 64, 128 MiB here), not sizes reached by the collections that passed
+/// the points before: promoting 7 MiB between two collections instead of 1 MiB, the
+/// full collection comes at the first collection past 128 MiB all the same (measured
+/// from where collections overshot the points, it came near 160 MiB).
+#[test]
+fn full_collection_points_do_not_depend_on_the_spacing_of_collections() {
+    let fine = steps_to_full_collections(16, 0, 4.0, 1024, 1, 1)[0];
+    let coarse = 7 * steps_to_full_collections(16, 0, 4.0, 1024, 1, 7)[0];
+    assert!(
+        coarse >= fine && coarse < fine + 7,
+        "promoted before the full collection: {fine} MiB a MiB at a time, {coarse} MiB seven at a time"
+    );
+}
+
+/// Partial collections count `n` MiB of young objects that all survive (kept by
+/// roots), with the pause goal `goal` and an 8 MiB young generation; full
+/// collections never come.
+fn partial_collections_keeping(n: usize, goal: std::time::Duration) -> u64 {
+    let heap = Heap::new(HeapConfig {
+        min_interval: 1 << 20,
+        max_interval: 8 << 20,
+        full_growth: 1000.0,
+        young_pause_goal: goal,
+        lazy_sweep: false,
+        sweep_threads: 0,
+        ..HeapConfig::default()
+    })
+    .unwrap();
+    let mut m = heap.attach().unwrap();
+    let bytes = heap.new_layout_type("Bytes", 8, &[]).unwrap();
+    let kept: Vec<_> = (0..n * 16)
+        .map(|_| heap.root(m.alloc_typed(64 << 10, bytes).unwrap()))
+        .collect();
+    let partial = heap.stats().partial_collections;
+    assert_eq!(heap.stats().full_collections, 0);
+    drop(kept);
+    partial
+}
+
+/// A partial collection over `young_pause_goal` shrinks the young generation, to a
+/// quarter at most: with a goal no collection can meet, keeping 64 MiB takes about 32
+/// partial collections (one per 2 MiB) instead of 11 (one per 8 MiB once the heap is
+/// past its first few MiB); with a goal every collection meets, and with none, the
+/// same number.
+#[test]
+fn partial_collections_over_the_pause_goal_shrink_the_young_generation() {
+    use std::time::Duration;
+    let none = partial_collections_keeping(64, Duration::ZERO);
+    let met = partial_collections_keeping(64, Duration::from_secs(10));
+    let missed = partial_collections_keeping(64, Duration::from_nanos(1));
+    assert!((9..=13).contains(&none), "{none} partial collections");
+    assert_eq!(met, none);
+    assert!(
+        (28..=40).contains(&missed),
+        "{missed} partial collections against {none}"
+    );
 }
