@@ -102,7 +102,7 @@ pub struct HeapConfig {
     /// after about 360 MB of promoted data rather than 2 GB. (GAP's `bigheap`, 2.1 GB
     /// live and 800 MB of promoted garbage at its end: with a 512 MiB knee, 1 GB of
     /// room, its peak RSS was 2.84-3.07 GB depending on where the last automatic full
-    /// collection fell; with 64 MiB, 2.66-2.74 GB, for 6 more full collections.)
+    /// collection fell; with 64 MiB, 2.60-2.74 GB, for 6 more full collections.)
     pub full_growth_knee: usize,
     /// Most times the room above (`full_growth`, `full_growth_knee`) that an automatic
     /// full collection may be put off by when full collections find little garbage
