@@ -499,18 +499,6 @@ static inline const gc_tls_head_t *gc_compat_own_marking_head(uintptr_t self)
     return h;
 }
 
-/* Starts loading the header of what an object's first word points at, if that word looks
- * like an address, while the object's own line is in the cache (its header was just
- * marked): a reference in the first word is common (GAP's master pointers hold nothing
- * else), and the object's scan reads that target's header. A word that is no address costs
- * one useless prefetch, which never faults. */
-static inline __attribute__((always_inline)) void gc_compat_prefetch_first(const jl_value_t *obj)
-{
-    uintptr_t w0 = *(const uintptr_t *)obj;
-    if ((w0 & 7) == 0 && w0 > 4096)
-        __builtin_prefetch((const void *)(w0 - sizeof(uintptr_t)));
-}
-
 /* jl_gc_mark_queue_obj: mark and push onto the calling collector thread's own stack. */
 static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
 {
@@ -543,7 +531,6 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
         *hp = h ^ GC_HDR_MARK;
         *mk->top++ = (uintptr_t)obj;
         mk->marked++;
-        gc_compat_prefetch_first(obj);
         return 0;
     }
     if ((h & (GC_HDR_AGE | GC_HDR_MARK)) == mk->young_marked) {
@@ -556,7 +543,6 @@ static inline int gc_compat_mark_queue_obj(jl_ptls_t ptls, jl_value_t *obj)
     *mk->top++ = (uintptr_t)obj;
     mk->marked++;
     mk->young++;
-    gc_compat_prefetch_first(obj);
     return 1;
 }
 

@@ -533,14 +533,6 @@ impl<'h> Marker<'h> {
         let desc = unsafe { &*(h.type_addr() as *const TypeDesc) };
         if desc.has_pointers {
             self.push(obj.addr());
-            // The object's line is in the cache (its header was just marked): start
-            // loading what its first word points at, as `jl_gc_mark_queue_obj` does in
-            // the C header (`gc_compat_prefetch_first`).
-            // SAFETY: every object's cell has at least one payload word.
-            let w0 = unsafe { (obj.addr() as *const usize).read() };
-            if w0 & 7 == 0 && w0 > 4096 {
-                prefetch(w0.wrapping_sub(HEADER_SIZE));
-            }
         }
     }
 
