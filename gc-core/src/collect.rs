@@ -553,6 +553,7 @@ fn run(
         }
     } else {
         gc.young_cap = young_cap(
+            gc.young_cap,
             allocd,
             t_mark.elapsed(),
             objects_marked,
@@ -738,8 +739,13 @@ pub(crate) const YOUNG_CAP_FLOOR: f64 = 0.25;
 /// goal, at most twice `allocd` (it grows back twofold per collection), and at least
 /// `YOUNG_CAP_FLOOR` times `max_interval`. Where the rest (roots, the remembered set)
 /// reaches the goal alone it grows back too: more collections would not make one
-/// shorter. `usize::MAX` (no bound) without a goal or once it reaches `max_interval`.
+/// shorter. `usize::MAX` (no bound) without a goal or once it reaches `max_interval`,
+/// and while none is in force (`prev`, the bound the collection came under, is
+/// `usize::MAX`) and the pause kept to the goal: a program whose collections come
+/// early for other reasons (a small heap's interval, explicit collections) is not
+/// bounded to twice what it allocated before a pause that was short anyway.
 pub(crate) fn young_cap(
+    prev: usize,
     allocd: usize,
     cost: Duration,
     marked: u64,
@@ -748,7 +754,7 @@ pub(crate) fn young_cap(
     max_interval: usize,
 ) -> usize {
     let (cost, goal) = (cost.as_secs_f64(), goal.as_secs_f64());
-    if goal == 0.0 || marked == 0 || allocd == 0 {
+    if goal == 0.0 || marked == 0 || allocd == 0 || (prev == usize::MAX && cost <= goal) {
         return usize::MAX;
     }
     let survivors = rate.map_or(cost, |r| (marked as f64 * r).min(cost));
@@ -1127,10 +1133,13 @@ mod tests {
     fn the_young_cap_follows_the_pause_goal() {
         let ms = Duration::from_millis;
         let (goal, mib, max) = (ms(10), 1 << 20, 32 << 20);
-        let cap = |allocd, cost, marked, rate| young_cap(allocd, cost, marked, rate, goal, max);
+        // The collection came under a bound (the cases below but the last).
+        let bounded = 8 * mib;
+        let cap =
+            |allocd, cost, marked, rate| young_cap(bounded, allocd, cost, marked, rate, goal, max);
         // No goal, nothing marked or allocated: no bound.
         assert_eq!(
-            young_cap(max, ms(40), 1000, None, Duration::ZERO, max),
+            young_cap(bounded, max, ms(40), 1000, None, Duration::ZERO, max),
             usize::MAX
         );
         assert_eq!(cap(max, ms(40), 0, None), usize::MAX);
@@ -1147,6 +1156,12 @@ mod tests {
         assert_eq!(cap(8 * mib, ms(8), 1000, None), 10 * mib);
         assert_eq!(cap(10 * mib, ms(1), 1000, None), 20 * mib);
         assert_eq!(cap(20 * mib, ms(1), 1000, None), usize::MAX);
+        // No bound in force and a pause within the goal: none comes, however little was
+        // allocated before it; one over the goal brings one.
+        let free = |allocd, cost| young_cap(usize::MAX, allocd, cost, 1000, None, goal, max);
+        assert_eq!(free(2 * mib, ms(8)), usize::MAX);
+        assert_eq!(free(2 * mib, ms(10)), usize::MAX);
+        assert_eq!(free(32 * mib, ms(20)), 16 * mib);
     }
 
     fn stack(words: usize) -> Vec<usize> {
