@@ -11,7 +11,9 @@
 //!
 //! Workloads: GAP's `testinstall` (every file; `--quick`: the representative part of
 //! `cargo xtask test`), five computational workloads of several seconds each
-//! (`--quick`: `strings` alone) and `bigheap`, whose live heap passes 1.5 GB with
+//! (`--quick`: `strings` alone), `collect` (twenty forced full collections,
+//! `GASMAN("collect")`, of the heap GAP starts with, each timed from GAP by the wall
+//! clock; their median) and `bigheap`, whose live heap passes 1.5 GB with
 //! GASMAN (a list of a million permutations of degree 500, 165,000 large integers and
 //! 5 million short lists, kept while short-lived permutations are made, then three
 //! forced full collections, `GASMAN("collect")`, each timed from GAP by the wall clock).
@@ -33,8 +35,10 @@
 //! GASMAN: `testinstall_total_ratio`, `testinstall_gc_ratio`, `mutator_ratio`
 //! (testinstall), `testinstall_peak_rss_ratio`, `testinstall_max_pause_ratio`,
 //! `bigheap_max_pause_ratio` (the longest pause of the run), `bigheap_forced_ratio`
-//! (the longest forced collection), `bigheap_peak_rss_ratio`, plus the other thread
-//! setting's pause ratios (`..._max_pause_ratio_<build>`).
+//! (the longest forced collection), `bigheap_peak_rss_ratio`, `collect_forced_ratio`
+//! (the median forced collection of the start-up heap), plus the other thread
+//! setting's pause ratios (`..._max_pause_ratio_<build>`) and
+//! `collect_forced_ratio_<build>`.
 //!
 //! GAP's standard input is `/dev/null` in every run (the bench runs unattended, from a
 //! runner whose standard input may be closed); a file that fails is reported and
