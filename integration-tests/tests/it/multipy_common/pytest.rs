@@ -189,6 +189,11 @@ pub fn assert_same(
             .iter()
             .filter(|l| !got.not_passed.contains(l))
             .collect();
+        if got != *want {
+            // pytest's own account of the tests that failed here (the summary lines
+            // above carry no reason when the node id fills the line).
+            eprintln!("{what}, interpreter {k}: {}", failures_section(out));
+        }
         assert_eq!(
             &got, want,
             "{what}: interpreter {k} differs from the plain run: only in the interpreter \
@@ -200,4 +205,42 @@ pub fn assert_same(
             "{what}: interpreter {k}: pytest's exit status"
         );
     }
+}
+
+/// The tracebacks pytest printed for failures and errors (its `FAILURES` and `ERRORS`
+/// sections), at most the last 20,000 characters of them.
+fn failures_section(out: &str) -> String {
+    let start = ["= FAILURES =", "= ERRORS ="]
+        .iter()
+        .filter_map(|m| out.find(m))
+        .min();
+    let Some(start) = start else {
+        return "no FAILURES or ERRORS section in pytest's output".into();
+    };
+    let end = out[start..]
+        .find("short test summary info")
+        .map_or(out.len(), |e| start + e);
+    let section = &out[start..end];
+    let keep = section.len().saturating_sub(20_000);
+    let cut = (keep..section.len())
+        .find(|&i| section.is_char_boundary(i))
+        .unwrap_or(section.len());
+    section[cut..].to_string()
+}
+
+#[test]
+fn failures_section_is_pytests_tracebacks_without_the_summary() {
+    let out = "..F.\n=================== FAILURES ===================\n______ test_x ______\nE   CalledProcessError: exit status 1\n=========== short test summary info ===========\nFAILED t.py::test_x\n1 failed, 3 passed in 0.10s\n";
+    let s = failures_section(out);
+    assert!(s.starts_with("= FAILURES ="), "{s}");
+    assert!(s.contains("CalledProcessError: exit status 1"), "{s}");
+    assert!(!s.contains("FAILED t.py::test_x"), "{s}");
+    assert_eq!(
+        failures_section("4 passed in 0.10s\n"),
+        "no FAILURES or ERRORS section in pytest's output"
+    );
+    // A long section keeps its end, cut on a character boundary.
+    let long = format!("= FAILURES =\n{}\nE   the end\n", "é".repeat(30_000));
+    let s = failures_section(&long);
+    assert!(s.len() <= 20_000 && s.ends_with("E   the end\n"));
 }
